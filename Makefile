@@ -1,0 +1,45 @@
+# The two commands of the README: `make run` starts the suite, `make test` runs every check.
+# Both create the virtual environment on first use.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PACKAGES := $(wildcard libs/*/pyproject.toml services/*/pyproject.toml tools/*/pyproject.toml)
+
+.PHONY: run test lint typecheck unit integration e2e bench venv clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements-dev.txt $(PACKAGES)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first and on its own: pip takes the CPU build from the machine's wheel folder.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python deploy/local/run_suite.py
+
+test: lint typecheck
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit
+
+integration: $(STAMP)
+	$(BIN)/python -m pytest tests/integration
+
+e2e: $(STAMP)
+	$(BIN)/python -m pytest tests/e2e
+
+clean:
+	rm -rf $(VENV) .data .mypy_cache .ruff_cache

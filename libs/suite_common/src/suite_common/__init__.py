@@ -1,0 +1,1 @@
+"""Shared building blocks of the agent-loop suite. Never imports a service."""

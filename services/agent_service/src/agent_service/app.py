@@ -1,0 +1,152 @@
+"""agent-service's HTTP API: ``POST /api/v1/agent/run``, streamed as SSE or answered as JSON."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TypeVar
+
+import anyio
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from agent_service.clients import CompletionClient, ToolsClient
+from agent_service.loop import AgentLoop, RunPlan
+from agent_service.planning import ToolCatalog, plan_run
+from agent_service.settings import AgentSettings
+from suite_common.errors import ApiError, install_error_handlers
+from suite_common.health import health_routes
+from suite_common.http import ModelResponse, read_model
+from suite_common.sse import Emit as SendChunk
+from suite_common.sse import EventStreamResponse, encode_event
+from suite_common.wire import AgentRunRequest, AgentRunResult, Message, RunEvent, RunStarted, dump
+
+__all__ = ["create_app"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class _Services:
+    settings: AgentSettings
+    http: httpx.AsyncClient
+    loop: AgentLoop
+    catalog: ToolCatalog
+
+
+def _services(request: Request) -> _Services:
+    services: _Services = request.state.services
+    return services
+
+
+async def _stream_run(plan: RunPlan, loop: AgentLoop, send: SendChunk) -> None:
+    sequence = itertools.count(1)
+
+    async def emit(event: RunEvent) -> None:
+        await send(encode_event(dump(event), event=event.type, id=next(sequence)))
+
+    await emit(
+        RunStarted(
+            run_id=plan.run_id,
+            model=plan.model,
+            tools=[tool.name for tool in plan.tools],
+            max_iterations=plan.max_iterations,
+        )
+    )
+    await loop.run(plan, emit, stream_text=True)
+
+
+async def _ignore(_: RunEvent) -> None:
+    return None
+
+
+async def _until_disconnect(request: Request, work: Awaitable[T]) -> T | None:
+    """Await ``work``, cancelling it if the client goes away first (then ``None``)."""
+    result: T | None = None
+
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch)
+        result = await work
+        tg.cancel_scope.cancel()
+    return result
+
+
+async def run_agent(request: Request) -> Response | EventStreamResponse:
+    services = _services(request)
+    body = await read_model(request, AgentRunRequest)
+    plan = await plan_run(body, services.settings, services.catalog)
+    if body.stream:
+        return EventStreamResponse(lambda send: _stream_run(plan, services.loop, send))
+    outcome = await _until_disconnect(request, services.loop.run(plan, _ignore, stream_text=False))
+    if outcome is None:
+        return Response(status_code=499)  # the client has gone; nobody reads this
+    if outcome.error is not None:
+        raise ApiError(outcome.error.status, outcome.error.code, outcome.error.message)
+    final = next((m for m in reversed(outcome.appended) if m.role == "assistant"), Message(role="assistant"))
+    return ModelResponse(
+        AgentRunResult(
+            run_id=plan.run_id,
+            message=final,
+            messages=outcome.appended,
+            finish_reason=outcome.finish_reason,
+            iterations=outcome.iterations,
+            usage=outcome.usage,
+        )
+    )
+
+
+async def _readiness(request: Request) -> dict[str, str]:
+    services = _services(request)
+    checks = {}
+    for name, url in (
+        ("completion-service", services.settings.completion_url),
+        ("mcp-client-service", services.settings.mcp_client_url),
+    ):
+        try:
+            response = await services.http.get(url.rstrip("/") + "/healthz", timeout=2.0)
+            checks[name] = "ok" if response.status_code == 200 else f"HTTP {response.status_code}"
+        except httpx.HTTPError as error:
+            checks[name] = f"unreachable ({type(error).__name__})"
+    return checks
+
+
+def create_app(settings: AgentSettings, *, http_client: httpx.AsyncClient | None = None) -> Starlette:
+    secret = settings.mcp_service_secret.get_secret_value()
+    if not secret:
+        raise ValueError("AGENT_MCP_SERVICE_SECRET is required: the shared secret of mcp-client-service")
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[dict[str, _Services]]:
+        # One pooled client for every run. No read timeout here: each call is bounded by its
+        # run's deadline instead, which a slow LLM or tool cannot push back.
+        http = http_client or httpx.AsyncClient(
+            timeout=httpx.Timeout(None, connect=settings.connect_timeout_seconds),
+            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
+        )
+        async with http:
+            tools = ToolsClient(http, settings.mcp_client_url, secret=secret, secret_header=settings.mcp_secret_header)
+            loop = AgentLoop(
+                CompletionClient(http, settings.completion_url),
+                tools,
+                tool_result_max_chars=settings.tool_result_max_chars,
+            )
+            catalog = ToolCatalog(tools, settings.tools_cache_seconds)
+            yield {"services": _Services(settings, http, loop, catalog)}
+
+    app = Starlette(
+        routes=[Route("/api/v1/agent/run", run_agent, methods=["POST"]), *health_routes(_readiness)],
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    return app

@@ -1,0 +1,206 @@
+"""HTTP clients of completion-service and mcp-client-service, as the loop needs them.
+
+Every call carries the run's remaining time in ``X-Deadline-Ms`` and is bounded by it; every
+failure becomes an ``UpstreamError`` with a code the loop can report.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+from httpx_sse import EventSource
+from pydantic import TypeAdapter, ValidationError
+
+from suite_common.wire import (
+    DEADLINE_HEADER,
+    CallToolRequest,
+    CallToolResponse,
+    CompletionDone,
+    CompletionEvent,
+    CompletionRequest,
+    CompletionResponse,
+    ListToolsResponse,
+    Message,
+    StreamError,
+    TextDelta,
+    ToolCall,
+    ToolCallEvent,
+    ToolInfo,
+    dump,
+)
+
+__all__ = ["CompletionClient", "Deadline", "ToolsClient", "UpstreamError"]
+
+_completion_event = TypeAdapter[CompletionEvent](CompletionEvent)
+
+
+class Deadline:
+    """The absolute end of a run on the monotonic clock."""
+
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+
+    def remaining(self) -> float:
+        return max(0.0, self.at - time.monotonic())
+
+    def header(self) -> dict[str, str]:
+        return {DEADLINE_HEADER: str(int(self.remaining() * 1000))}
+
+
+class UpstreamError(Exception):
+    """A call to one of the suite's services failed; ``code`` and ``message`` go to the caller."""
+
+    def __init__(self, code: str, message: str, *, status: int = 502) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+
+
+async def _error_from_response(service: str, response: httpx.Response) -> UpstreamError:
+    await response.aread()
+    try:
+        error = response.json()["error"]
+        code, message = str(error["code"]), str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        code, message = "bad_upstream_response", f"{service} answered HTTP {response.status_code}"
+    # A client error from a peer is still our caller's problem to see (bad model name, ...);
+    # anything else means the dependency failed.
+    status = response.status_code if response.status_code in (400, 404, 413, 429) else 502
+    return UpstreamError(code, f"{service}: {message}", status=status)
+
+
+def _transport_error(service: str, error: httpx.HTTPError) -> UpstreamError:
+    if isinstance(error, httpx.TimeoutException):
+        return UpstreamError("upstream_timeout", f"{service} did not answer in time", status=504)
+    return UpstreamError("upstream_unavailable", f"{service} is unreachable ({type(error).__name__})", status=503)
+
+
+class CompletionClient:
+    """``POST /api/v1/completions``, streamed or not, folded into one ``CompletionResponse``."""
+
+    service = "completion-service"
+
+    def __init__(self, http: httpx.AsyncClient, base_url: str) -> None:
+        self.http = http
+        self.url = base_url.rstrip("/") + "/api/v1/completions"
+
+    async def complete(
+        self,
+        request: CompletionRequest,
+        deadline: Deadline,
+        on_text: Callable[[str], Awaitable[None]] | None = None,
+    ) -> CompletionResponse:
+        """One LLM turn. With ``on_text`` the turn is streamed and each text delta handed over as it comes."""
+        body = dump(request.model_copy(update={"stream": on_text is not None})).encode()
+        headers = {"content-type": "application/json", **deadline.header()}
+        try:
+            if on_text is None:
+                response = await self.http.post(self.url, content=body, headers=headers)
+                if response.status_code != 200:
+                    raise await _error_from_response(self.service, response)
+                return CompletionResponse.model_validate_json(response.content)
+            async with self.http.stream("POST", self.url, content=body, headers=headers) as response:
+                if response.status_code != 200:
+                    raise await _error_from_response(self.service, response)
+                return await _fold_stream(_events(response), on_text)
+        except httpx.HTTPError as error:
+            raise _transport_error(self.service, error) from None
+        except ValidationError:
+            raise UpstreamError("bad_upstream_response", f"{self.service} sent a malformed completion") from None
+
+
+async def _events(response: httpx.Response) -> AsyncIterator[CompletionEvent]:
+    async for sse in EventSource(response).aiter_sse():
+        if sse.data:
+            yield _completion_event.validate_json(sse.data)
+
+
+async def _fold_stream(
+    events: AsyncIterator[CompletionEvent], on_text: Callable[[str], Awaitable[None]]
+) -> CompletionResponse:
+    text: list[str] = []
+    calls: list[ToolCall] = []
+    async for event in events:
+        if isinstance(event, TextDelta):
+            text.append(event.delta)
+            await on_text(event.delta)
+        elif isinstance(event, ToolCallEvent):
+            calls.append(
+                ToolCall(
+                    id=event.id, name=event.name, arguments=event.arguments, invalid_arguments=event.invalid_arguments
+                )
+            )
+        elif isinstance(event, StreamError):
+            raise UpstreamError(event.code, f"completion-service: {event.message}")
+        elif isinstance(event, CompletionDone):
+            message = Message(role="assistant", content="".join(text) or None, tool_calls=calls or None)
+            return CompletionResponse(
+                message=message,
+                finish_reason=event.finish_reason,
+                usage=event.usage,
+                model=event.model,
+                provider=event.provider,
+            )
+    raise UpstreamError("bad_upstream_response", "completion-service ended the stream without a done event")
+
+
+class ToolsClient:
+    """``list-tools`` and ``call-tool`` of mcp-client-service, with the shared secret."""
+
+    service = "mcp-client-service"
+
+    def __init__(self, http: httpx.AsyncClient, base_url: str, *, secret: str, secret_header: str) -> None:
+        self.http = http
+        base = base_url.rstrip("/")
+        self.list_url = base + "/mcp/v1/tools/list-tools"
+        self.call_url = base + "/mcp/v1/tools/call-tool"
+        self.auth = {secret_header: secret}
+
+    async def list_tools(self, deadline: Deadline) -> list[ToolInfo]:
+        try:
+            response = await self.http.get(
+                self.list_url, headers={**self.auth, **deadline.header()}, timeout=deadline.remaining()
+            )
+        except httpx.HTTPError as error:
+            raise _transport_error(self.service, error) from None
+        if response.status_code == 401:
+            raise UpstreamError(
+                "tools_unauthorized",
+                "mcp-client-service rejected the shared secret: AGENT_MCP_SERVICE_SECRET must match "
+                "MCP_CLIENT_SERVICE_SECRET",
+            )
+        if response.status_code != 200:
+            raise await _error_from_response(self.service, response)
+        try:
+            return ListToolsResponse.model_validate_json(response.content).tools
+        except ValidationError:
+            raise UpstreamError("bad_upstream_response", f"{self.service} sent a malformed tool list") from None
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], deadline: Deadline) -> CallToolResponse:
+        """Never raises for a tool's own failure: that is an ``isError`` result for the model."""
+        body = dump(CallToolRequest(name=name, arguments=arguments)).encode()
+        headers = {**self.auth, **deadline.header(), "content-type": "application/json"}
+        try:
+            response = await self.http.post(self.call_url, content=body, headers=headers)
+        except httpx.HTTPError as error:
+            failure = _transport_error(self.service, error)
+            return _error_result(f"The tool call failed: {failure.message}.")
+        if response.status_code != 200:
+            try:
+                message = str(json.loads(response.content)["error"]["message"])
+            except (ValueError, KeyError, TypeError):
+                message = f"HTTP {response.status_code}"
+            return _error_result(f"The tool call failed: {message}")
+        try:
+            return CallToolResponse.model_validate_json(response.content)
+        except ValidationError:
+            return _error_result(f"The tool call failed: {self.service} sent a malformed result.")
+
+
+def _error_result(text: str) -> CallToolResponse:
+    return CallToolResponse(content=[{"type": "text", "text": text}], is_error=True, server="", duration_ms=0)

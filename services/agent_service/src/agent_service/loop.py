@@ -1,0 +1,221 @@
+"""The agent loop: LLM call, tool calls in parallel, results appended, until a text answer or a limit.
+
+The loop is a coroutine that pushes events through ``emit``; it never yields from inside a
+cancel scope, so its deadline and the cancellation of a departed client reach every
+in-flight LLM and tool call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import anyio
+import structlog
+
+from agent_service.clients import CompletionClient, Deadline, ToolsClient, UpstreamError
+from agent_service.results import render_tool_result
+from suite_common.logging import get_logger
+from suite_common.wire import (
+    CompletionRequest,
+    Message,
+    RunDone,
+    RunError,
+    RunEvent,
+    RunFinishReason,
+    RunText,
+    RunToolCall,
+    RunToolResult,
+    ToolCall,
+    ToolChoice,
+    ToolInfo,
+    ToolSpec,
+    Usage,
+)
+
+__all__ = ["AgentLoop", "Emit", "RunOutcome", "RunPlan"]
+
+_log = get_logger("agent_service.loop")
+
+Emit = Callable[[RunEvent], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A validated run: the tools are already discovered and filtered."""
+
+    run_id: str
+    model: str
+    messages: list[Message]
+    tools: list[ToolInfo]
+    tool_choice: ToolChoice
+    max_iterations: int
+    deadline_seconds: float
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+@dataclass
+class RunOutcome:
+    finish_reason: RunFinishReason
+    iterations: int
+    usage: Usage
+    appended: list[Message]
+    error: UpstreamError | None = None
+
+
+@dataclass
+class _RunState:
+    conversation: list[Message]
+    appended: list[Message] = field(default_factory=list)
+    iterations: int = 0
+    usage: Usage = field(default_factory=Usage)
+    pending: list[ToolCall] = field(default_factory=list)
+    """Tool calls of the current round, in the order the model made them."""
+    finished: dict[str, Message] = field(default_factory=dict)
+    """Result messages of the current round's calls that have finished, by tool call id."""
+
+    def append(self, message: Message) -> None:
+        self.conversation.append(message)
+        self.appended.append(message)
+
+    def close_round(self, reason: str) -> None:
+        """Append the round's results in call order; a call without one gets an error saying ``reason``.
+
+        Every tool call then has its result, so the caller can continue the conversation.
+        """
+        for call in self.pending:
+            result = self.finished.get(call.id)
+            self.append(result or Message(role="tool", tool_call_id=call.id, content=reason, is_error=True))
+        self.pending, self.finished = [], {}
+
+
+class AgentLoop:
+    def __init__(self, completions: CompletionClient, tools: ToolsClient, *, tool_result_max_chars: int) -> None:
+        self.completions = completions
+        self.tools = tools
+        self.tool_result_max_chars = tool_result_max_chars
+
+    async def run(self, plan: RunPlan, emit: Emit, *, stream_text: bool) -> RunOutcome:
+        """Run to the end; emits ``done`` or ``error`` last. Raises only when cancelled."""
+        state = _RunState(conversation=list(plan.messages))
+        deadline = Deadline(plan.deadline_seconds)
+        started = time.perf_counter()
+        with structlog.contextvars.bound_contextvars(run_id=plan.run_id):
+            try:
+                with anyio.move_on_after(plan.deadline_seconds) as deadline_scope:
+                    finish = await self._rounds(plan, state, deadline, emit, stream_text)
+            except UpstreamError as error:
+                state.close_round(f"The run failed before this tool call finished: {error.message}")
+                _log.warning("run_failed", code=error.code, message=error.message, iterations=state.iterations)
+                await emit(RunError(run_id=plan.run_id, code=error.code, message=error.message))
+                return RunOutcome("stop", state.iterations, state.usage, state.appended, error)
+            except anyio.get_cancelled_exc_class():
+                _log.info("run_cancelled", iterations=state.iterations)
+                raise
+            if deadline_scope.cancelled_caught:
+                finish = "deadline"
+                state.close_round("The run's deadline passed before this tool call finished.")
+            _log.info(
+                "run_finished",
+                finish_reason=finish,
+                iterations=state.iterations,
+                duration_ms=round((time.perf_counter() - started) * 1000, 1),
+            )
+            await emit(
+                RunDone(run_id=plan.run_id, finish_reason=finish, iterations=state.iterations, usage=state.usage)
+            )
+            return RunOutcome(finish, state.iterations, state.usage, state.appended)
+
+    async def _rounds(
+        self, plan: RunPlan, state: _RunState, deadline: Deadline, emit: Emit, stream_text: bool
+    ) -> RunFinishReason:
+        specs = [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema) for t in plan.tools]
+        allowed = {tool.name for tool in plan.tools}
+        tool_choice = plan.tool_choice
+        for iteration in range(1, plan.max_iterations + 1):
+            state.iterations = iteration
+            request = CompletionRequest(
+                model=plan.model,
+                messages=state.conversation,
+                tools=specs,
+                tool_choice=tool_choice,
+                max_tokens=plan.max_tokens,
+                temperature=plan.temperature,
+            )
+
+            async def forward_text(delta: str, iteration: int = iteration) -> None:
+                await emit(RunText(run_id=plan.run_id, iteration=iteration, delta=delta))
+
+            response = await self.completions.complete(request, deadline, forward_text if stream_text else None)
+            state.usage += response.usage
+            state.append(response.message)
+            calls = response.message.tool_calls or []
+            if not calls:
+                return "stop"
+            state.pending = list(calls)
+            for call in calls:
+                await emit(
+                    RunToolCall(
+                        run_id=plan.run_id, iteration=iteration, id=call.id, name=call.name, arguments=call.arguments
+                    )
+                )
+            async with anyio.create_task_group() as tg:
+                for call in calls:
+                    tg.start_soon(
+                        self._call_tool, plan.run_id, iteration, call, allowed, deadline, emit, state.finished
+                    )
+            # Results go back in the order the model asked for them, whatever order they finished in.
+            state.close_round("The tool call did not finish.")
+            # A forced choice ("required" or a named tool) applies to the first round only;
+            # forcing it again would keep the model from ever answering.
+            tool_choice = "auto"
+        return "max_iterations"
+
+    async def _call_tool(
+        self,
+        run_id: str,
+        iteration: int,
+        call: ToolCall,
+        allowed: set[str],
+        deadline: Deadline,
+        emit: Emit,
+        results: dict[str, Message],
+    ) -> None:
+        started = time.perf_counter()
+        if call.name not in allowed:
+            content, is_error = (
+                f"Tool '{call.name}' is not available in this run. Available tools: {', '.join(sorted(allowed))}.",
+                True,
+            )
+        elif call.invalid_arguments is not None:
+            content, is_error = (
+                f"The arguments for '{call.name}' were not a JSON object: {call.invalid_arguments[:200]!r}. "
+                "Call the tool again with a JSON object that matches its input schema.",
+                True,
+            )
+        else:
+            result = await self.tools.call_tool(call.name, call.arguments, deadline)
+            content, is_error = render_tool_result(result, self.tool_result_max_chars), result.is_error
+        duration_ms = round((time.perf_counter() - started) * 1000, 2)
+        results[call.id] = Message(role="tool", tool_call_id=call.id, content=content, is_error=is_error or None)
+        _log.info(
+            "tool_call",
+            iteration=iteration,
+            tool=call.name,
+            tool_call_id=call.id,
+            is_error=is_error,
+            duration_ms=duration_ms,
+        )
+        await emit(
+            RunToolResult(
+                run_id=run_id,
+                iteration=iteration,
+                tool_call_id=call.id,
+                name=call.name,
+                content=content,
+                is_error=is_error,
+                duration_ms=duration_ms,
+            )
+        )

@@ -1,0 +1,94 @@
+"""From a run request to a ``RunPlan``: limits checked, tools discovered and filtered.
+
+Everything here happens before the response starts, so every problem is still a plain 4xx/5xx.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import anyio
+
+from agent_service.clients import Deadline, ToolsClient, UpstreamError
+from agent_service.loop import RunPlan
+from agent_service.settings import AgentSettings
+from suite_common.errors import ApiError
+from suite_common.wire import AgentRunRequest, NamedToolChoice, ToolInfo
+
+__all__ = ["ToolCatalog", "plan_run"]
+
+
+class ToolCatalog:
+    """mcp-client-service's tool list, reused for ``ttl`` seconds across runs."""
+
+    def __init__(self, client: ToolsClient, ttl: float) -> None:
+        self.client = client
+        self.ttl = ttl
+        self._tools: list[ToolInfo] = []
+        self._fetched_at = float("-inf")
+        self._lock = anyio.Lock()
+
+    async def tools(self, deadline: Deadline) -> list[ToolInfo]:
+        if time.monotonic() - self._fetched_at < self.ttl:
+            return self._tools
+        async with self._lock:  # one fetch for many runs starting at once
+            if time.monotonic() - self._fetched_at >= self.ttl:
+                self._tools = await self.client.list_tools(deadline)
+                self._fetched_at = time.monotonic()
+            return self._tools
+
+
+def _check_limits(request: AgentRunRequest, settings: AgentSettings) -> tuple[int, float]:
+    max_iterations = request.max_iterations or settings.max_iterations
+    if max_iterations > settings.max_iterations:
+        raise ApiError(
+            400, "invalid_request", f"maxIterations may be at most {settings.max_iterations} (got {max_iterations})."
+        )
+    deadline = request.deadline_seconds or settings.run_deadline_seconds
+    if deadline > settings.run_deadline_seconds:
+        raise ApiError(
+            400,
+            "invalid_request",
+            f"deadlineSeconds may be at most {settings.run_deadline_seconds:g} (got {deadline:g}).",
+        )
+    return max_iterations, deadline
+
+
+def _select_tools(request: AgentRunRequest, available: list[ToolInfo]) -> list[ToolInfo]:
+    if request.tools is None:
+        return available
+    by_name = {tool.name: tool for tool in available}
+    unknown = [name for name in request.tools if name not in by_name]
+    if unknown:
+        names = ", ".join(sorted(by_name)) or "none"
+        raise ApiError(400, "unknown_tools", f"Unknown tools: {', '.join(unknown)}. Available tools: {names}.")
+    return [by_name[name] for name in dict.fromkeys(request.tools)]
+
+
+async def plan_run(request: AgentRunRequest, settings: AgentSettings, catalog: ToolCatalog) -> RunPlan:
+    max_iterations, deadline_seconds = _check_limits(request, settings)
+    tools: list[ToolInfo] = []
+    # The plain path: no tool discovery when the caller wants no tools.
+    if request.tool_choice != "none" and request.tools != []:
+        try:
+            available = await catalog.tools(Deadline(min(deadline_seconds, 30.0)))
+        except UpstreamError as error:
+            raise ApiError(error.status if error.status >= 500 else 502, error.code, error.message) from None
+        tools = _select_tools(request, available)
+    choice = request.tool_choice
+    if isinstance(choice, NamedToolChoice) and choice.name not in {tool.name for tool in tools}:
+        raise ApiError(400, "invalid_request", f"toolChoice names '{choice.name}', which is not among the run's tools.")
+    if choice == "required" and not tools:
+        raise ApiError(400, "invalid_request", "toolChoice is 'required' but no tool is available to this run.")
+    return RunPlan(
+        run_id=f"run_{uuid.uuid4().hex}",
+        model=request.model,
+        messages=request.messages,
+        tools=tools,
+        tool_choice=choice,
+        max_iterations=max_iterations,
+        deadline_seconds=deadline_seconds,
+        max_tokens=request.max_tokens,
+        temperature=request.temperature,
+    )

@@ -1,0 +1,37 @@
+"""agent-service settings, read from ``AGENT_*`` environment variables."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import SettingsConfigDict
+
+from suite_common.settings import ServiceSettings
+
+__all__ = ["HARD_MAX_ITERATIONS", "AgentSettings"]
+
+HARD_MAX_ITERATIONS = 15
+"""No run makes more LLM calls than this, whatever the settings or the request say."""
+
+
+class AgentSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="AGENT_", extra="ignore")
+
+    port: int = 8000
+    completion_url: str = "http://127.0.0.1:8001"
+    """Base URL of completion-service."""
+    mcp_client_url: str = "http://127.0.0.1:8002"
+    """Base URL of mcp-client-service."""
+    mcp_service_secret: SecretStr = SecretStr("")
+    """The shared secret mcp-client-service expects; required."""
+    mcp_secret_header: str = "X-MCP-Service-Secret"
+    """Header that carries the shared secret."""
+    max_iterations: int = Field(default=HARD_MAX_ITERATIONS, ge=1, le=HARD_MAX_ITERATIONS)
+    """LLM calls per run at most; a request may ask for fewer, never more."""
+    run_deadline_seconds: float = Field(default=120.0, gt=0)
+    """Wall-clock limit of a run; a request may ask for less, never more."""
+    tool_result_max_chars: int = Field(default=20_000, ge=100)
+    """A tool result longer than this is cut, with a visible marker, before the model sees it."""
+    tools_cache_seconds: float = Field(default=5.0, ge=0)
+    """How long the tool catalog from mcp-client-service is reused between runs (0: every run asks)."""
+    connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    """Timeout to open a connection to completion-service or mcp-client-service."""

@@ -1,0 +1,104 @@
+"""The README's promise: `make run` serves a streamed agent run that really searches the docs over MCP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from support.servers import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def suite() -> Iterator[str]:
+    ports = {"AGENT_PORT": free_port(), "COMPLETION_PORT": free_port(), "MCP_CLIENT_PORT": free_port()}
+    env = {**os.environ, **{name: str(port) for name, port in ports.items()}}
+    process = subprocess.Popen(
+        ["make", "--no-print-directory", "run"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,  # Ctrl-C goes to the whole process group, as in a terminal
+    )
+    assert process.stdout is not None
+    try:
+        # The ready banner is the signal; the test's own timeout bounds the wait.
+        banner = []
+        for line in process.stdout:
+            banner.append(line)
+            if "Ctrl-C stops everything" in line:
+                break
+        else:
+            pytest.fail("make run ended before it was ready:\n" + "".join(banner))
+        assert "curl -N http://127.0.0.1:{}/api/v1/agent/run".format(ports["AGENT_PORT"]) in "".join(banner)
+        yield f"http://127.0.0.1:{ports['AGENT_PORT']}"
+    finally:
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
+
+
+def _events(response: httpx.Response) -> list[tuple[str, dict[str, object]]]:
+    events, name = [], ""
+    for line in response.iter_lines():
+        if line.startswith("event: "):
+            name = line.removeprefix("event: ")
+        elif line.startswith("data: "):
+            events.append((name, json.loads(line.removeprefix("data: "))))
+    return events
+
+
+@pytest.mark.timeout(300)
+def test_make_run_answers_from_the_docs_with_the_demo_model_and_no_api_key(suite: str) -> None:
+    body = {
+        "model": "demo",
+        "stream": True,
+        "tools": ["search_documents"],
+        "messages": [{"role": "user", "content": "Search the documents: how does the agent loop stop?"}],
+    }
+    with httpx.stream("POST", f"{suite}/api/v1/agent/run", json=body, timeout=60) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = _events(response)
+    kinds = [kind for kind, _ in events]
+    assert kinds[0] == "run_started"
+    assert kinds[-1] == "done"
+    [call] = [data for kind, data in events if kind == "tool_call"]
+    assert call["name"] == "search_documents"
+    [result] = [data for kind, data in events if kind == "tool_result"]
+    assert result["isError"] is False
+    # The chunk that answers the question comes from the project's own docs.
+    assert "architecture.md" in str(result["content"])
+    assert "deadline" in str(result["content"])
+    # The demo model's answer cites what the tool returned.
+    answer = "".join(str(data["delta"]) for kind, data in events if kind == "text")
+    assert "search_documents" in answer
+    assert "architecture.md" in answer
+    done = events[-1][1]
+    assert done["finishReason"] == "stop"
+    assert done["iterations"] == 2
+
+
+def test_make_run_serves_a_whole_json_answer_too(suite: str) -> None:
+    body = {"model": "demo", "messages": [{"role": "user", "content": "hello"}], "tools": []}
+    response = httpx.post(f"{suite}/api/v1/agent/run", json=body, timeout=60)
+    assert response.status_code == 200
+    result = response.json()
+    assert result["finishReason"] == "stop"
+    assert result["message"]["role"] == "assistant"
+    assert result["message"]["content"]

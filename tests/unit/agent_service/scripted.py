@@ -1,0 +1,106 @@
+"""Scripted completion-service and mcp-client-service behind ``httpx.MockTransport``.
+
+They speak the suite's neutral wire format, so the loop's real HTTP clients are exercised.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import httpx
+
+from agent_service.clients import CompletionClient, ToolsClient
+from agent_service.loop import AgentLoop
+from suite_common.sse import encode_event
+from suite_common.wire import (
+    CompletionDone,
+    CompletionResponse,
+    Message,
+    TextDelta,
+    ToolCall,
+    ToolCallEvent,
+    Usage,
+    dump,
+)
+
+Tool = Callable[[dict[str, Any]], Awaitable[str]]
+
+
+def answer(text: str) -> CompletionResponse:
+    return CompletionResponse(
+        message=Message(role="assistant", content=text),
+        finish_reason="stop",
+        usage=Usage(input_tokens=10, output_tokens=5),
+        model="scripted",
+        provider="test",
+    )
+
+
+def call_tools(*calls: tuple[str, str, dict[str, Any]]) -> CompletionResponse:
+    return CompletionResponse(
+        message=Message(
+            role="assistant", tool_calls=[ToolCall(id=id_, name=name, arguments=args) for id_, name, args in calls]
+        ),
+        finish_reason="tool_calls",
+        usage=Usage(input_tokens=10, output_tokens=5),
+        model="scripted",
+        provider="test",
+    )
+
+
+def _sse(reply: CompletionResponse) -> bytes:
+    events: list[Any] = []
+    if reply.message.content:
+        events += [TextDelta(delta=word) for word in re.findall(r"\S+\s*", reply.message.content)]
+    for call in reply.message.tool_calls or []:
+        events.append(
+            ToolCallEvent(id=call.id, name=call.name, arguments=call.arguments, invalid_arguments=call.invalid_arguments)
+        )
+    events.append(
+        CompletionDone(finish_reason=reply.finish_reason, usage=reply.usage, model=reply.model, provider=reply.provider)
+    )
+    return b"".join(encode_event(dump(event), event=event.type) for event in events)
+
+
+class Scripted:
+    """Replies to completions in order; runs tools as Python functions."""
+
+    def __init__(self, replies: list[CompletionResponse | None], tools: dict[str, Tool] | None = None) -> None:
+        self.replies = list(replies)  # None: never answer (a hung LLM)
+        self.tools = tools or {}
+        self.completion_requests: list[dict[str, Any]] = []
+        self.tool_calls: list[tuple[str, dict[str, Any]]] = []
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else {}
+        if request.url.path == "/api/v1/completions":
+            self.completion_requests.append(body)
+            reply = self.replies.pop(0)
+            if reply is None:
+                await anyio.sleep_forever()
+            assert reply is not None
+            if body.get("stream"):
+                return httpx.Response(200, content=_sse(reply), headers={"content-type": "text/event-stream"})
+            return httpx.Response(200, content=dump(reply), headers={"content-type": "application/json"})
+        if request.url.path == "/mcp/v1/tools/call-tool":
+            name, arguments = body["name"], body["arguments"]
+            self.tool_calls.append((name, arguments))
+            try:
+                text, is_error = await self.tools[name](arguments), False
+            except RuntimeError as error:
+                text, is_error = str(error), True
+            result = {"content": [{"type": "text", "text": text}], "isError": is_error, "server": "s", "durationMs": 1}
+            return httpx.Response(200, json=result)
+        return httpx.Response(404, json={"error": {"code": "not_found", "message": request.url.path}})
+
+    def loop(self, *, tool_result_max_chars: int = 10_000) -> AgentLoop:
+        http = httpx.AsyncClient(transport=httpx.MockTransport(self.handle))
+        return AgentLoop(
+            CompletionClient(http, "http://completion"),
+            ToolsClient(http, "http://mcp", secret="s", secret_header="X-MCP-Service-Secret"),
+            tool_result_max_chars=tool_result_max_chars,
+        )

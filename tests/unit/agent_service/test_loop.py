@@ -1,0 +1,206 @@
+"""The loop's behaviour, against scripted services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from agent_service.loop import RunPlan
+from suite_common.wire import Message, RunDone, RunError, RunEvent, RunText, RunToolCall, RunToolResult, ToolInfo
+from unit.agent_service.scripted import Scripted, answer, call_tools
+
+pytestmark = pytest.mark.anyio
+
+
+def tool(name: str) -> ToolInfo:
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+    return ToolInfo(name=name, description=f"{name} tool", input_schema=schema, server="s")
+
+
+def plan(*tools: str, max_iterations: int = 15, deadline: float = 10.0, tool_choice: Any = "auto") -> RunPlan:
+    return RunPlan(
+        run_id="run_test",
+        model="scripted",
+        messages=[Message(role="user", content="question")],
+        tools=[tool(name) for name in tools],
+        tool_choice=tool_choice,
+        max_iterations=max_iterations,
+        deadline_seconds=deadline,
+    )
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[RunEvent] = []
+
+    async def __call__(self, event: RunEvent) -> None:
+        self.events.append(event)
+
+    def of(self, kind: type[Any]) -> list[Any]:
+        return [event for event in self.events if isinstance(event, kind)]
+
+
+async def echo(arguments: dict[str, Any]) -> str:
+    return f"echo {arguments.get('q')}"
+
+
+async def test_a_text_answer_ends_the_run_after_one_round_with_streamed_deltas() -> None:
+    scripted = Scripted([answer("the answer is 42")])
+    events = Recorder()
+    outcome = await scripted.loop().run(plan("echo"), events, stream_text=True)
+    assert outcome.finish_reason == "stop"
+    assert outcome.iterations == 1
+    assert "".join(e.delta for e in events.of(RunText)) == "the answer is 42"
+    assert len(events.of(RunText)) == 4
+    assert isinstance(events.events[-1], RunDone)
+    assert events.events[-1].usage.input_tokens == 10
+    assert outcome.appended == [Message(role="assistant", content="the answer is 42")]
+
+
+async def test_tool_calls_of_one_round_run_concurrently_and_results_return_in_call_order() -> None:
+    both_started = anyio.Event()
+    started: list[str] = []
+
+    async def rendezvous(arguments: dict[str, Any]) -> str:
+        # Each call waits until both are running: sequential dispatch would hang here.
+        started.append(arguments["q"])
+        if len(started) == 2:
+            both_started.set()
+        await both_started.wait()
+        return f"done {arguments['q']}"
+
+    scripted = Scripted(
+        [call_tools(("c1", "slow", {"q": "a"}), ("c2", "slow", {"q": "b"})), answer("ok")], {"slow": rendezvous}
+    )
+    events = Recorder()
+    with anyio.fail_after(5):
+        outcome = await scripted.loop().run(plan("slow"), events, stream_text=True)
+    assert outcome.finish_reason == "stop"
+    assert outcome.iterations == 2
+    assert [e.id for e in events.of(RunToolCall)] == ["c1", "c2"]
+    assert {e.tool_call_id for e in events.of(RunToolResult)} == {"c1", "c2"}
+    second_request = scripted.completion_requests[1]["messages"]
+    assert [m.get("toolCallId") for m in second_request[-2:]] == ["c1", "c2"]
+    assert [m["content"] for m in second_request[-2:]] == ["done a", "done b"]
+
+
+async def test_a_failing_tool_is_fed_back_as_an_error_and_the_loop_goes_on() -> None:
+    async def broken(_: dict[str, Any]) -> str:
+        raise RuntimeError("backend exploded")
+
+    scripted = Scripted([call_tools(("c1", "broken", {})), answer("recovered")], {"broken": broken})
+    events = Recorder()
+    outcome = await scripted.loop().run(plan("broken"), events, stream_text=True)
+    [result] = events.of(RunToolResult)
+    assert result.is_error
+    assert "backend exploded" in result.content
+    fed_back = scripted.completion_requests[1]["messages"][-1]
+    assert fed_back == {"role": "tool", "content": "backend exploded", "toolCallId": "c1", "isError": True}
+    assert outcome.finish_reason == "stop"
+
+
+async def test_the_run_stops_at_max_iterations_with_every_tool_call_answered() -> None:
+    scripted = Scripted([call_tools((f"c{i}", "echo", {"q": str(i)})) for i in range(3)], {"echo": echo})
+    events = Recorder()
+    outcome = await scripted.loop().run(plan("echo", max_iterations=3), events, stream_text=True)
+    assert outcome.finish_reason == "max_iterations"
+    assert outcome.iterations == 3
+    assert len(scripted.completion_requests) == 3
+    assert [m.role for m in outcome.appended] == ["assistant", "tool"] * 3
+    done = events.events[-1]
+    assert isinstance(done, RunDone)
+    assert (done.finish_reason, done.iterations) == ("max_iterations", 3)
+
+
+async def test_a_hung_llm_cannot_push_the_run_past_its_deadline() -> None:
+    scripted = Scripted([None])
+    events = Recorder()
+    with anyio.fail_after(5):
+        outcome = await scripted.loop().run(plan("echo", deadline=0.3), events, stream_text=True)
+    assert outcome.finish_reason == "deadline"
+    assert isinstance(events.events[-1], RunDone)
+
+
+async def test_a_deadline_during_tool_calls_keeps_finished_results_and_closes_the_rest() -> None:
+    async def hang(_: dict[str, Any]) -> str:
+        await anyio.sleep_forever()
+        return ""
+
+    scripted = Scripted([call_tools(("fast", "echo", {"q": "x"}), ("stuck", "hang", {}))], {"echo": echo, "hang": hang})
+    with anyio.fail_after(5):
+        outcome = await scripted.loop().run(plan("echo", "hang", deadline=0.5), Recorder(), stream_text=False)
+    assert outcome.finish_reason == "deadline"
+    results = {m.tool_call_id: m for m in outcome.appended if m.role == "tool"}
+    assert results["fast"].content == "echo x"
+    assert results["stuck"].is_error
+    assert "deadline" in (results["stuck"].content or "")
+
+
+async def test_a_tool_the_run_does_not_allow_is_refused_without_being_called() -> None:
+    scripted = Scripted([call_tools(("c1", "delete_everything", {})), answer("sorry")], {"echo": echo})
+    events = Recorder()
+    await scripted.loop().run(plan("echo"), events, stream_text=True)
+    [result] = events.of(RunToolResult)
+    assert result.is_error
+    assert "not available" in result.content
+    assert "echo" in result.content
+    assert scripted.tool_calls == []
+
+
+async def test_arguments_that_are_not_json_are_sent_back_to_the_model_not_to_the_tool() -> None:
+    reply = call_tools(("c1", "echo", {}))
+    assert reply.message.tool_calls is not None
+    reply.message.tool_calls[0].invalid_arguments = '{"q": "unterminated'
+    scripted = Scripted([reply, answer("fixed")], {"echo": echo})
+    events = Recorder()
+    await scripted.loop().run(plan("echo"), events, stream_text=True)
+    [result] = events.of(RunToolResult)
+    assert result.is_error
+    assert "not a JSON object" in result.content
+    assert scripted.tool_calls == []
+
+
+async def test_a_forced_tool_choice_applies_to_the_first_round_only() -> None:
+    scripted = Scripted([call_tools(("c1", "echo", {"q": "x"})), answer("done")], {"echo": echo})
+    await scripted.loop().run(plan("echo", tool_choice="required"), Recorder(), stream_text=False)
+    assert [r["toolChoice"] for r in scripted.completion_requests] == ["required", "auto"]
+
+
+async def test_a_long_tool_result_is_cut_with_a_visible_marker() -> None:
+    async def verbose(_: dict[str, Any]) -> str:
+        return "x" * 5000
+
+    scripted = Scripted([call_tools(("c1", "verbose", {})), answer("ok")], {"verbose": verbose})
+    events = Recorder()
+    await scripted.loop(tool_result_max_chars=1000).run(plan("verbose"), events, stream_text=True)
+    [result] = events.of(RunToolResult)
+    assert result.content.startswith("x" * 1000)
+    assert result.content.endswith("[... truncated: 4000 more characters]")
+
+
+async def test_a_failing_completion_ends_the_run_with_an_error_event_and_no_done() -> None:
+    scripted = Scripted([])  # the script is empty: the completion call fails
+
+    async def refuse(_: Any) -> Any:
+        import httpx
+
+        return httpx.Response(502, json={"error": {"code": "auth_failed", "message": "provider rejected the key"}})
+
+    scripted.handle = refuse  # type: ignore[method-assign]
+    events = Recorder()
+    outcome = await scripted.loop().run(plan("echo"), events, stream_text=True)
+    assert outcome.error is not None
+    assert isinstance(events.events[-1], RunError)
+    assert events.events[-1].code == "auth_failed"
+    assert not events.of(RunDone)
+
+
+async def test_non_streamed_runs_ask_for_whole_completions() -> None:
+    scripted = Scripted([answer("whole")])
+    events = Recorder()
+    outcome = await scripted.loop().run(plan(), events, stream_text=False)
+    assert scripted.completion_requests[0]["stream"] is False
+    assert not events.of(RunText)
+    assert outcome.appended[-1].content == "whole"

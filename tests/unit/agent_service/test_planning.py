@@ -1,0 +1,103 @@
+"""Turning a run request into a plan: limits, tool discovery and filtering, all before streaming."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from agent_service.clients import Deadline
+from agent_service.planning import ToolCatalog, plan_run
+from agent_service.settings import AgentSettings
+from suite_common.errors import ApiError
+from suite_common.wire import AgentRunRequest, ToolInfo
+
+pytestmark = pytest.mark.anyio
+
+SETTINGS = AgentSettings(mcp_service_secret=SecretStr("s"), max_iterations=15, run_deadline_seconds=120)
+
+
+class FakeToolsClient:
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.calls = 0
+
+    async def list_tools(self, deadline: Deadline) -> list[ToolInfo]:
+        self.calls += 1
+        return [ToolInfo(name=n, input_schema={"type": "object"}, server="s") for n in self.names]
+
+
+def request(**fields: Any) -> AgentRunRequest:
+    return AgentRunRequest.model_validate({"model": "demo", "messages": [{"role": "user", "content": "hi"}], **fields})
+
+
+def catalog(*names: str, ttl: float = 0) -> tuple[ToolCatalog, FakeToolsClient]:
+    client = FakeToolsClient(list(names))
+    return ToolCatalog(client, ttl), client  # type: ignore[arg-type]
+
+
+async def test_omitted_tools_means_every_available_tool() -> None:
+    tools, _ = catalog("search_documents", "web_search")
+    plan = await plan_run(request(), SETTINGS, tools)
+    assert [t.name for t in plan.tools] == ["search_documents", "web_search"]
+    assert plan.max_iterations == 15
+
+
+async def test_requested_tools_are_filtered_in_request_order() -> None:
+    tools, _ = catalog("search_documents", "web_search")
+    plan = await plan_run(request(tools=["web_search"]), SETTINGS, tools)
+    assert [t.name for t in plan.tools] == ["web_search"]
+
+
+async def test_an_unknown_tool_name_is_a_400_listing_the_available_ones() -> None:
+    tools, _ = catalog("search_documents", "web_search")
+    with pytest.raises(ApiError) as caught:
+        await plan_run(request(tools=["web_search", "rm_rf"]), SETTINGS, tools)
+    assert caught.value.status == 400
+    assert caught.value.code == "unknown_tools"
+    assert "rm_rf" in caught.value.message
+    assert "search_documents, web_search" in caught.value.message
+
+
+@pytest.mark.parametrize("fields", [{"tools": []}, {"toolChoice": "none"}])
+async def test_the_plain_path_skips_tool_discovery(fields: dict[str, Any]) -> None:
+    tools, client = catalog("web_search")
+    plan = await plan_run(request(**fields), SETTINGS, tools)
+    assert plan.tools == []
+    assert client.calls == 0
+
+
+async def test_more_iterations_than_the_cap_is_refused() -> None:
+    tools, _ = catalog()
+    with pytest.raises(ApiError) as caught:
+        await plan_run(request(maxIterations=16), SETTINGS, tools)
+    assert caught.value.status == 400
+    assert "at most 15" in caught.value.message
+
+
+async def test_fewer_iterations_and_a_shorter_deadline_are_honoured() -> None:
+    tools, _ = catalog()
+    plan = await plan_run(request(maxIterations=3, deadlineSeconds=5), SETTINGS, tools)
+    assert (plan.max_iterations, plan.deadline_seconds) == (3, 5)
+
+
+async def test_a_longer_deadline_than_the_setting_is_refused() -> None:
+    tools, _ = catalog()
+    with pytest.raises(ApiError) as caught:
+        await plan_run(request(deadlineSeconds=500), SETTINGS, tools)
+    assert caught.value.status == 400
+
+
+async def test_a_named_tool_choice_must_be_one_of_the_runs_tools() -> None:
+    tools, _ = catalog("web_search")
+    with pytest.raises(ApiError) as caught:
+        await plan_run(request(toolChoice={"name": "search_documents"}), SETTINGS, tools)
+    assert caught.value.status == 400
+
+
+async def test_the_catalog_is_reused_within_its_ttl() -> None:
+    tools, client = catalog("web_search", ttl=60)
+    for _ in range(3):
+        await plan_run(request(), SETTINGS, tools)
+    assert client.calls == 1

@@ -1,0 +1,99 @@
+"""SSE framing and the producer-driven event stream response."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from suite_common.sse import PING, EventStreamResponse, encode_event
+
+
+def test_an_event_carries_its_id_name_and_data() -> None:
+    assert encode_event('{"a": 1}', event="text", id=3) == b'id: 3\nevent: text\ndata: {"a": 1}\n\n'
+
+
+def test_multi_line_data_becomes_one_data_line_each() -> None:
+    assert encode_event("one\ntwo") == b"data: one\ndata: two\n\n"
+
+
+def test_empty_data_is_still_a_complete_frame() -> None:
+    assert encode_event("") == b"data: \n\n"
+
+
+class FakeConnection:
+    """The ASGI side of one HTTP connection, recording what the response sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.disconnect = anyio.Event()
+        self.first_body = anyio.Event()
+
+    async def receive(self) -> dict[str, Any]:
+        await self.disconnect.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+        if message["type"] == "http.response.body":
+            self.first_body.set()
+
+    def bodies(self) -> list[bytes]:
+        return [m["body"] for m in self.sent if m["type"] == "http.response.body"]
+
+
+@pytest.mark.anyio
+async def test_the_stream_sends_what_the_producer_emits_then_ends() -> None:
+    async def producer(emit: Any) -> None:
+        await emit(encode_event("1"))
+        await emit(encode_event("2"))
+
+    connection = FakeConnection()
+    with anyio.fail_after(5):
+        await EventStreamResponse(producer)({"type": "http"}, connection.receive, connection.send)
+    assert connection.sent[0]["status"] == 200
+    assert (b"content-type", b"text/event-stream; charset=utf-8") in connection.sent[0]["headers"]
+    assert connection.bodies() == [b"data: 1\n\n", b"data: 2\n\n", b""]
+    assert connection.sent[-1]["more_body"] is False
+
+
+@pytest.mark.anyio
+async def test_a_client_disconnect_cancels_the_producer() -> None:
+    cancelled = anyio.Event()
+
+    async def producer(emit: Any) -> None:
+        await emit(encode_event("started"))
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.set()
+
+    connection = FakeConnection()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(EventStreamResponse(producer), {"type": "http"}, connection.receive, connection.send)
+            await connection.first_body.wait()
+            connection.disconnect.set()
+            await cancelled.wait()
+    assert cancelled.is_set()
+
+
+@pytest.mark.anyio
+async def test_a_silent_producer_gets_keep_alive_pings() -> None:
+    pinged = anyio.Event()
+
+    class Watching(FakeConnection):
+        async def send(self, message: dict[str, Any]) -> None:
+            await super().send(message)
+            if message.get("body") == PING:
+                pinged.set()
+
+    async def producer(emit: Any) -> None:
+        await pinged.wait()
+        await emit(encode_event("after the ping"))
+
+    connection = Watching()
+    with anyio.fail_after(5):
+        await EventStreamResponse(producer, ping_interval=0.05)({"type": "http"}, connection.receive, connection.send)
+    assert connection.bodies()[:2] == [PING, b"data: after the ping\n\n"]
