@@ -1,0 +1,180 @@
+"""The web_search tool through an in-process MCP session: input checks, backend order, failures."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.types import CallToolResult, TextContent
+
+from mcp_web_search.backends.base import SearchBackend, SearchBackendError
+from mcp_web_search.results import SearchResult
+from mcp_web_search.server import build_server
+from mcp_web_search.settings import WebSearchSettings
+
+_PAGE = SearchResult(title="MCP", url="https://modelcontextprotocol.io", snippet="The protocol.")
+
+
+class _ScriptedBackend:
+    """A backend that answers, fails or hangs as told, and records what it was asked."""
+
+    def __init__(
+        self,
+        name: str,
+        results: list[SearchResult] | None = None,
+        *,
+        error: Exception | None = None,
+        hang: bool = False,
+    ) -> None:
+        self.name = name
+        self._results = results or []
+        self._error = error
+        self._hang = hang
+        self.calls: list[tuple[str, int]] = []
+
+    async def search(self, query: str, max_results: int) -> list[SearchResult]:
+        self.calls.append((query, max_results))
+        if self._hang:
+            await anyio.sleep_forever()
+        if self._error is not None:
+            raise self._error
+        return self._results
+
+
+def _settings(**overrides: object) -> WebSearchSettings:
+    return WebSearchSettings(searxng_url=None, **overrides)  # type: ignore[arg-type]
+
+
+@asynccontextmanager
+async def _client(backends: list[SearchBackend] | None, **settings: object) -> AsyncIterator[Client]:
+    with anyio.fail_after(10):
+        async with Client(build_server(_settings(**settings), backends)) as client:
+            yield client
+
+
+def _text(result: CallToolResult) -> str:
+    (block,) = result.content
+    assert isinstance(block, TextContent)
+    return block.text
+
+
+@pytest.mark.anyio
+async def test_results_come_back_as_numbered_text_and_structured_content() -> None:
+    backend = _ScriptedBackend("searxng", [_PAGE])
+    async with _client([backend]) as client:
+        result = await client.call_tool("web_search", {"query": "  what is mcp  ", "max_results": 3})
+
+    assert not result.is_error
+    assert backend.calls == [("what is mcp", 3)]
+    assert _text(result).startswith(
+        '1 web result for "what is mcp":\n\n1. MCP\n   URL: https://modelcontextprotocol.io'
+    )
+    assert result.structured_content == {
+        "query": "what is mcp",
+        "backend": "searxng",
+        "results": [
+            {"title": "MCP", "url": "https://modelcontextprotocol.io", "snippet": "The protocol.", "published": None}
+        ],
+    }
+
+
+@pytest.mark.anyio
+async def test_tool_is_listed_with_input_bounds_and_an_output_schema() -> None:
+    async with _client([], max_results_cap=7) as client:
+        (tool,) = (await client.list_tools()).tools
+
+    assert tool.name == "web_search"
+    assert tool.input_schema["required"] == ["query"]
+    assert tool.input_schema["properties"]["max_results"]["default"] == 5
+    assert "from 1 to 7" in tool.input_schema["properties"]["max_results"]["description"]
+    assert tool.output_schema is not None
+    assert set(tool.output_schema["properties"]) == {"query", "backend", "results"}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("arguments", "advice"),
+    [
+        ({"query": ""}, "The query is empty: pass a few keywords"),
+        ({"query": " \n\t "}, "The query is empty"),
+        ({"query": "x" * 1001}, "1001 characters long; the limit is 1000"),
+        ({"query": "mcp", "max_results": 0}, "max_results must be between 1 and 8, got 0"),
+        ({"query": "mcp", "max_results": 9}, "max_results must be between 1 and 8, got 9"),
+    ],
+)
+async def test_bad_input_is_refused_with_what_to_change(arguments: dict[str, object], advice: str) -> None:
+    backend = _ScriptedBackend("searxng", [_PAGE])
+    async with _client([backend], max_results_cap=8) as client:
+        result = await client.call_tool("web_search", arguments)
+
+    assert result.is_error
+    assert advice in _text(result)
+    assert backend.calls == []
+
+
+@pytest.mark.anyio
+async def test_a_query_of_exactly_the_limit_is_accepted() -> None:
+    async with _client([_ScriptedBackend("searxng", [_PAGE])]) as client:
+        result = await client.call_tool("web_search", {"query": "x" * 1000, "max_results": 20})
+
+    assert not result.is_error
+
+
+@pytest.mark.anyio
+async def test_without_backends_the_error_says_what_to_configure() -> None:
+    async with _client([]) as client:
+        result = await client.call_tool("web_search", {"query": "mcp"})
+
+    assert result.is_error
+    assert _text(result).endswith(
+        "No web search backend is configured: set WEB_SEARCH_SEARXNG_URL to a SearXNG instance "
+        "with the JSON format enabled."
+    )
+
+
+@pytest.mark.anyio
+async def test_a_failing_backend_hands_over_to_the_next() -> None:
+    first = _ScriptedBackend("searxng", error=SearchBackendError("searxng", "failed with HTTP 502"))
+    second = _ScriptedBackend("other", [_PAGE])
+    async with _client([first, second]) as client:
+        result = await client.call_tool("web_search", {"query": "mcp"})
+
+    assert not result.is_error
+    assert result.structured_content is not None
+    assert result.structured_content["backend"] == "other"
+    assert first.calls == second.calls == [("mcp", 5)]
+
+
+@pytest.mark.anyio
+async def test_when_every_backend_fails_the_error_lists_each_failure() -> None:
+    backends: list[SearchBackend] = [
+        _ScriptedBackend("searxng", error=SearchBackendError("searxng", "refused the JSON format (HTTP 403)")),
+        _ScriptedBackend("buggy", error=KeyError("oops")),
+        _ScriptedBackend("hung", hang=True),
+    ]
+    async with _client(backends, timeout_seconds=0.2) as client:
+        result = await client.call_tool("web_search", {"query": "mcp"})
+        # The server survived all of it and still answers.
+        still_listed = (await client.list_tools()).tools
+
+    assert result.is_error
+    text = _text(result)
+    assert "every configured backend failed" in text
+    assert "- searxng: refused the JSON format (HTTP 403)" in text
+    assert "- buggy: unexpected error" in text
+    assert "oops" not in text
+    assert "- hung: no answer within 0.2 s (WEB_SEARCH_TIMEOUT_SECONDS)" in text
+    assert [tool.name for tool in still_listed] == ["web_search"]
+
+
+@pytest.mark.anyio
+async def test_an_empty_answer_is_a_result_not_an_error() -> None:
+    async with _client([_ScriptedBackend("searxng", [])]) as client:
+        result = await client.call_tool("web_search", {"query": "qwzxv"})
+
+    assert not result.is_error
+    assert _text(result).startswith('No web results found for "qwzxv"')
+    assert result.structured_content == {"query": "qwzxv", "backend": "searxng", "results": []}

@@ -1,0 +1,1 @@
+"""mcp_web_search."""
