@@ -58,7 +58,9 @@ def _sse(reply: CompletionResponse) -> bytes:
         events += [TextDelta(delta=word) for word in re.findall(r"\S+\s*", reply.message.content)]
     for call in reply.message.tool_calls or []:
         events.append(
-            ToolCallEvent(id=call.id, name=call.name, arguments=call.arguments, invalid_arguments=call.invalid_arguments)
+            ToolCallEvent(
+                id=call.id, name=call.name, arguments=call.arguments, invalid_arguments=call.invalid_arguments
+            )
         )
     events.append(
         CompletionDone(finish_reason=reply.finish_reason, usage=reply.usage, model=reply.model, provider=reply.provider)

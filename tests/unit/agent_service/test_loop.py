@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 from agent_service.loop import RunPlan
@@ -181,16 +182,12 @@ async def test_a_long_tool_result_is_cut_with_a_visible_marker() -> None:
 
 
 async def test_a_failing_completion_ends_the_run_with_an_error_event_and_no_done() -> None:
-    scripted = Scripted([])  # the script is empty: the completion call fails
+    class Refusing(Scripted):
+        async def handle(self, request: httpx.Request) -> httpx.Response:
+            return httpx.Response(502, json={"error": {"code": "auth_failed", "message": "provider rejected the key"}})
 
-    async def refuse(_: Any) -> Any:
-        import httpx
-
-        return httpx.Response(502, json={"error": {"code": "auth_failed", "message": "provider rejected the key"}})
-
-    scripted.handle = refuse  # type: ignore[method-assign]
     events = Recorder()
-    outcome = await scripted.loop().run(plan("echo"), events, stream_text=True)
+    outcome = await Refusing([]).loop().run(plan("echo"), events, stream_text=True)
     assert outcome.error is not None
     assert isinstance(events.events[-1], RunError)
     assert events.events[-1].code == "auth_failed"

@@ -6,6 +6,7 @@ from typing import Any
 
 import anyio
 import pytest
+from starlette.types import Message
 
 from suite_common.sse import PING, EventStreamResponse, encode_event
 
@@ -26,15 +27,15 @@ class FakeConnection:
     """The ASGI side of one HTTP connection, recording what the response sends."""
 
     def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
+        self.sent: list[Message] = []
         self.disconnect = anyio.Event()
         self.first_body = anyio.Event()
 
-    async def receive(self) -> dict[str, Any]:
+    async def receive(self) -> Message:
         await self.disconnect.wait()
         return {"type": "http.disconnect"}
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: Message) -> None:
         self.sent.append(message)
         if message["type"] == "http.response.body":
             self.first_body.set()
@@ -72,7 +73,8 @@ async def test_a_client_disconnect_cancels_the_producer() -> None:
     connection = FakeConnection()
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(EventStreamResponse(producer), {"type": "http"}, connection.receive, connection.send)
+            response = EventStreamResponse(producer)
+            tg.start_soon(response.__call__, {"type": "http"}, connection.receive, connection.send)
             await connection.first_body.wait()
             connection.disconnect.set()
             await cancelled.wait()
@@ -84,7 +86,7 @@ async def test_a_silent_producer_gets_keep_alive_pings() -> None:
     pinged = anyio.Event()
 
     class Watching(FakeConnection):
-        async def send(self, message: dict[str, Any]) -> None:
+        async def send(self, message: Message) -> None:
             await super().send(message)
             if message.get("body") == PING:
                 pinged.set()

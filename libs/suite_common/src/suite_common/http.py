@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TypeVar
 
+import anyio
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
 from suite_common.errors import ApiError
 
-__all__ = ["ModelResponse", "describe_validation_error", "read_model"]
+__all__ = ["ModelResponse", "cancel_on_disconnect", "describe_validation_error", "read_model"]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+T = TypeVar("T")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 
@@ -56,3 +59,30 @@ class ModelResponse(Response):
 
     def __init__(self, model: BaseModel, status_code: int = 200) -> None:
         super().__init__(model.model_dump_json(by_alias=True, exclude_none=True), status_code=status_code)
+
+
+async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> tuple[bool, T | None]:
+    """``(True, result)`` of ``work``, or ``(False, None)`` once the client has gone (``work`` cancelled).
+
+    For handlers that answer with one body: without this, a departed client's request would
+    keep its upstream calls running to the end. ``work``'s own exception is raised as is,
+    not wrapped in an exception group.
+    """
+    outcome: list[T] = []
+    failure: Exception | None = None
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch)
+        try:
+            outcome.append(await work)
+        except Exception as error:
+            failure = error
+        tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return (True, outcome[0]) if outcome else (False, None)

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TypeVar
 
-import anyio
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -21,14 +19,12 @@ from agent_service.planning import ToolCatalog, plan_run
 from agent_service.settings import AgentSettings
 from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes
-from suite_common.http import ModelResponse, read_model
+from suite_common.http import ModelResponse, cancel_on_disconnect, read_model
 from suite_common.sse import Emit as SendChunk
 from suite_common.sse import EventStreamResponse, encode_event
 from suite_common.wire import AgentRunRequest, AgentRunResult, Message, RunEvent, RunStarted, dump
 
 __all__ = ["create_app"]
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -65,31 +61,14 @@ async def _ignore(_: RunEvent) -> None:
     return None
 
 
-async def _until_disconnect(request: Request, work: Awaitable[T]) -> T | None:
-    """Await ``work``, cancelling it if the client goes away first (then ``None``)."""
-    result: T | None = None
-
-    async with anyio.create_task_group() as tg:
-
-        async def watch() -> None:
-            while (await request.receive())["type"] != "http.disconnect":
-                pass
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(watch)
-        result = await work
-        tg.cancel_scope.cancel()
-    return result
-
-
 async def run_agent(request: Request) -> Response | EventStreamResponse:
     services = _services(request)
     body = await read_model(request, AgentRunRequest)
     plan = await plan_run(body, services.settings, services.catalog)
     if body.stream:
         return EventStreamResponse(lambda send: _stream_run(plan, services.loop, send))
-    outcome = await _until_disconnect(request, services.loop.run(plan, _ignore, stream_text=False))
-    if outcome is None:
+    answered, outcome = await cancel_on_disconnect(request, services.loop.run(plan, _ignore, stream_text=False))
+    if not answered or outcome is None:
         return Response(status_code=499)  # the client has gone; nobody reads this
     if outcome.error is not None:
         raise ApiError(outcome.error.status, outcome.error.code, outcome.error.message)
