@@ -1,0 +1,307 @@
+"""completion-service served for real, in front of a scripted server speaking OpenAI's wire format."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from completion_service.app import create_app
+from completion_service.settings import CompletionSettings
+from suite_common.wire import DEADLINE_HEADER
+from support.fake_openai import Reply, ScriptedOpenAI, error, hang, raw, text, tool_calls
+from support.servers import serve_app
+
+pytestmark = pytest.mark.anyio
+
+USER = [{"role": "user", "content": "How does the agent loop stop?"}]
+SEARCH = {
+    "name": "search_documents",
+    "description": "Search the documents.",
+    "inputSchema": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+}
+
+
+@asynccontextmanager
+async def completion_service(
+    fake: ScriptedOpenAI | None = None, *, api_key: str | None = "test-key", **settings: Any
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The service, its OpenAI endpoint pointed at ``fake`` when one is given."""
+    async with serve_app(fake.app if fake else ScriptedOpenAI().app) as upstream:
+        if fake is not None:
+            settings = {"openai_base_url": f"{upstream}/v1", "openai_api_key": api_key, **settings}
+        app = create_app(CompletionSettings(**settings))
+        async with serve_app(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
+            yield client
+
+
+def _body(**fields: Any) -> dict[str, Any]:
+    return {"model": "gpt-4o", "messages": USER, **fields}
+
+
+async def _stream(client: httpx.AsyncClient, body: dict[str, Any]) -> tuple[httpx.Response, list[dict[str, Any]]]:
+    """The response and its SSE events; each event's JSON is checked against its ``event:`` name."""
+    events: list[dict[str, Any]] = []
+    async with client.stream("POST", "/api/v1/completions", json={**body, "stream": True}) as response:
+        name = None
+        async for line in response.aiter_lines():
+            if line.startswith("event: "):
+                name = line.removeprefix("event: ")
+            elif line.startswith("data: "):
+                event = json.loads(line.removeprefix("data: "))
+                assert event["type"] == name
+                events.append(event)
+        if response.status_code != 200:
+            await response.aread()
+    return response, events
+
+
+async def test_a_text_answer_comes_back_whole() -> None:
+    fake = ScriptedOpenAI([text("The loop stops after 15 iterations.")])
+    async with completion_service(fake) as client:
+        response = await client.post("/api/v1/completions", json=_body(maxTokens=100, temperature=0))
+    assert response.status_code == 200
+    assert response.json() == {
+        "message": {"role": "assistant", "content": "The loop stops after 15 iterations."},
+        "finishReason": "stop",
+        "usage": {"inputTokens": 10, "outputTokens": 6},  # as the scripted server counted them
+        "model": "gpt-4o",
+        "provider": "openai",
+    }
+    assert fake.requests == [
+        {"model": "gpt-4o", "messages": USER, "stream": False, "max_tokens": 100, "temperature": 0.0}
+    ]
+
+
+async def test_a_text_answer_streams_as_several_deltas_then_done() -> None:
+    fake = ScriptedOpenAI([text("The loop stops after 15 iterations.")])
+    async with completion_service(fake) as client:
+        response, events = await _stream(client, _body())
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    deltas = [e["delta"] for e in events if e["type"] == "text"]
+    assert len(deltas) > 1
+    assert "".join(deltas) == "The loop stops after 15 iterations."
+    assert events[-1] == {
+        "type": "done",
+        "finishReason": "stop",
+        "usage": {"inputTokens": 10, "outputTokens": 6},
+        "model": "gpt-4o",
+        "provider": "openai",
+    }
+    assert fake.requests[0]["stream_options"] == {"include_usage": True}
+
+
+async def test_one_tool_call_comes_back_with_its_arguments() -> None:
+    fake = ScriptedOpenAI([tool_calls(("call_1", "search_documents", {"query": "loop stop"}))])
+    async with completion_service(fake) as client:
+        response = await client.post("/api/v1/completions", json=_body(model="openai/gpt-4o", tools=[SEARCH]))
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["finishReason"] == "tool_calls"
+    assert answer["message"]["toolCalls"] == [
+        {"id": "call_1", "name": "search_documents", "arguments": {"query": "loop stop"}}
+    ]
+    assert answer["model"] == "openai/gpt-4o"
+    assert fake.requests[0]["model"] == "gpt-4o"
+    assert fake.requests[0]["tools"][0]["function"]["name"] == "search_documents"
+    assert fake.requests[0]["tool_choice"] == "auto"
+
+
+async def test_parallel_tool_calls_streamed_in_split_deltas_arrive_as_complete_tool_call_events() -> None:
+    long_query = "how does the agent loop stop when the deadline passes"
+    fake = ScriptedOpenAI(
+        [
+            tool_calls(
+                ("call_a", "search_documents", {"query": long_query, "top_k": 3}),
+                ("call_b", "web_search", {"query": "agent loop deadline", "fresh": True}),
+            )
+        ]
+    )
+    async with completion_service(fake) as client:
+        response, events = await _stream(client, _body(tools=[SEARCH, {**SEARCH, "name": "web_search"}]))
+    assert response.status_code == 200
+    assert events[:2] == [
+        {
+            "type": "tool_call",
+            "id": "call_a",
+            "name": "search_documents",
+            "arguments": {"query": long_query, "top_k": 3},
+        },
+        {
+            "type": "tool_call",
+            "id": "call_b",
+            "name": "web_search",
+            "arguments": {"query": "agent loop deadline", "fresh": True},
+        },
+    ]
+    assert events[2]["type"] == "done"
+    assert events[2]["finishReason"] == "tool_calls"
+    assert events[2]["usage"]["outputTokens"] > 0
+    assert len(events) == 3
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_rejected_key_is_a_502_auth_failed_that_never_shows_the_key(stream: bool) -> None:
+    fake = ScriptedOpenAI([text("never")], api_key="the-right-key")
+    async with completion_service(fake, api_key="sk-wrong-and-secret") as client:
+        response = await client.post("/api/v1/completions", json=_body(stream=stream))
+    assert response.status_code == 502
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["error"]["code"] == "auth_failed"
+    assert "sk-wrong-and-secret" not in response.text
+    assert len(fake.requests) == 1  # never retried
+
+
+async def test_a_429_with_retry_after_is_retried_and_then_succeeds() -> None:
+    fake = ScriptedOpenAI([error(429, headers={"Retry-After": "0"}), text("Second time lucky.")])
+    async with completion_service(fake) as client:
+        with anyio.fail_after(5):
+            response = await client.post("/api/v1/completions", json=_body())
+    assert response.status_code == 200
+    assert response.json()["message"]["content"] == "Second time lucky."
+    assert len(fake.requests) == 2
+
+
+async def test_a_429_that_outlasts_the_retries_reaches_the_caller_with_retry_after() -> None:
+    limited = error(429, headers={"Retry-After": "0"})
+    fake = ScriptedOpenAI([limited, limited])
+    async with completion_service(fake, max_retries=1) as client:
+        response = await client.post("/api/v1/completions", json=_body())
+    assert response.status_code == 429
+    assert response.json()["error"]["code"] == "rate_limited"
+    assert response.headers["retry-after"] == "0"
+    assert len(fake.requests) == 2
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [raw(b'{"id": "chatcmpl-1", "object": "chat.completion"}'), raw(b"<html>gateway</html>", content_type="text/html")],
+)
+async def test_an_upstream_body_that_is_not_a_chat_completion_is_a_502(reply: Any) -> None:
+    async with completion_service(ScriptedOpenAI([reply])) as client:
+        response = await client.post("/api/v1/completions", json=_body())
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "bad_upstream_response"
+
+
+async def test_a_stream_that_breaks_after_the_first_event_ends_with_an_error_event() -> None:
+    chunk = {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": "It"}, "finish_reason": None}],
+    }
+    cut_short = raw(f"data: {json.dumps(chunk)}\n\n".encode(), content_type="text/event-stream")
+    async with completion_service(ScriptedOpenAI([cut_short])) as client:
+        response, events = await _stream(client, _body())
+    assert response.status_code == 200
+    assert events[0] == {"type": "text", "delta": "It"}
+    assert events[-1]["type"] == "error"
+    assert events[-1]["code"] == "bad_upstream_response"
+
+
+async def test_an_upstream_past_the_callers_deadline_is_a_504_at_that_deadline() -> None:
+    fake = ScriptedOpenAI([hang()])
+    async with completion_service(fake) as client:
+        with anyio.fail_after(5):
+            response = await client.post("/api/v1/completions", json=_body(), headers={DEADLINE_HEADER: "300"})
+    assert response.status_code == 504
+    assert response.json()["error"]["code"] == "upstream_timeout"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_caller_that_goes_away_cancels_the_upstream_call(stream: bool) -> None:
+    reached = anyio.Event()
+
+    def hang_when_reached(_: dict[str, Any]) -> Reply:
+        reached.set()
+        return hang()
+
+    fake = ScriptedOpenAI([hang_when_reached])
+    async with completion_service(fake) as client:
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lambda: client.post("/api/v1/completions", json=_body(stream=stream)))
+                await reached.wait()
+                tg.cancel_scope.cancel()  # the caller hangs up
+            await fake.wait_for_hangup()
+
+
+@pytest.mark.parametrize(
+    ("content", "code"),
+    [
+        (b'{"model": "demo", "messages": []}', "invalid_request"),
+        (b'{"model": "demo", "messages": [{"role": "wizard", "content": "hi"}]}', "invalid_request"),
+        (b'{"model": "demo", "messages": [', "invalid_json"),
+    ],
+)
+async def test_an_invalid_request_body_is_a_400_json_error(content: bytes, code: str) -> None:
+    async with completion_service() as client:
+        response = await client.post(
+            "/api/v1/completions", content=content, headers={"content-type": "application/json"}
+        )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == code
+
+
+async def test_an_unknown_model_without_openai_is_a_400_that_says_how_to_configure_one() -> None:
+    async with completion_service() as client:
+        response = await client.post("/api/v1/completions", json=_body(model="gpt-4o"))
+        models = await client.get("/api/v1/models")
+    assert response.status_code == 400
+    message = response.json()["error"]["message"]
+    assert response.json()["error"]["code"] == "model_not_found"
+    assert "Available models: demo." in message
+    assert "COMPLETION_OPENAI_API_KEY" in message
+    assert [m["id"] for m in models.json()["models"]] == ["demo"]
+
+
+async def test_models_and_readiness_reflect_the_configured_providers() -> None:
+    async with completion_service(ScriptedOpenAI()) as client:
+        models = await client.get("/api/v1/models")
+        ready = await client.get("/readyz")
+    assert [(m["id"], m["provider"]) for m in models.json()["models"]] == [("demo", "demo"), ("openai/*", "openai")]
+    assert ready.status_code == 200
+    async with completion_service(demo_enabled=False) as client:
+        not_ready = await client.get("/readyz")
+    assert not_ready.status_code == 503
+
+
+async def test_the_demo_model_calls_a_fitting_tool_then_cites_its_result_without_any_upstream() -> None:
+    question = [{"role": "user", "content": "Search the documents: how does the loop stop?"}]
+    async with completion_service() as client:
+        calling = await client.post("/api/v1/completions", json=_body(model="demo", messages=question, tools=[SEARCH]))
+        calls = calling.json()["message"]["toolCalls"]
+        answering = await client.post(
+            "/api/v1/completions",
+            json=_body(
+                model="demo",
+                tools=[SEARCH],
+                messages=[
+                    *question,
+                    {"role": "assistant", "toolCalls": calls},
+                    {"role": "tool", "toolCallId": calls[0]["id"], "content": "architecture.md: it stops at 15."},
+                ],
+            ),
+        )
+    assert calls == [{"id": "call_demo_1", "name": "search_documents", "arguments": {"query": question[0]["content"]}}]
+    assert calling.json()["finishReason"] == "tool_calls"
+    assert answering.status_code == 200
+    assert answering.json()["finishReason"] == "stop"
+    assert "[1] search_documents: architecture.md: it stops at 15." in answering.json()["message"]["content"]
+    assert answering.json()["provider"] == "demo"
+
+
+async def test_the_demo_model_streams_without_any_upstream() -> None:
+    async with completion_service() as client:
+        response, events = await _stream(client, _body(model="demo", messages=[{"role": "user", "content": "hello"}]))
+    assert response.status_code == 200
+    text_events = [e for e in events if e["type"] == "text"]
+    assert len(text_events) > 1
+    assert "not an LLM" in "".join(e["delta"] for e in text_events)
+    assert events[-1]["type"] == "done"
+    assert events[-1]["provider"] == "demo"

@@ -1,0 +1,288 @@
+"""A scripted OpenAI Chat Completions server: the real wire format, answers from a script.
+
+Serve ``ScriptedOpenAI(...).app`` with ``support.servers.serve_app`` and point a client at
+``<url>/v1``. Each ``POST /v1/chat/completions`` takes the next reply of the script (a reply,
+or a function of the request body that returns one) and answers it as OpenAI would: a
+``chat.completion`` object, or with ``"stream": true`` a stream of ``chat.completion.chunk``
+events whose text comes in several chunks and whose tool call arguments are split across
+several deltas, then a usage chunk when ``stream_options.include_usage`` is set, then
+``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+__all__ = [
+    "ErrorReply",
+    "HangReply",
+    "RawReply",
+    "Reply",
+    "ScriptedOpenAI",
+    "TextReply",
+    "ToolCallsReply",
+    "error",
+    "hang",
+    "raw",
+    "text",
+    "tool_calls",
+]
+
+CREATED = 1_700_000_000
+ARGUMENT_FRAGMENT_CHARS = 7
+
+
+@dataclass(frozen=True)
+class TextReply:
+    content: str
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class ToolCallsReply:
+    calls: tuple[tuple[str, str, dict[str, Any]], ...]
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    status: int
+    body: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HangReply:
+    pass
+
+
+@dataclass(frozen=True)
+class RawReply:
+    body: bytes
+    status: int = 200
+    content_type: str = "application/json"
+
+
+Reply = TextReply | ToolCallsReply | ErrorReply | HangReply | RawReply
+ReplySource = Reply | Callable[[dict[str, Any]], Reply]
+
+
+def text(content: str, *, delay: float = 0.0) -> Reply:
+    """The assistant answers ``content`` (after ``delay`` seconds), finish reason ``stop``."""
+    return TextReply(content, delay)
+
+
+def tool_calls(*calls: tuple[str, str, dict[str, Any]], delay: float = 0.0) -> Reply:
+    """The assistant calls each ``(id, name, arguments)`` in one turn, finish reason ``tool_calls``."""
+    return ToolCallsReply(tuple(calls), delay)
+
+
+def error(status: int, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> Reply:
+    """An HTTP error; the body defaults to OpenAI's ``{"error": {message, type, param, code}}``."""
+    return ErrorReply(status, body, dict(headers or {}))
+
+
+def hang() -> Reply:
+    """Never answers, until the client goes away."""
+    return HangReply()
+
+
+def raw(body: bytes, *, status: int = 200, content_type: str = "application/json") -> Reply:
+    """Exactly these bytes, whatever was asked: for bodies that are not what the API returns."""
+    return RawReply(body, status, content_type)
+
+
+_ERROR_DEFAULTS: dict[int, tuple[str, str | None, str]] = {
+    400: ("invalid_request_error", None, "Invalid request."),
+    401: ("invalid_request_error", "invalid_api_key", "Incorrect API key provided."),
+    403: ("invalid_request_error", "unsupported_country_region_territory", "Country not supported."),
+    404: ("invalid_request_error", "model_not_found", "The model does not exist or you do not have access to it."),
+    429: ("requests", "rate_limit_exceeded", "Rate limit reached for requests. Please try again later."),
+    500: ("server_error", None, "The server had an error while processing your request."),
+    503: ("server_error", None, "The engine is currently overloaded, please try again later."),
+}
+
+
+def openai_error_body(status: int, message: str | None = None, code: str | None = None) -> dict[str, Any]:
+    kind, default_code, default_message = _ERROR_DEFAULTS.get(status, ("api_error", None, f"HTTP {status}"))
+    return {"error": {"message": message or default_message, "type": kind, "param": None, "code": code or default_code}}
+
+
+def _words(value: Any) -> int:
+    return len(value.split()) if isinstance(value, str) else 0
+
+
+def _prompt_tokens(body: dict[str, Any]) -> int:
+    messages = body.get("messages") or []
+    return sum(_words(m.get("content")) + 4 for m in messages if isinstance(m, dict))
+
+
+def _usage(body: dict[str, Any], completion_tokens: int) -> dict[str, int]:
+    prompt = _prompt_tokens(body)
+    return {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens}
+
+
+def _arguments_text(arguments: dict[str, Any]) -> str:
+    return json.dumps(arguments)
+
+
+def _sse(payload: dict[str, Any] | str) -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload)
+    return f"data: {data}\n\n".encode()
+
+
+class ScriptedOpenAI:
+    """``POST /v1/chat/completions`` answered from a script; ``requests`` holds the bodies received."""
+
+    def __init__(self, replies: Sequence[ReplySource] = (), *, api_key: str | None = "test-key") -> None:
+        self.api_key = api_key
+        self.requests: list[dict[str, Any]] = []
+        self._script: deque[ReplySource] = deque(replies)
+        self._ids = itertools.count(1)
+        self._hangups = 0
+        self._hangup: anyio.Event | None = None
+        self.app = Starlette(routes=[Route("/v1/chat/completions", self._chat_completions, methods=["POST"])])
+
+    def push(self, *replies: ReplySource) -> None:
+        self._script.extend(replies)
+
+    async def wait_for_hangup(self, count: int = 1) -> None:
+        """Returns once ``count`` clients have gone away while waiting on a ``hang()`` reply."""
+        while self._hangups < count:
+            self._hangup = self._hangup or anyio.Event()
+            await self._hangup.wait()
+
+    async def _chat_completions(self, request: Request) -> Response:
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return JSONResponse(openai_error_body(400, "We could not parse the JSON body of your request."), 400)
+        if not isinstance(body, dict):
+            return JSONResponse(openai_error_body(400, "The body must be a JSON object."), 400)
+        self.requests.append(body)
+        if self.api_key is not None and request.headers.get("authorization") != f"Bearer {self.api_key}":
+            given = request.headers.get("authorization", "").removeprefix("Bearer ")
+            # Real OpenAI quotes part of the key; this one quotes all of it, so that a test can
+            # prove the key never reaches the service's caller.
+            message = f"Incorrect API key provided: {given}. You can find your API key at https://platform.openai.com."
+            return JSONResponse(openai_error_body(401, message), 401)
+        if not self._script:
+            return JSONResponse(openai_error_body(500, "The scripted server ran out of replies."), 500)
+        source = self._script.popleft()
+        reply = source(body) if callable(source) else source
+        return await self._answer(request, body, reply)
+
+    async def _answer(self, request: Request, body: dict[str, Any], reply: Reply) -> Response:
+        if isinstance(reply, HangReply):
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            self._hangups += 1
+            if self._hangup is not None:
+                self._hangup.set()
+                self._hangup = None
+            return Response(status_code=499)
+        if isinstance(reply, RawReply):
+            return Response(reply.body, status_code=reply.status, media_type=reply.content_type)
+        if isinstance(reply, ErrorReply):
+            payload = reply.body if reply.body is not None else openai_error_body(reply.status)
+            return JSONResponse(payload, status_code=reply.status, headers=reply.headers)
+        if reply.delay:
+            await anyio.sleep(reply.delay)  # simulated slowness of the model
+        completion_id = f"chatcmpl-scripted{next(self._ids)}"
+        if body.get("stream"):
+            return StreamingResponse(self._chunks(completion_id, body, reply), media_type="text/event-stream")
+        return JSONResponse(self._completion(completion_id, body, reply))
+
+    def _completion(
+        self, completion_id: str, body: dict[str, Any], reply: TextReply | ToolCallsReply
+    ) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None, "annotations": []}
+        if isinstance(reply, TextReply):
+            message["content"] = reply.content
+            finish, produced = "stop", _words(reply.content)
+        else:
+            message["tool_calls"] = [
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": _arguments_text(args)}}
+                for call_id, name, args in reply.calls
+            ]
+            finish, produced = "tool_calls", sum(len(_arguments_text(args)) // 4 + 1 for _, _, args in reply.calls)
+        return {
+            "id": completion_id,
+            "object": "chat.completion",
+            "created": CREATED,
+            "model": body.get("model"),
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+            "usage": _usage(body, produced),
+            "service_tier": "default",
+            "system_fingerprint": "fp_scripted",
+        }
+
+    async def _chunks(
+        self, completion_id: str, body: dict[str, Any], reply: TextReply | ToolCallsReply
+    ) -> AsyncIterator[bytes]:
+        with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            payload: dict[str, Any] = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": CREATED,
+                "model": body.get("model"),
+                "service_tier": "default",
+                "system_fingerprint": "fp_scripted",
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            }
+            if with_usage:
+                payload["usage"] = None
+            return _sse(payload)
+
+        if isinstance(reply, TextReply):
+            yield chunk({"role": "assistant", "content": "", "refusal": None})
+            for piece in re.findall(r"\s*\S+|\s+$", reply.content) or [reply.content]:
+                yield chunk({"content": piece})
+            finish, produced = "stop", _words(reply.content)
+        else:
+            for index, (call_id, name, args) in enumerate(reply.calls):
+                opening = {
+                    "index": index,
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": ""},
+                }
+                if index == 0:
+                    yield chunk({"role": "assistant", "content": None, "tool_calls": [opening], "refusal": None})
+                else:
+                    yield chunk({"tool_calls": [opening]})
+                arguments = _arguments_text(args)
+                for start in range(0, len(arguments), ARGUMENT_FRAGMENT_CHARS):
+                    fragment = arguments[start : start + ARGUMENT_FRAGMENT_CHARS]
+                    yield chunk({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
+            finish = "tool_calls"
+            produced = sum(len(_arguments_text(args)) // 4 + 1 for _, _, args in reply.calls)
+        yield chunk({}, finish)
+        if with_usage:
+            yield _sse(
+                {
+                    "id": completion_id,
+                    "object": "chat.completion.chunk",
+                    "created": CREATED,
+                    "model": body.get("model"),
+                    "service_tier": "default",
+                    "system_fingerprint": "fp_scripted",
+                    "choices": [],
+                    "usage": _usage(body, produced),
+                }
+            )
+        yield _sse("[DONE]")

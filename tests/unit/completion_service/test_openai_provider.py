@@ -1,0 +1,178 @@
+"""OpenAIProvider's I/O edge on an in-memory transport: retries, deadlines, headers, stream ends."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from completion_service.providers.openai import OpenAIProvider
+from suite_common.errors import ApiError
+from suite_common.wire import CompletionEvent, CompletionRequest, Message, TextDelta
+
+pytestmark = pytest.mark.anyio
+
+REQUEST = CompletionRequest(model="openai/gpt-4o", messages=[Message(role="user", content="hi")])
+
+Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
+
+
+def _completion(content: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-4o",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
+class Upstream:
+    """Answers each request with the next scripted response, recording what it received."""
+
+    def __init__(self, *responses: httpx.Response | Handler) -> None:
+        self.responses = list(responses)
+        self.requests: list[httpx.Request] = []
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        response = self.responses.pop(0)
+        return response if isinstance(response, httpx.Response) else await response(request)
+
+    def provider(self, *, api_key: str | None = "sk-test", max_retries: int = 2) -> OpenAIProvider:
+        http = httpx.AsyncClient(transport=httpx.MockTransport(self), timeout=httpx.Timeout(30, connect=5))
+        return OpenAIProvider(http, "https://llm.example/v1/", api_key, max_retries=max_retries)
+
+
+def _busy(retry_after: str = "0") -> httpx.Response:
+    return httpx.Response(503, headers={"retry-after": retry_after}, json={"error": {"message": "overloaded"}})
+
+
+async def test_it_posts_to_chat_completions_with_the_bearer_key() -> None:
+    upstream = Upstream(httpx.Response(200, json=_completion("hello")))
+    response = await upstream.provider().complete(REQUEST, "gpt-4o", 5)
+    assert response.message.content == "hello"
+    [sent] = upstream.requests
+    assert str(sent.url) == "https://llm.example/v1/chat/completions"
+    assert sent.headers["authorization"] == "Bearer sk-test"
+    assert json.loads(sent.content)["model"] == "gpt-4o"
+
+
+async def test_without_a_key_no_authorization_header_is_sent() -> None:
+    upstream = Upstream(httpx.Response(200, json=_completion("hello")))
+    await upstream.provider(api_key=None).complete(REQUEST, "llama3.1", 5)
+    assert "authorization" not in upstream.requests[0].headers
+
+
+async def test_5xx_is_retried_until_it_succeeds() -> None:
+    upstream = Upstream(_busy(), _busy(), httpx.Response(200, json=_completion("at last")))
+    response = await upstream.provider(max_retries=2).complete(REQUEST, "gpt-4o", 5)
+    assert response.message.content == "at last"
+    assert len(upstream.requests) == 3
+
+
+async def test_retries_stop_at_max_retries_with_the_last_error() -> None:
+    upstream = Upstream(_busy(), _busy(), httpx.Response(200, json=_completion("too late")))
+    with pytest.raises(ApiError) as caught:
+        await upstream.provider(max_retries=1).complete(REQUEST, "gpt-4o", 5)
+    assert (caught.value.status, caught.value.code) == (503, "upstream_unavailable")
+    assert len(upstream.requests) == 2
+
+
+async def test_a_400_is_never_retried() -> None:
+    upstream = Upstream(httpx.Response(400, json={"error": {"message": "bad 'messages'"}}), _busy())
+    with pytest.raises(ApiError) as caught:
+        await upstream.provider().complete(REQUEST, "gpt-4o", 5)
+    assert caught.value.code == "invalid_request"
+    assert len(upstream.requests) == 1
+
+
+async def test_a_connection_failure_is_retried_then_reported_as_unavailable() -> None:
+    async def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("Connection refused", request=request)
+
+    upstream = Upstream(refuse, refuse, refuse)
+    with pytest.raises(ApiError) as caught:
+        await upstream.provider(max_retries=2).complete(REQUEST, "gpt-4o", 30)
+    assert (caught.value.status, caught.value.code) == (503, "upstream_unavailable")
+    assert "https://llm.example" in caught.value.message
+    assert len(upstream.requests) == 3
+
+
+async def test_a_retry_after_beyond_the_deadline_is_not_waited_for() -> None:
+    limited = httpx.Response(429, headers={"retry-after": "3"}, json={"error": {"message": "slow down"}})
+    upstream = Upstream(limited, httpx.Response(200, json=_completion("never")))
+    with anyio.fail_after(2):
+        with pytest.raises(ApiError) as caught:
+            await upstream.provider().complete(REQUEST, "gpt-4o", 1)
+    assert (caught.value.status, caught.value.code) == (429, "rate_limited")
+    assert caught.value.headers == {"Retry-After": "3"}
+    assert len(upstream.requests) == 1
+
+
+async def test_an_upstream_that_never_answers_is_a_504_at_the_budget() -> None:
+    async def never(request: httpx.Request) -> httpx.Response:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    with anyio.fail_after(3):
+        with pytest.raises(ApiError) as caught:
+            await Upstream(never).provider().complete(REQUEST, "gpt-4o", 0.2)
+    assert (caught.value.status, caught.value.code) == (504, "upstream_timeout")
+
+
+async def test_the_key_is_scrubbed_from_any_upstream_message() -> None:
+    upstream = Upstream(httpx.Response(400, json={"error": {"message": "bad header Bearer sk-test"}}))
+    with pytest.raises(ApiError) as caught:
+        await upstream.provider().complete(REQUEST, "gpt-4o", 5)
+    assert "sk-test" not in caught.value.message
+
+
+def _sse(*payloads: dict[str, Any] | str) -> httpx.Response:
+    body = "".join(f"data: {p if isinstance(p, str) else json.dumps(p)}\n\n" for p in payloads)
+    return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body.encode())
+
+
+def _delta(content: str, finish: str | None = None) -> dict[str, Any]:
+    return {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": finish}],
+    }
+
+
+async def _collect(provider: OpenAIProvider) -> list[CompletionEvent]:
+    return [event async for event in provider.stream(REQUEST, "gpt-4o", 5)]
+
+
+async def test_a_stream_cut_before_the_model_finished_is_a_502_after_the_text_so_far() -> None:
+    events: list[CompletionEvent] = []
+
+    async def consume() -> None:
+        async for event in Upstream(_sse(_delta("It"), _delta(" stops"))).provider().stream(REQUEST, "gpt-4o", 5):
+            events.append(event)
+
+    with pytest.raises(ApiError) as caught:
+        await consume()
+    assert events == [TextDelta(delta="It"), TextDelta(delta=" stops")]
+    assert (caught.value.status, caught.value.code) == (502, "bad_upstream_response")
+
+
+async def test_a_stream_request_answered_with_json_is_a_502() -> None:
+    with pytest.raises(ApiError) as caught:
+        await _collect(Upstream(httpx.Response(200, json=_completion("hi"))).provider())
+    assert (caught.value.status, caught.value.code) == (502, "bad_upstream_response")
+
+
+async def test_a_stream_is_requested_as_an_event_stream_with_usage() -> None:
+    upstream = Upstream(_sse(_delta("Hi", "stop"), "[DONE]"))
+    events = await _collect(upstream.provider())
+    assert events[0] == TextDelta(delta="Hi")
+    assert events[-1].type == "done"
+    sent = upstream.requests[0]
+    assert sent.headers["accept"] == "text/event-stream"
+    assert json.loads(sent.content)["stream_options"] == {"include_usage": True}
