@@ -1,0 +1,97 @@
+"""A tiny real MCP server for tests and benchmarks, over stdio or streamable HTTP.
+
+As a script (the way mcp-client-service spawns it)::
+
+    python tests/support/echo_mcp_server.py [--transport stdio|streamable-http] [--port N]
+        [--name NAME] [--tool-prefix PREFIX]
+
+In process, serve ``build_echo_server(name).streamable_http_app()`` with ``serve_app``: that
+app's own lifespan runs the session manager.
+
+Tools (each name prefixed with ``tool_prefix``, so that two instances can have distinct tools):
+
+- ``echo(text)``, ``add(a, b)``;
+- ``fail(message)``: raises ``ToolError``, so the result has ``isError``;
+- ``slow(seconds)``: sleeps, to simulate a slow tool;
+- ``whoami()``: the server's name, to prove where a call went;
+- ``env_keys()``: the sorted names of the process's environment variables, to prove what a
+  stdio child inherits;
+- ``pid()``: the process id; ``crash()``: ends the process at once, to simulate a server dying
+  mid-call (for a stdio child; never call it in process).
+
+Only ``mcp`` is imported, so the script runs under any interpreter that has the SDK.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+__all__ = ["ECHO_TOOLS", "build_echo_server", "main"]
+
+ECHO_TOOLS = ("echo", "add", "fail", "slow", "whoami", "env_keys", "pid", "crash")
+"""The tool names of an echo server without a prefix, in the order it lists them."""
+
+
+def build_echo_server(name: str = "echo", *, tool_prefix: str = "") -> MCPServer:
+    server = MCPServer(name)
+
+    def echo(text: str) -> str:
+        """Return the text unchanged."""
+        return text
+
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    def fail(message: str) -> str:
+        """Always fail, with the given message as the tool's error."""
+        raise ToolError(message)
+
+    async def slow(seconds: float) -> str:
+        """Sleep for the given number of seconds, then say so (a deliberately slow tool)."""
+        await anyio.sleep(seconds)
+        return f"slept {seconds} s"
+
+    def whoami() -> str:
+        """The name of this server."""
+        return name
+
+    def env_keys() -> list[str]:
+        """The sorted names of this process's environment variables (never their values)."""
+        return sorted(os.environ)
+
+    def pid() -> int:
+        """The process id of this server."""
+        return os.getpid()
+
+    def crash() -> str:
+        """End this server's process immediately, without answering."""
+        os._exit(3)
+
+    for tool in (echo, add, fail, slow, whoami, env_keys, pid, crash):
+        server.add_tool(tool, name=tool_prefix + tool.__name__)
+    return server
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--transport", choices=["stdio", "streamable-http"], default="stdio")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8199)
+    parser.add_argument("--name", default="echo")
+    parser.add_argument("--tool-prefix", default="")
+    args = parser.parse_args(argv)
+    server = build_echo_server(args.name, tool_prefix=args.tool_prefix)
+    if args.transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host=args.host, port=args.port)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""Turning an MCP ``CallToolResult`` into the ``call-tool`` answer, and reading the deadline header."""
+
+from __future__ import annotations
+
+import pytest
+from mcp_types import CallToolResult, ImageContent, TextContent
+
+from mcp_client_service.calls import dump_content, parse_deadline_ms, to_response
+
+
+def test_content_blocks_are_the_mcp_models_as_camel_case_json() -> None:
+    result = CallToolResult(
+        content=[
+            TextContent(text="a cat"),
+            ImageContent(data="aGVsbG8=", mime_type="image/png"),
+        ],
+        structured_content={"caption": "a cat"},
+    )
+
+    response = to_response(result, server="vision", duration_ms=12.5, max_chars=1000)
+
+    assert response.content == [
+        {"type": "text", "text": "a cat"},
+        {"type": "image", "data": "aGVsbG8=", "mimeType": "image/png"},
+    ]
+    assert response.structured_content == {"caption": "a cat"}
+    assert (response.is_error, response.server, response.duration_ms) == (False, "vision", 12.5)
+
+
+def test_a_servers_own_error_result_passes_through() -> None:
+    result = CallToolResult(content=[TextContent(text="no such city")], is_error=True)
+
+    response = to_response(result, server="weather", duration_ms=1.0, max_chars=1000)
+
+    assert response.is_error
+    assert response.content == [{"type": "text", "text": "no such city"}]
+
+
+def test_structured_content_that_is_not_an_object_is_wrapped_as_result() -> None:
+    result = CallToolResult(content=[TextContent(text="[1, 2]")], structured_content=[1, 2])
+
+    assert to_response(result, server="s", duration_ms=1.0, max_chars=1000).structured_content == {"result": [1, 2]}
+
+
+def test_text_beyond_the_limit_is_cut_with_a_visible_marker_across_blocks() -> None:
+    result = CallToolResult(content=[TextContent(text="a" * 80), TextContent(text="b" * 50), TextContent(text="c")])
+
+    first, second, third = dump_content(result, max_chars=100)
+
+    assert first["text"] == "a" * 80
+    assert second["text"].startswith("b" * 20 + "\n[... cut here: 30 more characters")
+    assert "limit 100" in second["text"]
+    assert third["text"].startswith("\n[... cut here: 1 more characters")
+
+
+def test_oversized_structured_content_is_dropped_the_text_carries_the_result() -> None:
+    result = CallToolResult(content=[TextContent(text="x" * 500)], structured_content={"result": "x" * 500})
+
+    response = to_response(result, server="s", duration_ms=1.0, max_chars=100)
+
+    assert response.structured_content is None
+    assert len(response.content[0]["text"]) < 200
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [(None, None), ("1500", 1.5), (" 250.5 ", 0.2505), ("0", 0.0), ("-20", 0.0)],
+)
+def test_the_deadline_header_gives_the_seconds_left(header: str | None, seconds: float | None) -> None:
+    assert parse_deadline_ms(header) == seconds
+
+
+@pytest.mark.parametrize("header", ["soon", "", "nan", "1e3ms"])
+def test_a_deadline_header_that_is_not_a_number_is_refused(header: str) -> None:
+    with pytest.raises(ValueError, match="not a number of milliseconds"):
+        parse_deadline_ms(header)
