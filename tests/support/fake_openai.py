@@ -153,6 +153,7 @@ class ScriptedOpenAI:
         self._ids = itertools.count(1)
         self._hangups = 0
         self._hangup: anyio.Event | None = None
+        self._arrival: anyio.Event | None = None
         self.app = Starlette(routes=[Route("/v1/chat/completions", self._chat_completions, methods=["POST"])])
 
     def push(self, *replies: ReplySource) -> None:
@@ -164,6 +165,12 @@ class ScriptedOpenAI:
             self._hangup = self._hangup or anyio.Event()
             await self._hangup.wait()
 
+    async def wait_for_request(self, count: int = 1) -> None:
+        """Returns once ``requests`` holds at least ``count`` bodies (bound it with a timeout)."""
+        while len(self.requests) < count:
+            self._arrival = self._arrival or anyio.Event()
+            await self._arrival.wait()
+
     async def _chat_completions(self, request: Request) -> Response:
         try:
             body = json.loads(await request.body())
@@ -172,6 +179,9 @@ class ScriptedOpenAI:
         if not isinstance(body, dict):
             return JSONResponse(openai_error_body(400, "The body must be a JSON object."), 400)
         self.requests.append(body)
+        if self._arrival is not None:
+            self._arrival.set()
+            self._arrival = None
         if self.api_key is not None and request.headers.get("authorization") != f"Bearer {self.api_key}":
             given = request.headers.get("authorization", "").removeprefix("Bearer ")
             # Real OpenAI quotes part of the key; this one quotes all of it, so that a test can

@@ -38,6 +38,9 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
     logging.getLogger("uvicorn.access").setLevel(max(numeric_level, logging.WARNING))
+    # httpx logs every request at INFO: noise here, and a cost on the hot path of every run.
+    for name in ("httpx", "httpcore", "httpx2", "httpcore2"):
+        logging.getLogger(name).setLevel(max(numeric_level, logging.WARNING))
 
 
 def get_logger(name: str) -> Any:
