@@ -41,5 +41,9 @@ integration: $(STAMP)
 e2e: $(STAMP)
 	$(BIN)/python -m pytest tests/e2e
 
+# Figures, not a gate: what the suite adds to the calls it makes.
+bench: $(STAMP)
+	$(BIN)/python bench/agent_round_overhead.py
+
 clean:
 	rm -rf $(VENV) .data .mypy_cache .ruff_cache
