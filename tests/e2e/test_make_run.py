@@ -69,7 +69,9 @@ def test_make_run_answers_from_the_docs_with_the_demo_model_and_no_api_key(suite
         "model": "demo",
         "stream": True,
         "tools": ["search_documents"],
-        "messages": [{"role": "user", "content": "Search the documents: what happens when a run reaches its deadline?"}],
+        "messages": [
+            {"role": "user", "content": "Search the documents: what happens when a run reaches its deadline?"}
+        ],
     }
     with httpx.stream("POST", f"{suite}/api/v1/agent/run", json=body, timeout=60) as response:
         assert response.status_code == 200

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
 from mcp_types import CallToolResult, ImageContent, TextContent
 
-from mcp_client_service.calls import dump_content, parse_deadline_ms, to_response
+from mcp_client_service.calls import dump_content, to_response
 
 
 def test_content_blocks_are_the_mcp_models_as_camel_case_json() -> None:
@@ -60,17 +59,3 @@ def test_oversized_structured_content_is_dropped_the_text_carries_the_result() -
 
     assert response.structured_content is None
     assert len(response.content[0]["text"]) < 200
-
-
-@pytest.mark.parametrize(
-    ("header", "seconds"),
-    [(None, None), ("1500", 1.5), (" 250.5 ", 0.2505), ("0", 0.0), ("-20", 0.0)],
-)
-def test_the_deadline_header_gives_the_seconds_left(header: str | None, seconds: float | None) -> None:
-    assert parse_deadline_ms(header) == seconds
-
-
-@pytest.mark.parametrize("header", ["soon", "", "nan", "1e3ms"])
-def test_a_deadline_header_that_is_not_a_number_is_refused(header: str) -> None:
-    with pytest.raises(ValueError, match="not a number of milliseconds"):
-        parse_deadline_ms(header)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from completion_service.providers.demo import DemoProvider
 from completion_service.providers.openai import OpenAIProvider
 from completion_service.routing import ModelRouter
 from completion_service.settings import CompletionSettings
+from suite_common.deadline import time_budget
 from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes
 from suite_common.http import ModelResponse, cancel_on_disconnect, read_model
@@ -43,18 +43,10 @@ def _services(request: Request) -> _Services:
 
 def _budget(request: Request, settings: CompletionSettings) -> float:
     """Seconds the upstream call may take: the setting, shortened by the caller's ``X-Deadline-Ms``."""
-    raw = request.headers.get(DEADLINE_HEADER)
-    if raw is None:
-        return settings.request_timeout_seconds
-    try:
-        milliseconds = float(raw)
-    except ValueError:
-        milliseconds = math.nan
-    if not math.isfinite(milliseconds):
-        raise ApiError(400, "invalid_request", f"{DEADLINE_HEADER} must be a number of milliseconds, got {raw!r}.")
-    if milliseconds <= 0:
+    budget = time_budget(request.headers, settings.request_timeout_seconds)
+    if budget <= 0:
         raise ApiError(504, "upstream_timeout", f"The caller's deadline ({DEADLINE_HEADER}) has already passed.")
-    return min(settings.request_timeout_seconds, milliseconds / 1000)
+    return budget
 
 
 def _encode(event: CompletionEvent) -> bytes:

@@ -20,17 +20,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from mcp_client_service.calls import call_tool, parse_deadline_ms
+from mcp_client_service.calls import call_tool
 from mcp_client_service.config import ServersFile, load_servers_config
 from mcp_client_service.connections import Backoff
 from mcp_client_service.registry import ServerRegistry
 from mcp_client_service.settings import MCPClientSettings
 from suite_common.auth import SharedSecretMiddleware
+from suite_common.deadline import time_budget
 from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes
 from suite_common.http import ModelResponse, read_model
 from suite_common.logging import get_logger
-from suite_common.wire import DEADLINE_HEADER, CallToolRequest
+from suite_common.wire import CallToolRequest
 
 __all__ = ["create_app"]
 
@@ -60,20 +61,10 @@ async def list_servers(request: Request) -> Response:
     return JSONResponse(statuses.model_dump(mode="json", by_alias=True))
 
 
-def _timeout(request: Request, cap: float) -> float:
-    try:
-        remaining = parse_deadline_ms(request.headers.get(DEADLINE_HEADER))
-    except ValueError:
-        raise ApiError(
-            400, "invalid_request", f"The {DEADLINE_HEADER} header must be a number of milliseconds."
-        ) from None
-    return cap if remaining is None else min(cap, remaining)
-
-
 async def call_tool_route(request: Request) -> Response:
     services = _services(request)
     body = await read_model(request, CallToolRequest)
-    timeout = _timeout(request, services.settings.call_timeout_seconds)
+    timeout = time_budget(request.headers, services.settings.call_timeout_seconds)
     registry = services.registry
     tool = registry.catalog.find(body.name)
     # A tool of a server that is away (reconnecting) is not listed, but calling it gets an error

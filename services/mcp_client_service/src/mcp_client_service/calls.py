@@ -9,7 +9,6 @@ already have run.
 from __future__ import annotations
 
 import json
-import math
 import time
 from typing import Any
 
@@ -21,22 +20,9 @@ from mcp_client_service.connections import ServerConnection, ServerUnavailableEr
 from suite_common.logging import get_logger
 from suite_common.wire import CallToolResponse
 
-__all__ = ["call_tool", "dump_content", "error_result", "parse_deadline_ms", "to_response"]
+__all__ = ["call_tool", "dump_content", "error_result", "to_response"]
 
 _log = get_logger("mcp_client_service.calls")
-
-
-def parse_deadline_ms(value: str | None) -> float | None:
-    """Seconds left according to an ``X-Deadline-Ms`` header; ``ValueError`` if it is not a number."""
-    if value is None:
-        return None
-    try:
-        milliseconds = float(value.strip())
-    except ValueError:
-        milliseconds = math.nan
-    if math.isnan(milliseconds):
-        raise ValueError(f"not a number of milliseconds: {value!r}")
-    return max(0.0, milliseconds / 1000)
 
 
 def dump_content(result: CallToolResult, max_chars: int) -> list[dict[str, Any]]:
