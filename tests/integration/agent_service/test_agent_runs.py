@@ -22,7 +22,7 @@ from pydantic import SecretStr
 from agent_service.app import create_app as create_agent_app
 from agent_service.settings import AgentSettings
 from completion_service.app import create_app as create_completion_app
-from completion_service.settings import CompletionSettings
+from completion_service.settings import DEFAULT_OPENAI_BASE_URL, CompletionSettings
 from mcp_client_service.app import create_app as create_mcp_client_app
 from mcp_client_service.settings import MCPClientSettings
 from mcp_web_search.server import build_server as build_web_search_server
@@ -46,6 +46,7 @@ DOCS = {
 @dataclass
 class Stack:
     agent_url: str
+    completion_url: str
     mcp_url: str
     llm: ScriptedOpenAI
     searxng: ScriptedSearxng
@@ -96,12 +97,12 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
                 completion_url=completion_url,
                 mcp_client_url=mcp_url,
                 mcp_service_secret=SecretStr(SECRET),
-                tools_cache_seconds=0,
+                catalog_cache_seconds=0,
             )
             async with serve_app(create_agent_app(agent_settings)) as agent_url:
                 with anyio.fail_after(120):
                     await mcp_app.state.registry.wait_until(lambda registry: registry.all_ready())
-                yield Stack(agent_url, mcp_url, llm, searxng)
+                yield Stack(agent_url, completion_url, mcp_url, llm, searxng)
 
 
 @pytest.fixture
@@ -192,7 +193,7 @@ async def test_a_failing_tool_is_reported_to_the_model_which_recovers(fresh: Sta
         events = await stream_run(fresh, run_body("search the web", tools=["web_search"]))
     [result] = of(events, "tool_result")
     assert result["isError"] is True
-    assert "500" in result["content"] or "error" in result["content"].lower()
+    assert "failed with HTTP 500" in result["content"]
     fed_back = [m for m in fresh.llm.requests[1]["messages"] if m["role"] == "tool"]
     assert fed_back[0]["content"] == result["content"]
     done = of(events, "done")[0]
@@ -253,7 +254,7 @@ async def test_a_wrong_shared_secret_is_refused(fresh: Stack) -> None:
         assert "guess-1234" not in direct.text
         # An agent-service configured with the wrong secret says so instead of running blind.
         settings = AgentSettings(
-            completion_url="http://127.0.0.1:9", mcp_client_url=fresh.mcp_url, mcp_service_secret=SecretStr("wrong")
+            completion_url=fresh.completion_url, mcp_client_url=fresh.mcp_url, mcp_service_secret=SecretStr("wrong")
         )
         async with serve_app(create_agent_app(settings)) as misconfigured:
             response = await http.post(f"{misconfigured}/api/v1/agent/run", json=run_body("hi"))
@@ -273,3 +274,40 @@ async def test_a_client_that_disconnects_cancels_the_run_and_its_llm_call(fresh:
             await fresh.llm.wait_for_request(1)
         # Leaving the stream closed the connection: the run's call to the LLM must end too.
         await fresh.llm.wait_for_hangup()
+
+
+async def test_an_unknown_model_is_a_400_before_the_stream_starts(fresh: Stack) -> None:
+    # With OpenAI configured every name routes there, so ask a completion-service that has only `demo`.
+    demo_only = create_completion_app(
+        CompletionSettings(openai_api_key=None, openai_base_url=DEFAULT_OPENAI_BASE_URL, demo_enabled=True)
+    )
+    async with serve_app(demo_only) as completion_url:
+        settings = AgentSettings(
+            completion_url=completion_url, mcp_client_url=fresh.mcp_url, mcp_service_secret=SecretStr(SECRET)
+        )
+        async with serve_app(create_agent_app(settings)) as agent_url, httpx.AsyncClient(timeout=30) as http:
+            response = await http.post(f"{agent_url}/api/v1/agent/run", json=run_body("hi", model="gpt-4o"))
+    assert response.status_code == 400
+    assert response.headers["content-type"].startswith("application/json")
+    error = response.json()["error"]
+    assert error["code"] == "model_not_found"
+    assert "'gpt-4o'" in error["message"]
+    assert "demo" in error["message"]
+
+
+async def test_a_non_streamed_run_that_fails_midway_keeps_what_it_did(fresh: Stack) -> None:
+    fresh.llm.push(
+        fake_openai.tool_calls(("call_docs", "search_documents", {"queries": ["tomatoes"]})),
+        fake_openai.error(500),
+    )
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(
+            f"{fresh.agent_url}/api/v1/agent/run", json=run_body("tomatoes?", stream=False, tools=["search_documents"])
+        )
+    assert response.status_code == 503
+    body = response.json()
+    assert body["error"]["code"] == "upstream_unavailable"
+    # The tool ran before the LLM failed: the caller still gets that part of the run.
+    assert [m["role"] for m in body["messages"]] == ["assistant", "tool"]
+    assert "gardening.md" in body["messages"][1]["content"]
+    assert body["iterations"] == 2

@@ -8,6 +8,7 @@ import anyio
 import httpx
 import pytest
 
+from agent_service.clients import Deadline
 from agent_service.loop import RunPlan
 from suite_common.wire import Message, RunDone, RunError, RunEvent, RunText, RunToolCall, RunToolResult, ToolInfo
 from unit.agent_service.scripted import Scripted, answer, call_tools
@@ -28,7 +29,7 @@ def plan(*tools: str, max_iterations: int = 15, deadline: float = 10.0, tool_cho
         tools=[tool(name) for name in tools],
         tool_choice=tool_choice,
         max_iterations=max_iterations,
-        deadline_seconds=deadline,
+        deadline=Deadline(deadline),
     )
 
 
@@ -201,3 +202,35 @@ async def test_non_streamed_runs_ask_for_whole_completions() -> None:
     assert scripted.completion_requests[0]["stream"] is False
     assert not events.of(RunText)
     assert outcome.appended[-1].content == "whole"
+
+
+async def test_a_rejected_secret_during_a_round_ends_the_run_with_an_error_and_every_call_answered() -> None:
+    class SecretRotated(Scripted):
+        async def handle(self, request: httpx.Request) -> httpx.Response:
+            if request.url.path == "/mcp/v1/tools/call-tool":
+                return httpx.Response(401, json={"error": {"code": "unauthorized", "message": "wrong secret"}})
+            return await super().handle(request)
+
+    scripted = SecretRotated([call_tools(("c1", "echo", {"q": "a"}), ("c2", "echo", {"q": "b"}))], {"echo": echo})
+    events = Recorder()
+    outcome = await scripted.loop().run(plan("echo"), events, stream_text=True)
+    assert outcome.error is not None
+    assert outcome.error.code == "tools_unauthorized"
+    assert isinstance(events.events[-1], RunError)
+    assert not events.of(RunToolResult)  # nothing of the failure reaches the model as a tool result
+    assert [m.tool_call_id for m in outcome.appended if m.role == "tool"] == ["c1", "c2"]
+
+
+async def test_a_callee_giving_up_at_the_deadline_ends_the_run_with_finish_reason_deadline() -> None:
+    class GivesUpAtDeadline(Scripted):
+        async def handle(self, request: httpx.Request) -> httpx.Response:
+            # Like completion-service: work until the X-Deadline-Ms it was given, then answer 504.
+            await anyio.sleep(int(request.headers["X-Deadline-Ms"]) / 1000)
+            return httpx.Response(504, json={"error": {"code": "upstream_timeout", "message": "too slow"}})
+
+    events = Recorder()
+    with anyio.fail_after(5):
+        outcome = await GivesUpAtDeadline([]).loop().run(plan("echo", deadline=0.3), events, stream_text=True)
+    assert outcome.error is None
+    assert outcome.finish_reason == "deadline"
+    assert isinstance(events.events[-1], RunDone)

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from agent_service.clients import Deadline
-from agent_service.planning import ToolCatalog, plan_run
+from agent_service.clients import Deadline, UpstreamError
+from agent_service.planning import ModelCheck, ToolCatalog, plan_run
 from agent_service.settings import AgentSettings
 from suite_common.errors import ApiError
 from suite_common.wire import AgentRunRequest, ToolInfo
@@ -28,6 +28,25 @@ class FakeToolsClient:
         return [ToolInfo(name=n, input_schema={"type": "object"}, server="s") for n in self.names]
 
 
+class FakeCompletionClient:
+    def __init__(self, models: set[str]) -> None:
+        self.models = models
+        self.calls = 0
+
+    async def check_model(self, model: str, deadline: Deadline) -> None:
+        self.calls += 1
+        if model not in self.models:
+            raise UpstreamError("model_not_found", f"Unknown model {model}; available: demo", status=400)
+
+
+def models(*names: str, ttl: float = 0) -> tuple[ModelCheck, FakeCompletionClient]:
+    client = FakeCompletionClient(set(names) or {"demo"})
+    return ModelCheck(client, ttl), client  # type: ignore[arg-type]
+
+
+MODELS = models()[0]
+
+
 def request(**fields: Any) -> AgentRunRequest:
     return AgentRunRequest.model_validate({"model": "demo", "messages": [{"role": "user", "content": "hi"}], **fields})
 
@@ -39,21 +58,21 @@ def catalog(*names: str, ttl: float = 0) -> tuple[ToolCatalog, FakeToolsClient]:
 
 async def test_omitted_tools_means_every_available_tool() -> None:
     tools, _ = catalog("search_documents", "web_search")
-    plan = await plan_run(request(), SETTINGS, tools)
+    plan = await plan_run(request(), SETTINGS, tools, MODELS)
     assert [t.name for t in plan.tools] == ["search_documents", "web_search"]
     assert plan.max_iterations == 15
 
 
 async def test_requested_tools_are_filtered_in_request_order() -> None:
     tools, _ = catalog("search_documents", "web_search")
-    plan = await plan_run(request(tools=["web_search"]), SETTINGS, tools)
+    plan = await plan_run(request(tools=["web_search"]), SETTINGS, tools, MODELS)
     assert [t.name for t in plan.tools] == ["web_search"]
 
 
 async def test_an_unknown_tool_name_is_a_400_listing_the_available_ones() -> None:
     tools, _ = catalog("search_documents", "web_search")
     with pytest.raises(ApiError) as caught:
-        await plan_run(request(tools=["web_search", "rm_rf"]), SETTINGS, tools)
+        await plan_run(request(tools=["web_search", "rm_rf"]), SETTINGS, tools, MODELS)
     assert caught.value.status == 400
     assert caught.value.code == "unknown_tools"
     assert "rm_rf" in caught.value.message
@@ -63,7 +82,7 @@ async def test_an_unknown_tool_name_is_a_400_listing_the_available_ones() -> Non
 @pytest.mark.parametrize("fields", [{"tools": []}, {"toolChoice": "none"}])
 async def test_the_plain_path_skips_tool_discovery(fields: dict[str, Any]) -> None:
     tools, client = catalog("web_search")
-    plan = await plan_run(request(**fields), SETTINGS, tools)
+    plan = await plan_run(request(**fields), SETTINGS, tools, MODELS)
     assert plan.tools == []
     assert client.calls == 0
 
@@ -71,33 +90,52 @@ async def test_the_plain_path_skips_tool_discovery(fields: dict[str, Any]) -> No
 async def test_more_iterations_than_the_cap_is_refused() -> None:
     tools, _ = catalog()
     with pytest.raises(ApiError) as caught:
-        await plan_run(request(maxIterations=16), SETTINGS, tools)
+        await plan_run(request(maxIterations=16), SETTINGS, tools, MODELS)
     assert caught.value.status == 400
     assert "at most 15" in caught.value.message
 
 
 async def test_fewer_iterations_and_a_shorter_deadline_are_honoured() -> None:
     tools, _ = catalog()
-    plan = await plan_run(request(maxIterations=3, deadlineSeconds=5), SETTINGS, tools)
-    assert (plan.max_iterations, plan.deadline_seconds) == (3, 5)
+    plan = await plan_run(request(maxIterations=3, deadlineSeconds=5), SETTINGS, tools, MODELS)
+    assert plan.max_iterations == 3
+    assert 4.5 < plan.deadline.remaining() <= 5
 
 
 async def test_a_longer_deadline_than_the_setting_is_refused() -> None:
     tools, _ = catalog()
     with pytest.raises(ApiError) as caught:
-        await plan_run(request(deadlineSeconds=500), SETTINGS, tools)
+        await plan_run(request(deadlineSeconds=500), SETTINGS, tools, MODELS)
     assert caught.value.status == 400
 
 
 async def test_a_named_tool_choice_must_be_one_of_the_runs_tools() -> None:
     tools, _ = catalog("web_search")
     with pytest.raises(ApiError) as caught:
-        await plan_run(request(toolChoice={"name": "search_documents"}), SETTINGS, tools)
+        await plan_run(request(toolChoice={"name": "search_documents"}), SETTINGS, tools, MODELS)
     assert caught.value.status == 400
 
 
 async def test_the_catalog_is_reused_within_its_ttl() -> None:
     tools, client = catalog("web_search", ttl=60)
     for _ in range(3):
-        await plan_run(request(), SETTINGS, tools)
+        await plan_run(request(), SETTINGS, tools, MODELS)
+    assert client.calls == 1
+
+
+async def test_an_unknown_model_is_a_400_before_anything_starts() -> None:
+    tools, tool_client = catalog("web_search")
+    checker, _ = models("demo")
+    with pytest.raises(ApiError) as caught:
+        await plan_run(request(model="gtp-4o"), SETTINGS, tools, checker)
+    assert (caught.value.status, caught.value.code) == (400, "model_not_found")
+    assert "available: demo" in caught.value.message
+    assert tool_client.calls == 0
+
+
+async def test_a_model_that_routes_is_remembered_within_the_ttl() -> None:
+    tools, _ = catalog()
+    checker, client = models("demo", ttl=60)
+    for _ in range(3):
+        await plan_run(request(), SETTINGS, tools, checker)
     assert client.calls == 1

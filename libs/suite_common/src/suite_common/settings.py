@@ -1,4 +1,9 @@
-"""Settings every service shares; each service subclasses with its own env prefix."""
+"""Settings every service shares; each service subclasses with its own env prefix.
+
+Validators for the field shapes that recur across services live here too; use them as
+``Annotated[SecretStr | None, BeforeValidator(blank_as_none)]`` or
+``Annotated[str, AfterValidator(http_url)]``.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ from typing import Literal
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["ServiceSettings"]
+__all__ = ["ServiceSettings", "blank_as_none", "http_url"]
 
 
 class ServiceSettings(BaseSettings):
@@ -22,3 +27,20 @@ class ServiceSettings(BaseSettings):
     port: int = 8000
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "console"] = "json"
+
+
+def blank_as_none(value: object) -> object:
+    """An empty variable (``FOO=``) is how compose files and shells say "none": treat it as unset."""
+    if isinstance(value, str) and not value.strip():
+        return None
+    return value
+
+
+def http_url(value: str | None) -> str | None:
+    """An ``http://`` or ``https://`` URL, without a trailing slash (paths are appended to it)."""
+    if value is None:
+        return None
+    value = value.strip().rstrip("/")
+    if not value.startswith(("http://", "https://")):
+        raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+    return value

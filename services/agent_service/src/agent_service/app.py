@@ -4,27 +4,30 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from agent_service.clients import CompletionClient, ToolsClient
 from agent_service.loop import AgentLoop, RunPlan
-from agent_service.planning import ToolCatalog, plan_run
+from agent_service.planning import ModelCheck, ToolCatalog, plan_run
 from agent_service.settings import AgentSettings
-from suite_common.errors import ApiError, install_error_handlers
+from suite_common.errors import install_error_handlers
 from suite_common.health import health_routes
 from suite_common.http import ModelResponse, cancel_on_disconnect, read_model
+from suite_common.logging import get_logger
 from suite_common.sse import Emit as SendChunk
 from suite_common.sse import EventStreamResponse, encode_event
-from suite_common.wire import AgentRunRequest, AgentRunResult, Message, RunEvent, RunStarted, dump
+from suite_common.wire import AgentRunRequest, AgentRunResult, Message, RunError, RunEvent, RunStarted, dump
 
 __all__ = ["create_app"]
+
+_log = get_logger("agent_service.app")
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class _Services:
     http: httpx.AsyncClient
     loop: AgentLoop
     catalog: ToolCatalog
+    models: ModelCheck
 
 
 def _services(request: Request) -> _Services:
@@ -54,7 +58,11 @@ async def _stream_run(plan: RunPlan, loop: AgentLoop, send: SendChunk) -> None:
             max_iterations=plan.max_iterations,
         )
     )
-    await loop.run(plan, emit, stream_text=True)
+    try:
+        await loop.run(plan, emit, stream_text=True)
+    except Exception as error:  # a bug, not an upstream failure: still end the stream with an event
+        _log.error("run_crashed", run_id=plan.run_id, exc_info=error)
+        await emit(RunError(run_id=plan.run_id, code="internal_error", message="The run failed unexpectedly."))
 
 
 async def _ignore(_: RunEvent) -> None:
@@ -64,39 +72,51 @@ async def _ignore(_: RunEvent) -> None:
 async def run_agent(request: Request) -> Response | EventStreamResponse:
     services = _services(request)
     body = await read_model(request, AgentRunRequest)
-    plan = await plan_run(body, services.settings, services.catalog)
+    plan = await plan_run(body, services.settings, services.catalog, services.models)
     if body.stream:
         return EventStreamResponse(lambda send: _stream_run(plan, services.loop, send))
     answered, outcome = await cancel_on_disconnect(request, services.loop.run(plan, _ignore, stream_text=False))
     if not answered or outcome is None:
         return Response(status_code=499)  # the client has gone; nobody reads this
-    if outcome.error is not None:
-        raise ApiError(outcome.error.status, outcome.error.code, outcome.error.message)
     final = next((m for m in reversed(outcome.appended) if m.role == "assistant"), Message(role="assistant"))
-    return ModelResponse(
-        AgentRunResult(
-            run_id=plan.run_id,
-            message=final,
-            messages=outcome.appended,
-            finish_reason=outcome.finish_reason,
-            iterations=outcome.iterations,
-            usage=outcome.usage,
-        )
+    result = AgentRunResult(
+        run_id=plan.run_id,
+        message=final,
+        messages=outcome.appended,
+        finish_reason=outcome.finish_reason,
+        iterations=outcome.iterations,
+        usage=outcome.usage,
     )
+    if outcome.error is None:
+        return ModelResponse(result)
+    # The error shape, plus what the run did before it failed: tools may have run, with effects.
+    error = outcome.error
+    payload = {"error": {"code": error.code, "message": error.message}, **result.model_dump(by_alias=True, mode="json")}
+    return JSONResponse(payload, status_code=error.status, headers=error.headers)
 
 
 async def _readiness(request: Request) -> dict[str, str]:
+    """completion-service ready, and mcp-client-service accepting our secret."""
     services = _services(request)
+    settings = services.settings
+    probes = {
+        "completion-service": (settings.completion_url + "/readyz", {}),
+        "mcp-client-service": (
+            settings.mcp_client_url + "/mcp/v1/tools/list-tools",
+            {settings.mcp_secret_header: settings.mcp_service_secret.get_secret_value()},
+        ),
+    }
     checks = {}
-    for name, url in (
-        ("completion-service", services.settings.completion_url),
-        ("mcp-client-service", services.settings.mcp_client_url),
-    ):
+    for name, (url, headers) in probes.items():
         try:
-            response = await services.http.get(url.rstrip("/") + "/healthz", timeout=2.0)
-            checks[name] = "ok" if response.status_code == 200 else f"HTTP {response.status_code}"
+            response = await services.http.get(url, headers=headers, timeout=2.0)
         except httpx.HTTPError as error:
             checks[name] = f"unreachable ({type(error).__name__})"
+            continue
+        if response.status_code == 401:
+            checks[name] = "rejects AGENT_MCP_SERVICE_SECRET"
+        else:
+            checks[name] = "ok" if response.status_code == 200 else f"HTTP {response.status_code}"
     return checks
 
 
@@ -109,19 +129,21 @@ def create_app(settings: AgentSettings, *, http_client: httpx.AsyncClient | None
     async def lifespan(_: Starlette) -> AsyncIterator[dict[str, _Services]]:
         # One pooled client for every run. No read timeout here: each call is bounded by its
         # run's deadline instead, which a slow LLM or tool cannot push back.
-        http = http_client or httpx.AsyncClient(
-            timeout=httpx.Timeout(None, connect=settings.connect_timeout_seconds),
-            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
-        )
-        async with http:
+        async with AsyncExitStack() as stack:
+            http = http_client
+            if http is None:  # an injected client belongs to whoever injected it
+                http = await stack.enter_async_context(
+                    httpx.AsyncClient(
+                        timeout=httpx.Timeout(None, connect=settings.connect_timeout_seconds),
+                        limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
+                    )
+                )
             tools = ToolsClient(http, settings.mcp_client_url, secret=secret, secret_header=settings.mcp_secret_header)
-            loop = AgentLoop(
-                CompletionClient(http, settings.completion_url),
-                tools,
-                tool_result_max_chars=settings.tool_result_max_chars,
-            )
-            catalog = ToolCatalog(tools, settings.tools_cache_seconds)
-            yield {"services": _Services(settings, http, loop, catalog)}
+            completions = CompletionClient(http, settings.completion_url)
+            loop = AgentLoop(completions, tools, tool_result_max_chars=settings.tool_result_max_chars)
+            catalog = ToolCatalog(tools, settings.catalog_cache_seconds)
+            models = ModelCheck(completions, settings.catalog_cache_seconds)
+            yield {"services": _Services(settings, http, loop, catalog, models)}
 
     app = Starlette(
         routes=[Route("/api/v1/agent/run", run_agent, methods=["POST"]), *health_routes(_readiness)],

@@ -10,6 +10,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from httpx_sse import EventSource
@@ -54,11 +55,15 @@ class Deadline:
 class UpstreamError(Exception):
     """A call to one of the suite's services failed; ``code`` and ``message`` go to the caller."""
 
-    def __init__(self, code: str, message: str, *, status: int = 502) -> None:
+    def __init__(self, code: str, message: str, *, status: int = 502, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.status = status
+        self.headers = headers or {}
+
+
+_PASSED_THROUGH = frozenset({400, 413, 429, 503, 504})
 
 
 async def _error_from_response(service: str, response: httpx.Response) -> UpstreamError:
@@ -68,10 +73,12 @@ async def _error_from_response(service: str, response: httpx.Response) -> Upstre
         code, message = str(error["code"]), str(error["message"])
     except (ValueError, KeyError, TypeError):
         code, message = "bad_upstream_response", f"{service} answered HTTP {response.status_code}"
-    # A client error from a peer is still our caller's problem to see (bad model name, ...);
-    # anything else means the dependency failed.
-    status = response.status_code if response.status_code in (400, 404, 413, 429) else 502
-    return UpstreamError(code, f"{service}: {message}", status=status)
+    # Statuses that tell our caller something (its request was bad, slow down, try later) pass
+    # through with their Retry-After; any other failure of a peer is a bad gateway.
+    status = response.status_code if response.status_code in _PASSED_THROUGH else 502
+    retry_after = response.headers.get("retry-after")
+    headers = {"Retry-After": retry_after} if retry_after and status in (429, 503) else None
+    return UpstreamError(code, f"{service}: {message}", status=status, headers=headers)
 
 
 def _transport_error(service: str, error: httpx.HTTPError) -> UpstreamError:
@@ -88,6 +95,21 @@ class CompletionClient:
     def __init__(self, http: httpx.AsyncClient, base_url: str) -> None:
         self.http = http
         self.url = base_url.rstrip("/") + "/api/v1/completions"
+        self.models_url = base_url.rstrip("/") + "/api/v1/models/"
+
+    async def check_model(self, model: str, deadline: Deadline) -> None:
+        """Raises ``UpstreamError`` (400 ``model_not_found``) unless completion-service can route ``model``."""
+        try:
+            response = await self.http.get(
+                self.models_url + quote(model, safe="/"), headers=deadline.header(), timeout=deadline.remaining()
+            )
+        except httpx.HTTPError as error:
+            raise _transport_error(self.service, error) from None
+        if response.status_code == 404:
+            failure = await _error_from_response(self.service, response)
+            raise UpstreamError("model_not_found", failure.message, status=400)
+        if response.status_code != 200:
+            raise await _error_from_response(self.service, response)
 
     async def complete(
         self,
@@ -169,11 +191,7 @@ class ToolsClient:
         except httpx.HTTPError as error:
             raise _transport_error(self.service, error) from None
         if response.status_code == 401:
-            raise UpstreamError(
-                "tools_unauthorized",
-                "mcp-client-service rejected the shared secret: AGENT_MCP_SERVICE_SECRET must match "
-                "MCP_CLIENT_SERVICE_SECRET",
-            )
+            raise _unauthorized()
         if response.status_code != 200:
             raise await _error_from_response(self.service, response)
         try:
@@ -182,7 +200,7 @@ class ToolsClient:
             raise UpstreamError("bad_upstream_response", f"{self.service} sent a malformed tool list") from None
 
     async def call_tool(self, name: str, arguments: dict[str, Any], deadline: Deadline) -> CallToolResponse:
-        """Never raises for a tool's own failure: that is an ``isError`` result for the model."""
+        """A tool's own failure is an ``isError`` result for the model; only a rejected secret raises."""
         body = dump(CallToolRequest(name=name, arguments=arguments)).encode()
         headers = {**self.auth, **deadline.header(), "content-type": "application/json"}
         try:
@@ -190,6 +208,8 @@ class ToolsClient:
         except httpx.HTTPError as error:
             failure = _transport_error(self.service, error)
             return _error_result(f"The tool call failed: {failure.message}.")
+        if response.status_code == 401:
+            raise _unauthorized()
         if response.status_code != 200:
             try:
                 message = str(json.loads(response.content)["error"]["message"])
@@ -200,6 +220,13 @@ class ToolsClient:
             return CallToolResponse.model_validate_json(response.content)
         except ValidationError:
             return _error_result(f"The tool call failed: {self.service} sent a malformed result.")
+
+
+def _unauthorized() -> UpstreamError:
+    return UpstreamError(
+        "tools_unauthorized",
+        "mcp-client-service rejected the shared secret: AGENT_MCP_SERVICE_SECRET must match MCP_CLIENT_SERVICE_SECRET",
+    )
 
 
 def _error_result(text: str) -> CallToolResponse:

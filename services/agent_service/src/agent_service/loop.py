@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
+import anyio.abc
 import structlog
 
 from agent_service.clients import CompletionClient, Deadline, ToolsClient, UpstreamError
@@ -38,6 +39,10 @@ __all__ = ["AgentLoop", "Emit", "RunOutcome", "RunPlan"]
 
 _log = get_logger("agent_service.loop")
 
+_DEADLINE_SLACK_SECONDS = 0.25
+"""A callee told "X ms left" gives up at about the moment the run does; a failure this close
+to the deadline is the deadline, not an error of the callee."""
+
 Emit = Callable[[RunEvent], Awaitable[None]]
 
 
@@ -51,7 +56,8 @@ class RunPlan:
     tools: list[ToolInfo]
     tool_choice: ToolChoice
     max_iterations: int
-    deadline_seconds: float
+    deadline: Deadline
+    """Started when the request arrived: tool discovery counts against it too."""
     max_tokens: int | None = None
     temperature: float | None = None
 
@@ -100,22 +106,25 @@ class AgentLoop:
     async def run(self, plan: RunPlan, emit: Emit, *, stream_text: bool) -> RunOutcome:
         """Run to the end; emits ``done`` or ``error`` last. Raises only when cancelled."""
         state = _RunState(conversation=list(plan.messages))
-        deadline = Deadline(plan.deadline_seconds)
+        deadline = plan.deadline
         started = time.perf_counter()
         with structlog.contextvars.bound_contextvars(run_id=plan.run_id):
             try:
-                with anyio.move_on_after(plan.deadline_seconds) as deadline_scope:
-                    finish = await self._rounds(plan, state, deadline, emit, stream_text)
+                with anyio.move_on_after(deadline.remaining()) as deadline_scope:
+                    finish = await self._rounds(plan, state, emit, stream_text)
+                if deadline_scope.cancelled_caught:
+                    finish = "deadline"
             except UpstreamError as error:
-                state.close_round(f"The run failed before this tool call finished: {error.message}")
-                _log.warning("run_failed", code=error.code, message=error.message, iterations=state.iterations)
-                await emit(RunError(run_id=plan.run_id, code=error.code, message=error.message))
-                return RunOutcome("stop", state.iterations, state.usage, state.appended, error)
+                if deadline.remaining() > _DEADLINE_SLACK_SECONDS:
+                    state.close_round(f"The run failed before this tool call finished: {error.message}")
+                    _log.warning("run_failed", code=error.code, message=error.message, iterations=state.iterations)
+                    await emit(RunError(run_id=plan.run_id, code=error.code, message=error.message))
+                    return RunOutcome("stop", state.iterations, state.usage, state.appended, error)
+                finish = "deadline"
             except anyio.get_cancelled_exc_class():
                 _log.info("run_cancelled", iterations=state.iterations)
                 raise
-            if deadline_scope.cancelled_caught:
-                finish = "deadline"
+            if finish == "deadline":
                 state.close_round("The run's deadline passed before this tool call finished.")
             _log.info(
                 "run_finished",
@@ -128,13 +137,14 @@ class AgentLoop:
             )
             return RunOutcome(finish, state.iterations, state.usage, state.appended)
 
-    async def _rounds(
-        self, plan: RunPlan, state: _RunState, deadline: Deadline, emit: Emit, stream_text: bool
-    ) -> RunFinishReason:
+    async def _rounds(self, plan: RunPlan, state: _RunState, emit: Emit, stream_text: bool) -> RunFinishReason:
+        deadline = plan.deadline
         specs = [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema) for t in plan.tools]
         allowed = {tool.name for tool in plan.tools}
         tool_choice = plan.tool_choice
         for iteration in range(1, plan.max_iterations + 1):
+            if deadline.remaining() <= 0:
+                return "deadline"
             state.iterations = iteration
             request = CompletionRequest(
                 model=plan.model,
@@ -161,11 +171,15 @@ class AgentLoop:
                         run_id=plan.run_id, iteration=iteration, id=call.id, name=call.name, arguments=call.arguments
                     )
                 )
+            failures: list[UpstreamError] = []
             async with anyio.create_task_group() as tg:
                 for call in calls:
                     tg.start_soon(
-                        self._call_tool, plan.run_id, iteration, call, allowed, deadline, emit, state.finished
+                        self._call_tool, plan.run_id, iteration, call, allowed, deadline, emit, state, failures, tg
                     )
+            if failures:
+                # The tool service itself failed (not a tool): the run cannot go on.
+                raise failures[0]
             # Results go back in the order the model asked for them, whatever order they finished in.
             state.close_round("The tool call did not finish.")
             # A forced choice ("required" or a named tool) applies to the first round only;
@@ -181,7 +195,9 @@ class AgentLoop:
         allowed: set[str],
         deadline: Deadline,
         emit: Emit,
-        results: dict[str, Message],
+        state: _RunState,
+        failures: list[UpstreamError],
+        round_group: anyio.abc.TaskGroup,
     ) -> None:
         started = time.perf_counter()
         if call.name not in allowed:
@@ -196,10 +212,15 @@ class AgentLoop:
                 True,
             )
         else:
-            result = await self.tools.call_tool(call.name, call.arguments, deadline)
+            try:
+                result = await self.tools.call_tool(call.name, call.arguments, deadline)
+            except UpstreamError as error:
+                failures.append(error)
+                round_group.cancel_scope.cancel()  # the round's other calls cannot help now
+                return
             content, is_error = render_tool_result(result, self.tool_result_max_chars), result.is_error
         duration_ms = round((time.perf_counter() - started) * 1000, 2)
-        results[call.id] = Message(role="tool", tool_call_id=call.id, content=content, is_error=is_error or None)
+        state.finished[call.id] = Message(role="tool", tool_call_id=call.id, content=content, is_error=is_error or None)
         _log.info(
             "tool_call",
             iteration=iteration,

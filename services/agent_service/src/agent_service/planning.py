@@ -10,13 +10,13 @@ import uuid
 
 import anyio
 
-from agent_service.clients import Deadline, ToolsClient, UpstreamError
+from agent_service.clients import CompletionClient, Deadline, ToolsClient, UpstreamError
 from agent_service.loop import RunPlan
 from agent_service.settings import AgentSettings
 from suite_common.errors import ApiError
 from suite_common.wire import AgentRunRequest, NamedToolChoice, ToolInfo
 
-__all__ = ["ToolCatalog", "plan_run"]
+__all__ = ["ModelCheck", "ToolCatalog", "plan_run"]
 
 
 class ToolCatalog:
@@ -37,6 +37,26 @@ class ToolCatalog:
                 self._tools = await self.client.list_tools(deadline)
                 self._fetched_at = time.monotonic()
             return self._tools
+
+
+class ModelCheck:
+    """Asks completion-service whether it can route a model, before a run's response starts.
+
+    Without it, a streamed run with a misspelt model would answer 200 and then an error event.
+    Names that route are remembered for ``ttl`` seconds; names that do not are asked again.
+    """
+
+    def __init__(self, client: CompletionClient, ttl: float) -> None:
+        self.client = client
+        self.ttl = ttl
+        self._known: dict[str, float] = {}
+
+    async def check(self, model: str, deadline: Deadline) -> None:
+        checked_at = self._known.get(model)
+        if checked_at is not None and time.monotonic() - checked_at < self.ttl:
+            return
+        await self.client.check_model(model, deadline)
+        self._known[model] = time.monotonic()
 
 
 def _check_limits(request: AgentRunRequest, settings: AgentSettings) -> tuple[int, float]:
@@ -66,16 +86,20 @@ def _select_tools(request: AgentRunRequest, available: list[ToolInfo]) -> list[T
     return [by_name[name] for name in dict.fromkeys(request.tools)]
 
 
-async def plan_run(request: AgentRunRequest, settings: AgentSettings, catalog: ToolCatalog) -> RunPlan:
+async def plan_run(
+    request: AgentRunRequest, settings: AgentSettings, catalog: ToolCatalog, models: ModelCheck
+) -> RunPlan:
     max_iterations, deadline_seconds = _check_limits(request, settings)
+    # The run's clock starts now: discovery counts against its deadline.
+    deadline = Deadline(deadline_seconds)
     tools: list[ToolInfo] = []
-    # The plain path: no tool discovery when the caller wants no tools.
-    if request.tool_choice != "none" and request.tools != []:
-        try:
-            available = await catalog.tools(Deadline(min(deadline_seconds, 30.0)))
-        except UpstreamError as error:
-            raise ApiError(error.status if error.status >= 500 else 502, error.code, error.message) from None
-        tools = _select_tools(request, available)
+    try:
+        await models.check(request.model, deadline)
+        # The plain path: no tool discovery when the caller wants no tools.
+        if request.tool_choice != "none" and request.tools != []:
+            tools = _select_tools(request, await catalog.tools(deadline))
+    except UpstreamError as error:
+        raise ApiError(error.status, error.code, error.message, headers=error.headers) from None
     choice = request.tool_choice
     if isinstance(choice, NamedToolChoice) and choice.name not in {tool.name for tool in tools}:
         raise ApiError(400, "invalid_request", f"toolChoice names '{choice.name}', which is not among the run's tools.")
@@ -88,7 +112,7 @@ async def plan_run(request: AgentRunRequest, settings: AgentSettings, catalog: T
         tools=tools,
         tool_choice=choice,
         max_iterations=max_iterations,
-        deadline_seconds=deadline_seconds,
+        deadline=deadline,
         max_tokens=request.max_tokens,
         temperature=request.temperature,
     )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+from typing import Annotated
+
+from pydantic import AfterValidator, Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from suite_common.settings import ServiceSettings
+from suite_common.settings import ServiceSettings, http_url
 
 __all__ = ["HARD_MAX_ITERATIONS", "AgentSettings"]
 
@@ -17,9 +19,9 @@ class AgentSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="AGENT_", extra="ignore")
 
     port: int = 8000
-    completion_url: str = "http://127.0.0.1:8001"
+    completion_url: Annotated[str, AfterValidator(http_url)] = "http://127.0.0.1:8001"
     """Base URL of completion-service."""
-    mcp_client_url: str = "http://127.0.0.1:8002"
+    mcp_client_url: Annotated[str, AfterValidator(http_url)] = "http://127.0.0.1:8002"
     """Base URL of mcp-client-service."""
     mcp_service_secret: SecretStr = SecretStr("")
     """The shared secret mcp-client-service expects; required."""
@@ -31,7 +33,7 @@ class AgentSettings(ServiceSettings):
     """Wall-clock limit of a run; a request may ask for less, never more."""
     tool_result_max_chars: int = Field(default=20_000, ge=100)
     """A tool result longer than this is cut, with a visible marker, before the model sees it."""
-    tools_cache_seconds: float = Field(default=5.0, ge=0)
-    """How long the tool catalog from mcp-client-service is reused between runs (0: every run asks)."""
+    catalog_cache_seconds: float = Field(default=5.0, ge=0)
+    """How long the tool catalog and the known model names are reused between runs (0: every run asks)."""
     connect_timeout_seconds: float = Field(default=5.0, gt=0)
     """Timeout to open a connection to completion-service or mcp-client-service."""
