@@ -6,7 +6,8 @@ or a function of the request body that returns one) and answers it as OpenAI wou
 ``chat.completion`` object, or with ``"stream": true`` a stream of ``chat.completion.chunk``
 events whose text comes in several chunks and whose tool call arguments are split across
 several deltas, then a usage chunk when ``stream_options.include_usage`` is set, then
-``data: [DONE]``.
+``data: [DONE]``. ``text_then_hang`` streams its text and then nothing more until the client
+goes away; ``wait_for_hangup`` counts those hang-ups with those of ``hang()``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import itertools
 import json
 import re
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,9 +25,11 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 __all__ = [
     "ErrorReply",
+    "HangAfterTextReply",
     "HangReply",
     "RawReply",
     "Reply",
@@ -37,6 +40,7 @@ __all__ = [
     "hang",
     "raw",
     "text",
+    "text_then_hang",
     "tool_calls",
 ]
 
@@ -69,13 +73,18 @@ class HangReply:
 
 
 @dataclass(frozen=True)
+class HangAfterTextReply:
+    content: str
+
+
+@dataclass(frozen=True)
 class RawReply:
     body: bytes
     status: int = 200
     content_type: str = "application/json"
 
 
-Reply = TextReply | ToolCallsReply | ErrorReply | HangReply | RawReply
+Reply = TextReply | ToolCallsReply | ErrorReply | HangReply | HangAfterTextReply | RawReply
 ReplySource = Reply | Callable[[dict[str, Any]], Reply]
 
 
@@ -97,6 +106,12 @@ def error(status: int, body: dict[str, Any] | None = None, headers: dict[str, st
 def hang() -> Reply:
     """Never answers, until the client goes away."""
     return HangReply()
+
+
+def text_then_hang(content: str) -> Reply:
+    """A stream request gets the text deltas of ``content`` and then nothing more, not even a finish
+    reason, until the client goes away (a model stuck mid-answer); any other request hangs like ``hang()``."""
+    return HangAfterTextReply(content)
 
 
 def raw(body: bytes, *, status: int = 200, content_type: str = "application/json") -> Reply:
@@ -141,6 +156,34 @@ def _arguments_text(arguments: dict[str, Any]) -> str:
 def _sse(payload: dict[str, Any] | str) -> bytes:
     data = payload if isinstance(payload, str) else json.dumps(payload)
     return f"data: {data}\n\n".encode()
+
+
+def _pieces(content: str) -> list[str]:
+    """``content`` as a model streams it: a word (with the space before it) per delta."""
+    pieces: list[str] = re.findall(r"\s*\S+|\s+$", content)
+    return pieces or [content]
+
+
+class _StreamThenHang(Response):
+    """An event stream that sends ``chunks`` and then waits, without ending, for the client to go away.
+
+    Plain ASGI rather than a ``StreamingResponse``: whether that one watches for a disconnect while
+    its body iterator waits depends on the server's ASGI spec version.
+    """
+
+    def __init__(self, chunks: list[bytes], wait_for_disconnect: Callable[[Receive], Awaitable[None]]) -> None:
+        self.status_code = 200
+        self.background = None
+        # No content-length: the body is chunked and never ends.
+        self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8")]
+        self._chunks = chunks
+        self._wait_for_disconnect = wait_for_disconnect
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        for chunk in self._chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await self._wait_for_disconnect(receive)
 
 
 class ScriptedOpenAI:
@@ -194,15 +237,23 @@ class ScriptedOpenAI:
         reply = source(body) if callable(source) else source
         return await self._answer(request, body, reply)
 
+    async def _wait_for_disconnect(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self._hangups += 1
+        if self._hangup is not None:
+            self._hangup.set()
+            self._hangup = None
+
     async def _answer(self, request: Request, body: dict[str, Any], reply: Reply) -> Response:
-        if isinstance(reply, HangReply):
-            while (await request.receive())["type"] != "http.disconnect":
-                pass
-            self._hangups += 1
-            if self._hangup is not None:
-                self._hangup.set()
-                self._hangup = None
+        if isinstance(reply, HangReply) or (isinstance(reply, HangAfterTextReply) and not body.get("stream")):
+            await self._wait_for_disconnect(request.receive)
             return Response(status_code=499)
+        if isinstance(reply, HangAfterTextReply):
+            completion_id = f"chatcmpl-scripted{next(self._ids)}"
+            opening = [self._chunk(completion_id, body, {"role": "assistant", "content": "", "refusal": None})]
+            deltas = [self._chunk(completion_id, body, {"content": piece}) for piece in _pieces(reply.content)]
+            return _StreamThenHang([*opening, *deltas], self._wait_for_disconnect)
         if isinstance(reply, RawReply):
             return Response(reply.body, status_code=reply.status, media_type=reply.content_type)
         if isinstance(reply, ErrorReply):
@@ -239,28 +290,33 @@ class ScriptedOpenAI:
             "system_fingerprint": "fp_scripted",
         }
 
+    @staticmethod
+    def _chunk(completion_id: str, body: dict[str, Any], delta: dict[str, Any], finish: str | None = None) -> bytes:
+        """One ``chat.completion.chunk`` event carrying ``delta``."""
+        payload: dict[str, Any] = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": CREATED,
+            "model": body.get("model"),
+            "service_tier": "default",
+            "system_fingerprint": "fp_scripted",
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+        if (body.get("stream_options") or {}).get("include_usage"):
+            payload["usage"] = None
+        return _sse(payload)
+
     async def _chunks(
         self, completion_id: str, body: dict[str, Any], reply: TextReply | ToolCallsReply
     ) -> AsyncIterator[bytes]:
         with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-            payload: dict[str, Any] = {
-                "id": completion_id,
-                "object": "chat.completion.chunk",
-                "created": CREATED,
-                "model": body.get("model"),
-                "service_tier": "default",
-                "system_fingerprint": "fp_scripted",
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-            }
-            if with_usage:
-                payload["usage"] = None
-            return _sse(payload)
+            return self._chunk(completion_id, body, delta, finish)
 
         if isinstance(reply, TextReply):
             yield chunk({"role": "assistant", "content": "", "refusal": None})
-            for piece in re.findall(r"\s*\S+|\s+$", reply.content) or [reply.content]:
+            for piece in _pieces(reply.content):
                 yield chunk({"content": piece})
             finish, produced = "stop", _words(reply.content)
         else:

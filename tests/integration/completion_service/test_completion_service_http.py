@@ -14,7 +14,7 @@ import pytest
 from completion_service.app import create_app
 from completion_service.settings import CompletionSettings
 from suite_common.wire import DEADLINE_HEADER
-from support.fake_openai import Reply, ScriptedOpenAI, error, hang, raw, text, tool_calls
+from support.fake_openai import Reply, ScriptedOpenAI, error, hang, raw, text, text_then_hang, tool_calls
 from support.servers import serve_app
 
 pytestmark = pytest.mark.anyio
@@ -179,6 +179,28 @@ async def test_a_429_that_outlasts_the_retries_reaches_the_caller_with_retry_aft
     assert len(fake.requests) == 2
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_429_asking_for_a_long_wait_reaches_the_caller_at_once_with_its_retry_after(stream: bool) -> None:
+    fake = ScriptedOpenAI([error(429, headers={"Retry-After": "60"}), text("Never asked for.")])
+    async with completion_service(fake) as client:
+        with anyio.fail_after(2):
+            response = await client.post("/api/v1/completions", json=_body(stream=stream))
+    assert response.status_code == 429
+    assert response.json()["error"]["code"] == "rate_limited"
+    assert response.headers["retry-after"] == "60"
+    assert len(fake.requests) == 1
+
+
+async def test_a_429_with_retry_after_ms_is_retried_and_then_succeeds() -> None:
+    fake = ScriptedOpenAI([error(429, headers={"retry-after-ms": "10"}), text("Second time lucky.")])
+    async with completion_service(fake) as client:
+        with anyio.fail_after(5):
+            response = await client.post("/api/v1/completions", json=_body())
+    assert response.status_code == 200
+    assert response.json()["message"]["content"] == "Second time lucky."
+    assert len(fake.requests) == 2
+
+
 @pytest.mark.parametrize(
     "reply",
     [raw(b'{"id": "chatcmpl-1", "object": "chat.completion"}'), raw(b"<html>gateway</html>", content_type="text/html")],
@@ -229,6 +251,68 @@ async def test_a_caller_that_goes_away_cancels_the_upstream_call(stream: bool) -
                 await reached.wait()
                 tg.cancel_scope.cancel()  # the caller hangs up
             await fake.wait_for_hangup()
+
+
+async def test_a_caller_that_goes_away_in_the_middle_of_a_stream_cancels_the_upstream_call() -> None:
+    fake = ScriptedOpenAI([text_then_hang("It")])
+    async with completion_service(fake) as client:
+        with anyio.fail_after(5):
+            async with client.stream("POST", "/api/v1/completions", json=_body(stream=True)) as response:
+                assert response.status_code == 200
+                lines = response.aiter_lines()
+                while not (line := await anext(lines)).startswith("data: "):
+                    pass
+                assert json.loads(line.removeprefix("data: ")) == {"type": "text", "delta": "It"}
+            # Leaving the block closes the connection mid-stream: the caller hangs up.
+            await fake.wait_for_hangup()
+    assert len(fake.requests) == 1
+
+
+async def test_a_model_name_resolves_to_the_provider_and_upstream_model_that_would_answer_it() -> None:
+    async with completion_service(ScriptedOpenAI()) as client:
+        demo = await client.get("/api/v1/models/demo")
+        prefixed = await client.get("/api/v1/models/openai/gpt-4o-mini")
+        bare = await client.get("/api/v1/models/gpt-4o")
+        nested = await client.get("/api/v1/models/openai/meta-llama/Llama-3.1-8B-Instruct")
+        tagged = await client.get("/api/v1/models/llama3.1%3A8b")
+    assert demo.status_code == 200
+    assert demo.headers["content-type"] == "application/json"
+    assert demo.json() == {"id": "demo", "provider": "demo", "upstreamModel": "demo"}
+    assert prefixed.json() == {"id": "openai/gpt-4o-mini", "provider": "openai", "upstreamModel": "gpt-4o-mini"}
+    assert bare.json() == {"id": "gpt-4o", "provider": "openai", "upstreamModel": "gpt-4o"}
+    assert nested.json() == {
+        "id": "openai/meta-llama/Llama-3.1-8B-Instruct",
+        "provider": "openai",
+        "upstreamModel": "meta-llama/Llama-3.1-8B-Instruct",
+    }
+    assert tagged.json() == {"id": "llama3.1:8b", "provider": "openai", "upstreamModel": "llama3.1:8b"}
+
+
+@pytest.mark.parametrize("model", ["openai/gpt-4o", "gpt-4o"])
+async def test_a_model_that_would_not_route_is_a_404_with_the_message_the_completions_endpoint_gives(
+    model: str,
+) -> None:
+    async with completion_service() as client:  # OpenAI not configured
+        found = await client.get(f"/api/v1/models/{model}")
+        completion = await client.post("/api/v1/completions", json=_body(model=model))
+    assert found.status_code == 404
+    assert found.headers["content-type"] == "application/json"
+    assert found.json() == {"error": {"code": "model_not_found", "message": completion.json()["error"]["message"]}}
+    assert "Available models: demo." in found.json()["error"]["message"]
+    assert "COMPLETION_OPENAI_API_KEY" in found.json()["error"]["message"]
+
+
+async def test_the_demo_model_is_not_found_once_disabled_nor_an_empty_openai_name() -> None:
+    async with completion_service(ScriptedOpenAI(), demo_enabled=False) as client:
+        demo = await client.get("/api/v1/models/demo")
+        empty = await client.get("/api/v1/models/openai/")
+    assert demo.json() == {"id": "demo", "provider": "openai", "upstreamModel": "demo"}  # a bare name, now
+    assert empty.status_code == 404
+    assert empty.json()["error"]["code"] == "model_not_found"
+    async with completion_service(demo_enabled=False) as client:
+        nothing = await client.get("/api/v1/models/demo")
+    assert nothing.status_code == 404
+    assert "Available models: none." in nothing.json()["error"]["message"]
 
 
 @pytest.mark.parametrize(

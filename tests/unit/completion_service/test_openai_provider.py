@@ -115,6 +115,37 @@ async def test_a_retry_after_beyond_the_deadline_is_not_waited_for() -> None:
     assert len(upstream.requests) == 1
 
 
+async def test_a_retry_after_longer_than_the_cap_is_a_429_at_once_with_that_retry_after() -> None:
+    limited = httpx.Response(429, headers={"retry-after": "60"}, json={"error": {"message": "slow down"}})
+    upstream = Upstream(limited, httpx.Response(200, json=_completion("never")))
+    with anyio.fail_after(2):
+        with pytest.raises(ApiError) as caught:
+            await upstream.provider().complete(REQUEST, "gpt-4o", 120)
+    assert (caught.value.status, caught.value.code) == (429, "rate_limited")
+    assert caught.value.headers == {"Retry-After": "60"}
+    assert len(upstream.requests) == 1
+
+
+async def test_a_long_retry_after_ms_on_a_503_is_passed_on_in_whole_seconds_without_a_retry() -> None:
+    busy = httpx.Response(503, headers={"retry-after-ms": "59500"}, json={"error": {"message": "overloaded"}})
+    upstream = Upstream(busy, httpx.Response(200, json=_completion("never")))
+    with anyio.fail_after(2):
+        with pytest.raises(ApiError) as caught:
+            await upstream.provider().complete(REQUEST, "gpt-4o", 120)
+    assert (caught.value.status, caught.value.code) == (503, "upstream_unavailable")
+    assert caught.value.headers == {"Retry-After": "60"}
+    assert len(upstream.requests) == 1
+
+
+async def test_a_short_retry_after_ms_is_waited_for_instead_of_the_backoff() -> None:
+    # The first backoff is at least 0.5 s: with a 0.4 s budget only the 10 ms asked for fits.
+    limited = httpx.Response(429, headers={"retry-after-ms": "10"}, json={"error": {"message": "slow down"}})
+    upstream = Upstream(limited, httpx.Response(200, json=_completion("second time")))
+    response = await upstream.provider().complete(REQUEST, "gpt-4o", 0.4)
+    assert response.message.content == "second time"
+    assert len(upstream.requests) == 2
+
+
 async def test_an_upstream_that_never_answers_is_a_504_at_the_budget() -> None:
     async def never(request: httpx.Request) -> httpx.Response:
         await anyio.sleep_forever()

@@ -390,6 +390,21 @@ def test_a_429_passes_retry_after_on() -> None:
     assert error.headers == {"Retry-After": "7"}
 
 
+@pytest.mark.parametrize(
+    ("headers", "retry_after"),
+    [
+        ({"retry-after-ms": "10"}, "1"),
+        ({"retry-after-ms": "60000", "retry-after": "60"}, "60"),
+        ({"retry-after": "2.5"}, "3"),
+        ({"retry-after": "soon"}, None),
+    ],
+)
+def test_the_callers_retry_after_is_whole_seconds_rounded_up(headers: dict[str, str], retry_after: str | None) -> None:
+    for status in (429, 503):
+        error = translate_error(status, _error_body("Slow down"), headers, upstream_model="m")
+        assert error.headers == ({"Retry-After": retry_after} if retry_after else {})
+
+
 @pytest.mark.parametrize("status", [500, 502, 503])
 def test_a_5xx_is_a_retryable_503(status: int) -> None:
     error = translate_error(status, b"<html>oops</html>", {}, upstream_model="m")

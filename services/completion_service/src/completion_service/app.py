@@ -1,4 +1,5 @@
-"""completion-service's HTTP API: ``POST /api/v1/completions`` (JSON or SSE) and ``GET /api/v1/models``."""
+"""completion-service's HTTP API: ``POST /api/v1/completions`` (JSON or SSE), ``GET /api/v1/models`` and
+``GET /api/v1/models/{model}``."""
 
 from __future__ import annotations
 
@@ -113,6 +114,13 @@ async def models(request: Request) -> JSONResponse:
     return JSONResponse({"models": _services(request).router.available()})
 
 
+async def model(request: Request) -> JSONResponse:
+    """Where ``POST /api/v1/completions`` would send this model name, so a caller can check it before a run."""
+    name: str = request.path_params["model"]
+    route = _services(request).router.route(name, not_found_status=404)
+    return JSONResponse({"id": name, "provider": route.provider.name, "upstreamModel": route.upstream_model})
+
+
 async def _readiness(request: Request) -> dict[str, str]:
     if _services(request).router.has_models:
         return {"models": "ok"}
@@ -149,6 +157,7 @@ def create_app(settings: CompletionSettings, *, http_client: httpx.AsyncClient |
         routes=[
             Route("/api/v1/completions", completions, methods=["POST"]),
             Route("/api/v1/models", models, methods=["GET"]),
+            Route("/api/v1/models/{model:path}", model, methods=["GET"]),
             *health_routes(_readiness),
         ],
         lifespan=lifespan,

@@ -40,15 +40,23 @@ class ModelRouter:
     def has_models(self) -> bool:
         return self._demo is not None or self._openai is not None
 
-    def route(self, model: str) -> ModelRoute:
-        """The route of ``model``, or a 400 ``model_not_found`` that says what is available."""
+    def find(self, model: str) -> ModelRoute | None:
+        """The route of ``model``, or ``None`` when no available provider answers it."""
         if model == "demo" and self._demo is not None:
             return ModelRoute(self._demo, model)
         if self._openai is not None:
             upstream = model.removeprefix(OPENAI_PREFIX)
             if upstream:
                 return ModelRoute(self._openai, upstream)
-        raise ApiError(400, "model_not_found", self._not_found_message(model))
+        return None
+
+    def route(self, model: str, *, not_found_status: int = 400) -> ModelRoute:
+        """The route of ``model``, or a ``model_not_found`` error (``not_found_status``) that says what is
+        available and how to configure more."""
+        found = self.find(model)
+        if found is None:
+            raise ApiError(not_found_status, "model_not_found", self._not_found_message(model))
+        return found
 
     def _not_found_message(self, model: str) -> str:
         names = ", ".join(entry["id"] for entry in self.available()) or "none"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, field_validator
+from typing import Annotated
+
+from pydantic import AfterValidator, BeforeValidator, Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from suite_common.settings import ServiceSettings
+from suite_common.settings import ServiceSettings, blank_as_none, http_url
 
 __all__ = ["DEFAULT_OPENAI_BASE_URL", "CompletionSettings"]
 
@@ -22,7 +24,7 @@ class CompletionSettings(ServiceSettings):
 
     port: int = Field(default=8001, description="Port of the HTTP API.")
 
-    openai_api_key: SecretStr | None = Field(
+    openai_api_key: Annotated[SecretStr | None, BeforeValidator(blank_as_none)] = Field(
         default=None,
         description=(
             "API key of the OpenAI-compatible endpoint, sent as `Authorization: Bearer <key>`. "
@@ -30,7 +32,7 @@ class CompletionSettings(ServiceSettings):
             "Unset or empty: no key is sent (fine for a local vLLM or Ollama)."
         ),
     )
-    openai_base_url: str = Field(
+    openai_base_url: Annotated[str, AfterValidator(http_url)] = Field(
         default=DEFAULT_OPENAI_BASE_URL,
         description=(
             "Base URL of the Chat Completions API (the service calls <url>/chat/completions): OpenAI, "
@@ -56,8 +58,10 @@ class CompletionSettings(ServiceSettings):
         le=10,
         description=(
             "Retries of one completion after a connection failure, HTTP 429 or a 5xx, with exponential "
-            "backoff and jitter (Retry-After honoured, up to a few seconds). Never after the first byte "
-            "of a stream reached the caller; never for other errors."
+            "backoff and jitter. A Retry-After (or retry-after-ms) is honoured: a wait of up to 4 s is "
+            "waited for, a longer one or one past the deadline is not retried and the caller gets the "
+            "error with its Retry-After at once. Never after the first byte of a stream reached the "
+            "caller; never for other errors."
         ),
     )
     demo_enabled: bool = Field(
@@ -67,22 +71,6 @@ class CompletionSettings(ServiceSettings):
             "without any account. Turn it off in production."
         ),
     )
-
-    @field_validator("openai_api_key", mode="before")
-    @classmethod
-    def _empty_key_means_unset(cls, value: object) -> object:
-        # An empty variable (COMPLETION_OPENAI_API_KEY=) is how compose files and shells say "none".
-        if isinstance(value, str) and not value.strip():
-            return None
-        return value
-
-    @field_validator("openai_base_url")
-    @classmethod
-    def _base_url_is_http(cls, value: str) -> str:
-        value = value.strip().rstrip("/")
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
-        return value
 
     @property
     def openai_configured(self) -> bool:

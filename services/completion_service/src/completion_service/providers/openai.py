@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
 from contextlib import contextmanager
@@ -60,7 +61,8 @@ __all__ = [
 PROVIDER_NAME = "openai"
 
 RETRY_AFTER_CAP_SECONDS = 4.0
-"""A longer Retry-After is not waited for: the caller gets the 429 (with the header) instead."""
+"""A longer Retry-After (or one that ends past the caller's deadline) is not waited for: the caller
+gets the 429 or 503 at once, with the Retry-After header, and decides itself when to come back."""
 
 _MAX_MESSAGE_CHARS = 1000
 
@@ -373,12 +375,11 @@ def translate_error(status: int, content: bytes, headers: Mapping[str, str], *, 
             "(it usually ends in /v1)?",
         )
     if status == 429:
-        retry_after = headers.get("retry-after")
         return ApiError(
             429,
             "rate_limited",
             f"The provider is rate limiting requests: {message or 'try again later'}",
-            headers={"Retry-After": retry_after} if retry_after else None,
+            headers=_retry_after_header(headers),
             retryable=True,
         )
     if status >= 500:
@@ -386,6 +387,7 @@ def translate_error(status: int, content: bytes, headers: Mapping[str, str], *, 
             503,
             "upstream_unavailable",
             f"The provider failed (HTTP {status}): {message or 'no reason given'}",
+            headers=_retry_after_header(headers),
             retryable=True,
         )
     if code == "context_length_exceeded":
@@ -393,6 +395,12 @@ def translate_error(status: int, content: bytes, headers: Mapping[str, str], *, 
     return ApiError(
         400, "invalid_request", f"The provider rejected the request (HTTP {status}): {message or 'no reason given'}"
     )
+
+
+def _retry_after_header(headers: Mapping[str, str]) -> dict[str, str] | None:
+    """The provider's wait as the caller's ``Retry-After``: whole seconds, rounded up, whatever form it came in."""
+    seconds = retry_after_seconds(headers)
+    return None if seconds is None else {"Retry-After": str(math.ceil(seconds))}
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
@@ -435,7 +443,9 @@ _backoff = wait_exponential_jitter(multiplier=0.5, max=4.0, jitter=0.5)
 def _wait(state: RetryCallState) -> float:
     failure = state.outcome.exception() if state.outcome else None
     if isinstance(failure, _RetryableFailure) and failure.retry_after is not None:
-        return min(failure.retry_after, RETRY_AFTER_CAP_SECONDS)
+        # Exactly what the provider asked for: ``_send`` never lets a longer wait than the cap through,
+        # and ``_StopBefore`` stops when it would end past the deadline.
+        return failure.retry_after
     return float(_backoff(state))
 
 
@@ -577,7 +587,11 @@ class OpenAIProvider:
         failure.message = self._scrub(failure.message)
         _log.warning("provider_error", status=response.status_code, code=failure.code, endpoint=self._endpoint)
         if response.status_code == 429 or response.status_code >= 500:
-            raise _RetryableFailure(failure, retry_after_seconds(response.headers))
+            retry_after = retry_after_seconds(response.headers)
+            if retry_after is not None and retry_after > RETRY_AFTER_CAP_SECONDS:
+                # Retrying sooner would ignore the provider; waiting would hold the caller for that long.
+                raise failure
+            raise _RetryableFailure(failure, retry_after)
         raise failure
 
     def _headers(self, *, stream: bool) -> dict[str, str]:
