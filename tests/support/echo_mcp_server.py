@@ -13,6 +13,12 @@ Tools (each name prefixed with ``tool_prefix``, so that two instances can have d
 - ``echo(text)``, ``add(a, b)``;
 - ``fail(message)``: raises ``ToolError``, so the result has ``isError``;
 - ``slow(seconds)``: sleeps, to simulate a slow tool;
+- ``rendezvous(group, parties)``: returns only once ``parties`` calls of ``group`` are in
+  flight at once, so that calls handled one after the other hang (bound the wait);
+- ``hold(tag)``: never returns on its own; it records that it started and, when cancelled, that
+  it was cancelled. ``await_hold(tag, event)`` returns once the ``hold`` call of ``tag`` has
+  ``started`` or was ``cancelled``: how a test sees, without sleeping, that a call abandoned by
+  the gateway stopped on the server;
 - ``whoami()``: the server's name, to prove where a call went;
 - ``env_keys()``: the sorted names of the process's environment variables, to prove what a
   stdio child inherits;
@@ -26,6 +32,8 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass, field
+from typing import Literal
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -33,12 +41,39 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 __all__ = ["ECHO_TOOLS", "build_echo_server", "main"]
 
-ECHO_TOOLS = ("echo", "add", "fail", "slow", "whoami", "env_keys", "pid", "crash")
+ECHO_TOOLS = (
+    "echo",
+    "add",
+    "fail",
+    "slow",
+    "rendezvous",
+    "hold",
+    "await_hold",
+    "whoami",
+    "env_keys",
+    "pid",
+    "crash",
+)
 """The tool names of an echo server without a prefix, in the order it lists them."""
+
+
+@dataclass
+class _Gathering:
+    present: int = 0
+    complete: anyio.Event = field(default_factory=anyio.Event)
+
+
+@dataclass
+class _Held:
+    started: anyio.Event = field(default_factory=anyio.Event)
+    cancelled: anyio.Event = field(default_factory=anyio.Event)
 
 
 def build_echo_server(name: str = "echo", *, tool_prefix: str = "") -> MCPServer:
     server = MCPServer(name)
+    # Per server instance; events are made inside tool calls, so on the server's event loop.
+    gatherings: dict[str, _Gathering] = {}
+    held: dict[str, _Held] = {}
 
     def echo(text: str) -> str:
         """Return the text unchanged."""
@@ -57,6 +92,35 @@ def build_echo_server(name: str = "echo", *, tool_prefix: str = "") -> MCPServer
         await anyio.sleep(seconds)
         return f"slept {seconds} s"
 
+    async def rendezvous(group: str, parties: int) -> str:
+        """Return once `parties` calls with this `group` are in flight at the same time."""
+        gathering = gatherings.setdefault(group, _Gathering())
+        gathering.present += 1
+        try:
+            if gathering.present >= parties:
+                gathering.complete.set()
+                del gatherings[group]  # the group's name may be used again for a new meeting
+            await gathering.complete.wait()
+        finally:
+            gathering.present -= 1
+        return f"{parties} calls met in {group}"
+
+    async def hold(tag: str) -> str:
+        """Never return on its own: record that this call started, and whether it was cancelled."""
+        state = held.setdefault(tag, _Held())
+        state.started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            state.cancelled.set()  # only cancellation ends sleep_forever
+        raise AssertionError("sleep_forever returned")
+
+    async def await_hold(tag: str, event: Literal["started", "cancelled"]) -> str:
+        """Return once the `hold` call with this `tag` has started, or was cancelled."""
+        state = held.setdefault(tag, _Held())
+        await (state.started if event == "started" else state.cancelled).wait()
+        return f"{tag} {event}"
+
     def whoami() -> str:
         """The name of this server."""
         return name
@@ -73,7 +137,8 @@ def build_echo_server(name: str = "echo", *, tool_prefix: str = "") -> MCPServer
         """End this server's process immediately, without answering."""
         os._exit(3)
 
-    for tool in (echo, add, fail, slow, whoami, env_keys, pid, crash):
+    tools = (echo, add, fail, slow, rendezvous, hold, await_hold, whoami, env_keys, pid, crash)
+    for tool in tools:
         server.add_tool(tool, name=tool_prefix + tool.__name__)
     return server
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from pydantic import ValidationError
 
 from mcp_client_service.app import create_app
 from mcp_client_service.config import ConfigError
+from mcp_client_service.redaction import RedactUrlsFilter
 from mcp_client_service.settings import MCPClientSettings
 from suite_common.http import describe_validation_error
 from suite_common.serve import serve
@@ -21,6 +23,8 @@ def main() -> None:
         sys.exit(f"mcp-client-service: bad settings (MCP_CLIENT_* environment): {describe_validation_error(error)}")
     except (ConfigError, ValueError) as error:
         sys.exit(f"mcp-client-service: {error}")
+    # The SDK logs the URL it connects to (at debug level); a URL can carry credentials.
+    logging.getLogger("mcp.client.streamable_http").addFilter(RedactUrlsFilter())
     serve(app, settings)
 
 

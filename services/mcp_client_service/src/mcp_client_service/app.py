@@ -4,7 +4,9 @@
 all behind the shared secret; ``/healthz`` and ``/readyz`` stay open for probes.
 
 The app starts serving at once: servers connect in the background (a stdio server loading a
-model may take a minute), and ``/readyz`` answers 200 once every enabled server is ready.
+model may take a minute), and ``/readyz`` answers 200 once every enabled server is ready. Being
+open, ``/readyz`` names only each server's state; why a server failed is on the protected
+``/mcp/v1/servers``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import anyio
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from mcp_client_service.calls import call_tool
@@ -29,7 +31,7 @@ from suite_common.auth import SharedSecretMiddleware
 from suite_common.deadline import time_budget
 from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes
-from suite_common.http import ModelResponse, read_model
+from suite_common.http import ModelResponse, cancel_on_disconnect, read_model
 from suite_common.logging import get_logger
 from suite_common.wire import CallToolRequest
 
@@ -57,8 +59,7 @@ async def list_tools(request: Request) -> Response:
 
 
 async def list_servers(request: Request) -> Response:
-    statuses = _services(request).registry.statuses()
-    return JSONResponse(statuses.model_dump(mode="json", by_alias=True))
+    return ModelResponse(_services(request).registry.statuses())
 
 
 async def call_tool_route(request: Request) -> Response:
@@ -76,13 +77,19 @@ async def call_tool_route(request: Request) -> Response:
             "tool_not_found",
             f'No MCP server offers a tool named "{body.name}"; GET {PROTECTED_PREFIX}/tools/list-tools lists them.',
         )
-    response = await call_tool(
-        registry.connections[server],
-        body.name,
-        body.arguments,
-        time_limit=timeout,
-        max_chars=services.settings.max_result_chars,
+    connection = registry.connections[server]
+    # A caller that goes away (agent-service cancelling a run, a deadline) cancels the call: the
+    # SDK then sends the server `notifications/cancelled` (or, over streamable HTTP at protocol
+    # 2026, aborts the request's POST), so the tool stops instead of running to the call timeout.
+    answered, response = await cancel_on_disconnect(
+        request,
+        call_tool(
+            connection, body.name, body.arguments, time_limit=timeout, max_chars=services.settings.max_result_chars
+        ),
     )
+    if not answered or response is None:
+        _log.info("mcp_tool_call_abandoned", tool=body.name, server=server, reason="the caller disconnected")
+        return Response(status_code=499)  # nobody reads this
     return ModelResponse(response)
 
 

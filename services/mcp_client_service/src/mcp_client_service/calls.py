@@ -101,8 +101,9 @@ async def call_tool(
     try:
         result = await connection.call_tool(tool, arguments, time_limit)
     except Exception as error:
-        text = _describe_failure(error, tool=tool, server=connection.name, time_limit=time_limit)
-        _log.warning("mcp_tool_call_failed", tool=tool, server=connection.name, error=describe_error(error))
+        text = connection.redact(_describe_failure(error, tool=tool, server=connection.name, time_limit=time_limit))
+        reason = connection.redact(describe_error(error))
+        _log.warning("mcp_tool_call_failed", tool=tool, server=connection.name, error=reason)
         return error_result(text, server=connection.name, duration_ms=elapsed_ms())
     duration_ms = elapsed_ms()
     _log.info("mcp_tool_call", tool=tool, server=connection.name, is_error=result.is_error, duration_ms=duration_ms)

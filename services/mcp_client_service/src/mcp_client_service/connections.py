@@ -18,6 +18,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import anyio
 import httpx2
@@ -32,6 +33,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, CallToolResult, Implementation, Tool
 
 from mcp_client_service.config import HttpServerConfig, ServerConfig, StdioServerConfig
+from mcp_client_service.redaction import redact, secret_forms
 from suite_common.logging import get_logger
 
 __all__ = [
@@ -91,12 +93,12 @@ def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def _redact(text: str, secrets: Sequence[str]) -> str:
-    """Errors can quote what they were given; a configured header or env value never leaves."""
-    for secret in secrets:
-        if len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
+def _configured_secrets(config: ServerConfig) -> list[str]:
+    """What an error could quote that must never leave: header and env values, URL credentials."""
+    if isinstance(config, StdioServerConfig):
+        return secret_forms(config.env.values())
+    url = urlsplit(config.url)
+    return secret_forms([*config.headers.values(), url.password or "", url.query, url.fragment])
 
 
 class _SessionEndWatcher:
@@ -246,11 +248,15 @@ class ServerConnection:
         self._client: Client | None = None
         self._session_ended: anyio.Event | None = None
         self._end_reason: str | None = None
-        self._secrets = list(config.headers.values() if isinstance(config, HttpServerConfig) else config.env.values())
+        self._secrets = _configured_secrets(config)
 
     @property
     def transport(self) -> str:
         return self.config.transport
+
+    def redact(self, text: str) -> str:
+        """``text`` without this server's configured secrets or any URL's credentials, for logs and callers."""
+        return redact(text, self._secrets)
 
     def _set(self, state: ServerState, *, tools: Sequence[Tool] = (), error: str | None = None) -> None:
         self.state = state
@@ -280,7 +286,7 @@ class ServerConnection:
                 error = self._end_reason or "the server ended the session"
             except Exception as failure:
                 error = describe_error(failure)
-            error = _redact(error, self._secrets)
+            error = self.redact(error)
             if anyio.current_time() - started >= self.backoff.maximum:
                 delay = self.backoff.initial
             self._set("failed", error=error)

@@ -20,8 +20,9 @@ class ServerStatus(WireModel):
     state: str
     """``connecting``, ``ready`` or ``failed``; ``disabled`` for a server switched off in the config."""
     tool_count: int
-    last_error: str | None
-    """Why the last connection failed or ended (kept after a reconnect succeeds)."""
+    last_error: str | None = None
+    """Why the last connection failed or ended (kept after a reconnect succeeds), redacted; left
+    out while the server never failed."""
 
 
 class ServersResponse(WireModel):
@@ -92,15 +93,15 @@ class ServerRegistry:
         return all(connection.state == "ready" for connection in self.connections.values())
 
     def readiness(self) -> dict[str, str]:
-        """Per enabled server: ``ok``, or its state and the last error."""
-        checks: dict[str, str] = {}
-        for name, connection in self.connections.items():
-            if connection.state == "ready":
-                checks[name] = "ok"
-            else:
-                reason = f": {connection.last_error}" if connection.last_error else ""
-                checks[name] = f"{connection.state}{reason}"
-        return checks
+        """Per enabled server one word: ``ok``, ``connecting`` or ``failed``.
+
+        ``/readyz`` is open to probes, so it never says why: an error can quote a command line or
+        a URL. The reasons are on the protected ``GET /mcp/v1/servers``.
+        """
+        return {
+            name: "ok" if connection.state == "ready" else connection.state
+            for name, connection in self.connections.items()
+        }
 
     def statuses(self) -> ServersResponse:
         """Every server of the config, in its order, disabled ones included."""
@@ -108,9 +109,7 @@ class ServerRegistry:
         for name in self._order:
             connection = self.connections.get(name)
             if connection is None:
-                status = ServerStatus(
-                    name=name, transport=self.disabled[name], state="disabled", tool_count=0, last_error=None
-                )
+                status = ServerStatus(name=name, transport=self.disabled[name], state="disabled", tool_count=0)
             else:
                 status = ServerStatus(
                     name=name,
