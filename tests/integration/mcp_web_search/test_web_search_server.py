@@ -120,7 +120,9 @@ async def test_streamable_http_reports_a_slow_searxng_once_the_timeout_passes() 
                 searxng.recover()  # let the held request go, so that shutdown need not wait for it
 
     assert result.is_error
-    assert "did not answer in time" in _text(result) or "no answer within 0.3 s" in _text(result)
+    # The search deadline fires, never the HTTP client's timeout (a backstop set a little longer).
+    assert "- searxng: no answer within 0.3 s (WEB_SEARCH_TIMEOUT_SECONDS)." in _text(result)
+    assert "did not answer in time" not in _text(result)
 
 
 @asynccontextmanager
@@ -157,3 +159,19 @@ async def test_command_line_serves_streamable_http_on_the_given_port() -> None:
     assert "WEB_SEARCH_SEARXNG_URL" in json.dumps(ready.json())
     assert result.is_error
     assert "No web search backend is configured" in _text(result)
+
+
+@pytest.mark.anyio
+async def test_command_line_with_invalid_settings_exits_with_the_reason_and_no_traceback() -> None:
+    with anyio.fail_after(_BOUND):
+        completed = await anyio.run_process(
+            [sys.executable, "-m", "mcp_web_search", "--transport", "streamable-http"],
+            env={"PATH": "", "WEB_SEARCH_SEARXNG_URL": "searx.example"},
+            check=False,
+        )
+
+    stderr = completed.stderr.decode()
+    assert completed.returncode == 1
+    assert "mcp-web-search: invalid WEB_SEARCH_* settings:" in stderr
+    assert "WEB_SEARCH_SEARXNG_URL: Value error, must be an http:// or https:// URL" in stderr
+    assert "Traceback" not in stderr

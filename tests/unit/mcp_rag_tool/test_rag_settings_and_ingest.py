@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from mcp_rag_tool.__main__ import parse_args
+from mcp_rag_tool.__main__ import main
 from mcp_rag_tool.ingest import find_documents, load_chunks
 from mcp_rag_tool.settings import RagSettings
+from suite_common.mcp_tool import CommandLine, load_settings, parse_command_line
 
 
 def test_docs_paths_accept_a_comma_separated_list_or_json(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,12 +81,33 @@ def test_loaded_chunks_carry_their_relative_source(tmp_path: Path) -> None:
     assert [(c.source, c.title, c.heading, c.text) for c in chunks] == [("sub/x.md", "X", "X > Part", "hello there")]
 
 
-def test_the_command_line_defaults_to_stdio_and_the_configured_address() -> None:
-    settings = RagSettings(host="0.0.0.0", port=9101)
+def test_the_command_line_defaults_to_stdio_and_the_configured_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAG_HOST", "0.0.0.0")
+    monkeypatch.setenv("RAG_PORT", "9101")
 
-    assert vars(parse_args([], settings)) == {"transport": "stdio", "host": "0.0.0.0", "port": 9101}
-    assert vars(parse_args(["--transport", "streamable-http", "--port", "8111"], settings)) == {
-        "transport": "streamable-http",
-        "host": "0.0.0.0",
-        "port": 8111,
-    }
+    def settings_for(*argv: str) -> tuple[CommandLine, RagSettings]:
+        command_line = parse_command_line(RagSettings, list(argv), prog="mcp-rag-tool", description="test")
+        return command_line, load_settings(RagSettings, command_line, prog="mcp-rag-tool")
+
+    default_line, default_settings = settings_for()
+    http_line, http_settings = settings_for("--transport", "streamable-http", "--port", "8111")
+
+    assert default_line.transport == "stdio"
+    assert (default_settings.host, default_settings.port) == ("0.0.0.0", 9101)
+    assert http_line.transport == "streamable-http"
+    assert (http_settings.host, http_settings.port) == ("0.0.0.0", 8111)
+
+
+def test_inconsistent_settings_end_the_command_with_the_reason_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RAG_QDRANT_PATH", "/tmp/q")
+    monkeypatch.setenv("RAG_QDRANT_URL", "http://qdrant:6333")
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--transport", "streamable-http"])
+
+    assert exit_info.value.code == (
+        "mcp-rag-tool: invalid RAG_* settings:\n"
+        "  settings: Value error, set RAG_QDRANT_PATH (local mode) or RAG_QDRANT_URL (a server), not both"
+    )

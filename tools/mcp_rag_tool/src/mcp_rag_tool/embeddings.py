@@ -41,8 +41,13 @@ class MiniLMEmbedder:
         self._model = model
         self._batch_size = batch_size
         # One encode at a time: the fast tokenizer is not safe to share between threads, and two
-        # concurrent encodes on a small CPU would only slow each other down.
+        # concurrent encodes on a small CPU would only slow each other down. The thread lock, held
+        # around encode itself, is what guarantees it: a cancelled embed abandons its worker thread
+        # (so that cancellation is prompt) and gives up the task lock while that thread still encodes.
+        # The task lock keeps the other callers waiting in the event loop, where they hold no worker
+        # thread and can be cancelled.
         self._lock = anyio.Lock()
+        self._encode_lock = threading.Lock()
         dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         self._dimension = int(dimension())
 
@@ -60,17 +65,17 @@ class MiniLMEmbedder:
         if not texts:
             return []
         async with self._lock:
-            vectors = await anyio.to_thread.run_sync(self._encode, list(texts), abandon_on_cancel=True)
-        return vectors
+            return await anyio.to_thread.run_sync(self._encode, list(texts), abandon_on_cancel=True)
 
     def _encode(self, texts: list[str]) -> list[list[float]]:
-        matrix = self._model.encode(
-            texts,
-            batch_size=self._batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+        with self._encode_lock:  # in the worker thread: see __init__
+            matrix = self._model.encode(
+                texts,
+                batch_size=self._batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
         result: list[list[float]] = matrix.tolist()
         return result
 

@@ -28,7 +28,7 @@ from mcp_rag_tool.search import (
     validate_request,
 )
 from mcp_rag_tool.settings import RagSettings
-from suite_common.health import health_routes
+from suite_common.mcp_tool import add_health_routes
 
 __all__ = ["SEARCH_DOCUMENTS_DESCRIPTION", "SERVER_NAME", "build_server"]
 
@@ -102,8 +102,7 @@ def build_server(settings: RagSettings, embedder: Embedder | None = None) -> MCP
     async def readiness(_: Request) -> dict[str, str]:
         return {"index": index.status}
 
-    for route in health_routes(readiness):
-        server.custom_route(route.path, methods=["GET"])(route.endpoint)
+    add_health_routes(server, readiness)
 
     return server
 

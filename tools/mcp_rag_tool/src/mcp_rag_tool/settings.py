@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
-from suite_common.settings import ServiceSettings
+from suite_common.settings import ServiceSettings, blank_as_none
 
 __all__ = ["RagSettings"]
 
@@ -32,14 +32,14 @@ class RagSettings(ServiceSettings):
             "(RAG_DOCS_PATHS=docs,notes/faq.md) or a JSON array."
         ),
     )
-    qdrant_path: str | None = Field(
+    qdrant_path: Annotated[str | None, BeforeValidator(blank_as_none)] = Field(
         default=None,
         description=(
-            "Unset: Qdrant local mode in memory (the index is rebuilt at every start). "
+            "Unset or empty: Qdrant local mode in memory (the index is rebuilt at every start). "
             "A folder: Qdrant local mode persisted there (one process at a time may open it)."
         ),
     )
-    qdrant_url: str | None = Field(
+    qdrant_url: Annotated[str | None, BeforeValidator(blank_as_none)] = Field(
         default=None,
         description="URL of a Qdrant server (e.g. http://qdrant:6333) instead of local mode; same code path.",
     )
@@ -77,14 +77,6 @@ class RagSettings(ServiceSettings):
             if text.startswith("["):
                 return json.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
-        return value
-
-    @field_validator("qdrant_path", "qdrant_url", mode="before")
-    @classmethod
-    def _empty_means_unset(cls, value: object) -> object:
-        # An empty variable (RAG_QDRANT_URL=) is how compose files and shells say "none".
-        if isinstance(value, str) and not value.strip():
-            return None
         return value
 
     @model_validator(mode="after")

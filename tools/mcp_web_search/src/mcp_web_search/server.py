@@ -15,18 +15,23 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
 
 from mcp_web_search.backends import SearchBackend, configured_backends
 from mcp_web_search.results import WebSearchOutput, format_results
 from mcp_web_search.search import MAX_QUERY_CHARS, NO_BACKEND_MESSAGE, search_in_order, validate_search_request
 from mcp_web_search.settings import WebSearchSettings
+from suite_common.mcp_tool import add_health_routes
 
 __all__ = ["WEB_SEARCH_DESCRIPTION", "WebSearchState", "build_server"]
 
 _VERSION = version("loopsuite-mcp-web-search")
 # Some instances (and their bot limiters) refuse clients that do not say who they are.
 _USER_AGENT = f"loopsuite-mcp-web-search/{_VERSION}"
+# The deadline of one search (WEB_SEARCH_TIMEOUT_SECONDS, enforced by search_in_order) is the bound
+# that fires; the HTTP client's own timeout is only a backstop, set this much longer so that the two
+# never race and a slow backend always gets the same error. (httpx bounds each phase of a request,
+# connect, write, read, on its own, so it could not be the whole-search deadline anyway.)
+_CLIENT_TIMEOUT_MARGIN_SECONDS = 1.0
 
 WEB_SEARCH_DESCRIPTION = (
     "Search the web and return the top results, best first: title, URL, a short snippet and, when known, "
@@ -51,7 +56,8 @@ def build_server(
     @asynccontextmanager
     async def lifespan(_: MCPServer[WebSearchState]) -> AsyncIterator[WebSearchState]:
         # One client for every call: connection pooling, and a timeout on every request it makes.
-        async with httpx.AsyncClient(timeout=settings.timeout_seconds, headers={"User-Agent": _USER_AGENT}) as http:
+        client_timeout = settings.timeout_seconds + _CLIENT_TIMEOUT_MARGIN_SECONDS
+        async with httpx.AsyncClient(timeout=client_timeout, headers={"User-Agent": _USER_AGENT}) as http:
             chosen = list(backends) if backends is not None else configured_backends(settings, http)
             yield WebSearchState(backends=chosen)
 
@@ -86,18 +92,10 @@ def build_server(
             structured_content=output.model_dump(mode="json"),
         )
 
-    # custom_route carries no type annotations in mcp 2.3.0; the handlers below are typed.
-    @server.custom_route("/healthz", methods=["GET"])  # type: ignore[untyped-decorator]
-    async def healthz(_: Request) -> Response:
-        return JSONResponse({"status": "ok"})
-
-    @server.custom_route("/readyz", methods=["GET"])  # type: ignore[untyped-decorator]
-    async def readyz(_: Request) -> Response:
+    async def readiness(_: Request) -> dict[str, str]:
         has_backend = bool(backends) if backends is not None else settings.searxng_url is not None
-        check = "ok" if has_backend else NO_BACKEND_MESSAGE
-        return JSONResponse(
-            {"status": "ready" if has_backend else "not_ready", "checks": {"backends": check}},
-            status_code=200 if has_backend else 503,
-        )
+        return {"backends": "ok" if has_backend else NO_BACKEND_MESSAGE}
+
+    add_health_routes(server, readiness)
 
     return server

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from typing import Annotated
+
+from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_settings import SettingsConfigDict
 
-from suite_common.settings import ServiceSettings
+from suite_common.settings import ServiceSettings, blank_as_none, http_url
 
 __all__ = ["WebSearchSettings"]
 
@@ -20,7 +22,7 @@ class WebSearchSettings(ServiceSettings):
 
     port: int = Field(default=8102, description="Port of the streamable HTTP transport (MCP at /mcp).")
 
-    searxng_url: str | None = Field(
+    searxng_url: Annotated[str | None, BeforeValidator(blank_as_none), AfterValidator(http_url)] = Field(
         default=None,
         description=(
             "Base URL of a SearXNG instance, e.g. http://127.0.0.1:8888 (the tool calls <url>/search). "
@@ -38,21 +40,3 @@ class WebSearchSettings(ServiceSettings):
         ge=1,
         description="The largest `max_results` a caller may ask of web_search; larger requests are refused.",
     )
-
-    @field_validator("searxng_url", mode="before")
-    @classmethod
-    def _empty_url_means_unset(cls, value: object) -> object:
-        # An empty variable (WEB_SEARCH_SEARXNG_URL=) is how compose files and shells say "none".
-        if isinstance(value, str) and not value.strip():
-            return None
-        return value
-
-    @field_validator("searxng_url")
-    @classmethod
-    def _url_is_http(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        value = value.strip()
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
-        return value.rstrip("/")

@@ -25,7 +25,11 @@ _WHITESPACE = re.compile(r"\s+")
 
 
 class SearxngBackend:
-    """Searches one SearXNG instance through the shared HTTP client (whose timeout applies)."""
+    """Searches one SearXNG instance through the shared HTTP client.
+
+    The caller bounds the whole search (``search_in_order``); the client's own timeout is only a
+    backstop, reported as "did not answer in time" should it ever fire first.
+    """
 
     name = SEARXNG
 
