@@ -48,7 +48,9 @@ def _banner(agent: int, completion: int, mcp: int) -> str:
             "model": "demo",
             "stream": True,
             "tools": ["search_documents"],
-            "messages": [{"role": "user", "content": "Search the documents: what happens when a run reaches its deadline?"}],
+            "messages": [
+                {"role": "user", "content": "Search the documents: what happens when a run reaches its deadline?"}
+            ],
         }
     )
     openai = "configured" if os.environ.get("COMPLETION_OPENAI_API_KEY") else "not configured (model `demo` only)"
