@@ -139,3 +139,12 @@ async def test_a_model_that_routes_is_remembered_within_the_ttl() -> None:
     for _ in range(3):
         await plan_run(request(), SETTINGS, tools, checker)
     assert client.calls == 1
+
+
+async def test_the_model_memory_stays_bounded_whatever_names_callers_send() -> None:
+    tools, _ = catalog()
+    names = {f"model-{i}" for i in range(1000)}
+    checker, _ = models(*names, ttl=60)
+    for name in sorted(names):
+        await plan_run(request(model=name), SETTINGS, tools, checker)
+    assert len(checker._known) <= 256

@@ -39,6 +39,9 @@ class ToolCatalog:
             return self._tools
 
 
+_MAX_KNOWN_MODELS = 256
+
+
 class ModelCheck:
     """Asks completion-service whether it can route a model, before a run's response starts.
 
@@ -56,7 +59,14 @@ class ModelCheck:
         if checked_at is not None and time.monotonic() - checked_at < self.ttl:
             return
         await self.client.check_model(model, deadline)
-        self._known[model] = time.monotonic()
+        now = time.monotonic()
+        if len(self._known) >= _MAX_KNOWN_MODELS:
+            # With an OpenAI-compatible endpoint configured every name routes, so callers choose
+            # how many names there are: keep only the fresh ones, and never more than the cap.
+            self._known = {name: at for name, at in self._known.items() if now - at < self.ttl}
+            if len(self._known) >= _MAX_KNOWN_MODELS:
+                self._known.clear()
+        self._known[model] = now
 
 
 def _check_limits(request: AgentRunRequest, settings: AgentSettings) -> tuple[int, float]:
