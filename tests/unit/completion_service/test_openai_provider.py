@@ -80,7 +80,7 @@ async def test_retries_stop_at_max_retries_with_the_last_error() -> None:
     upstream = Upstream(_busy(), _busy(), httpx.Response(200, json=_completion("too late")))
     with pytest.raises(ApiError) as caught:
         await upstream.provider(max_retries=1).complete(REQUEST, "gpt-4o", 5)
-    assert (caught.value.status, caught.value.code) == (503, "upstream_unavailable")
+    assert (caught.value.status, caught.value.code) == (503, "overloaded")
     assert len(upstream.requests) == 2
 
 
@@ -132,7 +132,7 @@ async def test_a_long_retry_after_ms_on_a_503_is_passed_on_in_whole_seconds_with
     with anyio.fail_after(2):
         with pytest.raises(ApiError) as caught:
             await upstream.provider().complete(REQUEST, "gpt-4o", 120)
-    assert (caught.value.status, caught.value.code) == (503, "upstream_unavailable")
+    assert (caught.value.status, caught.value.code) == (503, "overloaded")
     assert caught.value.headers == {"Retry-After": "60"}
     assert len(upstream.requests) == 1
 

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from completion_service.providers._errors import retry_after_seconds
 from completion_service.providers.openai import (
     StreamAssembler,
     build_request_body,
     parse_response,
-    retry_after_seconds,
     translate_error,
 )
 from suite_common.errors import ApiError
@@ -405,10 +405,28 @@ def test_the_callers_retry_after_is_whole_seconds_rounded_up(headers: dict[str, 
         assert error.headers == ({"Retry-After": retry_after} if retry_after else {})
 
 
-@pytest.mark.parametrize("status", [500, 502, 503])
+@pytest.mark.parametrize("status", [500, 502])
 def test_a_5xx_is_a_retryable_503(status: int) -> None:
     error = translate_error(status, b"<html>oops</html>", {}, upstream_model="m")
     assert (error.status, error.code, error.retryable) == (503, "upstream_unavailable", True)
+
+
+@pytest.mark.parametrize("status", [503, 529])
+def test_an_overloaded_provider_is_a_retryable_503(status: int) -> None:
+    error = translate_error(status, b"<html>busy</html>", {}, upstream_model="m")
+    assert (error.status, error.code, error.retryable) == (503, "overloaded", True)
+
+
+@pytest.mark.parametrize(("status", "code"), [(408, "upstream_timeout"), (504, "upstream_timeout")])
+def test_a_provider_timeout_is_a_retryable_504(status: int, code: str) -> None:
+    error = translate_error(status, b"", {}, upstream_model="m")
+    assert (error.status, error.code, error.retryable) == (504, code, True)
+
+
+def test_a_429_for_a_spent_quota_is_not_retryable() -> None:
+    body = json.dumps({"error": {"message": "You exceeded your current quota", "type": "insufficient_quota"}})
+    error = translate_error(429, body.encode(), {"retry-after": "1"}, upstream_model="m")
+    assert (error.status, error.code, error.retryable) == (429, "quota_exhausted", False)
 
 
 @pytest.mark.parametrize(

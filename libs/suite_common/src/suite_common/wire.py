@@ -26,10 +26,14 @@ __all__ = [
     "ListToolsResponse",
     "Message",
     "NamedToolChoice",
+    "ReasoningBlock",
+    "ReasoningBlockEvent",
+    "ReasoningDelta",
     "RunDone",
     "RunError",
     "RunEvent",
     "RunFinishReason",
+    "RunReasoning",
     "RunStarted",
     "RunText",
     "RunToolCall",
@@ -71,11 +75,30 @@ class ToolCall(WireModel):
     invalid_arguments: str | None = None
     """Set only when the model produced arguments that are not a JSON object: the raw text,
     kept so the model can be told what was wrong and the turn can be replayed verbatim."""
+    signature: str | None = None
+    """An opaque token the provider attached to this call (Gemini's ``thoughtSignature``), replayed
+    verbatim on the next turn because the provider refuses the conversation without it."""
+
+
+class ReasoningBlock(WireModel):
+    """One block of the model's reasoning, kept on the assistant message so that it can be sent back.
+
+    Anthropic requires its thinking blocks, signature included, to come back unchanged during tool
+    use; ``provider`` says whose block it is, so that it is never sent to another provider.
+    """
+
+    text: str = ""
+    signature: str | None = None
+    redacted_data: str | None = None
+    """Reasoning the provider encrypted (Anthropic ``redacted_thinking``): opaque, replayed as is."""
+    provider: str | None = None
 
 
 class Message(WireModel):
     role: Role
     content: str | None = None
+    reasoning: list[ReasoningBlock] | None = None
+    """On an assistant message: the reasoning that came before its text and tool calls."""
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
     is_error: bool | None = None
@@ -142,12 +165,27 @@ class TextDelta(WireModel):
     delta: str
 
 
+class ReasoningDelta(WireModel):
+    """A piece of the model's reasoning as it streams in, for display."""
+
+    type: Literal["reasoning"] = "reasoning"
+    delta: str
+
+
+class ReasoningBlockEvent(WireModel):
+    """A whole reasoning block once it is complete (after its ``reasoning`` deltas), for the next turn."""
+
+    type: Literal["reasoning_block"] = "reasoning_block"
+    block: ReasoningBlock
+
+
 class ToolCallEvent(WireModel):
     type: Literal["tool_call"] = "tool_call"
     id: str
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     invalid_arguments: str | None = None
+    signature: str | None = None
 
 
 class CompletionDone(WireModel):
@@ -165,7 +203,10 @@ class StreamError(WireModel):
     retryable: bool = False
 
 
-CompletionEvent = Annotated[TextDelta | ToolCallEvent | CompletionDone | StreamError, Field(discriminator="type")]
+CompletionEvent = Annotated[
+    TextDelta | ReasoningDelta | ReasoningBlockEvent | ToolCallEvent | CompletionDone | StreamError,
+    Field(discriminator="type"),
+]
 """One SSE event of a streamed completion; the SSE ``event:`` field carries ``type`` too."""
 
 
@@ -252,6 +293,12 @@ class RunText(_RunEventBase):
     delta: str
 
 
+class RunReasoning(_RunEventBase):
+    type: Literal["reasoning"] = "reasoning"
+    iteration: int
+    delta: str
+
+
 class RunDone(_RunEventBase):
     type: Literal["done"] = "done"
     finish_reason: RunFinishReason
@@ -266,7 +313,8 @@ class RunError(_RunEventBase):
 
 
 RunEvent = Annotated[
-    RunStarted | RunToolCall | RunToolResult | RunText | RunDone | RunError, Field(discriminator="type")
+    RunStarted | RunToolCall | RunToolResult | RunText | RunReasoning | RunDone | RunError,
+    Field(discriminator="type"),
 ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator, Field, SecretStr
@@ -9,9 +10,20 @@ from pydantic_settings import SettingsConfigDict
 
 from suite_common.settings import ServiceSettings, blank_as_none, http_url
 
-__all__ = ["DEFAULT_OPENAI_BASE_URL", "CompletionSettings"]
+__all__ = [
+    "DEFAULT_ANTHROPIC_BASE_URL",
+    "DEFAULT_GEMINI_BASE_URL",
+    "DEFAULT_OPENAI_BASE_URL",
+    "CompletionSettings",
+]
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+DEFAULT_GEMINI_BASE_URL = "https://generativelanguage.googleapis.com"
+
+_Key = Annotated[SecretStr | None, BeforeValidator(blank_as_none)]
+_OptionalPath = Annotated[Path | None, BeforeValidator(blank_as_none)]
+_OptionalText = Annotated[str | None, BeforeValidator(blank_as_none)]
 
 
 class CompletionSettings(ServiceSettings):
@@ -24,7 +36,7 @@ class CompletionSettings(ServiceSettings):
 
     port: int = Field(default=8001, description="Port of the HTTP API.")
 
-    openai_api_key: Annotated[SecretStr | None, BeforeValidator(blank_as_none)] = Field(
+    openai_api_key: _Key = Field(
         default=None,
         description=(
             "API key of the OpenAI-compatible endpoint, sent as `Authorization: Bearer <key>`. "
@@ -41,6 +53,79 @@ class CompletionSettings(ServiceSettings):
             "default enables the endpoint even without an API key."
         ),
     )
+    openai_api_key_file: _OptionalPath = Field(
+        default=None,
+        description="A file holding the OpenAI-compatible key (a mounted secret); used when the key itself is unset.",
+    )
+
+    anthropic_api_key: _Key = Field(
+        default=None,
+        description="Anthropic API key (sent as `x-api-key`). Setting it makes `anthropic/<model>` available.",
+    )
+    anthropic_api_key_file: _OptionalPath = Field(
+        default=None, description="A file holding the Anthropic key; used when the key itself is unset."
+    )
+    anthropic_base_url: Annotated[str, AfterValidator(http_url)] = Field(
+        default=DEFAULT_ANTHROPIC_BASE_URL,
+        description="Base URL of the Anthropic Messages API (the service calls <url>/v1/messages).",
+    )
+    anthropic_thinking_budget_tokens: int | None = Field(
+        default=None,
+        ge=1024,
+        description=(
+            "Turn on Anthropic extended thinking with this many tokens of budget (at least 1024). Thinking "
+            "streams as `reasoning` events; the blocks are sent back, signatures included, during tool use."
+        ),
+    )
+
+    gemini_api_key: _Key = Field(
+        default=None,
+        description="Gemini API key (sent as `x-goog-api-key`). Setting it makes `gemini/<model>` available.",
+    )
+    gemini_api_key_file: _OptionalPath = Field(
+        default=None, description="A file holding the Gemini key; used when the key itself is unset."
+    )
+    gemini_base_url: Annotated[str, AfterValidator(http_url)] = Field(
+        default=DEFAULT_GEMINI_BASE_URL,
+        description="Base URL of the Gemini API (the service calls <url>/v1beta/models/<model>:generateContent).",
+    )
+    vertex_project: _OptionalText = Field(
+        default=None,
+        description=(
+            "Google Cloud project of Vertex AI. Set with `COMPLETION_VERTEX_LOCATION` and an access token to "
+            "make `vertex/<model>` (Gemini on Vertex AI) available."
+        ),
+    )
+    vertex_location: str = Field(default="us-central1", description="Vertex AI region, e.g. `us-central1`.")
+    vertex_access_token: _Key = Field(
+        default=None,
+        description="OAuth2 bearer token for Vertex AI (`gcloud auth print-access-token`, refreshed by the operator).",
+    )
+    vertex_access_token_file: _OptionalPath = Field(
+        default=None,
+        description="A file holding the Vertex AI token, re-read at every call (a token refresher can rewrite it).",
+    )
+    vertex_base_url: _OptionalText = Field(
+        default=None,
+        description="Base URL of Vertex AI; default `https://<location>-aiplatform.googleapis.com`.",
+    )
+
+    bedrock_region: _OptionalText = Field(
+        default=None,
+        description=(
+            "AWS region of Amazon Bedrock (e.g. `us-east-1`). Setting it makes `bedrock/<model id>` available; "
+            "credentials come from the settings below or, unset, from botocore's usual chain "
+            "(environment, profile, container or instance role)."
+        ),
+    )
+    aws_access_key_id: _Key = Field(default=None, description="AWS access key id for Bedrock (optional).")
+    aws_secret_access_key: _Key = Field(default=None, description="AWS secret access key for Bedrock (optional).")
+    aws_session_token: _Key = Field(default=None, description="AWS session token for Bedrock (optional).")
+    bedrock_endpoint_url: _OptionalText = Field(
+        default=None,
+        description="Bedrock runtime endpoint; default `https://bedrock-runtime.<region>.amazonaws.com`.",
+    )
+
     request_timeout_seconds: float = Field(
         default=120,
         gt=0,

@@ -1,0 +1,114 @@
+"""Provider failures as the neutral errors callers see, decided by HTTP status once for every provider.
+
+Each adapter parses its own error body (message, code) and says what it recognised (a context
+overflow, a spent quota); the status mapping, the ``Retry-After`` passed on and the ``retryable``
+flag the transport retries on are the same for all of them.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import time
+from collections.abc import Mapping
+
+from suite_common.errors import ApiError
+
+__all__ = ["MAX_MESSAGE_CHARS", "bad_response", "provider_error", "retry_after_header", "retry_after_seconds"]
+
+MAX_MESSAGE_CHARS = 1000
+
+
+def bad_response(detail: str) -> ApiError:
+    """The provider answered 2xx with something that is not what its API documents."""
+    return ApiError(502, "bad_upstream_response", f"The provider sent something the service cannot read: {detail}.")
+
+
+def provider_error(
+    status: int,
+    *,
+    provider: str,
+    message: str | None,
+    headers: Mapping[str, str],
+    upstream_model: str,
+    credentials_hint: str,
+    context_length_exceeded: bool = False,
+    quota_exhausted: bool = False,
+) -> ApiError:
+    """The caller's view of a provider's HTTP error (``status`` >= 400).
+
+    ``credentials_hint`` names what to check on a 401/403 (a setting, never the key itself: the
+    provider's own message may quote part of it, so it is not passed on).
+    """
+    reason = (message or "no reason given")[:MAX_MESSAGE_CHARS]
+    retry_after = retry_after_header(headers)
+    if status in (401, 403):
+        return ApiError(
+            502, "auth_failed", f"{provider} refused the credentials (HTTP {status}): check {credentials_hint}."
+        )
+    if context_length_exceeded:
+        return ApiError(400, "context_length_exceeded", f"The conversation is too long for the model: {reason}")
+    if status == 404:
+        return ApiError(
+            400,
+            "model_not_found",
+            f"{provider} has no model {upstream_model!r} or no such endpoint (HTTP 404): {reason}",
+        )
+    if status == 408:
+        return ApiError(504, "upstream_timeout", f"{provider} timed out (HTTP 408): {reason}", retryable=True)
+    if status == 429:
+        if quota_exhausted:
+            # Waiting does not bring a spent budget back: retrying would only delay the same answer.
+            return ApiError(429, "quota_exhausted", f"{provider} says the account's quota is used up: {reason}")
+        return ApiError(
+            429, "rate_limited", f"{provider} is rate limiting requests: {reason}", headers=retry_after, retryable=True
+        )
+    if status in (503, 529):
+        return ApiError(
+            503,
+            "overloaded",
+            f"{provider} is overloaded (HTTP {status}): {reason}",
+            headers=retry_after,
+            retryable=True,
+        )
+    if status == 504:
+        return ApiError(504, "upstream_timeout", f"{provider} timed out (HTTP 504): {reason}", retryable=True)
+    if status >= 500:
+        return ApiError(
+            503,
+            "upstream_unavailable",
+            f"{provider} failed (HTTP {status}): {reason}",
+            headers=retry_after,
+            retryable=True,
+        )
+    if status == 413:
+        return ApiError(400, "invalid_request", f"{provider} refused the request as too large (HTTP 413): {reason}")
+    return ApiError(400, "invalid_request", f"{provider} rejected the request (HTTP {status}): {reason}")
+
+
+def retry_after_header(headers: Mapping[str, str]) -> dict[str, str] | None:
+    """The provider's wait as the caller's ``Retry-After``: whole seconds, rounded up, whatever form it came in."""
+    seconds = retry_after_seconds(headers)
+    return None if seconds is None else {"Retry-After": str(math.ceil(seconds))}
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """How long the provider asked us to wait: ``retry-after-ms``, or ``Retry-After`` in seconds or as a date."""
+    milliseconds = headers.get("retry-after-ms")
+    if milliseconds is not None:
+        try:
+            return max(0.0, float(milliseconds) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())

@@ -1,0 +1,285 @@
+"""The I/O every HTTP provider shares: bounded retries, one deadline per call, clean connections.
+
+An adapter builds its request (signing it, for Bedrock) and translates its provider's error
+bodies; ``Upstream`` sends it, retries what ``ApiError.retryable`` says may be retried, honours
+``Retry-After``, never works past the caller's deadline and turns every httpx failure into an
+``ApiError`` once. Nothing here knows a wire format.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+import httpx
+from httpx_sse import EventSource, ServerSentEvent, SSEError
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_any,
+    wait_exponential_jitter,
+)
+from tenacity.stop import stop_base
+
+from completion_service.providers._errors import bad_response, retry_after_seconds
+from suite_common.errors import ApiError
+from suite_common.logging import get_logger
+
+__all__ = ["RETRY_AFTER_CAP_SECONDS", "CallDeadline", "ErrorTranslator", "Upstream", "parse_json"]
+
+RETRY_AFTER_CAP_SECONDS = 4.0
+"""A longer Retry-After (or one that ends past the caller's deadline) is not waited for: the caller
+gets the 429 or 503 at once, with the Retry-After header, and decides itself when to come back."""
+
+ErrorTranslator = Callable[[int, bytes, httpx.Headers], ApiError]
+"""``(status, body, headers)`` of a failed response -> the caller's error; ``retryable`` decides a retry."""
+
+_log = get_logger("completion_service.transport")
+
+T = TypeVar("T")
+
+_backoff = wait_exponential_jitter(multiplier=0.5, max=4.0, jitter=0.5)
+
+
+@dataclass(frozen=True)
+class CallDeadline:
+    """When one completion must be over (``anyio.current_time()`` clock), and its whole budget for messages."""
+
+    at: float
+    budget: float
+
+    @classmethod
+    def start(cls, budget: float) -> CallDeadline:
+        return cls(anyio.current_time() + budget, budget)
+
+    def remaining(self) -> float:
+        return self.at - anyio.current_time()
+
+    def timed_out(self) -> ApiError:
+        return ApiError(
+            504, "upstream_timeout", f"The provider did not finish within {self.budget:g} s.", retryable=True
+        )
+
+
+class _RetryableFailure(Exception):
+    """A failure after which the same request may be sent again (never after streaming began)."""
+
+    def __init__(self, error: ApiError, retry_after: float | None = None) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.retry_after = retry_after
+
+
+def _wait(state: RetryCallState) -> float:
+    failure = state.outcome.exception() if state.outcome else None
+    if isinstance(failure, _RetryableFailure) and failure.retry_after is not None:
+        # Exactly what the provider asked for: ``_send`` never lets a longer wait than the cap through,
+        # and ``_StopBefore`` stops when it would end past the deadline.
+        return failure.retry_after
+    return float(_backoff(state))
+
+
+class _StopBefore(stop_base):
+    """Stop when the next wait would end past the deadline: sleeping only to time out would hide
+    the real reason (a 429, a 503) behind a timeout."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return anyio.current_time() + retry_state.upcoming_sleep >= self.deadline
+
+
+def parse_json(content: bytes | str) -> Any:
+    try:
+        return json.loads(content)
+    except ValueError:
+        raise bad_response("the body is not JSON") from None
+
+
+async def _release(response: httpx.Response) -> None:
+    # Shielded: a cancelled caller must still hand the connection back to the pool (or close it).
+    with anyio.CancelScope(shield=True):
+        await response.aclose()
+
+
+class Upstream:
+    """One provider endpoint, reached through the service's shared ``httpx.AsyncClient``.
+
+    ``secrets`` (API keys) are scrubbed from every message that leaves; ``base_url`` appears in
+    messages without any credentials it may carry.
+    """
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        *,
+        provider: str,
+        base_url: str,
+        secrets: Sequence[str | None] = (),
+        max_retries: int = 2,
+    ) -> None:
+        self.http = http
+        self.provider = provider
+        self.max_retries = max_retries
+        self._secrets = [secret for secret in secrets if secret]
+        url = httpx.URL(base_url)
+        self.endpoint = f"{url.scheme}://{url.host}" + (f":{url.port}" if url.port else "")
+
+    # --- sending ------------------------------------------------------------------------------
+
+    async def open(
+        self, build: Callable[[], httpx.Request], translate: ErrorTranslator, deadline: CallDeadline
+    ) -> httpx.Response:
+        """A successful response with its body unread, after at most ``max_retries`` retries.
+
+        ``build`` makes a fresh request for each attempt (a signature may depend on the time).
+        Close the response with ``release`` (``read_json`` and the iterators do it).
+        """
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(_RetryableFailure),
+            stop=stop_any(stop_after_attempt(self.max_retries + 1), _StopBefore(deadline.at)),
+            wait=_wait,
+            sleep=anyio.sleep,
+            before_sleep=self._log_retry,
+            reraise=True,
+        )
+        with self.translated_errors(deadline):
+            try:
+                async for attempt in retrying:
+                    with attempt:
+                        return await self.before(deadline, self._send(build, translate, deadline))
+            except _RetryableFailure as failure:
+                raise failure.error from None
+        raise AssertionError("tenacity returns or raises")  # pragma: no cover
+
+    async def _send(
+        self, build: Callable[[], httpx.Request], translate: ErrorTranslator, deadline: CallDeadline
+    ) -> httpx.Response:
+        remaining = max(deadline.remaining(), 0.001)
+        connect = min(self.http.timeout.connect or remaining, remaining)
+        request = build()
+        request.extensions["timeout"] = httpx.Timeout(remaining, connect=connect).as_dict()
+        try:
+            response = await self.http.send(request, stream=True)
+        except httpx.ConnectTimeout:
+            raise _RetryableFailure(self._unreachable("no connection within the connect timeout", 504)) from None
+        except httpx.ConnectError as error:
+            raise _RetryableFailure(self._unreachable(str(error) or type(error).__name__, 503)) from None
+        if response.is_success:
+            return response
+        try:
+            content = await response.aread()
+        finally:
+            await _release(response)
+        failure = translate(response.status_code, content, response.headers)
+        failure.message = self.scrub(failure.message)
+        _log.warning(
+            "provider_error",
+            provider=self.provider,
+            status=response.status_code,
+            code=failure.code,
+            endpoint=self.endpoint,
+        )
+        if not failure.retryable:
+            raise failure
+        retry_after = retry_after_seconds(response.headers)
+        if retry_after is not None and retry_after > RETRY_AFTER_CAP_SECONDS:
+            # Retrying sooner would ignore the provider; waiting would hold the caller for that long.
+            raise failure
+        raise _RetryableFailure(failure, retry_after)
+
+    # --- reading ------------------------------------------------------------------------------
+
+    async def read_json(self, response: httpx.Response, deadline: CallDeadline) -> Any:
+        """The whole JSON body, then the connection back to the pool."""
+        with self.translated_errors(deadline):
+            try:
+                content = await self.before(deadline, response.aread())
+            finally:
+                await _release(response)
+        return parse_json(content)
+
+    async def iter_sse(self, response: httpx.Response, deadline: CallDeadline) -> AsyncIterator[ServerSentEvent]:
+        """The response's server-sent events, each one awaited within the deadline."""
+        events = EventSource(response).aiter_sse()
+        try:
+            while True:
+                with self.translated_errors(deadline):
+                    event = await self.before(deadline, anext(events, None))
+                if event is None:
+                    return
+                yield event
+        finally:
+            with anyio.CancelScope(shield=True):
+                await events.aclose()
+            await _release(response)
+
+    async def iter_bytes(self, response: httpx.Response, deadline: CallDeadline) -> AsyncIterator[bytes]:
+        """The raw body as it arrives (binary framings such as AWS event streams), within the deadline."""
+        chunks = response.aiter_raw()
+        try:
+            while True:
+                with self.translated_errors(deadline):
+                    chunk = await self.before(deadline, anext(chunks, None))
+                if chunk is None:
+                    return
+                yield chunk
+        finally:
+            await _release(response)
+
+    @staticmethod
+    async def release(response: httpx.Response) -> None:
+        await _release(response)
+
+    @staticmethod
+    async def before(deadline: CallDeadline, awaitable: Awaitable[T]) -> T:
+        """Await ``awaitable`` unless the deadline passes first. The scope never spans a ``yield``."""
+        with anyio.move_on_after(deadline.remaining()):
+            return await awaitable
+        raise deadline.timed_out()
+
+    # --- errors -------------------------------------------------------------------------------
+
+    @contextmanager
+    def translated_errors(self, deadline: CallDeadline) -> Iterator[None]:
+        """httpx and SSE failures as the caller's errors; ``ApiError`` passes through."""
+        try:
+            yield
+        except SSEError as error:  # before TransportError: httpx-sse derives it from that
+            raise bad_response(self.scrub(str(error))) from None
+        except httpx.TimeoutException:
+            raise deadline.timed_out() from None
+        except httpx.TransportError as error:
+            raise ApiError(
+                503,
+                "upstream_unavailable",
+                f"The connection to the provider at {self.endpoint} failed: {type(error).__name__}",
+                retryable=True,
+            ) from None
+
+    def scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def _unreachable(self, reason: str, status: int) -> ApiError:
+        code = "upstream_timeout" if status == 504 else "upstream_unavailable"
+        message = f"Could not connect to the provider at {self.endpoint}: {self.scrub(reason)}"
+        return ApiError(status, code, message, retryable=True)
+
+    def _log_retry(self, state: RetryCallState) -> None:
+        failure = state.outcome.exception() if state.outcome else None
+        _log.warning(
+            "provider_retry",
+            provider=self.provider,
+            attempt=state.attempt_number,
+            wait_seconds=round(state.upcoming_sleep, 3),
+            reason=failure.error.code if isinstance(failure, _RetryableFailure) else repr(failure),
+        )
