@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import ValidationError
 
+from completion_service.catalog import CatalogModel
+from completion_service.providers.base import Provider
 from completion_service.providers.demo import DemoProvider
 from completion_service.routing import ModelRouter
 from completion_service.settings import CompletionSettings
 from suite_common.errors import ApiError
 
 
-class _OpenAI:
-    name = "openai"
+class _Named:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _providers(*kinds: str) -> dict[str, Provider]:
+    return {kind: _Named(kind) for kind in kinds}  # type: ignore[misc]
+
+
+def _entry(**fields: Any) -> CatalogModel:
+    return CatalogModel.model_validate(fields)
 
 
 def test_demo_routes_to_the_demo_model() -> None:
@@ -22,8 +35,32 @@ def test_demo_routes_to_the_demo_model() -> None:
 
 @pytest.mark.parametrize(("model", "upstream"), [("openai/gpt-4o-mini", "gpt-4o-mini"), ("gpt-4o", "gpt-4o")])
 def test_prefixed_and_bare_names_route_to_a_configured_openai(model: str, upstream: str) -> None:
-    route = ModelRouter(demo=DemoProvider(), openai=_OpenAI()).route(model)  # type: ignore[arg-type]
-    assert (route.provider.name, route.upstream_model) == ("openai", upstream)
+    route = ModelRouter(demo=DemoProvider(), providers=_providers("openai")).route(model)
+    assert (route.provider.name, route.upstream_model, route.name) == ("openai", upstream, model)
+
+
+@pytest.mark.parametrize(
+    ("model", "provider", "upstream"),
+    [
+        ("anthropic/claude-sonnet-4-5", "anthropic", "claude-sonnet-4-5"),
+        ("gemini/gemini-2.5-flash", "gemini", "gemini-2.5-flash"),
+        ("vertex/gemini-2.5-pro", "vertex", "gemini-2.5-pro"),
+        ("bedrock/anthropic.claude-3-5-haiku-20241022-v1:0", "bedrock", "anthropic.claude-3-5-haiku-20241022-v1:0"),
+    ],
+)
+def test_a_provider_prefix_routes_to_that_provider(model: str, provider: str, upstream: str) -> None:
+    router = ModelRouter(providers=_providers("openai", "anthropic", "gemini", "vertex", "bedrock"))
+    route = router.route(model)
+    assert (route.provider.name, route.upstream_model) == (provider, upstream)
+
+
+def test_a_prefix_of_a_provider_that_is_not_configured_is_not_sent_to_openai() -> None:
+    router = ModelRouter(providers=_providers("openai"))
+    with pytest.raises(ApiError) as caught:
+        router.route("anthropic/claude-sonnet-4-5")
+    assert caught.value.code == "model_not_found"
+    assert "'anthropic' is not configured" in caught.value.message
+    assert "COMPLETION_ANTHROPIC_API_KEY" in caught.value.message
 
 
 @pytest.mark.parametrize("model", ["gpt-4o", "openai/gpt-4o"])
@@ -40,7 +77,7 @@ def test_find_gives_the_same_route_as_route_and_none_where_route_fails() -> None
     router = ModelRouter(demo=DemoProvider())
     assert router.find("demo") == router.route("demo")
     assert router.find("gpt-4o") is None
-    with_openai = ModelRouter(openai=_OpenAI())  # type: ignore[arg-type]
+    with_openai = ModelRouter(providers=_providers("openai"))
     assert with_openai.find("openai/meta-llama/Llama-3.1-8B") == with_openai.route("openai/meta-llama/Llama-3.1-8B")
     assert with_openai.find("openai/") is None
 
@@ -57,6 +94,36 @@ def test_a_disabled_demo_model_is_not_routed() -> None:
     assert not router.has_models
     with pytest.raises(ApiError):
         router.route("demo")
+
+
+def test_a_catalog_alias_routes_to_its_provider_with_its_fallbacks_in_order() -> None:
+    anthropic, openai = _Named("anthropic"), _Named("openai")
+    catalog = {
+        "smart": (
+            _entry(name="smart", provider="anthropic", model="claude-sonnet-4-5", fallbacks=["backup", "demo"]),
+            anthropic,
+        ),
+        "backup": (_entry(name="backup", provider="openai", model="gpt-4o", fallbacks=["smart"]), openai),
+    }
+    router = ModelRouter(demo=DemoProvider(), catalog=catalog)  # type: ignore[arg-type]
+    route = router.route("smart")
+    assert [(r.name, r.provider.name, r.upstream_model) for r in route.chain()] == [
+        ("smart", "anthropic", "claude-sonnet-4-5"),
+        ("backup", "openai", "gpt-4o"),
+        ("demo", "demo", "demo"),
+    ]
+    # A fallback's own fallbacks are not followed.
+    assert route.fallbacks[0].fallbacks == ()
+
+
+def test_the_model_list_shows_aliases_demo_and_one_pattern_per_provider() -> None:
+    catalog = {
+        "smart": (_entry(name="smart", provider="anthropic", model="claude-x", fallbacks=["demo"]), _Named("anthropic"))
+    }
+    router = ModelRouter(demo=DemoProvider(), providers=_providers("openai", "gemini"), catalog=catalog)  # type: ignore[arg-type]
+    listed = router.available()
+    assert [entry["id"] for entry in listed] == ["smart", "demo", "openai/*", "gemini/*"]
+    assert listed[0] == {"id": "smart", "provider": "anthropic", "upstreamModel": "claude-x", "fallbacks": ["demo"]}
 
 
 @pytest.mark.parametrize(

@@ -7,23 +7,31 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+import anyio
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from completion_service.providers.demo import DemoProvider
-from completion_service.providers.openai import OpenAIProvider
-from completion_service.routing import ModelRouter
+from completion_service.catalog import CatalogError
+from completion_service.routing import ModelRoute, ModelRouter
 from completion_service.settings import CompletionSettings
+from completion_service.wiring import build_router
 from suite_common.deadline import time_budget
 from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes
 from suite_common.http import ModelResponse, cancel_on_disconnect, read_model
 from suite_common.logging import get_logger
 from suite_common.sse import Emit, EventStreamResponse, encode_event
-from suite_common.wire import DEADLINE_HEADER, CompletionEvent, CompletionRequest, StreamError, dump
+from suite_common.wire import (
+    DEADLINE_HEADER,
+    CompletionEvent,
+    CompletionRequest,
+    CompletionResponse,
+    StreamError,
+    dump,
+)
 
 __all__ = ["create_app"]
 
@@ -67,29 +75,72 @@ async def _first_event(events: AsyncIterator[CompletionEvent]) -> CompletionEven
         raise ApiError(502, "bad_upstream_response", "The provider ended the stream without an answer.") from None
 
 
+def _as(body: CompletionRequest, route: ModelRoute) -> CompletionRequest:
+    """The request as the route's provider reports it: under the name of the model that answers."""
+    return body if route.name == body.model else body.model_copy(update={"model": route.name})
+
+
+def _falls_back(error: ApiError, route: ModelRoute, chain: list[ModelRoute]) -> bool:
+    """A retryable failure (after the provider's own retries) moves on to the next model of the chain."""
+    if not error.retryable or route is chain[-1]:
+        return False
+    _log.warning("model_fallback", model=route.name, code=error.code, next_model=chain[chain.index(route) + 1].name)
+    return True
+
+
+async def _complete(body: CompletionRequest, route: ModelRoute, deadline: float) -> CompletionResponse:
+    chain = route.chain()
+    for candidate in chain:
+        try:
+            return await candidate.provider.complete(_as(body, candidate), candidate.upstream_model, _left(deadline))
+        except ApiError as error:
+            if not _falls_back(error, candidate, chain):
+                raise
+    raise AssertionError("the last route returns or raises")  # pragma: no cover
+
+
+async def _open_stream(
+    body: CompletionRequest, route: ModelRoute, deadline: float
+) -> tuple[AsyncIterator[CompletionEvent], CompletionEvent]:
+    """The first route whose stream starts, with its first event; nothing reached the caller before it."""
+    chain = route.chain()
+    for candidate in chain:
+        events = candidate.provider.stream(_as(body, candidate), candidate.upstream_model, _left(deadline))
+        try:
+            return events, await _first_event(events)
+        except ApiError as error:
+            await _close(events)
+            if not _falls_back(error, candidate, chain):
+                raise
+        except BaseException:
+            await _close(events)
+            raise
+    raise AssertionError("the last route returns or raises")  # pragma: no cover
+
+
+def _left(deadline: float) -> float:
+    left = deadline - anyio.current_time()
+    if left <= 0:
+        raise ApiError(504, "upstream_timeout", "The request's time ran out before a model answered.", retryable=True)
+    return left
+
+
 async def completions(request: Request) -> Response | EventStreamResponse:
     services = _services(request)
     body = await read_model(request, CompletionRequest)
     route = services.router.route(body.model)
-    timeout = _budget(request, services.settings)
+    deadline = anyio.current_time() + _budget(request, services.settings)
     if not body.stream:
-        answered, response = await cancel_on_disconnect(
-            request, route.provider.complete(body, route.upstream_model, timeout)
-        )
+        answered, response = await cancel_on_disconnect(request, _complete(body, route, deadline))
         if not answered or response is None:
             return Response(status_code=499)  # the client has gone; nobody reads this
         return ModelResponse(response)
 
-    events = route.provider.stream(body, route.upstream_model, timeout)
     # Until the first event exists, a failure is still an ordinary HTTP error with its status.
-    try:
-        started, first = await cancel_on_disconnect(request, _first_event(events))
-    except BaseException:
-        await _close(events)
-        raise
-    if not started or first is None:
-        await _close(events)
+    started, opened = await cancel_on_disconnect(request, _open_stream(body, route, deadline))
+    if not started or opened is None:
         return Response(status_code=499)
+    events, first = opened
 
     async def produce(send: Emit) -> None:
         try:
@@ -118,21 +169,19 @@ async def model(request: Request) -> JSONResponse:
     """Where ``POST /api/v1/completions`` would send this model name, so a caller can check it before a run."""
     name: str = request.path_params["model"]
     route = _services(request).router.route(name, not_found_status=404)
-    return JSONResponse({"id": name, "provider": route.provider.name, "upstreamModel": route.upstream_model})
+    answer: dict[str, object] = {"id": name, "provider": route.provider.name, "upstreamModel": route.upstream_model}
+    if route.fallbacks:
+        answer["fallbacks"] = [
+            {"id": fallback.name, "provider": fallback.provider.name, "upstreamModel": fallback.upstream_model}
+            for fallback in route.fallbacks
+        ]
+    return JSONResponse(answer)
 
 
 async def _readiness(request: Request) -> dict[str, str]:
     if _services(request).router.has_models:
         return {"models": "ok"}
-    return {"models": "none available: enable COMPLETION_DEMO_ENABLED or configure COMPLETION_OPENAI_API_KEY"}
-
-
-def _router(settings: CompletionSettings, http: httpx.AsyncClient) -> ModelRouter:
-    openai = None
-    if settings.openai_configured:
-        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
-        openai = OpenAIProvider(http, settings.openai_base_url, key, max_retries=settings.max_retries)
-    return ModelRouter(demo=DemoProvider() if settings.demo_enabled else None, openai=openai)
+    return {"models": "none available: enable COMPLETION_DEMO_ENABLED or configure a provider"}
 
 
 def create_app(settings: CompletionSettings, *, http_client: httpx.AsyncClient | None = None) -> Starlette:
@@ -145,7 +194,14 @@ def create_app(settings: CompletionSettings, *, http_client: httpx.AsyncClient |
             timeout=httpx.Timeout(settings.request_timeout_seconds, connect=settings.connect_timeout_seconds),
             limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
         )
-        router = _router(settings, http)
+        try:
+            router = build_router(settings, http)
+        except CatalogError as error:
+            # Fail the start with the reason: a service that cannot route what it was told to is misconfigured.
+            _log.error("model_catalog_invalid", reason=str(error))
+            if http_client is None:
+                await http.aclose()
+            raise
         _log.info("completion_service_ready", models=[entry["id"] for entry in router.available()])
         try:
             yield {"services": _Services(settings=settings, router=router)}

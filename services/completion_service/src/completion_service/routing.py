@@ -1,54 +1,96 @@
-"""Model names to providers: ``demo``, ``openai/<id>``, and bare names once OpenAI is configured."""
+"""Model names to providers: catalog aliases, ``<provider>/<model>``, ``demo``, and bare names.
+
+A name resolves, in order, to: a catalog entry; ``demo``; ``<provider>/<model>`` for a configured
+provider (``openai``, ``anthropic``, ``gemini``, ``vertex``, ``bedrock``); any other name to the
+OpenAI-compatible endpoint when one is configured. A catalog entry's fallbacks come with its route.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
+from completion_service.catalog import PROVIDER_KINDS, CatalogModel
 from completion_service.providers.base import Provider
 from suite_common.errors import ApiError
 
-__all__ = ["OPENAI_PREFIX", "ModelRoute", "ModelRouter"]
-
-OPENAI_PREFIX = "openai/"
+__all__ = ["ModelRoute", "ModelRouter"]
 
 _CONFIGURE = (
-    "Set COMPLETION_OPENAI_API_KEY (OpenAI) or COMPLETION_OPENAI_BASE_URL (any OpenAI-compatible "
-    "server: vLLM, Ollama, LM Studio) to use other models."
+    "Configure a provider to use other models: COMPLETION_OPENAI_API_KEY or COMPLETION_OPENAI_BASE_URL "
+    "(OpenAI and compatible servers), COMPLETION_ANTHROPIC_API_KEY, COMPLETION_GEMINI_API_KEY, "
+    "COMPLETION_VERTEX_PROJECT, COMPLETION_BEDROCK_REGION, or a model catalog (COMPLETION_MODELS)."
+)
+
+_DEMO_DESCRIPTION = (
+    "A deterministic stand-in that is not an LLM: calls the tools that share a word with the question, "
+    "then cites what they returned."
 )
 
 
 @dataclass(frozen=True)
 class ModelRoute:
-    """Who answers a model name, and under which name the provider knows it."""
+    """Who answers a model name, under which name the provider knows it, and who answers when it cannot."""
 
+    name: str
+    """The name reported back as ``model`` (the caller's, or the fallback's that answered)."""
     provider: Provider
     upstream_model: str
+    fallbacks: tuple[ModelRoute, ...] = field(default=())
+
+    def chain(self) -> list[ModelRoute]:
+        """This route, then its fallbacks in order."""
+        return [self, *self.fallbacks]
+
+
+@dataclass(frozen=True)
+class _Alias:
+    entry: CatalogModel
+    provider: Provider
 
 
 class ModelRouter:
-    """``demo`` -> the demo model; ``openai/<id>`` -> ``<id>`` at the OpenAI-compatible endpoint;
-    any other name -> that endpoint too, when it is configured.
+    """``providers`` maps a provider kind to its configured adapter; ``catalog`` maps aliases to theirs
+    (an entry with its own key or endpoint has its own adapter)."""
 
-    A provider passed as ``None`` is not available (demo disabled, OpenAI not configured).
-    """
-
-    def __init__(self, *, demo: Provider | None = None, openai: Provider | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        demo: Provider | None = None,
+        providers: Mapping[str, Provider] | None = None,
+        catalog: Mapping[str, tuple[CatalogModel, Provider]] | None = None,
+    ) -> None:
         self._demo = demo
-        self._openai = openai
+        self._providers = dict(providers or {})
+        self._aliases = {name: _Alias(entry, provider) for name, (entry, provider) in (catalog or {}).items()}
 
     @property
     def has_models(self) -> bool:
-        return self._demo is not None or self._openai is not None
+        return self._demo is not None or bool(self._providers) or bool(self._aliases)
 
     def find(self, model: str) -> ModelRoute | None:
-        """The route of ``model``, or ``None`` when no available provider answers it."""
+        """The route of ``model`` with its fallbacks, or ``None`` when no available provider answers it."""
+        alias = self._aliases.get(model)
+        if alias is None:
+            return self._direct(model)
+        fallbacks = []
+        for name in alias.entry.fallbacks:
+            # A fallback's own fallbacks are not followed: a chain stays as short as the operator wrote it.
+            target = self._aliases.get(name)
+            route = ModelRoute(name, target.provider, target.entry.model) if target is not None else self._direct(name)
+            if route is not None:
+                fallbacks.append(route)
+        return ModelRoute(model, alias.provider, alias.entry.model, tuple(fallbacks))
+
+    def _direct(self, model: str) -> ModelRoute | None:
         if model == "demo" and self._demo is not None:
-            return ModelRoute(self._demo, model)
-        if self._openai is not None:
-            upstream = model.removeprefix(OPENAI_PREFIX)
-            if upstream:
-                return ModelRoute(self._openai, upstream)
-        return None
+            return ModelRoute(model, self._demo, model)
+        kind, slash, upstream = model.partition("/")
+        if slash and kind in PROVIDER_KINDS:
+            provider = self._providers.get(kind)
+            return ModelRoute(model, provider, upstream) if provider is not None and upstream else None
+        openai = self._providers.get("openai")
+        return ModelRoute(model, openai, model) if openai is not None else None
 
     def route(self, model: str, *, not_found_status: int = 400) -> ModelRoute:
         """The route of ``model``, or a ``model_not_found`` error (``not_found_status``) that says what is
@@ -59,31 +101,34 @@ class ModelRouter:
         return found
 
     def _not_found_message(self, model: str) -> str:
-        names = ", ".join(entry["id"] for entry in self.available()) or "none"
+        names = ", ".join(str(entry["id"]) for entry in self.available()) or "none"
         message = f"Unknown model {model!r}. Available models: {names}."
-        if self._openai is None:
+        kind = model.partition("/")[0]
+        if kind in PROVIDER_KINDS and kind not in self._providers:
+            message += f" The provider {kind!r} is not configured."
+        if len(self._providers) < len(PROVIDER_KINDS):
             message += " " + _CONFIGURE
         return message
 
-    def available(self) -> list[dict[str, str]]:
-        """What ``GET /api/v1/models`` lists."""
-        models = []
+    def available(self) -> list[dict[str, object]]:
+        """What ``GET /api/v1/models`` lists: catalog entries, ``demo``, then one pattern per provider."""
+        models: list[dict[str, object]] = []
+        for name, alias in self._aliases.items():
+            listed: dict[str, object] = {
+                "id": name,
+                "provider": alias.provider.name,
+                "upstreamModel": alias.entry.model,
+            }
+            if alias.entry.fallbacks:
+                listed["fallbacks"] = list(alias.entry.fallbacks)
+            if alias.entry.description:
+                listed["description"] = alias.entry.description
+            models.append(listed)
         if self._demo is not None:
-            models.append(
-                {
-                    "id": "demo",
-                    "provider": self._demo.name,
-                    "description": "A deterministic stand-in that is not an LLM: calls the tools that share a "
-                    "word with the question, then cites what they returned.",
-                }
-            )
-        if self._openai is not None:
-            models.append(
-                {
-                    "id": OPENAI_PREFIX + "*",
-                    "provider": self._openai.name,
-                    "description": "Any model of the configured OpenAI-compatible endpoint, as openai/<model> "
-                    "or by its bare name (gpt-4o, llama3.1, ...).",
-                }
-            )
+            models.append({"id": "demo", "provider": self._demo.name, "description": _DEMO_DESCRIPTION})
+        for kind, provider in self._providers.items():
+            description = f"Any model of the configured {kind} provider, as {kind}/<model id>"
+            if kind == "openai":
+                description += " or by its bare name (gpt-4o, llama3.1, ...)"
+            models.append({"id": f"{kind}/*", "provider": provider.name, "description": description + "."})
         return models

@@ -126,6 +126,19 @@ class CompletionSettings(ServiceSettings):
         description="Bedrock runtime endpoint; default `https://bedrock-runtime.<region>.amazonaws.com`.",
     )
 
+    models: _OptionalText = Field(
+        default=None,
+        description=(
+            'The model catalog as JSON: a list (or {"models": [...]}) of entries {name, provider (openai, '
+            "anthropic, gemini, vertex, bedrock), model, apiKey? (${env:NAME}, ${file:/path} or the key), baseUrl?, "
+            "fallbacks?, description?}. Callers use the names; `<provider>/<model>` works without an entry."
+        ),
+    )
+    models_file: _OptionalPath = Field(
+        default=None,
+        description="The model catalog in a JSON or TOML file (`[[models]]` tables), read after `COMPLETION_MODELS`.",
+    )
+
     request_timeout_seconds: float = Field(
         default=120,
         gt=0,
