@@ -20,6 +20,8 @@ from suite_common.wire import (
     CompletionDone,
     CompletionResponse,
     Message,
+    ReasoningBlockEvent,
+    ReasoningDelta,
     TextDelta,
     ToolCall,
     ToolCallEvent,
@@ -54,12 +56,19 @@ def call_tools(*calls: tuple[str, str, dict[str, Any]]) -> CompletionResponse:
 
 def _sse(reply: CompletionResponse) -> bytes:
     events: list[Any] = []
+    for block in reply.message.reasoning or []:
+        events += [ReasoningDelta(delta=word) for word in re.findall(r"\S+\s*", block.text)]
+        events.append(ReasoningBlockEvent(block=block))
     if reply.message.content:
         events += [TextDelta(delta=word) for word in re.findall(r"\S+\s*", reply.message.content)]
     for call in reply.message.tool_calls or []:
         events.append(
             ToolCallEvent(
-                id=call.id, name=call.name, arguments=call.arguments, invalid_arguments=call.invalid_arguments
+                id=call.id,
+                name=call.name,
+                arguments=call.arguments,
+                invalid_arguments=call.invalid_arguments,
+                signature=call.signature,
             )
         )
     events.append(

@@ -10,7 +10,18 @@ import pytest
 
 from agent_service.clients import Deadline
 from agent_service.loop import RunPlan
-from suite_common.wire import Message, RunDone, RunError, RunEvent, RunText, RunToolCall, RunToolResult, ToolInfo
+from suite_common.wire import (
+    Message,
+    ReasoningBlock,
+    RunDone,
+    RunError,
+    RunEvent,
+    RunReasoning,
+    RunText,
+    RunToolCall,
+    RunToolResult,
+    ToolInfo,
+)
 from unit.agent_service.scripted import Scripted, answer, call_tools
 
 pytestmark = pytest.mark.anyio
@@ -234,3 +245,23 @@ async def test_a_callee_giving_up_at_the_deadline_ends_the_run_with_finish_reaso
     assert outcome.error is None
     assert outcome.finish_reason == "deadline"
     assert isinstance(events.events[-1], RunDone)
+
+
+async def test_streamed_reasoning_is_forwarded_and_its_blocks_go_back_with_the_next_turn() -> None:
+    thinking = ReasoningBlock(text="I should look it up first.", signature="sig-1", provider="anthropic")
+    first = call_tools(("call_1", "echo", {"q": "x"}))
+    first.message.reasoning = [thinking]
+    assert first.message.tool_calls is not None
+    first.message.tool_calls[0].signature = "opaque-call-signature"
+    scripted = Scripted([first, answer("done")], tools={"echo": echo})
+    events = Recorder()
+    outcome = await scripted.loop().run(plan("echo"), events, stream_text=True)
+    assert outcome.finish_reason == "stop"
+    reasoning = events.of(RunReasoning)
+    assert "".join(e.delta for e in reasoning) == "I should look it up first."
+    assert {e.iteration for e in reasoning} == {1}
+    replayed = scripted.completion_requests[1]["messages"][1]
+    assert replayed["reasoning"] == [
+        {"text": "I should look it up first.", "signature": "sig-1", "provider": "anthropic"}
+    ]
+    assert replayed["toolCalls"][0]["signature"] == "opaque-call-signature"

@@ -26,6 +26,9 @@ from suite_common.wire import (
     CompletionResponse,
     ListToolsResponse,
     Message,
+    ReasoningBlock,
+    ReasoningBlockEvent,
+    ReasoningDelta,
     StreamError,
     TextDelta,
     ToolCall,
@@ -34,9 +37,12 @@ from suite_common.wire import (
     dump,
 )
 
-__all__ = ["CompletionClient", "Deadline", "ToolsClient", "UpstreamError"]
+__all__ = ["CompletionClient", "Deadline", "DeltaSink", "ToolsClient", "UpstreamError"]
 
 _completion_event = TypeAdapter[CompletionEvent](CompletionEvent)
+
+DeltaSink = Callable[[TextDelta | ReasoningDelta], Awaitable[None]]
+"""Where a streamed turn hands each text or reasoning delta as it arrives."""
 
 
 class Deadline:
@@ -115,13 +121,14 @@ class CompletionClient:
         self,
         request: CompletionRequest,
         deadline: Deadline,
-        on_text: Callable[[str], Awaitable[None]] | None = None,
+        on_delta: DeltaSink | None = None,
     ) -> CompletionResponse:
-        """One LLM turn. With ``on_text`` the turn is streamed and each text delta handed over as it comes."""
-        body = dump(request.model_copy(update={"stream": on_text is not None})).encode()
+        """One LLM turn. With ``on_delta`` the turn is streamed and each text or reasoning delta handed over
+        as it comes."""
+        body = dump(request.model_copy(update={"stream": on_delta is not None})).encode()
         headers = {"content-type": "application/json", **deadline.header()}
         try:
-            if on_text is None:
+            if on_delta is None:
                 response = await self.http.post(self.url, content=body, headers=headers)
                 if response.status_code != 200:
                     raise await _error_from_response(self.service, response)
@@ -129,7 +136,7 @@ class CompletionClient:
             async with self.http.stream("POST", self.url, content=body, headers=headers) as response:
                 if response.status_code != 200:
                     raise await _error_from_response(self.service, response)
-                return await _fold_stream(_events(response), on_text)
+                return await _fold_stream(_events(response), on_delta)
         except httpx.HTTPError as error:
             raise _transport_error(self.service, error) from None
         except ValidationError:
@@ -142,25 +149,38 @@ async def _events(response: httpx.Response) -> AsyncIterator[CompletionEvent]:
             yield _completion_event.validate_json(sse.data)
 
 
-async def _fold_stream(
-    events: AsyncIterator[CompletionEvent], on_text: Callable[[str], Awaitable[None]]
-) -> CompletionResponse:
+async def _fold_stream(events: AsyncIterator[CompletionEvent], on_delta: DeltaSink) -> CompletionResponse:
     text: list[str] = []
+    reasoning: list[ReasoningBlock] = []
     calls: list[ToolCall] = []
     async for event in events:
         if isinstance(event, TextDelta):
             text.append(event.delta)
-            await on_text(event.delta)
+            await on_delta(event)
+        elif isinstance(event, ReasoningDelta):
+            await on_delta(event)
+        elif isinstance(event, ReasoningBlockEvent):
+            # Kept on the message: some providers refuse the next turn without their reasoning blocks.
+            reasoning.append(event.block)
         elif isinstance(event, ToolCallEvent):
             calls.append(
                 ToolCall(
-                    id=event.id, name=event.name, arguments=event.arguments, invalid_arguments=event.invalid_arguments
+                    id=event.id,
+                    name=event.name,
+                    arguments=event.arguments,
+                    invalid_arguments=event.invalid_arguments,
+                    signature=event.signature,
                 )
             )
         elif isinstance(event, StreamError):
             raise UpstreamError(event.code, f"completion-service: {event.message}")
         elif isinstance(event, CompletionDone):
-            message = Message(role="assistant", content="".join(text) or None, tool_calls=calls or None)
+            message = Message(
+                role="assistant",
+                content="".join(text) or None,
+                reasoning=reasoning or None,
+                tool_calls=calls or None,
+            )
             return CompletionResponse(
                 message=message,
                 finish_reason=event.finish_reason,

@@ -21,13 +21,16 @@ from suite_common.logging import get_logger
 from suite_common.wire import (
     CompletionRequest,
     Message,
+    ReasoningDelta,
     RunDone,
     RunError,
     RunEvent,
     RunFinishReason,
+    RunReasoning,
     RunText,
     RunToolCall,
     RunToolResult,
+    TextDelta,
     ToolCall,
     ToolChoice,
     ToolInfo,
@@ -155,10 +158,13 @@ class AgentLoop:
                 temperature=plan.temperature,
             )
 
-            async def forward_text(delta: str, iteration: int = iteration) -> None:
-                await emit(RunText(run_id=plan.run_id, iteration=iteration, delta=delta))
+            async def forward(delta: TextDelta | ReasoningDelta, iteration: int = iteration) -> None:
+                if isinstance(delta, TextDelta):
+                    await emit(RunText(run_id=plan.run_id, iteration=iteration, delta=delta.delta))
+                else:
+                    await emit(RunReasoning(run_id=plan.run_id, iteration=iteration, delta=delta.delta))
 
-            response = await self.completions.complete(request, deadline, forward_text if stream_text else None)
+            response = await self.completions.complete(request, deadline, forward if stream_text else None)
             state.usage += response.usage
             state.append(response.message)
             calls = response.message.tool_calls or []
