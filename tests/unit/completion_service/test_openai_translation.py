@@ -22,6 +22,8 @@ from suite_common.wire import (
     CompletionRequest,
     Message,
     NamedToolChoice,
+    ReasoningBlock,
+    ReasoningBlockEvent,
     TextDelta,
     ToolCall,
     ToolCallEvent,
@@ -481,3 +483,53 @@ def test_tool_calls_survive_the_round_trip_through_the_openai_format(messages: l
     assert [(c.id, c.name, c.arguments, c.invalid_arguments) for c in parsed] == [
         (c.id, c.name, c.arguments, None) for c in original
     ]
+
+
+def test_reasoning_content_of_a_compatible_server_comes_back_as_a_reasoning_block() -> None:
+    body = {
+        "id": "chatcmpl-r",
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "42", "reasoning_content": "6 times 7 is 42."},
+                "finish_reason": "stop",
+            }
+        ],
+    }
+    response = parse_response(body, "deepseek-reasoner")
+    assert response.message.reasoning == [ReasoningBlock(text="6 times 7 is 42.", provider="openai")]
+    assert response.message.content == "42"
+
+
+def test_streamed_reasoning_arrives_as_deltas_then_one_block_before_done() -> None:
+    assembler = StreamAssembler(model="qwq")
+    events = [
+        *assembler.feed(_chunk({"role": "assistant", "reasoning_content": "First, "})),
+        *assembler.feed(_chunk({"reasoning": "think."})),  # OpenRouter and Ollama call it "reasoning"
+        *assembler.feed(_chunk({"content": "Done."}, "stop")),
+        *assembler.finish(),
+    ]
+    assert [type(event).__name__ for event in events] == [
+        "ReasoningDelta",
+        "ReasoningDelta",
+        "TextDelta",
+        "ReasoningBlockEvent",
+        "CompletionDone",
+    ]
+    assert isinstance(events[3], ReasoningBlockEvent)
+    assert events[3].block == ReasoningBlock(text="First, think.", provider="openai")
+
+
+def test_reasoning_is_never_sent_back_to_a_chat_completions_server() -> None:
+    thought = ReasoningBlock(text="hidden", provider="openai")
+    request = CompletionRequest(
+        model="m",
+        messages=[
+            Message(role="user", content="q"),
+            Message(role="assistant", content="a", reasoning=[thought]),
+            Message(role="user", content="q2"),
+        ],
+    )
+    body = build_request_body(request, "m", stream=False)
+    assert body["messages"][1] == {"role": "assistant", "content": "a"}

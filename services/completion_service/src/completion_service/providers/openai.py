@@ -25,6 +25,9 @@ from suite_common.wire import (
     CompletionResponse,
     FinishReason,
     Message,
+    ReasoningBlock,
+    ReasoningBlockEvent,
+    ReasoningDelta,
     TextDelta,
     ToolCall,
     ToolCallEvent,
@@ -172,13 +175,26 @@ def parse_response(body: Any, model: str, *, provider: str = PROVIDER_NAME) -> C
     if not isinstance(raw_calls, list):
         raise bad_response("message.tool_calls is not a list")
     calls = [_tool_call(raw, position) for position, raw in enumerate(raw_calls)]
+    thought = _reasoning_text(message, "message")
+    reasoning = [ReasoningBlock(text=thought, provider=provider)] if thought else None
     return CompletionResponse(
-        message=Message(role="assistant", content=content or None, tool_calls=calls or None),
+        message=Message(role="assistant", content=content or None, reasoning=reasoning, tool_calls=calls or None),
         finish_reason=_finish_reason(choice.get("finish_reason"), has_tool_calls=bool(calls)),
         usage=_usage(body.get("usage")),
         model=model,
         provider=provider,
     )
+
+
+def _reasoning_text(holder: dict[str, Any], what: str) -> str | None:
+    """The reasoning a compatible server adds: ``reasoning_content`` (vLLM, DeepSeek, SGLang) or ``reasoning``
+    (OpenRouter, Ollama). OpenAI itself returns none in Chat Completions. It is for the caller to see: these
+    servers do not want it back, so it is never replayed."""
+    for key in ("reasoning_content", "reasoning"):
+        text = _text(holder.get(key), f"{what}.{key}")
+        if text:
+            return text
+    return None
 
 
 def _tool_call(raw: Any, position: int) -> ToolCall:
@@ -216,6 +232,7 @@ class StreamAssembler:
         self._usage = Usage()
         self._calls: dict[int, _PartialCall] = {}
         self._last_index: int | None = None
+        self._reasoning: list[str] = []
 
     def feed(self, chunk: Any) -> list[CompletionEvent]:
         if not isinstance(chunk, dict):
@@ -240,6 +257,10 @@ class StreamAssembler:
             delta = choice.get("delta") or {}
             if not isinstance(delta, dict):
                 raise bad_response("a chunk delta is not an object")
+            thought = _reasoning_text(delta, "delta")
+            if thought:
+                self._reasoning.append(thought)
+                events.append(ReasoningDelta(delta=thought))
             for key in ("content", "refusal"):
                 text = _text(delta.get(key), f"delta.{key}")
                 if text:
@@ -278,8 +299,11 @@ class StreamAssembler:
             call.arguments.append(json.dumps(arguments))
 
     def finish(self) -> list[CompletionEvent]:
-        """The assembled tool calls, then ``done``; call it once the stream has ended."""
+        """The reasoning block, the assembled tool calls, then ``done``; call it once the stream has ended."""
         events: list[CompletionEvent] = []
+        if self._reasoning:
+            block = ReasoningBlock(text="".join(self._reasoning), provider=self.provider)
+            events.append(ReasoningBlockEvent(block=block))
         for index in sorted(self._calls):
             call = self._calls[index]
             if not call.name:
