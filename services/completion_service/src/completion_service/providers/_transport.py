@@ -128,7 +128,7 @@ class Upstream:
         self.http = http
         self.provider = provider
         self.max_retries = max_retries
-        self._secrets = [secret for secret in secrets if secret]
+        self._secrets = {secret for secret in secrets if secret}
         url = httpx.URL(base_url)
         self.endpoint = f"{url.scheme}://{url.host}" + (f":{url.port}" if url.port else "")
 
@@ -263,6 +263,10 @@ class Upstream:
                 f"The connection to the provider at {self.endpoint} failed: {type(error).__name__}",
                 retryable=True,
             ) from None
+
+    def hide(self, *secrets: str | None) -> None:
+        """Also scrub these from messages (credentials that are only known at call time)."""
+        self._secrets.update(secret for secret in secrets if secret)
 
     def scrub(self, text: str) -> str:
         for secret in self._secrets:

@@ -1,0 +1,541 @@
+"""Amazon Bedrock's Converse and ConverseStream APIs, one wire format for every model Bedrock hosts.
+
+The first half is pure translation between the neutral wire models and Converse JSON; the
+stream's AWS event-stream frames are decoded by botocore's ``EventStreamBuffer`` and folded by
+``ConverseStreamAssembler``. ``BedrockProvider`` is the only I/O: each attempt is signed afresh
+with botocore's SigV4 signer and sent through the shared transport.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import anyio
+import httpx
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials, ReadOnlyCredentials
+from botocore.eventstream import EventStreamBuffer, ParserError
+
+from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
+from completion_service.providers._transport import CallDeadline, Upstream, parse_json
+from completion_service.providers.openai import parse_arguments
+from suite_common.errors import ApiError
+from suite_common.wire import (
+    CompletionDone,
+    CompletionEvent,
+    CompletionRequest,
+    CompletionResponse,
+    FinishReason,
+    Message,
+    ReasoningBlock,
+    ReasoningBlockEvent,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    ToolCallEvent,
+    ToolChoice,
+    Usage,
+)
+
+__all__ = [
+    "BedrockProvider",
+    "ConverseStreamAssembler",
+    "build_request_body",
+    "parse_response",
+    "translate_error",
+    "translate_stream_exception",
+]
+
+PROVIDER_NAME = "bedrock"
+
+_STOP_REASONS: dict[str, FinishReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "guardrail_intervened": "content_filter",
+    "content_filtered": "content_filter",
+}
+
+# --- neutral -> Converse -------------------------------------------------------------------------
+
+
+def build_request_body(request: CompletionRequest, *, provider: str = PROVIDER_NAME) -> dict[str, Any]:
+    """The JSON body of ``POST /model/{modelId}/converse`` (or ``converse-stream``: the same body)."""
+    system = [{"text": m.content} for m in request.messages if m.role == "system" and m.content]
+    body: dict[str, Any] = {"messages": _turns(request.messages, provider)}
+    if system:
+        body["system"] = system
+    inference: dict[str, Any] = {}
+    if request.max_tokens is not None:
+        inference["maxTokens"] = request.max_tokens
+    if request.temperature is not None:
+        inference["temperature"] = request.temperature
+    if inference:
+        body["inferenceConfig"] = inference
+    tool_config = _tool_config(request, body["messages"])
+    if tool_config is not None:
+        body["toolConfig"] = tool_config
+    return body
+
+
+def _turns(messages: list[Message], provider: str) -> list[dict[str, Any]]:
+    """Converse turns: user and assistant alternating, starting with user; tool results are user content."""
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "system":
+            continue
+        role = "assistant" if message.role == "assistant" else "user"
+        blocks = _blocks(message, provider)
+        if not blocks:
+            continue
+        if turns and turns[-1]["role"] == role:
+            previous = turns[-1]["content"]
+            # Tool results answer the turn before: they go ahead of any text of the same user turn.
+            results = [b for b in blocks if "toolResult" in b]
+            others = [b for b in blocks if "toolResult" not in b]
+            position = sum(1 for b in previous if "toolResult" in b)
+            previous[position:position] = results
+            previous.extend(others)
+        else:
+            turns.append({"role": role, "content": blocks})
+    if not turns or turns[0]["role"] != "user":
+        # Converse refuses a conversation that does not open with the user.
+        turns.insert(0, {"role": "user", "content": [{"text": "(conversation continues)"}]})
+    return turns
+
+
+def _blocks(message: Message, provider: str) -> list[dict[str, Any]]:
+    if message.role == "tool":
+        text = message.content or ""
+        return [
+            {
+                "toolResult": {
+                    "toolUseId": message.tool_call_id,
+                    "content": [{"text": text or "(no output)"}],
+                    "status": "error" if message.is_error else "success",
+                }
+            }
+        ]
+    blocks: list[dict[str, Any]] = []
+    if message.role == "assistant":
+        for block in message.reasoning or []:
+            if block.provider != provider:
+                continue  # another provider's reasoning means nothing here
+            if block.redacted_data is not None:
+                blocks.append({"reasoningContent": {"redactedContent": block.redacted_data}})
+            elif block.signature is not None:
+                blocks.append(
+                    {"reasoningContent": {"reasoningText": {"text": block.text, "signature": block.signature}}}
+                )
+    if message.content:
+        blocks.append({"text": message.content})
+    for call in message.tool_calls or []:
+        # Converse takes only an object as input: malformed arguments go back as {} (the tool result,
+        # which says what was wrong, tells the model).
+        blocks.append({"toolUse": {"toolUseId": call.id, "name": call.name, "input": call.arguments}})
+    return blocks
+
+
+def _tool_config(request: CompletionRequest, turns: list[dict[str, Any]]) -> dict[str, Any] | None:
+    history_has_tools = any("toolUse" in b or "toolResult" in b for turn in turns for b in turn["content"])
+    if not request.tools:
+        return None
+    if request.tool_choice == "none" and not history_has_tools:
+        # Converse has no "none": leaving the tools out is the same, unless the history uses them,
+        # in which case Bedrock requires the tool definitions and the model may still call one.
+        return None
+    config: dict[str, Any] = {
+        "tools": [
+            {
+                "toolSpec": {
+                    "name": t.name,
+                    "description": t.description or t.name,
+                    "inputSchema": {"json": t.input_schema},
+                }
+            }
+            for t in request.tools
+        ]
+    }
+    choice = _tool_choice(request.tool_choice)
+    if choice is not None:
+        config["toolChoice"] = choice
+    return config
+
+
+def _tool_choice(choice: ToolChoice) -> dict[str, Any] | None:
+    if choice == "required":
+        return {"any": {}}
+    if choice in ("auto", "none"):
+        return None  # Converse's default is auto
+    assert not isinstance(choice, str)
+    return {"tool": {"name": choice.name}}
+
+
+# --- Converse -> neutral -------------------------------------------------------------------------
+
+
+def _usage(raw: Any) -> Usage:
+    if not isinstance(raw, dict):
+        return Usage()
+    given, taken = raw.get("inputTokens"), raw.get("outputTokens")
+    cached = sum(v for k in ("cacheReadInputTokens", "cacheWriteInputTokens") if isinstance(v := raw.get(k), int))
+    return Usage(
+        input_tokens=(given if isinstance(given, int) else 0) + cached,
+        output_tokens=taken if isinstance(taken, int) else 0,
+    )
+
+
+def _finish(raw: Any, *, has_tool_calls: bool) -> FinishReason:
+    reason = _STOP_REASONS.get(raw) if isinstance(raw, str) else None
+    if has_tool_calls and reason in (None, "stop"):
+        return "tool_calls"
+    return reason or "stop"
+
+
+def _reasoning_block(raw: Any, provider: str) -> ReasoningBlock | None:
+    if not isinstance(raw, dict):
+        return None
+    if "redactedContent" in raw:
+        data = raw["redactedContent"]
+        return ReasoningBlock(redacted_data=data if isinstance(data, str) else None, provider=provider)
+    text = raw.get("reasoningText")
+    if isinstance(text, dict):
+        signature = text.get("signature")
+        return ReasoningBlock(
+            text=str(text.get("text") or ""),
+            signature=signature if isinstance(signature, str) else None,
+            provider=provider,
+        )
+    return None
+
+
+def parse_response(body: Any, model: str, *, provider: str = PROVIDER_NAME) -> CompletionResponse:
+    """A whole Converse response as the neutral response reported under ``model``."""
+    if not isinstance(body, dict):
+        raise bad_response("the body is not a JSON object")
+    message = (body.get("output") or {}).get("message") if isinstance(body.get("output"), dict) else None
+    if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        raise bad_response("output.message.content is missing")
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    reasoning: list[ReasoningBlock] = []
+    for position, block in enumerate(message["content"]):
+        if not isinstance(block, dict):
+            raise bad_response(f"content block {position} is not an object")
+        if isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif isinstance(block.get("toolUse"), dict):
+            calls.append(_tool_use(block["toolUse"], position))
+        elif (thought := _reasoning_block(block.get("reasoningContent"), provider)) is not None:
+            reasoning.append(thought)
+    return CompletionResponse(
+        message=Message(
+            role="assistant",
+            content="".join(texts) or None,
+            reasoning=reasoning or None,
+            tool_calls=calls or None,
+        ),
+        finish_reason=_finish(body.get("stopReason"), has_tool_calls=bool(calls)),
+        usage=_usage(body.get("usage")),
+        model=model,
+        provider=provider,
+    )
+
+
+def _tool_use(raw: dict[str, Any], position: int) -> ToolCall:
+    name, call_id = raw.get("name"), raw.get("toolUseId")
+    if not isinstance(name, str) or not name:
+        raise bad_response(f"tool use {position} has no name")
+    arguments, invalid = parse_arguments(raw.get("input"))
+    return ToolCall(
+        id=call_id if isinstance(call_id, str) and call_id else f"tooluse_{position}",
+        name=name,
+        arguments=arguments,
+        invalid_arguments=invalid,
+    )
+
+
+@dataclass
+class _Block:
+    kind: str = "text"
+    tool_id: str = ""
+    tool_name: str = ""
+    parts: list[str] = field(default_factory=list)
+    signature: str | None = None
+    redacted: str | None = None
+
+
+class ConverseStreamAssembler:
+    """Folds decoded ConverseStream events (``:event-type`` and JSON payload) into neutral events."""
+
+    def __init__(self, *, model: str, provider: str = PROVIDER_NAME) -> None:
+        self.model = model
+        self.provider = provider
+        self.stop_reason: str | None = None
+        self._usage = Usage()
+        self._blocks: dict[int, _Block] = {}
+        self._calls: list[ToolCallEvent] = []
+
+    def feed(self, event_type: str, payload: Any) -> list[CompletionEvent]:
+        if not isinstance(payload, dict):
+            raise bad_response(f"a {event_type} event is not a JSON object")
+        index = payload.get("contentBlockIndex", 0)
+        if event_type == "contentBlockStart":
+            start = (payload.get("start") or {}).get("toolUse")
+            if isinstance(start, dict):
+                self._blocks[index] = _Block("tool", str(start.get("toolUseId") or ""), str(start.get("name") or ""))
+            return []
+        if event_type == "contentBlockDelta":
+            return self._delta(index, payload.get("delta"))
+        if event_type == "contentBlockStop":
+            return self._stop(index)
+        if event_type == "messageStop":
+            self.stop_reason = payload.get("stopReason") if isinstance(payload.get("stopReason"), str) else "end_turn"
+        elif event_type == "metadata":
+            self._usage = _usage(payload.get("usage"))
+        return []  # messageStart and events this version does not know
+
+    def _delta(self, index: int, delta: Any) -> list[CompletionEvent]:
+        if not isinstance(delta, dict):
+            raise bad_response("a contentBlockDelta has no delta")
+        block = self._blocks.setdefault(index, _Block())
+        if isinstance(delta.get("text"), str):
+            return [TextDelta(delta=delta["text"])] if delta["text"] else []
+        if isinstance(delta.get("toolUse"), dict):
+            fragment = delta["toolUse"].get("input")
+            if isinstance(fragment, str):
+                block.parts.append(fragment)
+            return []
+        thought = delta.get("reasoningContent")
+        if isinstance(thought, dict):
+            block.kind = "reasoning"
+            if isinstance(thought.get("text"), str):
+                block.parts.append(thought["text"])
+                return [ReasoningDelta(delta=thought["text"])] if thought["text"] else []
+            if isinstance(thought.get("signature"), str):
+                block.signature = thought["signature"]
+            if isinstance(thought.get("redactedContent"), str):
+                block.redacted = thought["redactedContent"]
+        return []
+
+    def _stop(self, index: int) -> list[CompletionEvent]:
+        block = self._blocks.pop(index, None)
+        if block is None:
+            return []
+        if block.kind == "tool":
+            if not block.tool_name:
+                raise bad_response(f"streamed tool use {index} has no name")
+            arguments, invalid = parse_arguments("".join(block.parts))
+            self._calls.append(
+                ToolCallEvent(
+                    id=block.tool_id or f"tooluse_{index}",
+                    name=block.tool_name,
+                    arguments=arguments,
+                    invalid_arguments=invalid,
+                )
+            )
+        elif block.kind == "reasoning":
+            thought = ReasoningBlock(
+                text="".join(block.parts),
+                signature=block.signature,
+                redacted_data=block.redacted,
+                provider=self.provider,
+            )
+            return [ReasoningBlockEvent(block=thought)]
+        return []
+
+    def finish(self) -> list[CompletionEvent]:
+        """The tool calls (whole), then ``done``; once the stream has ended."""
+        if self.stop_reason is None:
+            raise bad_response("the stream ended before the model finished")
+        return [
+            *self._calls,
+            CompletionDone(
+                finish_reason=_finish(self.stop_reason, has_tool_calls=bool(self._calls)),
+                usage=self._usage,
+                model=self.model,
+                provider=self.provider,
+            ),
+        ]
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+
+def _error_type(headers: Mapping[str, str], payload: Any) -> str:
+    """``ThrottlingException`` from ``x-amzn-ErrorType: ThrottlingException:http://...`` or the body's ``__type``."""
+    raw = headers.get("x-amzn-errortype") or (payload.get("__type") if isinstance(payload, dict) else None) or ""
+    return str(raw).split(":", 1)[0].rsplit("#", 1)[-1]
+
+
+def _is_context_overflow(message: str | None) -> bool:
+    text = (message or "").lower()
+    return any(marker in text for marker in ("too long", "too many input tokens", "context window", "input length"))
+
+
+def translate_error(status: int, content: bytes, headers: Mapping[str, str], *, upstream_model: str) -> ApiError:
+    """The caller's view of a Bedrock HTTP error (``status`` >= 400)."""
+    try:
+        payload = json.loads(content)
+    except ValueError:
+        payload = None
+    message = payload.get("message") or payload.get("Message") if isinstance(payload, dict) else None
+    message = message[:MAX_MESSAGE_CHARS] if isinstance(message, str) else None
+    kind = _error_type(headers, payload)
+    if kind in ("UnrecognizedClientException", "AccessDeniedException", "ExpiredTokenException"):
+        status = 403
+    elif kind == "ModelNotReadyException":
+        status = 503
+    elif kind == "ModelTimeoutException":
+        status = 408
+    return provider_error(
+        status,
+        provider="Bedrock",
+        message=f"{kind}: {message}" if kind and message else message or kind or None,
+        headers=headers,
+        upstream_model=upstream_model,
+        credentials_hint="the AWS credentials (COMPLETION_AWS_ACCESS_KEY_ID or the role) and their Bedrock permissions",
+        context_length_exceeded=kind == "ValidationException" and _is_context_overflow(message),
+    )
+
+
+_STREAM_EXCEPTION_STATUS = {
+    "throttlingException": 429,
+    "serviceUnavailableException": 503,
+    "internalServerException": 500,
+    "modelStreamErrorException": 500,
+    "validationException": 400,
+}
+
+
+def translate_stream_exception(kind: str, payload: bytes) -> ApiError:
+    """An ``exception`` frame in the middle of a ConverseStream response."""
+    try:
+        message = json.loads(payload).get("message")
+    except (ValueError, AttributeError):
+        message = None
+    status = _STREAM_EXCEPTION_STATUS.get(kind, 500)
+    error = provider_error(
+        status,
+        provider="Bedrock",
+        message=f"{kind}: {message}" if isinstance(message, str) else kind,
+        headers={},
+        upstream_model="",
+        credentials_hint="the AWS credentials",
+        context_length_exceeded=status == 400 and _is_context_overflow(message if isinstance(message, str) else None),
+    )
+    return error
+
+
+# --- I/O -----------------------------------------------------------------------------------------
+
+CredentialSource = Callable[[], ReadOnlyCredentials | None]
+
+
+def _default_credentials() -> ReadOnlyCredentials | None:
+    """botocore's chain: environment, shared profile, container or instance role (refreshed by botocore)."""
+    import botocore.session
+
+    found = botocore.session.get_session().get_credentials()
+    return found.get_frozen_credentials() if found is not None else None
+
+
+class BedrockProvider:
+    """Calls ``{endpoint}/model/{modelId}/converse[-stream]``, each attempt SigV4-signed by botocore."""
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        *,
+        region: str,
+        endpoint_url: str | None = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+        session_token: str | None = None,
+        credentials: CredentialSource | None = None,
+        max_retries: int = 2,
+        name: str = PROVIDER_NAME,
+    ) -> None:
+        self.name = name
+        self._region = region
+        self._base = (endpoint_url or f"https://bedrock-runtime.{region}.amazonaws.com").rstrip("/")
+        if access_key_id and secret_access_key:
+            fixed = Credentials(access_key_id, secret_access_key, session_token).get_frozen_credentials()
+            self._credentials: CredentialSource = lambda: fixed
+        else:
+            self._credentials = credentials or _default_credentials
+        self._upstream = Upstream(
+            http,
+            provider=name,
+            base_url=self._base,
+            secrets=[secret_access_key, session_token],
+            max_retries=max_retries,
+        )
+
+    async def complete(
+        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
+    ) -> CompletionResponse:
+        deadline = CallDeadline.start(timeout_seconds)
+        response = await self._open(request, upstream_model, "converse", deadline)
+        body = await self._upstream.read_json(response, deadline)
+        return parse_response(body, request.model, provider=self.name)
+
+    async def stream(
+        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
+    ) -> AsyncIterator[CompletionEvent]:
+        deadline = CallDeadline.start(timeout_seconds)
+        response = await self._open(request, upstream_model, "converse-stream", deadline)
+        assembler = ConverseStreamAssembler(model=request.model, provider=self.name)
+        frames = EventStreamBuffer()
+        async for chunk in self._upstream.iter_bytes(response, deadline):
+            frames.add_data(chunk)
+            try:
+                messages = list(frames)
+            except ParserError as error:
+                raise bad_response(f"a broken event-stream frame ({type(error).__name__})") from None
+            for message in messages:
+                headers = message.headers
+                if headers.get(":message-type") in ("exception", "error"):
+                    kind = str(headers.get(":exception-type") or headers.get(":error-code") or "exception")
+                    raise translate_stream_exception(kind, message.payload)
+                for event in assembler.feed(str(headers.get(":event-type", "")), parse_json(message.payload or b"{}")):
+                    yield event
+        for event in assembler.finish():
+            yield event
+
+    async def _open(
+        self, request: CompletionRequest, upstream_model: str, action: str, deadline: CallDeadline
+    ) -> httpx.Response:
+        # Credentials may come from a role: botocore fetches and refreshes them with blocking I/O.
+        credentials = await anyio.to_thread.run_sync(self._credentials)
+        if credentials is None:
+            raise ApiError(
+                502,
+                "auth_failed",
+                "No AWS credentials for Bedrock: set COMPLETION_AWS_ACCESS_KEY_ID and COMPLETION_AWS_SECRET_ACCESS_KEY "
+                "or give the service a role.",
+            )
+        self._upstream.hide(credentials.secret_key, credentials.token)
+        body = json.dumps(build_request_body(request, provider=self.name), ensure_ascii=False).encode()
+        # The model id goes into the path percent-encoded, ':' included, exactly as AWS's SDKs send it.
+        url = f"{self._base}/model/{quote(upstream_model, safe='')}/{action}"
+        accept = "application/vnd.amazon.eventstream" if action.endswith("stream") else "application/json"
+
+        def build() -> httpx.Request:
+            signed = AWSRequest(
+                method="POST", url=url, data=body, headers={"Content-Type": "application/json", "Accept": accept}
+            )
+            SigV4Auth(credentials, "bedrock", self._region).add_auth(signed)
+            return self._upstream.http.build_request("POST", url, content=body, headers=dict(signed.headers.items()))
+
+        def translate(status: int, content: bytes, headers: httpx.Headers) -> ApiError:
+            return translate_error(status, content, headers, upstream_model=upstream_model)
+
+        return await self._upstream.open(build, translate, deadline)
