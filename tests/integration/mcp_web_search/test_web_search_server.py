@@ -1,5 +1,6 @@
 """The web search MCP server for real: a subprocess over stdio, and streamable HTTP under uvicorn,
-searching a scripted SearXNG that speaks SearXNG's JSON API."""
+searching scripted SearXNG and Brave APIs (their real wire formats) and fetching pages from a scripted
+site on loopback. ``WEB_SEARCH_BACKENDS`` always leaves out ``ddgs``: it would reach the internet."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from mcp.types import CallToolResult, TextContent
 
 from mcp_web_search.server import build_server
 from mcp_web_search.settings import WebSearchSettings
+from support.fake_brave import BRAVE_PATH, ScriptedBrave
 from support.fake_searxng import DEFAULT_RESULTS, ScriptedSearxng
+from support.fake_web_pages import ScriptedSite
 from support.servers import free_port, serve_app
 
 _BOUND = 20  # seconds: generous for a loaded CI machine; a healthy run takes about one
@@ -42,17 +45,17 @@ async def test_stdio_session_searches_searxng_and_reports_its_failures_as_tool_e
     with anyio.fail_after(_BOUND):
         async with (
             serve_app(searxng.app) as searxng_url,
-            Client(_stdio_server({"WEB_SEARCH_SEARXNG_URL": searxng_url})) as client,
+            Client(_stdio_server({"WEB_SEARCH_SEARXNG_URL": searxng_url, "WEB_SEARCH_BACKENDS": "searxng"})) as client,
         ):
             tools = (await client.list_tools()).tools
             found = await client.call_tool("web_search", {"query": "model context protocol", "max_results": 2})
-            searxng.fail_with(500)
+            searxng.fail_with(500)  # a new query: the cache does not answer for it
             server_error = await client.call_tool("web_search", {"query": "mcp"})
             searxng.recover()
             searxng.json_enabled = False
             json_disabled = await client.call_tool("web_search", {"query": "mcp"})
 
-    assert [tool.name for tool in tools] == ["web_search"]
+    assert [tool.name for tool in tools] == ["web_search", "fetch_url"]
     assert searxng.requests[0] == {"q": "model context protocol", "format": "json"}
 
     assert not found.is_error
@@ -77,11 +80,45 @@ async def test_stdio_session_searches_searxng_and_reports_its_failures_as_tool_e
 @pytest.mark.anyio
 async def test_stdio_session_without_a_backend_tells_what_to_configure() -> None:
     with anyio.fail_after(_BOUND):
-        async with Client(_stdio_server({})) as client:
+        async with Client(_stdio_server({"WEB_SEARCH_BACKENDS": '["searxng", "brave"]'})) as client:
             result = await client.call_tool("web_search", {"query": "mcp"})
 
     assert result.is_error
-    assert "set WEB_SEARCH_SEARXNG_URL to a SearXNG instance with the JSON format enabled" in _text(result)
+    assert "No web search backend is configured: set WEB_SEARCH_SEARXNG_URL" in _text(result)
+
+
+@pytest.mark.anyio
+async def test_stdio_session_searches_brave_then_fetches_a_result_through_the_ssrf_guard() -> None:
+    site = ScriptedSite()
+    brave = ScriptedBrave()
+    with anyio.fail_after(_BOUND):
+        async with serve_app(site.app) as site_url, serve_app(brave.app) as brave_url:
+            brave.results[0]["url"] = f"{site_url}/article?utm_source=brave"
+            env = {
+                "WEB_SEARCH_BACKENDS": "brave",
+                "WEB_SEARCH_BRAVE_API_KEY": brave.api_key,
+                "WEB_SEARCH_BRAVE_URL": brave_url + BRAVE_PATH,
+                "WEB_SEARCH_FETCH_ALLOWED_NETWORKS": '["127.0.0.1/32"]',
+            }
+            async with Client(_stdio_server(env)) as client:
+                found = await client.call_tool("web_search", {"query": "pinning addresses", "max_results": 3})
+                assert found.structured_content is not None
+                first_url = found.structured_content["results"][0]["url"]
+                page = await client.call_tool("fetch_url", {"url": first_url})
+                metadata = await client.call_tool("fetch_url", {"url": "http://169.254.169.254/latest/meta-data/"})
+                redirected = await client.call_tool(
+                    "fetch_url", {"url": f"{site_url}/redirect?to=http://127.0.0.2:{httpx.URL(site_url).port}/"}
+                )
+
+    assert first_url == f"{site_url}/article"
+    assert brave.requests[0][1]["x-subscription-token"] == brave.api_key
+    assert not page.is_error, _text(page)
+    assert _text(page).startswith(f"# Pinning resolved addresses\nURL: {site_url}/article\n")
+    assert metadata.is_error
+    assert "169.254.169.254 is a cloud metadata endpoint" in _text(metadata)
+    assert redirected.is_error
+    assert "127.0.0.2 is a loopback address" in _text(redirected)
+    assert [path for path, _ in site.requests] == ["/article", "/redirect"]
 
 
 @pytest.mark.anyio
@@ -89,10 +126,14 @@ async def test_streamable_http_serves_web_search_at_mcp_and_health_at_healthz() 
     searxng = ScriptedSearxng()
     with anyio.fail_after(_BOUND):
         async with serve_app(searxng.app) as searxng_url:
-            server = build_server(WebSearchSettings(searxng_url=searxng_url))
+            settings = WebSearchSettings(
+                searxng_url=searxng_url, backends=["searxng"], fetch_allowed_networks=["127.0.0.1/32"]
+            )
+            server = build_server(settings)
             async with serve_app(server.streamable_http_app(streamable_http_path="/mcp")) as base_url:
                 async with Client(f"{base_url}/mcp") as client:
                     result = await client.call_tool("web_search", {"query": "mcp python sdk"})
+                    page = await client.call_tool("fetch_url", {"url": f"{base_url}/healthz"})
                 async with httpx.AsyncClient(base_url=base_url, timeout=5) as http:
                     health = await http.get("/healthz")
                     ready = await http.get("/readyz")
@@ -101,6 +142,9 @@ async def test_streamable_http_serves_web_search_at_mcp_and_health_at_healthz() 
     assert result.structured_content is not None
     assert len(result.structured_content["results"]) == len(DEFAULT_RESULTS)
     assert searxng.requests == [{"q": "mcp python sdk", "format": "json"}]
+    assert not page.is_error, _text(page)
+    assert page.structured_content is not None
+    assert page.structured_content["content"] == '```json\n{\n  "status": "ok"\n}\n```'
     assert (health.status_code, health.json()) == (200, {"status": "ok"})
     assert ready.status_code == 200
 
@@ -111,7 +155,7 @@ async def test_streamable_http_reports_a_slow_searxng_once_the_timeout_passes() 
     searxng.slow(1.5)
     with anyio.fail_after(_BOUND):
         async with serve_app(searxng.app) as searxng_url:
-            server = build_server(WebSearchSettings(searxng_url=searxng_url, timeout_seconds=0.3))
+            server = build_server(WebSearchSettings(searxng_url=searxng_url, backends=["searxng"], timeout_seconds=0.3))
             async with (
                 serve_app(server.streamable_http_app(streamable_http_path="/mcp")) as base_url,
                 Client(f"{base_url}/mcp") as client,
@@ -147,7 +191,7 @@ async def _http_process(port: int, env: dict[str, str]) -> AsyncIterator[Process
 async def test_command_line_serves_streamable_http_on_the_given_port() -> None:
     port = free_port()
     with anyio.fail_after(_BOUND):
-        async with _http_process(port, {"PATH": "", "WEB_SEARCH_LOG_FORMAT": "json"}):
+        async with _http_process(port, {"PATH": "", "WEB_SEARCH_LOG_FORMAT": "json", "WEB_SEARCH_BACKENDS": "searxng"}):
             async with httpx.AsyncClient(timeout=5) as http:
                 health = await http.get(f"http://127.0.0.1:{port}/healthz")
                 ready = await http.get(f"http://127.0.0.1:{port}/readyz")

@@ -6,9 +6,12 @@ import pydantic
 import pytest
 
 from mcp_web_search.settings import WebSearchSettings
+from suite_common.ssrf import EgressPolicy
 
 
-def test_defaults_listen_on_8102_without_a_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_defaults_listen_on_8102_with_every_backend_in_order_and_a_strict_fetch_policy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("WEB_SEARCH_SEARXNG_URL", raising=False)
 
     settings = WebSearchSettings()
@@ -19,6 +22,54 @@ def test_defaults_listen_on_8102_without_a_backend(monkeypatch: pytest.MonkeyPat
         10,
         20,
     )
+    assert settings.backends == ["searxng", "brave", "tavily", "ddgs"]
+    assert (settings.brave_api_key, settings.tavily_api_key, settings.ddgs_engines) == (None, None, "duckduckgo")
+    assert settings.cache_ttl_seconds == 300
+    assert settings.egress_policy() == EgressPolicy()
+
+
+@pytest.mark.parametrize("value", ['["brave", "ddgs"]', "brave,ddgs", " brave , ddgs ", '["brave","ddgs","brave"]'])
+def test_the_backend_order_is_json_or_comma_separated(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("WEB_SEARCH_BACKENDS", value)
+
+    assert WebSearchSettings().backends == ["brave", "ddgs"]
+
+
+@pytest.mark.parametrize("value", ['["bing"]', "searxng,google", "[]"])
+def test_an_unknown_or_empty_backend_order_is_refused(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("WEB_SEARCH_BACKENDS", value)
+
+    with pytest.raises(pydantic.ValidationError, match="backends"):
+        WebSearchSettings()
+
+
+def test_api_keys_are_secrets_and_blank_means_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WEB_SEARCH_BRAVE_API_KEY", "BSA-secret")
+    monkeypatch.setenv("WEB_SEARCH_TAVILY_API_KEY", " ")
+
+    settings = WebSearchSettings()
+
+    assert settings.brave_api_key is not None
+    assert settings.brave_api_key.get_secret_value() == "BSA-secret"
+    assert "BSA-secret" not in repr(settings)
+    assert settings.tavily_api_key is None
+
+
+def test_the_fetch_policy_comes_from_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WEB_SEARCH_FETCH_ALLOW_LOOPBACK", "true")
+    monkeypatch.setenv("WEB_SEARCH_FETCH_ALLOWED_NETWORKS", "10.1.0.0/16, fd00:1::/64")
+    monkeypatch.setenv("WEB_SEARCH_FETCH_ALLOWED_HOSTS", '["Wiki.Internal"]')
+
+    policy = WebSearchSettings().egress_policy()
+
+    assert policy == EgressPolicy.create(
+        allow_loopback=True, allowed_cidrs=["10.1.0.0/16", "fd00:1::/64"], allowed_hosts=["wiki.internal"]
+    )
+
+
+def test_a_malformed_allowed_network_is_refused() -> None:
+    with pytest.raises(pydantic.ValidationError, match="does not appear to be an IPv4 or IPv6 network"):
+        WebSearchSettings(fetch_allowed_networks=["10.0.0.0/40"])
 
 
 def test_values_come_from_prefixed_variables(monkeypatch: pytest.MonkeyPatch) -> None:

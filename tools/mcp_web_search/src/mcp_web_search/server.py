@@ -1,10 +1,10 @@
-"""The MCP server: one ``web_search`` tool over the configured backends.
+"""The MCP server: ``web_search`` over the configured backends, and ``fetch_url`` through the SSRF guard.
 
-No ``from __future__ import annotations`` here: the SDK reads the tool's annotations at run time
-to build its schemas, and string annotations inside ``build_server`` could not be resolved.
+No ``from __future__ import annotations`` here: the SDK reads the tools' annotations at run time
+to build their schemas, and string annotations inside ``build_server`` could not be resolved.
 """
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -12,17 +12,28 @@ from typing import Annotated, Any
 
 import httpx
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 from starlette.requests import Request
 
-from mcp_web_search.backends import SearchBackend, configured_backends
+from mcp_web_search.backends import SearchBackend, configured_backends, missing_configuration
+from mcp_web_search.backends.ddgs import DdgsClient
+from mcp_web_search.cache import TtlCache
+from mcp_web_search.fetch import FetchLimits, FetchUrlOutput, fetch_page, format_page
 from mcp_web_search.results import WebSearchOutput, format_results
-from mcp_web_search.search import MAX_QUERY_CHARS, NO_BACKEND_MESSAGE, search_in_order, validate_search_request
+from mcp_web_search.search import (
+    MAX_QUERY_CHARS,
+    NO_BACKEND_MESSAGE,
+    WebSearcher,
+    validate_search_request,
+)
 from mcp_web_search.settings import WebSearchSettings
 from suite_common.mcp_tool import add_health_routes
+from suite_common.ssrf import Resolver
+from suite_common.ssrf_httpx import guarded_client
 
-__all__ = ["WEB_SEARCH_DESCRIPTION", "WebSearchState", "build_server"]
+__all__ = ["FETCH_URL_DESCRIPTION", "WEB_SEARCH_DESCRIPTION", "WebSearchState", "build_server"]
 
 _VERSION = version("loopsuite-mcp-web-search")
 # Some instances (and their bot limiters) refuse clients that do not say who they are.
@@ -32,12 +43,20 @@ _USER_AGENT = f"loopsuite-mcp-web-search/{_VERSION}"
 # never race and a slow backend always gets the same error. (httpx bounds each phase of a request,
 # connect, write, read, on its own, so it could not be the whole-search deadline anyway.)
 _CLIENT_TIMEOUT_MARGIN_SECONDS = 1.0
+_DEFAULT_MAX_CHARS = 20_000
+_MIN_MAX_CHARS = 100
 
 WEB_SEARCH_DESCRIPTION = (
     "Search the web and return the top results, best first: title, URL, a short snippet and, when known, "
     "the publication date. Use it for recent events, facts that may have changed, or to find sources to cite. "
     "Write the query as you would type it into a search engine (a few specific keywords, in the language of "
-    "the pages you want). Snippets are extracts, not whole pages: cite the URL when you rely on a result."
+    "the pages you want). Snippets are extracts, not whole pages: read a page with fetch_url, and cite the URL "
+    "when you rely on a result."
+)
+FETCH_URL_DESCRIPTION = (
+    "Fetch one public web page (HTML, plain text, Markdown or JSON) and return its main text as Markdown, "
+    "with its title and final URL after redirects. Use it to read a result of web_search or a URL the user gave. "
+    "Long pages are cut at max_chars. Private and local network addresses are refused."
 )
 
 
@@ -45,26 +64,64 @@ WEB_SEARCH_DESCRIPTION = (
 class WebSearchState:
     """What the lifespan owns for the tool calls of every session."""
 
-    backends: Sequence[SearchBackend]
+    searcher: WebSearcher
+    fetch_client: httpx.AsyncClient
 
 
 def build_server(
-    settings: WebSearchSettings, backends: Sequence[SearchBackend] | None = None
+    settings: WebSearchSettings,
+    backends: Sequence[SearchBackend] | None = None,
+    *,
+    ddgs_client_factory: Callable[[], DdgsClient] | None = None,
+    resolver: Resolver | None = None,
 ) -> MCPServer[WebSearchState]:
-    """The web search MCP server. ``backends`` replaces the ones the settings configure (tests, embedding)."""
+    """The web search MCP server.
+
+    ``backends`` replaces the ones the settings configure, ``ddgs_client_factory`` the ``ddgs.DDGS``
+    client, ``resolver`` the system DNS resolver of fetch_url (tests, embedding).
+    """
+    fetch_limits = FetchLimits(
+        timeout_seconds=settings.fetch_timeout_seconds,
+        max_bytes=settings.fetch_max_bytes,
+        max_redirects=settings.fetch_max_redirects,
+    )
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[WebSearchState]) -> AsyncIterator[WebSearchState]:
-        # One client for every call: connection pooling, and a timeout on every request it makes.
-        client_timeout = settings.timeout_seconds + _CLIENT_TIMEOUT_MARGIN_SECONDS
-        async with httpx.AsyncClient(timeout=client_timeout, headers={"User-Agent": _USER_AGENT}) as http:
-            chosen = list(backends) if backends is not None else configured_backends(settings, http)
-            yield WebSearchState(backends=chosen)
+        # One client per purpose for every call: connection pooling, and a timeout on every request.
+        # Search APIs are the operator's choice (a SearXNG on loopback is normal): a plain client.
+        # fetch_url goes where a model says: the guarded client, which checks every address it connects to.
+        search_timeout = settings.timeout_seconds + _CLIENT_TIMEOUT_MARGIN_SECONDS
+        headers = {"User-Agent": _USER_AGENT}
+        async with (
+            httpx.AsyncClient(timeout=search_timeout, headers=headers) as search_http,
+            guarded_client(
+                settings.egress_policy(),
+                timeout=settings.fetch_timeout_seconds + _CLIENT_TIMEOUT_MARGIN_SECONDS,
+                headers=headers,
+                resolver=resolver,
+            ) as fetch_http,
+        ):
+            if backends is not None:
+                chosen, unconfigured = list(backends), []
+            else:
+                choice = configured_backends(settings, search_http, ddgs_client_factory)
+                chosen, unconfigured = choice.backends, choice.unconfigured
+            searcher = WebSearcher(
+                chosen,
+                deadline_seconds=settings.timeout_seconds,
+                cache=TtlCache(settings.cache_ttl_seconds, settings.cache_max_entries),
+                unconfigured=unconfigured,
+            )
+            yield WebSearchState(searcher=searcher, fetch_client=fetch_http)
 
     server: MCPServer[WebSearchState] = MCPServer(
         "web-search",
         version=_VERSION,
-        instructions="web_search finds current information on the web; cite the URLs of the results you use.",
+        instructions=(
+            "web_search finds current information on the web; fetch_url reads one page. "
+            "Cite the URLs of the results you use."
+        ),
         lifespan=lifespan,
     )
 
@@ -82,18 +139,53 @@ def build_server(
         max_results: Annotated[
             int, Field(description=f"How many results to return, from 1 to {settings.max_results_cap}.")
         ] = 5,
+        site: Annotated[
+            str | None,
+            Field(description="Only return pages of this domain and its subdomains, e.g. `docs.python.org`."),
+        ] = None,
     ) -> Annotated[CallToolResult, WebSearchOutput]:
-        query = validate_search_request(query, max_results, settings.max_results_cap)
+        request = validate_search_request(query, max_results, settings.max_results_cap, site)
         state = ctx.request_context.lifespan_context
-        backend, results = await search_in_order(state.backends, query, max_results, settings.timeout_seconds)
-        output = WebSearchOutput(query=query, backend=backend, results=results)
+        answer = await state.searcher.search(request)
+        output = WebSearchOutput(query=request.query, site=request.site, backend=answer.backend, results=answer.results)
         return CallToolResult(
-            content=[TextContent(type="text", text=format_results(query, results))],
+            content=[TextContent(type="text", text=format_results(request.query, answer.results, request.site))],
             structured_content=output.model_dump(mode="json"),
         )
 
+    @server.tool(
+        name="fetch_url",
+        title="Fetch a web page",
+        description=FETCH_URL_DESCRIPTION,
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=True),
+    )
+    async def fetch_url(
+        ctx: Context[WebSearchState, Any],
+        url: Annotated[str, Field(description="The http:// or https:// URL of the page.")],
+        max_chars: Annotated[
+            int,
+            Field(
+                description=f"Return at most this many characters of text, from {_MIN_MAX_CHARS} "
+                f"to {settings.fetch_max_chars_cap}."
+            ),
+        ] = min(_DEFAULT_MAX_CHARS, settings.fetch_max_chars_cap),
+    ) -> Annotated[CallToolResult, FetchUrlOutput]:
+        if not _MIN_MAX_CHARS <= max_chars <= settings.fetch_max_chars_cap:
+            raise ToolError(
+                f"max_chars must be between {_MIN_MAX_CHARS} and {settings.fetch_max_chars_cap}, got {max_chars}."
+            )
+        state = ctx.request_context.lifespan_context
+        page = await fetch_page(state.fetch_client, url, max_chars, fetch_limits)
+        text = format_page(page, max_chars, settings.fetch_max_chars_cap, settings.fetch_max_bytes)
+        return CallToolResult(
+            content=[TextContent(type="text", text=text)], structured_content=page.model_dump(mode="json")
+        )
+
     async def readiness(_: Request) -> dict[str, str]:
-        has_backend = bool(backends) if backends is not None else settings.searxng_url is not None
+        if backends is not None:
+            has_backend = bool(backends)
+        else:
+            has_backend = len(missing_configuration(settings)) < len(settings.backends)
         return {"backends": "ok" if has_backend else NO_BACKEND_MESSAGE}
 
     add_health_routes(server, readiness)

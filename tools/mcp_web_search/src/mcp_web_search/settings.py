@@ -2,18 +2,47 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import ipaddress
+import json
+from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field
-from pydantic_settings import SettingsConfigDict
+from pydantic import AfterValidator, BeforeValidator, Field, SecretStr
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from suite_common.settings import ServiceSettings, blank_as_none, http_url
+from suite_common.ssrf import EgressPolicy
 
-__all__ = ["WebSearchSettings"]
+__all__ = ["BACKEND_NAMES", "BackendName", "WebSearchSettings"]
+
+BackendName = Literal["searxng", "brave", "tavily", "ddgs"]
+BACKEND_NAMES: tuple[BackendName, ...] = ("searxng", "brave", "tavily", "ddgs")
+
+
+def _json_or_comma_list(value: object) -> object:
+    """A list from JSON (``'["brave","ddgs"]'``) or from a comma-separated string (``brave,ddgs``)."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        return json.loads(text)
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _unique(values: list[BackendName]) -> list[BackendName]:
+    return list(dict.fromkeys(values))
+
+
+def _cidrs(values: list[str]) -> list[str]:
+    for value in values:
+        ipaddress.ip_network(value, strict=False)  # a ValueError names the bad entry
+    return values
+
+
+StringList = Annotated[list[str], NoDecode, BeforeValidator(_json_or_comma_list)]
 
 
 class WebSearchSettings(ServiceSettings):
-    """Where the tool listens (over streamable HTTP) and which search backends it may use.
+    """Where the tool listens (over streamable HTTP), which search backends it uses, and what fetch_url may reach.
 
     Every field is an environment variable: ``WEB_SEARCH_SEARXNG_URL``, ``WEB_SEARCH_PORT`` ...
     """
@@ -22,12 +51,44 @@ class WebSearchSettings(ServiceSettings):
 
     port: int = Field(default=8102, description="Port of the streamable HTTP transport (MCP at /mcp).")
 
+    backends: Annotated[list[BackendName], NoDecode, BeforeValidator(_json_or_comma_list), AfterValidator(_unique)] = (
+        Field(
+            default=list(BACKEND_NAMES),
+            min_length=1,
+            description=(
+                'The order in which web_search tries its backends, as JSON (`["brave","ddgs"]`) or '
+                "comma-separated. A backend without its URL or key is skipped; `ddgs` needs none."
+            ),
+        )
+    )
     searxng_url: Annotated[str | None, BeforeValidator(blank_as_none), AfterValidator(http_url)] = Field(
         default=None,
         description=(
             "Base URL of a SearXNG instance, e.g. http://127.0.0.1:8888 (the tool calls <url>/search). "
             "The instance must allow the JSON format: `search.formats` in its settings.yml lists `json`. "
             "Unset or empty: no SearXNG backend."
+        ),
+    )
+    brave_api_key: Annotated[SecretStr | None, BeforeValidator(blank_as_none)] = Field(
+        default=None, description="Brave Search API subscription token. Unset: no Brave backend."
+    )
+    brave_url: Annotated[str, AfterValidator(http_url)] = Field(
+        default="https://api.search.brave.com/res/v1/web/search",
+        description="Brave's web search endpoint (change it only for a proxy or a test server).",
+    )
+    tavily_api_key: Annotated[SecretStr | None, BeforeValidator(blank_as_none)] = Field(
+        default=None, description="Tavily API key (`tvly-...`). Unset: no Tavily backend."
+    )
+    tavily_url: Annotated[str, AfterValidator(http_url)] = Field(
+        default="https://api.tavily.com/search",
+        description="Tavily's search endpoint (change it only for a proxy or a test server).",
+    )
+    ddgs_engines: str = Field(
+        default="duckduckgo",
+        min_length=1,
+        description=(
+            "Engines the keyless `ddgs` backend queries (the ddgs package's `backend`): `duckduckgo`, "
+            "a comma-separated list such as `duckduckgo,brave,mojeek`, or `auto`."
         ),
     )
     timeout_seconds: float = Field(
@@ -40,3 +101,47 @@ class WebSearchSettings(ServiceSettings):
         ge=1,
         description="The largest `max_results` a caller may ask of web_search; larger requests are refused.",
     )
+    cache_ttl_seconds: float = Field(
+        default=300,
+        ge=0,
+        description="How long a search's results are reused for the same query, in seconds; 0 turns the cache off.",
+    )
+    cache_max_entries: int = Field(default=256, ge=1, description="Searches kept in the cache at most.")
+
+    fetch_timeout_seconds: float = Field(
+        default=15, gt=0, description="Deadline of one fetch_url call (DNS, redirects and download), in seconds."
+    )
+    fetch_max_bytes: int = Field(
+        default=2_000_000,
+        ge=1024,
+        description="fetch_url reads at most this many bytes of a page; the rest is left unread.",
+    )
+    fetch_max_redirects: int = Field(default=5, ge=0, description="Redirects fetch_url follows at most.")
+    fetch_max_chars_cap: int = Field(
+        default=100_000, ge=1000, description="The largest `max_chars` a caller may ask of fetch_url."
+    )
+    fetch_allow_loopback: bool = Field(
+        default=False,
+        description="Let fetch_url reach loopback addresses (127.0.0.0/8, ::1): local mode and tests only.",
+    )
+    fetch_allow_private: bool = Field(
+        default=False,
+        description="Let fetch_url reach private networks (RFC 1918, CGNAT 100.64.0.0/10, ULA fc00::/7).",
+    )
+    fetch_allowed_networks: Annotated[StringList, AfterValidator(_cidrs)] = Field(
+        default_factory=list,
+        description="CIDRs fetch_url may reach whatever their kind (JSON list or comma-separated), e.g. `10.1.0.0/16`.",
+    )
+    fetch_allowed_hosts: StringList = Field(
+        default_factory=list,
+        description="Host names fetch_url may reach whatever they resolve to (JSON list or comma-separated).",
+    )
+
+    def egress_policy(self) -> EgressPolicy:
+        """What fetch_url may connect to: the public internet, plus what these settings open."""
+        return EgressPolicy.create(
+            allow_loopback=self.fetch_allow_loopback,
+            allow_private=self.fetch_allow_private,
+            allowed_cidrs=self.fetch_allowed_networks,
+            allowed_hosts=self.fetch_allowed_hosts,
+        )

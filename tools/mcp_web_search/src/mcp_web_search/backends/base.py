@@ -6,7 +6,7 @@ from typing import Protocol, runtime_checkable
 
 from mcp_web_search.results import SearchResult
 
-__all__ = ["SearchBackend", "SearchBackendError"]
+__all__ = ["SearchBackend", "SearchBackendError", "with_site_operator"]
 
 
 @runtime_checkable
@@ -18,11 +18,12 @@ class SearchBackend(Protocol):
         """Short identifier shown to the model and in logs, e.g. ``"searxng"``."""
         ...
 
-    async def search(self, query: str, max_results: int) -> list[SearchResult]:
-        """At most ``max_results`` results, best first, without duplicate URLs.
+    async def search(self, query: str, max_results: int, site: str | None = None) -> list[SearchResult]:
+        """At most ``max_results`` results, best first; ``site`` (a host name) restricts them to that domain.
 
-        Raises ``SearchBackendError`` for any failure the caller could recover from by
-        trying another backend (HTTP errors, timeouts, unreadable answers).
+        Each backend restricts to ``site`` its own way (a ``site:`` operator, a domain filter); the
+        caller filters again and removes duplicates. Raises ``SearchBackendError`` for any failure the
+        caller could recover from by trying another backend (HTTP errors, timeouts, unreadable answers).
         """
         ...
 
@@ -34,3 +35,8 @@ class SearchBackendError(Exception):
         super().__init__(f"{backend}: {message}")
         self.backend = backend
         self.message = message
+
+
+def with_site_operator(query: str, site: str | None) -> str:
+    """The query with a ``site:`` operator, the way search engines restrict results to a domain."""
+    return f"{query} site:{site}" if site else query

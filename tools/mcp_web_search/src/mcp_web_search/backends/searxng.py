@@ -6,22 +6,17 @@ public instances; on your own, list ``json`` under ``search.formats`` in setting
 
 from __future__ import annotations
 
-import re
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from mcp_web_search.backends.base import SearchBackendError
-from mcp_web_search.results import SearchResult
+from mcp_web_search.backends.base import SearchBackendError, with_site_operator
+from mcp_web_search.results import SearchResult, dedupe, result
 
 __all__ = ["SEARXNG", "SearxngBackend", "parse_searxng"]
 
 SEARXNG = "searxng"
-
-# A snippet is a hint of what the page says, not the page: keep the model's context for many results.
-_MAX_SNIPPET_CHARS = 500
-_WHITESPACE = re.compile(r"\s+")
 
 
 class SearxngBackend:
@@ -41,11 +36,11 @@ class SearxngBackend:
         self._search_url = base.copy_with(path=base.path.rstrip("/") + "/search")
         self._shown_url = _without_credentials(base_url).rstrip("/")
 
-    async def search(self, query: str, max_results: int) -> list[SearchResult]:
+    async def search(self, query: str, max_results: int, site: str | None = None) -> list[SearchResult]:
         try:
             response = await self._http.get(
                 self._search_url,
-                params={"q": query, "format": "json"},
+                params={"q": with_site_operator(query, site), "format": "json"},
                 headers={"Accept": "application/json"},
             )
         except httpx.TimeoutException as exc:
@@ -94,33 +89,13 @@ def parse_searxng(body: Any) -> list[SearchResult]:
     """
     if not isinstance(body, dict) or not isinstance(body.get("results"), list):
         raise SearchBackendError(SEARXNG, "SearXNG answered with JSON that has no `results` list.")
-    results: list[SearchResult] = []
-    seen: set[str] = set()
+    found: list[SearchResult] = []
     for entry in body["results"]:
-        if not isinstance(entry, dict):
-            continue
-        url = entry.get("url")
-        if not isinstance(url, str) or not url.strip().lower().startswith(("http://", "https://")):
-            continue
-        url = url.strip()
-        key = _dedup_key(url)
-        if key in seen:
-            continue
-        seen.add(key)
-        title = _clean(entry.get("title")) or url
-        snippet = _clean(entry.get("content"))
-        if len(snippet) > _MAX_SNIPPET_CHARS:
-            snippet = snippet[: _MAX_SNIPPET_CHARS - 1].rstrip() + "…"
-        published = entry.get("publishedDate")
-        results.append(
-            SearchResult(
-                title=title,
-                url=url,
-                snippet=snippet,
-                published=published.strip() if isinstance(published, str) and published.strip() else None,
-            )
-        )
-    return results
+        if isinstance(entry, dict):
+            item = result(entry.get("url"), entry.get("title"), entry.get("content"), entry.get("publishedDate"))
+            if item is not None:
+                found.append(item)
+    return dedupe(found)
 
 
 def _status_problem(response: httpx.Response, shown_url: str) -> str | None:
@@ -168,17 +143,6 @@ def _unresponsive_engines(body: dict[str, Any]) -> list[str]:
             reason = entry[1] if len(entry) > 1 and isinstance(entry[1], str) else "failed"
             described.append(f"{entry[0]} ({reason})")
     return described
-
-
-def _dedup_key(url: str) -> str:
-    """Same page despite http/https, host case, a trailing slash or a fragment."""
-    parts = urlsplit(url)
-    path = parts.path.rstrip("/") or "/"
-    return f"{parts.netloc.lower()}{path}?{parts.query}"
-
-
-def _clean(value: object) -> str:
-    return _WHITESPACE.sub(" ", value).strip() if isinstance(value, str) else ""
 
 
 def _without_credentials(url: str) -> str:
