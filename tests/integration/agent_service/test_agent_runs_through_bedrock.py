@@ -32,8 +32,8 @@ async def test_a_streamed_agent_run_calls_a_tool_through_bedrock_then_answers() 
     )
     completion_settings = CompletionSettings(
         bedrock_region=REGION,
-        aws_access_key_id=ACCESS_KEY_ID,
-        aws_secret_access_key=SECRET_ACCESS_KEY,
+        aws_access_key_id=SecretStr(ACCESS_KEY_ID),
+        aws_secret_access_key=SecretStr(SECRET_ACCESS_KEY),
         demo_enabled=False,
     )
     async with (

@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from completion_service.app import create_app
 from completion_service.settings import CompletionSettings
@@ -44,8 +45,8 @@ async def bedrock_service(
         configured = CompletionSettings(
             bedrock_region=REGION,
             bedrock_endpoint_url=upstream,
-            aws_access_key_id=ACCESS_KEY_ID,
-            aws_secret_access_key=secret,
+            aws_access_key_id=SecretStr(ACCESS_KEY_ID),
+            aws_secret_access_key=SecretStr(secret),
             **settings,
         )
         async with serve_app(create_app(configured)) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:

@@ -8,17 +8,23 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from suite_common.lifecycle import Lifecycle
+
 __all__ = ["ReadinessCheck", "health_routes"]
 
 ReadinessCheck = Callable[[Request], Awaitable[dict[str, str]]]
 """Returns a status per dependency: ``"ok"`` or a short reason it is not ready."""
 
 
-def health_routes(readiness: ReadinessCheck | None = None) -> list[Route]:
+def health_routes(readiness: ReadinessCheck | None = None, lifecycle: Lifecycle | None = None) -> list[Route]:
+    """``/readyz`` answers 503 ``shutting_down`` as soon as ``lifecycle`` drains, so no new work comes in."""
+
     async def healthz(_: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> JSONResponse:
+        if lifecycle is not None and lifecycle.draining:
+            return JSONResponse({"status": "shutting_down", "checks": {}}, status_code=503)
         checks = await readiness(request) if readiness else {}
         ready = all(value == "ok" for value in checks.values())
         return JSONResponse(

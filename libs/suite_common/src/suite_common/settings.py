@@ -7,26 +7,12 @@ Validators for the field shapes that recur across services live here too; use th
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
+from pydantic import BeforeValidator, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["ServiceSettings", "blank_as_none", "http_url"]
-
-
-class ServiceSettings(BaseSettings):
-    """Where a service listens and how it logs.
-
-    Subclasses set ``model_config = SettingsConfigDict(env_prefix="AGENT_")`` and so on,
-    so every field is an environment variable such as ``AGENT_PORT``.
-    """
-
-    model_config = SettingsConfigDict(extra="ignore")
-
-    host: str = "127.0.0.1"
-    port: int = 8000
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_format: Literal["json", "console"] = "json"
 
 
 def blank_as_none(value: object) -> object:
@@ -44,3 +30,22 @@ def http_url(value: str | None) -> str | None:
     if not value.startswith(("http://", "https://")):
         raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
     return value
+
+
+class ServiceSettings(BaseSettings):
+    """Where a service listens and how it logs.
+
+    Subclasses set ``model_config = SettingsConfigDict(env_prefix="AGENT_")`` and so on,
+    so every field is an environment variable such as ``AGENT_PORT``.
+    """
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["json", "console"] = "json"
+    otlp_endpoint: Annotated[str | None, BeforeValidator(blank_as_none)] = None
+    """OpenTelemetry collector (OTLP over HTTP, e.g. ``http://otel-collector:4318``); unset: no traces."""
+    shutdown_grace_seconds: float = Field(default=30, ge=0)
+    """After SIGTERM, how long in-flight work may go on before it is interrupted."""

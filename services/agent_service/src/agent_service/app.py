@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
+import anyio
 import httpx
+from opentelemetry.sdk.trace import TracerProvider
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -17,10 +20,13 @@ from agent_service.clients import CompletionClient, ToolsClient
 from agent_service.loop import AgentLoop, RunPlan
 from agent_service.planning import ModelCheck, ToolCatalog, plan_run
 from agent_service.settings import AgentSettings
-from suite_common.errors import install_error_handlers
+from agent_service.telemetry import RunTelemetry
+from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes
 from suite_common.http import ModelResponse, cancel_on_disconnect, read_model
+from suite_common.lifecycle import Lifecycle
 from suite_common.logging import get_logger
+from suite_common.observability import Observability
 from suite_common.sse import Emit as SendChunk
 from suite_common.sse import EventStreamResponse, encode_event
 from suite_common.wire import AgentRunRequest, AgentRunResult, Message, RunError, RunEvent, RunStarted, dump
@@ -28,6 +34,8 @@ from suite_common.wire import AgentRunRequest, AgentRunResult, Message, RunError
 __all__ = ["create_app"]
 
 _log = get_logger("agent_service.app")
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,7 @@ class _Services:
     loop: AgentLoop
     catalog: ToolCatalog
     models: ModelCheck
+    lifecycle: Lifecycle
 
 
 def _services(request: Request) -> _Services:
@@ -44,7 +53,31 @@ def _services(request: Request) -> _Services:
     return services
 
 
-async def _stream_run(plan: RunPlan, loop: AgentLoop, send: SendChunk) -> None:
+_SHUTTING_DOWN = "The service is shutting down; the run was stopped. Start it again: another instance will take it."
+
+
+async def _until_interrupted(lifecycle: Lifecycle, work: Awaitable[T]) -> tuple[bool, T | None]:
+    """``(True, result)`` of ``work``, or ``(False, None)`` once the service interrupts it while shutting down."""
+    result: T | None = None
+    finished = False
+    async with anyio.create_task_group() as tg:
+
+        async def run() -> None:
+            nonlocal result, finished
+            result = await work
+            finished = True
+            tg.cancel_scope.cancel()
+
+        async def watch() -> None:
+            await lifecycle.wait_interrupted()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(run)
+        tg.start_soon(watch)
+    return finished, result
+
+
+async def _stream_run(plan: RunPlan, loop: AgentLoop, lifecycle: Lifecycle, send: SendChunk) -> None:
     sequence = itertools.count(1)
 
     async def emit(event: RunEvent) -> None:
@@ -59,10 +92,15 @@ async def _stream_run(plan: RunPlan, loop: AgentLoop, send: SendChunk) -> None:
         )
     )
     try:
-        await loop.run(plan, emit, stream_text=True)
+        finished, _ = await _until_interrupted(lifecycle, loop.run(plan, emit, stream_text=True))
     except Exception as error:  # a bug, not an upstream failure: still end the stream with an event
         _log.error("run_crashed", run_id=plan.run_id, exc_info=error)
         await emit(RunError(run_id=plan.run_id, code="internal_error", message="The run failed unexpectedly."))
+        return
+    if not finished:
+        # Not a silent cut: the caller learns why the stream ends, and that trying again will work.
+        _log.warning("run_interrupted_by_shutdown", run_id=plan.run_id)
+        await emit(RunError(run_id=plan.run_id, code="shutting_down", message=_SHUTTING_DOWN))
 
 
 async def _ignore(_: RunEvent) -> None:
@@ -71,13 +109,20 @@ async def _ignore(_: RunEvent) -> None:
 
 async def run_agent(request: Request) -> Response | EventStreamResponse:
     services = _services(request)
+    lifecycle = services.lifecycle
+    if lifecycle.draining:
+        raise ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"})
     body = await read_model(request, AgentRunRequest)
     plan = await plan_run(body, services.settings, services.catalog, services.models)
     if body.stream:
-        return EventStreamResponse(lambda send: _stream_run(plan, services.loop, send))
-    answered, outcome = await cancel_on_disconnect(request, services.loop.run(plan, _ignore, stream_text=False))
-    if not answered or outcome is None:
+        return EventStreamResponse(lambda send: _stream_run(plan, services.loop, lifecycle, send))
+    run = _until_interrupted(lifecycle, services.loop.run(plan, _ignore, stream_text=False))
+    answered, interruptible = await cancel_on_disconnect(request, run)
+    if not answered or interruptible is None:
         return Response(status_code=499)  # the client has gone; nobody reads this
+    finished, outcome = interruptible
+    if not finished or outcome is None:
+        raise ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"})
     final = next((m for m in reversed(outcome.appended) if m.role == "assistant"), Message(role="assistant"))
     result = AgentRunResult(
         run_id=plan.run_id,
@@ -120,10 +165,18 @@ async def _readiness(request: Request) -> dict[str, str]:
     return checks
 
 
-def create_app(settings: AgentSettings, *, http_client: httpx.AsyncClient | None = None) -> Starlette:
+def create_app(
+    settings: AgentSettings,
+    *,
+    http_client: httpx.AsyncClient | None = None,
+    tracer_provider: TracerProvider | None = None,
+) -> Starlette:
+    """The service; ``http_client`` replaces its pooled client, ``tracer_provider`` the one its settings describe."""
     secret = settings.mcp_service_secret.get_secret_value()
     if not secret:
         raise ValueError("AGENT_MCP_SERVICE_SECRET is required: the shared secret of mcp-client-service")
+    observability = Observability.create("agent-service", settings, tracer_provider=tracer_provider)
+    telemetry = RunTelemetry(observability.registry, observability.tracer)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[dict[str, _Services]]:
@@ -140,14 +193,22 @@ def create_app(settings: AgentSettings, *, http_client: httpx.AsyncClient | None
                 )
             tools = ToolsClient(http, settings.mcp_client_url, secret=secret, secret_header=settings.mcp_secret_header)
             completions = CompletionClient(http, settings.completion_url)
-            loop = AgentLoop(completions, tools, tool_result_max_chars=settings.tool_result_max_chars)
+            loop = AgentLoop(
+                completions, tools, tool_result_max_chars=settings.tool_result_max_chars, telemetry=telemetry
+            )
             catalog = ToolCatalog(tools, settings.catalog_cache_seconds)
             models = ModelCheck(completions, settings.catalog_cache_seconds)
-            yield {"services": _Services(settings, http, loop, catalog, models)}
+            stack.callback(observability.aclose)
+            yield {"services": _Services(settings, http, loop, catalog, models, observability.lifecycle)}
 
     app = Starlette(
-        routes=[Route("/api/v1/agent/run", run_agent, methods=["POST"]), *health_routes(_readiness)],
+        routes=[
+            Route("/api/v1/agent/run", run_agent, methods=["POST"]),
+            *health_routes(_readiness, observability.lifecycle),
+            *observability.routes(),
+        ],
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    observability.install(app)
     return app

@@ -16,6 +16,7 @@ import httpx
 from httpx_sse import EventSource
 from pydantic import TypeAdapter, ValidationError
 
+from suite_common.tracing import trace_headers
 from suite_common.wire import (
     DEADLINE_HEADER,
     CallToolRequest,
@@ -126,7 +127,7 @@ class CompletionClient:
         """One LLM turn. With ``on_delta`` the turn is streamed and each text or reasoning delta handed over
         as it comes."""
         body = dump(request.model_copy(update={"stream": on_delta is not None})).encode()
-        headers = {"content-type": "application/json", **deadline.header()}
+        headers = {"content-type": "application/json", **deadline.header(), **trace_headers()}
         try:
             if on_delta is None:
                 response = await self.http.post(self.url, content=body, headers=headers)
@@ -222,7 +223,7 @@ class ToolsClient:
     async def call_tool(self, name: str, arguments: dict[str, Any], deadline: Deadline) -> CallToolResponse:
         """A tool's own failure is an ``isError`` result for the model; only a rejected secret raises."""
         body = dump(CallToolRequest(name=name, arguments=arguments)).encode()
-        headers = {**self.auth, **deadline.header(), "content-type": "application/json"}
+        headers = {**self.auth, **deadline.header(), **trace_headers(), "content-type": "application/json"}
         try:
             response = await self.http.post(self.call_url, content=body, headers=headers)
         except httpx.HTTPError as error:

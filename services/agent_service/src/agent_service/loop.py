@@ -17,6 +17,7 @@ import structlog
 
 from agent_service.clients import CompletionClient, Deadline, ToolsClient, UpstreamError
 from agent_service.results import render_tool_result
+from agent_service.telemetry import RunTelemetry
 from suite_common.logging import get_logger
 from suite_common.wire import (
     CompletionRequest,
@@ -101,148 +102,203 @@ class _RunState:
 
 
 class AgentLoop:
-    def __init__(self, completions: CompletionClient, tools: ToolsClient, *, tool_result_max_chars: int) -> None:
+    def __init__(
+        self,
+        completions: CompletionClient,
+        tools: ToolsClient,
+        *,
+        tool_result_max_chars: int,
+        telemetry: RunTelemetry | None = None,
+    ) -> None:
         self.completions = completions
         self.tools = tools
         self.tool_result_max_chars = tool_result_max_chars
+        self.telemetry = telemetry or RunTelemetry.disabled()
 
     async def run(self, plan: RunPlan, emit: Emit, *, stream_text: bool) -> RunOutcome:
         """Run to the end; emits ``done`` or ``error`` last. Raises only when cancelled."""
+        telemetry = self.telemetry
         state = _RunState(conversation=list(plan.messages))
+        outcome = "cancelled"
+        telemetry.run_started()
+        attributes = {"agent.run_id": plan.run_id, "agent.model": plan.model}
+        try:
+            with (
+                structlog.contextvars.bound_contextvars(run_id=plan.run_id),
+                telemetry.tracer.start_as_current_span("agent_run", attributes=attributes),
+            ):
+                result = await self._run(plan, state, emit, stream_text)
+                outcome = result.error.code if result.error is not None else result.finish_reason
+                return result
+        finally:
+            telemetry.run_ended(outcome, state.iterations)
+
+    async def _run(self, plan: RunPlan, state: _RunState, emit: Emit, stream_text: bool) -> RunOutcome:
         deadline = plan.deadline
         started = time.perf_counter()
-        with structlog.contextvars.bound_contextvars(run_id=plan.run_id):
-            try:
-                with anyio.move_on_after(deadline.remaining()) as deadline_scope:
-                    finish = await self._rounds(plan, state, emit, stream_text)
-                if deadline_scope.cancelled_caught:
-                    finish = "deadline"
-            except UpstreamError as error:
-                if deadline.remaining() > _DEADLINE_SLACK_SECONDS:
-                    state.close_round(f"The run failed before this tool call finished: {error.message}")
-                    _log.warning("run_failed", code=error.code, message=error.message, iterations=state.iterations)
-                    await emit(RunError(run_id=plan.run_id, code=error.code, message=error.message))
-                    return RunOutcome("stop", state.iterations, state.usage, state.appended, error)
+        try:
+            with anyio.move_on_after(deadline.remaining()) as deadline_scope:
+                finish = await self._rounds(plan, state, emit, stream_text)
+            if deadline_scope.cancelled_caught:
                 finish = "deadline"
-            except anyio.get_cancelled_exc_class():
-                _log.info("run_cancelled", iterations=state.iterations)
-                raise
-            if finish == "deadline":
-                state.close_round("The run's deadline passed before this tool call finished.")
-            _log.info(
-                "run_finished",
-                finish_reason=finish,
-                iterations=state.iterations,
-                duration_ms=round((time.perf_counter() - started) * 1000, 1),
-            )
-            await emit(
-                RunDone(run_id=plan.run_id, finish_reason=finish, iterations=state.iterations, usage=state.usage)
-            )
-            return RunOutcome(finish, state.iterations, state.usage, state.appended)
+        except UpstreamError as error:
+            if deadline.remaining() > _DEADLINE_SLACK_SECONDS:
+                state.close_round(f"The run failed before this tool call finished: {error.message}")
+                _log.warning("run_failed", code=error.code, message=error.message, iterations=state.iterations)
+                await emit(RunError(run_id=plan.run_id, code=error.code, message=error.message))
+                return RunOutcome("stop", state.iterations, state.usage, state.appended, error)
+            finish = "deadline"
+        except anyio.get_cancelled_exc_class():
+            _log.info("run_cancelled", iterations=state.iterations)
+            raise
+        if finish == "deadline":
+            state.close_round("The run's deadline passed before this tool call finished.")
+        elapsed = time.perf_counter() - started
+        if finish in ("deadline", "max_iterations"):
+            self.telemetry.budget_exhausted(run_id=plan.run_id, budget=finish, rounds=state.iterations, seconds=elapsed)
+        _log.info(
+            "run_finished", finish_reason=finish, iterations=state.iterations, duration_ms=round(elapsed * 1000, 1)
+        )
+        await emit(RunDone(run_id=plan.run_id, finish_reason=finish, iterations=state.iterations, usage=state.usage))
+        return RunOutcome(finish, state.iterations, state.usage, state.appended)
 
     async def _rounds(self, plan: RunPlan, state: _RunState, emit: Emit, stream_text: bool) -> RunFinishReason:
-        deadline = plan.deadline
         specs = [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema) for t in plan.tools]
-        allowed = {tool.name for tool in plan.tools}
         tool_choice = plan.tool_choice
         for iteration in range(1, plan.max_iterations + 1):
-            if deadline.remaining() <= 0:
+            if plan.deadline.remaining() <= 0:
                 return "deadline"
             state.iterations = iteration
-            request = CompletionRequest(
-                model=plan.model,
-                messages=state.conversation,
-                tools=specs,
-                tool_choice=tool_choice,
-                max_tokens=plan.max_tokens,
-                temperature=plan.temperature,
-            )
-
-            async def forward(delta: TextDelta | ReasoningDelta, iteration: int = iteration) -> None:
-                if isinstance(delta, TextDelta):
-                    await emit(RunText(run_id=plan.run_id, iteration=iteration, delta=delta.delta))
-                else:
-                    await emit(RunReasoning(run_id=plan.run_id, iteration=iteration, delta=delta.delta))
-
-            response = await self.completions.complete(request, deadline, forward if stream_text else None)
-            state.usage += response.usage
-            state.append(response.message)
-            calls = response.message.tool_calls or []
-            if not calls:
-                return "stop"
-            state.pending = list(calls)
-            for call in calls:
-                await emit(
-                    RunToolCall(
-                        run_id=plan.run_id, iteration=iteration, id=call.id, name=call.name, arguments=call.arguments
-                    )
+            with (
+                structlog.contextvars.bound_contextvars(round=iteration),
+                self.telemetry.tracer.start_as_current_span("agent_round", attributes={"agent.round.index": iteration}),
+            ):
+                request = CompletionRequest(
+                    model=plan.model,
+                    messages=state.conversation,
+                    tools=specs,
+                    tool_choice=tool_choice,
+                    max_tokens=plan.max_tokens,
+                    temperature=plan.temperature,
                 )
-            failures: list[UpstreamError] = []
-            async with anyio.create_task_group() as tg:
-                for call in calls:
-                    tg.start_soon(
-                        self._call_tool, plan.run_id, iteration, call, allowed, deadline, emit, state, failures, tg
-                    )
-            if failures:
-                # The tool service itself failed (not a tool): the run cannot go on.
-                raise failures[0]
-            # Results go back in the order the model asked for them, whatever order they finished in.
-            state.close_round("The tool call did not finish.")
+                answered = await self._round(plan, state, emit, request, stream_text)
+            if answered:
+                return "stop"
             # A forced choice ("required" or a named tool) applies to the first round only;
             # forcing it again would keep the model from ever answering.
             tool_choice = "auto"
         return "max_iterations"
 
+    async def _round(
+        self, plan: RunPlan, state: _RunState, emit: Emit, request: CompletionRequest, stream_text: bool
+    ) -> bool:
+        """One LLM call and the tool calls it asks for; ``True`` when the model answered instead."""
+        iteration = state.iterations
+
+        async def forward(delta: TextDelta | ReasoningDelta) -> None:
+            if isinstance(delta, TextDelta):
+                await emit(RunText(run_id=plan.run_id, iteration=iteration, delta=delta.delta))
+            else:
+                await emit(RunReasoning(run_id=plan.run_id, iteration=iteration, delta=delta.delta))
+
+        with self.telemetry.tracer.start_as_current_span("llm_call", attributes={"llm.model": plan.model}) as span:
+            response = await self.completions.complete(request, plan.deadline, forward if stream_text else None)
+            span.set_attribute("llm.provider", response.provider)
+            span.set_attribute("llm.finish_reason", response.finish_reason)
+        state.usage += response.usage
+        state.append(response.message)
+        calls = response.message.tool_calls or []
+        if not calls:
+            return True
+        state.pending = list(calls)
+        for call in calls:
+            await emit(
+                RunToolCall(
+                    run_id=plan.run_id, iteration=iteration, id=call.id, name=call.name, arguments=call.arguments
+                )
+            )
+        allowed = {tool.name for tool in plan.tools}
+        failures: list[UpstreamError] = []
+        async with anyio.create_task_group() as tg:
+            for position, call in enumerate(calls):
+                tg.start_soon(self._call_tool, plan, position, call, allowed, emit, state, failures, tg)
+        if failures:
+            # The tool service itself failed (not a tool): the run cannot go on.
+            raise failures[0]
+        # Results go back in the order the model asked for them, whatever order they finished in.
+        state.close_round("The tool call did not finish.")
+        return False
+
     async def _call_tool(
         self,
-        run_id: str,
-        iteration: int,
+        plan: RunPlan,
+        position: int,
         call: ToolCall,
         allowed: set[str],
-        deadline: Deadline,
         emit: Emit,
         state: _RunState,
         failures: list[UpstreamError],
         round_group: anyio.abc.TaskGroup,
     ) -> None:
+        iteration = state.iterations
         started = time.perf_counter()
-        if call.name not in allowed:
-            content, is_error = (
-                f"Tool '{call.name}' is not available in this run. Available tools: {', '.join(sorted(allowed))}.",
-                True,
-            )
-        elif call.invalid_arguments is not None:
-            content, is_error = (
-                f"The arguments for '{call.name}' were not a JSON object: {call.invalid_arguments[:200]!r}. "
-                "Call the tool again with a JSON object that matches its input schema.",
-                True,
-            )
-        else:
-            try:
-                result = await self.tools.call_tool(call.name, call.arguments, deadline)
-            except UpstreamError as error:
-                failures.append(error)
-                round_group.cancel_scope.cancel()  # the round's other calls cannot help now
-                return
-            content, is_error = render_tool_result(result, self.tool_result_max_chars), result.is_error
-        duration_ms = round((time.perf_counter() - started) * 1000, 2)
+        server, status = "-", "refused"
+        attributes = {"tool.name": call.name, "tool.call_id": call.id}
+        with (
+            structlog.contextvars.bound_contextvars(tool_call_id=call.id),
+            self.telemetry.tracer.start_as_current_span("tool_call", attributes=attributes) as span,
+        ):
+            if call.name not in allowed:
+                content, is_error = (
+                    f"Tool '{call.name}' is not available in this run. Available tools: {', '.join(sorted(allowed))}.",
+                    True,
+                )
+            elif call.invalid_arguments is not None:
+                content, is_error = (
+                    f"The arguments for '{call.name}' were not a JSON object: {call.invalid_arguments[:200]!r}. "
+                    "Call the tool again with a JSON object that matches its input schema.",
+                    True,
+                )
+            else:
+                try:
+                    result = await self.tools.call_tool(call.name, call.arguments, plan.deadline)
+                except UpstreamError as error:
+                    failures.append(error)
+                    round_group.cancel_scope.cancel()  # the round's other calls cannot help now
+                    self._audit(plan, iteration, position, call, server, "failed", started)
+                    return
+                except anyio.get_cancelled_exc_class():
+                    self._audit(plan, iteration, position, call, server, "cancelled", started)
+                    raise
+                content, is_error = render_tool_result(result, self.tool_result_max_chars), result.is_error
+                server, status = result.server, "error" if result.is_error else "ok"
+            span.set_attribute("tool.server", server)
+            span.set_attribute("tool.status", status)
+        seconds = self._audit(plan, iteration, position, call, server, status, started)
         state.finished[call.id] = Message(role="tool", tool_call_id=call.id, content=content, is_error=is_error or None)
-        _log.info(
-            "tool_call",
-            iteration=iteration,
-            tool=call.name,
-            tool_call_id=call.id,
-            is_error=is_error,
-            duration_ms=duration_ms,
-        )
         await emit(
             RunToolResult(
-                run_id=run_id,
+                run_id=plan.run_id,
                 iteration=iteration,
                 tool_call_id=call.id,
                 name=call.name,
                 content=content,
                 is_error=is_error,
-                duration_ms=duration_ms,
+                duration_ms=round(seconds * 1000, 2),
             )
         )
+
+    def _audit(
+        self, plan: RunPlan, iteration: int, position: int, call: ToolCall, server: str, status: str, started: float
+    ) -> float:
+        seconds = time.perf_counter() - started
+        self.telemetry.tool_call(
+            run_id=plan.run_id,
+            round_index=iteration,
+            call_index=position,
+            server=server,
+            tool=call.name,
+            status=status,
+            seconds=seconds,
+        )
+        return seconds

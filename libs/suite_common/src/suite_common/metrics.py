@@ -1,0 +1,76 @@
+"""Prometheus metrics: one registry per app, HTTP request counts and latency for every service.
+
+Each service adds its own metrics to the same registry (runs, tool calls, LLM calls...) and
+serves them all at ``GET /metrics`` in the Prometheus text format. A registry per app, not
+the process-wide default, keeps apps (and tests) from sharing counters.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["LATENCY_BUCKETS", "HttpMetrics", "HttpMetricsMiddleware", "metrics_route"]
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+"""From a millisecond (a catalog read) to the two minutes of a run's deadline."""
+
+
+class HttpMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "http_requests",
+            "HTTP requests served, by route and status.",
+            ["method", "route", "status"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "http_request_duration_seconds",
+            "Time to the end of the response (a stream's whole length), by route.",
+            ["method", "route"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+
+
+class HttpMetricsMiddleware:
+    """Counts and times each request under its route's template (``/api/v1/models/{model:path}``), never the
+    raw path, so that the number of series stays bounded."""
+
+    def __init__(self, app: ASGIApp, metrics: HttpMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+        started = time.perf_counter()
+
+        async def send_and_note(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            method = scope["method"]
+            self.metrics.requests.labels(method, template, str(status)).inc()
+            self.metrics.latency.labels(method, template).observe(time.perf_counter() - started)
+
+
+def metrics_route(registry: CollectorRegistry) -> Route:
+    async def metrics(_: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return Route("/metrics", metrics, methods=["GET"])

@@ -1,0 +1,58 @@
+"""What every service installs to be operated: metrics, traces, and graceful shutdown, in one place.
+
+``Observability.create(...)`` in ``create_app``, ``install(app)`` once the app exists, ``routes()``
+among the app's routes, ``aclose()`` at the end of the lifespan (it flushes pending spans).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Tracer
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from suite_common.lifecycle import Lifecycle, LifecycleMiddleware
+from suite_common.metrics import HttpMetrics, HttpMetricsMiddleware, metrics_route
+from suite_common.settings import ServiceSettings
+from suite_common.tracing import TracingMiddleware, create_tracer_provider, tracer_of
+
+__all__ = ["Observability"]
+
+
+@dataclass
+class Observability:
+    registry: CollectorRegistry
+    tracer_provider: TracerProvider | None
+    tracer: Tracer
+    lifecycle: Lifecycle
+
+    @classmethod
+    def create(
+        cls, service_name: str, settings: ServiceSettings, *, tracer_provider: TracerProvider | None = None
+    ) -> Observability:
+        """``tracer_provider`` replaces the one the settings describe (tests record spans in memory)."""
+        provider = tracer_provider or create_tracer_provider(service_name, settings.otlp_endpoint)
+        return cls(
+            registry=CollectorRegistry(),
+            tracer_provider=provider,
+            tracer=tracer_of(provider, service_name),
+            lifecycle=Lifecycle(grace_seconds=settings.shutdown_grace_seconds),
+        )
+
+    def routes(self) -> list[Route]:
+        return [metrics_route(self.registry)]
+
+    def install(self, app: Starlette) -> None:
+        """Middlewares, outermost first: in-flight count, metrics, then the trace of each request."""
+        if self.tracer_provider is not None:
+            app.add_middleware(TracingMiddleware, tracer=self.tracer)
+        app.add_middleware(HttpMetricsMiddleware, metrics=HttpMetrics(self.registry))
+        app.add_middleware(LifecycleMiddleware, lifecycle=self.lifecycle)
+        app.state.lifecycle = self.lifecycle
+
+    def aclose(self) -> None:
+        if self.tracer_provider is not None:
+            self.tracer_provider.shutdown()
