@@ -3,33 +3,41 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
 import httpx
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Tracer
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from completion_service.catalog import CatalogError
+from completion_service.providers._transport import CallStats, call_stats
 from completion_service.routing import ModelRoute, ModelRouter
 from completion_service.settings import CompletionSettings
+from completion_service.telemetry import LlmTelemetry
 from completion_service.wiring import build_router
 from suite_common.deadline import time_budget
 from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes
 from suite_common.http import ModelResponse, cancel_on_disconnect, read_model
 from suite_common.logging import get_logger
+from suite_common.observability import Observability
 from suite_common.sse import Emit, EventStreamResponse, encode_event
 from suite_common.wire import (
     DEADLINE_HEADER,
+    CompletionDone,
     CompletionEvent,
     CompletionRequest,
     CompletionResponse,
     StreamError,
+    Usage,
     dump,
 )
 
@@ -43,6 +51,8 @@ _log = get_logger("completion_service")
 class _Services:
     settings: CompletionSettings
     router: ModelRouter
+    telemetry: LlmTelemetry
+    tracer: Tracer
 
 
 def _services(request: Request) -> _Services:
@@ -80,41 +90,82 @@ def _as(body: CompletionRequest, route: ModelRoute) -> CompletionRequest:
     return body if route.name == body.model else body.model_copy(update={"model": route.name})
 
 
-def _falls_back(error: ApiError, route: ModelRoute, chain: list[ModelRoute]) -> bool:
+def _falls_back(error: ApiError, route: ModelRoute, chain: list[ModelRoute], telemetry: LlmTelemetry) -> bool:
     """A retryable failure (after the provider's own retries) moves on to the next model of the chain."""
     if not error.retryable or route is chain[-1]:
         return False
-    _log.warning("model_fallback", model=route.name, code=error.code, next_model=chain[chain.index(route) + 1].name)
+    next_model = chain[chain.index(route) + 1].name
+    _log.warning("model_fallback", model=route.name, code=error.code, next_model=next_model)
+    telemetry.fallback(route.name, next_model)
     return True
 
 
-async def _complete(body: CompletionRequest, route: ModelRoute, deadline: float) -> CompletionResponse:
+async def _complete(
+    body: CompletionRequest, route: ModelRoute, deadline: float, services: _Services
+) -> CompletionResponse:
     chain = route.chain()
     for candidate in chain:
+        stats, started = CallStats(), time.perf_counter()
+        token = call_stats.set(stats)
+        attributes = {"llm.provider": candidate.provider.name, "llm.model": candidate.name}
         try:
-            return await candidate.provider.complete(_as(body, candidate), candidate.upstream_model, _left(deadline))
+            with services.tracer.start_as_current_span("provider_call", attributes=attributes):
+                response = await candidate.provider.complete(
+                    _as(body, candidate), candidate.upstream_model, _left(deadline)
+                )
         except ApiError as error:
-            if not _falls_back(error, candidate, chain):
+            _record(services, candidate, error.code, started, stats, None)
+            if not _falls_back(error, candidate, chain, services.telemetry):
                 raise
+            continue
+        finally:
+            call_stats.reset(token)
+        _record(services, candidate, "ok", started, stats, response.usage)
+        return response
     raise AssertionError("the last route returns or raises")  # pragma: no cover
 
 
-async def _open_stream(
-    body: CompletionRequest, route: ModelRoute, deadline: float
-) -> tuple[AsyncIterator[CompletionEvent], CompletionEvent]:
+def _record(
+    services: _Services, route: ModelRoute, outcome: str, started: float, stats: CallStats, usage: Usage | None
+) -> None:
+    services.telemetry.call(
+        provider=route.provider.name,
+        model=route.name,
+        outcome=outcome,
+        seconds=time.perf_counter() - started,
+        stats=stats,
+        usage=usage,
+    )
+
+
+@dataclass
+class _OpenStream:
+    events: AsyncIterator[CompletionEvent]
+    first: CompletionEvent
+    route: ModelRoute
+    started: float
+    stats: CallStats
+
+
+async def _open_stream(body: CompletionRequest, route: ModelRoute, deadline: float, services: _Services) -> _OpenStream:
     """The first route whose stream starts, with its first event; nothing reached the caller before it."""
     chain = route.chain()
     for candidate in chain:
+        stats, started = CallStats(), time.perf_counter()
+        token = call_stats.set(stats)
         events = candidate.provider.stream(_as(body, candidate), candidate.upstream_model, _left(deadline))
         try:
-            return events, await _first_event(events)
+            return _OpenStream(events, await _first_event(events), candidate, started, stats)
         except ApiError as error:
             await _close(events)
-            if not _falls_back(error, candidate, chain):
+            _record(services, candidate, error.code, started, stats, None)
+            if not _falls_back(error, candidate, chain, services.telemetry):
                 raise
         except BaseException:
             await _close(events)
             raise
+        finally:
+            call_stats.reset(token)
     raise AssertionError("the last route returns or raises")  # pragma: no cover
 
 
@@ -131,32 +182,40 @@ async def completions(request: Request) -> Response | EventStreamResponse:
     route = services.router.route(body.model)
     deadline = anyio.current_time() + _budget(request, services.settings)
     if not body.stream:
-        answered, response = await cancel_on_disconnect(request, _complete(body, route, deadline))
+        answered, response = await cancel_on_disconnect(request, _complete(body, route, deadline, services))
         if not answered or response is None:
             return Response(status_code=499)  # the client has gone; nobody reads this
         return ModelResponse(response)
 
     # Until the first event exists, a failure is still an ordinary HTTP error with its status.
-    started, opened = await cancel_on_disconnect(request, _open_stream(body, route, deadline))
+    started, opened = await cancel_on_disconnect(request, _open_stream(body, route, deadline, services))
     if not started or opened is None:
         return Response(status_code=499)
-    events, first = opened
+    events = opened.events
 
     async def produce(send: Emit) -> None:
+        outcome, usage = "cancelled", None
         try:
-            await send(_encode(first))
+            await send(_encode(opened.first))
             async for event in events:
+                if isinstance(event, CompletionDone):
+                    outcome, usage = "ok", event.usage
                 await send(_encode(event))
         except ApiError as error:
+            outcome = error.code
             _log.warning("stream_failed", model=body.model, code=error.code, message=error.message)
             await send(_encode(StreamError(code=error.code, message=error.message, retryable=error.retryable)))
         except OSError:
             raise  # the client went away; EventStreamResponse handles it
         except Exception as error:
+            outcome = "internal_error"
             _log.error("stream_crashed", model=body.model, exc_info=error)
             await send(_encode(StreamError(code="internal_error", message="The service failed mid-stream.")))
         finally:
             await _close(events)
+            if isinstance(opened.first, CompletionDone):
+                outcome, usage = "ok", opened.first.usage
+            _record(services, opened.route, outcome, opened.started, opened.stats, usage)
 
     return EventStreamResponse(produce)
 
@@ -184,8 +243,16 @@ async def _readiness(request: Request) -> dict[str, str]:
     return {"models": "none available: enable COMPLETION_DEMO_ENABLED or configure a provider"}
 
 
-def create_app(settings: CompletionSettings, *, http_client: httpx.AsyncClient | None = None) -> Starlette:
-    """The service; ``http_client`` replaces the pooled client it would create (and is not closed by it)."""
+def create_app(
+    settings: CompletionSettings,
+    *,
+    http_client: httpx.AsyncClient | None = None,
+    tracer_provider: TracerProvider | None = None,
+) -> Starlette:
+    """The service; ``http_client`` replaces the pooled client it would create (and is not closed by it),
+    ``tracer_provider`` the one its settings describe."""
+    observability = Observability.create("completion-service", settings, tracer_provider=tracer_provider)
+    telemetry = LlmTelemetry(observability.registry)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[dict[str, _Services]]:
@@ -204,8 +271,13 @@ def create_app(settings: CompletionSettings, *, http_client: httpx.AsyncClient |
             raise
         _log.info("completion_service_ready", models=[entry["id"] for entry in router.available()])
         try:
-            yield {"services": _Services(settings=settings, router=router)}
+            yield {
+                "services": _Services(
+                    settings=settings, router=router, telemetry=telemetry, tracer=observability.tracer
+                )
+            }
         finally:
+            observability.aclose()
             if http_client is None:
                 await http.aclose()
 
@@ -214,9 +286,11 @@ def create_app(settings: CompletionSettings, *, http_client: httpx.AsyncClient |
             Route("/api/v1/completions", completions, methods=["POST"]),
             Route("/api/v1/models", models, methods=["GET"]),
             Route("/api/v1/models/{model:path}", model, methods=["GET"]),
-            *health_routes(_readiness),
+            *health_routes(_readiness, observability.lifecycle),
+            *observability.routes(),
         ],
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    observability.install(app)
     return app

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -31,7 +32,15 @@ from completion_service.providers._errors import bad_response, retry_after_secon
 from suite_common.errors import ApiError
 from suite_common.logging import get_logger
 
-__all__ = ["RETRY_AFTER_CAP_SECONDS", "CallDeadline", "ErrorTranslator", "Upstream", "parse_json"]
+__all__ = [
+    "RETRY_AFTER_CAP_SECONDS",
+    "CallDeadline",
+    "CallStats",
+    "ErrorTranslator",
+    "Upstream",
+    "call_stats",
+    "parse_json",
+]
 
 RETRY_AFTER_CAP_SECONDS = 4.0
 """A longer Retry-After (or one that ends past the caller's deadline) is not waited for: the caller
@@ -45,6 +54,16 @@ _log = get_logger("completion_service.transport")
 T = TypeVar("T")
 
 _backoff = wait_exponential_jitter(multiplier=0.5, max=4.0, jitter=0.5)
+
+
+@dataclass
+class CallStats:
+    """What happened below one provider call, for the caller's metrics: set ``call_stats`` around the call."""
+
+    retries: int = 0
+
+
+call_stats: ContextVar[CallStats | None] = ContextVar("call_stats", default=None)
 
 
 @dataclass(frozen=True)
@@ -279,6 +298,9 @@ class Upstream:
         return ApiError(status, code, message, retryable=True)
 
     def _log_retry(self, state: RetryCallState) -> None:
+        stats = call_stats.get()
+        if stats is not None:
+            stats.retries += 1
         failure = state.outcome.exception() if state.outcome else None
         _log.warning(
             "provider_retry",
