@@ -64,7 +64,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
         serve_app(llm.app) as llm_url,
         serve_app(searxng.app) as searxng_url,
         serve_app(
-            build_web_search_server(WebSearchSettings(searxng_url=searxng_url)).streamable_http_app(
+            build_web_search_server(WebSearchSettings(searxng_url=searxng_url, backends=["searxng"])).streamable_http_app(
                 streamable_http_path="/mcp"
             )
         ) as web_search_url,
@@ -84,7 +84,9 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
                 }
             )
         )
-        mcp_settings = MCPClientSettings(servers_config=config, service_secret=SecretStr(SECRET))
+        mcp_settings = MCPClientSettings(
+            servers_config=config, service_secret=SecretStr(SECRET), ssrf_allow_loopback=True
+        )
         completion_settings = CompletionSettings(
             openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
         )
@@ -152,7 +154,7 @@ async def test_a_run_calls_two_tools_in_parallel_then_answers(fresh: Stack) -> N
     with anyio.fail_after(60):
         events = await stream_run(fresh, run_body("What happens at the deadline?"))
     assert events[0][0] == "run_started"
-    assert set(of(events, "run_started")[0]["tools"]) == {"search_documents", "web_search"}
+    assert set(of(events, "run_started")[0]["tools"]) == {"search_documents", "web_search", "fetch_url"}
     assert [call["name"] for call in of(events, "tool_call")] == ["search_documents", "web_search"]
     results = {result["toolCallId"]: result for result in of(events, "tool_result")}
     assert not results["call_docs"]["isError"]
@@ -169,7 +171,7 @@ async def test_a_run_calls_two_tools_in_parallel_then_answers(fresh: Stack) -> N
     tool_messages = [m for m in second["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tool_messages] == ["call_docs", "call_web"]
     assert "Deadlines" in tool_messages[0]["content"]
-    assert {t["function"]["name"] for t in second["tools"]} == {"search_documents", "web_search"}
+    assert {t["function"]["name"] for t in second["tools"]} == {"search_documents", "web_search", "fetch_url"}
 
 
 async def test_a_run_that_keeps_calling_tools_stops_at_the_iteration_cap(fresh: Stack) -> None:

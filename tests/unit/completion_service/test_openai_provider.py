@@ -63,6 +63,16 @@ async def test_it_posts_to_chat_completions_with_the_bearer_key() -> None:
     assert json.loads(sent.content)["model"] == "gpt-4o"
 
 
+async def test_an_azure_style_key_goes_bare_in_its_own_header() -> None:
+    upstream = Upstream(httpx.Response(200, json=_completion("hello")))
+    http = httpx.AsyncClient(transport=httpx.MockTransport(upstream), timeout=5)
+    provider = OpenAIProvider(http, "https://res.openai.azure.com/openai/v1", "azure-key", auth_header="api-key")
+    await provider.complete(REQUEST, "gpt-4o", 5)
+    [sent] = upstream.requests
+    assert sent.headers["api-key"] == "azure-key"
+    assert "authorization" not in sent.headers
+
+
 async def test_without_a_key_no_authorization_header_is_sent() -> None:
     upstream = Upstream(httpx.Response(200, json=_completion("hello")))
     await upstream.provider(api_key=None).complete(REQUEST, "llama3.1", 5)

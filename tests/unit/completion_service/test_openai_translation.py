@@ -533,3 +533,27 @@ def test_reasoning_is_never_sent_back_to_a_chat_completions_server() -> None:
     )
     body = build_request_body(request, "m", stream=False)
     assert body["messages"][1] == {"role": "assistant", "content": "a"}
+
+
+@settings(max_examples=60, deadline=None)
+@given(_conversations(), st.sampled_from(["auto", "none", "required"]), st.booleans())
+def test_any_conversation_becomes_a_request_chat_completions_accepts(
+    messages: list[Message], choice: str, stream: bool
+) -> None:
+    tools = [ToolSpec(name="search", input_schema=SEARCH_SCHEMA)]
+    request = CompletionRequest(model="gpt-4o", messages=messages, tools=tools, tool_choice=choice)  # type: ignore[arg-type]
+    body = json.loads(json.dumps(build_request_body(request, "gpt-4o", stream=stream)))
+    sent = body["messages"]
+    assert all(m["role"] in ("system", "user", "assistant", "tool") for m in sent)
+    # Each assistant tool call is answered by a tool message right after it, before any other turn.
+    for position, message in enumerate(sent):
+        ids = [call["id"] for call in message.get("tool_calls", [])]
+        answers = [m["tool_call_id"] for m in sent[position + 1 : position + 1 + len(ids)] if m["role"] == "tool"]
+        assert answers == ids
+        for call in message.get("tool_calls", []):
+            assert call["type"] == "function"
+            assert isinstance(json.loads(call["function"]["arguments"]), dict)
+        if message["role"] == "tool":
+            assert isinstance(message["content"], str)
+    assert body["tool_choice"] == choice
+    assert body.get("stream_options") == ({"include_usage": True} if stream else None)

@@ -53,6 +53,14 @@ class CompletionSettings(ServiceSettings):
             "default enables the endpoint even without an API key."
         ),
     )
+    openai_auth_header: str = Field(
+        default="Authorization",
+        min_length=1,
+        description=(
+            "The header that carries the OpenAI-compatible key: `Authorization` (as `Bearer <key>`), or `api-key` "
+            "for Azure OpenAI, which takes the key bare."
+        ),
+    )
     openai_api_key_file: _OptionalPath = Field(
         default=None,
         description="A file holding the OpenAI-compatible key (a mounted secret); used when the key itself is unset.",

@@ -380,10 +380,12 @@ class OpenAIProvider:
         *,
         max_retries: int = 2,
         name: str = PROVIDER_NAME,
+        auth_header: str = "Authorization",
     ) -> None:
         self.name = name
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._api_key = api_key or None
+        self._auth_header = auth_header
         self._upstream = Upstream(http, provider=name, base_url=base_url, secrets=[api_key], max_retries=max_retries)
 
     async def complete(
@@ -417,7 +419,9 @@ class OpenAIProvider:
     async def _open(self, body: dict[str, Any], deadline: CallDeadline) -> httpx.Response:
         headers = {"Accept": "text/event-stream" if body.get("stream") else "application/json"}
         if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
+            # Azure OpenAI takes its keys bare, in ``api-key``; everyone else as a bearer token.
+            bearer = self._auth_header.lower() == "authorization"
+            headers[self._auth_header] = f"Bearer {self._api_key}" if bearer else self._api_key
         model = str(body["model"])
 
         def build() -> httpx.Request:
