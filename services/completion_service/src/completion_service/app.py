@@ -4,14 +4,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 import anyio
 import httpx
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import Span, Status, StatusCode, Tracer
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -27,6 +28,7 @@ from suite_common.deadline import time_budget
 from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes
 from suite_common.http import ModelResponse, cancel_on_disconnect, read_model
+from suite_common.lifecycle import Lifecycle, until_interrupted
 from suite_common.logging import get_logger
 from suite_common.observability import Observability
 from suite_common.sse import Emit, EventStreamResponse, encode_event
@@ -46,6 +48,8 @@ __all__ = ["create_app"]
 
 _log = get_logger("completion_service")
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class _Services:
@@ -53,6 +57,7 @@ class _Services:
     router: ModelRouter
     telemetry: LlmTelemetry
     tracer: Tracer
+    lifecycle: Lifecycle
 
 
 def _services(request: Request) -> _Services:
@@ -145,28 +150,56 @@ class _OpenStream:
     route: ModelRoute
     started: float
     stats: CallStats
+    span: Span
+    """The attempt's ``provider_call`` span: it lasts as long as the stream."""
+
+
+def _end_span(span: Span, outcome: str) -> None:
+    span.set_attribute("llm.outcome", outcome)
+    if outcome != "ok":
+        span.set_status(Status(StatusCode.ERROR, outcome))
+    span.end()
 
 
 async def _open_stream(body: CompletionRequest, route: ModelRoute, deadline: float, services: _Services) -> _OpenStream:
     """The first route whose stream starts, with its first event; nothing reached the caller before it."""
     chain = route.chain()
     for candidate in chain:
+        left = _left(deadline)
         stats, started = CallStats(), time.perf_counter()
         token = call_stats.set(stats)
-        events = candidate.provider.stream(_as(body, candidate), candidate.upstream_model, _left(deadline))
+        attributes = {"llm.provider": candidate.provider.name, "llm.model": candidate.name}
+        span = services.tracer.start_span("provider_call", attributes=attributes)
+        events = candidate.provider.stream(_as(body, candidate), candidate.upstream_model, left)
         try:
-            return _OpenStream(events, await _first_event(events), candidate, started, stats)
+            return _OpenStream(events, await _first_event(events), candidate, started, stats, span)
         except ApiError as error:
             await _close(events)
+            _end_span(span, error.code)
             _record(services, candidate, error.code, started, stats, None)
             if not _falls_back(error, candidate, chain, services.telemetry):
                 raise
         except BaseException:
             await _close(events)
+            _end_span(span, "cancelled")
             raise
         finally:
             call_stats.reset(token)
     raise AssertionError("the last route returns or raises")  # pragma: no cover
+
+
+_SHUTTING_DOWN = "The service is shutting down; send the request again: another instance will take it."
+
+
+async def _until_answered(request: Request, lifecycle: Lifecycle, work: Awaitable[T]) -> tuple[bool, T | None]:
+    """``cancel_on_disconnect``, and a 503 ``shutting_down`` when the service interrupts ``work`` while draining."""
+    answered, interruptible = await cancel_on_disconnect(request, until_interrupted(lifecycle, work))
+    if not answered or interruptible is None:
+        return False, None
+    finished, result = interruptible
+    if not finished:
+        raise ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"}, retryable=True)
+    return True, result
 
 
 def _left(deadline: float) -> float:
@@ -181,26 +214,37 @@ async def completions(request: Request) -> Response | EventStreamResponse:
     body = await read_model(request, CompletionRequest)
     route = services.router.route(body.model)
     deadline = anyio.current_time() + _budget(request, services.settings)
+    lifecycle = services.lifecycle
     if not body.stream:
-        answered, response = await cancel_on_disconnect(request, _complete(body, route, deadline, services))
+        answered, response = await _until_answered(request, lifecycle, _complete(body, route, deadline, services))
         if not answered or response is None:
             return Response(status_code=499)  # the client has gone; nobody reads this
         return ModelResponse(response)
 
     # Until the first event exists, a failure is still an ordinary HTTP error with its status.
-    started, opened = await cancel_on_disconnect(request, _open_stream(body, route, deadline, services))
+    started, opened = await _until_answered(request, lifecycle, _open_stream(body, route, deadline, services))
     if not started or opened is None:
         return Response(status_code=499)
     events = opened.events
 
     async def produce(send: Emit) -> None:
         outcome, usage = "cancelled", None
-        try:
+
+        async def relay() -> None:
+            nonlocal outcome, usage
             await send(_encode(opened.first))
             async for event in events:
                 if isinstance(event, CompletionDone):
                     outcome, usage = "ok", event.usage
                 await send(_encode(event))
+
+        try:
+            finished, _ = await until_interrupted(lifecycle, relay())
+            if not finished:
+                # Not a silent cut: the caller learns why the stream ends, and that trying again will work.
+                outcome = "shutting_down"
+                _log.warning("stream_interrupted_by_shutdown", model=body.model)
+                await send(_encode(StreamError(code="shutting_down", message=_SHUTTING_DOWN, retryable=True)))
         except ApiError as error:
             outcome = error.code
             _log.warning("stream_failed", model=body.model, code=error.code, message=error.message)
@@ -216,6 +260,7 @@ async def completions(request: Request) -> Response | EventStreamResponse:
             if isinstance(opened.first, CompletionDone):
                 outcome, usage = "ok", opened.first.usage
             _record(services, opened.route, outcome, opened.started, opened.stats, usage)
+            _end_span(opened.span, outcome)
 
     return EventStreamResponse(produce)
 
@@ -273,11 +318,15 @@ def create_app(
         try:
             yield {
                 "services": _Services(
-                    settings=settings, router=router, telemetry=telemetry, tracer=observability.tracer
+                    settings=settings,
+                    router=router,
+                    telemetry=telemetry,
+                    tracer=observability.tracer,
+                    lifecycle=observability.lifecycle,
                 )
             }
         finally:
-            observability.aclose()
+            await observability.aclose()
             if http_client is None:
                 await http.aclose()
 

@@ -97,6 +97,13 @@ class CompletionSettings(ServiceSettings):
         default=DEFAULT_GEMINI_BASE_URL,
         description="Base URL of the Gemini API (the service calls <url>/v1beta/models/<model>:generateContent).",
     )
+    gemini_include_thoughts: bool = Field(
+        default=False,
+        description=(
+            "Ask Gemini (and Vertex AI) thinking models for thought summaries, streamed as `reasoning` events. Off "
+            "by default: models without thinking reject the setting."
+        ),
+    )
     vertex_project: _OptionalText = Field(
         default=None,
         description=(

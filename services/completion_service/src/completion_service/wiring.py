@@ -98,14 +98,18 @@ class _Factory:
                 return fixed
             return _key(None, token_file, "COMPLETION_VERTEX_ACCESS_TOKEN") or ""
 
-        return GeminiProvider.vertex(
-            self._http,
-            project=settings.vertex_project or "",
-            location=settings.vertex_location,
-            base_url=endpoint.base_url or settings.vertex_base_url,
-            token_source=token_source,
-            max_retries=settings.max_retries,
-        )
+        try:
+            return GeminiProvider.vertex(
+                self._http,
+                project=settings.vertex_project or "",
+                location=settings.vertex_location,
+                base_url=endpoint.base_url or settings.vertex_base_url,
+                token_source=token_source,
+                max_retries=settings.max_retries,
+                include_thoughts=settings.gemini_include_thoughts,
+            )
+        except ValueError as error:  # a project or location that would change the URL
+            raise CatalogError(f"Vertex AI: {error}") from None
 
     def _bedrock(self, endpoint: _Endpoint) -> Provider:
         from completion_service.providers.bedrock import BedrockProvider

@@ -209,6 +209,9 @@ class Upstream:
         if not failure.retryable:
             raise failure
         retry_after = retry_after_seconds(response.headers)
+        if retry_after is None:
+            # A wait the adapter found in the body (Gemini's RetryInfo.retryDelay) counts the same.
+            retry_after = retry_after_seconds(httpx.Headers(failure.headers))
         if retry_after is not None and retry_after > RETRY_AFTER_CAP_SECONDS:
             # Retrying sooner would ignore the provider; waiting would hold the caller for that long.
             raise failure
