@@ -19,6 +19,9 @@ Tools (each name prefixed with ``tool_prefix``, so that two instances can have d
   it was cancelled. ``await_hold(tag, event)`` returns once the ``hold`` call of ``tag`` has
   ``started`` or was ``cancelled``: how a test sees, without sleeping, that a call abandoned by
   the gateway stopped on the server;
+- ``gate(tag)``: returns only once ``open_gate(tag)`` is called on the same server instance
+  (``await_hold(tag, "started")`` returns once the gate call has started): a call that stays in
+  flight exactly as long as a test wants, for instance across a reload of the gateway;
 - ``whoami()``: the server's name, to prove where a call went;
 - ``env_keys()``: the sorted names of the process's environment variables, to prove what a
   stdio child inherits;
@@ -49,6 +52,8 @@ ECHO_TOOLS = (
     "rendezvous",
     "hold",
     "await_hold",
+    "gate",
+    "open_gate",
     "whoami",
     "env_keys",
     "pid",
@@ -67,6 +72,7 @@ class _Gathering:
 class _Held:
     started: anyio.Event = field(default_factory=anyio.Event)
     cancelled: anyio.Event = field(default_factory=anyio.Event)
+    opened: anyio.Event = field(default_factory=anyio.Event)
 
 
 def build_echo_server(name: str = "echo", *, tool_prefix: str = "") -> MCPServer:
@@ -116,10 +122,22 @@ def build_echo_server(name: str = "echo", *, tool_prefix: str = "") -> MCPServer
         raise AssertionError("sleep_forever returned")
 
     async def await_hold(tag: str, event: Literal["started", "cancelled"]) -> str:
-        """Return once the `hold` call with this `tag` has started, or was cancelled."""
+        """Return once the `hold` (or `gate`) call with this `tag` has started, or was cancelled."""
         state = held.setdefault(tag, _Held())
         await (state.started if event == "started" else state.cancelled).wait()
         return f"{tag} {event}"
+
+    async def gate(tag: str) -> str:
+        """Return once `open_gate` is called with this `tag`."""
+        state = held.setdefault(tag, _Held())
+        state.started.set()
+        await state.opened.wait()
+        return f"{tag} passed"
+
+    def open_gate(tag: str) -> str:
+        """Let the `gate` call with this `tag` return."""
+        held.setdefault(tag, _Held()).opened.set()
+        return f"{tag} opened"
 
     def whoami() -> str:
         """The name of this server."""
@@ -137,7 +155,7 @@ def build_echo_server(name: str = "echo", *, tool_prefix: str = "") -> MCPServer
         """End this server's process immediately, without answering."""
         os._exit(3)
 
-    tools = (echo, add, fail, slow, rendezvous, hold, await_hold, whoami, env_keys, pid, crash)
+    tools = (echo, add, fail, slow, rendezvous, hold, await_hold, gate, open_gate, whoami, env_keys, pid, crash)
     for tool in tools:
         server.add_tool(tool, name=tool_prefix + tool.__name__)
     return server

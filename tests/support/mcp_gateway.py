@@ -12,10 +12,11 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,6 @@ import httpx
 from pydantic import SecretStr
 
 from mcp_client_service.app import create_app
-from mcp_client_service.connections import Backoff
 from mcp_client_service.registry import ServerRegistry
 from mcp_client_service.settings import MCPClientSettings
 from support.echo_mcp_server import build_echo_server
@@ -33,20 +33,29 @@ from support.servers import serve_app
 
 __all__ = [
     "ECHO_SCRIPT",
+    "FAST_RETRIES",
     "GATEWAY_SECRET",
+    "RAW_SCRIPT",
     "WAIT_SECONDS",
     "Gateway",
+    "child_pids",
     "echo_http_server",
     "echo_stdio_server",
+    "leaves_no_child_processes",
+    "raw_stdio_server",
     "running_gateway",
 ]
 
 ECHO_SCRIPT = Path(__file__).with_name("echo_mcp_server.py")
+RAW_SCRIPT = Path(__file__).with_name("raw_mcp_server.py")
 
 GATEWAY_SECRET = "test-gateway-secret"
 
 WAIT_SECONDS = 20.0
 """Bound of every wait for a server state: a stdio child takes a second or two to start."""
+
+FAST_RETRIES: dict[str, Any] = {"restart_backoff_initial_seconds": 0.05, "restart_backoff_max_seconds": 0.2}
+"""Settings overrides for tests of reconnection: retries within a fraction of a second."""
 
 
 def echo_stdio_server(name: str, *, tool_prefix: str = "", env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -55,6 +64,38 @@ def echo_stdio_server(name: str, *, tool_prefix: str = "", env: dict[str, str] |
     if tool_prefix:
         args += ["--tool-prefix", tool_prefix]
     return {"command": sys.executable, "args": args, "env": env or {}}
+
+
+def raw_stdio_server(mode: str, *extra_args: str, **options: Any) -> dict[str, Any]:
+    """A ``mcpServers`` entry for ``raw_mcp_server.py --mode MODE`` (a hand-written, misbehaving server)."""
+    return {"command": sys.executable, "args": [str(RAW_SCRIPT), "--mode", mode, *extra_args], **options}
+
+
+def child_pids() -> set[int]:
+    """The processes whose parent is this one (Linux ``/proc``), zombies included."""
+    me = os.getpid()
+    children = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # it ended while we looked
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")".
+        fields = stat.rpartition(")")[2].split()
+        if len(fields) > 1 and int(fields[1]) == me:
+            children.add(int(entry.name))
+    return children
+
+
+@contextmanager
+def leaves_no_child_processes() -> Iterator[None]:
+    """Assert that the block leaves no child process behind (stdio servers spawned and not reaped)."""
+    before = child_pids()
+    yield
+    left = child_pids() - before
+    assert not left, f"child processes left behind: {sorted(left)}"
 
 
 @asynccontextmanager
@@ -71,12 +112,16 @@ class Gateway:
     http: httpx.AsyncClient
     """Sends the shared secret on every request."""
     registry: ServerRegistry
+    config_path: Path
+    """The servers file the gateway reads (rewrite it, then POST /mcp/v1/servers/reload)."""
 
     async def wait_until_ready(self, *names: str) -> None:
-        """Wait (bounded by ``WAIT_SECONDS``) until each named server is ready."""
+        """Wait (bounded by ``WAIT_SECONDS``) until each named server is serving (ready or degraded)."""
         with anyio.fail_after(WAIT_SECONDS):
             await self.registry.wait_until(
-                lambda registry: all(registry.connections[name].state == "ready" for name in names)
+                lambda registry: all(
+                    name in registry.connections and registry.connections[name].serving for name in names
+                )
             )
 
     async def wait_until_failed(self, *names: str) -> None:
@@ -85,29 +130,42 @@ class Gateway:
                 lambda registry: all(registry.connections[name].state == "failed" for name in names)
             )
 
+    def write_servers(self, servers: dict[str, Any]) -> None:
+        """Replace the servers file (JSON, ``mcpServers``) for the next reload."""
+        self.config_path.write_text(json.dumps({"mcpServers": servers}))
+
 
 @asynccontextmanager
 async def running_gateway(
-    servers: dict[str, Any],
+    servers: dict[str, Any] | str,
     *,
     settings: MCPClientSettings | None = None,
-    backoff: Backoff | None = None,
+    config_name: str = "mcp_servers.json",
+    environ: dict[str, str] | None = None,
+    files: dict[str, str] | None = None,
     **overrides: Any,
 ) -> AsyncIterator[Gateway]:
-    """mcp-client-service over ``servers`` (an ``mcpServers`` object), served on a loopback port.
+    """mcp-client-service over ``servers`` (an ``mcpServers`` object, or a file's text), on a loopback port.
 
-    The config is written to a file and read the way the service reads it. ``settings`` (for
-    instance read from the environment) win over ``overrides`` of the defaults.
+    The config is written to a file named ``config_name`` and read the way the service reads it.
+    ``settings`` (for instance read from the environment) win over ``overrides`` of the defaults;
+    loopback MCP servers are allowed unless an override says otherwise. ``environ`` replaces the
+    gateway's environment (``os.environ``) for its stdio children and ``${env:...}`` references;
+    ``files`` (name: text) are written beside the config file, for ``${file:...}`` references.
     """
     with tempfile.TemporaryDirectory() as folder:
-        config = Path(folder) / "mcp_servers.json"
-        config.write_text(json.dumps({"mcpServers": servers}))
+        for name, text in (files or {}).items():
+            (Path(folder) / name).write_text(text)
+        config = Path(folder) / config_name
+        config.write_text(servers if isinstance(servers, str) else json.dumps({"mcpServers": servers}))
         if settings is None:
-            settings = MCPClientSettings(service_secret=SecretStr(GATEWAY_SECRET), **overrides)
+            settings = MCPClientSettings(
+                service_secret=SecretStr(GATEWAY_SECRET), **{"ssrf_allow_loopback": True, **overrides}
+            )
         settings = settings.model_copy(update={"servers_config": config})
-        app = create_app(settings, backoff=backoff)
+        app = create_app(settings, environ=environ)
         registry: ServerRegistry = app.state.registry
         async with serve_app(app) as url:
             headers = {settings.secret_header: settings.service_secret.get_secret_value()}
             async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as http:
-                yield Gateway(url=url, http=http, registry=registry)
+                yield Gateway(url=url, http=http, registry=registry, config_path=config)

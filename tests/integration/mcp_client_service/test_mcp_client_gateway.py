@@ -33,6 +33,7 @@ async def gateway() -> AsyncIterator[Gateway]:
     with pytest.MonkeyPatch.context() as env:
         env.setenv("MCP_CLIENT_SERVICE_SECRET", SECRET)
         env.setenv("MCP_CLIENT_MAX_RESULT_CHARS", "1000")
+        env.setenv("MCP_CLIENT_SSRF_ALLOW_LOOPBACK", "true")  # the HTTP servers are in this process
         settings = MCPClientSettings()
         async with (
             echo_http_server("remote", tool_prefix="remote_") as remote_url,
@@ -246,13 +247,25 @@ async def test_servers_that_cannot_start_do_not_block_the_others_and_readyz_name
 
 
 async def test_the_servers_endpoint_gives_each_servers_state(gateway: Gateway) -> None:
+    await _call(gateway, "echo", {"text": "for the p50"})
+
     response = await gateway.http.get("/mcp/v1/servers")
 
     assert response.status_code == 200
     servers = {server["name"]: server for server in response.json()["servers"]}
     assert list(servers) == ["local", "remote", "broken", "hung", "shadow", "off"]
     # A server that never failed has no lastError (absent, as every None on the wire).
-    assert servers["local"] == {"name": "local", "transport": "stdio", "state": "ready", "toolCount": len(ECHO_TOOLS)}
+    local = dict(servers["local"])
+    p50 = local.pop("p50LatencyMs")
+    assert local == {
+        "name": "local",
+        "transport": "stdio",
+        "state": "ready",
+        "toolCount": len(ECHO_TOOLS),
+        "circuit": "closed",
+    }
+    assert 0 < p50 < 10_000
+    assert "p50LatencyMs" not in servers["hung"]  # never called
     assert (servers["remote"]["transport"], servers["remote"]["state"]) == ("streamable-http", "ready")
     assert servers["broken"]["state"] in ("failed", "connecting")  # it keeps retrying
     assert servers["broken"]["lastError"].startswith('cannot start the command "no-such-mcp-server-command": ')

@@ -19,25 +19,27 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_client_service.config import parse_servers_config
-from mcp_client_service.connections import Backoff
+from mcp_client_service.connections import Backoff, ConnectionOptions
 from mcp_client_service.registry import ServerRegistry
+from suite_common.ssrf import EgressPolicy
 from support.echo_mcp_server import build_echo_server
-from support.mcp_gateway import WAIT_SECONDS, echo_http_server, echo_stdio_server, running_gateway
+from support.mcp_gateway import FAST_RETRIES, WAIT_SECONDS, echo_http_server, echo_stdio_server, running_gateway
 from support.servers import serve_app
 
 pytestmark = pytest.mark.anyio
 
-FAST_RETRIES = Backoff(initial=0.05, maximum=0.2)
-
 
 @asynccontextmanager
 async def running_registry(servers: dict[str, Any], **options: Any) -> AsyncIterator[ServerRegistry]:
+    defaults: dict[str, Any] = {
+        "connect_timeout": 10.0,
+        "list_timeout": 5.0,
+        "backoff": Backoff(initial=0.05, maximum=0.2),
+        "egress": EgressPolicy(allow_loopback=True),
+        "environ": dict(os.environ),
+    }
     registry = ServerRegistry(
-        parse_servers_config(json.dumps({"mcpServers": servers})),
-        connect_timeout=options.pop("connect_timeout", 10.0),
-        list_timeout=options.pop("list_timeout", 5.0),
-        backoff=FAST_RETRIES,
-        **options,
+        parse_servers_config(json.dumps({"mcpServers": servers})), ConnectionOptions(**{**defaults, **options})
     )
     async with anyio.create_task_group() as tg:
         tg.start_soon(registry.run)
@@ -59,7 +61,7 @@ def _alive(pid: int) -> bool:
 
 
 async def test_a_stdio_server_that_dies_mid_call_gives_an_error_result_and_is_restarted() -> None:
-    async with running_gateway({"local": echo_stdio_server("local")}, backoff=FAST_RETRIES) as gateway:
+    async with running_gateway({"local": echo_stdio_server("local")}, **FAST_RETRIES) as gateway:
         await gateway.wait_until_ready("local")
         first_pid = (await gateway.http.post("/mcp/v1/tools/call-tool", json={"name": "pid"})).json()
         first_pid = first_pid["structuredContent"]["result"]
@@ -171,7 +173,7 @@ async def test_a_header_value_quoted_by_a_failure_is_redacted_from_status_pages_
     # error quotes the value, escaped: b'Bearer t0ken-pasted-with-its-newline\n'.
     async with echo_http_server("search") as url:
         servers = {"pasted": {"url": url, "headers": {"Authorization": f"Bearer {token}\n"}}}
-        async with running_gateway(servers, backoff=FAST_RETRIES) as gateway:
+        async with running_gateway(servers, **FAST_RETRIES) as gateway:
             await gateway.wait_until_failed("pasted")
             status = (await gateway.http.get("/mcp/v1/servers")).json()["servers"][0]
             readyz = await gateway.http.get("/readyz")
@@ -191,9 +193,7 @@ async def test_an_http_server_that_goes_away_is_noticed_and_its_tools_say_why_th
     async with anyio.create_task_group() as tg:
         stop = anyio.Event()
         url = await tg.start(_serve_echo_until, stop)
-        async with running_gateway(
-            {"web": {"url": url}}, backoff=FAST_RETRIES, health_check_interval_seconds=0.1
-        ) as gateway:
+        async with running_gateway({"web": {"url": url}}, **FAST_RETRIES, health_check_interval_seconds=0.1) as gateway:
             await gateway.wait_until_ready("web")
 
             stop.set()  # the server goes away while the session is idle

@@ -1,4 +1,4 @@
-"""The aggregated catalog: config order, first server wins a name clash, clashes are logged."""
+"""The aggregated catalog: config order, allow/deny lists and prefixes, name clashes (first_wins, prefix)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from mcp_types import Tool
 from structlog.testing import capture_logs
 
 from mcp_client_service.catalog import NameClash, ServerTools, ToolCatalog, aggregate_tools
+from mcp_client_service.config import StdioServerConfig
 
 
 def _tool(name: str, description: str = "") -> Tool:
@@ -28,7 +29,7 @@ def test_tools_of_ready_servers_are_listed_in_config_order_with_their_server() -
         ("web_search", "web"),
         ("fetch_url", "web"),
     ]
-    assert tools["search_documents"].description == "Search the docs"
+    assert tools["search_documents"].tool.description == "Search the docs"
     assert clashes == []
 
 
@@ -40,7 +41,7 @@ def test_on_a_name_clash_the_first_server_in_the_config_wins() -> None:
         ]
     )
 
-    assert (tools["search"].server, tools["search"].description) == ("primary", "primary's")
+    assert (tools["search"].server, tools["search"].tool.description) == ("primary", "primary's")
     assert tools["other"].server == "secondary"
     assert clashes == [NameClash(tool="search", winner="primary", ignored="secondary")]
 
@@ -86,3 +87,81 @@ def test_a_server_that_went_away_is_remembered_for_its_tools_until_it_returns() 
     assert catalog.server_away_with("web_search") == "web"
     assert catalog.server_away_with("unknown") is None
     assert json.loads(catalog.listing_json()) == {"tools": []}
+
+
+def test_allow_and_deny_lists_and_the_tool_prefix_shape_what_a_server_offers() -> None:
+    config = StdioServerConfig(command="gh", allowedTools=("search_*", "get_issue"), deniedTools=("search_admin",))
+    server = ServerTools(
+        server="github",
+        ready=True,
+        tools=[_tool(name) for name in ("search_code", "search_admin", "get_issue", "delete_repo")],
+        tool_prefix="gh_",
+        offers=config.offers,
+    )
+
+    tools, _ = aggregate_tools([server])
+
+    assert [(name, entry.server_tool_name) for name, entry in tools.items()] == [
+        ("gh_search_code", "search_code"),
+        ("gh_get_issue", "get_issue"),
+    ]
+
+
+def test_under_prefix_the_first_server_keeps_the_name_and_later_ones_get_theirs_prefixed() -> None:
+    catalog = ToolCatalog(collision="prefix")
+    servers = [
+        ServerTools(server="primary", ready=True, tools=[_tool("search", "primary's")]),
+        ServerTools(server="web search", ready=True, tools=[_tool("search", "secondary's"), _tool("other")]),
+    ]
+
+    with capture_logs() as logs:
+        catalog.rebuild(servers)
+
+    listed = {tool.name: tool.server for tool in catalog.listing().tools}
+    assert listed == {"search": "primary", "web_search__search": "web search", "other": "web search"}
+    entry = catalog.entry("web_search__search")
+    assert entry is not None
+    assert (entry.server_tool_name, entry.tool.description) == ("search", "secondary's")
+    clash = next(log for log in logs if log["event"] == "mcp_tool_name_clash")
+    assert (clash["server"], clash["ignored_server"], clash["renamed_to"]) == (
+        "primary",
+        "web search",
+        "web_search__search",
+    )
+
+
+def test_under_prefix_a_name_stays_with_its_server_while_the_first_server_is_away() -> None:
+    catalog = ToolCatalog(collision="prefix")
+
+    catalog.rebuild(
+        [
+            ServerTools(server="primary", ready=False, tools=[], known_tool_names=["search"]),
+            ServerTools(server="secondary", ready=True, tools=[_tool("search")]),
+        ]
+    )
+
+    assert [tool.name for tool in catalog.listing().tools] == ["secondary__search"]
+    assert catalog.server_away_with("search") == "primary"
+
+
+def test_under_first_wins_the_next_server_stands_in_while_the_first_is_away() -> None:
+    catalog = ToolCatalog(collision="first_wins")
+
+    catalog.rebuild(
+        [
+            ServerTools(server="primary", ready=False, tools=[], known_tool_names=["search"]),
+            ServerTools(server="secondary", ready=True, tools=[_tool("search")]),
+        ]
+    )
+
+    assert catalog.find("search") is not None
+    assert catalog.find("search").server == "secondary"  # type: ignore[union-attr]
+
+
+def test_a_rebuild_makes_a_new_listing_object_so_callers_can_tell_the_version() -> None:
+    catalog = ToolCatalog()
+    before = catalog.listing()
+
+    catalog.rebuild([ServerTools(server="a", ready=True, tools=[_tool("x")])])
+
+    assert catalog.listing() is not before

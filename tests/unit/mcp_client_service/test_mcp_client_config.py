@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from mcp_client_service.__main__ import main
 from mcp_client_service.config import (
@@ -67,7 +68,10 @@ def test_a_claude_desktop_style_file_keeps_servers_in_file_order(tmp_path: Path)
         ({"web": {"url": "http://h/mcp", "autoApprove": []}}, 'server "web": field "autoApprove": Extra inputs'),
         ({"web": {"args": ["x"]}}, 'server "web": a server is an object with either "command" (stdio) or "url"'),
         ({"web": {"command": "x", "url": "http://h/mcp"}}, 'server "web": a server is an object with either'),
-        ({"web": {"type": "sse", "url": "http://h/mcp"}}, '"type", if given, is "stdio", "http" or "streamable-http"'),
+        (
+            {"web": {"type": "websocket", "url": "ws://h/mcp"}},
+            '"type", if given, is "stdio", "http", "streamable-http"',
+        ),
         ({"web": {"type": "stdio", "url": "http://h/mcp"}}, 'server "web": field "command": Field required'),
     ],
 )
@@ -82,7 +86,7 @@ def test_a_bad_server_entry_is_an_error_naming_the_server_and_the_field(servers:
     ("text", "expected"),
     [
         ("{not json", "servers.json is not valid JSON"),
-        ('{"servers": {}}', 'must be a JSON object with an "mcpServers" object'),
+        ('{"tools": {}}', 'must be a JSON object with an "mcpServers" object'),
         ('["mcpServers"]', 'must be a JSON object with an "mcpServers" object'),
         ('{"mcpServers": []}', '"mcpServers": Input should be a valid dictionary'),
         ('{"mcpServers": {" ": {"command": "x"}}}', "a server name must not be empty"),
@@ -138,3 +142,158 @@ def test_the_service_refuses_to_start_with_a_bad_servers_file(monkeypatch: pytes
         main()
 
     assert f'{path}: server "rag": field "command": Input should be a valid string' in str(exited.value.code)
+
+
+def test_a_vs_code_file_lists_its_servers_under_servers() -> None:
+    text = json.dumps(
+        {
+            "inputs": [{"type": "promptString", "id": "token"}],  # VS Code's prompts: ignored, like other keys
+            "servers": {
+                "github": {"type": "http", "url": "https://api.example.com/mcp/", "headers": {"X-Team": "core"}},
+                "legacy": {"type": "sse", "url": "https://old.example.com/sse"},
+                "local": {"type": "stdio", "command": "npx", "args": ["-y", "@scope/server"]},
+            },
+        }
+    )
+
+    servers = parse_servers_config(text, source=".vscode/mcp.json").servers
+
+    assert list(servers) == ["github", "legacy", "local"]
+    assert [server.transport for server in servers.values()] == ["streamable-http", "sse", "stdio"]
+
+
+def test_a_toml_file_holds_the_same_servers_in_file_order(tmp_path: Path) -> None:
+    path = tmp_path / "servers.toml"
+    path.write_text(
+        """
+[mcpServers.zeta]
+command = "mcp-rag-tool"
+args = ["--transport", "stdio"]
+callTimeoutSeconds = 12.5
+
+[mcpServers.zeta.env]
+RAG_DOCS_PATHS = '["docs"]'
+
+[mcpServers.alpha]
+url = "https://search.internal/mcp"
+toolPrefix = "web_"
+allowedTools = ["search*"]
+deniedTools = ["search_admin"]
+
+[mcpServers.alpha.headers]
+Authorization = "Bearer ${env:SEARCH_TOKEN}"
+
+[mcpServers.off]
+type = "sse"
+url = "http://old:8000/sse"
+enabled = false
+"""
+    )
+
+    loaded = load_servers_config(path)
+    zeta, alpha, off = loaded.servers.values()
+
+    assert list(loaded.servers) == ["zeta", "alpha", "off"]
+    assert loaded.base_dir == tmp_path
+    assert isinstance(zeta, StdioServerConfig)
+    assert (zeta.args, zeta.env, zeta.call_timeout_seconds) == (
+        ["--transport", "stdio"],
+        {"RAG_DOCS_PATHS": '["docs"]'},
+        12.5,
+    )
+    assert isinstance(alpha, HttpServerConfig)
+    assert alpha.headers == {"Authorization": "Bearer ${env:SEARCH_TOKEN}"}  # resolved only when connecting
+    assert alpha.tool_prefix == "web_"
+    assert [alpha.offers(name) for name in ("search", "search_news", "search_admin", "delete")] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert (off.transport, off.enabled) == ("sse", False)
+
+
+def test_without_tool_lists_a_server_offers_every_tool() -> None:
+    server = StdioServerConfig(command="x", deniedTools=("rm_*",))
+
+    assert server.offers("ls")
+    assert not server.offers("rm_rf")
+
+
+@pytest.mark.parametrize(
+    ("servers", "expected"),
+    [
+        (
+            {"gh": {"url": "https://h/mcp", "headers": {"Authorization": "Bearer ${input:token}"}}},
+            'server "gh": field "headers.Authorization": Value error, ${input:token} asks a person for a value',
+        ),
+        (
+            {"gh": {"command": "x", "env": {"S": "${env:MCP_CLIENT_SERVICE_SECRET}"}}},
+            "the gateway's own settings are never passed to MCP servers",
+        ),
+        ({"gh": {"command": "x", "args": ["${env:not a name}"]}}, "an environment variable name is letters"),
+        ({"gh": {"command": "x", "args": ["${file: }"]}}, "the file path is missing"),
+        ({"gh": {"command": "x", "toolPrefix": "git hub"}}, 'field "toolPrefix": Value error, a tool prefix is'),
+        ({"gh": {"command": "x", "callTimeoutSeconds": 0}}, 'field "callTimeoutSeconds": Input should be greater'),
+    ],
+)
+def test_bad_references_and_options_are_errors_naming_the_field(servers: object, expected: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_servers_config(json.dumps({"mcpServers": servers}), source="servers.json")
+    assert expected in str(raised.value)
+
+
+def test_an_argument_that_only_looks_like_a_reference_is_kept_as_written() -> None:
+    server = parse_servers_config(json.dumps({"mcpServers": {"sh": {"command": "sh", "args": ["-c", "echo ${HOME}"]}}}))
+
+    assert server.servers["sh"].args == ["-c", "echo ${HOME}"]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("text", "file_format", "expected"),
+    [
+        ("[mcpServers.x\ncommand = 1", "toml", "servers.toml is not valid TOML"),
+        ('[other]\nkey = "value"', "toml", "servers.toml must have [mcpServers.<name>] tables"),
+        ('{"mcpServers": {}, "servers": {}}', "json", 'has both "mcpServers" and "servers"'),
+    ],
+)
+def test_a_malformed_toml_or_ambiguous_file_is_an_error(text: str, file_format: str, expected: str) -> None:
+    source = "servers.toml" if file_format == "toml" else "servers.json"
+    with pytest.raises(ConfigError) as raised:
+        parse_servers_config(text, source=source, file_format=file_format)  # type: ignore[arg-type]
+    assert expected in str(raised.value)
+
+
+def test_the_make_run_servers_file_is_valid() -> None:
+    root = Path(__file__).resolve().parents[3]
+
+    servers = load_servers_config(root / "deploy" / "local" / "mcp_servers.json").servers
+
+    assert {name: server.transport for name, server in servers.items()} == {"rag": "stdio", "web-search": "stdio"}
+
+
+def test_list_settings_are_comma_separated_and_the_gateways_own_variables_never_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MCP_CLIENT_SERVICE_SECRET", "s3cret")
+    monkeypatch.setenv("MCP_CLIENT_STDIO_INHERIT_ENV", "PATH, HOME,LANG")
+    monkeypatch.setenv("MCP_CLIENT_SSRF_ALLOWED_NETWORKS", '["10.20.0.0/16", "fd00::/8"]')
+
+    settings = MCPClientSettings()
+
+    assert settings.stdio_inherit_env == ["PATH", "HOME", "LANG"]
+    assert settings.ssrf_allowed_networks == ["10.20.0.0/16", "fd00::/8"]
+    assert (settings.catalog_ttl_seconds, settings.tool_name_collision, settings.ssrf_allow_loopback) == (
+        600.0,
+        "first_wins",
+        False,
+    )
+
+    monkeypatch.setenv("MCP_CLIENT_STDIO_INHERIT_ENV", "PATH,MCP_CLIENT_SERVICE_SECRET")
+    with pytest.raises(ValidationError, match="never passed to MCP servers: MCP_CLIENT_SERVICE_SECRET"):
+        MCPClientSettings()
+
+    monkeypatch.setenv("MCP_CLIENT_STDIO_INHERIT_ENV", "PATH")
+    monkeypatch.setenv("MCP_CLIENT_SSRF_ALLOWED_NETWORKS", "10.0.0.0/33")
+    with pytest.raises(ValidationError, match="not a network in CIDR notation"):
+        MCPClientSettings()

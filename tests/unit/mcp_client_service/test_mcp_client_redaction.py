@@ -52,12 +52,8 @@ def test_a_server_redacts_its_env_values_and_its_urls_credentials() -> None:
     http = ServerConnection(
         "search",
         HttpServerConfig(url="http://bot:pa55word@search/mcp?key=k3y-in-query", headers={"X-Api-Key": "h3ader-key"}),
-        connect_timeout=1,
-        list_timeout=1,
     )
-    stdio = ServerConnection(
-        "rag", StdioServerConfig(command="rag", env={"RAG_TOKEN": "env-t0ken"}), connect_timeout=1, list_timeout=1
-    )
+    stdio = ServerConnection("rag", StdioServerConfig(command="rag", env={"RAG_TOKEN": "env-t0ken"}))
 
     assert http.redact("pa55word / key=k3y-in-query / h3ader-key") == "*** / *** / ***"
     assert stdio.redact("RAG_TOKEN=env-t0ken rejected") == "RAG_TOKEN=*** rejected"

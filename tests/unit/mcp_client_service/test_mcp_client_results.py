@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from mcp_types import CallToolResult, ImageContent, TextContent
+from mcp_types import CallToolResult, EmbeddedResource, ImageContent, TextContent, TextResourceContents
 
-from mcp_client_service.calls import dump_content, to_response
+from mcp_client_service.results import dump_content, to_response
 
 
 def test_content_blocks_are_the_mcp_models_as_camel_case_json() -> None:
@@ -59,3 +59,43 @@ def test_oversized_structured_content_is_dropped_the_text_carries_the_result() -
 
     assert response.structured_content is None
     assert len(response.content[0]["text"]) < 200
+
+
+def test_oversized_structured_content_leaves_a_marker_saying_so() -> None:
+    result = CallToolResult(content=[TextContent(text="short")], structured_content={"result": "x" * 500})
+
+    response = to_response(result, server="s", duration_ms=1.0, max_chars=100)
+
+    assert response.content[0] == {"type": "text", "text": "short"}
+    assert response.content[1]["text"].startswith("[... cut here: structuredContent of 514 characters")
+    assert "limit 100" in response.content[1]["text"]
+
+
+def test_structured_content_within_the_limit_is_kept_whole() -> None:
+    result = CallToolResult(content=[TextContent(text="x" * 90)], structured_content={"result": "x" * 70})
+
+    assert to_response(result, server="s", duration_ms=1.0, max_chars=100).structured_content == {"result": "x" * 70}
+
+
+def test_a_binary_block_beyond_the_limit_is_replaced_by_a_marker_smaller_ones_pass() -> None:
+    small = ImageContent(data="aGVsbG8=", mime_type="image/png")
+    large = ImageContent(data="A" * 400, mime_type="image/png")
+    result = CallToolResult(content=[small, large])
+
+    first, second = dump_content(result, max_chars=200)
+
+    assert first == {"type": "image", "data": "aGVsbG8=", "mimeType": "image/png"}
+    assert second["type"] == "text"
+    assert second["text"].startswith("[... cut here: an image block of 4")
+    assert "A" * 10 not in second["text"]
+
+
+def test_the_text_of_an_embedded_resource_is_cut_like_text() -> None:
+    resource = EmbeddedResource(resource=TextResourceContents(uri="file:///a.txt", text="r" * 150))
+    result = CallToolResult(content=[resource])
+
+    (block,) = dump_content(result, max_chars=100)
+
+    assert block["type"] == "resource"
+    assert block["resource"]["uri"] == "file:///a.txt"
+    assert block["resource"]["text"].startswith("r" * 100 + "\n[... cut here: 50 more characters")

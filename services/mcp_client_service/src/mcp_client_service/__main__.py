@@ -24,7 +24,8 @@ def main() -> None:
     except (ConfigError, ValueError) as error:
         sys.exit(f"mcp-client-service: {error}")
     # The SDK logs the URL it connects to (at debug level); a URL can carry credentials.
-    logging.getLogger("mcp.client.streamable_http").addFilter(RedactUrlsFilter())
+    for sdk_logger in ("mcp.client.streamable_http", "mcp.client.sse"):
+        logging.getLogger(sdk_logger).addFilter(RedactUrlsFilter())
     serve(app, settings)
 
 

@@ -1,7 +1,9 @@
 """mcp-client-service's HTTP API: the tool registry over many MCP servers.
 
-``GET /mcp/v1/tools/list-tools``, ``POST /mcp/v1/tools/call-tool`` and ``GET /mcp/v1/servers``,
-all behind the shared secret; ``/healthz`` and ``/readyz`` stay open for probes.
+``GET /mcp/v1/tools/list-tools``, ``POST /mcp/v1/tools/call-tool``, ``GET /mcp/v1/servers`` and
+``POST /mcp/v1/servers/reload``, all behind the shared secret; ``/healthz`` and ``/readyz`` stay
+open for probes. ``/mcp`` serves the same tools as an MCP server (``mcp_face``), behind the same
+secret.
 
 The app starts serving at once: servers connect in the background (a stdio server loading a
 model may take a minute), and ``/readyz`` answers 200 once every enabled server is ready. Being
@@ -11,7 +13,9 @@ open, ``/readyz`` names only each server's state; why a server failed is on the 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import math
+import os
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -20,13 +24,16 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
-from mcp_client_service.calls import call_tool
-from mcp_client_service.config import ServersFile, load_servers_config
-from mcp_client_service.connections import Backoff
+from mcp_client_service.breaker import BreakerPolicy
+from mcp_client_service.config import ConfigError, ServersFile, load_servers_config
+from mcp_client_service.connections import Backoff, ConnectionOptions
+from mcp_client_service.mcp_face import MCP_FACE_PATH, McpFace
 from mcp_client_service.registry import ServerRegistry
+from mcp_client_service.router import ToolNotFoundError, ToolRouter
 from mcp_client_service.settings import MCPClientSettings
+from mcp_client_service.ssrf_guard import EgressPolicy
 from suite_common.auth import SharedSecretMiddleware
 from suite_common.deadline import time_budget
 from suite_common.errors import ApiError, install_error_handlers
@@ -35,7 +42,7 @@ from suite_common.http import ModelResponse, cancel_on_disconnect, read_model
 from suite_common.logging import get_logger
 from suite_common.wire import CallToolRequest
 
-__all__ = ["create_app"]
+__all__ = ["connection_options", "create_app"]
 
 _log = get_logger("mcp_client_service.app")
 
@@ -46,6 +53,7 @@ PROTECTED_PREFIX = "/mcp/v1"
 class _Services:
     settings: MCPClientSettings
     registry: ServerRegistry
+    router: ToolRouter
 
 
 def _services(request: Request) -> _Services:
@@ -62,41 +70,68 @@ async def list_servers(request: Request) -> Response:
     return ModelResponse(_services(request).registry.statuses())
 
 
+async def reload_servers(request: Request) -> Response:
+    """Read the servers file again: added servers connect, removed ones close, changed ones reconnect."""
+    services = _services(request)
+    try:
+        servers = load_servers_config(services.settings.servers_config)
+    except ConfigError as error:
+        # The running servers stay as they are; the message names the server and field at fault.
+        raise ApiError(400, "invalid_servers_config", f"The servers config was not reloaded: {error}") from None
+    return ModelResponse(await services.registry.reload(servers))
+
+
 async def call_tool_route(request: Request) -> Response:
     services = _services(request)
     body = await read_model(request, CallToolRequest)
-    timeout = time_budget(request.headers, services.settings.call_timeout_seconds)
-    registry = services.registry
-    tool = registry.catalog.find(body.name)
-    # A tool of a server that is away (reconnecting) is not listed, but calling it gets an error
-    # result saying why, rather than a 404 as if it never existed.
-    server = tool.server if tool is not None else registry.catalog.server_away_with(body.name)
-    if server is None:
-        raise ApiError(
-            404,
-            "tool_not_found",
-            f'No MCP server offers a tool named "{body.name}"; GET {PROTECTED_PREFIX}/tools/list-tools lists them.',
-        )
-    connection = registry.connections[server]
+    caller_budget = time_budget(request.headers, math.inf)
     # A caller that goes away (agent-service cancelling a run, a deadline) cancels the call: the
     # SDK then sends the server `notifications/cancelled` (or, over streamable HTTP at protocol
     # 2026, aborts the request's POST), so the tool stops instead of running to the call timeout.
-    answered, response = await cancel_on_disconnect(
-        request,
-        call_tool(
-            connection, body.name, body.arguments, time_limit=timeout, max_chars=services.settings.max_result_chars
-        ),
-    )
+    try:
+        answered, response = await cancel_on_disconnect(
+            request, services.router.call(body.name, body.arguments, caller_budget=caller_budget)
+        )
+    except ToolNotFoundError as error:
+        raise ApiError(404, "tool_not_found", f"{error} GET {PROTECTED_PREFIX}/tools/list-tools lists them.") from None
     if not answered or response is None:
-        _log.info("mcp_tool_call_abandoned", tool=body.name, server=server, reason="the caller disconnected")
+        _log.info("mcp_tool_call_abandoned", tool=body.name, reason="the caller disconnected")
         return Response(status_code=499)  # nobody reads this
     return ModelResponse(response)
 
 
+def connection_options(settings: MCPClientSettings, environ: Mapping[str, str]) -> ConnectionOptions:
+    """How servers are connected and supervised, from the settings and the gateway's environment."""
+    return ConnectionOptions(
+        connect_timeout=settings.connect_timeout_seconds,
+        list_timeout=settings.list_timeout_seconds,
+        probe_interval=settings.health_check_interval_seconds,
+        catalog_ttl=settings.catalog_ttl_seconds,
+        call_timeout=settings.call_timeout_seconds,
+        backoff=Backoff(initial=settings.restart_backoff_initial_seconds, maximum=settings.restart_backoff_max_seconds),
+        breaker=BreakerPolicy(
+            failure_threshold=settings.breaker_failure_threshold,
+            window_seconds=settings.breaker_window_seconds,
+            open_seconds=settings.breaker_open_seconds,
+        ),
+        inherit_env=tuple(settings.stdio_inherit_env),
+        max_line_bytes=settings.stdio_max_line_bytes,
+        egress=EgressPolicy.create(
+            allow_loopback=settings.ssrf_allow_loopback,
+            allow_private=settings.ssrf_allow_private,
+            allowed_cidrs=settings.ssrf_allowed_networks,
+        ),
+        environ=environ,
+        forbidden_values=(settings.service_secret.get_secret_value(),),
+    )
+
+
 def create_app(
-    settings: MCPClientSettings, *, servers: ServersFile | None = None, backoff: Backoff | None = None
+    settings: MCPClientSettings, *, servers: ServersFile | None = None, environ: Mapping[str, str] | None = None
 ) -> Starlette:
-    """The service, ready to serve. ``servers`` overrides the config file (``settings.servers_config``).
+    """The service, ready to serve. ``servers`` overrides the config file (``settings.servers_config``)
+    at startup; ``environ`` (default ``os.environ``) is what stdio servers inherit from and what
+    ``${env:...}`` references read.
 
     Raises ``ValueError`` without a secret and ``config.ConfigError`` for a bad servers file, so a
     misconfigured service stops before it listens.
@@ -106,13 +141,11 @@ def create_app(
         raise ValueError("MCP_CLIENT_SERVICE_SECRET must be set to a non-empty shared secret")
     if servers is None:
         servers = load_servers_config(settings.servers_config)
-    registry = ServerRegistry(
-        servers,
-        connect_timeout=settings.connect_timeout_seconds,
-        list_timeout=settings.list_timeout_seconds,
-        probe_interval=settings.health_check_interval_seconds,
-        backoff=backoff,
-    )
+    options = connection_options(settings, os.environ if environ is None else environ)
+    registry = ServerRegistry(servers, options, collision=settings.tool_name_collision)
+    router = ToolRouter(registry, call_timeout=settings.call_timeout_seconds, max_chars=settings.max_result_chars)
+    # Every tool through one MCP endpoint too, for any MCP client; it checks the secret itself.
+    face = McpFace(router, secret=secret, secret_header=settings.secret_header)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[dict[str, _Services]]:
@@ -122,10 +155,10 @@ def create_app(
             disabled=list(registry.disabled),
         )
         # Supervisors connect in the background: the API is up before any server is.
-        async with anyio.create_task_group() as tg:
+        async with face.run(), anyio.create_task_group() as tg:
             tg.start_soon(registry.run, name="mcp-server-registry")
             try:
-                yield {"services": _Services(settings=settings, registry=registry)}
+                yield {"services": _Services(settings=settings, registry=registry, router=router)}
             finally:
                 # Closes every session; stdio children get their stdin closed, then SIGTERM/SIGKILL.
                 tg.cancel_scope.cancel()
@@ -133,13 +166,16 @@ def create_app(
     async def readiness(_: Request) -> dict[str, str]:
         return registry.readiness()
 
+    routes: list[BaseRoute] = [
+        *health_routes(readiness),
+        Route(f"{PROTECTED_PREFIX}/tools/list-tools", list_tools, methods=["GET"]),
+        Route(f"{PROTECTED_PREFIX}/tools/call-tool", call_tool_route, methods=["POST"]),
+        Route(f"{PROTECTED_PREFIX}/servers", list_servers, methods=["GET"]),
+        Route(f"{PROTECTED_PREFIX}/servers/reload", reload_servers, methods=["POST"]),
+        Route(MCP_FACE_PATH, face),
+    ]
     app = Starlette(
-        routes=[
-            *health_routes(readiness),
-            Route(f"{PROTECTED_PREFIX}/tools/list-tools", list_tools, methods=["GET"]),
-            Route(f"{PROTECTED_PREFIX}/tools/call-tool", call_tool_route, methods=["POST"]),
-            Route(f"{PROTECTED_PREFIX}/servers", list_servers, methods=["GET"]),
-        ],
+        routes=routes,
         middleware=[
             Middleware(
                 SharedSecretMiddleware,

@@ -1,110 +1,224 @@
-"""``call-tool``: one ``tools/call`` on the right session, and its outcome as a ``CallToolResponse``.
+"""One call of a routed tool: arguments checked, one ``tools/call``, its outcome as an answer.
 
-Whatever happens to a call that reached a server (a timeout, a dropped connection, a protocol
-error), the caller gets a result with ``isError: true`` and a text saying what happened, never
-an HTTP error: the model can read it and carry on. Calls are never retried, since the tool may
-already have run.
+This (through ``router.ToolRouter``) is the one path that ``POST /mcp/v1/tools/call-tool`` and
+the gateway's own MCP endpoint share, so both validate, time out and fail the same way:
+
+- arguments are checked against the tool's ``inputSchema`` first; a violation names the field
+  (``$.legs[0].date``) and what was wrong, and the server is not called;
+- the time limit is the server's call timeout, shortened by the caller's deadline; past it the
+  SDK sends the server ``notifications/cancelled`` (over streamable HTTP at protocol 2026 it
+  aborts the request's POST, which is how that protocol cancels);
+- a result that breaks the tool's own ``outputSchema`` becomes an error result saying so;
+- text and data beyond ``max_chars`` are cut, with a marker saying what was left out.
+
+Whatever happens to a call (a timeout, a dropped connection, a protocol error), the caller gets a
+result with ``isError: true`` and a text saying what happened, never an HTTP error: a model can
+read it and carry on. A call is never retried: a tool that may have run must not run twice.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
+from jsonschema import ValidationError as SchemaViolation
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolResult, TextContent
+from mcp_types import (
+    CONNECTION_CLOSED,
+    INVALID_REQUEST,
+    REQUEST_TIMEOUT,
+    CallToolResult,
+)
 from pydantic import ValidationError
 
-from mcp_client_service.connections import ServerConnection, ServerUnavailableError, describe_error
+from mcp_client_service.connections import ServerUnavailableError, describe_error
+from mcp_client_service.results import dump_content, error_result, to_response
+from mcp_client_service.validation import SchemaValidators, Violation, describe_violations, violation_from_error
 from suite_common.logging import get_logger
 from suite_common.wire import CallToolResponse
 
-__all__ = ["call_tool", "dump_content", "error_result", "to_response"]
+__all__ = [
+    "CallOutcome",
+    "CallRecord",
+    "RoutedTool",
+    "ToolSession",
+    "call_routed_tool",
+]
 
 _log = get_logger("mcp_client_service.calls")
 
+CallOutcome = Literal[
+    "ok",
+    "tool_error",
+    "invalid_arguments",
+    "deadline_passed",
+    "timeout",
+    "outcome_unknown",
+    "unavailable",
+    "refused",
+    "contract_violation",
+]
+"""How a call ended. Only ``timeout`` and ``outcome_unknown`` leave it open whether the tool ran."""
 
-def dump_content(result: CallToolResult, max_chars: int) -> list[dict[str, Any]]:
-    """The content blocks as JSON; text beyond ``max_chars`` in total is cut, with a marker saying so."""
-    blocks: list[dict[str, Any]] = []
-    budget = max_chars
-    for block in result.content:
-        dumped = block.model_dump(mode="json", by_alias=True, exclude_none=True)
-        if isinstance(block, TextContent):
-            text = block.text
-            if len(text) > budget:
-                dumped["text"] = (
-                    text[:budget] + f"\n[... cut here: {len(text) - budget} more characters of this tool result "
-                    f"were left out (limit {max_chars})]"
-                )
-            budget = max(0, budget - len(text))
-        blocks.append(dumped)
-    return blocks
+_OUTPUT_MISSING = Violation("$", "no structuredContent, although the tool declares an outputSchema")
+
+_SDK_OUTPUT_CHECK = ("Invalid structured content returned by tool", "has an output schema but did not return")
+"""How mcp 2.3's client words its own outputSchema check, which runs before the result reaches us."""
 
 
-def to_response(result: CallToolResult, *, server: str, duration_ms: float, max_chars: int) -> CallToolResponse:
-    structured = result.structured_content
-    if structured is not None and not isinstance(structured, dict):
-        # 2026-07-28 allows any JSON value; the wire carries an object, as MCPServer wraps one.
-        structured = {"result": structured}
-    if structured is not None and len(json.dumps(structured, default=str)) > max_chars:
-        # Servers also send structured results as text (the spec asks them to), and that text is
-        # cut with a marker; a cut JSON object would be invalid, so it is left out.
-        structured = None
-    return CallToolResponse(
-        content=dump_content(result, max_chars),
-        structured_content=structured,
-        is_error=result.is_error,
-        server=server,
-        duration_ms=duration_ms,
+class ToolSession(Protocol):
+    """What a call needs of a server's session; ``connections.ServerConnection`` is one."""
+
+    name: str
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], time_limit: float) -> CallToolResult: ...
+
+    def redact(self, text: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class RoutedTool:
+    """A catalog entry with what routing and validation need."""
+
+    name: str
+    """As the gateway lists it."""
+    server: str
+    server_tool_name: str
+    """As its server knows it (the same unless the catalog renamed it)."""
+    input_schema: Mapping[str, Any]
+    output_schema: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    server: str
+    tool: str
+    outcome: CallOutcome
+    duration_ms: float
+
+    @property
+    def reached_server(self) -> bool:
+        return self.outcome not in ("invalid_arguments", "deadline_passed", "unavailable")
+
+    @property
+    def server_failed(self) -> bool:
+        """A failure of the server (not of the tool, nor of the caller): what a circuit breaker counts."""
+        return self.outcome in ("timeout", "outcome_unknown", "refused")
+
+
+def _ignore(_: CallRecord) -> None:
+    return None
+
+
+# --- failures ----------------------------------------------------------------------------------
+
+
+def _sdk_output_violations(error: Exception) -> list[Violation] | None:
+    """The violations behind the SDK client's own outputSchema check, if ``error`` is one."""
+    if not isinstance(error, RuntimeError) or not any(phrase in str(error) for phrase in _SDK_OUTPUT_CHECK):
+        return None
+    cause = error.__cause__
+    if isinstance(cause, SchemaViolation):
+        return violation_from_error(cause)
+    return [_OUTPUT_MISSING]
+
+
+def _contract_text(tool: str, server: str, violations: Sequence[Violation]) -> str:
+    if list(violations) == [_OUTPUT_MISSING]:
+        broken = "it declares an outputSchema but sent no structuredContent"
+    else:
+        broken = (
+            f"its structuredContent does not match the outputSchema it declares ({describe_violations(violations)})"
+        )
+    return (
+        f'The tool "{tool}" broke its own contract: {broken}. The tool ran on the MCP server "{server}"; '
+        "the fault is the server's, not the arguments'."
     )
 
 
-def error_result(text: str, *, server: str, duration_ms: float) -> CallToolResponse:
-    return CallToolResponse(
-        content=[{"type": "text", "text": text}], is_error=True, server=server, duration_ms=duration_ms
-    )
-
-
-def _describe_failure(error: Exception, *, tool: str, server: str, time_limit: float) -> str:
+def _describe_failure(error: Exception, *, tool: str, server: str, time_limit: float) -> tuple[CallOutcome, str]:
     if isinstance(error, TimeoutError) or (isinstance(error, MCPError) and error.code == REQUEST_TIMEOUT):
-        return (
-            f'The tool "{tool}" did not finish within {time_limit:g} s, so the call was abandoned. '
-            f'It may still have run on the MCP server "{server}".'
+        return "timeout", (
+            f'The tool "{tool}" did not finish within {time_limit:g} s, so the gateway gave up on it and told '
+            f'the MCP server "{server}" to cancel it. It may have partly run; it was not retried.'
         )
     if isinstance(error, ServerUnavailableError):
-        return f'The tool "{tool}" cannot be called now: {error}.'
-    if isinstance(error, MCPError) and error.code == CONNECTION_CLOSED:
-        return (
-            f'The connection to the MCP server "{server}" dropped during the call to "{tool}"; '
-            "the tool may have run. The gateway reconnects by itself."
+        return "unavailable", f'The tool "{tool}" cannot be called now: {error}.'
+    violations = _sdk_output_violations(error)
+    if violations is not None:
+        return "contract_violation", _contract_text(tool, server, violations)
+    if isinstance(error, MCPError) and error.code == INVALID_REQUEST and error.message == "Session terminated":
+        return "refused", (
+            f'The MCP server "{server}" no longer knows the gateway\'s session (it restarted?), so it refused the '
+            f'call to "{tool}"; the call was not retried. The gateway reconnects by itself.'
         )
-    if isinstance(error, MCPError):
-        return f'The MCP server "{server}" refused the call to "{tool}": error {error.code}: {error.message}'
+    if isinstance(error, MCPError) and error.code != CONNECTION_CLOSED:
+        return "refused", f'The MCP server "{server}" refused the call to "{tool}": error {error.code}: {error.message}'
     if isinstance(error, ValidationError):
-        return f'The MCP server "{server}" sent a malformed result for "{tool}".'
-    return f'The call to "{tool}" on the MCP server "{server}" failed: {describe_error(error)}'
+        return "refused", f'The MCP server "{server}" sent a malformed result for "{tool}".'
+    # The connection dropped (a crash, a network failure) after the request may have been sent.
+    return "outcome_unknown", (
+        f'The connection to the MCP server "{server}" dropped during the call to "{tool}", so its outcome is '
+        "unknown: the tool may or may not have run. The call was not retried, so that it cannot run twice; check "
+        "before calling it again. The gateway reconnects by itself."
+    )
 
 
-async def call_tool(
-    connection: ServerConnection, tool: str, arguments: dict[str, Any], *, time_limit: float, max_chars: int
+# --- the call ----------------------------------------------------------------------------------
+
+
+async def call_routed_tool(
+    session: ToolSession,
+    tool: RoutedTool,
+    arguments: dict[str, Any],
+    *,
+    time_limit: float,
+    max_chars: int,
+    validators: SchemaValidators,
+    on_finished: Callable[[CallRecord], None] = _ignore,
 ) -> CallToolResponse:
+    """One call of ``tool`` on ``session``: checked, bounded by ``time_limit`` seconds, never raising."""
     started = time.perf_counter()
+    server = tool.server
+
+    def finish(outcome: CallOutcome, response: CallToolResponse) -> CallToolResponse:
+        on_finished(CallRecord(server=server, tool=tool.name, outcome=outcome, duration_ms=response.duration_ms))
+        level = _log.info if outcome in ("ok", "tool_error", "invalid_arguments") else _log.warning
+        level("mcp_tool_call", tool=tool.name, server=server, outcome=outcome, duration_ms=response.duration_ms)
+        return response
 
     def elapsed_ms() -> float:
         return round((time.perf_counter() - started) * 1000, 3)
 
     if time_limit <= 0:
-        text = f'The caller\'s deadline had passed before the tool "{tool}" could be called; it was not called.'
-        return error_result(text, server=connection.name, duration_ms=0.0)
+        text = f'The caller\'s deadline had passed before the tool "{tool.name}" could be called; it was not called.'
+        return finish("deadline_passed", error_result(text, server=server, duration_ms=0.0))
+    violations = validators.check((tool.name, "inputSchema"), tool.input_schema, arguments)
+    if violations:
+        text = (
+            f'The arguments do not match the inputSchema of the tool "{tool.name}", so it was not called: '
+            f"{describe_violations(violations)}. Correct the arguments and call it again."
+        )
+        return finish("invalid_arguments", error_result(text, server=server, duration_ms=elapsed_ms()))
     try:
-        result = await connection.call_tool(tool, arguments, time_limit)
+        result = await session.call_tool(tool.server_tool_name, arguments, time_limit)
     except Exception as error:
-        text = connection.redact(_describe_failure(error, tool=tool, server=connection.name, time_limit=time_limit))
-        reason = connection.redact(describe_error(error))
-        _log.warning("mcp_tool_call_failed", tool=tool, server=connection.name, error=reason)
-        return error_result(text, server=connection.name, duration_ms=elapsed_ms())
+        outcome, text = _describe_failure(error, tool=tool.name, server=server, time_limit=time_limit)
+        _log.info("mcp_tool_call_failed", tool=tool.name, server=server, error=session.redact(describe_error(error)))
+        return finish(outcome, error_result(session.redact(text), server=server, duration_ms=elapsed_ms()))
     duration_ms = elapsed_ms()
-    _log.info("mcp_tool_call", tool=tool, server=connection.name, is_error=result.is_error, duration_ms=duration_ms)
-    return to_response(result, server=connection.name, duration_ms=duration_ms, max_chars=max_chars)
+    if not result.is_error and tool.output_schema is not None:
+        if result.structured_content is None:
+            violations = [_OUTPUT_MISSING]
+        else:
+            violations = validators.check((tool.name, "outputSchema"), tool.output_schema, result.structured_content)
+        if violations:
+            unchecked = dump_content(result, max_chars)
+            note = " Its unchecked content follows." if unchecked else ""
+            content = [{"type": "text", "text": _contract_text(tool.name, server, violations) + note}, *unchecked]
+            response = CallToolResponse(content=content, is_error=True, server=server, duration_ms=duration_ms)
+            return finish("contract_violation", response)
+    response = to_response(result, server=server, duration_ms=duration_ms, max_chars=max_chars)
+    return finish("tool_error" if result.is_error else "ok", response)

@@ -1,31 +1,51 @@
-"""The MCP servers to connect to, in the ``mcpServers`` JSON format of Claude Desktop, Cursor and VS Code.
+"""The MCP servers to connect to: the ``mcpServers`` format of Claude Desktop, Cursor and VS Code.
 
-::
+JSON (the clients' own files work as they are)::
 
     {"mcpServers": {
         "rag": {"command": "mcp-rag-tool", "args": ["--transport", "stdio"], "env": {"RAG_DOCS_PATHS": "..."}},
-        "search": {"url": "http://search:8102/mcp", "headers": {"Authorization": "Bearer ..."}}
+        "search": {"url": "https://search.internal/mcp", "headers": {"Authorization": "Bearer ${env:SEARCH_TOKEN}"}}
     }}
 
+VS Code's ``{"servers": {...}}`` is read the same way, and a ``.toml`` file holds the same
+servers as ``[mcpServers.<name>]`` tables.
+
 A server with ``command`` is spawned over stdio, one with ``url`` is reached over streamable
-HTTP; ``"type": "stdio" | "http" | "streamable-http"`` may say so explicitly, and
-``"enabled": false`` keeps a server in the file without connecting to it. The order of the
-servers in the file is their priority: when two servers offer a tool of the same name, the
-first one's wins. Other top-level keys of the file are ignored, so an existing client config
-can be reused as it is.
+HTTP (``"type": "sse"`` for the older HTTP+SSE transport); ``"type": "stdio" | "http" |
+"streamable-http" | "sse"`` may say so explicitly. Per server, beyond the clients' fields:
+``enabled``, ``callTimeoutSeconds``, ``allowedTools`` / ``deniedTools`` (names, ``*`` globs
+allowed) and ``toolPrefix``. Values of ``env``, ``headers``, ``args`` and ``url`` may hold
+secrets by reference (``${env:NAME}``, ``${file:/path}``; see ``references``).
+
+The order of the servers in the file is their priority. Other top-level keys of the file are
+ignored, so an existing client config can be reused as it is.
 """
 
 from __future__ import annotations
 
 import json
+import tomllib
 from collections.abc import Mapping
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+)
+
+from mcp_client_service.references import check_references, has_references
 
 __all__ = [
     "ConfigError",
+    "ConfigFormat",
     "HttpServerConfig",
     "ServerConfig",
     "ServersFile",
@@ -34,54 +54,88 @@ __all__ = [
     "parse_servers_config",
 ]
 
+ConfigFormat = Literal["json", "toml"]
+
+_TOOL_PREFIX_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
+
 
 class ConfigError(Exception):
     """The servers config file cannot be used; the message says which server and field, and why."""
 
 
-class StdioServerConfig(BaseModel):
-    """A server the gateway spawns as a child process and talks to over stdin/stdout."""
+_Referencing = Annotated[str, AfterValidator(check_references)]
+"""A string that may hold ``${env:...}`` / ``${file:...}`` references."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+
+class _ServerOptions(BaseModel):
+    """What every server has, whatever its transport."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    enabled: bool = True
+    """``false`` keeps the server in the file without connecting to it."""
+    call_timeout_seconds: float | None = Field(default=None, gt=0, alias="callTimeoutSeconds")
+    """This server's limit for one ``tools/call``; unset: the gateway's ``call_timeout_seconds``."""
+    allowed_tools: tuple[str, ...] | None = Field(default=None, alias="allowedTools")
+    """Only these of the server's tools are offered (names or ``*`` globs); unset: all of them."""
+    denied_tools: tuple[str, ...] = Field(default=(), alias="deniedTools")
+    """These of the server's tools are never offered, even when ``allowedTools`` names them."""
+    tool_prefix: str = Field(default="", alias="toolPrefix")
+    """Prepended to each of the server's tool names in the catalog (``gh_`` + ``search``)."""
+
+    @field_validator("tool_prefix")
+    @classmethod
+    def _check_prefix(cls, prefix: str) -> str:
+        if any(char not in _TOOL_PREFIX_CHARS for char in prefix):
+            raise ValueError("a tool prefix is letters, digits, _ and - (the characters LLM APIs accept in tool names)")
+        return prefix
+
+    def offers(self, tool_name: str) -> bool:
+        """Whether the allow and deny lists let the server's tool ``tool_name`` through."""
+        if any(fnmatchcase(tool_name, pattern) for pattern in self.denied_tools):
+            return False
+        return self.allowed_tools is None or any(fnmatchcase(tool_name, pattern) for pattern in self.allowed_tools)
+
+
+class StdioServerConfig(_ServerOptions):
+    """A server the gateway spawns as a child process and talks to over stdin/stdout."""
 
     type: Literal["stdio"] = "stdio"
     command: str = Field(min_length=1)
     """The executable, looked up on PATH as usual."""
-    args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    """The child's only environment besides the SDK's safe defaults (PATH, HOME, USER, ...).
-    The gateway's own environment, its secret included, is never inherited."""
+    args: list[_Referencing] = Field(default_factory=list)
+    env: dict[str, _Referencing] = Field(default_factory=dict)
+    """The child's environment besides the few variables the gateway lets through
+    (``MCP_CLIENT_STDIO_INHERIT_ENV``). The gateway's own environment, its secret included,
+    is never inherited."""
     cwd: Path | None = None
     """Working directory of the child; relative paths are relative to the gateway's."""
-    enabled: bool = True
 
     @property
     def transport(self) -> str:
         return "stdio"
 
 
-class HttpServerConfig(BaseModel):
-    """A server reached over MCP streamable HTTP."""
+def _check_url(url: str) -> str:
+    if has_references(url):
+        return url  # checked once resolved, when the server connects
+    if not url.startswith(("http://", "https://")) or len(url) <= len("https://"):
+        raise ValueError("must be an http:// or https:// URL")
+    return url
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    type: Literal["http", "streamable-http"] = "http"
-    url: str
-    """The MCP endpoint, such as ``http://search:8102/mcp``."""
-    headers: dict[str, str] = Field(default_factory=dict)
+class HttpServerConfig(_ServerOptions):
+    """A server reached over MCP streamable HTTP, or over the older HTTP+SSE transport (``sse``)."""
+
+    type: Literal["http", "streamable-http", "sse"] = "http"
+    url: Annotated[_Referencing, AfterValidator(_check_url)]
+    """The MCP endpoint, such as ``http://search:8102/mcp`` (for ``sse``, the SSE endpoint)."""
+    headers: dict[str, _Referencing] = Field(default_factory=dict)
     """Sent with every request to the server (an ``Authorization`` header, say)."""
-    enabled: bool = True
 
     @property
     def transport(self) -> str:
-        return "streamable-http"
-
-    @field_validator("url")
-    @classmethod
-    def _check_url(cls, url: str) -> str:
-        if not url.startswith(("http://", "https://")) or len(url) <= len("https://"):
-            raise ValueError("must be an http:// or https:// URL")
-        return url
+        return "sse" if self.type == "sse" else "streamable-http"
 
 
 def _transport_tag(value: Any) -> str | None:
@@ -91,7 +145,7 @@ def _transport_tag(value: Any) -> str | None:
     declared = value.get("type")
     if declared == "stdio":
         return "stdio"
-    if declared in ("http", "streamable-http"):
+    if declared in ("http", "streamable-http", "sse"):
         return "http"
     if declared is not None:
         return None
@@ -108,8 +162,8 @@ ServerConfig = Annotated[
         _transport_tag,
         custom_error_type="invalid_server",
         custom_error_message=(
-            'a server is an object with either "command" (stdio) or "url" (streamable HTTP); '
-            '"type", if given, is "stdio", "http" or "streamable-http"'
+            'a server is an object with either "command" (stdio) or "url" (HTTP); '
+            '"type", if given, is "stdio", "http", "streamable-http" or "sse"'
         ),
     ),
 ]
@@ -121,6 +175,8 @@ class ServersFile(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     servers: dict[str, ServerConfig] = Field(alias="mcpServers")
+    base_dir: Path = Field(default_factory=Path, exclude=True)
+    """Where the file is: ``${file:...}`` references with a relative path start there."""
 
     @field_validator("servers")
     @classmethod
@@ -151,23 +207,52 @@ def _describe(error: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def parse_servers_config(text: str | bytes, *, source: str = "servers config") -> ServersFile:
-    """Parse the file's content; every way it can be wrong is a ``ConfigError`` naming the problem."""
+def _decode(text: str | bytes, source: str, file_format: ConfigFormat) -> Any:
+    if file_format == "toml":
+        try:
+            return tomllib.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+            raise ConfigError(f"{source} is not valid TOML: {error}") from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
+        return json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ConfigError(f"{source} is not valid JSON: {error}") from None
+
+
+def parse_servers_config(
+    text: str | bytes,
+    *,
+    source: str = "servers config",
+    file_format: ConfigFormat = "json",
+    base_dir: Path | None = None,
+) -> ServersFile:
+    """Parse the file's content; every way it can be wrong is a ``ConfigError`` naming the problem."""
+    data = _decode(text, source, file_format)
+    if isinstance(data, dict) and "mcpServers" not in data and "servers" in data:
+        data = {**data, "mcpServers": data["servers"]}  # VS Code's .vscode/mcp.json
+    elif isinstance(data, dict) and "mcpServers" in data and "servers" in data:
+        raise ConfigError(f'{source} has both "mcpServers" and "servers": keep one list of servers')
     if not isinstance(data, dict) or "mcpServers" not in data:
-        raise ConfigError(f'{source} must be a JSON object with an "mcpServers" object of servers by name')
+        expected = (
+            "must have [mcpServers.<name>] tables"
+            if file_format == "toml"
+            else 'must be a JSON object with an "mcpServers" object of servers by name ("servers" in VS Code)'
+        )
+        raise ConfigError(f"{source} {expected}")
     try:
-        return ServersFile.model_validate(data)
+        servers = ServersFile.model_validate({"mcpServers": data["mcpServers"]})
     except ValidationError as error:
         raise ConfigError(f"{source}: {_describe(error)}") from None
+    if base_dir is not None:
+        servers.base_dir = base_dir
+    return servers
 
 
 def load_servers_config(path: Path) -> ServersFile:
+    """The file at ``path``: TOML when its name ends in ``.toml``, JSON otherwise."""
     try:
         text = path.read_bytes()
     except OSError as error:
         raise ConfigError(f"cannot read the servers config {path}: {error.strerror or error}") from None
-    return parse_servers_config(text, source=str(path))
+    file_format: ConfigFormat = "toml" if path.suffix.lower() == ".toml" else "json"
+    return parse_servers_config(text, source=str(path), file_format=file_format, base_dir=path.parent)

@@ -1,9 +1,14 @@
 """One supervised MCP session per configured server.
 
-A ``ServerConnection``'s ``run()`` is its supervisor: it connects (spawning a stdio child or
-opening a streamable HTTP session), lists the server's tools to the last page, publishes them,
-then keeps the session open until it ends; whenever connecting fails or the session ends it
-records why and reconnects after a bounded exponential backoff.
+A ``ServerConnection``'s ``run()`` is its supervisor. It resolves the server's secret references,
+connects (``transports``: a stdio child with its allowed environment, or an HTTP session through
+the SSRF guard), lists the server's tools to the last page, drops the ones whose schema is
+unusable, publishes the rest, and keeps the session until it ends. While open, the session is
+probed every ``probe_interval`` seconds, and its tools are listed again when the server says they
+changed (``notifications/tools/list_changed``, or a ``subscriptions/listen`` event at protocol
+2026) or when the catalog TTL passes. Whenever connecting fails or the session ends it records
+why and reconnects after a bounded exponential backoff; a ``CircuitBreaker`` stops the retries
+(and fails calls fast) after repeated failures in a short window, and tries again later.
 
 ``mcp.Client`` must be entered and exited in one task, so the supervisor owns it. Request
 handlers call ``call_tool`` from their own tasks: JSON-RPC multiplexes concurrent calls over the
@@ -13,31 +18,49 @@ one session.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
-from types import TracebackType
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import anyio
-import httpx2
 from mcp import Client
-from mcp.client import Transport
-from mcp.client._transport import TransportStreams
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._stream_protocols import ReadStream
+from mcp.client.session import IncomingMessage
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
-from mcp.shared.message import SessionMessage
-from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, CallToolResult, Implementation, Tool
+from mcp_types import (
+    CONNECTION_CLOSED,
+    INVALID_REQUEST,
+    CallToolResult,
+    Implementation,
+    Tool,
+    ToolListChangedNotification,
+)
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from mcp_client_service.config import HttpServerConfig, ServerConfig, StdioServerConfig
+from mcp_client_service.breaker import CallDurations, CircuitBreaker, CircuitState
+from mcp_client_service.config import ServerConfig
+from mcp_client_service.failures import CircuitOpenError, ServerStartError, ServerUnavailableError, describe_error
+from mcp_client_service.options import DEFAULT_INHERITED_ENV, Backoff, ConnectionOptions
 from mcp_client_service.redaction import redact, secret_forms
+from mcp_client_service.schemas import DroppedTool, ToolListingFilter
+from mcp_client_service.stdio_transport import describe_exit
+from mcp_client_service.transports import (
+    StdioCallbacks,
+    WatchedTransport,
+    literal_secrets,
+    open_transport,
+    resolve_config,
+)
 from suite_common.logging import get_logger
 
+# Backoff, ConnectionOptions, the errors and describe_error are re-exported: what a caller of a
+# connection needs comes from here.
 __all__ = [
+    "DEFAULT_INHERITED_ENV",
     "Backoff",
+    "CircuitOpenError",
+    "ConnectionOptions",
     "ServerConnection",
     "ServerStartError",
     "ServerState",
@@ -47,151 +70,18 @@ __all__ = [
 
 _log = get_logger("mcp_client_service.connections")
 
-ServerState = Literal["connecting", "ready", "failed"]
+ServerState = Literal["connecting", "ready", "degraded", "failed"]
 
 _CLIENT_INFO = Implementation(name="mcp-client-service", version="0.1.0")
-
-_HTTP_READ_TIMEOUT_SECONDS = 300.0
-"""The SDK's own default: a server may keep a response stream open that long between events.
-Calls are bounded by their own timeouts."""
 
 _MAX_TOOL_PAGES = 1_000
 """A server that pages forever is cut off here (and by the list timeout, whichever comes first)."""
 
+_NOISE_LOGGED_PER_SESSION = 5
+"""Non-JSON-RPC lines of a stdio server logged per session; the rest are counted, not logged."""
 
-class ServerStartError(Exception):
-    """A stdio server's command could not be started; the message names it."""
-
-
-class ServerUnavailableError(Exception):
-    """The server has no open session right now; the message says what state it is in and why."""
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Delays between reconnection attempts: ``initial`` doubling up to ``maximum``.
-
-    A session that stayed up at least ``maximum`` seconds was healthy, so the next failure
-    starts again from ``initial``.
-    """
-
-    initial: float = 0.5
-    maximum: float = 30.0
-
-    def next(self, delay: float) -> float:
-        return min(delay * 2, self.maximum)
-
-
-def describe_error(error: BaseException) -> str:
-    """A one-line reason for a log line or a status page: the innermost real errors, by type."""
-    if isinstance(error, BaseExceptionGroup):
-        leaves = [describe_error(inner) for inner in error.exceptions]
-        return "; ".join(dict.fromkeys(leaves))  # keep order, drop repeats
-    if isinstance(error, ServerStartError):
-        return str(error)
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
-def _configured_secrets(config: ServerConfig) -> list[str]:
-    """What an error could quote that must never leave: header and env values, URL credentials."""
-    if isinstance(config, StdioServerConfig):
-        return secret_forms(config.env.values())
-    url = urlsplit(config.url)
-    return secret_forms([*config.headers.values(), url.password or "", url.query, url.fragment])
-
-
-class _SessionEndWatcher:
-    """Wraps a transport's read stream to notice when the server ends the session.
-
-    The dispatcher of ``mcp.Client`` reads the stream inside ``async with`` until EOF (a stdio
-    child exiting, a transport failing) and leaves it then, which is the moment to reconnect.
-    """
-
-    def __init__(self, inner: ReadStream[SessionMessage | Exception], ended: anyio.Event) -> None:
-        self._inner = inner
-        self._ended = ended
-
-    @property
-    def last_context(self) -> Any:
-        # The dispatcher duck-types this to carry the sender's contextvars (tracing) along.
-        return getattr(self._inner, "last_context", None)
-
-    async def receive(self) -> SessionMessage | Exception:
-        return await self._inner.receive()
-
-    async def aclose(self) -> None:
-        self._ended.set()
-        await self._inner.aclose()
-
-    def __aiter__(self) -> _SessionEndWatcher:
-        return self
-
-    async def __anext__(self) -> SessionMessage | Exception:
-        return await self._inner.__anext__()
-
-    async def __aenter__(self) -> _SessionEndWatcher:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        self._ended.set()
-        return await self._inner.__aexit__(exc_type, exc, tb)
-
-
-class _WatchedTransport(AbstractAsyncContextManager[TransportStreams]):
-    def __init__(self, inner: Transport, ended: anyio.Event) -> None:
-        self._inner = inner
-        self._ended = ended
-
-    async def __aenter__(self) -> TransportStreams:
-        read_stream, write_stream = await self._inner.__aenter__()
-        return _SessionEndWatcher(read_stream, self._ended), write_stream
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        self._ended.set()
-        return await self._inner.__aexit__(exc_type, exc, tb)
-
-
-@asynccontextmanager
-async def _http_transport(config: HttpServerConfig, connect_timeout: float) -> AsyncIterator[TransportStreams]:
-    """Streamable HTTP with the configured headers, on an HTTP client this session owns."""
-    timeout = httpx2.Timeout(connect_timeout, read=_HTTP_READ_TIMEOUT_SECONDS)
-    async with (
-        httpx2.AsyncClient(headers=dict(config.headers), timeout=timeout) as http,
-        streamable_http_client(config.url, http_client=http) as streams,
-    ):
-        yield streams
-
-
-@asynccontextmanager
-async def _stdio_transport(config: StdioServerConfig) -> AsyncIterator[TransportStreams]:
-    # The child gets the SDK's safe defaults (PATH, HOME, ...) plus its configured env, never
-    # this process's environment: the gateway's secret must not reach a tool server.
-    parameters = StdioServerParameters(
-        command=config.command, args=list(config.args), env=dict(config.env), cwd=config.cwd
-    )
-    spawned = False
-    try:
-        async with stdio_client(parameters) as streams:
-            spawned = True
-            yield streams
-    except OSError as error:
-        if spawned:
-            raise
-        # Under uvloop the error does not say which file was missing: the command or the cwd.
-        where = f" in {config.cwd}" if config.cwd else ""
-        raise ServerStartError(f'cannot start the command "{config.command}"{where}: {describe_error(error)}') from None
-
-
-def _transport(config: ServerConfig, connect_timeout: float) -> Transport:
-    if isinstance(config, StdioServerConfig):
-        return _stdio_transport(config)
-    return _http_transport(config, connect_timeout)
+_LISTEN_RETRY_SECONDS = (1.0, 60.0)
+"""First and longest pause before a dropped ``subscriptions/listen`` stream is opened again."""
 
 
 async def _list_all_tools(client: Client) -> list[Tool]:
@@ -200,7 +90,7 @@ async def _list_all_tools(client: Client) -> list[Tool]:
     cursor: str | None = None
     seen: set[str] = set()
     for _ in range(_MAX_TOOL_PAGES):
-        page = await client.list_tools(cursor=cursor)
+        page = await client.list_tools(cursor=cursor, cache_mode="bypass")
         tools.extend(page.tools)
         cursor = page.next_cursor
         if cursor is None:
@@ -211,149 +101,362 @@ async def _list_all_tools(client: Client) -> list[Tool]:
     raise RuntimeError(f"the server's tool list did not end within {_MAX_TOOL_PAGES} pages")
 
 
+async def _probe(client: Client) -> None:
+    """The cheapest request the server must answer: ``server/discover`` at 2026, ``ping`` before."""
+    if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        await client.session.send_discover(client.protocol_version)
+    else:
+        await client.session.send_ping()
+
+
 class ServerConnection:
     """The supervised session of one MCP server, and its state for status pages.
 
-    ``on_change`` is called (synchronously) whenever ``state`` or ``tools`` change. Every
-    ``probe_interval`` seconds the open session is checked by listing the tools again: a server
-    that stopped answering is reconnected, and a changed tool list is published.
+    ``on_change`` is called (synchronously) whenever ``state`` or ``tools`` change.
     """
 
     def __init__(
         self,
         name: str,
         config: ServerConfig,
+        options: ConnectionOptions | None = None,
         *,
-        connect_timeout: float,
-        list_timeout: float,
-        probe_interval: float = 30.0,
+        base_dir: Path | None = None,
         on_change: Callable[[], None] = lambda: None,
-        backoff: Backoff | None = None,
     ) -> None:
         self.name = name
         self.config = config
-        self.connect_timeout = connect_timeout
-        self.list_timeout = list_timeout
-        self.probe_interval = probe_interval
-        self.backoff = backoff or Backoff()
-        self.state: ServerState = "connecting"
+        self.options = options or ConnectionOptions()
+        self.base_dir = base_dir or Path()
         self.tools: tuple[Tool, ...] = ()
-        """The server's tools while it is ready; empty otherwise."""
+        """The server's valid tools while it has a session, as the server names them; empty otherwise."""
         self.known_tool_names: frozenset[str] = frozenset()
         """The tools of the last successful listing, kept while the server is away, so that a
         call to one of them can say "not ready" rather than "no such tool"."""
+        self.invalid_tools: tuple[DroppedTool, ...] = ()
+        """Tools of the last listing dropped by the schema check, and why."""
         self.last_error: str | None = None
         self.attempts = 0
+        self.breaker = CircuitBreaker(self.options.breaker)
+        self.durations = CallDurations()
         self._on_change = on_change
         self._client: Client | None = None
-        self._session_ended: anyio.Event | None = None
+        self._connecting = True
+        self._wake = anyio.Event()
+        self._session_ended = False
+        self._refresh_wanted = False
         self._end_reason: str | None = None
-        self._secrets = _configured_secrets(config)
+        self._noise_lines = 0
+        self._reported_no_tools = False
+        self._last_call_failed = False
+        self._exit_status: int | None = None
+        self._calls_lost_with_session = 0
+        self._secrets = secret_forms([*literal_secrets(config), *self.options.forbidden_values])
+        self._in_flight = 0
+        self._idle: anyio.Event | None = None
+
+    # --- state ---------------------------------------------------------------------------------
 
     @property
     def transport(self) -> str:
         return self.config.transport
 
+    @property
+    def state(self) -> ServerState:
+        if self._client is None:
+            return "connecting" if self._connecting else "failed"
+        if self.breaker.state != "closed" or self._last_call_failed or self.invalid_tools:
+            return "degraded"
+        return "ready"
+
+    @property
+    def serving(self) -> bool:
+        """Whether the server has an open session, its tools listed (``ready`` or ``degraded``)."""
+        return self._client is not None
+
+    @property
+    def circuit(self) -> CircuitState:
+        return self.breaker.state
+
+    def circuit_detail(self) -> str | None:
+        """Why the circuit is open and when it is tried again; ``None`` while it is closed."""
+        state = self.breaker.state
+        if state == "open":
+            return self.redact(self.breaker.describe_open(self.name))
+        if state == "half_open":
+            return "the circuit is half-open: the server is being tried again after repeated failures"
+        return None
+
+    @property
+    def call_timeout(self) -> float:
+        """This server's limit for one call: its own ``callTimeoutSeconds``, else the service's."""
+        return self.config.call_timeout_seconds or self.options.call_timeout
+
+    @property
+    def calls_in_flight(self) -> int:
+        return self._in_flight
+
     def redact(self, text: str) -> str:
-        """``text`` without this server's configured secrets or any URL's credentials, for logs and callers."""
+        """``text`` without this server's secrets (configured or resolved) or any URL's credentials."""
         return redact(text, self._secrets)
 
-    def _set(self, state: ServerState, *, tools: Sequence[Tool] = (), error: str | None = None) -> None:
-        self.state = state
-        self.tools = tuple(tools)
-        if tools:
-            self.known_tool_names = frozenset(tool.name for tool in tools)
-        if error is not None:
-            self.last_error = error
+    def _remember_secrets(self, values: Sequence[str]) -> None:
+        if values:
+            self._secrets = secret_forms([*literal_secrets(self.config), *self.options.forbidden_values, *values])
+
+    def _changed(self) -> None:
         self._on_change()
+
+    def record_call(self, seconds: float, *, ok: bool) -> None:
+        """A call that reached the server: its duration for the p50, its outcome for the breaker."""
+        self.durations.add(seconds)
+        if not ok and self._calls_lost_with_session:
+            # The session dropped under this call: the supervisor counts that once, as the session's end.
+            self._calls_lost_with_session -= 1
+            return
+        failed_before, self._last_call_failed = self._last_call_failed, not ok
+        if ok:
+            self.breaker.record_success()
+            if failed_before:
+                self._changed()
+            return
+        if self.breaker.record_failure("calls failed at the transport or protocol level"):
+            _log.warning("mcp_server_circuit_open", server=self.name, reason="calls failed")
+            self._wake.set()  # the supervisor announces when it half-opens
+        self._changed()
+
+    def refuse_reason(self) -> str | None:
+        """Why a call to this server would fail fast now (circuit open, no session), or ``None``."""
+        if not self.breaker.allows_calls():
+            return self.redact(self.breaker.describe_open(self.name))
+        if self._client is None:
+            reason = f": {self.last_error}" if self.last_error else ""
+            return f'its MCP server "{self.name}" is not ready ({self.state}{reason}); the gateway keeps reconnecting'
+        return None
+
+    # --- supervision ---------------------------------------------------------------------------
 
     def _end_session(self, reason: str) -> None:
         """Have the supervisor drop the current session and reconnect."""
-        if self._session_ended is not None and not self._session_ended.is_set():
+        if not self._session_ended:
             self._end_reason = reason
-            self._session_ended.set()
+            self._session_ended = True
+            self._wake.set()
+
+    def _transport_ended(self) -> None:
+        self._session_ended = True
+        self._wake.set()
+
+    def _exit_reason(self) -> str | None:
+        return describe_exit(self._exit_status) if self._exit_status is not None else None
+
+    def _on_exit(self, status: int | None) -> None:
+        self._exit_status = status
+
+    def _request_refresh(self, why: str | None = None) -> None:
+        if why is not None and not self._refresh_wanted:
+            _log.info(why, server=self.name)  # once per refresh: a change may be announced twice
+        self._refresh_wanted = True
+        self._wake.set()
 
     async def run(self) -> None:
-        """Connect, serve, reconnect: until cancelled."""
-        delay = self.backoff.initial
+        """Connect, serve, reconnect: until cancelled (which closes the session and any stdio child)."""
+        delay = self.options.backoff.initial
         while True:
+            wait = self.breaker.seconds_until_half_open()
+            if wait > 0:
+                self._connecting = False
+                self._changed()
+                _log.warning("mcp_server_circuit_open", server=self.name, retry_in_seconds=round(wait, 1))
+                await anyio.sleep(wait)
             self.attempts += 1
-            self._set("connecting")
+            self._connecting = True
+            self._changed()
             _log.info("mcp_server_connecting", server=self.name, transport=self.transport, attempt=self.attempts)
             started = anyio.current_time()
+            self._exit_status = None
             try:
                 await self._serve_one_session()
-                error = self._end_reason or "the server ended the session"
+                error = self._end_reason or self._exit_reason() or "the server ended the session"
             except Exception as failure:
-                error = describe_error(failure)
+                # A session that saw its transport close: for a stdio child, how the process ended says more.
+                closed = self._exit_reason() if _connection_closed(failure) else None
+                error = self._end_reason or closed or describe_error(failure)
             error = self.redact(error)
-            if anyio.current_time() - started >= self.backoff.maximum:
-                delay = self.backoff.initial
-            self._set("failed", error=error)
-            _log.warning("mcp_server_failed", server=self.name, error=error, retry_in_seconds=delay)
-            await anyio.sleep(delay)
-            delay = self.backoff.next(delay)
+            self._connecting = False
+            if anyio.current_time() - started >= self.options.backoff.maximum:
+                delay = self.options.backoff.initial
+            opened = self.breaker.record_failure(error)
+            self.last_error = error
+            self._changed()
+            _log.warning(
+                "mcp_server_failed", server=self.name, error=error, retry_in_seconds=delay, circuit=self.breaker.state
+            )
+            if not opened:
+                await anyio.sleep(delay)
+                delay = self.options.backoff.next(delay)
+
+    def _on_stdout_noise(self, line: str) -> None:
+        self._noise_lines += 1
+        if self._noise_lines <= _NOISE_LOGGED_PER_SESSION:
+            _log.warning(
+                "mcp_server_stdout_not_jsonrpc",
+                server=self.name,
+                line=self.redact(line),
+                detail="a stdio server must write only JSON-RPC messages to stdout; the line was skipped",
+                more_are_not_logged=self._noise_lines == _NOISE_LOGGED_PER_SESSION,
+            )
+
+    async def _on_message(self, message: IncomingMessage) -> None:
+        """The SDK session's handler for what the server sends unasked (protocols before 2026)."""
+        if isinstance(message, ToolListChangedNotification):
+            self._request_refresh("mcp_server_tools_list_changed")
+        elif isinstance(message, Exception):
+            _log.warning("mcp_server_transport_error", server=self.name, error=self.redact(describe_error(message)))
 
     async def _serve_one_session(self) -> None:
         """One session from connect to its end; returns when it ends, raises if it cannot start."""
-        ended = self._session_ended = anyio.Event()
+        self._session_ended = False
+        self._refresh_wanted = False
         self._end_reason = None
-        transport = _WatchedTransport(_transport(self.config, self.connect_timeout), ended)
-        phase = f"connecting timed out after {self.connect_timeout:g} s"
+        self._noise_lines = 0
+        self._last_call_failed = False
+        self._wake = anyio.Event()
+        listing = ToolListingFilter()
+        resolved, resolved_values = resolve_config(self.config, self.options, self.base_dir)
+        self._remember_secrets(resolved_values)
+        callbacks = StdioCallbacks(on_noise=self._on_stdout_noise, on_fatal=self._end_session, on_exit=self._on_exit)
+        transport = WatchedTransport(open_transport(resolved, self.options, callbacks), self._transport_ended, listing)
+        phase = f"connecting timed out after {self.options.connect_timeout:g} s"
         started = anyio.current_time()
         # One scope whose deadline moves: a cancel scope may not be left while the task groups
         # the client opened inside it are still open, so connect and list share it.
-        with anyio.CancelScope(deadline=started + self.connect_timeout) as deadline:
-            async with Client(transport, cache=None, client_info=_CLIENT_INFO) as client:
-                phase = f"listing tools timed out after {self.list_timeout:g} s"
-                deadline.deadline = anyio.current_time() + self.list_timeout
+        with anyio.CancelScope(deadline=started + self.options.connect_timeout) as deadline:
+            async with Client(
+                transport, cache=None, client_info=_CLIENT_INFO, message_handler=self._on_message
+            ) as client:
+                listing.protocol_version = client.protocol_version
+                phase = f"listing tools timed out after {self.options.list_timeout:g} s"
+                deadline.deadline = anyio.current_time() + self.options.list_timeout
                 tools = await _list_all_tools(client)
                 deadline.deadline = math.inf
                 self._client = client
                 try:
-                    self._set("ready", tools=tools)
+                    self._publish_tools(tools, listing.take_dropped())
+                    if self.breaker.state == "half_open":
+                        self.breaker.record_success()
                     _log.info(
                         "mcp_server_ready",
                         server=self.name,
-                        tool_count=len(tools),
+                        tool_count=len(self.tools),
                         protocol_version=client.protocol_version,
                         seconds=round(anyio.current_time() - started, 3),
                     )
-                    await self._keep_alive(client, ended)
+                    async with anyio.create_task_group() as tg:
+                        if client.protocol_version in MODERN_PROTOCOL_VERSIONS and _announces_changes(client):
+                            tg.start_soon(self._listen_for_changes, client)
+                        await self._keep_alive(client, listing)
+                        tg.cancel_scope.cancel()
                 finally:
                     self._client = None
+                    self.tools = ()
         if deadline.cancelled_caught:
             raise TimeoutError(phase)
 
-    async def _keep_alive(self, client: Client, ended: anyio.Event) -> None:
-        """Wait for the session to end, checking on it every ``probe_interval`` seconds."""
+    def _publish_tools(self, tools: Sequence[Tool], dropped: Sequence[DroppedTool]) -> None:
+        before = {(tool.name, tool.reason) for tool in self.invalid_tools}
+        for tool in dropped:
+            if (tool.name, tool.reason) not in before:
+                _log.warning("mcp_tool_invalid_schema", server=self.name, tool=tool.name, reason=tool.reason)
+        if not tools and not self._reported_no_tools:
+            _log.warning(
+                "mcp_server_no_valid_tools",
+                server=self.name,
+                dropped=len(dropped),
+                detail="the server is connected but offers no tool the gateway can list",
+            )
+        self._reported_no_tools = not tools
+        changed = tuple(tools) != self.tools
+        if changed and self.known_tool_names:
+            _log.info("mcp_server_tools_changed", server=self.name, tool_count=len(tools))
+        self.tools = tuple(tools)
+        self.invalid_tools = tuple(dropped)
+        if tools:
+            self.known_tool_names = frozenset(tool.name for tool in tools)
+        self._changed()
+
+    async def _keep_alive(self, client: Client, listing: ToolListingFilter) -> None:
+        """Serve until the session ends: probe it, and list the tools again when they may have changed."""
+        options = self.options
+        now = anyio.current_time()
+        next_probe, next_refresh = now + options.probe_interval, now + options.catalog_ttl
         while True:
-            with anyio.move_on_after(self.probe_interval):
-                await ended.wait()
+            # A circuit opened by failing calls half-opens with time alone: wake up to announce it.
+            half_open_in = self.breaker.seconds_until_half_open() if self.breaker.state == "open" else math.inf
+            next_wake = min(next_probe, next_refresh, anyio.current_time() + half_open_in)
+            with anyio.move_on_after(max(0.0, next_wake - anyio.current_time())):
+                await self._wake.wait()
+            self._wake = anyio.Event()  # flags set from here on wake the next wait
+            if self._session_ended:
                 return
+            if half_open_in < math.inf and self.breaker.state != "open":
+                self._changed()
+            now = anyio.current_time()
+            refresh = self._refresh_wanted or now >= next_refresh
+            if not refresh and now < next_probe:
+                continue
+            self._refresh_wanted = False
             try:
-                with anyio.fail_after(self.list_timeout):
-                    tools = await _list_all_tools(client)
+                with anyio.fail_after(options.list_timeout):
+                    if refresh:
+                        self._publish_tools(await _list_all_tools(client), listing.take_dropped())
+                    else:
+                        await _probe(client)
             except Exception as failure:
                 self._end_reason = f"the server stopped answering: {describe_error(failure)}"
                 return
-            if tools != list(self.tools):
-                _log.info("mcp_server_tools_changed", server=self.name, tool_count=len(tools))
-                self._set("ready", tools=tools)
+            now = anyio.current_time()
+            next_probe = now + options.probe_interval
+            if refresh:
+                next_refresh = now + options.catalog_ttl
+
+    async def _listen_for_changes(self, client: Client) -> None:
+        """At protocol 2026 a server tells of changed tools only on a ``subscriptions/listen`` stream."""
+        pause, longest = _LISTEN_RETRY_SECONDS
+        while True:
+            try:
+                async with AsyncExitStack() as stack:
+                    with anyio.fail_after(self.options.list_timeout):
+                        subscription = await stack.enter_async_context(client.listen(tools_list_changed=True))
+                    if not subscription.honored.tools_list_changed:
+                        return
+                    pause = _LISTEN_RETRY_SECONDS[0]
+                    async for _ in subscription:
+                        self._request_refresh("mcp_server_tools_list_changed")
+            except ListenNotSupportedError:
+                return
+            except (SubscriptionLost, MCPError, TimeoutError) as lost:
+                _log.info("mcp_server_listen_lost", server=self.name, error=self.redact(describe_error(lost)))
+            self._request_refresh()  # events may have been missed while no stream was open
+            await anyio.sleep(pause)
+            pause = min(pause * 2, longest)
+
+    # --- calls ---------------------------------------------------------------------------------
 
     async def call_tool(self, name: str, arguments: dict[str, Any], time_limit: float) -> CallToolResult:
-        """One ``tools/call`` on the open session, bounded by ``time_limit`` seconds.
+        """One ``tools/call`` (``name`` as the server knows it) on the open session, bounded by ``time_limit`` s.
 
-        Raises ``ServerUnavailableError`` without a session, ``TimeoutError`` past the time limit
-        and ``mcp.shared.exceptions.MCPError`` for protocol errors and dropped connections (which
-        also make the supervisor reconnect). Never retried: the tool may have run.
+        Raises ``ServerUnavailableError`` without a session (``CircuitOpenError`` while the circuit
+        is open), ``TimeoutError`` past the time limit and ``mcp.shared.exceptions.MCPError`` for
+        protocol errors and dropped connections (which also make the supervisor reconnect).
+        Never retried: the tool may have run. Does not record the outcome: see ``record_call``.
         """
         client = self._client
-        if client is None or self.state != "ready":
-            reason = f": {self.last_error}" if self.last_error else ""
-            raise ServerUnavailableError(
-                f'its MCP server "{self.name}" is not ready ({self.state}{reason}); the gateway keeps reconnecting'
-            )
+        refusal = self.refuse_reason()
+        if refusal is not None:
+            raise (CircuitOpenError if not self.breaker.allows_calls() else ServerUnavailableError)(refusal)
+        assert client is not None
+        self._in_flight += 1
         try:
             # The SDK's read timeout ends the request (and tells the server to cancel it); the
             # outer bound also covers a write that cannot complete.
@@ -361,8 +464,31 @@ class ServerConnection:
                 return await client.call_tool(name, arguments, read_timeout_seconds=time_limit)
         except MCPError as error:
             if _session_is_gone(error):
-                self._end_session(f"the session was lost during a call: {error.message}")
+                self._calls_lost_with_session += 1
+                if self._client is client:
+                    self._end_session(f"the session was lost during a call: {error.message}")
             raise
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0 and self._idle is not None:
+                self._idle.set()
+
+    async def wait_idle(self) -> None:
+        """Return once no call is in flight on this server (bound it with a timeout)."""
+        while self._in_flight:
+            self._idle = anyio.Event()
+            await self._idle.wait()
+
+
+def _connection_closed(error: BaseException) -> bool:
+    if isinstance(error, BaseExceptionGroup):
+        return any(_connection_closed(inner) for inner in error.exceptions)
+    return isinstance(error, MCPError) and error.code == CONNECTION_CLOSED
+
+
+def _announces_changes(client: Client) -> bool:
+    tools = client.server_capabilities.tools
+    return tools is not None and bool(tools.list_changed)
 
 
 def _session_is_gone(error: MCPError) -> bool:

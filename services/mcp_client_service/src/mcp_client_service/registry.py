@@ -1,32 +1,93 @@
-"""All configured servers together: their supervisors, their states and the tool catalog."""
+"""All configured servers together: their supervisors, their states, the tool catalog, reloads.
+
+What the call path uses (``ServerRegistry``):
+
+- ``connections[server]``: the server's ``ServerConnection`` (``call_tool``, ``redact``, ``tools``);
+- ``catalog.entry(name)``: a listed tool, its server and its name on that server;
+- ``call_refusal(server)``: ``None`` when the server may be called now, else why not (circuit
+  open, no session), in words fit for the caller;
+- ``call_timeout(server)``: the server's own call timeout, or ``None`` for the service's;
+- ``record_call(server, seconds, ok)``: every call that reached a server, for its p50 latency,
+  and for its circuit breaker (``ok=False`` for a failure of the server, not of the tool).
+"""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 import anyio
+from anyio.abc import TaskGroup
 
-from mcp_client_service.catalog import ServerTools, ToolCatalog
-from mcp_client_service.config import ServersFile
-from mcp_client_service.connections import Backoff, ServerConnection
+from mcp_client_service.catalog import NameCollision, ServerTools, ToolCatalog
+from mcp_client_service.config import ServerConfig, ServersFile, StdioServerConfig
+from mcp_client_service.connections import ConnectionOptions, ServerConnection
+from mcp_client_service.references import ReferenceResolver, UnresolvedReferenceError, has_references
+from suite_common.logging import get_logger
 from suite_common.wire import WireModel
 
-__all__ = ["ServerRegistry", "ServerStatus", "ServersResponse"]
+__all__ = ["InvalidTool", "ReloadResult", "ServerRegistry", "ServerStatus", "ServersResponse"]
+
+_log = get_logger("mcp_client_service.registry")
+
+_DRAIN_GRACE_SECONDS = 5.0
+"""A removed server's in-flight calls get their call timeout and this much more to finish."""
+
+
+class InvalidTool(WireModel):
+    name: str
+    reason: str
 
 
 class ServerStatus(WireModel):
     name: str
     transport: str
     state: str
-    """``connecting``, ``ready`` or ``failed``; ``disabled`` for a server switched off in the config."""
+    """``connecting``, ``ready``, ``degraded`` (serving, but its circuit is not closed, its last
+    call failed, or some of its tools were dropped), ``failed``; ``disabled`` for a server
+    switched off in the config."""
     tool_count: int
     last_error: str | None = None
     """Why the last connection failed or ended (kept after a reconnect succeeds), redacted; left
     out while the server never failed."""
+    circuit: str | None = None
+    """``closed``, ``open`` (calls fail fast) or ``half_open`` (being tried again)."""
+    circuit_detail: str | None = None
+    """While the circuit is not closed: why it opened and when the server is tried again."""
+    p50_latency_ms: float | None = None
+    """Median duration of its last 100 calls; left out before its first call."""
+    invalid_tools: list[InvalidTool] | None = None
+    """Tools it lists that the gateway dropped (unusable ``inputSchema``), and why."""
 
 
 class ServersResponse(WireModel):
     servers: list[ServerStatus]
+
+
+class ReloadResult(WireModel):
+    added: list[str]
+    """Connecting now: new in the file, or enabled again."""
+    removed: list[str]
+    """Closed once their in-flight calls end: gone from the file, or disabled."""
+    changed: list[str]
+    """Reconnecting: their entry, or a secret it references, changed."""
+    unchanged: list[str]
+
+
+def _references_digest(config: ServerConfig, resolver: ReferenceResolver) -> str | None:
+    """A digest of what the config's references resolve to now, or ``None`` if it has none."""
+    if isinstance(config, StdioServerConfig):
+        texts = [*config.args, *config.env.values()]
+    else:
+        texts = [config.url, *config.headers.values()]
+    referencing = [text for text in texts if has_references(text)]
+    if not referencing:
+        return None
+    try:
+        values = [resolver.resolve(text) for text in referencing]
+    except UnresolvedReferenceError as error:
+        values = [f"unresolved: {error}"]
+    return hashlib.sha256("\0".join(values).encode()).hexdigest()
 
 
 class ServerRegistry:
@@ -35,49 +96,154 @@ class ServerRegistry:
     def __init__(
         self,
         servers: ServersFile,
+        options: ConnectionOptions | None = None,
         *,
-        connect_timeout: float,
-        list_timeout: float,
-        probe_interval: float = 30.0,
-        backoff: Backoff | None = None,
+        collision: NameCollision = "first_wins",
     ) -> None:
-        self.catalog = ToolCatalog()
+        self.options = options or ConnectionOptions()
+        self.catalog = ToolCatalog(collision=collision)
         self.connections: dict[str, ServerConnection] = {}
         self.disabled: dict[str, str] = {}
+        self.retiring: set[ServerConnection] = set()
+        """Connections removed by a reload, finishing their in-flight calls before they close."""
+        self._servers = servers
+        self._order: list[str] = []
+        self._digests: dict[str, str | None] = {}
+        self._task_group: TaskGroup | None = None
+        self._scopes: dict[ServerConnection, anyio.CancelScope] = {}
+        self._changed: anyio.Event | None = None
+        self._reload_lock = anyio.Lock()
+        self._apply(servers)
+
+    def _connection(self, name: str, config: ServerConfig, servers: ServersFile) -> ServerConnection:
+        return ServerConnection(name, config, self.options, base_dir=servers.base_dir, on_change=self._on_change)
+
+    def _apply(self, servers: ServersFile) -> None:
+        """Adopt ``servers`` as the config before ``run`` starts (connections are made, not started)."""
+        self._servers = servers
         self._order = list(servers.servers)
         for name, config in servers.servers.items():
             if not config.enabled:
                 self.disabled[name] = config.transport
                 continue
-            self.connections[name] = ServerConnection(
-                name,
-                config,
-                connect_timeout=connect_timeout,
-                list_timeout=list_timeout,
-                probe_interval=probe_interval,
-                on_change=self._on_change,
-                backoff=backoff,
-            )
-        self._changed: anyio.Event | None = None
+            self.connections[name] = self._connection(name, config, servers)
+            self._digests[name] = _references_digest(config, self._resolver(servers))
+
+    def _resolver(self, servers: ServersFile) -> ReferenceResolver:
+        return ReferenceResolver(environ=self.options.environ, base_dir=servers.base_dir)
 
     async def run(self) -> None:
         """Supervise every server until cancelled; cancelling closes every session and stdio child."""
         async with anyio.create_task_group() as tg:
-            for connection in self.connections.values():
-                tg.start_soon(connection.run, name=f"mcp-server:{connection.name}")
+            self._task_group = tg
+            try:
+                for connection in self.connections.values():
+                    self._start(connection)
+                await anyio.sleep_forever()
+            finally:
+                self._task_group = None
+
+    def _start(self, connection: ServerConnection) -> None:
+        assert self._task_group is not None, "the registry is not running"
+        scope = anyio.CancelScope()
+        self._scopes[connection] = scope
+        self._task_group.start_soon(self._supervise, connection, scope, name=f"mcp-server:{connection.name}")
+
+    async def _supervise(self, connection: ServerConnection, scope: anyio.CancelScope) -> None:
+        try:
+            with scope:
+                await connection.run()
+        finally:
+            self._scopes.pop(connection, None)
+            self.retiring.discard(connection)
+            self._notify()
+
+    async def _retire(self, connection: ServerConnection) -> None:
+        """Close ``connection`` once its in-flight calls have ended (bounded by its call timeout)."""
+        with anyio.move_on_after(connection.call_timeout + _DRAIN_GRACE_SECONDS) as drain:
+            await connection.wait_idle()
+        if drain.cancelled_caught:
+            _log.warning(
+                "mcp_server_closed_with_calls_in_flight", server=connection.name, calls=connection.calls_in_flight
+            )
+        scope = self._scopes.get(connection)
+        if scope is not None:
+            scope.cancel()
+        else:
+            self.retiring.discard(connection)
+            self._notify()
+
+    async def reload(self, servers: ServersFile) -> ReloadResult:
+        """Adopt a new config: connect added servers, close removed ones, reconnect changed ones.
+
+        Calls in flight on a removed or changed server finish on its old session, which closes
+        after them. The new file's order is the new priority order.
+        """
+        async with self._reload_lock:
+            old = self._servers.servers
+            result = ReloadResult(added=[], removed=[], changed=[], unchanged=[])
+            resolver = self._resolver(servers)
+            for name, config in old.items():
+                if config.enabled and (name not in servers.servers or not servers.servers[name].enabled):
+                    result.removed.append(name)
+            connections: dict[str, ServerConnection] = {}
+            disabled: dict[str, str] = {}
+            for name, config in servers.servers.items():
+                if not config.enabled:
+                    disabled[name] = config.transport
+                    continue
+                previous = self.connections.get(name)
+                digest = _references_digest(config, resolver)
+                if previous is not None and previous.config == config and self._digests.get(name) == digest:
+                    connections[name] = previous
+                    result.unchanged.append(name)
+                    continue
+                connection = self._connection(name, config, servers)
+                if previous is not None:
+                    # Until it lists again, a call to one of its tools says "connecting", not "no such tool".
+                    connection.known_tool_names = previous.known_tool_names
+                    result.changed.append(name)
+                else:
+                    result.added.append(name)
+                connections[name] = connection
+                self._digests[name] = digest
+            retired = [
+                connection for name, connection in self.connections.items() if connections.get(name) is not connection
+            ]
+            self._servers, self._order = servers, list(servers.servers)
+            self.connections, self.disabled = connections, disabled
+            for name in result.removed:
+                self._digests.pop(name, None)
+            for connection in retired:
+                self.retiring.add(connection)
+                if self._task_group is not None:
+                    self._task_group.start_soon(self._retire, connection, name=f"mcp-server-retire:{connection.name}")
+            if self._task_group is not None:
+                for name in (*result.added, *result.changed):
+                    self._start(connections[name])
+            self._on_change()
+            _log.info("mcp_servers_reloaded", **result.model_dump())
+            return result
+
+    # --- state and change notification -----------------------------------------------------------
 
     def _on_change(self) -> None:
         self.catalog.rebuild(
             [
                 ServerTools(
                     server=connection.name,
-                    ready=connection.state == "ready",
+                    ready=connection.serving,
                     tools=connection.tools,
                     known_tool_names=connection.known_tool_names,
+                    tool_prefix=connection.config.tool_prefix,
+                    offers=connection.config.offers,
                 )
                 for connection in self.connections.values()
             ]
         )
+        self._notify()
+
+    def _notify(self) -> None:
         if self._changed is not None:
             self._changed.set()
             self._changed = None
@@ -90,18 +256,16 @@ class ServerRegistry:
             await self._changed.wait()
 
     def all_ready(self) -> bool:
-        return all(connection.state == "ready" for connection in self.connections.values())
+        """Whether every enabled server is serving (``ready`` or ``degraded``)."""
+        return all(connection.serving for connection in self.connections.values())
 
     def readiness(self) -> dict[str, str]:
-        """Per enabled server one word: ``ok``, ``connecting`` or ``failed``.
+        """Per enabled server one word: ``ok`` (serving), ``connecting`` or ``failed``.
 
         ``/readyz`` is open to probes, so it never says why: an error can quote a command line or
         a URL. The reasons are on the protected ``GET /mcp/v1/servers``.
         """
-        return {
-            name: "ok" if connection.state == "ready" else connection.state
-            for name, connection in self.connections.items()
-        }
+        return {name: "ok" if connection.serving else connection.state for name, connection in self.connections.items()}
 
     def statuses(self) -> ServersResponse:
         """Every server of the config, in its order, disabled ones included."""
@@ -111,12 +275,43 @@ class ServerRegistry:
             if connection is None:
                 status = ServerStatus(name=name, transport=self.disabled[name], state="disabled", tool_count=0)
             else:
+                invalid = [InvalidTool(name=tool.name, reason=tool.reason) for tool in connection.invalid_tools]
                 status = ServerStatus(
                     name=name,
                     transport=connection.transport,
                     state=connection.state,
                     tool_count=len(connection.tools),
                     last_error=connection.last_error,
+                    circuit=connection.circuit,
+                    circuit_detail=connection.circuit_detail(),
+                    p50_latency_ms=connection.durations.p50_ms(),
+                    invalid_tools=invalid or None,
                 )
             servers.append(status)
         return ServersResponse(servers=servers)
+
+    # --- for the call path ---------------------------------------------------------------------------
+
+    def call_refusal(self, server: str) -> str | None:
+        """``None`` when ``server`` may be called now; else why not, in words fit for the caller."""
+        connection = self.connections.get(server)
+        if connection is None:
+            return f'the MCP server "{server}" is no longer in the gateway\'s config'
+        return connection.refuse_reason()
+
+    def call_timeout(self, server: str) -> float | None:
+        """The server's own ``callTimeoutSeconds``, or ``None`` (then the service's applies)."""
+        connection = self.connections.get(server)
+        return connection.config.call_timeout_seconds if connection is not None else None
+
+    def record_call(self, server: str, seconds: float, ok: bool) -> None:
+        """A call that reached ``server`` took ``seconds``; ``ok=False`` if the server failed it.
+
+        A failure is the server's, not the tool's: a timeout, a dropped connection, a protocol
+        error. A tool's own error result (``isError``) is ``ok=True``. Calls that never reached
+        the server (invalid arguments, a passed deadline, a refusal) are not recorded.
+        """
+        connection = self.connections.get(server)
+        if connection is not None:
+            connection.record_call(seconds, ok=ok)
+            self._notify()

@@ -2,41 +2,154 @@
 
 from __future__ import annotations
 
+import ipaddress
+import json
 from pathlib import Path
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
+from mcp_client_service.connections import DEFAULT_INHERITED_ENV
+from mcp_client_service.stdio_transport import DEFAULT_MAX_LINE_BYTES
 from suite_common.settings import ServiceSettings
 
 __all__ = ["MCPClientSettings"]
+
+_NameList = Annotated[list[str], NoDecode]
+"""A list given as ``a,b,c`` (or a JSON list) in the environment."""
+
+
+def _split_list(value: object) -> object:
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [item.strip() for item in text.split(",") if item.strip()]
+    return value
 
 
 class MCPClientSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="MCP_CLIENT_", extra="ignore")
 
-    port: int = 8002
-    servers_config: Path = Path("mcp_servers.json")
-    """The JSON file of MCP servers to connect to, in the ``mcpServers`` format of Claude Desktop,
-    Cursor and VS Code (``MCP_CLIENT_SERVERS_CONFIG``). Read once at startup."""
-    service_secret: SecretStr = Field(default=SecretStr(""), validate_default=True)
-    """The shared secret every ``/mcp/v1`` request must carry in ``secret_header``
-    (``MCP_CLIENT_SERVICE_SECRET``). Required: the service refuses to start without it.
-    Never logged, never passed to MCP servers."""
-    secret_header: str = Field(default="X-MCP-Service-Secret", min_length=1)
-    """The request header that carries the shared secret."""
-    call_timeout_seconds: float = Field(default=60.0, gt=0)
-    """Longest a ``tools/call`` may take. A caller's ``X-Deadline-Ms`` can only shorten it."""
-    connect_timeout_seconds: float = Field(default=60.0, gt=0)
-    """Longest connecting to one server may take, spawn and handshake included (stdio servers
-    that load ML models at startup need a while)."""
-    list_timeout_seconds: float = Field(default=15.0, gt=0)
-    """Longest listing one server's tools may take, all pages together."""
-    health_check_interval_seconds: float = Field(default=30.0, gt=0)
-    """How often an open session is checked by listing its tools again: a server that does not
-    answer within ``list_timeout_seconds`` is reconnected, and a changed tool list is picked up."""
-    max_result_chars: int = Field(default=200_000, ge=100)
-    """Text of a tool result beyond this many characters is cut, with a visible marker saying so."""
+    port: int = Field(default=8002, description="The port the service listens on.")
+    servers_config: Path = Field(
+        default=Path("mcp_servers.json"),
+        description=(
+            "The file of MCP servers to connect to, in the mcpServers format of Claude Desktop, Cursor and "
+            "VS Code: JSON, or TOML when its name ends in .toml. Read at startup and on POST /mcp/v1/servers/reload."
+        ),
+    )
+    service_secret: SecretStr = Field(
+        default=SecretStr(""),
+        validate_default=True,
+        description=(
+            "The shared secret every /mcp/v1 request must carry in secret_header. Required: the service refuses "
+            "to start without it. Never logged, never passed to MCP servers."
+        ),
+    )
+    secret_header: str = Field(
+        default="X-MCP-Service-Secret", min_length=1, description="The request header that carries the shared secret."
+    )
+    call_timeout_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description=(
+            "Longest a tools/call may take, unless the server has its own callTimeoutSeconds. "
+            "A caller's X-Deadline-Ms can only shorten it."
+        ),
+    )
+    connect_timeout_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description=(
+            "Longest connecting to one server may take, spawn and handshake included (stdio servers that load "
+            "ML models at startup need a while)."
+        ),
+    )
+    list_timeout_seconds: float = Field(
+        default=15.0, gt=0, description="Longest listing one server's tools may take, all pages together."
+    )
+    health_check_interval_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description=(
+            "How often an open session is probed (ping, or server/discover at protocol 2026): a server that does "
+            "not answer within list_timeout_seconds is reconnected."
+        ),
+    )
+    catalog_ttl_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description=(
+            "How long a server's tool list is served from memory before it is listed again. A server that sends "
+            "notifications/tools/list_changed is listed again at once."
+        ),
+    )
+    tool_name_collision: Literal["first_wins", "prefix"] = Field(
+        default="first_wins",
+        description=(
+            "When two servers offer a tool of the same name: first_wins lists only the first server's (config "
+            "order), prefix lists the later servers' as <server>__<tool>."
+        ),
+    )
+    max_result_chars: int = Field(
+        default=200_000,
+        ge=100,
+        description="Text of a tool result beyond this many characters is cut, with a visible marker saying so.",
+    )
+    restart_backoff_initial_seconds: float = Field(
+        default=0.5, gt=0, description="First pause before a failed server is connected (or restarted) again."
+    )
+    restart_backoff_max_seconds: float = Field(
+        default=30.0, gt=0, description="Longest pause between attempts; the pause doubles up to it."
+    )
+    breaker_failure_threshold: int = Field(
+        default=5,
+        ge=1,
+        description=(
+            "Failures of a server (a crash, a failed connect, a call failing at the transport) within "
+            "breaker_window_seconds that open its circuit: calls then fail fast and reconnecting pauses."
+        ),
+    )
+    breaker_window_seconds: float = Field(
+        default=60.0, gt=0, description="The window in which breaker_failure_threshold failures open a circuit."
+    )
+    breaker_open_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a circuit stays open before the server is tried again (half-open).",
+    )
+    stdio_inherit_env: _NameList = Field(
+        default_factory=lambda: list(DEFAULT_INHERITED_ENV),
+        description=(
+            "Names of the gateway's environment variables a stdio server inherits (comma-separated); anything "
+            "else it gets only through its env in the config. MCP_CLIENT_* variables are never passed."
+        ),
+    )
+    stdio_max_line_bytes: int = Field(
+        default=DEFAULT_MAX_LINE_BYTES,
+        ge=64 * 1024,
+        description=(
+            "Most a stdio server may write without a newline (one JSON-RPC message). Beyond it the server is "
+            "stopped and restarted: a broken or hostile server cannot exhaust the gateway's memory."
+        ),
+    )
+    ssrf_allow_loopback: bool = Field(
+        default=False,
+        description="Let HTTP MCP servers be on loopback addresses (127.0.0.0/8, ::1): for local mode and tests.",
+    )
+    ssrf_allow_private: bool = Field(
+        default=False,
+        description="Let HTTP MCP servers be on private networks (RFC 1918, CGNAT 100.64.0.0/10, ULA fc00::/7).",
+    )
+    ssrf_allowed_networks: _NameList = Field(
+        default_factory=list,
+        description=(
+            "CIDRs HTTP MCP servers may be in whatever their kind (comma-separated), such as the one subnet of a "
+            "cluster's services: narrower than ssrf_allow_private."
+        ),
+    )
 
     @field_validator("service_secret")
     @classmethod
@@ -44,3 +157,26 @@ class MCPClientSettings(ServiceSettings):
         if not secret.get_secret_value().strip():
             raise ValueError("MCP_CLIENT_SERVICE_SECRET must be set to a non-empty shared secret")
         return secret
+
+    @field_validator("stdio_inherit_env", "ssrf_allowed_networks", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        return _split_list(value)
+
+    @field_validator("stdio_inherit_env")
+    @classmethod
+    def _never_the_gateways_own(cls, names: list[str]) -> list[str]:
+        own = [name for name in names if name.upper().startswith("MCP_CLIENT_")]
+        if own:
+            raise ValueError(f"the gateway's own settings are never passed to MCP servers: {', '.join(own)}")
+        return names
+
+    @field_validator("ssrf_allowed_networks")
+    @classmethod
+    def _check_networks(cls, networks: list[str]) -> list[str]:
+        for network in networks:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ValueError(f"{network!r} is not a network in CIDR notation (10.20.0.0/16)") from None
+        return networks

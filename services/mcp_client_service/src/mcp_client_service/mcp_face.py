@@ -1,0 +1,164 @@
+"""The gateway as an MCP server: every tool of every server through one streamable HTTP endpoint.
+
+Mounted at ``/mcp`` next to the REST API. ``tools/list`` is the aggregated catalog under the
+names ``list-tools`` gives (each tool with its output schema and annotations); ``tools/call``
+goes through ``ToolRouter.call``, the path of ``call-tool``, so arguments are validated, calls
+time out (a request's ``X-Deadline-Ms`` header shortens the limit) and fail into error results
+the same way. A name no server offers is the JSON-RPC error -32602, as the spec asks for an
+unknown tool (the REST API's 404).
+
+It is stateless: every request stands alone, so any replica can answer and no session has to
+be kept or expired; a client learns of a changed catalog by listing again. It requires the
+service's shared secret, as ``Authorization: Bearer <secret>`` (what MCP clients are configured
+with) or in the secret header. The host app's lifespan must run ``McpFace.run()``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    CallToolRequestParams,
+    CallToolResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+)
+from starlette.datastructures import Headers
+from starlette.types import Receive, Scope, Send
+
+from mcp_client_service.calls import RoutedTool
+from mcp_client_service.router import ToolNotFoundError, ToolRouter
+from suite_common.auth import secrets_match
+from suite_common.deadline import time_budget
+from suite_common.errors import ApiError, error_response
+from suite_common.wire import CallToolResponse
+
+__all__ = ["MCP_FACE_PATH", "McpFace", "to_call_tool_result", "transport_security"]
+
+MCP_FACE_PATH = "/mcp"
+
+_INSTRUCTIONS = (
+    "A gateway to the tools of several MCP servers. Tool errors come back as results with isError, "
+    "saying what went wrong (invalid arguments name the field), so that they can be corrected."
+)
+
+
+def transport_security(allowed_hosts: Sequence[str]) -> TransportSecuritySettings:
+    """Host (and browser Origin) checks against DNS rebinding when ``allowed_hosts`` is given.
+
+    Without it no Host is checked: the endpoint requires the shared secret, which a page a
+    browser was lured to cannot send. ``host:*`` allows any port.
+    """
+    if not allowed_hosts:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    origins = [f"{scheme}://{host}" for host in allowed_hosts for scheme in ("http", "https")]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=list(allowed_hosts), allowed_origins=origins
+    )
+
+
+def to_call_tool_result(response: CallToolResponse, tool: RoutedTool | None) -> CallToolResult:
+    """The ``call-tool`` answer as an MCP result; which server answered, and how fast, go in ``_meta``."""
+    structured: Any = response.structured_content
+    schema = tool.output_schema if tool is not None else None
+    if (
+        structured is not None
+        and schema is not None
+        and schema.get("type", "object") != "object"
+        and structured.keys() == {"result"}
+    ):
+        structured = structured["result"]  # the REST answer wraps a non-object value; MCP carries it as it is
+    return CallToolResult.model_validate(
+        {
+            "content": response.content,
+            "structuredContent": structured,
+            "isError": response.is_error,
+            "_meta": {"loopsuite/server": response.server, "loopsuite/durationMs": response.duration_ms},
+        }
+    )
+
+
+def _caller_budget(ctx: ServerRequestContext[Any]) -> float:
+    headers: Mapping[str, str] = getattr(ctx.request, "headers", None) or {}
+    try:
+        return time_budget(headers, math.inf)
+    except ApiError as error:
+        raise MCPError(INVALID_REQUEST, error.message) from None
+
+
+class McpFace:
+    """An ASGI app serving the router's catalog as an MCP server (stateless streamable HTTP)."""
+
+    def __init__(
+        self, router: ToolRouter, *, secret: str, secret_header: str, allowed_hosts: Sequence[str] = ()
+    ) -> None:
+        if not secret:
+            raise ValueError("a shared secret is required")
+        self._router = router
+        self._secret = secret
+        self._secret_header = secret_header
+        self.server: Server[Any] = Server(
+            "mcp-client-service",
+            version="0.1.0",
+            instructions=_INSTRUCTIONS,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            get_tool_input_schema=self._input_schema,
+        )
+        self.session_manager = StreamableHTTPSessionManager(
+            app=self.server, stateless=True, security_settings=transport_security(allowed_hosts)
+        )
+        self._transport = StreamableHTTPASGIApp(self.session_manager)
+
+    def run(self) -> AbstractAsyncContextManager[None]:
+        """The session manager's task group; enter it in the host app's lifespan."""
+        return self.session_manager.run()
+
+    def _input_schema(self, name: str) -> Mapping[str, Any] | None:
+        tool = self._router.find(name)
+        return tool.input_schema if tool is not None else None
+
+    async def _list_tools(self, _: ServerRequestContext[Any], __: PaginatedRequestParams | None) -> ListToolsResult:
+        # One page: the catalog is in memory, and a cursor over a catalog that changes would skip tools.
+        return ListToolsResult(tools=self._router.tools())
+
+    async def _call_tool(self, ctx: ServerRequestContext[Any], params: CallToolRequestParams) -> CallToolResult:
+        budget = _caller_budget(ctx)
+        try:
+            response = await self._router.call(params.name, dict(params.arguments or {}), caller_budget=budget)
+        except ToolNotFoundError as error:
+            raise MCPError(INVALID_PARAMS, f"{error} tools/list lists them.") from None
+        return to_call_tool_result(response, self._router.find(params.name))
+
+    def _authorized(self, scope: Scope) -> bool:
+        headers = Headers(scope=scope)
+        authorization = headers.get("authorization", "")
+        scheme, _, token = authorization.partition(" ")
+        bearer = token.strip() if scheme.lower() == "bearer" else None
+        # Both checked, in constant time each, so timing does not tell which one was tried.
+        in_header = secrets_match(headers.get(self._secret_header), self._secret)
+        as_bearer = secrets_match(bearer, self._secret)
+        return in_header or as_bearer
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not self._authorized(scope):
+            response = error_response(
+                401,
+                "unauthorized",
+                "Missing or wrong shared secret: send it as Authorization: Bearer <secret> "
+                f"or in the {self._secret_header} header.",
+                headers={"WWW-Authenticate": 'Bearer realm="mcp-client-service"'},
+            )
+            await response(scope, receive, send)
+            return
+        await self._transport(scope, receive, send)

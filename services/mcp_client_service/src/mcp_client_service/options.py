@@ -1,0 +1,54 @@
+"""How every server is connected and supervised: the options the service's settings give."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from mcp_client_service.breaker import BreakerPolicy
+from mcp_client_service.ssrf_guard import EgressPolicy
+from mcp_client_service.stdio_transport import DEFAULT_MAX_LINE_BYTES
+
+__all__ = ["DEFAULT_INHERITED_ENV", "Backoff", "ConnectionOptions"]
+
+DEFAULT_INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TZ")
+"""The SDK's safe defaults, plus the locale and time zone: nothing that holds a secret."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delays between reconnection attempts: ``initial`` doubling up to ``maximum``.
+
+    A session that stayed up at least ``maximum`` seconds was healthy, so the next failure
+    starts again from ``initial``.
+    """
+
+    initial: float = 0.5
+    maximum: float = 30.0
+
+    def next(self, delay: float) -> float:
+        return min(delay * 2, self.maximum)
+
+
+@dataclass(frozen=True)
+class ConnectionOptions:
+    """How every server is connected and supervised (from the service's settings)."""
+
+    connect_timeout: float = 60.0
+    list_timeout: float = 15.0
+    probe_interval: float = 30.0
+    catalog_ttl: float = 600.0
+    call_timeout: float = 60.0
+    """For servers without their own ``callTimeoutSeconds``; also bounds how long a removed
+    server's in-flight calls may keep it open after a reload."""
+    backoff: Backoff = field(default_factory=Backoff)
+    breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
+    inherit_env: tuple[str, ...] = DEFAULT_INHERITED_ENV
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
+    environ: Mapping[str, str] = field(default_factory=dict)
+    """The gateway's environment (``os.environ``): variables a stdio child may inherit, and the
+    values of ``${env:...}`` references."""
+    forbidden_values: tuple[str, ...] = ()
+    """Values that must never reach a server (the gateway's shared secret): a config whose
+    resolved env, headers, args or URL contain one is refused."""

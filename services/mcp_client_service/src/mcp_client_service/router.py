@@ -1,0 +1,120 @@
+"""Routing by catalog name: the call path of both the REST API and the MCP endpoint.
+
+The registry says where a tool is (``catalog.entry``), whether its server may be called now
+(``call_refusal``: an open circuit, no session), its own call timeout (``call_timeout``), and is
+told of every call that reached a server (``record_call``: latency, circuit breaker).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp_types import Tool
+
+from mcp_client_service.calls import CallRecord, RoutedTool, call_routed_tool
+from mcp_client_service.registry import ServerRegistry
+from mcp_client_service.results import error_result
+from mcp_client_service.validation import SchemaValidators
+from suite_common.logging import get_logger
+from suite_common.wire import CallToolResponse
+
+__all__ = ["ToolNotFoundError", "ToolRouter"]
+
+_log = get_logger("mcp_client_service.router")
+
+
+class ToolNotFoundError(LookupError):
+    """No server offers the tool, nor did a server that is away now."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f'No MCP server offers a tool named "{name}".')
+        self.name = name
+
+
+@dataclass
+class _Index:
+    """The catalog's tools by name, built once per catalog version."""
+
+    version: object = None
+    routes: dict[str, RoutedTool] = field(default_factory=dict)
+    tools: list[Tool] = field(default_factory=list)
+
+
+class ToolRouter:
+    """Calls tools by catalog name; ``ToolNotFoundError`` for a name no server offers."""
+
+    def __init__(self, registry: ServerRegistry, *, call_timeout: float, max_chars: int) -> None:
+        self._registry = registry
+        self.call_timeout = call_timeout
+        self.max_chars = max_chars
+        self.validators = SchemaValidators()
+        self._index = _Index()
+
+    def _current(self) -> _Index:
+        # The catalog's listing is a new object after every rebuild: its identity is the version.
+        catalog = self._registry.catalog
+        version = catalog.listing()
+        if self._index.version is not version:
+            index = _Index(version=version)
+            for entry in catalog.entries():
+                tool = (
+                    entry.tool if entry.tool.name == entry.name else entry.tool.model_copy(update={"name": entry.name})
+                )
+                index.tools.append(tool)
+                index.routes[entry.name] = RoutedTool(
+                    name=entry.name,
+                    server=entry.server,
+                    server_tool_name=entry.server_tool_name,
+                    input_schema=entry.tool.input_schema,
+                    output_schema=entry.tool.output_schema,
+                )
+            self._index = index
+        return self._index
+
+    def tools(self) -> list[Tool]:
+        """Every listed tool as an MCP ``Tool`` (output schema and annotations included), by catalog name."""
+        return self._current().tools
+
+    def find(self, name: str) -> RoutedTool | None:
+        return self._current().routes.get(name)
+
+    def time_limit(self, server: str, caller_budget: float = math.inf) -> float:
+        """The server's call timeout (or the service's), never beyond what the caller has left."""
+        return min(self._registry.call_timeout(server) or self.call_timeout, caller_budget)
+
+    def _record(self, record: CallRecord) -> None:
+        if record.reached_server:
+            self._registry.record_call(record.server, record.duration_ms / 1000, not record.server_failed)
+
+    async def call(self, name: str, arguments: dict[str, Any], *, caller_budget: float = math.inf) -> CallToolResponse:
+        """Call the tool listed as ``name``; ``ToolNotFoundError`` if no server offers it.
+
+        ``caller_budget`` is the seconds the caller has left (its ``X-Deadline-Ms``).
+        """
+        tool = self.find(name)
+        if tool is None:
+            # A tool of a server that is away (reconnecting) is not listed, but calling it gets an
+            # error result saying why, rather than "no such tool" as if it never existed.
+            away = self._registry.catalog.server_away_with(name)
+            if away is None:
+                raise ToolNotFoundError(name)
+            tool = RoutedTool(name=name, server=away, server_tool_name=name, input_schema={})
+        session = self._registry.connections.get(tool.server)
+        refusal = self._registry.call_refusal(tool.server)
+        if session is None or refusal is not None:
+            # Fails fast, without a word to the server: none of its time, nor the caller's, is spent.
+            text = f'The tool "{name}" cannot be called now: {refusal or "its server is gone"}.'
+            response = error_result(text, server=tool.server, duration_ms=0.0)
+            _log.warning("mcp_tool_call", tool=name, server=tool.server, outcome="unavailable", duration_ms=0.0)
+            return response
+        return await call_routed_tool(
+            session,
+            tool,
+            arguments,
+            time_limit=self.time_limit(tool.server, caller_budget),
+            max_chars=self.max_chars,
+            validators=self.validators,
+            on_finished=self._record,
+        )

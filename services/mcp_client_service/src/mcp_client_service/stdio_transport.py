@@ -1,0 +1,165 @@
+"""The stdio transport to a spawned MCP server, with the limits the SDK's own does not have.
+
+The SDK's ``stdio_client`` reads the child's stdout line by line into memory without a bound, so
+a server that writes without ever sending a newline grows the gateway's memory until it dies.
+This transport is the SDK's (same process group, same shutdown sequence: stdin closed, then
+SIGTERM and SIGKILL to the whole tree, each wait bounded), with three differences:
+
+- a line (one JSON-RPC message) longer than ``max_line_bytes`` ends the session: the child is
+  killed at once and ``on_fatal`` says why;
+- a line that is not a JSON-RPC message (a banner, a stray ``print``) is skipped and reported to
+  ``on_noise``, instead of reaching the session as an exception;
+- the child's environment is exactly ``env``: nothing is inherited implicitly.
+
+The child's stderr is the gateway's, so its logs land beside the gateway's own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
+from pathlib import Path
+
+import anyio
+import anyio.lowlevel
+from anyio.abc import Process
+from mcp.client._transport import TransportStreams
+from mcp.client.stdio import _drain_stdout, _stop_server_process
+from mcp.shared.message import SessionMessage
+from mcp_types import jsonrpc_message_adapter
+from pydantic import ValidationError
+
+__all__ = ["DEFAULT_MAX_LINE_BYTES", "bounded_stdio_transport", "describe_exit", "inherited_environment"]
+
+DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
+
+_WRITER_FLUSH_TIMEOUT = 0.5
+"""As the SDK: time for accepted messages to reach the child before its stdin closes."""
+
+_NOISE_PREVIEW_CHARS = 120
+
+
+def inherited_environment(environ: Mapping[str, str], names: Sequence[str]) -> dict[str, str]:
+    """The variables of ``names`` that ``environ`` has, without exported shell functions (``()...``)."""
+    return {name: environ[name] for name in names if name in environ and not environ[name].startswith("()")}
+
+
+def describe_exit(status: int) -> str:
+    """``the server process exited with status 1`` / ``... was killed by signal SIGKILL``."""
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = str(-status)
+        return f"the server process was killed by signal {name}"
+    return f"the server process exited with status {status}"
+
+
+def _kill_group(process: Process) -> None:
+    # The child leads its own process group (start_new_session); a server that broke the
+    # protocol gets no grace period, and neither do the children it spawned.
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+@asynccontextmanager
+async def bounded_stdio_transport(
+    command: str,
+    args: Sequence[str],
+    *,
+    env: dict[str, str],
+    cwd: Path | None = None,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    on_noise: Callable[[str], None] = lambda _: None,
+    on_fatal: Callable[[str], None] = lambda _: None,
+    on_exit: Callable[[int | None], None] = lambda _: None,
+) -> AsyncIterator[TransportStreams]:
+    """Spawn ``command`` and yield the session's streams over its stdin/stdout.
+
+    ``on_exit`` gets the child's exit status once it is gone (negative: the signal that ended it).
+    Raises ``OSError`` if the process cannot be started.
+    """
+    process = await anyio.open_process([command, *args], env=env, cwd=cwd, stderr=None, start_new_session=True)
+    # As in the SDK: no await between the spawn and the task group, or a cancellation there
+    # would leak the live process.
+    read_stream_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_stream_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    writer_done = anyio.Event()
+
+    async def deliver(line: bytes) -> None:
+        line = line.rstrip(b"\r")
+        if not line.strip():
+            return
+        try:
+            message = jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except (ValidationError, ValueError):
+            preview = line[:_NOISE_PREVIEW_CHARS].decode("utf-8", "replace")
+            on_noise(preview + ("..." if len(line) > _NOISE_PREVIEW_CHARS else ""))
+            return
+        await read_stream_writer.send(SessionMessage(message))
+
+    async def stdout_reader() -> None:
+        assert process.stdout is not None
+        pending = bytearray()
+        try:
+            async with read_stream_writer:
+                try:
+                    async for chunk in process.stdout:
+                        start = 0
+                        while (end := chunk.find(b"\n", start)) >= 0:
+                            if len(pending) + end - start > max_line_bytes:
+                                break
+                            line = bytes(pending) + chunk[start:end] if pending else chunk[start:end]
+                            pending.clear()
+                            await deliver(line)
+                            start = end + 1
+                        pending += chunk[start:]
+                        if len(pending) > max_line_bytes:
+                            _kill_group(process)
+                            on_fatal(
+                                f"the server wrote more than {max_line_bytes} bytes without a newline "
+                                "(MCP_CLIENT_STDIO_MAX_LINE_BYTES), so its session was closed"
+                            )
+                            return
+                finally:
+                    pending.clear()
+                    await _drain_stdout(process)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError):
+            pass  # the session is gone or our own shutdown closed the pipe: the session sees the end
+
+    async def stdin_writer() -> None:
+        assert process.stdin is not None
+        try:
+            async with write_stream_reader:
+                async for session_message in write_stream_reader:
+                    json = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await process.stdin.send((json + "\n").encode())
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            await read_stream_writer.aclose()  # the session sees the end instead of a request hanging
+        finally:
+            writer_done.set()
+
+    async def shutdown() -> None:
+        read_stream.close()
+        write_stream.close()
+        with anyio.move_on_after(_WRITER_FLUSH_TIMEOUT):
+            await writer_done.wait()
+        await _stop_server_process(process)
+        on_exit(process.returncode)
+        for stream in (read_stream, write_stream, read_stream_writer, write_stream_reader):
+            await stream.aclose()
+        await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stdout_reader)
+        tg.start_soon(stdin_writer)
+        try:
+            yield read_stream, write_stream
+        finally:
+            # Bounded inside, and shielded so that a cancelled caller cannot leak the child.
+            with anyio.CancelScope(shield=True):
+                await shutdown()
+            tg.cancel_scope.cancel()
+    await anyio.lowlevel.cancel_shielded_checkpoint()

@@ -1,0 +1,254 @@
+"""The transport of one session: the config resolved, the child spawned or the HTTP client opened,
+and the streams the gateway watches on their way to the SDK session.
+
+``open_transport`` builds the transport of a resolved config: a stdio child with only its
+allowed environment and a bounded line reader, or an HTTP client (streamable HTTP or SSE) behind
+the SSRF guard. ``WatchedTransport`` wraps it to notice when the session ends and to pass every
+``tools/list`` response through the schema filter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx2
+from mcp.client import Transport
+from mcp.client._transport import TransportStreams
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._stream_protocols import ReadStream, WriteStream
+from mcp.shared.message import SessionMessage
+
+from mcp_client_service.config import HttpServerConfig, ServerConfig, StdioServerConfig
+from mcp_client_service.failures import ServerStartError, describe_error
+from mcp_client_service.options import ConnectionOptions
+from mcp_client_service.references import ReferenceResolver
+from mcp_client_service.schemas import ToolListingFilter
+from mcp_client_service.ssrf_guard import check_endpoint, guarded_http_client
+from mcp_client_service.stdio_transport import bounded_stdio_transport, inherited_environment
+
+__all__ = ["StdioCallbacks", "WatchedTransport", "literal_secrets", "open_transport", "resolve_config"]
+
+_HTTP_READ_TIMEOUT_SECONDS = 300.0
+"""The SDK's own default: a server may keep a response stream open that long between events.
+Calls are bounded by their own timeouts."""
+
+
+def literal_secrets(config: ServerConfig) -> list[str]:
+    """What an error could quote that must never leave: header and env values, URL credentials."""
+    if isinstance(config, StdioServerConfig):
+        return list(config.env.values())
+    url = urlsplit(config.url)
+    return [*config.headers.values(), url.password or "", url.query, url.fragment]
+
+
+def resolve_config(config: ServerConfig, options: ConnectionOptions, base_dir: Path) -> tuple[ServerConfig, list[str]]:
+    """The config with its references resolved, and the values they resolved to (secrets to mask).
+
+    Raises ``UnresolvedReferenceError``, and ``ServerStartError`` for a config that would pass a
+    forbidden value (the gateway's shared secret) to the server.
+    """
+    resolver = ReferenceResolver(environ=options.environ, base_dir=base_dir)
+    resolved: ServerConfig
+    if isinstance(config, StdioServerConfig):
+        stdio = config.model_copy(
+            update={
+                "args": [resolver.resolve(arg) for arg in config.args],
+                "env": {key: resolver.resolve(value) for key, value in config.env.items()},
+            }
+        )
+        passed = [*stdio.args, *stdio.env.values()]
+        resolved = stdio
+    else:
+        http = config.model_copy(
+            update={
+                "url": resolver.resolve(config.url),
+                "headers": {key: resolver.resolve(value) for key, value in config.headers.items()},
+            }
+        )
+        passed = [http.url, *http.headers.values()]
+        resolved = http
+    for value in options.forbidden_values:
+        if value and any(value in text for text in passed):
+            raise ServerStartError(
+                "its config would pass the gateway's own shared secret to the server, so it was not started"
+            )
+    return resolved, resolver.values
+
+
+def _ignore(_: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class StdioCallbacks:
+    """What the stdio reader tells the connection: noise skipped, a fatal breach, the child's exit."""
+
+    on_noise: Callable[[str], None] = _ignore
+    on_fatal: Callable[[str], None] = _ignore
+    on_exit: Callable[[int | None], None] = _ignore
+
+
+def open_transport(config: ServerConfig, options: ConnectionOptions, callbacks: StdioCallbacks) -> Transport:
+    """The transport to a server whose config has been resolved."""
+    if isinstance(config, StdioServerConfig):
+        return _stdio_transport(config, options, callbacks)
+    return _http_transport(config, options)
+
+
+@asynccontextmanager
+async def _stdio_transport(
+    config: StdioServerConfig, options: ConnectionOptions, callbacks: StdioCallbacks
+) -> AsyncIterator[TransportStreams]:
+    env = inherited_environment(options.environ, options.inherit_env) | dict(config.env)
+    spawned = False
+    try:
+        async with bounded_stdio_transport(
+            config.command,
+            config.args,
+            env=env,
+            cwd=config.cwd,
+            max_line_bytes=options.max_line_bytes,
+            on_noise=callbacks.on_noise,
+            on_fatal=callbacks.on_fatal,
+            on_exit=callbacks.on_exit,
+        ) as streams:
+            spawned = True
+            yield streams
+    except OSError as error:
+        if spawned:
+            raise
+        # Under uvloop the error does not say which file was missing: the command or the cwd.
+        where = f" in {config.cwd}" if config.cwd else ""
+        raise ServerStartError(f'cannot start the command "{config.command}"{where}: {describe_error(error)}') from None
+
+
+@asynccontextmanager
+async def _http_transport(config: HttpServerConfig, options: ConnectionOptions) -> AsyncIterator[TransportStreams]:
+    if not config.url.startswith(("http://", "https://")):
+        raise ServerStartError("its url, once its references are resolved, is not an http:// or https:// URL")
+    policy = options.egress
+    await check_endpoint(config.url, policy)
+
+    def client_factory(
+        headers: dict[str, str] | None = None,
+        timeout: httpx2.Timeout | None = None,
+        auth: httpx2.Auth | None = None,
+    ) -> httpx2.AsyncClient:
+        client = guarded_http_client(policy, timeout=timeout or httpx2.Timeout(30.0), headers=headers)
+        if auth is not None:
+            client.auth = auth
+        return client
+
+    if config.transport == "sse":
+        async with sse_client(
+            config.url,
+            headers=dict(config.headers),
+            timeout=options.connect_timeout,
+            sse_read_timeout=_HTTP_READ_TIMEOUT_SECONDS,
+            httpx_client_factory=client_factory,
+        ) as streams:
+            yield streams
+        return
+    timeout = httpx2.Timeout(options.connect_timeout, read=_HTTP_READ_TIMEOUT_SECONDS)
+    async with (
+        guarded_http_client(policy, timeout=timeout, headers=config.headers) as http,
+        streamable_http_client(config.url, http_client=http) as streams,
+    ):
+        yield streams
+
+
+class _WatchedReadStream:
+    """The transport's read stream, seen by the gateway on its way to the session.
+
+    It notices when the session ends (the dispatcher leaves the stream at EOF: a stdio child
+    exiting, a transport failing) and passes ``tools/list`` responses through the listing filter.
+    """
+
+    def __init__(
+        self, inner: ReadStream[SessionMessage | Exception], on_end: Callable[[], None], listing: ToolListingFilter
+    ) -> None:
+        self._inner = inner
+        self._on_end = on_end
+        self._listing = listing
+
+    @property
+    def last_context(self) -> Any:
+        # The dispatcher duck-types this to carry the sender's contextvars (tracing) along.
+        return getattr(self._inner, "last_context", None)
+
+    def _seen(self, item: SessionMessage | Exception) -> SessionMessage | Exception:
+        return self._listing.filter_received(item) if isinstance(item, SessionMessage) else item
+
+    async def receive(self) -> SessionMessage | Exception:
+        return self._seen(await self._inner.receive())
+
+    async def aclose(self) -> None:
+        self._on_end()
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        return self._seen(await self._inner.__anext__())
+
+    async def __aenter__(self) -> _WatchedReadStream:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        self._on_end()
+        return await self._inner.__aexit__(exc_type, exc, tb)
+
+
+class _WatchedWriteStream:
+    """The transport's write stream; tells the listing filter which requests are ``tools/list``."""
+
+    def __init__(self, inner: WriteStream[SessionMessage], listing: ToolListingFilter) -> None:
+        self._inner = inner
+        self._listing = listing
+
+    async def send(self, item: SessionMessage, /) -> None:
+        self._listing.note_sent(item)
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _WatchedWriteStream:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        return await self._inner.__aexit__(exc_type, exc, tb)
+
+
+class WatchedTransport(AbstractAsyncContextManager[TransportStreams]):
+    def __init__(self, inner: Transport, on_end: Callable[[], None], listing: ToolListingFilter) -> None:
+        self._inner = inner
+        self._on_end = on_end
+        self._listing = listing
+
+    async def __aenter__(self) -> TransportStreams:
+        read_stream, write_stream = await self._inner.__aenter__()
+        return (
+            _WatchedReadStream(read_stream, self._on_end, self._listing),
+            _WatchedWriteStream(write_stream, self._listing),
+        )
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        self._on_end()
+        return await self._inner.__aexit__(exc_type, exc, tb)

@@ -1,0 +1,191 @@
+"""Servers that misbehave at the transport: unbounded lines, noise on stdout, crashes on every start,
+an HTTP server that is never there; the circuit breaker, and the figures the call path reports.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from structlog.testing import capture_logs
+
+from mcp_client_service.registry import ServerRegistry
+from support.mcp_gateway import (
+    FAST_RETRIES,
+    WAIT_SECONDS,
+    Gateway,
+    echo_http_server,
+    leaves_no_child_processes,
+    raw_stdio_server,
+    running_gateway,
+)
+from support.servers import free_port
+
+pytestmark = pytest.mark.anyio
+
+CALL = "/mcp/v1/tools/call-tool"
+BREAKER: dict[str, Any] = {"breaker_failure_threshold": 3, "breaker_window_seconds": 60.0, "breaker_open_seconds": 0.5}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def _call(gateway: Gateway, name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+    response = await gateway.http.post(CALL, json={"name": name, "arguments": arguments or {}})
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def _status(gateway: Gateway, name: str) -> dict[str, Any]:
+    servers = (await gateway.http.get("/mcp/v1/servers")).json()["servers"]
+    status: dict[str, Any] = next(server for server in servers if server["name"] == name)
+    return status
+
+
+async def _wait(registry: ServerRegistry, condition: Any) -> None:
+    with anyio.fail_after(WAIT_SECONDS):
+        await registry.wait_until(condition)
+
+
+async def test_a_stdio_server_writing_a_line_without_end_is_stopped_at_the_limit_and_restarted() -> None:
+    limit = 1024 * 1024
+    with leaves_no_child_processes():
+        async with running_gateway(
+            {"flood": raw_stdio_server("flood")}, stdio_max_line_bytes=limit, **FAST_RETRIES
+        ) as gateway:
+            await gateway.wait_until_ready("flood")
+            flooding_pid = int((await _call(gateway, "pid"))["content"][0]["text"])
+            connection = gateway.registry.connections["flood"]
+
+            started = time.monotonic()
+            flooded = await _call(gateway, "flood")  # writes 64 KiB chunks without a newline, forever
+            elapsed = time.monotonic() - started
+
+            await _wait(gateway.registry, lambda _: connection.attempts >= 2 and connection.serving)
+            status = await _status(gateway, "flood")
+            restarted_pid = int((await _call(gateway, "pid"))["content"][0]["text"])
+
+    assert elapsed < 10
+    assert flooded["isError"] is True
+    assert (
+        'The connection to the MCP server "flood" dropped during the call to "flood"' in flooded["content"][0]["text"]
+    )
+    assert status["lastError"] == (
+        f"the server wrote more than {limit} bytes without a newline (MCP_CLIENT_STDIO_MAX_LINE_BYTES), "
+        "so its session was closed"
+    )
+    assert restarted_pid != flooding_pid
+    assert not _alive(flooding_pid)
+
+
+async def test_lines_on_stdout_that_are_not_json_rpc_are_skipped_and_logged() -> None:
+    with capture_logs() as logs:
+        async with running_gateway({"noisy": raw_stdio_server("noisy-stdout")}) as gateway:
+            await gateway.wait_until_ready("noisy")
+            echoed = [await _call(gateway, "echo", {"text": f"call {n}"}) for n in range(3)]
+            status = await _status(gateway, "noisy")
+
+    assert [result["content"][0]["text"] for result in echoed] == ["call 0", "call 1", "call 2"]
+    assert status["state"] == "ready"
+    noise = [log for log in logs if log["event"] == "mcp_server_stdout_not_jsonrpc"]
+    assert [log["line"] for log in noise[:4]] == [
+        "Starting server v1.2 ...",
+        "{broken json",
+        '{"hello": "not a JSON-RPC message"}',
+        "INFO ready",
+    ]
+    assert len(noise) == 5  # then it stops logging the same server's noise
+    assert noise[-1]["more_are_not_logged"] is True
+
+
+async def test_a_stdio_server_that_crashes_at_every_restart_opens_its_circuit_and_calls_fail_fast(
+    tmp_path: Path,
+) -> None:
+    server = raw_stdio_server("crash-on-restart", "--state", str(tmp_path / "started-once"))
+    with leaves_no_child_processes():
+        async with running_gateway({"fragile": server}, **FAST_RETRIES, **BREAKER) as gateway:
+            await gateway.wait_until_ready("fragile")
+            connection = gateway.registry.connections["fragile"]
+
+            await _call(gateway, "die")  # from now on it crashes at every start
+            await _wait(gateway.registry, lambda _: connection.circuit == "open")
+            started = time.monotonic()
+            refused = await _call(gateway, "echo", {"text": "anyone?"})
+            refused_in = time.monotonic() - started
+            status = await _status(gateway, "fragile")
+            attempts_when_open = connection.attempts
+
+            # Half-open after breaker_open_seconds: one more attempt, which fails and opens it again.
+            await _wait(gateway.registry, lambda _: connection.attempts > attempts_when_open)
+            await _wait(gateway.registry, lambda _: connection.circuit == "open")
+
+    assert refused["isError"] is True
+    text = refused["content"][0]["text"]
+    assert 'the circuit of the MCP server "fragile" is open after 3 failures within 60 s' in text
+    assert refused_in < 1
+    assert status["state"] == "failed"
+    assert status["circuit"] == "open"
+    assert status["circuitDetail"].startswith('the circuit of the MCP server "fragile" is open')
+    assert status["lastError"] == "the server process exited with status 1"
+    # The first session ended by the crash in "die" (counted once, though a call failed with it),
+    # then two starts that crashed: three failures.
+    assert attempts_when_open == 3
+
+
+async def test_an_http_server_that_is_never_there_gets_the_same_breaker() -> None:
+    url = f"http://127.0.0.1:{free_port()}/mcp"  # nothing listens there
+    async with running_gateway({"gone": {"url": url}}, **FAST_RETRIES, **BREAKER) as gateway:
+        connection = gateway.registry.connections["gone"]
+        await _wait(gateway.registry, lambda _: connection.circuit == "open")
+        status = await _status(gateway, "gone")
+
+    assert connection.attempts == 3
+    assert (status["state"], status["circuit"]) == ("failed", "open")
+    assert "ConnectError" in status["lastError"]
+
+
+async def test_calls_reported_by_the_call_path_give_the_p50_and_trip_the_breaker() -> None:
+    async with echo_http_server("web") as url, running_gateway({"web": {"url": url}}, **BREAKER) as gateway:
+        await gateway.wait_until_ready("web")
+        registry = gateway.registry
+        assert registry.call_refusal("web") is None
+        for seconds in (0.010, 0.030, 0.020):
+            registry.record_call("web", seconds, ok=True)
+        healthy = await _status(gateway, "web")
+
+        registry.record_call("web", 5.0, ok=False)  # a timeout, say
+        one_failure = await _status(gateway, "web")
+        registry.record_call("web", 0.5, ok=False)
+        registry.record_call("web", 0.5, ok=False)
+        tripped = await _status(gateway, "web")
+        refusal = registry.call_refusal("web")
+        refused = await _call(gateway, "echo", {"text": "hello?"})
+
+        await _wait(registry, lambda r: r.connections["web"].circuit != "open")  # after breaker_open_seconds
+        half_open = registry.connections["web"].circuit
+        answered = await _call(gateway, "echo", {"text": "back"})
+        registry.record_call("web", 0.01, ok=True)
+        recovered = await _status(gateway, "web")
+
+    assert (healthy["state"], healthy["p50LatencyMs"], healthy["circuit"]) == ("ready", 20.0, "closed")
+    assert (one_failure["state"], one_failure["circuit"]) == ("degraded", "closed")
+    assert (tripped["state"], tripped["circuit"]) == ("degraded", "open")
+    assert refusal is not None
+    assert refusal.startswith('the circuit of the MCP server "web" is open after 3 failures')
+    assert refused["isError"] is True
+    assert refusal in refused["content"][0]["text"]
+    assert half_open == "half_open"
+    assert answered["content"] == [{"type": "text", "text": "back"}]
+    assert (recovered["state"], recovered["circuit"]) == ("ready", "closed")
+    assert registry.call_refusal("nowhere") == 'the MCP server "nowhere" is no longer in the gateway\'s config'
+    assert registry.call_timeout("web") is None
