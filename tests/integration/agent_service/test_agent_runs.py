@@ -64,9 +64,9 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
         serve_app(llm.app) as llm_url,
         serve_app(searxng.app) as searxng_url,
         serve_app(
-            build_web_search_server(WebSearchSettings(searxng_url=searxng_url, backends=["searxng"])).streamable_http_app(
-                streamable_http_path="/mcp"
-            )
+            build_web_search_server(
+                WebSearchSettings(searxng_url=searxng_url, backends=["searxng"])
+            ).streamable_http_app(streamable_http_path="/mcp")
         ) as web_search_url,
     ):
         config = root / "mcp_servers.json"

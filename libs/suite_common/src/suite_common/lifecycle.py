@@ -6,20 +6,24 @@ The sequence, driven by ``serve``'s uvicorn server:
    sending work; what a service refuses while draining is its own choice (agent-service refuses
    new runs, the others keep serving the runs already under way).
 2. In-flight requests (streams included) finish on their own, within ``grace_seconds``.
-3. Those still running then are interrupted: an agent run ends its stream with an ``error``
-   event ``shutting_down`` instead of a silent cut.
+3. Those still running then are interrupted (``until_interrupted``): a stream (an agent run, a
+   completion) ends with an ``error`` event ``shutting_down`` instead of a silent cut, a request
+   still waiting for its answer gets a 503 ``shutting_down``.
 4. The server closes. A second SIGTERM, or Ctrl-C, exits at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["UNTRACKED_PATHS", "Lifecycle", "LifecycleMiddleware"]
+__all__ = ["UNTRACKED_PATHS", "Lifecycle", "LifecycleMiddleware", "until_interrupted"]
+
+T = TypeVar("T")
 
 UNTRACKED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 """Probes and scrapes are not work to wait for."""
@@ -60,6 +64,30 @@ class Lifecycle:
             yield
         finally:
             self.in_flight -= 1
+
+
+async def until_interrupted(lifecycle: Lifecycle, work: Awaitable[T]) -> tuple[bool, T | None]:
+    """``(True, result)`` of ``work``, or ``(False, None)`` once ``lifecycle`` interrupts it (``work`` cancelled).
+
+    ``work`` runs in the calling task, so its own exception is raised as is, not in an exception group.
+    """
+    outcome: list[T] = []
+    failure: Exception | None = None
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            await lifecycle.wait_interrupted()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch)
+        try:
+            outcome.append(await work)
+        except Exception as error:  # raised below, outside the task group that would wrap it in a group
+            failure = error
+        tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return (True, outcome[0]) if outcome else (False, None)
 
 
 class LifecycleMiddleware:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import anyio
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry
@@ -28,18 +29,22 @@ class Observability:
     tracer_provider: TracerProvider | None
     tracer: Tracer
     lifecycle: Lifecycle
+    owns_tracer_provider: bool = True
+    """False for a provider passed in: it belongs to whoever made it (it may serve other apps too)."""
 
     @classmethod
     def create(
         cls, service_name: str, settings: ServiceSettings, *, tracer_provider: TracerProvider | None = None
     ) -> Observability:
-        """``tracer_provider`` replaces the one the settings describe (tests record spans in memory)."""
+        """``tracer_provider`` replaces the one the settings describe (tests record spans in memory); it is
+        not shut down by ``aclose``."""
         provider = tracer_provider or create_tracer_provider(service_name, settings.otlp_endpoint)
         return cls(
             registry=CollectorRegistry(),
             tracer_provider=provider,
             tracer=tracer_of(provider, service_name),
             lifecycle=Lifecycle(grace_seconds=settings.shutdown_grace_seconds),
+            owns_tracer_provider=tracer_provider is None,
         )
 
     def routes(self) -> list[Route]:
@@ -53,6 +58,7 @@ class Observability:
         app.add_middleware(LifecycleMiddleware, lifecycle=self.lifecycle)
         app.state.lifecycle = self.lifecycle
 
-    def aclose(self) -> None:
-        if self.tracer_provider is not None:
-            self.tracer_provider.shutdown()
+    async def aclose(self) -> None:
+        """Flush pending spans, in a thread: an exporter blocks while it retries an unreachable collector."""
+        if self.tracer_provider is not None and self.owns_tracer_provider:
+            await anyio.to_thread.run_sync(self.tracer_provider.shutdown)

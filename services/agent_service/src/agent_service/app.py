@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from typing import TypeVar
 
-import anyio
 import httpx
 from opentelemetry.sdk.trace import TracerProvider
 from starlette.applications import Starlette
@@ -24,7 +22,7 @@ from agent_service.telemetry import RunTelemetry
 from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes
 from suite_common.http import ModelResponse, cancel_on_disconnect, read_model
-from suite_common.lifecycle import Lifecycle
+from suite_common.lifecycle import Lifecycle, until_interrupted
 from suite_common.logging import get_logger
 from suite_common.observability import Observability
 from suite_common.sse import Emit as SendChunk
@@ -34,8 +32,6 @@ from suite_common.wire import AgentRunRequest, AgentRunResult, Message, RunError
 __all__ = ["create_app"]
 
 _log = get_logger("agent_service.app")
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -56,27 +52,6 @@ def _services(request: Request) -> _Services:
 _SHUTTING_DOWN = "The service is shutting down; the run was stopped. Start it again: another instance will take it."
 
 
-async def _until_interrupted(lifecycle: Lifecycle, work: Awaitable[T]) -> tuple[bool, T | None]:
-    """``(True, result)`` of ``work``, or ``(False, None)`` once the service interrupts it while shutting down."""
-    result: T | None = None
-    finished = False
-    async with anyio.create_task_group() as tg:
-
-        async def run() -> None:
-            nonlocal result, finished
-            result = await work
-            finished = True
-            tg.cancel_scope.cancel()
-
-        async def watch() -> None:
-            await lifecycle.wait_interrupted()
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(run)
-        tg.start_soon(watch)
-    return finished, result
-
-
 async def _stream_run(plan: RunPlan, loop: AgentLoop, lifecycle: Lifecycle, send: SendChunk) -> None:
     sequence = itertools.count(1)
 
@@ -92,7 +67,7 @@ async def _stream_run(plan: RunPlan, loop: AgentLoop, lifecycle: Lifecycle, send
         )
     )
     try:
-        finished, _ = await _until_interrupted(lifecycle, loop.run(plan, emit, stream_text=True))
+        finished, _ = await until_interrupted(lifecycle, loop.run(plan, emit, stream_text=True))
     except Exception as error:  # a bug, not an upstream failure: still end the stream with an event
         _log.error("run_crashed", run_id=plan.run_id, exc_info=error)
         await emit(RunError(run_id=plan.run_id, code="internal_error", message="The run failed unexpectedly."))
@@ -116,7 +91,7 @@ async def run_agent(request: Request) -> Response | EventStreamResponse:
     plan = await plan_run(body, services.settings, services.catalog, services.models)
     if body.stream:
         return EventStreamResponse(lambda send: _stream_run(plan, services.loop, lifecycle, send))
-    run = _until_interrupted(lifecycle, services.loop.run(plan, _ignore, stream_text=False))
+    run = until_interrupted(lifecycle, services.loop.run(plan, _ignore, stream_text=False))
     answered, interruptible = await cancel_on_disconnect(request, run)
     if not answered or interruptible is None:
         return Response(status_code=499)  # the client has gone; nobody reads this
@@ -198,7 +173,7 @@ def create_app(
             )
             catalog = ToolCatalog(tools, settings.catalog_cache_seconds)
             models = ModelCheck(completions, settings.catalog_cache_seconds)
-            stack.callback(observability.aclose)
+            stack.push_async_callback(observability.aclose)
             yield {"services": _Services(settings, http, loop, catalog, models, observability.lifecycle)}
 
     app = Starlette(

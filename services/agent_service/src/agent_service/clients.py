@@ -108,7 +108,9 @@ class CompletionClient:
         """Raises ``UpstreamError`` (400 ``model_not_found``) unless completion-service can route ``model``."""
         try:
             response = await self.http.get(
-                self.models_url + quote(model, safe="/"), headers=deadline.header(), timeout=deadline.remaining()
+                self.models_url + quote(model, safe="/"),
+                headers={**deadline.header(), **trace_headers()},
+                timeout=deadline.remaining(),
             )
         except httpx.HTTPError as error:
             raise _transport_error(self.service, error) from None
@@ -207,7 +209,9 @@ class ToolsClient:
     async def list_tools(self, deadline: Deadline) -> list[ToolInfo]:
         try:
             response = await self.http.get(
-                self.list_url, headers={**self.auth, **deadline.header()}, timeout=deadline.remaining()
+                self.list_url,
+                headers={**self.auth, **deadline.header(), **trace_headers()},
+                timeout=deadline.remaining(),
             )
         except httpx.HTTPError as error:
             raise _transport_error(self.service, error) from None

@@ -274,7 +274,8 @@ class AgentLoop:
                 server, status = result.server, "error" if result.is_error else "ok"
             span.set_attribute("tool.server", server)
             span.set_attribute("tool.status", status)
-        seconds = self._audit(plan, iteration, position, call, server, status, started)
+            # Inside the binding, so that the audit line carries the tool_call_id the stream reported.
+            seconds = self._audit(plan, iteration, position, call, server, status, started)
         state.finished[call.id] = Message(role="tool", tool_call_id=call.id, content=content, is_error=is_error or None)
         await emit(
             RunToolResult(
