@@ -34,12 +34,13 @@ Only ``mcp`` is imported, so the script runs under any interpreter that has the 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Literal
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 __all__ = ["ECHO_TOOLS", "build_echo_server", "main"]
@@ -58,6 +59,7 @@ ECHO_TOOLS = (
     "env_keys",
     "pid",
     "crash",
+    "trace_context",
 )
 """The tool names of an echo server without a prefix, in the order it lists them."""
 
@@ -155,7 +157,27 @@ def build_echo_server(name: str = "echo", *, tool_prefix: str = "") -> MCPServer
         """End this server's process immediately, without answering."""
         os._exit(3)
 
-    tools = (echo, add, fail, slow, rendezvous, hold, await_hold, gate, open_gate, whoami, env_keys, pid, crash)
+    def trace_context(ctx: Context) -> str:
+        """The W3C trace context this call's request carried in its `_meta` (JSON)."""
+        meta: dict[str, object] = dict(ctx.request_context.meta or {})
+        return json.dumps({key: meta[key] for key in ("traceparent", "tracestate") if key in meta})
+
+    tools = (
+        echo,
+        add,
+        fail,
+        slow,
+        rendezvous,
+        hold,
+        await_hold,
+        gate,
+        open_gate,
+        whoami,
+        env_keys,
+        pid,
+        crash,
+        trace_context,
+    )
     for tool in tools:
         server.add_tool(tool, name=tool_prefix + tool.__name__)
     return server

@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 import httpx
+from opentelemetry.sdk.trace import TracerProvider
 from pydantic import SecretStr
 
 from mcp_client_service.app import create_app
@@ -143,6 +144,7 @@ async def running_gateway(
     config_name: str = "mcp_servers.json",
     environ: dict[str, str] | None = None,
     files: dict[str, str] | None = None,
+    tracer_provider: TracerProvider | None = None,
     **overrides: Any,
 ) -> AsyncIterator[Gateway]:
     """mcp-client-service over ``servers`` (an ``mcpServers`` object, or a file's text), on a loopback port.
@@ -163,7 +165,7 @@ async def running_gateway(
                 service_secret=SecretStr(GATEWAY_SECRET), **{"ssrf_allow_loopback": True, **overrides}
             )
         settings = settings.model_copy(update={"servers_config": config})
-        app = create_app(settings, environ=environ)
+        app = create_app(settings, environ=environ, tracer_provider=tracer_provider)
         registry: ServerRegistry = app.state.registry
         async with serve_app(app) as url:
             headers = {settings.secret_header: settings.service_secret.get_secret_value()}

@@ -36,6 +36,8 @@ pytestmark = pytest.mark.anyio
 
 SECRET = "integration-secret"
 
+ALL_TOOLS = {"search_documents", "list_sources", "add_documents", "web_search", "fetch_url"}
+
 DOCS = {
     "deadlines.md": "# Deadlines\n\nEvery run has a wall-clock deadline of 120 seconds. When it passes, "
     "the run stops with finishReason deadline and every in-flight call is cancelled.\n",
@@ -154,7 +156,7 @@ async def test_a_run_calls_two_tools_in_parallel_then_answers(fresh: Stack) -> N
     with anyio.fail_after(60):
         events = await stream_run(fresh, run_body("What happens at the deadline?"))
     assert events[0][0] == "run_started"
-    assert set(of(events, "run_started")[0]["tools"]) == {"search_documents", "web_search", "fetch_url"}
+    assert set(of(events, "run_started")[0]["tools"]) == ALL_TOOLS
     assert [call["name"] for call in of(events, "tool_call")] == ["search_documents", "web_search"]
     results = {result["toolCallId"]: result for result in of(events, "tool_result")}
     assert not results["call_docs"]["isError"]
@@ -171,7 +173,7 @@ async def test_a_run_calls_two_tools_in_parallel_then_answers(fresh: Stack) -> N
     tool_messages = [m for m in second["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tool_messages] == ["call_docs", "call_web"]
     assert "Deadlines" in tool_messages[0]["content"]
-    assert {t["function"]["name"] for t in second["tools"]} == {"search_documents", "web_search", "fetch_url"}
+    assert {t["function"]["name"] for t in second["tools"]} == ALL_TOOLS
 
 
 async def test_a_run_that_keeps_calling_tools_stops_at_the_iteration_cap(fresh: Stack) -> None:

@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
+from opentelemetry.sdk.trace import TracerProvider
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -34,12 +35,14 @@ from mcp_client_service.registry import ServerRegistry
 from mcp_client_service.router import ToolNotFoundError, ToolRouter
 from mcp_client_service.settings import MCPClientSettings
 from mcp_client_service.ssrf_guard import EgressPolicy
+from mcp_client_service.telemetry import GatewayTelemetry
 from suite_common.auth import SharedSecretMiddleware
 from suite_common.deadline import time_budget
 from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes
 from suite_common.http import ModelResponse, cancel_on_disconnect, read_model
 from suite_common.logging import get_logger
+from suite_common.observability import Observability
 from suite_common.wire import CallToolRequest
 
 __all__ = ["connection_options", "create_app"]
@@ -127,7 +130,11 @@ def connection_options(settings: MCPClientSettings, environ: Mapping[str, str]) 
 
 
 def create_app(
-    settings: MCPClientSettings, *, servers: ServersFile | None = None, environ: Mapping[str, str] | None = None
+    settings: MCPClientSettings,
+    *,
+    servers: ServersFile | None = None,
+    environ: Mapping[str, str] | None = None,
+    tracer_provider: TracerProvider | None = None,
 ) -> Starlette:
     """The service, ready to serve. ``servers`` overrides the config file (``settings.servers_config``)
     at startup; ``environ`` (default ``os.environ``) is what stdio servers inherit from and what
@@ -143,7 +150,15 @@ def create_app(
         servers = load_servers_config(settings.servers_config)
     options = connection_options(settings, os.environ if environ is None else environ)
     registry = ServerRegistry(servers, options, collision=settings.tool_name_collision)
-    router = ToolRouter(registry, call_timeout=settings.call_timeout_seconds, max_chars=settings.max_result_chars)
+    observability = Observability.create("mcp-client-service", settings, tracer_provider=tracer_provider)
+    telemetry = GatewayTelemetry(observability.registry, registry)
+    router = ToolRouter(
+        registry,
+        call_timeout=settings.call_timeout_seconds,
+        max_chars=settings.max_result_chars,
+        on_call=telemetry.call,
+        tracer=observability.tracer,
+    )
     # Every tool through one MCP endpoint too, for any MCP client; it checks the secret itself.
     face = McpFace(router, secret=secret, secret_header=settings.secret_header)
 
@@ -162,12 +177,14 @@ def create_app(
             finally:
                 # Closes every session; stdio children get their stdin closed, then SIGTERM/SIGKILL.
                 tg.cancel_scope.cancel()
+                await observability.aclose()
 
     async def readiness(_: Request) -> dict[str, str]:
         return registry.readiness()
 
     routes: list[BaseRoute] = [
-        *health_routes(readiness),
+        *health_routes(readiness, observability.lifecycle),
+        *observability.routes(),
         Route(f"{PROTECTED_PREFIX}/tools/list-tools", list_tools, methods=["GET"]),
         Route(f"{PROTECTED_PREFIX}/tools/call-tool", call_tool_route, methods=["POST"]),
         Route(f"{PROTECTED_PREFIX}/servers", list_servers, methods=["GET"]),
@@ -187,5 +204,6 @@ def create_app(
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    observability.install(app)
     app.state.registry = registry  # for embedding and tests: wait on server states without polling
     return app

@@ -33,6 +33,7 @@ from mcp_types import (
     INVALID_REQUEST,
     CallToolResult,
     Implementation,
+    RequestParamsMeta,
     Tool,
     ToolListChangedNotification,
 )
@@ -53,6 +54,7 @@ from mcp_client_service.transports import (
     resolve_config,
 )
 from suite_common.logging import get_logger
+from suite_common.tracing import trace_headers
 
 # Backoff, ConnectionOptions, the errors and describe_error are re-exported: what a caller of a
 # connection needs comes from here.
@@ -461,7 +463,12 @@ class ServerConnection:
             # The SDK's read timeout ends the request (and tells the server to cancel it); the
             # outer bound also covers a write that cannot complete.
             with anyio.fail_after(time_limit + 1.0):
-                return await client.call_tool(name, arguments, read_timeout_seconds=time_limit)
+                # The caller's trace goes along (W3C trace context in _meta), so a traced server joins it.
+                meta: RequestParamsMeta | None = None
+                if context := trace_headers():
+                    meta = RequestParamsMeta()
+                    meta.update(context)  # type: ignore[typeddict-item]  # traceparent: an extra item, as the type allows
+                return await client.call_tool(name, arguments, read_timeout_seconds=time_limit, meta=meta)
         except MCPError as error:
             if _session_is_gone(error):
                 self._calls_lost_with_session += 1

@@ -8,10 +8,13 @@ told of every call that reached a server (``record_call``: latency, circuit brea
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_types import Tool
+from opentelemetry import trace
+from opentelemetry.trace import Tracer
 
 from mcp_client_service.calls import CallRecord, RoutedTool, call_routed_tool
 from mcp_client_service.registry import ServerRegistry
@@ -45,8 +48,18 @@ class _Index:
 class ToolRouter:
     """Calls tools by catalog name; ``ToolNotFoundError`` for a name no server offers."""
 
-    def __init__(self, registry: ServerRegistry, *, call_timeout: float, max_chars: int) -> None:
+    def __init__(
+        self,
+        registry: ServerRegistry,
+        *,
+        call_timeout: float,
+        max_chars: int,
+        on_call: Callable[[CallRecord], None] | None = None,
+        tracer: Tracer | None = None,
+    ) -> None:
         self._registry = registry
+        self._on_call = on_call
+        self._tracer = tracer or trace.NoOpTracer()
         self.call_timeout = call_timeout
         self.max_chars = max_chars
         self.validators = SchemaValidators()
@@ -85,6 +98,8 @@ class ToolRouter:
         return min(self._registry.call_timeout(server) or self.call_timeout, caller_budget)
 
     def _record(self, record: CallRecord) -> None:
+        if self._on_call is not None:
+            self._on_call(record)
         if record.reached_server:
             self._registry.record_call(record.server, record.duration_ms / 1000, not record.server_failed)
 
@@ -93,6 +108,13 @@ class ToolRouter:
 
         ``caller_budget`` is the seconds the caller has left (its ``X-Deadline-Ms``).
         """
+        with self._tracer.start_as_current_span("mcp_tool_call", attributes={"tool.name": name}) as span:
+            response = await self._call(name, arguments, caller_budget)
+            span.set_attribute("tool.server", response.server)
+            span.set_attribute("tool.is_error", response.is_error)
+            return response
+
+    async def _call(self, name: str, arguments: dict[str, Any], caller_budget: float) -> CallToolResponse:
         tool = self.find(name)
         if tool is None:
             # A tool of a server that is away (reconnecting) is not listed, but calling it gets an
@@ -108,6 +130,7 @@ class ToolRouter:
             text = f'The tool "{name}" cannot be called now: {refusal or "its server is gone"}.'
             response = error_result(text, server=tool.server, duration_ms=0.0)
             _log.warning("mcp_tool_call", tool=name, server=tool.server, outcome="unavailable", duration_ms=0.0)
+            self._record(CallRecord(server=tool.server, tool=name, outcome="unavailable", duration_ms=0.0))
             return response
         return await call_routed_tool(
             session,

@@ -1,0 +1,65 @@
+"""What mcp-client-service reports: tool calls by server, tool and outcome, and each server's state.
+
+Call counts are counted as calls end; server states (circuit breaker, connection, tools) are read
+from the registry when Prometheus scrapes, so they are never stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from mcp_client_service.calls import CallRecord
+from mcp_client_service.registry import ServerRegistry
+from suite_common.metrics import LATENCY_BUCKETS
+
+__all__ = ["GatewayTelemetry"]
+
+_CIRCUIT_STATES = ("closed", "half_open", "open")
+
+
+class _ServerStates(Collector):
+    def __init__(self, registry: ServerRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        circuit = GaugeMetricFamily(
+            "mcp_server_circuit_state", "1 for the circuit breaker state each server is in.", labels=["server", "state"]
+        )
+        tools = GaugeMetricFamily("mcp_server_tools", "Tools each server lists (valid ones).", labels=["server"])
+        serving = GaugeMetricFamily("mcp_server_serving", "1 while a server has a working session.", labels=["server"])
+        for name, connection in list(self._registry.connections.items()):
+            state = connection.breaker.state
+            for candidate in _CIRCUIT_STATES:
+                circuit.add_metric([name, candidate], 1.0 if state == candidate else 0.0)
+            tools.add_metric([name], float(len(connection.tools)))
+            serving.add_metric([name], 1.0 if connection.serving else 0.0)
+        yield from (circuit, tools, serving)
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())  # collected at scrape time only; nothing to check when registering
+
+
+class GatewayTelemetry:
+    def __init__(self, metrics: CollectorRegistry, servers: ServerRegistry) -> None:
+        self._calls = Counter(
+            "mcp_tool_calls",
+            "Tool calls by server, tool and outcome (ok, tool_error, invalid_arguments, timeout, ...).",
+            ["server", "tool", "outcome"],
+            registry=metrics,
+        )
+        self._latency = Histogram(
+            "mcp_tool_call_duration_seconds",
+            "Time of one tool call through the gateway.",
+            ["server", "tool"],
+            buckets=LATENCY_BUCKETS,
+            registry=metrics,
+        )
+        metrics.register(_ServerStates(servers))
+
+    def call(self, record: CallRecord) -> None:
+        self._calls.labels(record.server, record.tool, record.outcome).inc()
+        self._latency.labels(record.server, record.tool).observe(record.duration_ms / 1000)
