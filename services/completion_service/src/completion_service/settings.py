@@ -77,7 +77,7 @@ class CompletionSettings(ServiceSettings):
         default=DEFAULT_ANTHROPIC_BASE_URL,
         description="Base URL of the Anthropic Messages API (the service calls <url>/v1/messages).",
     )
-    anthropic_thinking_budget_tokens: int | None = Field(
+    anthropic_thinking_budget_tokens: Annotated[int | None, BeforeValidator(blank_as_none)] = Field(
         default=None,
         ge=1024,
         description=(

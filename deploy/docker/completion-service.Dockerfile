@@ -1,0 +1,55 @@
+# completion-service. Build from the repository root (compose does):
+#   docker build -f deploy/docker/completion-service.Dockerfile -t loopsuite/completion-service:dev .
+
+# ---- builder: a virtual environment holding the service, loopsuite-common and their dependencies ----
+FROM python:3.11-slim-bookworm AS builder
+
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH
+# A known pip rather than the one the base image bundles: every build resolves (extras included) the same way.
+RUN python -m venv /opt/venv \
+    && pip install --no-cache-dir --upgrade pip==26.3
+WORKDIR /src
+
+# Dependencies first, from the pyproject files alone: a source edit keeps this layer cached.
+COPY deploy/docker/pyproject_requirements.py deploy/docker/
+COPY libs/suite_common/pyproject.toml libs/suite_common/
+COPY services/completion_service/pyproject.toml services/completion_service/
+RUN python deploy/docker/pyproject_requirements.py \
+        libs/suite_common/pyproject.toml services/completion_service/pyproject.toml > requirements.txt \
+    && pip install --no-cache-dir -r requirements.txt
+
+# Then the code, without resolving anything again; pip check fails the build if a dependency is missing.
+COPY libs/suite_common/src libs/suite_common/src
+COPY services/completion_service/src services/completion_service/src
+RUN pip install --no-cache-dir --no-deps ./libs/suite_common ./services/completion_service \
+    && pip check
+
+# ---- runtime: the slim base, the virtual environment and an unprivileged user; no compiler, no sources ----
+FROM python:3.11-slim-bookworm
+
+LABEL org.opencontainers.image.title="loopsuite completion-service" \
+      org.opencontainers.image.description="LLM providers behind one neutral API: POST /api/v1/completions"
+
+ENV VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp \
+    COMPLETION_HOST=0.0.0.0
+
+RUN groupadd --system --gid 10001 loopsuite \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin loopsuite
+COPY --from=builder /opt/venv /opt/venv
+WORKDIR /app
+USER 10001:10001
+
+EXPOSE 8001
+# Liveness: the process answers. Readiness (/readyz) also says whether any model is available, which
+# is what compose waits for before starting agent-service.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('COMPLETION_PORT', '8001') + '/healthz', timeout=4)"]
+CMD ["completion-service"]
