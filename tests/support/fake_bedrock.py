@@ -13,6 +13,7 @@ several partial JSON fragments, ending with ``messageStop`` and ``metadata``.
 from __future__ import annotations
 
 import binascii
+import itertools
 import json
 import re
 import struct
@@ -39,6 +40,7 @@ __all__ = [
     "BedrockStreamException",
     "ScriptedBedrock",
     "encode_frame",
+    "request_problem",
 ]
 
 ACCESS_KEY_ID = "AKIDEXAMPLETEST00001"
@@ -158,6 +160,11 @@ class ScriptedBedrock:
                 "headers": dict(request.headers),
             }
         )
+        problem = request_problem(self.requests[-1]["body"])
+        if problem is not None:
+            return JSONResponse(
+                {"message": problem}, status_code=400, headers={"x-amzn-ErrorType": "ValidationException"}
+            )
         reply = self.replies.popleft()
         if isinstance(reply, BedrockRaw):
             return Response(reply.body, status_code=reply.status, media_type=reply.content_type)
@@ -250,6 +257,36 @@ class ScriptedBedrock:
         usage = {"inputTokens": 12, "outputTokens": 7, "totalTokens": 19}
         frames.append(_event("metadata", {"usage": usage, "metrics": {"latencyMs": 42}}))
         return frames
+
+
+def request_problem(body: dict[str, Any]) -> str | None:
+    """The ValidationException Bedrock would answer for this Converse body, or ``None`` (the rules a
+    translation must keep: alternating turns that start with the user, declared tools, answered calls)."""
+    turns = body.get("messages") or []
+    if not turns or turns[0].get("role") != "user":
+        return "A conversation must start with a user message."
+    for previous, turn in itertools.pairwise(turns):
+        if previous["role"] == turn["role"]:
+            return "A conversation must alternate between user and assistant roles."
+    blocks = [block for turn in turns for block in turn["content"]]
+    if any("toolUse" in b or "toolResult" in b for b in blocks):
+        if "toolConfig" not in body:
+            return "The toolConfig field must be defined when using toolUse and toolResult content blocks."
+        declared = {tool["toolSpec"]["name"] for tool in body["toolConfig"]["tools"]}
+        for block in blocks:
+            if "toolUse" in block and block["toolUse"]["name"] not in declared:
+                return f"The tool {block['toolUse']['name']} is used but not declared in toolConfig."
+    for position, turn in enumerate(turns):
+        uses = [b["toolUse"]["toolUseId"] for b in turn["content"] if "toolUse" in b]
+        if uses:
+            following = turns[position + 1]["content"] if position + 1 < len(turns) else []
+            results = [b["toolResult"]["toolUseId"] for b in following if "toolResult" in b]
+            if sorted(results) != sorted(uses):
+                return (
+                    "Expected toolResult blocks at messages."
+                    f"{position + 1}.content for the following Ids: {', '.join(uses)}"
+                )
+    return None
 
 
 def _refuse(kind: str, message: str) -> Response:

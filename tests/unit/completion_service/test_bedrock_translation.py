@@ -118,6 +118,27 @@ def test_each_tool_choice_has_its_converse_form(choice: Any, expected: dict[str,
     assert body["toolConfig"].get("toolChoice") == expected
 
 
+def test_tools_the_history_used_are_declared_even_when_the_request_offers_none() -> None:
+    history = [
+        Message(role="user", content="q"),
+        Message(role="assistant", tool_calls=[ToolCall(id="t1", name="search_documents", arguments={"query": "x"})]),
+        Message(role="tool", tool_call_id="t1", content="r"),
+        Message(role="user", content="thanks, now answer"),
+    ]
+    body = build_request_body(_request(history))
+    assert body["toolConfig"] == {
+        "tools": [
+            {
+                "toolSpec": {
+                    "name": "search_documents",
+                    "description": "search_documents (used earlier)",
+                    "inputSchema": {"json": {"type": "object", "properties": {}}},
+                }
+            }
+        ]
+    }
+
+
 def test_tool_choice_none_leaves_the_tools_out_unless_the_history_uses_them() -> None:
     fresh = build_request_body(_request([Message(role="user", content="q")], tools=[SEARCH], tool_choice="none"))
     assert "toolConfig" not in fresh
@@ -337,6 +358,10 @@ def test_any_conversation_becomes_turns_bedrock_accepts(messages: list[Message])
             results = [b["toolResult"]["toolUseId"] for b in following if "toolResult" in b]
             assert results == uses
             assert all("toolResult" in b for b in following[: len(results)])
+    # Bedrock refuses tool blocks unless every tool they name is declared.
+    used = {b["toolUse"]["name"] for turn in turns for b in turn["content"] if "toolUse" in b}
+    declared = {tool["toolSpec"]["name"] for tool in body.get("toolConfig", {}).get("tools", [])}
+    assert used <= declared
     json.dumps(body)  # it is JSON, whatever the arguments held
 
 

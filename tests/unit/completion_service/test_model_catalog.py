@@ -7,10 +7,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from completion_service.catalog import CatalogError, load_catalog, resolve_secret
 from completion_service.settings import CompletionSettings
 from completion_service.wiring import build_router
+from suite_common.wire import CompletionRequest, Message
 
 
 def test_entries_come_from_the_json_setting_then_from_a_toml_file(tmp_path: Path) -> None:
@@ -95,3 +97,55 @@ async def test_a_key_file_setting_configures_the_provider(tmp_path: Path) -> Non
     async with httpx.AsyncClient() as http:
         router = build_router(CompletionSettings(openai_api_key_file=key), http)
     assert router.route("gpt-4o").provider.name == "openai"
+
+
+def _recording_client(seen: list[httpx.Request]) -> httpx.AsyncClient:
+    answer = {
+        "id": "c",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+    }
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=answer)
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(handle))
+
+
+@pytest.mark.anyio
+async def test_azure_settings_send_the_key_bare_in_api_key_and_max_completion_tokens() -> None:
+    seen: list[httpx.Request] = []
+    settings = CompletionSettings(
+        openai_api_key=SecretStr("azure-key"),
+        openai_base_url="https://res.openai.azure.com/openai/v1",
+        openai_auth_header="api-key",
+    )
+    async with _recording_client(seen) as http:
+        route = build_router(settings, http).route("gpt-5")
+        request = CompletionRequest(model="gpt-5", messages=[Message(role="user", content="hi")], max_tokens=50)
+        await route.provider.complete(request, route.upstream_model, 5)
+    [sent] = seen
+    assert sent.headers["api-key"] == "azure-key"
+    assert "authorization" not in sent.headers
+    body = json.loads(sent.content)
+    assert (body.get("max_completion_tokens"), "max_tokens" in body) == (50, False)
+
+
+@pytest.mark.anyio
+async def test_a_compatible_server_gets_max_tokens_and_a_bearer_key() -> None:
+    seen: list[httpx.Request] = []
+    settings = CompletionSettings(openai_api_key=SecretStr("k"), openai_base_url="http://127.0.0.1:8000/v1")
+    async with _recording_client(seen) as http:
+        route = build_router(settings, http).route("llama3.1")
+        request = CompletionRequest(model="llama3.1", messages=[Message(role="user", content="hi")], max_tokens=50)
+        await route.provider.complete(request, route.upstream_model, 5)
+    [sent] = seen
+    assert sent.headers["authorization"] == "Bearer k"
+    assert json.loads(sent.content)["max_tokens"] == 50
+
+
+def test_a_catalog_base_url_that_is_not_http_is_refused_at_start() -> None:
+    with pytest.raises(CatalogError) as caught:
+        load_catalog('[{"name": "x", "provider": "openai", "model": "m", "baseUrl": "vllm:8000/v1"}]', None)
+    assert "0.baseUrl" in str(caught.value)

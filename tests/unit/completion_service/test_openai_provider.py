@@ -12,7 +12,7 @@ import pytest
 
 from completion_service.providers.openai import OpenAIProvider
 from suite_common.errors import ApiError
-from suite_common.wire import CompletionEvent, CompletionRequest, Message, TextDelta
+from suite_common.wire import CompletionEvent, CompletionRequest, Message, TextDelta, ToolCall
 
 pytestmark = pytest.mark.anyio
 
@@ -217,3 +217,29 @@ async def test_a_stream_is_requested_as_an_event_stream_with_usage() -> None:
     sent = upstream.requests[0]
     assert sent.headers["accept"] == "text/event-stream"
     assert json.loads(sent.content)["stream_options"] == {"include_usage": True}
+
+
+async def test_a_connection_the_server_dropped_before_answering_is_retried() -> None:
+    async def dropped(request: httpx.Request) -> httpx.Response:
+        # What a stale pooled keep-alive connection gives: closed before any response byte.
+        raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+
+    upstream = Upstream(dropped, httpx.Response(200, json=_completion("second try")))
+    response = await upstream.provider().complete(REQUEST, "gpt-4o", 5)
+    assert response.message.content == "second try"
+    assert len(upstream.requests) == 2
+
+
+async def test_a_failed_tool_result_says_so_in_its_text() -> None:
+    upstream = Upstream(httpx.Response(200, json=_completion("ok")))
+    request = CompletionRequest(
+        model="gpt-4o",
+        messages=[
+            Message(role="user", content="hi"),
+            Message(role="assistant", tool_calls=[ToolCall(id="c1", name="search", arguments={})]),
+            Message(role="tool", tool_call_id="c1", content="the index is not ready", is_error=True),
+        ],
+    )
+    await upstream.provider().complete(request, "gpt-4o", 5)
+    sent = json.loads(upstream.requests[0].content)["messages"][2]
+    assert sent == {"role": "tool", "tool_call_id": "c1", "content": "Error: the index is not ready"}

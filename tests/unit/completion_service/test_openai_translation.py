@@ -88,7 +88,7 @@ def test_a_conversation_with_tool_calls_and_results_becomes_the_exact_chat_compl
                 ],
             },
             {"role": "tool", "tool_call_id": "call_1", "content": "It stops after 15 iterations."},
-            {"role": "tool", "tool_call_id": "call_2", "content": "Invalid arguments"},
+            {"role": "tool", "tool_call_id": "call_2", "content": "Error: Invalid arguments"},
         ],
         "stream": False,
         "tools": [

@@ -110,14 +110,13 @@ async def _complete(
 ) -> CompletionResponse:
     chain = route.chain()
     for candidate in chain:
+        left = _left(deadline)  # outside the try: a spent deadline is not a failure of the next model
         stats, started = CallStats(), time.perf_counter()
         token = call_stats.set(stats)
         attributes = {"llm.provider": candidate.provider.name, "llm.model": candidate.name}
         try:
             with services.tracer.start_as_current_span("provider_call", attributes=attributes):
-                response = await candidate.provider.complete(
-                    _as(body, candidate), candidate.upstream_model, _left(deadline)
-                )
+                response = await candidate.provider.complete(_as(body, candidate), candidate.upstream_model, left)
         except ApiError as error:
             _record(services, candidate, error.code, started, stats, None)
             if not _falls_back(error, candidate, chain, services.telemetry):

@@ -17,10 +17,11 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, TypeAdapter, ValidationError, field_validator
+from pydantic import AfterValidator, Field, TypeAdapter, ValidationError, field_validator
 
+from suite_common.settings import http_url
 from suite_common.wire import WireModel
 
 __all__ = ["PROVIDER_KINDS", "CatalogError", "CatalogModel", "ProviderKind", "load_catalog", "resolve_secret"]
@@ -43,7 +44,7 @@ class CatalogModel(WireModel):
     """The provider's own id of the model."""
     api_key: str | None = None
     """``${env:NAME}``, ``${file:/path}`` or the key itself; unset: the provider's key from settings."""
-    base_url: str | None = None
+    base_url: Annotated[str | None, AfterValidator(http_url)] = None
     """Another endpoint than the provider's default (an OpenAI-compatible server, a proxy)."""
     fallbacks: list[str] = Field(default_factory=list)
     """Model names tried in order when this one fails with a retryable error after its retries."""

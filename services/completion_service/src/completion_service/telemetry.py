@@ -10,9 +10,12 @@ from suite_common.wire import Usage
 
 __all__ = ["LlmTelemetry"]
 
+_MAX_MODEL_LABELS = 200
+
 
 class LlmTelemetry:
     def __init__(self, registry: CollectorRegistry) -> None:
+        self._models: set[str] = set()
         self._calls = Counter(
             "llm_calls",
             "Calls of a model (each model of a fallback chain counts), by provider, model and outcome "
@@ -40,9 +43,17 @@ class LlmTelemetry:
             "llm_fallbacks", "Moves to the next model of a fallback chain.", ["model", "next_model"], registry=registry
         )
 
+    def _model(self, model: str) -> str:
+        """Model names come from callers: past a bound, new ones share one label, so series stay bounded."""
+        if model in self._models or len(self._models) < _MAX_MODEL_LABELS:
+            self._models.add(model)
+            return model
+        return "other"
+
     def call(
         self, *, provider: str, model: str, outcome: str, seconds: float, stats: CallStats, usage: Usage | None
     ) -> None:
+        model = self._model(model)
         self._calls.labels(provider, model, outcome).inc()
         self._latency.labels(provider, model).observe(seconds)
         if stats.retries:
@@ -52,4 +63,4 @@ class LlmTelemetry:
             self._tokens.labels(provider, model, "output").inc(usage.output_tokens)
 
     def fallback(self, model: str, next_model: str) -> None:
-        self._fallbacks.labels(model, next_model).inc()
+        self._fallbacks.labels(self._model(model), self._model(next_model)).inc()

@@ -21,6 +21,11 @@ from completion_service.settings import DEFAULT_OPENAI_BASE_URL, CompletionSetti
 __all__ = ["build_router"]
 
 
+def _is_openai_itself(base_url: str) -> bool:
+    host = httpx.URL(base_url).host
+    return host == "api.openai.com" or host.endswith(".openai.azure.com")
+
+
 def _key(value: SecretStr | None, path: Path | None, setting: str) -> str | None:
     """A key from its setting, else from the file its ``_FILE`` setting names."""
     if value is not None:
@@ -59,8 +64,16 @@ class _Factory:
         if endpoint.kind == "openai":
             from completion_service.providers.openai import OpenAIProvider
 
+            base_url = endpoint.base_url or DEFAULT_OPENAI_BASE_URL
             return OpenAIProvider(
-                http, endpoint.base_url or DEFAULT_OPENAI_BASE_URL, endpoint.api_key, max_retries=retries
+                http,
+                base_url,
+                endpoint.api_key,
+                max_retries=retries,
+                auth_header=settings.openai_auth_header,
+                # OpenAI's own API and Azure's refuse max_tokens for reasoning models; compatible servers
+                # (vLLM, Ollama, LM Studio) know max_tokens best.
+                max_tokens_field="max_completion_tokens" if _is_openai_itself(base_url) else "max_tokens",
             )
         if endpoint.kind == "anthropic":
             from completion_service.providers.anthropic import AnthropicProvider

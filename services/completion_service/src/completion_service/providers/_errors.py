@@ -54,6 +54,9 @@ def provider_error(
             "model_not_found",
             f"{provider} has no model {upstream_model!r} or no such endpoint (HTTP 404): {reason}",
         )
+    if status == 402:
+        # Payment required (Anthropic's billing_error, OpenRouter's credits): no retry brings money back.
+        return ApiError(429, "quota_exhausted", f"{provider} says the account cannot pay for this: {reason}")
     if status == 408:
         return ApiError(504, "upstream_timeout", f"{provider} timed out (HTTP 408): {reason}", retryable=True)
     if status == 429:

@@ -9,7 +9,7 @@ bodies; ``Upstream`` sends it, retries what ``ApiError.retryable`` says may be r
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -148,6 +148,7 @@ class Upstream:
         self.provider = provider
         self.max_retries = max_retries
         self._secrets = {secret for secret in secrets if secret}
+        self._call_secrets: set[str] = set()
         url = httpx.URL(base_url)
         self.endpoint = f"{url.scheme}://{url.host}" + (f":{url.port}" if url.port else "")
 
@@ -191,6 +192,16 @@ class Upstream:
             raise _RetryableFailure(self._unreachable("no connection within the connect timeout", 504)) from None
         except httpx.ConnectError as error:
             raise _RetryableFailure(self._unreachable(str(error) or type(error).__name__, 503)) from None
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
+            # Before any response: most often a pooled keep-alive connection the server had closed.
+            # Nothing reached the caller, so sending again is safe.
+            failure = ApiError(
+                503,
+                "upstream_unavailable",
+                f"The connection to the provider at {self.endpoint} failed: {type(error).__name__}",
+                retryable=True,
+            )
+            raise _RetryableFailure(failure) from None
         if response.is_success:
             return response
         try:
@@ -228,7 +239,7 @@ class Upstream:
                 await _release(response)
         return parse_json(content)
 
-    async def iter_sse(self, response: httpx.Response, deadline: CallDeadline) -> AsyncIterator[ServerSentEvent]:
+    async def iter_sse(self, response: httpx.Response, deadline: CallDeadline) -> AsyncGenerator[ServerSentEvent, None]:
         """The response's server-sent events, each one awaited within the deadline."""
         events = EventSource(response).aiter_sse()
         try:
@@ -243,7 +254,7 @@ class Upstream:
                 await events.aclose()
             await _release(response)
 
-    async def iter_bytes(self, response: httpx.Response, deadline: CallDeadline) -> AsyncIterator[bytes]:
+    async def iter_bytes(self, response: httpx.Response, deadline: CallDeadline) -> AsyncGenerator[bytes, None]:
         """The raw body as it arrives (binary framings such as AWS event streams), within the deadline."""
         chunks = response.aiter_raw()
         try:
@@ -286,12 +297,21 @@ class Upstream:
                 retryable=True,
             ) from None
 
+    @contextmanager
+    def scrubbed(self) -> Iterator[None]:
+        """Errors raised inside (an adapter's own, from a stream's error event) leave without the secrets."""
+        try:
+            yield
+        except ApiError as error:
+            error.message = self.scrub(error.message)
+            raise
+
     def hide(self, *secrets: str | None) -> None:
-        """Also scrub these from messages (credentials that are only known at call time)."""
-        self._secrets.update(secret for secret in secrets if secret)
+        """Also scrub these (credentials known only at call time); they replace the previous call's."""
+        self._call_secrets = {secret for secret in secrets if secret}
 
     def scrub(self, text: str) -> str:
-        for secret in self._secrets:
+        for secret in (*self._secrets, *self._call_secrets):
             text = text.replace(secret, "***")
         return text
 

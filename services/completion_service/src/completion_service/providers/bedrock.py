@@ -9,7 +9,9 @@ with botocore's SigV4 signer and sent through the shared transport.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -144,26 +146,26 @@ def _blocks(message: Message, provider: str) -> list[dict[str, Any]]:
 
 
 def _tool_config(request: CompletionRequest, turns: list[dict[str, Any]]) -> dict[str, Any] | None:
-    history_has_tools = any("toolUse" in b or "toolResult" in b for turn in turns for b in turn["content"])
-    if not request.tools:
+    used = [b["toolUse"]["name"] for turn in turns for b in turn["content"] if "toolUse" in b]
+    history_has_tools = bool(used) or any("toolResult" in b for turn in turns for b in turn["content"])
+    if not history_has_tools and (not request.tools or request.tool_choice == "none"):
+        # Converse has no "none": leaving the tools out is the same.
         return None
-    if request.tool_choice == "none" and not history_has_tools:
-        # Converse has no "none": leaving the tools out is the same, unless the history uses them,
-        # in which case Bedrock requires the tool definitions and the model may still call one.
+    specs = [
+        {"name": t.name, "description": t.description or t.name, "inputSchema": {"json": t.input_schema}}
+        for t in request.tools
+    ]
+    # Bedrock refuses toolUse and toolResult blocks unless every tool they name is declared: the
+    # history's tools that this request does not offer are declared with an open schema.
+    offered = {t.name for t in request.tools}
+    for name in dict.fromkeys(used):
+        if name not in offered:
+            open_schema = {"type": "object", "properties": {}}
+            specs.append({"name": name, "description": f"{name} (used earlier)", "inputSchema": {"json": open_schema}})
+    if not specs:
         return None
-    config: dict[str, Any] = {
-        "tools": [
-            {
-                "toolSpec": {
-                    "name": t.name,
-                    "description": t.description or t.name,
-                    "inputSchema": {"json": t.input_schema},
-                }
-            }
-            for t in request.tools
-        ]
-    }
-    choice = _tool_choice(request.tool_choice)
+    config: dict[str, Any] = {"tools": [{"toolSpec": spec} for spec in specs]}
+    choice = _tool_choice(request.tool_choice) if request.tools else None
     if choice is not None:
         config["toolChoice"] = choice
     return config
@@ -439,12 +441,22 @@ def translate_stream_exception(kind: str, payload: bytes) -> ApiError:
 CredentialSource = Callable[[], ReadOnlyCredentials | None]
 
 
-def _default_credentials() -> ReadOnlyCredentials | None:
-    """botocore's chain: environment, shared profile, container or instance role (refreshed by botocore)."""
-    import botocore.session
+class _CredentialChain:
+    """botocore's chain (environment, shared profile, container or instance role, web identity), resolved once
+    and then refreshed by botocore itself before they expire; not resolved again at every call."""
 
-    found = botocore.session.get_session().get_credentials()
-    return found.get_frozen_credentials() if found is not None else None
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._credentials: Any = None
+
+    def __call__(self) -> ReadOnlyCredentials | None:
+        with self._lock:
+            if self._credentials is None:  # none found yet: look again (a role may come later)
+                import botocore.session
+
+                self._credentials = botocore.session.get_session().get_credentials()
+            credentials = self._credentials
+        return credentials.get_frozen_credentials() if credentials is not None else None
 
 
 class BedrockProvider:
@@ -470,7 +482,7 @@ class BedrockProvider:
             fixed = Credentials(access_key_id, secret_access_key, session_token).get_frozen_credentials()
             self._credentials: CredentialSource = lambda: fixed
         else:
-            self._credentials = credentials or _default_credentials
+            self._credentials = credentials or _CredentialChain()
         self._upstream = Upstream(
             http,
             provider=name,
@@ -494,21 +506,31 @@ class BedrockProvider:
         response = await self._open(request, upstream_model, "converse-stream", deadline)
         assembler = ConverseStreamAssembler(model=request.model, provider=self.name)
         frames = EventStreamBuffer()
-        async for chunk in self._upstream.iter_bytes(response, deadline):
-            frames.add_data(chunk)
-            try:
-                messages = list(frames)
-            except ParserError as error:
-                raise bad_response(f"a broken event-stream frame ({type(error).__name__})") from None
-            for message in messages:
-                headers = message.headers
-                if headers.get(":message-type") in ("exception", "error"):
-                    kind = str(headers.get(":exception-type") or headers.get(":error-code") or "exception")
-                    raise translate_stream_exception(kind, message.payload)
-                for event in assembler.feed(str(headers.get(":event-type", "")), parse_json(message.payload or b"{}")):
-                    yield event
-        for event in assembler.finish():
-            yield event
+        with self._upstream.scrubbed():
+            async with aclosing(self._upstream.iter_bytes(response, deadline)) as chunks:
+                async for chunk in chunks:
+                    for event in self._events(frames, chunk, assembler):
+                        yield event
+            for event in assembler.finish():
+                yield event
+
+    @staticmethod
+    def _events(
+        frames: EventStreamBuffer, chunk: bytes, assembler: ConverseStreamAssembler
+    ) -> Iterator[CompletionEvent]:
+        """The neutral events of the frames ``chunk`` completes (botocore decodes and checks the CRCs), in order:
+        an exception frame raises after the events of the frames before it."""
+        frames.add_data(chunk)
+        try:
+            messages = list(frames)
+        except ParserError as error:
+            raise bad_response(f"a broken event-stream frame ({type(error).__name__})") from None
+        for message in messages:
+            headers = message.headers
+            if headers.get(":message-type") in ("exception", "error"):
+                kind = str(headers.get(":exception-type") or headers.get(":error-code") or "exception")
+                raise translate_stream_exception(kind, message.payload)
+            yield from assembler.feed(str(headers.get(":event-type", "")), parse_json(message.payload or b"{}"))
 
     async def _open(
         self, request: CompletionRequest, upstream_model: str, action: str, deadline: CallDeadline

@@ -24,6 +24,7 @@ import json
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -792,13 +793,15 @@ class GeminiProvider:
         deadline = CallDeadline.start(timeout_seconds)
         upstream, response = await self._open(self._body(request), upstream_model, deadline, stream=True)
         assembler = StreamAssembler(model=request.model, provider=self.name)
-        async for sse in upstream.iter_sse(response, deadline):
-            data = sse.data.strip()
-            if data:
-                for event in assembler.feed(parse_json(data)):
-                    yield event
-        for event in assembler.finish():
-            yield event
+        with upstream.scrubbed():
+            async with aclosing(upstream.iter_sse(response, deadline)) as events:
+                async for sse in events:
+                    data = sse.data.strip()
+                    if data:
+                        for event in assembler.feed(parse_json(data)):
+                            yield event
+            for event in assembler.finish():
+                yield event
 
     async def _open(
         self, body: dict[str, Any], model: str, deadline: CallDeadline, *, stream: bool

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,8 +60,11 @@ _FINISH_REASONS: dict[str, FinishReason] = {
 # --- neutral -> Chat Completions ---------------------------------------------------------------
 
 
-def build_request_body(request: CompletionRequest, upstream_model: str, *, stream: bool) -> dict[str, Any]:
-    """The JSON body of ``POST /chat/completions`` for ``request``."""
+def build_request_body(
+    request: CompletionRequest, upstream_model: str, *, stream: bool, max_tokens_field: str = "max_tokens"
+) -> dict[str, Any]:
+    """The JSON body of ``POST /chat/completions`` for ``request``; ``max_tokens_field`` is
+    ``max_completion_tokens`` for OpenAI itself, whose reasoning models refuse ``max_tokens``."""
     body: dict[str, Any] = {
         "model": upstream_model,
         "messages": [_message(message) for message in request.messages],
@@ -74,7 +78,7 @@ def build_request_body(request: CompletionRequest, upstream_model: str, *, strea
         body["tools"] = [_tool(tool) for tool in request.tools]
         body["tool_choice"] = _tool_choice(request.tool_choice)
     if request.max_tokens is not None:
-        body["max_tokens"] = request.max_tokens
+        body[max_tokens_field] = request.max_tokens
     if request.temperature is not None:
         body["temperature"] = request.temperature
     return body
@@ -83,7 +87,10 @@ def build_request_body(request: CompletionRequest, upstream_model: str, *, strea
 def _message(message: Message) -> dict[str, Any]:
     if message.role == "tool":
         # Chat Completions has no error flag on tool results: the content has to say so.
-        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content or ""}
+        content = message.content or ""
+        if message.is_error and not content.lower().startswith("error"):
+            content = f"Error: {content}"
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": content}
     if message.role == "assistant" and message.tool_calls:
         return {
             "role": "assistant",
@@ -381,18 +388,22 @@ class OpenAIProvider:
         max_retries: int = 2,
         name: str = PROVIDER_NAME,
         auth_header: str = "Authorization",
+        max_tokens_field: str = "max_tokens",
     ) -> None:
         self.name = name
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._api_key = api_key or None
         self._auth_header = auth_header
+        self._max_tokens_field = max_tokens_field
         self._upstream = Upstream(http, provider=name, base_url=base_url, secrets=[api_key], max_retries=max_retries)
 
     async def complete(
         self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
     ) -> CompletionResponse:
         deadline = CallDeadline.start(timeout_seconds)
-        response = await self._open(build_request_body(request, upstream_model, stream=False), deadline)
+        response = await self._open(
+            build_request_body(request, upstream_model, stream=False, max_tokens_field=self._max_tokens_field), deadline
+        )
         body = await self._upstream.read_json(response, deadline)
         return parse_response(body, request.model, provider=self.name)
 
@@ -400,21 +411,26 @@ class OpenAIProvider:
         self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
     ) -> AsyncIterator[CompletionEvent]:
         deadline = CallDeadline.start(timeout_seconds)
-        response = await self._open(build_request_body(request, upstream_model, stream=True), deadline)
+        response = await self._open(
+            build_request_body(request, upstream_model, stream=True, max_tokens_field=self._max_tokens_field), deadline
+        )
         assembler = StreamAssembler(model=request.model, provider=self.name)
         ended = False
-        async for sse in self._upstream.iter_sse(response, deadline):
-            data = sse.data.strip()
-            if data == "[DONE]":
-                ended = True
-                break
-            if data:
-                for event in assembler.feed(parse_json(data)):
-                    yield event
-        if not ended and assembler.finish_reason is None:
-            raise bad_response("the stream ended before the model finished")
-        for event in assembler.finish():
-            yield event
+        # aclosing: the response goes back to the pool at once, even after the break below.
+        with self._upstream.scrubbed():
+            async with aclosing(self._upstream.iter_sse(response, deadline)) as events:
+                async for sse in events:
+                    data = sse.data.strip()
+                    if data == "[DONE]":
+                        ended = True
+                        break
+                    if data:
+                        for event in assembler.feed(parse_json(data)):
+                            yield event
+            if not ended and assembler.finish_reason is None:
+                raise bad_response("the stream ended before the model finished")
+            for event in assembler.finish():
+                yield event
 
     async def _open(self, body: dict[str, Any], deadline: CallDeadline) -> httpx.Response:
         headers = {"Accept": "text/event-stream" if body.get("stream") else "application/json"}
