@@ -41,9 +41,10 @@ integration: $(STAMP)
 e2e: $(STAMP)
 	$(BIN)/python -m pytest tests/e2e
 
-# Figures, not a gate: what the suite adds to the calls it makes.
+# Figures, not a gate: what the suite adds to the calls it makes (BENCH_QUICK=1 for a short run,
+# BENCH_ARGS="--only agent --profile" to pick benchmarks or record the services with py-spy).
 bench: $(STAMP)
-	$(BIN)/python bench/agent_round_overhead.py
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .data .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""``make bench``: what the suite adds to the calls it makes, measured on loopback (``python -m bench``)."""

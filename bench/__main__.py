@@ -1,0 +1,200 @@
+"""``make bench`` (``python -m bench``): what the suite adds to the calls it makes, as figures.
+
+Starts, in this process tree on loopback: a hello endpoint (the floor), a fake OpenAI-compatible
+LLM, echo MCP servers over stdio and streamable HTTP, completion-service, mcp-client-service and
+agent-service. The services run on one core; this process (the load client, the direct SDK
+clients) and the fakes on the other. Then, in order: the load client check, the floor, and the
+completion-service, mcp-client-service and agent-service benchmarks; each prints its tables as it
+ends, and a summary of the targets closes the run. The summary is also written to
+``.data/bench/summary.json`` and ``summary.md``. Figures, never a gate: the exit code is 0 even
+when a target is missed.
+
+Options: ``--quick`` (or ``BENCH_QUICK=1``) for a short run while iterating; ``--only`` to run
+some benchmarks; ``--profile`` to record the services with py-spy (see ``bench/profiling.py``);
+``--log-level`` for the services (default ``info``, their own default). From make:
+``make bench BENCH_QUICK=1`` or ``make bench BENCH_ARGS="--only agent --profile"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import uvloop
+
+from bench.agent import run_agent
+from bench.clients import run_clients
+from bench.completion import run_completion
+from bench.floor import run_floor
+from bench.mcp_client import run_mcp_client
+from bench.measure import Rounds
+from bench.processes import ROOT, Cores
+from bench.profiling import profiling
+from bench.report import Section, machine, render_summary, summary_markdown
+from bench.suite import running_suite
+
+__all__ = ["main"]
+
+BENCHMARKS = ("client", "floor", "completion", "mcp", "agent")
+
+
+@dataclass(frozen=True)
+class Plan:
+    sequential: Rounds
+    agent_sequential: Rounds
+    agent_rounds: int
+    single_runs: int
+    min_concurrent_runs: int
+    load_requests: int
+    load_seconds: float
+    """A closed-loop load stops at ``load_requests`` or after this long, whichever comes first."""
+
+    @classmethod
+    def full(cls) -> Plan:
+        return cls(
+            sequential=Rounds(rounds=5, per_round=200, warmup=100, max_seconds=4.0),
+            agent_sequential=Rounds(rounds=5, per_round=200, warmup=20, max_seconds=8.0),
+            agent_rounds=3,
+            single_runs=20,
+            min_concurrent_runs=96,
+            load_requests=10_000,
+            load_seconds=6.0,
+        )
+
+    @classmethod
+    def quick(cls) -> Plan:
+        return cls(
+            sequential=Rounds(rounds=3, per_round=60, warmup=30, max_seconds=1.5),
+            agent_sequential=Rounds(rounds=3, per_round=30, warmup=5, max_seconds=3.0),
+            agent_rounds=3,
+            single_runs=8,
+            min_concurrent_runs=32,
+            load_requests=3000,
+            load_seconds=2.0,
+        )
+
+
+def _print(text: str) -> None:
+    print(text, flush=True)
+
+
+async def _run(options: argparse.Namespace, plan: Plan, cores: Cores, data: Path) -> list[Section]:
+    sections: list[Section] = []
+    profiles = data / "profiles"
+
+    section_started = time.monotonic()
+
+    def done(section: Section) -> None:
+        nonlocal section_started
+        sections.append(section)
+        for table in section.tables:
+            _print("\n" + table.render())
+        _print(f"  ({section.name}: {time.monotonic() - section_started:.0f} s)")
+        section_started = time.monotonic()
+
+    async with running_suite(cores, data, log_level=options.log_level) as suite:
+        section_started = time.monotonic()
+        _print(f"suite up: logs in {suite.logs}")
+        services = [suite.agent, suite.completion, suite.mcp]
+        if "client" in options.only:
+            done(
+                await run_clients(
+                    suite,
+                    sequential=plan.sequential.per_round * 2,
+                    requests=plan.load_requests,
+                    seconds=plan.load_seconds,
+                )
+            )
+        if "floor" in options.only:
+            done(await run_floor(suite, plan.sequential))
+        if "completion" in options.only:
+            with profiling([suite.completion], profiles, "completion", enabled=options.profile):
+                done(
+                    await run_completion(
+                        suite, plan.sequential, load_requests=plan.load_requests, load_seconds=plan.load_seconds
+                    )
+                )
+        if "mcp" in options.only:
+            with profiling([suite.mcp], profiles, "mcp", enabled=options.profile):
+                done(
+                    await run_mcp_client(
+                        suite, plan.sequential, load_requests=plan.load_requests, load_seconds=plan.load_seconds
+                    )
+                )
+        if "agent" in options.only:
+            with profiling(services, profiles, "agent", enabled=options.profile):
+                done(
+                    await run_agent(
+                        suite,
+                        plan.agent_sequential,
+                        rounds=plan.agent_rounds,
+                        single_runs=plan.single_runs,
+                        min_runs=plan.min_concurrent_runs,
+                        load_seconds=plan.load_seconds,
+                    )
+                )
+    return sections
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=(__doc__ or "").splitlines()[0])
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        default=os.environ.get("BENCH_QUICK", "") not in ("", "0"),
+        help="fewer and shorter rounds, for iterating (also BENCH_QUICK=1)",
+    )
+    parser.add_argument(
+        "--only", nargs="+", choices=BENCHMARKS, default=list(BENCHMARKS), help="run these benchmarks only"
+    )
+    parser.add_argument("--profile", action="store_true", help="record the services with py-spy")
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="the services' log level (their default: info, what production pays per request)",
+    )
+    options = parser.parse_args(argv)
+    plan = Plan.quick() if options.quick else Plan.full()
+    data = ROOT / ".data" / "bench"
+    data.mkdir(parents=True, exist_ok=True)
+    cores = Cores.choose()
+    os.sched_setaffinity(0, cores.load)  # this process, and every fake it starts, on the load core
+    info = machine()
+    pinning = cores.describe()
+    _print(
+        f"loopsuite bench ({'quick' if options.quick else 'full'}): {info['cpu']}, {info['cores']} cores, "
+        f"Python {info['python']}, uvloop {info['uvloop']}, httptools {info['httptools']}"
+    )
+    _print(f"{pinning}; loopback only; load client: raw HTTP/1.1 keep-alive on asyncio streams under uvloop")
+    started = time.monotonic()
+    sections = uvloop.run(_run(options, plan, cores, data))
+    targets = [target for section in sections for target in section.targets]
+    if targets:
+        _print("\n" + render_summary(targets))
+    elapsed = time.monotonic() - started
+    _print(f"\n{len(sections)} benchmarks in {elapsed:.0f} s; summary in {data}/summary.json and summary.md")
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    mode = "quick" if options.quick else "full"
+    summary = {
+        "date": when,
+        "machine": info,
+        "pinning": pinning,
+        "mode": mode,
+        "seconds": elapsed,
+        "targets": [asdict(target) | {"verdict": target.verdict} for target in targets],
+        "figures": {section.name: section.figures for section in sections},
+    }
+    (data / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (data / "summary.md").write_text(summary_markdown(info, pinning, targets, sections, heading=f"{mode} run, {when}"))
+    if options.profile:
+        _print(f"profiles in {data / 'profiles'} (*.top.txt: where on-CPU time went)")
+
+
+if __name__ == "__main__":
+    main()
