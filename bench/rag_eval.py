@@ -12,8 +12,8 @@ recall@5: the share of questions with a passage of a labelled document among the
 results. MRR@10: the mean of 1/rank of the first such passage within the first 10 (0 if none).
 A question labelled with two documents (exact copies of each other) counts as found when either
 is. Prints one table overall and one per kind of question (and, with --sweep-k, the hybrid at
-other values of RRF's k). Takes one to three minutes on 2 cores, most of it loading the model
-and embedding the corpus.
+other values of RRF's k). Takes under a minute on 2 idle cores, most of it loading the model
+and embedding the corpus; bench/rag_latency.py measures speed.
 """
 
 from __future__ import annotations
@@ -126,9 +126,7 @@ async def evaluate(rerank_model: Path | None, per_question: bool, sweep_k: list[
         hybrid = defaults.only(dense=True, bm25=True, rerank=False)
         modes += [Mode(f"hybrid (RRF, k={k:g})", replace(hybrid, rrf_k=k)) for k in sweep_k]
         results: dict[str, list[Outcome]] = {}
-        timings: dict[str, float] = {}
         for mode in modes:
-            mode_started = time.perf_counter()
             outcomes = []
             for question in questions:
                 top10 = await retriever.search([question.text], 10, options=mode.options)
@@ -139,7 +137,6 @@ async def evaluate(rerank_model: Path | None, per_question: bool, sweep_k: list[
                 )
                 outcomes.append(Outcome(question, [hit.source for hit in top5], [hit.source for hit in top10]))
             results[mode.name] = outcomes
-            timings[mode.name] = (time.perf_counter() - mode_started) / len(questions)
     finally:
         await store.close()
 
@@ -147,26 +144,24 @@ async def evaluate(rerank_model: Path | None, per_question: bool, sweep_k: list[
         f"\nRetrieval on bench/rag_corpus: {report.documents} documents, {report.chunks} chunks, "
         f"{len(questions)} questions (index built in {load_seconds:.0f} s, model load included)\n"
     )
-    _print_table(results, timings)
+    _print_table(results)
     print(f"\n(defaults: RRF k={defaults.rrf_k:g}, weights {defaults.dense_weight:g}/{defaults.bm25_weight:g})")
     for kind in sorted({question.kind for question in questions}):
         subset = {name: [o for o in outcomes if o.question.kind == kind] for name, outcomes in results.items()}
         count = len(next(iter(subset.values())))
         print(f"\n{kind} questions ({count}):\n")
-        _print_table(subset, None)
+        _print_table(subset)
     if per_question:
         _print_misses(results)
 
 
-def _print_table(results: dict[str, list[Outcome]], timings: dict[str, float] | None) -> None:
-    header = "| retrieval | recall@5 | MRR@10 |" + (" ms per search |" if timings else "")
-    print(header)
-    print("| --- | --- | --- |" + (" --- |" if timings else ""))
+def _print_table(results: dict[str, list[Outcome]]) -> None:
+    print("| retrieval | recall@5 | MRR@10 |")
+    print("| --- | --- | --- |")
     for name, outcomes in results.items():
         recall = statistics.mean(outcome.found_in_5 for outcome in outcomes)
         mrr = statistics.mean(outcome.reciprocal_rank for outcome in outcomes)
-        timing = f" {timings[name] * 1000:.0f} |" if timings else ""
-        print(f"| {name} | {recall:.3f} | {mrr:.3f} |{timing}")
+        print(f"| {name} | {recall:.3f} | {mrr:.3f} |")
 
 
 def _print_misses(results: dict[str, list[Outcome]]) -> None:

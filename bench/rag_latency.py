@@ -7,8 +7,8 @@ of technical vocabulary, with error codes sprinkled in, one chunk per section), 
 the bundled all-MiniLM-L6-v2 into Qdrant local mode persisted in a temporary folder (the
 default setup), ingests it again unchanged (the incremental path), then times searches through
 the tool's own retrieval (dense + BM25, fusion, MMR) with one and with three queries per call.
-Prints one table. With the defaults it takes 3-6 minutes on 2 otherwise idle cores, most of it
-embedding.
+Prints one table. With the defaults it takes about 5 minutes on 2 otherwise idle cores, most of
+it embedding (twice that when other work shares the cores); --chunks makes it shorter.
 """
 
 from __future__ import annotations

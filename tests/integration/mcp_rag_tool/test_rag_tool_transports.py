@@ -1,5 +1,5 @@
 """mcp-rag-tool as users run it: `python -m mcp_rag_tool` over real stdio and real streamable HTTP,
-with the bundled all-MiniLM-L6-v2 and Qdrant local mode.
+with the bundled all-MiniLM-L6-v2 and Qdrant local mode persisted in a folder.
 
 Each transport gets one server process for the whole module (loading torch and the model takes
 seconds); the HTTP one is started first so that both load at the same time.
@@ -73,8 +73,9 @@ def docs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _server_env(docs_dir: Path) -> dict[str, str]:
-    return {"RAG_DOCS_PATHS": str(docs_dir), "RAG_LOG_FORMAT": "console"}
+def _server_env(docs_dir: Path, data_dir: Path) -> dict[str, str]:
+    """Each server process gets its own store: Qdrant local mode lets one process at a time open a folder."""
+    return {"RAG_DOCS_PATHS": str(docs_dir), "RAG_QDRANT_PATH": str(data_dir), "RAG_LOG_FORMAT": "console"}
 
 
 @dataclass
@@ -102,11 +103,11 @@ class HttpServer:
 
 
 @pytest.fixture(scope="module")
-async def http_server(docs_dir: Path) -> AsyncIterator[HttpServer]:
+async def http_server(docs_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[HttpServer]:
     """Started first, without waiting for it, so that it loads the model while the stdio tests run."""
     server = HttpServer(port=free_port())
     command = [sys.executable, "-m", "mcp_rag_tool", "--transport", "streamable-http", "--port", str(server.port)]
-    env = get_default_environment() | _server_env(docs_dir)
+    env = get_default_environment() | _server_env(docs_dir, tmp_path_factory.mktemp("http-qdrant"))
     async with await anyio.open_process(command, env=env, stdout=None, stderr=subprocess.PIPE) as process:
         assert process.stderr is not None
         try:
@@ -125,7 +126,9 @@ class StdioSession:
 
 
 @pytest.fixture(scope="module")
-async def stdio(docs_dir: Path, http_server: HttpServer) -> AsyncIterator[StdioSession]:
+async def stdio(
+    docs_dir: Path, http_server: HttpServer, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[StdioSession]:
     """One MCP session with `python -m mcp_rag_tool` over stdio (``http_server`` only to start that first)."""
     transport_errors: list[Exception] = []
 
@@ -133,14 +136,15 @@ async def stdio(docs_dir: Path, http_server: HttpServer) -> AsyncIterator[StdioS
         if isinstance(message, Exception):  # e.g. a stdout line that is not JSON-RPC
             transport_errors.append(message)
 
-    params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_rag_tool"], env=_server_env(docs_dir))
+    env = _server_env(docs_dir, tmp_path_factory.mktemp("stdio-qdrant"))
+    params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_rag_tool"], env=env)
     # read_timeout_seconds bounds the handshake (a cancel scope cannot wrap entering the client).
     async with Client(params, message_handler=record, read_timeout_seconds=30) as client:
         yield StdioSession(client, transport_errors)
 
 
-async def _search(client: Client, arguments: dict[str, Any]) -> CallToolResult:
-    return await client.call_tool("search_documents", arguments, read_timeout_seconds=SEARCH_TIMEOUT)
+async def _search(client: Client, arguments: dict[str, Any], tool: str = "search_documents") -> CallToolResult:
+    return await client.call_tool(tool, arguments, read_timeout_seconds=SEARCH_TIMEOUT)
 
 
 def _text(result: CallToolResult) -> str:
@@ -149,12 +153,12 @@ def _text(result: CallToolResult) -> str:
     return block.text
 
 
-async def test_stdio_lists_search_documents_with_input_and_output_schemas(stdio: StdioSession) -> None:
+async def test_stdio_lists_the_tools_with_input_and_output_schemas(stdio: StdioSession) -> None:
     with anyio.fail_after(10):  # answered at once, while the model is still loading
         listed = await stdio.client.list_tools()
 
-    (tool,) = listed.tools
-    assert tool.name == "search_documents"
+    assert sorted(tool.name for tool in listed.tools) == ["add_documents", "list_sources", "search_documents"]
+    tool = next(tool for tool in listed.tools if tool.name == "search_documents")
     assert tool.description is not None
     assert "cite the source" in tool.description.lower()
     assert tool.input_schema["required"] == ["queries"]
@@ -167,7 +171,7 @@ async def test_stdio_search_puts_the_document_that_answers_first(stdio: StdioSes
     result = await _search(stdio.client, {"queries": ["How often should I feed my sourdough starter?"], "top_k": 3})
 
     assert not result.is_error, _text(result)
-    assert _text(result).startswith("[1] baking/sourdough.md — Sourdough bread > Keeping a starter (score 0.")
+    assert _text(result).startswith("[1] baking/sourdough.md — Sourdough bread > Keeping a starter (score ")
     assert "Feed the sourdough starter" in _text(result)
     assert result.structured_content is not None
     results = result.structured_content["results"]
@@ -196,6 +200,7 @@ async def test_stdio_several_queries_find_each_topic_once(stdio: StdioSession) -
         ({"queries": []}, "queries is empty: pass at least one question or phrase"),
         ({"queries": ["x" * 2001]}, "keep each query under 2000 characters"),
         ({"queries": ["tomatoes"], "top_k": 0}, "top_k must be between 1 and 50 (got 0)"),
+        ({"queries": ["tomatoes"], "filter": {"colour": "red"}}, "filter has unknown keys 'colour'"),
     ],
 )
 async def test_stdio_bad_input_is_an_error_saying_what_to_change(
@@ -205,6 +210,26 @@ async def test_stdio_bad_input_is_an_error_saying_what_to_change(
 
     assert result.is_error
     assert expected in _text(result)
+
+
+async def test_stdio_filters_lists_and_adds_documents(stdio: StdioSession) -> None:
+    in_space = await _search(stdio.client, {"queries": ["shadow"], "filter": {"source_prefix": "space/"}})
+    listed = await _search(stdio.client, {}, tool="list_sources")
+    note = {"source": "notes/compost.md", "text": "# Compost\n\nTurn the compost heap every two weeks."}
+    added = await _search(stdio.client, {"documents": [note]}, tool="add_documents")
+    found = await _search(stdio.client, {"queries": ["how often should the compost pile be turned?"], "top_k": 1})
+
+    assert in_space.structured_content is not None
+    assert [r["source"] for r in in_space.structured_content["results"]] == ["space/eclipses.md"]
+    assert _text(listed).splitlines() == [
+        "4 indexed documents:",
+        "- baking/sourdough.md — Sourdough bread (2 chunks)",
+        "- garden.txt — garden.txt (1 chunks)",
+        "- networking.md — TCP (1 chunks)",
+        "- space/eclipses.md — Eclipses (1 chunks)",
+    ]
+    assert not added.is_error, _text(added)
+    assert _text(found).startswith("[1] notes/compost.md — Compost (score")
 
 
 async def test_stdio_stdout_carries_nothing_but_protocol(stdio: StdioSession) -> None:
@@ -221,15 +246,18 @@ async def test_streamable_http_serves_search_and_health(http_server: HttpServer)
         async with Client(f"{http_url}/mcp") as client:
             result = await _search(client, {"queries": ["When does a lunar eclipse happen?"], "top_k": 2})
             refused = await _search(client, {"queries": ["eclipse"], "top_k": 99})
+            listed = await _search(client, {"source_prefix": "baking"}, tool="list_sources")
         ready = await http.get("/readyz")
 
     assert (health.status_code, health.json()) == (200, {"status": "ok"})
     assert not result.is_error, _text(result)
-    assert _text(result).startswith("[1] space/eclipses.md — Eclipses (score 0.")
+    assert _text(result).startswith("[1] space/eclipses.md — Eclipses (score ")
     assert result.structured_content is not None
     assert result.structured_content["results"][0]["source"] == "space/eclipses.md"
     assert refused.is_error
     assert "top_k must be between 1 and 50 (got 99)" in _text(refused)
+    assert listed.structured_content is not None
+    assert [s["source"] for s in listed.structured_content["sources"]] == ["baking/sourdough.md"]
     assert (ready.status_code, ready.json()["checks"]) == (200, {"index": "ok"})
 
 

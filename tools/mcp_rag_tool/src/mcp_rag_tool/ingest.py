@@ -1,109 +1,416 @@
-"""Building the index: find the documents, chunk them, embed the chunks in batches, store them.
+"""Building the index incrementally: find documents, skip the unchanged, re-chunk and re-embed the rest.
 
-After an ingest the collection holds exactly the chunks of the documents found now: points
-of documents that disappeared (or of chunks past a document's new end) are deleted.
+Each document is identified by its ``source`` (its path relative to the folder it was found
+in, or the name it was added under) and fingerprinted by the sha256 of its bytes and of the
+settings that shape its chunks (embedder, chunk sizes, parsers). A document whose fingerprint
+is unchanged costs one hash; a changed one is chunked, embedded in batches shared with other
+documents, stored, and only then replaces the old version (see ``SourceRecord`` for how);
+a document that disappeared from a folder is removed. Each document remembers its origin, the
+folder it was found in (the same whether the server's start-up ingest or the CLI found it, so
+the two agree) or ``api`` for ``add_documents``. A CLI ingest prunes only documents of the
+folders it was given; the server's start-up ingest (``prune_other_folders``) makes the files
+in the index mirror its configured folders, so documents of a folder no longer configured (or
+of a temporary folder someone served from the same store) do not linger. Documents added
+through the API are never pruned.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio.to_thread
 
-from mcp_rag_tool.chunking import SUPPORTED_SUFFIXES, Chunk, chunk_document, embedding_text
+from mcp_rag_tool import bm25
+from mcp_rag_tool.bm25 import SparseVector
+from mcp_rag_tool.chunking import Chunk, ChunkLimits, chunk_sections, embedding_text
+from mcp_rag_tool.documents import SUPPORTED_SUFFIXES, DocumentKind, UnreadableDocument, kind_of, parse_document
 from mcp_rag_tool.embeddings import Embedder
-from mcp_rag_tool.settings import RagSettings
-from mcp_rag_tool.store import VectorStore
+from mcp_rag_tool.store import SCHEMA_VERSION, SourceRecord, VectorStore, chunk_point_id
 from suite_common.logging import get_logger
 
-__all__ = ["DocumentFile", "IngestReport", "find_documents", "ingest", "load_chunks"]
+__all__ = [
+    "API_ORIGIN",
+    "DocumentFile",
+    "DocumentInput",
+    "IngestReport",
+    "Ingester",
+    "find_documents",
+    "folder_origin",
+]
+
+API_ORIGIN = "api"
+_PARSER_VERSION = 1  # bump when parsing or chunking changes what a document's chunks are
+_STORE_BATCH = 256  # embedded chunks written to Qdrant per request
 
 _log = get_logger("mcp_rag_tool.ingest")
+
+
+_FOLDER_PREFIX = "folder:"
+
+
+def folder_origin(root: Path) -> str:
+    """The origin of documents found under ``root``: its absolute path."""
+    return f"{_FOLDER_PREFIX}{root.resolve()}"
 
 
 @dataclass(frozen=True)
 class DocumentFile:
     path: Path
     source: str
-    """``path`` relative to the configured folder it was found in (a configured file: its name)."""
+    """``path`` relative to the folder it was found in (a file given directly: its name)."""
 
 
 @dataclass(frozen=True)
+class DocumentInput:
+    """A document to index: its bytes and how to read them."""
+
+    source: str
+    kind: DocumentKind
+    data: bytes
+    origin: str
+    title: str | None = None
+    tags: tuple[str, ...] = ()
+
+
+@dataclass
 class IngestReport:
-    documents: int
-    chunks: int
-    seconds: float
-    missing_paths: tuple[str, ...]
-    """Configured paths that do not exist."""
+    """What one ingest did; ``sources`` holds the outcome per source (``added``, ``updated`` ...)."""
+
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    removed: int = 0
+    failed: int = 0
+    chunks: int = 0
+    """Chunks embedded and stored by this ingest (unchanged documents' chunks not counted)."""
+    seconds: float = 0.0
+    missing_paths: tuple[str, ...] = ()
+    outcomes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def documents(self) -> int:
+        return self.added + self.updated + self.unchanged + self.failed
+
+    def note(self, source: str, outcome: str) -> None:
+        self.outcomes[source] = outcome
+        if outcome in ("added", "updated", "unchanged", "removed", "failed"):
+            setattr(self, outcome, getattr(self, outcome) + 1)
 
 
-def find_documents(paths: Sequence[Path]) -> tuple[list[DocumentFile], list[Path]]:
-    """The supported files under ``paths`` (recursively, hidden entries skipped) and the paths not found.
+def find_documents(paths: Sequence[Path]) -> tuple[list[tuple[Path, list[DocumentFile]]], list[Path]]:
+    """The supported files under each of ``paths`` (recursively, hidden entries skipped), and the paths not found.
 
     Two files with the same relative path under two configured folders would be indistinguishable
     in results, so the first one wins and the other is logged and skipped.
     """
-    found: dict[str, DocumentFile] = {}
+    seen: dict[str, Path] = {}
+    found: list[tuple[Path, list[DocumentFile]]] = []
     missing: list[Path] = []
     for root in paths:
         if not root.exists():
             missing.append(root)
             continue
+        files: list[DocumentFile] = []
         for file, source in _walk(root):
-            if source in found:
-                _log.warning("duplicate_document_skipped", source=source, path=str(file), kept=str(found[source].path))
+            if source in seen:
+                _log.warning("duplicate_document_skipped", source=source, path=str(file), kept=str(seen[source]))
                 continue
-            found[source] = DocumentFile(path=file, source=source)
-    return list(found.values()), missing
+            seen[source] = file
+            files.append(DocumentFile(path=file, source=source))
+        found.append((root, files))
+    return found, missing
 
 
-def load_chunks(files: Sequence[DocumentFile], *, max_words: int, overlap_words: int) -> list[Chunk]:
-    """Read and chunk every file; an unreadable file is logged and skipped, not fatal."""
-    chunks: list[Chunk] = []
-    for file in files:
-        try:
-            text = file.path.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            _log.warning("document_unreadable", source=file.source, error=str(exc))
-            continue
-        chunks.extend(chunk_document(text, file.source, max_words=max_words, overlap_words=overlap_words))
-    return chunks
+class Ingester:
+    """Writes documents into a ``VectorStore``; one ingest at a time (the caller serialises)."""
+
+    def __init__(
+        self,
+        store: VectorStore,
+        embedder: Embedder,
+        limits: ChunkLimits,
+        *,
+        batch_size: int = 32,
+        progress_seconds: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._embedder = embedder
+        self._limits = limits
+        self._batch_size = batch_size
+        self._progress_seconds = progress_seconds
+        self._clock = clock
+        settings_id = f"{SCHEMA_VERSION}|{_PARSER_VERSION}|{embedder.name}|{limits.max_tokens}|{limits.overlap_tokens}"
+        self._settings_digest = hashlib.sha256(settings_id.encode()).hexdigest()[:16]
+
+    async def ingest_folders(
+        self,
+        roots: Sequence[Path],
+        *,
+        origin: Callable[[Path], str] = folder_origin,
+        prune_other_folders: bool = False,
+    ) -> IngestReport:
+        """Bring the documents under ``roots`` up to date, and remove those of their origins no longer there.
+
+        A root that does not exist counts as empty (its documents are removed) and is reported.
+        With ``prune_other_folders``, documents found in any other folder are removed too.
+        """
+        started = self._clock()
+        found, missing = await anyio.to_thread.run_sync(find_documents, list(roots))
+        for path in missing:
+            _log.warning("docs_path_not_found", path=str(path))
+        origins = {origin(root) for root in roots}
+        inputs = [(file, origin(root)) for root, files in found for file in files]
+        report = IngestReport(missing_paths=tuple(str(path) for path in missing))
+        known = await self._store.sources()
+        present = {file.source for file, _ in inputs}
+        await self._write([_file_item(file, file_origin) for file, file_origin in inputs], known, report)
+        gone = [
+            record
+            for record in known.values()
+            if record.source not in present
+            and (record.origin in origins or (prune_other_folders and record.origin.startswith(_FOLDER_PREFIX)))
+        ]
+        await self._remove(gone, report)
+        report.seconds = round(self._clock() - started, 3)
+        self._log_done(report)
+        return report
+
+    async def add(self, documents: Sequence[DocumentInput]) -> IngestReport:
+        """Index documents given whole (``add_documents``); the same source again replaces its previous version."""
+        started = self._clock()
+        report = IngestReport()
+        known = await self._store.sources()
+        await self._write([(document.source, _constant(document)) for document in documents], known, report)
+        report.seconds = round(self._clock() - started, 3)
+        self._log_done(report)
+        return report
+
+    # --- internals -----------------------------------------------------------------------------
+
+    async def _write(
+        self,
+        items: Sequence[tuple[str, Callable[[], DocumentInput]]],
+        known: dict[str, SourceRecord],
+        report: IngestReport,
+    ) -> None:
+        """Index each ``(source, load)`` whose fingerprint changed; ``load`` runs in a worker thread."""
+        pipeline = _Pipeline()
+        progress = _Progress(len(items), self._clock, self._progress_seconds)
+        for number, (source, load) in enumerate(items, start=1):
+            try:
+                document, content_hash = await anyio.to_thread.run_sync(self._load, load)
+            except OSError as exc:  # keep what the index has of it
+                _log.warning("document_unreadable", source=source, error=str(exc))
+                report.note(source, "failed")
+                continue
+            previous = known.get(source)
+            if previous is not None and previous.content_hash == content_hash and not previous.pending_hash:
+                report.note(source, "unchanged")
+                progress.tick(number, report.chunks)
+                continue
+            try:
+                record, chunks = await anyio.to_thread.run_sync(self._chunk, document, content_hash)
+            except UnreadableDocument as exc:
+                _log.warning("document_unreadable", source=source, error=str(exc))
+                report.note(source, "failed")
+                continue
+            report.note(source, "updated" if previous is not None and previous.committed else "added")
+            pipeline.add(record, chunks, previous)
+            while pipeline.to_embed >= self._batch_size:
+                report.chunks += await self._embed(pipeline, self._batch_size)
+            if pipeline.to_store >= _STORE_BATCH:
+                await self._store_flush(pipeline)
+            progress.tick(number, report.chunks)
+        while pipeline.to_embed:
+            report.chunks += await self._embed(pipeline, self._batch_size)
+        await self._store_flush(pipeline)
+        progress.tick(len(items), report.chunks, final=True)
+
+    async def _embed(self, pipeline: _Pipeline, size: int) -> int:
+        """Embed up to ``size`` waiting chunks (dense and BM25 vectors); they wait to be stored."""
+        chunks, records = pipeline.take(size)
+        texts = [embedding_text(chunk) for chunk in chunks]
+        dense = await self._embedder.embed(texts)
+        sparse = await anyio.to_thread.run_sync(lambda: [bm25.document_vector(text) for text in texts])
+        pipeline.embedded(chunks, records, dense, sparse)
+        return len(chunks)
+
+    async def _store_flush(self, pipeline: _Pipeline) -> None:
+        """Announce new versions, store their embedded chunks, then commit the documents now complete."""
+        await self._store.write_records(pipeline.take_announcements())
+        chunks, records, dense, sparse = pipeline.take_embedded()
+        await self._store.upsert_chunks(chunks, records, dense, sparse)
+        complete, stale = pipeline.take_complete()
+        await self._store.delete_chunks(stale)
+        await self._store.write_records(complete)
+
+    async def _remove(self, records: list[SourceRecord], report: IngestReport) -> None:
+        if not records:
+            return
+        await self._store.remove_documents(records)
+        for record in records:
+            report.note(record.source, "removed")
+        _log.info("documents_removed", count=len(records), sources=[record.source for record in records[:20]])
+
+    def _load(self, load: Callable[[], DocumentInput]) -> tuple[DocumentInput, str]:
+        document = load()
+        digest = hashlib.sha256(self._settings_digest.encode())
+        fields = (document.origin, document.kind, document.title or "", ",".join(document.tags))
+        digest.update("\0".join(("", *fields, "")).encode())
+        digest.update(document.data)
+        return document, digest.hexdigest()
+
+    def _chunk(self, document: DocumentInput, content_hash: str) -> tuple[SourceRecord, list[Chunk]]:
+        parsed = parse_document(document.source, document.data, document.kind, title=document.title, tags=document.tags)
+        chunks = chunk_sections(parsed.sections, document.source, parsed.title, self._limits)
+        record = SourceRecord(
+            source=document.source,
+            title=parsed.title,
+            tags=parsed.tags,
+            kind=parsed.kind,
+            origin=document.origin,
+            content_hash=content_hash,
+            chunks=len(chunks),
+            updated_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
+        return record, chunks
+
+    def _log_done(self, report: IngestReport) -> None:
+        _log.info(
+            "ingest_done",
+            added=report.added,
+            updated=report.updated,
+            unchanged=report.unchanged,
+            removed=report.removed,
+            failed=report.failed,
+            chunks=report.chunks,
+            seconds=report.seconds,
+            collection=self._store.collection,
+        )
 
 
-async def ingest(settings: RagSettings, embedder: Embedder, store: VectorStore) -> IngestReport:
-    started = time.perf_counter()
-    files, missing = await anyio.to_thread.run_sync(find_documents, settings.docs_paths)
-    for path in missing:
-        _log.warning("docs_path_not_found", path=str(path))
-    chunks = await anyio.to_thread.run_sync(
-        lambda: load_chunks(files, max_words=settings.chunk_max_words, overlap_words=settings.chunk_overlap_words)
-    )
-    if await store.ensure_collection(embedder.dimension):
-        _log.info("collection_created", collection=store.collection, dimension=embedder.dimension)
+class _Pipeline:
+    """Documents on their way into the store: chunks to embed, embedded chunks to store, versions to commit.
 
-    kept: set[str] = set()
-    for batch in _batches(chunks, settings.embed_batch_size):
-        vectors = await embedder.embed([embedding_text(chunk) for chunk in batch])
-        kept.update(await store.upsert(batch, vectors))
-    await store.retain_only(kept)
+    Embedding goes in batches of ``RAG_EMBED_BATCH_SIZE`` chunks and storing in larger ones
+    (``_STORE_BATCH``): each write to Qdrant local mode costs far more than its size suggests.
+    """
 
-    report = IngestReport(
-        documents=len(files),
-        chunks=len(chunks),
-        seconds=round(time.perf_counter() - started, 3),
-        missing_paths=tuple(str(path) for path in missing),
-    )
-    _log.info(
-        "ingest_done",
-        documents=report.documents,
-        chunks=report.chunks,
-        seconds=report.seconds,
-        collection=store.collection,
-    )
-    return report
+    def __init__(self) -> None:
+        self._chunks: list[Chunk] = []
+        self._records: list[SourceRecord] = []
+        self._embedded: tuple[list[Chunk], list[SourceRecord], list[list[float]], list[SparseVector]] = (
+            [],
+            [],
+            [],
+            [],
+        )
+        self._announcements: list[SourceRecord] = []
+        self._waiting: dict[str, int] = {}
+        self._complete: list[SourceRecord] = []
+        self._stale: dict[str, set[str]] = {}
+
+    @property
+    def to_embed(self) -> int:
+        return len(self._chunks)
+
+    @property
+    def to_store(self) -> int:
+        return len(self._embedded[0])
+
+    def add(self, record: SourceRecord, chunks: Sequence[Chunk], previous: SourceRecord | None) -> None:
+        """Queue a new version of a document; ``previous`` is what the store has of it."""
+        fresh = {chunk_point_id(record.source, record.content_hash, chunk.position) for chunk in chunks}
+        self._stale[record.source] = (previous.point_ids() if previous is not None else set()) - fresh
+        base = previous if previous is not None else replace(record, content_hash="", chunks=0)
+        self._announcements.append(replace(base, pending_hash=record.content_hash, pending_chunks=len(chunks)))
+        if chunks:
+            self._chunks.extend(chunks)
+            self._records.extend([record] * len(chunks))
+            self._waiting[record.source] = len(chunks)
+        else:
+            self._complete.append(record)
+
+    def take(self, size: int) -> tuple[list[Chunk], list[SourceRecord]]:
+        chunks, self._chunks = self._chunks[:size], self._chunks[size:]
+        records, self._records = self._records[:size], self._records[size:]
+        return chunks, records
+
+    def embedded(
+        self,
+        chunks: Sequence[Chunk],
+        records: Sequence[SourceRecord],
+        dense: Sequence[list[float]],
+        sparse: Sequence[SparseVector],
+    ) -> None:
+        stored_chunks, stored_records, stored_dense, stored_sparse = self._embedded
+        stored_chunks.extend(chunks)
+        stored_records.extend(records)
+        stored_dense.extend(dense)
+        stored_sparse.extend(sparse)
+
+    def take_announcements(self) -> list[SourceRecord]:
+        announcements, self._announcements = self._announcements, []
+        return announcements
+
+    def take_embedded(self) -> tuple[list[Chunk], list[SourceRecord], list[list[float]], list[SparseVector]]:
+        embedded, self._embedded = self._embedded, ([], [], [], [])
+        for record in embedded[1]:
+            self._waiting[record.source] -= 1
+            if self._waiting[record.source] == 0:
+                del self._waiting[record.source]
+                self._complete.append(record)
+        return embedded
+
+    def take_complete(self) -> tuple[list[SourceRecord], set[str]]:
+        """The documents all of whose chunks are stored, and the chunk ids of their other versions."""
+        complete, self._complete = self._complete, []
+        stale = {point for record in complete for point in self._stale.pop(record.source, set())}
+        return complete, stale
+
+
+class _Progress:
+    """Logs ``ingest_progress`` at most every ``interval`` seconds, so long ingests show they advance."""
+
+    def __init__(self, total: int, clock: Callable[[], float], interval: float) -> None:
+        self._total = total
+        self._clock = clock
+        self._interval = interval
+        self._started = clock()
+        self._last = self._started
+
+    def tick(self, done: int, chunks: int, *, final: bool = False) -> None:
+        now = self._clock()
+        if now - self._last < self._interval and not (final and now - self._started >= self._interval):
+            return
+        self._last = now
+        elapsed = max(now - self._started, 1e-9)
+        _log.info(
+            "ingest_progress",
+            documents=f"{done}/{self._total}",
+            chunks=chunks,
+            chunks_per_second=round(chunks / elapsed, 1),
+            seconds=round(elapsed, 1),
+        )
+
+
+def _file_item(file: DocumentFile, origin: str) -> tuple[str, Callable[[], DocumentInput]]:
+    kind = kind_of(file.source) or "text"  # _walk yields supported suffixes only
+
+    def load() -> DocumentInput:
+        return DocumentInput(source=file.source, kind=kind, data=file.path.read_bytes(), origin=origin)
+
+    return file.source, load
+
+
+def _constant(document: DocumentInput) -> Callable[[], DocumentInput]:
+    return lambda: document
 
 
 def _walk(root: Path) -> Iterator[tuple[Path, str]]:
@@ -117,8 +424,3 @@ def _walk(root: Path) -> Iterator[tuple[Path, str]]:
             continue
         if file.suffix.lower() in SUPPORTED_SUFFIXES and file.is_file():
             yield file, relative.as_posix()
-
-
-def _batches(chunks: Sequence[Chunk], size: int) -> Iterator[Sequence[Chunk]]:
-    for start in range(0, len(chunks), size):
-        yield chunks[start : start + size]

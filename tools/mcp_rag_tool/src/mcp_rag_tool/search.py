@@ -1,18 +1,23 @@
-"""What a search returns and how the tool presents it. Pure: no I/O, no model, no store.
+"""What ``search_documents`` accepts, returns and shows the model. Pure: no I/O, no model, no store.
 
-``validate_request`` turns bad arguments into messages that tell the model what to change;
-``merge_hits`` combines the hits of several queries; ``format_hits`` renders the text the model
-reads; ``SearchDocumentsOutput`` is the structured result (and the tool's outputSchema).
+``validate_request`` and ``parse_filter`` turn bad arguments into messages that tell the model
+what to change; ``format_hits`` renders the numbered passages the model reads and cites;
+``SearchDocumentsOutput`` is the structured result (and the tool's outputSchema).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, Field
 
+from mcp_rag_tool.documents import normalize_tags
+from mcp_rag_tool.store import SearchFilter
+
 __all__ = [
+    "FILTER_SCHEMA",
     "MAX_QUERIES",
     "MAX_QUERY_CHARS",
     "MAX_TOP_K",
@@ -20,9 +25,11 @@ __all__ = [
     "InvalidSearchRequest",
     "SearchDocumentsOutput",
     "SearchHit",
+    "describe_filter",
     "format_hits",
     "format_no_documents",
-    "merge_hits",
+    "format_no_match",
+    "parse_filter",
     "structured_output",
     "validate_request",
 ]
@@ -30,35 +37,48 @@ __all__ = [
 MAX_QUERIES = 10
 MAX_QUERY_CHARS = 2000
 MAX_TOP_K = 50
+_MAX_FILTER_TAGS = 20
+
+FILTER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": (
+        "Optional: search only some documents. source_prefix keeps sources under a folder or equal to a file "
+        '(whole path segments: "guides/" or "guides/setup.md"); tags keeps documents carrying any of the tags. '
+        "Call list_sources to see the sources and tags."
+    ),
+    "properties": {
+        "source_prefix": {"type": "string", "description": 'A folder or file path, e.g. "guides/".'},
+        "tags": {"type": "array", "items": {"type": "string"}, "description": "Match documents with any of these."},
+    },
+    "additionalProperties": False,
+}
 
 
 @dataclass(frozen=True)
 class SearchHit:
-    """A chunk found by a query, with its cosine similarity to it."""
+    """A chunk in the final results, with its relevance on a 0-1 scale."""
 
     source: str
     title: str
     heading: str
     position: int
     text: str
+    tags: tuple[str, ...]
     score: float
-
-    @property
-    def key(self) -> tuple[str, int]:
-        """Identifies the chunk, whichever query found it."""
-        return (self.source, self.position)
 
 
 class DocumentMatch(BaseModel):
-    source: str = Field(description="Path of the document, relative to the folder it was indexed from.")
-    title: str = Field(description="The document's title (its first level-1 heading, or its file name).")
+    source: str = Field(description="Where the document comes from: its path in the indexed folder, or its name.")
+    title: str = Field(description="The document's title.")
     heading: str = Field(description='Headings enclosing the passage, e.g. "Design > Wire contracts".')
+    position: int = Field(description="Index of the passage in its document, from 0.")
+    tags: list[str] = Field(description="Tags of the document.")
     text: str = Field(description="The passage itself.")
-    score: float = Field(description="Cosine similarity to the closest query; higher is more relevant.")
+    score: float = Field(description="Relevance from 0 to 1; compare within one answer only.")
 
 
 class SearchDocumentsOutput(BaseModel):
-    results: list[DocumentMatch] = Field(description="The best passages, most relevant first.")
+    results: list[DocumentMatch] = Field(description="The best passages, most relevant first; [n] in the text is n-1.")
 
 
 class InvalidSearchRequest(ValueError):
@@ -94,22 +114,46 @@ def validate_request(queries: Sequence[str], top_k: int) -> list[str]:
     return cleaned
 
 
-def merge_hits(hits_per_query: Iterable[Iterable[SearchHit]], top_k: int) -> list[SearchHit]:
-    """One entry per chunk, with the best score any query gave it; the ``top_k`` best, best first."""
-    best: dict[tuple[str, int], SearchHit] = {}
-    for hits in hits_per_query:
-        for hit in hits:
-            kept = best.get(hit.key)
-            if kept is None or hit.score > kept.score:
-                best[hit.key] = hit
-    ranked = sorted(best.values(), key=lambda hit: (-hit.score, hit.source, hit.position))
-    return ranked[:top_k]
+def parse_filter(value: object) -> SearchFilter:
+    """The ``filter`` argument as a ``SearchFilter``; anything malformed is refused with the fix."""
+    if value is None:
+        return SearchFilter()
+    usage = 'use {"source_prefix": "guides/"} and/or {"tags": ["billing"]}, or leave filter out'
+    if not isinstance(value, dict):
+        raise InvalidSearchRequest(f"filter must be an object; {usage}.")
+    unknown = sorted(set(value) - {"source_prefix", "tags"})
+    if unknown:
+        raise InvalidSearchRequest(f"filter has unknown keys {', '.join(map(repr, unknown))}; {usage}.")
+    prefix = value.get("source_prefix")
+    if prefix is not None and (not isinstance(prefix, str) or not prefix.strip().lstrip("./")):
+        raise InvalidSearchRequest(f"filter.source_prefix must be a non-empty path string; {usage}.")
+    tags = value.get("tags")
+    if tags is not None:
+        if isinstance(tags, str):
+            tags = [tags]
+        if not isinstance(tags, list) or not all(isinstance(tag, str) and tag.strip() for tag in tags):
+            raise InvalidSearchRequest(f"filter.tags must be a list of non-empty strings; {usage}.")
+        if len(tags) > _MAX_FILTER_TAGS:
+            raise InvalidSearchRequest(f"filter.tags has {len(tags)} tags; pass at most {_MAX_FILTER_TAGS}.")
+    return SearchFilter(
+        source_prefix=_normalize_prefix(prefix) if isinstance(prefix, str) else None,
+        tags=normalize_tags(tags or ()),
+    )
+
+
+def describe_filter(search_filter: SearchFilter) -> str:
+    parts = []
+    if search_filter.source_prefix is not None:
+        parts.append(f"source_prefix {search_filter.source_prefix!r}")
+    if search_filter.tags:
+        parts.append(f"tags {', '.join(search_filter.tags)}")
+    return " and ".join(parts)
 
 
 def format_hits(hits: Sequence[SearchHit]) -> str:
     """The text the model reads: numbered passages, each under a line naming where it comes from."""
     if not hits:
-        return "No matching passages were found."
+        return "No matching passages were found. Rephrase the query, or say the documents do not cover it."
     return "\n\n".join(_format_hit(number, hit) for number, hit in enumerate(hits, start=1))
 
 
@@ -117,8 +161,15 @@ def format_no_documents(configured_paths: Sequence[str]) -> str:
     paths = ", ".join(configured_paths) if configured_paths else "(none)"
     return (
         "No documents are indexed, so there is nothing to search. "
-        f"Configured document paths: {paths}. Supported files: .md, .markdown, .txt. "
+        f"Configured document paths: {paths}. Supported files: .md, .markdown, .txt, .html, .htm, .pdf. "
         "Tell the user the document collection is empty rather than guessing an answer from it."
+    )
+
+
+def format_no_match(search_filter: SearchFilter) -> str:
+    return (
+        f"No indexed document matches the filter ({describe_filter(search_filter)}). "
+        "Call list_sources to see the sources and tags, or search again without the filter."
     )
 
 
@@ -126,11 +177,24 @@ def structured_output(hits: Sequence[SearchHit]) -> SearchDocumentsOutput:
     return SearchDocumentsOutput(
         results=[
             DocumentMatch(
-                source=hit.source, title=hit.title, heading=hit.heading, text=hit.text, score=round(hit.score, 4)
+                source=hit.source,
+                title=hit.title,
+                heading=hit.heading,
+                position=hit.position,
+                tags=list(hit.tags),
+                text=hit.text,
+                score=round(hit.score, 4),
             )
             for hit in hits
         ]
     )
+
+
+def _normalize_prefix(prefix: str) -> str:
+    text = prefix.strip().replace("\\", "/")
+    while text.startswith(("./", "/")):
+        text = text[1:] if text.startswith("/") else text[2:]
+    return text
 
 
 def _format_hit(number: int, hit: SearchHit) -> str:

@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
-from suite_common.settings import ServiceSettings, blank_as_none
+from suite_common.settings import ServiceSettings, blank_as_none, http_url
 
-__all__ = ["RagSettings"]
+__all__ = ["DEFAULT_QDRANT_PATH", "IN_MEMORY", "RagSettings"]
+
+IN_MEMORY = ":memory:"
+DEFAULT_QDRANT_PATH = ".data/mcp_rag_tool/qdrant"
+
+
+def _blank_as_default_path(value: object) -> object:
+    return DEFAULT_QDRANT_PATH if value is None or (isinstance(value, str) and not value.strip()) else value
 
 
 class RagSettings(ServiceSettings):
-    """Which documents the tool indexes, where the vectors live, and how text is cut into chunks.
+    """Which documents the tool indexes, where the vectors live, how text is cut, embedded and searched.
 
     Every field is an environment variable: ``RAG_DOCS_PATHS``, ``RAG_QDRANT_PATH``, ``RAG_PORT`` ...
     """
@@ -24,47 +31,132 @@ class RagSettings(ServiceSettings):
 
     port: int = Field(default=8101, description="Port of the streamable HTTP transport (MCP at /mcp).")
 
+    # --- documents ---------------------------------------------------------------------------
     docs_paths: Annotated[list[Path], NoDecode] = Field(
         default_factory=lambda: [Path("docs")],
         description=(
-            "Files or folders to index; folders are walked recursively for .md, .markdown and .txt files "
-            "(hidden files and folders are skipped). From the environment: a comma-separated list "
-            "(RAG_DOCS_PATHS=docs,notes/faq.md) or a JSON array."
+            "Files or folders ingested at start-up; folders are walked recursively for .md, .markdown, .txt, "
+            ".html, .htm and .pdf files (hidden files and folders are skipped). The files in the index then "
+            "mirror these paths (documents of other folders are removed; add_documents ones stay). From the "
+            "environment: a comma-separated list (RAG_DOCS_PATHS=docs,notes/faq.md) or a JSON array; empty: "
+            "ingest nothing at start-up and serve the store as the CLI left it."
         ),
     )
-    qdrant_path: Annotated[str | None, BeforeValidator(blank_as_none)] = Field(
-        default=None,
+
+    # --- store -------------------------------------------------------------------------------
+    qdrant_path: Annotated[str, BeforeValidator(_blank_as_default_path)] = Field(
+        default=DEFAULT_QDRANT_PATH,
         description=(
-            "Unset or empty: Qdrant local mode in memory (the index is rebuilt at every start). "
-            "A folder: Qdrant local mode persisted there (one process at a time may open it)."
+            "Folder of the Qdrant local-mode store (relative to the working directory); one process at a time "
+            f"may open it. {IN_MEMORY!r}: keep the index in memory only. Ignored when RAG_QDRANT_URL is set."
         ),
     )
-    qdrant_url: Annotated[str | None, BeforeValidator(blank_as_none)] = Field(
+    qdrant_url: Annotated[str | None, BeforeValidator(blank_as_none), AfterValidator(http_url)] = Field(
         default=None,
         description="URL of a Qdrant server (e.g. http://qdrant:6333) instead of local mode; same code path.",
+    )
+    qdrant_api_key: Annotated[SecretStr | None, BeforeValidator(blank_as_none)] = Field(
+        default=None, description="API key of the Qdrant server, if it requires one."
     )
     qdrant_timeout_seconds: int = Field(
         default=10, ge=1, description="Timeout of one request to a Qdrant server, in seconds."
     )
-    collection: str = Field(default="documents", min_length=1, description="Name of the Qdrant collection.")
-    chunk_max_words: int = Field(
-        default=180,
-        ge=20,
+    collection: str = Field(
+        default="documents",
+        min_length=1,
+        description="Qdrant collection of the chunks; the list of documents is kept in <collection>_sources.",
+    )
+
+    # --- chunking ----------------------------------------------------------------------------
+    chunk_max_tokens: int = Field(
+        default=256,
+        ge=32,
+        le=8192,
         description=(
-            "A chunk holds at most this many words (about 1.3 tokens each; all-MiniLM-L6-v2 reads 256 tokens)."
+            "Tokens (of the bundled model's tokenizer, special tokens included) in the embedded text of one "
+            "chunk, its heading path included; all-MiniLM-L6-v2 reads 256."
         ),
     )
-    chunk_overlap_words: int = Field(
-        default=30,
+    chunk_overlap_tokens: int = Field(
+        default=32,
         ge=0,
-        description="Words repeated from the end of a chunk at the start of the next one in the same section.",
+        description="Tokens repeated from the end of a chunk at the start of the next one in the same section.",
     )
-    embed_batch_size: int = Field(default=32, ge=1, description="Chunks embedded (and upserted) per batch.")
+
+    # --- embeddings --------------------------------------------------------------------------
+    embedding_provider: Literal["local", "openai"] = Field(
+        default="local",
+        description=(
+            "local: the bundled all-MiniLM-L6-v2 on CPU; openai: an OpenAI-compatible /v1/embeddings endpoint "
+            "(RAG_EMBEDDING_URL, RAG_EMBEDDING_API_KEY, RAG_EMBEDDING_MODEL)."
+        ),
+    )
+    embedding_url: Annotated[str, AfterValidator(http_url)] = Field(
+        default="https://api.openai.com/v1",
+        description="Base URL of the OpenAI-compatible API; embeddings are POSTed to <url>/embeddings.",
+    )
+    embedding_api_key: Annotated[SecretStr | None, BeforeValidator(blank_as_none)] = Field(
+        default=None, description="Bearer key of the embeddings endpoint (unset: no Authorization header)."
+    )
+    embedding_model: str = Field(
+        default="text-embedding-3-small", min_length=1, description="Model name sent to the embeddings endpoint."
+    )
+    embedding_dimensions: int | None = Field(
+        default=None,
+        ge=1,
+        description="Sent as `dimensions` to the embeddings endpoint when set (models that can shorten vectors).",
+    )
+    embedding_timeout_seconds: float = Field(
+        default=30, gt=0, description="Timeout of one request to the embeddings endpoint, in seconds."
+    )
+    embedding_max_retries: int = Field(
+        default=2,
+        ge=0,
+        le=5,
+        description="Retries of an embeddings request after a connection error, 429 or 5xx (backoff, Retry-After).",
+    )
+    embed_batch_size: int = Field(default=32, ge=1, le=2048, description="Chunks embedded (and stored) per batch.")
+
+    # --- search ------------------------------------------------------------------------------
+    search_candidates: int = Field(
+        default=50, ge=1, le=1000, description="Chunks each retriever (dense, BM25) returns per query before fusion."
+    )
+    rrf_k: float = Field(
+        default=2,
+        ge=0,
+        description=(
+            "k of reciprocal rank fusion: a chunk at rank r earns weight / (k + r). Small k (2, Qdrant's default) "
+            "keeps each retriever's best hits on top; the RRF paper's 60 flattens ranks for fusing many runs."
+        ),
+    )
+    dense_weight: float = Field(default=1.0, ge=0, description="Weight of the dense (embedding) ranking in fusion.")
+    bm25_weight: float = Field(default=1.0, ge=0, description="Weight of the keyword (BM25) ranking in fusion.")
+    rerank_candidates: int = Field(
+        default=30, ge=1, le=200, description="Best fused chunks that reranking (cross-encoder, MMR) considers."
+    )
+    mmr_lambda: float = Field(
+        default=0.7,
+        ge=0,
+        le=1,
+        description="Maximal marginal relevance: 1 ranks by relevance only; lower trades relevance for diversity.",
+    )
+    rerank_model_path: Annotated[Path | None, BeforeValidator(blank_as_none)] = Field(
+        default=None,
+        description=(
+            "Local folder of a sentence-transformers cross-encoder (e.g. ms-marco-MiniLM-L-6-v2) that rescores "
+            "the fused candidates; unset: no cross-encoder. Never downloaded."
+        ),
+    )
+
+    add_documents_enabled: bool = Field(
+        default=True,
+        description="Offer the add_documents tool (models may add to the index); false: search and list only.",
+    )
     index_ready_timeout_seconds: float = Field(
         default=120,
         gt=0,
         description=(
-            "How long a search waits for the index to be built (model load + ingest) before it answers "
+            "How long a call waits for the index to be ready (model load + start-up ingest) before it answers "
             "with an error asking to retry."
         ),
     )
@@ -81,8 +173,12 @@ class RagSettings(ServiceSettings):
 
     @model_validator(mode="after")
     def _check_consistency(self) -> RagSettings:
-        if self.qdrant_path is not None and self.qdrant_url is not None:
+        if self.qdrant_path != DEFAULT_QDRANT_PATH and self.qdrant_url is not None:
             raise ValueError("set RAG_QDRANT_PATH (local mode) or RAG_QDRANT_URL (a server), not both")
-        if self.chunk_overlap_words >= self.chunk_max_words:
-            raise ValueError("chunk_overlap_words must be smaller than chunk_max_words")
+        if self.chunk_overlap_tokens * 2 > self.chunk_max_tokens:
+            raise ValueError("chunk_overlap_tokens must be at most half of chunk_max_tokens")
         return self
+
+    @property
+    def in_memory(self) -> bool:
+        return self.qdrant_url is None and self.qdrant_path == IN_MEMORY

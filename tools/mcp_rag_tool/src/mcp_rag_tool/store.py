@@ -1,117 +1,385 @@
-"""A thin layer over Qdrant: one collection of chunk vectors, searched by cosine similarity.
+"""Qdrant behind a small interface: chunks with a dense and a BM25 sparse vector, and a list of documents.
 
-Qdrant local mode (in memory, or persisted in a folder) and a Qdrant server go through the
-same ``AsyncQdrantClient``, so a laptop and a cluster run the same code.
+Two collections: ``<collection>`` holds one point per chunk (named vectors ``dense`` and
+``bm25``, the latter with Qdrant's IDF modifier), ``<collection>_sources`` one vector-less point
+per document (its content hash, title, tags, where it came from, how many chunks). Qdrant local
+mode (in memory, or persisted in a folder) and a Qdrant server go through the same client
+and the same code. That client is the synchronous ``QdrantClient``, called in worker threads:
+local mode computes searches in Python, which would otherwise stall the event loop (and with
+it every other request) for the length of a search. Local mode is not thread-safe, so its
+calls take turns; calls to a server run concurrently.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import threading
 import uuid
-from collections.abc import Collection, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import PurePosixPath
+from typing import Any, TypeVar
 
-from qdrant_client import AsyncQdrantClient, models
+import anyio.to_thread
+from qdrant_client import QdrantClient, models
 
+from mcp_rag_tool.bm25 import SparseVector
 from mcp_rag_tool.chunking import Chunk
-from mcp_rag_tool.search import SearchHit
 from mcp_rag_tool.settings import RagSettings
 
-__all__ = ["VectorStore", "point_id"]
+__all__ = [
+    "DENSE",
+    "SCHEMA_VERSION",
+    "SPARSE",
+    "SearchFilter",
+    "SourceRecord",
+    "StoreLocked",
+    "StoredChunk",
+    "VectorStore",
+    "chunk_point_id",
+    "source_prefixes",
+]
 
-_POINT_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/loopsuite/mcp-rag-tool/chunk")
+DENSE = "dense"
+SPARSE = "bm25"
+SCHEMA_VERSION = 2
+"""Bumped when the layout of points changes; a collection of another version is rebuilt."""
+
+_T = TypeVar("_T")
+_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/loopsuite/mcp-rag-tool/chunk")
+_SCROLL_PAGE = 256
 
 
-def point_id(source: str, position: int) -> str:
-    """The same chunk of the same document always gets the same id, so re-ingesting overwrites it."""
-    return str(uuid.uuid5(_POINT_NAMESPACE, f"{source}#{position}"))
+class StoreLocked(Exception):
+    """The local-mode folder is held by another process (Qdrant local mode allows one at a time)."""
+
+
+def chunk_point_id(source: str, content_hash: str, position: int) -> str:
+    """A chunk of one version of a document always gets the same id: re-ingesting it overwrites it."""
+    return str(uuid.uuid5(_NAMESPACE, f"{source}\0{content_hash}\0{position}"))
+
+
+def _source_point_id(source: str) -> str:
+    return str(uuid.uuid5(_NAMESPACE, f"source\0{source}"))
+
+
+def source_prefixes(source: str) -> list[str]:
+    """Every folder a source lies in ("a/", "a/b/") and the source itself: what a prefix filter matches."""
+    parts = PurePosixPath(source).parts
+    return [*("/".join(parts[: depth + 1]) + "/" for depth in range(len(parts) - 1)), source]
+
+
+@dataclass(frozen=True)
+class SearchFilter:
+    """Chunks of sources under ``source_prefix`` (a folder or a file, whole path segments) carrying any of ``tags``."""
+
+    source_prefix: str | None = None
+    tags: tuple[str, ...] = ()
+
+    def to_qdrant(self) -> models.Filter | None:
+        must: list[models.Condition] = []
+        if self.source_prefix is not None:
+            prefix = self.source_prefix
+            candidates = [prefix] if prefix.endswith("/") else [prefix, prefix + "/"]
+            must.append(models.FieldCondition(key="source_prefixes", match=models.MatchAny(any=candidates)))
+        if self.tags:
+            must.append(models.FieldCondition(key="tags", match=models.MatchAny(any=list(self.tags))))
+        return models.Filter(must=must) if must else None
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    """What the store remembers of one document.
+
+    ``content_hash``/``chunks`` describe the version searches see; ``pending_hash``/``pending_chunks``
+    a version being written. A version is announced (pending) before its chunks are stored and
+    committed after, so that an ingest interrupted halfway leaves a record of which chunks to
+    clean up, and every clean-up is a deletion by point id (never a scan of the collection).
+    """
+
+    source: str
+    title: str
+    tags: tuple[str, ...]
+    kind: str
+    origin: str
+    """``folder:<absolute path>`` (found there at start-up or by the CLI) or ``api`` (add_documents)."""
+    content_hash: str
+    """sha256 of the document's bytes and of the settings that shape its chunks; empty until committed."""
+    chunks: int
+    updated_at: str
+    pending_hash: str = ""
+    pending_chunks: int = 0
+
+    @property
+    def committed(self) -> bool:
+        return bool(self.content_hash)
+
+    def point_ids(self) -> set[str]:
+        """Every chunk id this record accounts for: the committed version's and the pending one's."""
+        ids = (
+            {chunk_point_id(self.source, self.content_hash, n) for n in range(self.chunks)} if self.committed else set()
+        )
+        if self.pending_hash:
+            ids |= {chunk_point_id(self.source, self.pending_hash, n) for n in range(self.pending_chunks)}
+        return ids
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    """A chunk as a search finds it."""
+
+    id: str
+    source: str
+    title: str
+    heading: str
+    position: int
+    text: str
+    tags: tuple[str, ...]
+    score: float
 
 
 class VectorStore:
-    def __init__(self, client: AsyncQdrantClient, collection: str) -> None:
+    def __init__(self, client: QdrantClient, collection: str, *, server: bool = False) -> None:
         self._client = client
-        self._collection = collection
+        self._server = server
+        self._chunks = collection
+        self._sources = f"{collection}_sources"
+        self._turn = threading.Lock()
 
     @classmethod
-    def from_settings(cls, settings: RagSettings) -> VectorStore:
-        client: AsyncQdrantClient
+    async def open(cls, settings: RagSettings) -> VectorStore:
+        """Open the store (in a thread: local mode reads every point from disk at once).
+
+        ``StoreLocked`` if another process holds the local-mode folder.
+        """
+        return await anyio.to_thread.run_sync(cls.open_sync, settings)
+
+    @classmethod
+    def open_sync(cls, settings: RagSettings) -> VectorStore:
+        client: QdrantClient
         if settings.qdrant_url is not None:
-            client = AsyncQdrantClient(url=settings.qdrant_url, timeout=settings.qdrant_timeout_seconds)
-        elif settings.qdrant_path is not None:
-            client = AsyncQdrantClient(path=settings.qdrant_path)
+            api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+            client = QdrantClient(url=settings.qdrant_url, api_key=api_key, timeout=settings.qdrant_timeout_seconds)
+        elif settings.in_memory:
+            client = QdrantClient(location=":memory:", force_disable_check_same_thread=True)
         else:
-            client = AsyncQdrantClient(location=":memory:")
-        return cls(client, settings.collection)
+            try:
+                client = QdrantClient(path=settings.qdrant_path, force_disable_check_same_thread=True)
+            except RuntimeError as exc:
+                if "already accessed" in str(exc):
+                    raise StoreLocked(
+                        f"the Qdrant folder {settings.qdrant_path} is in use by another process "
+                        "(a running mcp-rag-tool?); local mode allows one process at a time"
+                    ) from exc
+                raise
+        return cls(client, settings.collection, server=settings.qdrant_url is not None)
 
     @property
     def collection(self) -> str:
-        return self._collection
+        return self._chunks
 
     async def close(self) -> None:
-        await self._client.close()
+        await self._call(self._client.close)
 
-    async def ensure_collection(self, dimension: int) -> bool:
-        """Create the collection unless it exists with this dimension; True if it was (re)created.
+    async def _call(self, function: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        return await anyio.to_thread.run_sync(functools.partial(self._locked, function, *args, **kwargs))
 
-        A collection left by another embedder (another dimension) cannot be searched with this
-        one's vectors, so it is dropped and rebuilt.
+    def _locked(self, function: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        with self._turn if not self._server else contextlib.nullcontext():
+            return function(*args, **kwargs)
+
+    # --- collections ---------------------------------------------------------------------------
+
+    async def ensure_collections(self, dimension: int, embedder: str) -> bool:
+        """Create both collections unless they exist for this embedder and layout; True if (re)created.
+
+        Vectors of another embedder (or another layout) cannot be searched with this one's, so
+        such collections are dropped and every document is ingested again.
         """
-        if await self._client.collection_exists(self._collection):
-            info = await self._client.get_collection(self._collection)
-            vectors = info.config.params.vectors
-            if isinstance(vectors, models.VectorParams) and vectors.size == dimension:
+        wanted = {"embedder": embedder, "dimension": dimension, "schema": SCHEMA_VERSION}
+        if await self._call(self._client.collection_exists, self._chunks) and await self._call(
+            self._client.collection_exists, self._sources
+        ):
+            info = await self._call(self._client.get_collection, self._chunks)
+            metadata = info.config.metadata or {}
+            if all(metadata.get(key) == value for key, value in wanted.items()):
                 return False
-            await self._client.delete_collection(self._collection)
-        await self._client.create_collection(
-            self._collection,
-            vectors_config=models.VectorParams(size=dimension, distance=models.Distance.COSINE),
+        for name in (self._chunks, self._sources):
+            if await self._call(self._client.collection_exists, name):
+                await self._call(self._client.delete_collection, name)
+        await self._call(
+            self._client.create_collection,
+            self._chunks,
+            vectors_config={DENSE: models.VectorParams(size=dimension, distance=models.Distance.COSINE)},
+            sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+            metadata=wanted,
         )
+        await self._call(self._client.create_collection, self._sources, vectors_config={})
+        if self._server:  # local mode has no payload indexes (and says so in a warning)
+            for field in ("source", "source_prefixes", "tags"):
+                await self._call(
+                    self._client.create_payload_index, self._chunks, field, models.PayloadSchemaType.KEYWORD
+                )
         return True
 
-    async def upsert(self, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]]) -> list[str]:
-        """Store chunks with their vectors; returns their point ids."""
-        if len(chunks) != len(vectors):
-            raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
-        ids = [point_id(chunk.source, chunk.position) for chunk in chunks]
+    # --- documents -----------------------------------------------------------------------------
+
+    async def sources(self) -> dict[str, SourceRecord]:
+        records: dict[str, SourceRecord] = {}
+        offset: Any = None
+        while True:
+            points, offset = await self._call(
+                self._client.scroll,
+                self._sources,
+                limit=_SCROLL_PAGE,
+                offset=offset,
+                with_payload=True,
+                with_vectors=False,
+            )
+            for point in points:
+                record = _record(point.payload or {})
+                records[record.source] = record
+            if offset is None:
+                return records
+
+    async def upsert_chunks(
+        self,
+        chunks: Sequence[Chunk],
+        records: Sequence[SourceRecord],
+        dense: Sequence[Sequence[float]],
+        sparse: Sequence[SparseVector],
+    ) -> None:
+        """Store chunks, each with the record of its document (for its hash and tags) and its vectors."""
+        if not len(chunks) == len(records) == len(dense) == len(sparse):
+            raise ValueError("chunks, records and vectors must line up")
         points = [
-            models.PointStruct(id=pid, vector=list(vector), payload=_payload(chunk))
-            for pid, chunk, vector in zip(ids, chunks, vectors, strict=True)
+            models.PointStruct(
+                id=chunk_point_id(chunk.source, record.content_hash, chunk.position),
+                vector={
+                    DENSE: list(vector),
+                    SPARSE: models.SparseVector(indices=sparse_vector.indices, values=sparse_vector.values),
+                },
+                payload=_chunk_payload(chunk, record),
+            )
+            for chunk, record, vector, sparse_vector in zip(chunks, records, dense, sparse, strict=True)
         ]
         if points:
-            await self._client.upsert(self._collection, points=points, wait=True)
-        return ids
+            await self._call(self._client.upsert, self._chunks, points=points, wait=True)
 
-    async def retain_only(self, ids: Collection[str]) -> None:
-        """Delete every point not in ``ids``: chunks of documents that were removed or got shorter."""
-        keep: list[models.ExtendedPointId] = list(ids)
-        selector = models.FilterSelector(filter=models.Filter(must_not=[models.HasIdCondition(has_id=keep)]))
-        await self._client.delete(self._collection, points_selector=selector, wait=True)
+    async def write_records(self, records: Sequence[SourceRecord]) -> None:
+        if records:
+            points = [
+                models.PointStruct(id=_source_point_id(record.source), vector={}, payload=_record_payload(record))
+                for record in records
+            ]
+            await self._call(self._client.upsert, self._sources, points=points, wait=True)
+
+    async def delete_chunks(self, ids: Collection[str]) -> None:
+        if ids:
+            selector = models.PointIdsList(points=list(ids))
+            await self._call(self._client.delete, self._chunks, points_selector=selector, wait=True)
+
+    async def remove_documents(self, records: Sequence[SourceRecord]) -> None:
+        """Delete documents: their chunks (every version the records account for), then the records."""
+        if not records:
+            return
+        await self.delete_chunks({point for record in records for point in record.point_ids()})
+        ids: list[models.ExtendedPointId] = [_source_point_id(record.source) for record in records]
+        await self._call(self._client.delete, self._sources, points_selector=models.PointIdsList(points=ids), wait=True)
 
     async def count(self) -> int:
-        result = await self._client.count(self._collection, exact=True)
+        result = await self._call(self._client.count, self._chunks, exact=True)
         return result.count
 
-    async def search(self, vector: Sequence[float], limit: int) -> list[SearchHit]:
-        response = await self._client.query_points(self._collection, query=list(vector), limit=limit, with_payload=True)
-        return [_hit(point) for point in response.points]
+    # --- search --------------------------------------------------------------------------------
+
+    async def search(
+        self,
+        dense: Sequence[Sequence[float]],
+        sparse: Sequence[SparseVector],
+        limit: int,
+        search_filter: SearchFilter,
+    ) -> tuple[list[list[StoredChunk]], list[list[StoredChunk]]]:
+        """For each dense and each sparse query vector, its ``limit`` best chunks; one round trip."""
+        query_filter = search_filter.to_qdrant()
+        requests = [
+            models.QueryRequest(query=list(vector), using=DENSE, limit=limit, filter=query_filter, with_payload=True)
+            for vector in dense
+        ]
+        requests += [
+            models.QueryRequest(
+                query=models.SparseVector(indices=vector.indices, values=vector.values),
+                using=SPARSE,
+                limit=limit,
+                filter=query_filter,
+                with_payload=True,
+            )
+            for vector in sparse
+        ]
+        if not requests:
+            return [], []
+        responses = await self._call(self._client.query_batch_points, self._chunks, requests=requests)
+        rankings = [[_stored_chunk(point) for point in response.points] for response in responses]
+        return rankings[: len(dense)], rankings[len(dense) :]
+
+    async def dense_vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
+        if not ids:
+            return {}
+        points = await self._call(
+            self._client.retrieve, self._chunks, ids=list(ids), with_vectors=[DENSE], with_payload=False
+        )
+        vectors: dict[str, list[float]] = {}
+        for point in points:
+            vector = point.vector.get(DENSE) if isinstance(point.vector, dict) else None
+            if isinstance(vector, list):
+                vectors[str(point.id)] = [float(value) for value in vector if isinstance(value, int | float)]
+        return vectors
 
 
-def _payload(chunk: Chunk) -> dict[str, Any]:
+def _chunk_payload(chunk: Chunk, record: SourceRecord) -> dict[str, Any]:
     return {
         "source": chunk.source,
+        "source_prefixes": source_prefixes(chunk.source),
         "title": chunk.title,
         "heading": chunk.heading,
         "position": chunk.position,
         "text": chunk.text,
+        "tags": list(record.tags),
+        "content_hash": record.content_hash,
     }
 
 
-def _hit(point: models.ScoredPoint) -> SearchHit:
+def _record_payload(record: SourceRecord) -> dict[str, Any]:
+    payload = asdict(record)
+    payload["tags"] = list(record.tags)
+    return payload
+
+
+def _record(payload: dict[str, Any]) -> SourceRecord:
+    return SourceRecord(
+        source=str(payload.get("source", "")),
+        title=str(payload.get("title", "")),
+        tags=tuple(str(tag) for tag in payload.get("tags") or ()),
+        kind=str(payload.get("kind", "")),
+        origin=str(payload.get("origin", "")),
+        content_hash=str(payload.get("content_hash", "")),
+        chunks=int(payload.get("chunks", 0)),
+        updated_at=str(payload.get("updated_at", "")),
+        pending_hash=str(payload.get("pending_hash", "")),
+        pending_chunks=int(payload.get("pending_chunks", 0)),
+    )
+
+
+def _stored_chunk(point: models.ScoredPoint) -> StoredChunk:
     payload = point.payload or {}
-    return SearchHit(
+    return StoredChunk(
+        id=str(point.id),
         source=str(payload.get("source", "")),
         title=str(payload.get("title", "")),
         heading=str(payload.get("heading", "")),
         position=int(payload.get("position", 0)),
         text=str(payload.get("text", "")),
+        tags=tuple(str(tag) for tag in payload.get("tags") or ()),
         score=float(point.score),
     )

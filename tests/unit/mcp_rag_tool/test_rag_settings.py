@@ -1,4 +1,4 @@
-"""RAG_* settings from the environment, and which files an ingest picks up."""
+"""RAG_* settings and the command line that reads them."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from mcp_rag_tool.__main__ import main
-from mcp_rag_tool.ingest import find_documents, load_chunks
-from mcp_rag_tool.settings import RagSettings
+from mcp_rag_tool.settings import DEFAULT_QDRANT_PATH, RagSettings
 from suite_common.mcp_tool import CommandLine, load_settings, parse_command_line
 
 
@@ -20,65 +19,52 @@ def test_docs_paths_accept_a_comma_separated_list_or_json(monkeypatch: pytest.Mo
     monkeypatch.setenv("RAG_DOCS_PATHS", '["/srv/a b", "c"]')
     assert RagSettings().docs_paths == [Path("/srv/a b"), Path("c")]
 
+    monkeypatch.setenv("RAG_DOCS_PATHS", "")
+    assert RagSettings().docs_paths == []
 
-def test_defaults_index_docs_in_memory_on_port_8101(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("RAG_DOCS_PATHS", "RAG_QDRANT_PATH", "RAG_PORT"):
+
+def test_defaults_persist_the_index_in_a_data_folder_and_serve_on_port_8101(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("RAG_DOCS_PATHS", "RAG_PORT", "RAG_EMBEDDING_PROVIDER"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("RAG_QDRANT_URL", "")  # empty means unset
+    monkeypatch.setenv("RAG_QDRANT_PATH", "")  # and here: the default folder
     settings = RagSettings()
 
     assert (settings.port, settings.docs_paths, settings.qdrant_path, settings.qdrant_url) == (
         8101,
         [Path("docs")],
-        None,
+        DEFAULT_QDRANT_PATH,
         None,
     )
+    assert (settings.embedding_provider, settings.chunk_max_tokens, settings.rrf_k) == ("local", 256, 2)
+    assert not settings.in_memory
 
 
-def test_local_path_and_server_url_together_are_refused() -> None:
+def test_memory_is_asked_for_by_name() -> None:
+    assert RagSettings(qdrant_path=":memory:").in_memory
+
+
+def test_a_local_folder_and_a_server_url_together_are_refused() -> None:
     with pytest.raises(ValidationError, match="not both"):
         RagSettings(qdrant_path="/tmp/q", qdrant_url="http://qdrant:6333")
 
 
-def test_overlap_must_be_smaller_than_a_chunk() -> None:
-    with pytest.raises(ValidationError, match="chunk_overlap_words must be smaller"):
-        RagSettings(chunk_max_words=30, chunk_overlap_words=30)
+def test_a_server_url_alone_is_enough() -> None:
+    settings = RagSettings(qdrant_url="http://qdrant:6333/")
+
+    assert (settings.qdrant_url, settings.in_memory) == ("http://qdrant:6333", False)
 
 
-def test_folders_are_walked_recursively_for_supported_files(tmp_path: Path) -> None:
-    (tmp_path / "guide" / "deep").mkdir(parents=True)
-    (tmp_path / "guide" / "deep" / "a.md").write_text("# A\n\nalpha")
-    (tmp_path / "notes.txt").write_text("beta")
-    (tmp_path / "readme.markdown").write_text("gamma")
-    (tmp_path / "image.png").write_bytes(b"\x89PNG")
-    (tmp_path / ".git").mkdir()
-    (tmp_path / ".git" / "HEAD.md").write_text("hidden")
-    single = tmp_path / "guide" / "deep" / "a.md"
-
-    files, missing = find_documents([tmp_path, single, tmp_path / "absent"])
-
-    assert [f.source for f in files] == ["guide/deep/a.md", "notes.txt", "readme.markdown", "a.md"]
-    assert missing == [tmp_path / "absent"]
+def test_overlap_must_be_at_most_half_a_chunk() -> None:
+    with pytest.raises(ValidationError, match="at most half of chunk_max_tokens"):
+        RagSettings(chunk_max_tokens=64, chunk_overlap_tokens=33)
 
 
-def test_the_same_relative_path_under_two_folders_is_indexed_once(tmp_path: Path) -> None:
-    for name in ("one", "two"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "README.md").write_text(name)
+def test_the_embeddings_url_must_be_http(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAG_EMBEDDING_URL", "ftp://embeddings")
 
-    files, _ = find_documents([tmp_path / "one", tmp_path / "two"])
-
-    assert [(f.source, f.path.parent.name) for f in files] == [("README.md", "one")]
-
-
-def test_loaded_chunks_carry_their_relative_source(tmp_path: Path) -> None:
-    (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "x.md").write_text("# X\n\n## Part\n\nhello there")
-
-    files, _ = find_documents([tmp_path])
-    chunks = load_chunks(files, max_words=50, overlap_words=5)
-
-    assert [(c.source, c.title, c.heading, c.text) for c in chunks] == [("sub/x.md", "X", "X > Part", "hello there")]
+    with pytest.raises(ValidationError, match="must be an http"):
+        RagSettings()
 
 
 def test_the_command_line_defaults_to_stdio_and_the_configured_address(monkeypatch: pytest.MonkeyPatch) -> None:
