@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -90,7 +91,9 @@ def test_make_run_answers_from_the_docs_with_the_demo_model_and_no_api_key(suite
     # The demo model's answer cites what the tool returned.
     answer = "".join(str(data["delta"]) for kind, data in events if kind == "text")
     assert "search_documents" in answer
-    assert "architecture.md" in answer
+    # It quotes the start of the result, so a document the search found is named there.
+    sources = set(re.findall(r"[\w.-]+\.md", str(result["content"])))
+    assert any(source in answer for source in sources)
     done = events[-1][1]
     assert done["finishReason"] == "stop"
     assert done["iterations"] == 2

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from completion_service.providers.demo import DemoProvider, demo_completion, schema_arguments
+from completion_service.providers.demo import DemoProvider, demo_completion, fitting_tools, schema_arguments
 from suite_common.errors import ApiError
 from suite_common.wire import (
     CompletionDone,
@@ -200,3 +200,12 @@ async def test_streamed_tool_calls_come_as_tool_call_events_then_done() -> None:
     assert isinstance(events[1], CompletionDone)
     assert events[1].finish_reason == "tool_calls"
     assert len(events) == 2
+
+
+def test_the_demo_never_calls_a_tool_whose_name_says_it_changes_something() -> None:
+    tools = [
+        ToolSpec(name="search_documents", description="Search the documents."),
+        ToolSpec(name="add_documents", description="Add documents to the index."),
+        ToolSpec(name="deleteDocuments", description="Delete documents."),
+    ]
+    assert [tool.name for tool in fitting_tools("search the documents please", tools)] == ["search_documents"]

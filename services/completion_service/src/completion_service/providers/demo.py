@@ -79,10 +79,23 @@ def _meaningful_words(text: str) -> set[str]:
     return {_stem(word) for word in words if len(word) >= 4 and word not in _STOPWORDS}
 
 
+_WRITING_VERBS = ("add", "create", "delete", "remove", "update", "write", "insert", "set", "put", "send", "upload")
+
+
+def _writes(tool: ToolSpec) -> bool:
+    """A tool named for a change (``add_documents``, ``deleteFile``): a stand-in that reads no meaning must
+    not call it with a question as its content."""
+    first = re.split(r"[_\-\s]|(?<=[a-z])(?=[A-Z])", tool.name, maxsplit=1)[0].lower()
+    return first in _WRITING_VERBS
+
+
 def fitting_tools(question: str, tools: Iterable[ToolSpec]) -> list[ToolSpec]:
-    """The tools whose name or description shares a meaningful word with ``question``, in order."""
+    """The tools whose name or description shares a meaningful word with ``question``, in order; never a
+    tool whose name says it changes something."""
     asked = _meaningful_words(question)
-    return [tool for tool in tools if asked & _meaningful_words(f"{tool.name} {tool.description}")]
+    return [
+        tool for tool in tools if not _writes(tool) and asked & _meaningful_words(f"{tool.name} {tool.description}")
+    ]
 
 
 # --- building arguments ------------------------------------------------------------------------
