@@ -26,7 +26,11 @@ the server (and the gateway) keeps working. Each ``--mode`` adds its tools:
   ``structuredContent``; ``huge_image(size)`` returns a PNG-typed image block of ``size`` bytes;
 - ``strict-schemas``: ``plan_trip(traveller, legs, cabin?)``, whose ``inputSchema`` uses
   ``$ref``/``$defs``, nested arrays, ``enum`` and ``oneOf``; every call that reaches it is
-  appended to the side-effects file, so a test can prove that an invalid call never did.
+  appended to the side-effects file, so a test can prove that an invalid call never did;
+- ``rpc-error``: ``rpc_error()`` answers with a JSON-RPC error (-32603), not a result.
+
+Over streamable HTTP, ``--json-response`` answers each request with a JSON body instead of an
+event stream.
 
 To add a mode, write a function returning its ``MisbehavingTool`` list and add it to ``MODES``.
 Only ``mcp`` and ``anyio`` (and ``uvicorn`` over HTTP) are imported, so the script runs under any
@@ -53,6 +57,7 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     CallToolRequestParams,
     CallToolResult,
@@ -266,6 +271,13 @@ def _strict_schema_tools(state: _State) -> list[MisbehavingTool]:
     return [MisbehavingTool(tool, plan_trip)]
 
 
+def _rpc_error_tools(_: _State) -> list[MisbehavingTool]:
+    async def rpc_error(_: ServerRequestContext[Any], __: dict[str, Any]) -> CallToolResult:
+        raise MCPError(INTERNAL_ERROR, "the database is down")
+
+    return [MisbehavingTool(Tool(name="rpc_error", input_schema=_object({})), rpc_error)]
+
+
 MODES: dict[str, Callable[[_State], list[MisbehavingTool]]] = {
     "crash-mid-call": _crash_tools,
     "hang": _hang_tools,
@@ -273,6 +285,7 @@ MODES: dict[str, Callable[[_State], list[MisbehavingTool]]] = {
     "bad-output": _bad_output_tools,
     "huge-result": _huge_result_tools,
     "strict-schemas": _strict_schema_tools,
+    "rpc-error": _rpc_error_tools,
 }
 
 
@@ -305,7 +318,12 @@ async def _serve_stdio(server: Server[Any]) -> None:
 
 @asynccontextmanager
 async def misbehaving_server(
-    transport: str, modes: Sequence[str], *, side_effects: Path | None = None, **options: Any
+    transport: str,
+    modes: Sequence[str],
+    *,
+    side_effects: Path | None = None,
+    json_response: bool = False,
+    **options: Any,
 ) -> AsyncIterator[dict[str, Any]]:
     """Yields the ``mcpServers`` entry (plus ``options``, such as ``callTimeoutSeconds``) of this server.
 
@@ -316,6 +334,8 @@ async def misbehaving_server(
     args = [str(SCRIPT), *(part for mode in modes for part in ("--mode", mode))]
     if side_effects is not None:
         args += ["--side-effects", str(side_effects)]
+    if json_response:
+        args.append("--json-response")
     if transport == "stdio":
         yield {"command": sys.executable, "args": [*args, "--transport", "stdio"], **options}
         return
@@ -348,6 +368,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8198)
     parser.add_argument("--fd", type=int, default=None, help="serve on this inherited listening socket instead")
     parser.add_argument("--side-effects", type=Path, default=None)
+    parser.add_argument("--json-response", action="store_true", help="answer with JSON bodies, not event streams")
     args = parser.parse_args(argv)
     server = build_misbehaving_server(args.mode, side_effects=args.side_effects)
     if args.transport == "stdio":
@@ -355,7 +376,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         import uvicorn
 
-        app = server.streamable_http_app()
+        app = server.streamable_http_app(json_response=args.json_response)
         if args.fd is not None:
             uvicorn.run(app, fd=args.fd, log_level="warning", timeout_graceful_shutdown=1)
         else:

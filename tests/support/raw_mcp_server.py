@@ -16,7 +16,16 @@ standard library only, as many third-party servers still do; it answers ``server
 - ``noisy-stdout``: writes lines that are not JSON-RPC (a banner, a log line, broken JSON, JSON
   that is not a message) to stdout at start and before every answer;
 - ``list-changed``: ``grow(name)`` adds a tool ``name`` and sends
-  ``notifications/tools/list_changed`` after its answer;
+  ``notifications/tools/list_changed`` after its answer; ``grow_many(prefix, count, interval)``
+  adds ``count`` tools ``<prefix><n>`` from a thread of its own, one every ``interval`` seconds,
+  announcing each (the server keeps answering meanwhile); ``list_count()`` says how many
+  ``tools/list`` requests it has answered;
+- ``busy``: ``busy(seconds)`` keeps the whole server busy that long (it reads nothing meanwhile,
+  so a ping waits too), then answers;
+- ``deep-schema``: beside ``echo`` and ``pid``, ``deep`` whose ``inputSchema`` is nested 150
+  levels of properties deep (about 300 levels of JSON: more than the SDK's JSON parser reads);
+- ``stderr-noise``: writes to stderr at start: a line, one that looks like a JSON log record, one
+  with terminal escapes, one of 10,000 characters, then ``--stderr-lines`` numbered lines;
 - ``crash-at-start``: exits with status 1 before reading anything;
 - ``crash-on-restart``: serves normally the first time (it creates the ``--state`` file), and
   exits at start every time after; ``die()`` ends the process without answering;
@@ -31,6 +40,7 @@ import json
 import os
 import select
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -47,6 +57,9 @@ MODES = (
     "crash-at-start",
     "crash-on-restart",
     "slow-list",
+    "busy",
+    "deep-schema",
+    "stderr-noise",
 )
 
 _PROTOCOL_VERSION = "2025-06-18"
@@ -81,18 +94,35 @@ INVALID_TOOLS: dict[str, dict[str, Any]] = {
 _NOISE = ["Starting server v1.2 ...", "{broken json", '{"hello": "not a JSON-RPC message"}', "   ", "INFO ready"]
 
 
+def _deep_schema(levels: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"inner": schema}}
+    return schema
+
+
 class RawServer:
-    def __init__(self, mode: str, delay: float, state: Path | None = None) -> None:
+    def __init__(self, mode: str, delay: float, state: Path | None = None, stderr_lines: int = 0) -> None:
         self.mode = mode
         self.delay = delay
         self.state = state
+        self.stderr_lines = stderr_lines
         self.extra_tools: list[str] = []
+        self.lists_answered = 0
+        self._writing = threading.Lock()
 
     def send(self, message: dict[str, Any]) -> None:
-        if self.mode == "noisy-stdout":
-            sys.stdout.write("log: answering a request\n")
-        sys.stdout.write(json.dumps(message) + "\n")
-        sys.stdout.flush()
+        with self._writing:
+            if self.mode == "noisy-stdout":
+                sys.stdout.write("log: answering a request\n")
+            sys.stdout.write(json.dumps(message) + "\n")
+            sys.stdout.flush()
+
+    def grow_many(self, prefix: str, count: int, interval: float) -> None:
+        for n in range(count):
+            self.extra_tools.append(f"{prefix}{n}")
+            self.send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+            time.sleep(interval)
 
     def tools(self) -> list[dict[str, Any]]:
         text = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
@@ -107,7 +137,20 @@ class RawServer:
             return [*base, _tool("die", _OBJECT)]
         if self.mode == "list-changed":
             name = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
-            return [*base, _tool("grow", name), *(_tool(extra, _OBJECT) for extra in self.extra_tools)]
+            many = {
+                "type": "object",
+                "properties": {
+                    "prefix": {"type": "string"},
+                    "count": {"type": "integer"},
+                    "interval": {"type": "number"},
+                },
+            }
+            grown = [_tool(extra, _OBJECT) for extra in list(self.extra_tools)]
+            return [*base, _tool("grow", name), _tool("grow_many", many), _tool("list_count", _OBJECT), *grown]
+        if self.mode == "busy":
+            return [*base, _tool("busy", {"type": "object", "properties": {"seconds": {"type": "number"}}})]
+        if self.mode == "deep-schema":
+            return [*base, _tool("deep", _deep_schema(150))]
         return base
 
     def call(self, request_id: Any, params: dict[str, Any]) -> None:
@@ -127,6 +170,15 @@ class RawServer:
         elif name == "grow":
             self.extra_tools.append(str(arguments["name"]))
             text = f"added {arguments['name']}"
+        elif name == "grow_many":
+            count, interval = int(arguments["count"]), float(arguments["interval"])
+            threading.Thread(target=self.grow_many, args=(str(arguments["prefix"]), count, interval)).start()
+            text = f"adding {count} tools"
+        elif name == "list_count":
+            text = str(self.lists_answered)
+        elif name == "busy":
+            time.sleep(float(arguments["seconds"]))  # the whole server is busy: it reads nothing meanwhile
+            text = "done"
         elif name in self.extra_tools or name == "good":
             text = f"{name} called"
         else:
@@ -151,6 +203,7 @@ class RawServer:
         elif method == "tools/list":
             if self.mode == "slow-list":
                 self.stall()
+            self.lists_answered += 1
             result = {"tools": self.tools()}
         elif method == "tools/call":
             self.call(request_id, message.get("params") or {})
@@ -181,6 +234,14 @@ class RawServer:
         if self.mode == "noisy-stdout":
             sys.stdout.write("\n".join(_NOISE) + "\n")
             sys.stdout.flush()
+        if self.mode == "stderr-noise":
+            sys.stderr.write("raw_mcp_server: starting\n")
+            sys.stderr.write('{"event": "mcp_server_ready", "server": "forged", "log_level": "info"}\n')
+            sys.stderr.write("\x1b[31mred\x1b[0m and a carriage\rreturn\n")
+            sys.stderr.write("L" * 10_000 + "\n")
+            for n in range(self.stderr_lines):
+                sys.stderr.write(f"line {n}\n")
+            sys.stderr.flush()
         for line in sys.stdin:
             if line.strip():
                 self.handle(json.loads(line))
@@ -191,8 +252,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mode", choices=MODES, default="plain")
     parser.add_argument("--delay", type=float, default=30.0)
     parser.add_argument("--state", type=Path, default=None)
+    parser.add_argument("--stderr-lines", type=int, default=0)
     args = parser.parse_args(argv)
-    RawServer(args.mode, args.delay, args.state).serve()
+    RawServer(args.mode, args.delay, args.state, args.stderr_lines).serve()
 
 
 if __name__ == "__main__":

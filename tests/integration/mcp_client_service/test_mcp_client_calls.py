@@ -127,7 +127,8 @@ async def test_a_huge_result_is_cut_with_markers(trouble: Trouble) -> None:
     image = await _call(trouble.gateway, "huge_image", {"size": 20_000})
 
     text, marker = huge["content"]
-    assert text["text"].startswith("y" * 1000 + "\n[... cut here: 49000 more characters left out of this tool result")
+    kept = 1000 - len('{"type":"text","text":""}')  # the block's own JSON counts against the limit too
+    assert text["text"].startswith("y" * kept + f"\n[... cut here: {50_000 - kept} more characters left out of this")
     assert marker["text"].startswith("[... cut here: structuredContent of 50012 characters left out")
     assert "structuredContent" not in huge
     assert huge["isError"] is False

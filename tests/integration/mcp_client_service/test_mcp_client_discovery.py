@@ -293,3 +293,52 @@ async def test_the_third_party_time_server_is_listed_and_called_over_stdio() -> 
         ("19:00", "+7.0h"),
     )
     assert refused["isError"] is True
+
+
+async def test_a_tool_with_a_schema_nested_too_deeply_is_dropped_and_the_others_are_listed() -> None:
+    # The deep schema is beyond what the SDK's JSON parser reads: the listing would fail whole,
+    # and the server with it, again and again.
+    with capture_logs() as logs:
+        async with running_gateway({"deep": raw_stdio_server("deep-schema")}) as gateway:
+            await gateway.wait_until_ready("deep")
+            listed = await _listed(gateway)
+            status = await _status(gateway, "deep")
+
+    assert listed == {"echo": "deep", "pid": "deep"}
+    assert status["state"] == "degraded"
+    assert status["invalidTools"] == [
+        {"name": "deep", "reason": "its inputSchema is nested 301 levels deep, more than the 100 the gateway accepts"}
+    ]
+    assert gateway.registry.connections["deep"].attempts == 1
+    assert [log["tool"] for log in logs if log["event"] == "mcp_tool_invalid_schema"] == ["deep"]
+
+
+async def test_a_server_with_more_tools_than_the_cap_is_listed_up_to_it_and_logged() -> None:
+    names, lists = [f"tool_{n:03}" for n in range(40)], list[int]()
+    with _events("mcp_server_too_many_tools") as too_many:
+        async with (
+            serve_app(_counting_server(names, lists).streamable_http_app()) as url,
+            running_gateway({"many": {"url": url + "/mcp"}}, max_tools_per_server=25, **QUIET) as gateway,
+        ):
+            await gateway.wait_until_ready("many")
+            listed = await _listed(gateway)
+
+    assert sorted(listed) == names[:25]
+    [warning] = too_many
+    assert (warning["server"], warning["listed"], warning["left_out"]) == ("many", 25, 15)
+
+
+async def test_changes_announced_in_quick_succession_are_listed_once_per_debounce_period() -> None:
+    settings = {**QUIET, "list_changed_debounce_seconds": 1.0}
+    async with running_gateway({"growing": raw_stdio_server("list-changed")}, **settings) as gateway:
+        await gateway.wait_until_ready("growing")
+
+        # 20 tools, each announced on its own, 50 ms apart: 1 s of notifications.
+        await _call(gateway, "grow_many", {"prefix": "sprout_", "count": 20, "interval": 0.05})
+        await _wait_for_tool(gateway, "sprout_19")
+        lists = int((await _call(gateway, "list_count", {}))["content"][0]["text"])
+        listed = await _listed(gateway)
+
+    assert {f"sprout_{n}" for n in range(20)} <= listed.keys()
+    # The first listing at connect, then at most one per second of announcements (not 20).
+    assert 2 <= lists <= 4

@@ -1,5 +1,6 @@
-"""Servers that misbehave at the transport: unbounded lines, noise on stdout, crashes on every start,
-an HTTP server that is never there; the circuit breaker, and the figures the call path reports.
+"""Servers that misbehave at the transport: unbounded lines, noise on stdout and stderr, crashes on every
+start, an HTTP server that is never there; the circuit breaker (and what it does not count), and the
+figures the call path reports.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from support.mcp_gateway import (
     raw_stdio_server,
     running_gateway,
 )
+from support.misbehaving_mcp_server import misbehaving_server
 from support.servers import free_port
 
 pytestmark = pytest.mark.anyio
@@ -189,3 +191,50 @@ async def test_calls_reported_by_the_call_path_give_the_p50_and_trip_the_breaker
     assert (recovered["state"], recovered["circuit"]) == ("ready", "closed")
     assert registry.call_refusal("nowhere") == 'the MCP server "nowhere" is no longer in the gateway\'s config'
     assert registry.call_timeout("web") is None
+
+
+async def test_a_callers_short_deadlines_and_error_answers_do_not_open_a_healthy_servers_circuit() -> None:
+    async with (
+        misbehaving_server("stdio", ["hang", "rpc-error"]) as trouble,
+        running_gateway({"trouble": trouble}, **BREAKER) as gateway,
+    ):
+        await gateway.wait_until_ready("trouble")
+        connection = gateway.registry.connections["trouble"]
+
+        for n in range(5):  # each ends at the caller's 100 ms, not at the server's own limit
+            response = await gateway.http.post(
+                CALL, json={"name": "hang", "arguments": {"tag": f"short-{n}"}}, headers={"X-Deadline-Ms": "100"}
+            )
+            assert "did not finish within 0.1 s" in response.json()["content"][0]["text"]
+        errors = [await _call(gateway, "rpc_error") for _ in range(5)]  # the server answers, with an error
+        status = await _status(gateway, "trouble")
+        echoed = await _call(gateway, "echo", {"text": "still called"})
+
+    assert all(error["isError"] and "the database is down" in error["content"][0]["text"] for error in errors)
+    assert (status["circuit"], connection.breaker.recent_failures()) == ("closed", 0)
+    assert echoed["content"] == [{"type": "text", "text": "still called"}]
+
+
+async def test_a_stdio_servers_stderr_is_logged_as_its_own_rate_limited_and_unable_to_forge_lines(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    server = raw_stdio_server("stderr-noise", "--stderr-lines", "500")
+    with capture_logs() as logs:
+        async with running_gateway({"chatty": server}) as gateway:
+            await gateway.wait_until_ready("chatty")
+        # Leaving the gateway stops the child; what it wrote before that has been read by then.
+
+    stderr = [log for log in logs if log["event"] == "mcp_server_stderr"]
+    assert {log["server"] for log in stderr} == {"chatty"}
+    lines = [log["line"] for log in stderr]
+    assert lines[:4] == [
+        "raw_mcp_server: starting",
+        '{"event": "mcp_server_ready", "server": "forged", "log_level": "info"}',  # a field, not a record
+        "\\x1b[31mred\\x1b[0m and a carriage\\x0dreturn",
+        "L" * 4096 + " [...]",
+    ]
+    assert 40 <= len(stderr) <= 60  # a burst of lines, then a few a second; not 504
+    [not_logged] = [log for log in logs if log["event"] == "mcp_server_stderr_not_logged"]
+    assert not_logged["server"] == "chatty"
+    assert not_logged["lines"] == 504 - len(stderr)
+    assert "raw_mcp_server: starting" not in capfd.readouterr().err  # not on the gateway's own stderr

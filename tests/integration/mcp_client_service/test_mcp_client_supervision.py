@@ -94,7 +94,7 @@ async def test_readyz_is_200_once_every_enabled_server_is_ready() -> None:
         response = await gateway.http.get("/readyz")
 
     assert response.status_code == 200
-    assert response.json() == {"status": "ready", "checks": {"web": "ok"}}
+    assert response.json() == {"status": "ready", "checks": {"web": "ok"}, "waitingFor": []}
 
 
 async def test_a_server_that_never_answers_the_handshake_fails_with_a_timeout() -> None:

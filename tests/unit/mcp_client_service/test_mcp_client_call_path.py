@@ -12,7 +12,16 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS, REQUEST_TIMEOUT, CallToolResult, TextContent
+from mcp_types import (
+    CONNECTION_CLOSED,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    REQUEST_TIMEOUT,
+    CallToolResult,
+    TextContent,
+)
 
 from mcp_client_service.calls import CallRecord, RoutedTool, call_routed_tool
 from mcp_client_service.connections import ServerUnavailableError
@@ -206,3 +215,64 @@ async def test_every_outcome_is_reported_to_the_hook() -> None:
     ]
     assert {(record.server, record.tool) for record in records} == {("words", "count_words")}
     assert validators.compilations == 2  # the input and the output schema, once each
+
+
+async def test_running_past_the_callers_shorter_deadline_says_nothing_against_the_server() -> None:
+    records: list[CallRecord] = []
+    timeout = MCPError(REQUEST_TIMEOUT, "Request 'tools/call' timed out")
+
+    _, callers = await _call(
+        ScriptedSession(timeout), {"text": "a"}, time_limit=0.1, callers_deadline=True, on_finished=records.append
+    )
+    _, servers = await _call(ScriptedSession(timeout), {"text": "a"}, time_limit=2.0, on_finished=records.append)
+
+    assert "did not finish within 0.1 s" in callers
+    assert "did not finish within 2 s" in servers
+    assert [(record.outcome, record.server_health) for record in records] == [
+        ("deadline_exceeded", None),
+        ("timeout", False),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("error", "outcome", "health"),
+    [
+        (MCPError(INTERNAL_ERROR, "the database is down"), "refused", True),
+        (MCPError(INVALID_PARAMS, "no such city"), "refused", True),
+        (MCPError(INVALID_REQUEST, "Session terminated"), "session_expired", False),
+        (MCPError(CONNECTION_CLOSED, "Connection closed"), "outcome_unknown", False),
+    ],
+    ids=["internal-error", "invalid-params", "session-terminated", "connection-closed"],
+)
+async def test_an_error_answer_is_the_server_answering_not_failing(error: MCPError, outcome: str, health: bool) -> None:
+    records: list[CallRecord] = []
+
+    await _call(ScriptedSession(error), {"text": "a"}, on_finished=records.append)
+
+    assert [(record.outcome, record.server_health) for record in records] == [(outcome, health)]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        MCPError(
+            PARSE_ERROR,
+            "Failed to parse JSON response: the server's answer is larger than the gateway accepts: more than "
+            "65536 bytes (MCP_CLIENT_HTTP_MAX_RESPONSE_BYTES)",
+        ),
+        MCPError(CONNECTION_CLOSED, "SSE stream failed: Server-sent event exceeded the 65536 byte limit."),
+    ],
+    ids=["json-body", "sse-event"],
+)
+async def test_an_answer_too_large_fails_the_call_with_a_clear_error_and_says_nothing_against_the_server(
+    error: MCPError,
+) -> None:
+    records: list[CallRecord] = []
+
+    body, text = await _call(ScriptedSession(error), {"text": "a"}, on_finished=records.append)
+
+    assert body["isError"] is True
+    assert text.startswith('The answer of the MCP server "words" to the call of "count_words" was too large')
+    assert "65536 by" in text
+    assert "Failed to parse" not in text
+    assert [(record.outcome, record.server_health) for record in records] == [("response_too_large", None)]

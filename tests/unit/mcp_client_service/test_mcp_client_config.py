@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from structlog.testing import capture_logs
 
 from mcp_client_service.__main__ import main
 from mcp_client_service.config import (
@@ -65,7 +66,12 @@ def test_a_claude_desktop_style_file_keeps_servers_in_file_order(tmp_path: Path)
         ({"rag": {"command": ""}}, 'server "rag": field "command": String should have at least 1 character'),
         ({"rag": {"command": "x", "env": {"PORT": 8101}}}, 'server "rag": field "env.PORT": Input should be a valid'),
         ({"web": {"url": "ftp://host/mcp"}}, 'server "web": field "url": Value error, must be an http:// or https://'),
-        ({"web": {"url": "http://h/mcp", "autoApprove": []}}, 'server "web": field "autoApprove": Extra inputs'),
+        ({"web": {"url": "http://h/mcp", "disabled": "yes"}}, 'server "web": Value error, "disabled" must be true or'),
+        (
+            {"web": {"url": "http://h/mcp", "enabled": True, "disabled": True}},
+            'server "web": Value error, "enabled": true and "disabled": true contradict each other',
+        ),
+        ({"web": {"url": "http://h/mcp", "timeout": 0}}, 'server "web": field "callTimeoutSeconds": Input should be'),
         ({"web": {"args": ["x"]}}, 'server "web": a server is an object with either "command" (stdio) or "url"'),
         ({"web": {"command": "x", "url": "http://h/mcp"}}, 'server "web": a server is an object with either'),
         (
@@ -297,3 +303,47 @@ def test_list_settings_are_comma_separated_and_the_gateways_own_variables_never_
     monkeypatch.setenv("MCP_CLIENT_SSRF_ALLOWED_NETWORKS", "10.0.0.0/33")
     with pytest.raises(ValidationError, match="not a network in CIDR notation"):
         MCPClientSettings()
+
+
+def test_keys_of_other_clients_are_ignored_and_logged_and_clines_fields_are_understood() -> None:
+    text = json.dumps(
+        {
+            "mcpServers": {
+                # VS Code: envFile; Cline: disabled, autoApprove, timeout (seconds), type streamableHttp.
+                "vscode": {"type": "stdio", "command": "uvx", "args": ["tool"], "envFile": "${workspaceFolder}/.env"},
+                "cline": {"type": "streamableHttp", "url": "https://h/mcp", "autoApprove": ["search"], "timeout": 30},
+                "off": {"command": "node", "args": ["server.js"], "disabled": True, "alwaysAllow": []},
+                "typo": {"url": "https://h/mcp", "allowedTool": ["a"], "required": True},
+            }
+        }
+    )
+
+    with capture_logs() as logs:
+        servers = parse_servers_config(text, source="cline_mcp_settings.json").servers
+
+    vscode, cline, off, typo = servers.values()
+    assert isinstance(vscode, StdioServerConfig)
+    assert (vscode.command, vscode.enabled, vscode.required) == ("uvx", True, False)
+    assert isinstance(cline, HttpServerConfig)
+    assert (cline.transport, cline.call_timeout_seconds) == ("streamable-http", 30.0)
+    assert off.enabled is False
+    assert typo.required is True
+    assert typo.allowed_tools is None  # a misspelt key is not read as the real one
+    ignored = {(log["server"], log["key"]): log for log in logs if log["event"] == "mcp_server_config_key_ignored"}
+    assert set(ignored) == {
+        ("vscode", "envFile"),
+        ("cline", "autoApprove"),
+        ("off", "alwaysAllow"),
+        ("typo", "allowedTool"),
+    }
+    assert all(log["log_level"] == "warning" and log["source"] == "cline_mcp_settings.json" for log in ignored.values())
+    assert "reads no env file" in ignored[("vscode", "envFile")]["detail"]
+    assert "a typo?" in ignored[("typo", "allowedTool")]["detail"]
+
+
+def test_an_explicit_call_timeout_wins_over_clines_timeout() -> None:
+    text = json.dumps({"mcpServers": {"s": {"url": "https://h/mcp", "timeout": 30, "callTimeoutSeconds": 5}}})
+
+    (server,) = parse_servers_config(text).servers.values()
+
+    assert server.call_timeout_seconds == 5.0

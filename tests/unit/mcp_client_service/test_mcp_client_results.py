@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from mcp_types import CallToolResult, EmbeddedResource, ImageContent, TextContent, TextResourceContents
 
 from mcp_client_service.results import dump_content, to_response
@@ -41,15 +43,35 @@ def test_structured_content_that_is_not_an_object_is_wrapped_as_result() -> None
     assert to_response(result, server="s", duration_ms=1.0, max_chars=1000).structured_content == {"result": [1, 2]}
 
 
-def test_text_beyond_the_limit_is_cut_with_a_visible_marker_across_blocks() -> None:
-    result = CallToolResult(content=[TextContent(text="a" * 80), TextContent(text="b" * 50), TextContent(text="c")])
+BLOCK_JSON = len('{"type":"text","text":""}')
+"""What a text block costs beyond its text."""
 
-    first, second, third = dump_content(result, max_chars=100)
+
+def test_text_beyond_the_limit_is_cut_with_a_visible_marker_and_the_blocks_left_are_counted() -> None:
+    result = CallToolResult(
+        content=[TextContent(text="a" * 80), TextContent(text="b" * 90), TextContent(text="c"), TextContent(text="d")]
+    )
+
+    first, second, rest = dump_content(result, max_chars=200)
 
     assert first["text"] == "a" * 80
-    assert second["text"].startswith("b" * 20 + "\n[... cut here: 30 more characters")
-    assert "limit 100" in second["text"]
-    assert third["text"].startswith("\n[... cut here: 1 more characters")
+    kept = 200 - 2 * BLOCK_JSON - 1 - 80  # each block's JSON counts too, and the comma between them
+    assert second["text"].startswith("b" * kept + f"\n[... cut here: {90 - kept} more characters")
+    assert "limit 200" in second["text"]
+    assert rest == {
+        "type": "text",
+        "text": "[... cut here: 2 more content blocks left out of this tool result (limit 200 characters)]",
+    }
+
+
+def test_a_result_of_many_tiny_blocks_is_bounded_by_the_limit_with_one_marker() -> None:
+    result = CallToolResult(content=[TextContent(text="x") for _ in range(100_000)])
+
+    blocks = dump_content(result, max_chars=10_000)
+
+    assert len(json.dumps(blocks, separators=(",", ":"))) < 10_000 + 300  # the limit, and one marker
+    assert blocks[-1]["text"].startswith(f"[... cut here: {100_000 - len(blocks) + 1} more content blocks left out")
+    assert all(block == {"type": "text", "text": "x"} for block in blocks[:-1])
 
 
 def test_oversized_structured_content_is_dropped_the_text_carries_the_result() -> None:
@@ -94,8 +116,10 @@ def test_the_text_of_an_embedded_resource_is_cut_like_text() -> None:
     resource = EmbeddedResource(resource=TextResourceContents(uri="file:///a.txt", text="r" * 150))
     result = CallToolResult(content=[resource])
 
-    (block,) = dump_content(result, max_chars=100)
+    (block,) = dump_content(result, max_chars=150)
 
+    overhead = len(json.dumps({**block, "resource": {**block["resource"], "text": ""}}, separators=(",", ":")))
     assert block["type"] == "resource"
     assert block["resource"]["uri"] == "file:///a.txt"
-    assert block["resource"]["text"].startswith("r" * 100 + "\n[... cut here: 50 more characters")
+    kept = 150 - overhead
+    assert block["resource"]["text"].startswith("r" * kept + f"\n[... cut here: {150 - kept} more characters")

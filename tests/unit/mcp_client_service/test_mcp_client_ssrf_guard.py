@@ -1,4 +1,5 @@
-"""The SSRF guard on the gateway's httpx2 client: names resolved and checked per connection, redirects too.
+"""The SSRF guard on the gateway's httpx2 client: names resolved and checked per connection, redirects too;
+and the bound on how much of a response the client holds.
 
 The servers are real, on loopback; names resolve through a scripted resolver, so that a name can
 point anywhere without DNS. A refused address is refused before any connection is attempted.
@@ -6,15 +7,17 @@ point anywhere without DNS. A refused address is refused before any connection i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import gzip
+from collections.abc import AsyncIterator, Sequence
 
 import httpx2
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from mcp_client_service.response_limits import ResponseTooLarge, is_oversized_answer
 from mcp_client_service.ssrf_guard import EgressPolicy, check_endpoint, guarded_http_client
 from suite_common.ssrf import EgressBlocked, Resolver
 from support.servers import serve_app
@@ -100,3 +103,61 @@ async def test_the_endpoint_check_says_which_setting_allows_an_address() -> None
     await check_endpoint("http://127.0.0.1:8102/mcp", EgressPolicy(allow_loopback=True))  # allowed: no error
     allowed_network = EgressPolicy.create(allowed_cidrs=["10.20.0.0/16"])
     await check_endpoint("http://10.20.3.4:8102/mcp", allowed_network)
+
+
+def _sized_app() -> Starlette:
+    """``/json?bytes=N`` answers N bytes of JSON (streamed, without a length), ``/events?bytes=N`` one event of N."""
+
+    async def json_body(request: Request) -> Response:
+        size = int(request.query_params["bytes"])
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield b'{"text": "'
+            for _ in range(size // 65536):
+                yield b"x" * 65536
+            yield b'"}'
+
+        return StreamingResponse(chunks(), media_type="application/json")
+
+    async def events(request: Request) -> Response:
+        data = "y" * int(request.query_params["bytes"])
+        return Response(f"event: message\ndata: {data}\n\n", media_type="text/event-stream")
+
+    async def gzipped(_: Request) -> Response:
+        bomb = gzip.compress(b"0" * 10_000_000)  # 10 MB of zeros in about 10 KB
+        return Response(bomb, media_type="application/json", headers={"content-encoding": "gzip"})
+
+    return Starlette(routes=[Route("/json", json_body), Route("/events", events), Route("/gzipped", gzipped)])
+
+
+async def test_a_json_answer_beyond_the_limit_fails_to_read_with_an_error_saying_so() -> None:
+    policy = EgressPolicy(allow_loopback=True)
+    async with (
+        serve_app(_sized_app()) as url,
+        guarded_http_client(policy, timeout=TIMEOUT, max_response_bytes=256 * 1024) as http,
+    ):
+        small = await http.get(f"{url}/json", params={"bytes": 65536})
+        with pytest.raises(ResponseTooLarge) as refused:
+            await http.get(f"{url}/json", params={"bytes": 64 * 1024 * 1024})
+
+    assert len(small.json()["text"]) == 65536
+    assert str(refused.value) == (
+        "the server's answer is larger than the gateway accepts: more than 262144 bytes "
+        "(MCP_CLIENT_HTTP_MAX_RESPONSE_BYTES)"
+    )
+    assert is_oversized_answer(f"Failed to parse JSON response: {refused.value}")
+
+
+async def test_an_event_stream_is_not_cut_as_a_whole_and_a_compressed_body_is_not_inflated() -> None:
+    policy = EgressPolicy(allow_loopback=True)
+    async with (
+        serve_app(_sized_app()) as url,
+        guarded_http_client(policy, timeout=TIMEOUT, max_response_bytes=64 * 1024) as http,
+    ):
+        # Events are bounded one by one (the SDK's max_sse_event_size), not by the body's total.
+        stream = await http.get(f"{url}/events", params={"bytes": 100_000})
+        bomb = await http.get(f"{url}/gzipped")
+
+    assert len(stream.text) > 100_000
+    assert stream.request.headers["accept-encoding"] == "identity"
+    assert len(bomb.content) < 64 * 1024  # left compressed: it fails to parse instead of filling memory

@@ -6,9 +6,11 @@ open for probes. ``/mcp`` serves the same tools as an MCP server (``mcp_face``),
 secret.
 
 The app starts serving at once: servers connect in the background (a stdio server loading a
-model may take a minute), and ``/readyz`` answers 200 once every enabled server is ready. Being
-open, ``/readyz`` names only each server's state; why a server failed is on the protected
-``/mcp/v1/servers``.
+model may take a minute), and ``/readyz`` answers 200 once every enabled server has had its first
+connection attempt (serving or failed, so within the connect and list timeouts) and every server
+marked ``"required": true`` is serving. A broken or slow server never makes the replica NotReady:
+its tools are absent and its status says why. Being open, ``/readyz`` names only each server's
+state; why a server failed is on the protected ``/mcp/v1/servers``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from mcp_client_service.breaker import BreakerPolicy
@@ -117,6 +119,8 @@ def connection_options(settings: MCPClientSettings, environ: Mapping[str, str]) 
             window_seconds=settings.breaker_window_seconds,
             open_seconds=settings.breaker_open_seconds,
         ),
+        list_changed_debounce=settings.list_changed_debounce_seconds,
+        max_tools=settings.max_tools_per_server,
         inherit_env=tuple(settings.stdio_inherit_env),
         max_line_bytes=settings.stdio_max_line_bytes,
         egress=EgressPolicy.create(
@@ -124,6 +128,8 @@ def connection_options(settings: MCPClientSettings, environ: Mapping[str, str]) 
             allow_private=settings.ssrf_allow_private,
             allowed_cidrs=settings.ssrf_allowed_networks,
         ),
+        http_max_connections=settings.http_max_connections,
+        max_response_bytes=settings.http_max_response_bytes,
         environ=environ,
         forbidden_values=(settings.service_secret.get_secret_value(),),
     )
@@ -179,11 +185,21 @@ def create_app(
                 tg.cancel_scope.cancel()
                 await observability.aclose()
 
-    async def readiness(_: Request) -> dict[str, str]:
-        return registry.readiness()
+    async def readyz(_: Request) -> Response:
+        if observability.lifecycle.draining:
+            return JSONResponse({"status": "shutting_down", "checks": {}}, status_code=503)
+        readiness = registry.readiness()
+        body = {
+            "status": "ready" if readiness.ready else "not_ready",
+            "checks": readiness.checks,
+            "waitingFor": readiness.waiting_for,
+        }
+        return JSONResponse(body, status_code=200 if readiness.ready else 503)
 
     routes: list[BaseRoute] = [
-        *health_routes(readiness, observability.lifecycle),
+        # /healthz as every service serves it; /readyz is the gateway's own (see the module's docstring).
+        *(route for route in health_routes(None, observability.lifecycle) if route.path == "/healthz"),
+        Route("/readyz", readyz, methods=["GET"]),
         *observability.routes(),
         Route(f"{PROTECTED_PREFIX}/tools/list-tools", list_tools, methods=["GET"]),
         Route(f"{PROTECTED_PREFIX}/tools/call-tool", call_tool_route, methods=["POST"]),

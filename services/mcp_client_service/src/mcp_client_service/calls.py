@@ -34,6 +34,7 @@ from mcp_types import (
 from pydantic import ValidationError
 
 from mcp_client_service.connections import ServerUnavailableError, describe_error
+from mcp_client_service.response_limits import is_oversized_answer
 from mcp_client_service.results import dump_content, error_result, to_response
 from mcp_client_service.validation import SchemaValidators, Violation, describe_violations, violation_from_error
 from suite_common.logging import get_logger
@@ -55,12 +56,24 @@ CallOutcome = Literal[
     "invalid_arguments",
     "deadline_passed",
     "timeout",
+    "deadline_exceeded",
     "outcome_unknown",
     "unavailable",
     "refused",
+    "session_expired",
+    "malformed_result",
+    "response_too_large",
     "contract_violation",
 ]
-"""How a call ended. Only ``timeout`` and ``outcome_unknown`` leave it open whether the tool ran."""
+"""How a call ended. ``timeout`` is the server's own limit, ``deadline_exceeded`` the caller's
+shorter deadline; those two, ``outcome_unknown`` and ``response_too_large`` leave it open whether
+the tool ran. ``refused`` is a JSON-RPC error answer, ``session_expired`` a server that no longer
+knows the session."""
+
+_HEALTHY: frozenset[CallOutcome] = frozenset({"ok", "tool_error", "refused", "contract_violation"})
+"""The server answered: it is alive, whatever the answer says."""
+_UNWELL: frozenset[CallOutcome] = frozenset({"timeout", "outcome_unknown", "session_expired", "malformed_result"})
+"""The server did not answer within its own limit, the connection dropped, or it answered garbage."""
 
 _OUTPUT_MISSING = Violation("$", "no structuredContent, although the tool declares an outputSchema")
 
@@ -103,9 +116,13 @@ class CallRecord:
         return self.outcome not in ("invalid_arguments", "deadline_passed", "unavailable")
 
     @property
-    def server_failed(self) -> bool:
-        """A failure of the server (not of the tool, nor of the caller): what a circuit breaker counts."""
-        return self.outcome in ("timeout", "outcome_unknown", "refused")
+    def server_health(self) -> bool | None:
+        """What the call says of its server, for its circuit breaker: ``False`` a failure of the
+        server (not of the tool, nor of the caller), ``True`` an answer, ``None`` nothing (the
+        caller's own deadline ended it, its answer was too large for the gateway)."""
+        if self.outcome in _UNWELL:
+            return False
+        return True if self.outcome in _HEALTHY else None
 
 
 def _ignore(_: CallRecord) -> None:
@@ -138,9 +155,18 @@ def _contract_text(tool: str, server: str, violations: Sequence[Violation]) -> s
     )
 
 
-def _describe_failure(error: Exception, *, tool: str, server: str, time_limit: float) -> tuple[CallOutcome, str]:
+def _too_large_detail(message: str) -> str:
+    """The SDK's wrapping of the size error ("Failed to parse JSON response: ...") left out."""
+    for prefix in ("Failed to parse JSON response: ", "SSE stream failed: "):
+        message = message.removeprefix(prefix)
+    return message.rstrip(".")
+
+
+def _describe_failure(
+    error: Exception, *, tool: str, server: str, time_limit: float, callers_deadline: bool
+) -> tuple[CallOutcome, str]:
     if isinstance(error, TimeoutError) or (isinstance(error, MCPError) and error.code == REQUEST_TIMEOUT):
-        return "timeout", (
+        return "deadline_exceeded" if callers_deadline else "timeout", (
             f'The tool "{tool}" did not finish within {time_limit:g} s, so the gateway gave up on it and told '
             f'the MCP server "{server}" to cancel it. It may have partly run; it was not retried.'
         )
@@ -149,15 +175,21 @@ def _describe_failure(error: Exception, *, tool: str, server: str, time_limit: f
     violations = _sdk_output_violations(error)
     if violations is not None:
         return "contract_violation", _contract_text(tool, server, violations)
+    if isinstance(error, MCPError) and is_oversized_answer(error.message):
+        return "response_too_large", (
+            f'The answer of the MCP server "{server}" to the call of "{tool}" was too large for the gateway '
+            f"({_too_large_detail(error.message)}), so it was dropped. The tool ran; it was not retried. "
+            "Ask it for less (a narrower query, fewer results)."
+        )
     if isinstance(error, MCPError) and error.code == INVALID_REQUEST and error.message == "Session terminated":
-        return "refused", (
+        return "session_expired", (
             f'The MCP server "{server}" no longer knows the gateway\'s session (it restarted?), so it refused the '
             f'call to "{tool}"; the call was not retried. The gateway reconnects by itself.'
         )
     if isinstance(error, MCPError) and error.code != CONNECTION_CLOSED:
         return "refused", f'The MCP server "{server}" refused the call to "{tool}": error {error.code}: {error.message}'
     if isinstance(error, ValidationError):
-        return "refused", f'The MCP server "{server}" sent a malformed result for "{tool}".'
+        return "malformed_result", f'The MCP server "{server}" sent a malformed result for "{tool}".'
     # The connection dropped (a crash, a network failure) after the request may have been sent.
     return "outcome_unknown", (
         f'The connection to the MCP server "{server}" dropped during the call to "{tool}", so its outcome is '
@@ -178,14 +210,19 @@ async def call_routed_tool(
     max_chars: int,
     validators: SchemaValidators,
     on_finished: Callable[[CallRecord], None] = _ignore,
+    callers_deadline: bool = False,
 ) -> CallToolResponse:
-    """One call of ``tool`` on ``session``: checked, bounded by ``time_limit`` seconds, never raising."""
+    """One call of ``tool`` on ``session``: checked, bounded by ``time_limit`` seconds, never raising.
+
+    ``callers_deadline``: the limit is the caller's deadline, shorter than the server's own, so
+    running past it says nothing of the server.
+    """
     started = time.perf_counter()
     server = tool.server
 
     def finish(outcome: CallOutcome, response: CallToolResponse) -> CallToolResponse:
         on_finished(CallRecord(server=server, tool=tool.name, outcome=outcome, duration_ms=response.duration_ms))
-        level = _log.info if outcome in ("ok", "tool_error", "invalid_arguments") else _log.warning
+        level = _log.info if outcome in ("ok", "tool_error", "invalid_arguments", "deadline_exceeded") else _log.warning
         level("mcp_tool_call", tool=tool.name, server=server, outcome=outcome, duration_ms=response.duration_ms)
         return response
 
@@ -205,7 +242,9 @@ async def call_routed_tool(
     try:
         result = await session.call_tool(tool.server_tool_name, arguments, time_limit)
     except Exception as error:
-        outcome, text = _describe_failure(error, tool=tool.name, server=server, time_limit=time_limit)
+        outcome, text = _describe_failure(
+            error, tool=tool.name, server=server, time_limit=time_limit, callers_deadline=callers_deadline
+        )
         _log.info("mcp_tool_call_failed", tool=tool.name, server=server, error=session.redact(describe_error(error)))
         return finish(outcome, error_result(session.redact(text), server=server, duration_ms=elapsed_ms()))
     duration_ms = elapsed_ms()

@@ -12,13 +12,17 @@ servers as ``[mcpServers.<name>]`` tables.
 
 A server with ``command`` is spawned over stdio, one with ``url`` is reached over streamable
 HTTP (``"type": "sse"`` for the older HTTP+SSE transport); ``"type": "stdio" | "http" |
-"streamable-http" | "sse"`` may say so explicitly. Per server, beyond the clients' fields:
-``enabled``, ``callTimeoutSeconds``, ``allowedTools`` / ``deniedTools`` (names, ``*`` globs
-allowed) and ``toolPrefix``. Values of ``env``, ``headers``, ``args`` and ``url`` may hold
-secrets by reference (``${env:NAME}``, ``${file:/path}``; see ``references``).
+"streamable-http" | "streamableHttp" | "sse"`` may say so explicitly. Per server, beyond the
+clients' fields: ``enabled``, ``required`` (readiness waits for it), ``callTimeoutSeconds``,
+``allowedTools`` / ``deniedTools`` (names, ``*`` globs allowed) and ``toolPrefix``. Values of
+``env``, ``headers``, ``args`` and ``url`` may hold secrets by reference (``${env:NAME}``,
+``${file:/path}``; see ``references``).
 
 The order of the servers in the file is their priority. Other top-level keys of the file are
-ignored, so an existing client config can be reused as it is.
+ignored, so an existing client config can be reused as it is; so are the keys of a server the
+gateway does not know (VS Code's ``envFile``, Cline's ``autoApprove``), each logged as
+``mcp_server_config_key_ignored``. Cline's ``disabled: true`` means ``enabled: false`` and its
+``timeout`` (seconds) is ``callTimeoutSeconds``.
 """
 
 from __future__ import annotations
@@ -39,9 +43,11 @@ from pydantic import (
     Tag,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from mcp_client_service.references import check_references, has_references
+from suite_common.logging import get_logger
 
 __all__ = [
     "ConfigError",
@@ -52,9 +58,21 @@ __all__ = [
     "StdioServerConfig",
     "load_servers_config",
     "parse_servers_config",
+    "unknown_keys",
 ]
 
+_log = get_logger("mcp_client_service.config")
+
 ConfigFormat = Literal["json", "toml"]
+
+_CLIENT_ALIASES = frozenset({"disabled", "timeout"})
+"""Other clients' names for the gateway's own fields (Cline), read as those."""
+
+_WHY_IGNORED = {
+    "envFile": "the gateway reads no env file: put the variables in env (secrets as ${env:NAME} or ${file:...})",
+    "autoApprove": "the gateway asks nobody before a call: allowedTools / deniedTools choose what is offered",
+    "alwaysAllow": "the gateway asks nobody before a call: allowedTools / deniedTools choose what is offered",
+}
 
 _TOOL_PREFIX_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
 
@@ -70,18 +88,43 @@ _Referencing = Annotated[str, AfterValidator(check_references)]
 class _ServerOptions(BaseModel):
     """What every server has, whatever its transport."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # Unknown keys are ignored (and logged by ``parse_servers_config``), so that the files of
+    # Claude Desktop, Cursor, VS Code and Cline work as they are.
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
     enabled: bool = True
-    """``false`` keeps the server in the file without connecting to it."""
+    """``false`` keeps the server in the file without connecting to it (Cline: ``disabled: true``)."""
+    required: bool = False
+    """``true``: the gateway is not ready (``/readyz``) while this server is not serving."""
     call_timeout_seconds: float | None = Field(default=None, gt=0, alias="callTimeoutSeconds")
-    """This server's limit for one ``tools/call``; unset: the gateway's ``call_timeout_seconds``."""
+    """This server's limit for one ``tools/call``; unset: the gateway's ``call_timeout_seconds``.
+    Cline's ``timeout`` (seconds) is read as this."""
     allowed_tools: tuple[str, ...] | None = Field(default=None, alias="allowedTools")
     """Only these of the server's tools are offered (names or ``*`` globs); unset: all of them."""
     denied_tools: tuple[str, ...] = Field(default=(), alias="deniedTools")
     """These of the server's tools are never offered, even when ``allowedTools`` names them."""
     tool_prefix: str = Field(default="", alias="toolPrefix")
     """Prepended to each of the server's tool names in the catalog (``gh_`` + ``search``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_client_aliases(cls, data: Any) -> Any:
+        """Cline's ``disabled`` and ``timeout``, as ``enabled`` and ``callTimeoutSeconds``."""
+        if not isinstance(data, Mapping) or not _CLIENT_ALIASES & data.keys():
+            return data
+        entry = dict(data)
+        disabled = entry.pop("disabled", None)
+        if disabled is not None:
+            if not isinstance(disabled, bool):
+                raise ValueError('"disabled" must be true or false')
+            if disabled and entry.get("enabled") is True:
+                raise ValueError('"enabled": true and "disabled": true contradict each other; keep one')
+            if disabled:
+                entry["enabled"] = False
+        timeout = entry.pop("timeout", None)
+        if timeout is not None and "callTimeoutSeconds" not in entry and "call_timeout_seconds" not in entry:
+            entry["callTimeoutSeconds"] = timeout
+        return entry
 
     @field_validator("tool_prefix")
     @classmethod
@@ -127,7 +170,7 @@ def _check_url(url: str) -> str:
 class HttpServerConfig(_ServerOptions):
     """A server reached over MCP streamable HTTP, or over the older HTTP+SSE transport (``sse``)."""
 
-    type: Literal["http", "streamable-http", "sse"] = "http"
+    type: Literal["http", "streamable-http", "streamableHttp", "sse"] = "http"
     url: Annotated[_Referencing, AfterValidator(_check_url)]
     """The MCP endpoint, such as ``http://search:8102/mcp`` (for ``sse``, the SSE endpoint)."""
     headers: dict[str, _Referencing] = Field(default_factory=dict)
@@ -145,7 +188,7 @@ def _transport_tag(value: Any) -> str | None:
     declared = value.get("type")
     if declared == "stdio":
         return "stdio"
-    if declared in ("http", "streamable-http", "sse"):
+    if declared in ("http", "streamable-http", "streamableHttp", "sse"):
         return "http"
     if declared is not None:
         return None
@@ -163,7 +206,7 @@ ServerConfig = Annotated[
         custom_error_type="invalid_server",
         custom_error_message=(
             'a server is an object with either "command" (stdio) or "url" (HTTP); '
-            '"type", if given, is "stdio", "http", "streamable-http" or "sse"'
+            '"type", if given, is "stdio", "http", "streamable-http" (or "streamableHttp") or "sse"'
         ),
     ),
 ]
@@ -245,7 +288,29 @@ def parse_servers_config(
         raise ConfigError(f"{source}: {_describe(error)}") from None
     if base_dir is not None:
         servers.base_dir = base_dir
+    _log_ignored_keys(data["mcpServers"], source)
     return servers
+
+
+def _known_keys(model: type[BaseModel]) -> set[str]:
+    known = set(_CLIENT_ALIASES)
+    for name, info in model.model_fields.items():
+        known.update({name, info.alias or name})
+    return known
+
+
+def unknown_keys(entry: Mapping[str, Any]) -> list[str]:
+    """The keys of one server entry the gateway does not read (ignored, and logged)."""
+    model: type[BaseModel] = StdioServerConfig if _transport_tag(entry) == "stdio" else HttpServerConfig
+    known = _known_keys(model)
+    return [key for key in entry if key not in known]
+
+
+def _log_ignored_keys(raw_servers: Mapping[str, Any], source: str) -> None:
+    for name, entry in raw_servers.items():
+        for key in unknown_keys(entry):
+            why = _WHY_IGNORED.get(key, "the gateway does not know this key (a typo?)")
+            _log.warning("mcp_server_config_key_ignored", source=source, server=name, key=key, detail=why)
 
 
 def load_servers_config(path: Path) -> ServersFile:

@@ -2,13 +2,17 @@
 
 A ``ServerConnection``'s ``run()`` is its supervisor. It resolves the server's secret references,
 connects (``transports``: a stdio child with its allowed environment, or an HTTP session through
-the SSRF guard), lists the server's tools to the last page, drops the ones whose schema is
-unusable, publishes the rest, and keeps the session until it ends. While open, the session is
-probed every ``probe_interval`` seconds, and its tools are listed again when the server says they
-changed (``notifications/tools/list_changed``, or a ``subscriptions/listen`` event at protocol
-2026) or when the catalog TTL passes. Whenever connecting fails or the session ends it records
-why and reconnects after a bounded exponential backoff; a ``CircuitBreaker`` stops the retries
-(and fails calls fast) after repeated failures in a short window, and tries again later.
+the SSRF guard), lists the server's tools to the last page (at most ``max_tools``), drops the ones
+whose schema is unusable, publishes the rest, and keeps the session until it ends. While open,
+the session is probed every ``probe_interval`` seconds, and its tools are listed again when the
+server says they changed (``notifications/tools/list_changed``, or a ``subscriptions/listen``
+event at protocol 2026; at most once per ``list_changed_debounce`` seconds) or when the catalog
+TTL passes. A probe that goes unanswered ends the session only when the server is silent: not
+while calls are in flight on it (a server busy with a long call may not answer a ping before it
+is done, and each call has its own time limit) nor while its messages keep arriving. Whenever
+connecting fails or the session ends it records why and reconnects after a bounded exponential
+backoff; a ``CircuitBreaker`` stops the retries (and fails calls fast) after repeated failures in
+a short window, and tries again later.
 
 ``mcp.Client`` must be entered and exited in one task, so the supervisor owns it. Request
 handlers call ``call_tool`` from their own tasks: JSON-RPC multiplexes concurrent calls over the
@@ -31,6 +35,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import (
     CONNECTION_CLOSED,
     INVALID_REQUEST,
+    REQUEST_TIMEOUT,
     CallToolResult,
     Implementation,
     RequestParamsMeta,
@@ -42,8 +47,10 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcp_client_service.breaker import CallDurations, CircuitBreaker, CircuitState
 from mcp_client_service.config import ServerConfig
 from mcp_client_service.failures import CircuitOpenError, ServerStartError, ServerUnavailableError, describe_error
+from mcp_client_service.legacy_sse import OversizedEventError
 from mcp_client_service.options import DEFAULT_INHERITED_ENV, Backoff, ConnectionOptions
 from mcp_client_service.redaction import redact, secret_forms
+from mcp_client_service.response_limits import is_oversized_answer
 from mcp_client_service.schemas import DroppedTool, ToolListingFilter
 from mcp_client_service.stdio_transport import describe_exit
 from mcp_client_service.transports import (
@@ -85,9 +92,16 @@ _NOISE_LOGGED_PER_SESSION = 5
 _LISTEN_RETRY_SECONDS = (1.0, 60.0)
 """First and longest pause before a dropped ``subscriptions/listen`` stream is opened again."""
 
+_STDERR_BURST = 50
+_STDERR_LINES_PER_SECOND = 10.0
+"""A stdio server's stderr is logged up to a burst of lines, then at this rate; the rest is counted."""
+
+_UNPRINTABLE = {code: f"\\x{code:02x}" for code in [*range(32), 127] if code != 9}
+"""Control characters (ANSI escapes, carriage returns) a child could use to forge the log's own lines."""
+
 
 async def _list_all_tools(client: Client) -> list[Tool]:
-    """Every page of ``tools/list``, following cursors to the end."""
+    """Every page of ``tools/list``, following cursors to the end (the listing filter ends it at its cap)."""
     tools: list[Tool] = []
     cursor: str | None = None
     seen: set[str] = set()
@@ -156,6 +170,14 @@ class ServerConnection:
         self._secrets = secret_forms([*literal_secrets(config), *self.options.forbidden_values])
         self._in_flight = 0
         self._idle: anyio.Event | None = None
+        self._last_message_at = -math.inf
+        self._last_listed_at = -math.inf
+        self._first_attempt_done = False
+        self._verdicts: dict[tuple[str | None, str], str | None] = {}
+        """The schema check's verdict on each distinct tool, kept across sessions."""
+        self._stderr_tokens = float(_STDERR_BURST)
+        self._stderr_refilled_at = -math.inf
+        self._stderr_suppressed = 0
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -175,6 +197,16 @@ class ServerConnection:
     def serving(self) -> bool:
         """Whether the server has an open session, its tools listed (``ready`` or ``degraded``)."""
         return self._client is not None
+
+    @property
+    def first_attempt_done(self) -> bool:
+        """Whether its first connection attempt has ended, serving or failed (readiness waits for that)."""
+        return self._first_attempt_done
+
+    @property
+    def required(self) -> bool:
+        """Whether readiness waits for it to be serving (``"required": true`` in the config)."""
+        return self.config.required
 
     @property
     def circuit(self) -> CircuitState:
@@ -209,9 +241,15 @@ class ServerConnection:
     def _changed(self) -> None:
         self._on_change()
 
-    def record_call(self, seconds: float, *, ok: bool) -> None:
-        """A call that reached the server: its duration for the p50, its outcome for the breaker."""
+    def record_call(self, seconds: float, *, ok: bool | None) -> None:
+        """A call that reached the server: its duration for the p50, its outcome for the breaker.
+
+        ``ok=None``: the outcome says nothing of the server's health (the caller's own deadline
+        ended it, its answer was too large), so the breaker is not told.
+        """
         self.durations.add(seconds)
+        if ok is None:
+            return
         if not ok and self._calls_lost_with_session:
             # The session dropped under this call: the supervisor counts that once, as the session's end.
             self._calls_lost_with_session -= 1
@@ -277,18 +315,24 @@ class ServerConnection:
             _log.info("mcp_server_connecting", server=self.name, transport=self.transport, attempt=self.attempts)
             started = anyio.current_time()
             self._exit_status = None
+            failure: Exception | None = None
             try:
                 await self._serve_one_session()
                 error = self._end_reason or self._exit_reason() or "the server ended the session"
-            except Exception as failure:
+            except Exception as raised:
+                failure = raised
                 # A session that saw its transport close: for a stdio child, how the process ended says more.
-                closed = self._exit_reason() if _connection_closed(failure) else None
-                error = self._end_reason or closed or describe_error(failure)
+                closed = self._exit_reason() if _connection_closed(raised) else None
+                error = self._end_reason or closed or describe_error(raised)
             error = self.redact(error)
             self._connecting = False
+            self._first_attempt_done = True
             if anyio.current_time() - started >= self.options.backoff.maximum:
                 delay = self.options.backoff.initial
-            opened = self.breaker.record_failure(error)
+            # An answer too large for the gateway ends an SSE session, but says nothing of the
+            # server's health: it is not counted against its circuit.
+            oversized = failure is not None and _caused_by(failure, OversizedEventError)
+            opened = False if oversized else self.breaker.record_failure(error)
             self.last_error = error
             self._changed()
             _log.warning(
@@ -309,6 +353,33 @@ class ServerConnection:
                 more_are_not_logged=self._noise_lines == _NOISE_LOGGED_PER_SESSION,
             )
 
+    def _on_stderr(self, line: str) -> None:
+        """A line the stdio child wrote to stderr: logged as its own, within a rate."""
+        now = anyio.current_time()
+        elapsed = now - self._stderr_refilled_at
+        self._stderr_refilled_at = now
+        self._stderr_tokens = min(float(_STDERR_BURST), self._stderr_tokens + elapsed * _STDERR_LINES_PER_SECOND)
+        if self._stderr_tokens < 1:
+            self._stderr_suppressed += 1
+            return
+        self._stderr_tokens -= 1
+        suppressed, self._stderr_suppressed = self._stderr_suppressed, 0
+        extra = {"lines_not_logged_before": suppressed} if suppressed else {}
+        _log.info("mcp_server_stderr", server=self.name, line=self.redact(line.translate(_UNPRINTABLE)), **extra)
+
+    def _report_suppressed_stderr(self) -> None:
+        if self._stderr_suppressed:
+            _log.info(
+                "mcp_server_stderr_not_logged",
+                server=self.name,
+                lines=self._stderr_suppressed,
+                detail=f"stderr is logged at most {_STDERR_LINES_PER_SECOND:g} lines a second after a burst",
+            )
+            self._stderr_suppressed = 0
+
+    def _on_transport_message(self) -> None:
+        self._last_message_at = anyio.current_time()
+
     async def _on_message(self, message: IncomingMessage) -> None:
         """The SDK session's handler for what the server sends unasked (protocols before 2026)."""
         if isinstance(message, ToolListChangedNotification):
@@ -324,48 +395,73 @@ class ServerConnection:
         self._noise_lines = 0
         self._last_call_failed = False
         self._wake = anyio.Event()
-        listing = ToolListingFilter()
+        listing = ToolListingFilter(max_tools=self.options.max_tools, verdicts=self._verdicts)
         resolved, resolved_values = resolve_config(self.config, self.options, self.base_dir)
         self._remember_secrets(resolved_values)
-        callbacks = StdioCallbacks(on_noise=self._on_stdout_noise, on_fatal=self._end_session, on_exit=self._on_exit)
-        transport = WatchedTransport(open_transport(resolved, self.options, callbacks), self._transport_ended, listing)
+        callbacks = StdioCallbacks(
+            on_noise=self._on_stdout_noise, on_fatal=self._end_session, on_exit=self._on_exit, on_stderr=self._on_stderr
+        )
+        transport = WatchedTransport(
+            open_transport(resolved, self.options, callbacks),
+            self._transport_ended,
+            listing,
+            on_message=self._on_transport_message,
+        )
         phase = f"connecting timed out after {self.options.connect_timeout:g} s"
         started = anyio.current_time()
         # One scope whose deadline moves: a cancel scope may not be left while the task groups
         # the client opened inside it are still open, so connect and list share it.
-        with anyio.CancelScope(deadline=started + self.options.connect_timeout) as deadline:
-            async with Client(
-                transport, cache=None, client_info=_CLIENT_INFO, message_handler=self._on_message
-            ) as client:
-                listing.protocol_version = client.protocol_version
-                phase = f"listing tools timed out after {self.options.list_timeout:g} s"
-                deadline.deadline = anyio.current_time() + self.options.list_timeout
-                tools = await _list_all_tools(client)
-                deadline.deadline = math.inf
-                self._client = client
-                try:
-                    self._publish_tools(tools, listing.take_dropped())
-                    if self.breaker.state == "half_open":
-                        self.breaker.record_success()
-                    _log.info(
-                        "mcp_server_ready",
-                        server=self.name,
-                        tool_count=len(self.tools),
-                        protocol_version=client.protocol_version,
-                        seconds=round(anyio.current_time() - started, 3),
-                    )
-                    async with anyio.create_task_group() as tg:
-                        if client.protocol_version in MODERN_PROTOCOL_VERSIONS and _announces_changes(client):
-                            tg.start_soon(self._listen_for_changes, client)
-                        await self._keep_alive(client, listing)
-                        tg.cancel_scope.cancel()
-                finally:
-                    self._client = None
-                    self.tools = ()
+        try:
+            with anyio.CancelScope(deadline=started + self.options.connect_timeout) as deadline:
+                async with Client(
+                    transport, cache=None, client_info=_CLIENT_INFO, message_handler=self._on_message
+                ) as client:
+                    listing.protocol_version = client.protocol_version
+                    phase = f"listing tools timed out after {self.options.list_timeout:g} s"
+                    deadline.deadline = anyio.current_time() + self.options.list_timeout
+                    tools = await _list_all_tools(client)
+                    deadline.deadline = math.inf
+                    self._client = client
+                    self._first_attempt_done = True
+                    try:
+                        self._publish_tools(tools, listing)
+                        if self.breaker.state == "half_open":
+                            self.breaker.record_success()
+                        _log.info(
+                            "mcp_server_ready",
+                            server=self.name,
+                            tool_count=len(self.tools),
+                            protocol_version=client.protocol_version,
+                            seconds=round(anyio.current_time() - started, 3),
+                        )
+                        async with anyio.create_task_group() as tg:
+                            if client.protocol_version in MODERN_PROTOCOL_VERSIONS and _announces_changes(client):
+                                tg.start_soon(self._listen_for_changes, client)
+                            await self._keep_alive(client, listing)
+                            tg.cancel_scope.cancel()
+                    finally:
+                        self._client = None
+                        self.tools = ()
+        finally:
+            self._report_suppressed_stderr()  # the child's stderr was read to its end on the way out
         if deadline.cancelled_caught:
             raise TimeoutError(phase)
 
-    def _publish_tools(self, tools: Sequence[Tool], dropped: Sequence[DroppedTool]) -> None:
+    def _publish_tools(self, tools: Sequence[Tool], listing: ToolListingFilter) -> None:
+        self._last_listed_at = anyio.current_time()
+        dropped: Sequence[DroppedTool] = listing.take_dropped()
+        left_out = listing.take_left_out()
+        if left_out:
+            _log.warning(
+                "mcp_server_too_many_tools",
+                server=self.name,
+                listed=len(tools),
+                left_out=left_out,
+                detail=(
+                    f"a server's tools beyond the first {listing.max_tools} are left out "
+                    "(MCP_CLIENT_MAX_TOOLS_PER_SERVER)"
+                ),
+            )
         before = {(tool.name, tool.reason) for tool in self.invalid_tools}
         for tool in dropped:
             if (tool.name, tool.reason) not in before:
@@ -395,7 +491,9 @@ class ServerConnection:
         while True:
             # A circuit opened by failing calls half-opens with time alone: wake up to announce it.
             half_open_in = self.breaker.seconds_until_half_open() if self.breaker.state == "open" else math.inf
-            next_wake = min(next_probe, next_refresh, anyio.current_time() + half_open_in)
+            # Changes announced in quick succession are answered by one listing, debounced.
+            relist_at = self._last_listed_at + options.list_changed_debounce if self._refresh_wanted else math.inf
+            next_wake = min(next_probe, next_refresh, relist_at, anyio.current_time() + half_open_in)
             with anyio.move_on_after(max(0.0, next_wake - anyio.current_time())):
                 await self._wake.wait()
             self._wake = anyio.Event()  # flags set from here on wake the next wait
@@ -404,23 +502,47 @@ class ServerConnection:
             if half_open_in < math.inf and self.breaker.state != "open":
                 self._changed()
             now = anyio.current_time()
-            refresh = self._refresh_wanted or now >= next_refresh
+            announced = self._refresh_wanted and now >= self._last_listed_at + options.list_changed_debounce
+            refresh = announced or now >= next_refresh
             if not refresh and now < next_probe:
                 continue
-            self._refresh_wanted = False
+            if refresh:
+                self._refresh_wanted = False
+            asked_at = anyio.current_time()
             try:
                 with anyio.fail_after(options.list_timeout):
                     if refresh:
-                        self._publish_tools(await _list_all_tools(client), listing.take_dropped())
+                        self._publish_tools(await _list_all_tools(client), listing)
                     else:
                         await _probe(client)
             except Exception as failure:
-                self._end_reason = f"the server stopped answering: {describe_error(failure)}"
-                return
+                if not _timed_out(failure) or not self._busy_since(asked_at):
+                    self._end_reason = f"the server stopped answering: {describe_error(failure)}"
+                    return
+                # Unanswered, but not silent: calls are in flight (each bounded by its own time
+                # limit) or messages keep arriving. The next probe decides.
+                _log.info(
+                    "mcp_server_busy",
+                    server=self.name,
+                    calls_in_flight=self._in_flight,
+                    detail=f"a {'listing' if refresh else 'probe'} went unanswered for {options.list_timeout:g} s "
+                    "while the server is busy; the session is kept",
+                )
+                now = anyio.current_time()
+                next_probe = now + options.probe_interval
+                if refresh:  # tried again later: a listing asked for by the server, or the TTL's
+                    self._refresh_wanted = self._refresh_wanted or announced
+                    self._last_listed_at = now
+                    next_refresh = max(next_refresh, next_probe)
+                continue
             now = anyio.current_time()
             next_probe = now + options.probe_interval
             if refresh:
                 next_refresh = now + options.catalog_ttl
+
+    def _busy_since(self, moment: float) -> bool:
+        """Whether calls are in flight, or a message arrived since ``moment``: the server is not silent."""
+        return self._in_flight > 0 or self._last_message_at >= moment
 
     async def _listen_for_changes(self, client: Client) -> None:
         """At protocol 2026 a server tells of changed tools only on a ``subscriptions/listen`` stream."""
@@ -470,7 +592,8 @@ class ServerConnection:
                     meta.update(context)  # type: ignore[typeddict-item]  # traceparent: an extra item, as the type allows
                 return await client.call_tool(name, arguments, read_timeout_seconds=time_limit, meta=meta)
         except MCPError as error:
-            if _session_is_gone(error):
+            # An answer dropped for its size fails this call only: the session is fine.
+            if _session_is_gone(error) and not is_oversized_answer(error.message):
                 self._calls_lost_with_session += 1
                 if self._client is client:
                     self._end_session(f"the session was lost during a call: {error.message}")
@@ -491,6 +614,19 @@ def _connection_closed(error: BaseException) -> bool:
     if isinstance(error, BaseExceptionGroup):
         return any(_connection_closed(inner) for inner in error.exceptions)
     return isinstance(error, MCPError) and error.code == CONNECTION_CLOSED
+
+
+def _timed_out(error: Exception) -> bool:
+    """Our own bound, or the SDK's (``server/discover`` has one of its own)."""
+    return isinstance(error, TimeoutError) or (isinstance(error, MCPError) and error.code == REQUEST_TIMEOUT)
+
+
+def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:
+    if isinstance(error, kind):
+        return True
+    if isinstance(error, BaseExceptionGroup):
+        return any(_caused_by(inner, kind) for inner in error.exceptions)
+    return error.__cause__ is not None and _caused_by(error.__cause__, kind)
 
 
 def _announces_changes(client: Client) -> bool:

@@ -32,4 +32,11 @@ def describe_error(error: BaseException) -> str:
     if isinstance(error, UnresolvedReferenceError):
         return f"a secret reference of its config cannot be resolved: {error}"
     text = str(error).strip()
+    if "recursion limit exceeded" in text:
+        # pydantic's JSON parser gives up on a message nested about 200 levels deep (an absurd
+        # schema, most likely), and the SDK fails the request that it answered with its words.
+        return (
+            "the server's answer is nested too deeply for the SDK's JSON parser to read "
+            "(a tool's schema nested about 200 levels deep?)"
+        )
     return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -6,7 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mcp_client_service.breaker import BreakerPolicy
-from mcp_client_service.ssrf_guard import EgressPolicy
+from mcp_client_service.response_limits import DEFAULT_MAX_RESPONSE_BYTES
+from mcp_client_service.schemas import DEFAULT_MAX_TOOLS
+from mcp_client_service.ssrf_guard import DEFAULT_MAX_CONNECTIONS, EgressPolicy
 from mcp_client_service.stdio_transport import DEFAULT_MAX_LINE_BYTES
 
 __all__ = ["DEFAULT_INHERITED_ENV", "Backoff", "ConnectionOptions"]
@@ -41,11 +43,20 @@ class ConnectionOptions:
     call_timeout: float = 60.0
     """For servers without their own ``callTimeoutSeconds``; also bounds how long a removed
     server's in-flight calls may keep it open after a reload."""
+    list_changed_debounce: float = 2.0
+    """Least time between two listings of a server's tools that ``list_changed`` asks for: the
+    notifications that come in between are answered by one listing."""
+    max_tools: int = DEFAULT_MAX_TOOLS
+    """Most tools listed per server; the rest are left out (and logged)."""
     backoff: Backoff = field(default_factory=Backoff)
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     inherit_env: tuple[str, ...] = DEFAULT_INHERITED_ENV
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     egress: EgressPolicy = field(default_factory=EgressPolicy)
+    http_max_connections: int = DEFAULT_MAX_CONNECTIONS
+    """Connections one HTTP server's client may hold at once (a call in flight may hold one)."""
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    """Most an HTTP server's answer (a JSON body, or one SSE event) may hold."""
     environ: Mapping[str, str] = field(default_factory=dict)
     """The gateway's environment (``os.environ``): variables a stdio child may inherit, and the
     values of ``${env:...}`` references."""

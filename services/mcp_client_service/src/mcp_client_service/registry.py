@@ -8,7 +8,13 @@ What the call path uses (``ServerRegistry``):
   open, no session), in words fit for the caller;
 - ``call_timeout(server)``: the server's own call timeout, or ``None`` for the service's;
 - ``record_call(server, seconds, ok)``: every call that reached a server, for its p50 latency,
-  and for its circuit breaker (``ok=False`` for a failure of the server, not of the tool).
+  and for its circuit breaker (``ok=False`` for a failure of the server, not of the tool;
+  ``ok=None`` for an outcome that says nothing of the server, such as the caller's deadline).
+
+Readiness (``readiness``): the service is ready once every server has had its first connection
+attempt (serving or failed), and every server marked ``"required": true`` is serving. A server
+that fails later, or a slow one, never takes the whole replica out of rotation: its tools are
+absent and its status says why. Only required servers are waited for again after that.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from mcp_client_service.references import ReferenceResolver, UnresolvedReference
 from suite_common.logging import get_logger
 from suite_common.wire import WireModel
 
-__all__ = ["InvalidTool", "ReloadResult", "ServerRegistry", "ServerStatus", "ServersResponse"]
+__all__ = ["InvalidTool", "Readiness", "ReloadResult", "ServerRegistry", "ServerStatus", "ServersResponse"]
 
 _log = get_logger("mcp_client_service.registry")
 
@@ -58,6 +64,16 @@ class ServerStatus(WireModel):
     """Median duration of its last 100 calls; left out before its first call."""
     invalid_tools: list[InvalidTool] | None = None
     """Tools it lists that the gateway dropped (unusable ``inputSchema``), and why."""
+
+
+class Readiness(WireModel):
+    """What ``/readyz`` answers: open to probes, so one word per server, never why."""
+
+    ready: bool
+    checks: dict[str, str]
+    """Per enabled server: ``ok`` (serving), ``connecting`` or ``failed``."""
+    waiting_for: list[str]
+    """Servers readiness waits for: on their first connection attempt, or required and not serving."""
 
 
 class ServersResponse(WireModel):
@@ -113,6 +129,8 @@ class ServerRegistry:
         self._scopes: dict[ServerConnection, anyio.CancelScope] = {}
         self._changed: anyio.Event | None = None
         self._reload_lock = anyio.Lock()
+        self._was_ready = False
+        """Once ready, servers that are not required are no longer waited for (a reload adds some)."""
         self._apply(servers)
 
     def _connection(self, name: str, config: ServerConfig, servers: ServersFile) -> ServerConnection:
@@ -241,6 +259,8 @@ class ServerRegistry:
                 for connection in self.connections.values()
             ]
         )
+        if not self._was_ready:
+            self._waiting_for()  # latches readiness as soon as it is reached
         self._notify()
 
     def _notify(self) -> None:
@@ -259,13 +279,28 @@ class ServerRegistry:
         """Whether every enabled server is serving (``ready`` or ``degraded``)."""
         return all(connection.serving for connection in self.connections.values())
 
-    def readiness(self) -> dict[str, str]:
-        """Per enabled server one word: ``ok`` (serving), ``connecting`` or ``failed``.
+    def readiness(self) -> Readiness:
+        """Ready once every server had its first connection attempt and every required one serves.
 
+        ``checks`` has one word per server: ``ok`` (serving), ``connecting`` or ``failed``.
         ``/readyz`` is open to probes, so it never says why: an error can quote a command line or
         a URL. The reasons are on the protected ``GET /mcp/v1/servers``.
         """
-        return {name: "ok" if connection.serving else connection.state for name, connection in self.connections.items()}
+        checks = {
+            name: "ok" if connection.serving else connection.state for name, connection in self.connections.items()
+        }
+        waiting = self._waiting_for()
+        return Readiness(ready=not waiting, checks=checks, waiting_for=waiting)
+
+    def _waiting_for(self) -> list[str]:
+        waiting = [
+            name
+            for name, connection in self.connections.items()
+            if (connection.required and not connection.serving)
+            or (not self._was_ready and not connection.first_attempt_done)
+        ]
+        self._was_ready = self._was_ready or not waiting
+        return waiting
 
     def statuses(self) -> ServersResponse:
         """Every server of the config, in its order, disabled ones included."""
@@ -304,12 +339,15 @@ class ServerRegistry:
         connection = self.connections.get(server)
         return connection.config.call_timeout_seconds if connection is not None else None
 
-    def record_call(self, server: str, seconds: float, ok: bool) -> None:
+    def record_call(self, server: str, seconds: float, ok: bool | None) -> None:
         """A call that reached ``server`` took ``seconds``; ``ok=False`` if the server failed it.
 
-        A failure is the server's, not the tool's: a timeout, a dropped connection, a protocol
-        error. A tool's own error result (``isError``) is ``ok=True``. Calls that never reached
-        the server (invalid arguments, a passed deadline, a refusal) are not recorded.
+        A failure is the server's, not the tool's: a timeout at the server's own limit, a dropped
+        connection, a malformed answer. An answer is ``ok=True``, be it the tool's own error
+        result (``isError``) or a JSON-RPC error. ``ok=None`` says nothing of the server (the
+        caller's shorter deadline ended the call, the answer was too large): the breaker is not
+        told. Calls that never reached the server (invalid arguments, a passed deadline, a
+        refusal) are not recorded.
         """
         connection = self.connections.get(server)
         if connection is not None:

@@ -1,10 +1,12 @@
 """A tool's result as the ``call-tool`` answer, within the size cap.
 
-Text beyond ``max_chars`` (a text block, an embedded text resource) is cut where the budget
-ends, with a marker saying how much was left out; a block that cannot be cut (an image, audio,
-a binary resource) and does not fit is replaced by a marker; ``structuredContent`` larger than
-``max_chars`` is left out whole (a cut JSON object would be invalid), with a marker, as the
-text content carries the same result.
+The cap (``max_chars``) bounds the content as it goes out: every block costs its JSON (its type,
+its other fields), not only its text, so that a result of 100,000 tiny blocks is bounded too.
+Text (a text block, an embedded text resource) is cut where the budget ends, with a marker saying
+how much was left out; a block that cannot be cut (an image, audio, a binary resource) and does
+not fit is replaced by a marker. Once the budget is spent, the blocks left are dropped and ONE
+marker says how many. ``structuredContent`` larger than ``max_chars`` is left out whole (a cut
+JSON object would be invalid), with a marker, as the text content carries the same result.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mcp_types import CallToolResult, EmbeddedResource, TextContent, TextResourceContents
+from mcp_types import CallToolResult, ContentBlock, EmbeddedResource, TextContent, TextResourceContents
 
 from suite_common.wire import CallToolResponse
 
@@ -23,35 +25,64 @@ def _marker(left_out: str, max_chars: int) -> str:
     return f"[... cut here: {left_out} left out of this tool result (limit {max_chars} characters)]"
 
 
-def dump_content(result: CallToolResult, max_chars: int) -> list[dict[str, Any]]:
-    """The content blocks as JSON, within ``max_chars`` in total, each cut marked as such.
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
-    Text (a text block, an embedded text resource) is cut where the budget ends. A block that
-    cannot be cut (an image, audio, a binary resource) and does not fit is replaced by a text
-    block saying what was left out.
+
+def _cut_text(
+    dumped: dict[str, Any], path: tuple[str, ...], budget: int, max_chars: int
+) -> tuple[dict[str, Any], int] | None:
+    """``dumped`` with the text at ``path`` cut to what ``budget`` leaves after the block's own JSON.
+
+    Returns the block and what it cost (a block that fits is returned as it is), or ``None``
+    when not a character of its text fits.
     """
+    holder = dumped
+    for key in path[:-1]:
+        holder = holder[key]
+    text: str = holder[path[-1]]
+    holder[path[-1]] = ""
+    overhead = _json_size(dumped)
+    holder[path[-1]] = text
+    room = budget - overhead
+    if len(text) <= room:
+        return dumped, overhead + len(text)
+    if room <= 0:
+        return None
+    holder[path[-1]] = text[:room] + "\n" + _marker(f"{len(text) - room} more characters", max_chars)
+    return dumped, budget
+
+
+def _fit(block: ContentBlock, budget: int, max_chars: int) -> tuple[dict[str, Any], int] | None:
+    """The block as JSON within ``budget`` and what it costs, or ``None`` when nothing of it fits."""
+    dumped = block.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if isinstance(block, TextContent):
+        return _cut_text(dumped, ("text",), budget, max_chars)
+    if isinstance(block, EmbeddedResource) and isinstance(block.resource, TextResourceContents):
+        return _cut_text(dumped, ("resource", "text"), budget, max_chars)
+    # A block that cannot be cut (an image, audio, a binary resource) fits whole, or a marker takes its place.
+    size = _json_size(dumped)
+    if size <= budget:
+        return dumped, size
+    what = f"{'an' if block.type[0] in 'aeiou' else 'a'} {block.type} block of {size} characters"
+    marker = {"type": "text", "text": _marker(what, max_chars)}
+    return marker, _json_size(marker)
+
+
+def dump_content(result: CallToolResult, max_chars: int) -> list[dict[str, Any]]:
+    """The content blocks as JSON, within ``max_chars`` in total, each cut marked as such."""
     blocks: list[dict[str, Any]] = []
     budget = max_chars
-    for block in result.content:
-        dumped = block.model_dump(mode="json", by_alias=True, exclude_none=True)
-        if isinstance(block, TextContent):
-            text = block.text
-            if len(text) > budget:
-                dumped["text"] = text[:budget] + "\n" + _marker(f"{len(text) - budget} more characters", max_chars)
-            budget = max(0, budget - len(text))
-        elif isinstance(block, EmbeddedResource) and isinstance(block.resource, TextResourceContents):
-            text = block.resource.text
-            if len(text) > budget:
-                dumped["resource"]["text"] = (
-                    text[:budget] + "\n" + _marker(f"{len(text) - budget} more characters", max_chars)
-                )
-            budget = max(0, budget - len(text))
-        else:
-            size = len(json.dumps(dumped))
-            if size > budget:
-                what = f"{'an' if block.type[0] in 'aeiou' else 'a'} {block.type} block of {size} characters"
-                dumped = {"type": "text", "text": _marker(what, max_chars)}
-            budget = max(0, budget - size)
+    content = result.content
+    for index, block in enumerate(content):
+        fitted = _fit(block, budget, max_chars) if budget > 0 else None
+        if fitted is None:
+            left = len(content) - index
+            what = "1 more content block" if left == 1 else f"{left} more content blocks"
+            blocks.append({"type": "text", "text": _marker(what, max_chars)})
+            break
+        dumped, cost = fitted
+        budget -= cost + 1  # and the comma between blocks
         blocks.append(dumped)
     return blocks
 

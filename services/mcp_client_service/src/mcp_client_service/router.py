@@ -95,13 +95,16 @@ class ToolRouter:
 
     def time_limit(self, server: str, caller_budget: float = math.inf) -> float:
         """The server's call timeout (or the service's), never beyond what the caller has left."""
-        return min(self._registry.call_timeout(server) or self.call_timeout, caller_budget)
+        return min(self._server_limit(server), caller_budget)
+
+    def _server_limit(self, server: str) -> float:
+        return self._registry.call_timeout(server) or self.call_timeout
 
     def _record(self, record: CallRecord) -> None:
         if self._on_call is not None:
             self._on_call(record)
         if record.reached_server:
-            self._registry.record_call(record.server, record.duration_ms / 1000, not record.server_failed)
+            self._registry.record_call(record.server, record.duration_ms / 1000, record.server_health)
 
     async def call(self, name: str, arguments: dict[str, Any], *, caller_budget: float = math.inf) -> CallToolResponse:
         """Call the tool listed as ``name``; ``ToolNotFoundError`` if no server offers it.
@@ -137,6 +140,7 @@ class ToolRouter:
             tool,
             arguments,
             time_limit=self.time_limit(tool.server, caller_budget),
+            callers_deadline=caller_budget < self._server_limit(tool.server),
             max_chars=self.max_chars,
             validators=self.validators,
             on_finished=self._record,

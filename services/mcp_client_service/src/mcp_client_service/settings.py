@@ -11,6 +11,9 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from mcp_client_service.connections import DEFAULT_INHERITED_ENV
+from mcp_client_service.response_limits import DEFAULT_MAX_RESPONSE_BYTES
+from mcp_client_service.schemas import DEFAULT_MAX_TOOLS
+from mcp_client_service.ssrf_guard import DEFAULT_MAX_CONNECTIONS
 from mcp_client_service.stdio_transport import DEFAULT_MAX_LINE_BYTES
 from suite_common.settings import ServiceSettings
 
@@ -75,7 +78,8 @@ class MCPClientSettings(ServiceSettings):
         gt=0,
         description=(
             "How often an open session is probed (ping, or server/discover at protocol 2026): a server that does "
-            "not answer within list_timeout_seconds is reconnected."
+            "not answer within list_timeout_seconds, while no call is in flight on it and none of its messages "
+            "arrives, is reconnected."
         ),
     )
     catalog_ttl_seconds: float = Field(
@@ -85,6 +89,19 @@ class MCPClientSettings(ServiceSettings):
             "How long a server's tool list is served from memory before it is listed again. A server that sends "
             "notifications/tools/list_changed is listed again at once."
         ),
+    )
+    list_changed_debounce_seconds: float = Field(
+        default=2.0,
+        ge=0,
+        description=(
+            "Least time between two listings of a server's tools asked for by notifications/tools/list_changed: "
+            "the notifications that come in between are answered by one listing."
+        ),
+    )
+    max_tools_per_server: int = Field(
+        default=DEFAULT_MAX_TOOLS,
+        ge=1,
+        description="Most tools listed per server; the rest of a longer list are left out, and logged.",
     )
     tool_name_collision: Literal["first_wins", "prefix"] = Field(
         default="first_wins",
@@ -108,8 +125,9 @@ class MCPClientSettings(ServiceSettings):
         default=5,
         ge=1,
         description=(
-            "Failures of a server (a crash, a failed connect, a call failing at the transport) within "
-            "breaker_window_seconds that open its circuit: calls then fail fast and reconnecting pauses."
+            "Failures of a server (a crash, a failed connect, a dropped connection, a call past the server's own "
+            "time limit) within breaker_window_seconds that open its circuit: calls then fail fast and reconnecting "
+            "pauses. A caller's shorter deadline and a JSON-RPC error answer are not failures of the server."
         ),
     )
     breaker_window_seconds: float = Field(
@@ -133,6 +151,22 @@ class MCPClientSettings(ServiceSettings):
         description=(
             "Most a stdio server may write without a newline (one JSON-RPC message). Beyond it the server is "
             "stopped and restarted: a broken or hostile server cannot exhaust the gateway's memory."
+        ),
+    )
+    http_max_connections: int = Field(
+        default=DEFAULT_MAX_CONNECTIONS,
+        ge=1,
+        description=(
+            "Most connections to one HTTP MCP server at once: a call in flight may hold one, and the health probe "
+            "needs one too."
+        ),
+    )
+    http_max_response_bytes: int = Field(
+        default=DEFAULT_MAX_RESPONSE_BYTES,
+        ge=64 * 1024,
+        description=(
+            "Most an HTTP MCP server's answer may hold (a JSON body, or one server-sent event); a larger one fails "
+            "its call only, with an error saying so."
         ),
     )
     ssrf_allow_loopback: bool = Field(

@@ -9,6 +9,10 @@ the endpoint's origin; a redirect that needs a new connection is checked like an
 
 Before a session opens, ``check_endpoint`` checks the URL the same way, so a refused server says
 why on its status at once, with the setting that would allow it.
+
+The client's pool holds up to ``max_connections`` connections per server: at protocol 2026 every
+call in flight holds one for its whole duration, and the keep-alive probe needs one too. Every
+response body is bounded by ``max_response_bytes`` (``response_limits``).
 """
 
 from __future__ import annotations
@@ -19,9 +23,22 @@ import anyio
 import httpcore2
 import httpx2
 
+from mcp_client_service.response_limits import DEFAULT_MAX_RESPONSE_BYTES, limit_response
 from suite_common.ssrf import EgressBlocked, EgressError, EgressPolicy, Resolver, check_url, resolve_allowed
 
-__all__ = ["EgressError", "EgressPolicy", "GuardedNetworkBackend", "check_endpoint", "guarded_http_client"]
+__all__ = [
+    "DEFAULT_MAX_CONNECTIONS",
+    "EgressError",
+    "EgressPolicy",
+    "GuardedNetworkBackend",
+    "check_endpoint",
+    "guarded_http_client",
+]
+
+DEFAULT_MAX_CONNECTIONS = 1000
+
+_MAX_IDLE_CONNECTIONS = 100
+"""Connections kept open while idle, beyond which a finished one is closed."""
 
 _MAX_ADDRESSES_TRIED = 4
 """A name with many addresses is tried on its first few only, so one connect stays bounded."""
@@ -85,8 +102,14 @@ class GuardedNetworkBackend(httpcore2.AsyncNetworkBackend):
 
 
 class _GuardedTransport(httpx2.AsyncHTTPTransport):
-    def __init__(self, policy: EgressPolicy, *, resolver: Resolver | None = None) -> None:
-        limits = httpx2.Limits(max_connections=100, max_keepalive_connections=20)
+    def __init__(
+        self, policy: EgressPolicy, *, resolver: Resolver | None, max_connections: int, max_response_bytes: int
+    ) -> None:
+        limits = httpx2.Limits(
+            max_connections=max_connections,
+            max_keepalive_connections=min(max_connections, _MAX_IDLE_CONNECTIONS),
+        )
+        self._max_response_bytes = max_response_bytes
         ssl_context = httpx2.create_ssl_context(trust_env=False)
         super().__init__(verify=ssl_context, limits=limits, trust_env=False)
         # httpx2 has no parameter for the network backend: its pool is replaced by the same pool
@@ -99,6 +122,9 @@ class _GuardedTransport(httpx2.AsyncHTTPTransport):
             network_backend=GuardedNetworkBackend(policy, resolver=resolver),
         )
 
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        return limit_response(await super().handle_async_request(request), self._max_response_bytes)
+
 
 def guarded_http_client(
     policy: EgressPolicy,
@@ -106,14 +132,20 @@ def guarded_http_client(
     timeout: httpx2.Timeout,
     headers: Mapping[str, str] | None = None,
     resolver: Resolver | None = None,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
 ) -> httpx2.AsyncClient:
     """An ``httpx2.AsyncClient`` whose connections reach only what ``policy`` allows.
 
     ``trust_env=False``: a proxy from ``HTTP(S)_PROXY`` would resolve names itself, past the guard.
+    Bodies are asked for uncompressed, so that ``max_response_bytes`` bounds them as they are used.
     """
+    transport = _GuardedTransport(
+        policy, resolver=resolver, max_connections=max_connections, max_response_bytes=max_response_bytes
+    )
     return httpx2.AsyncClient(
-        transport=_GuardedTransport(policy, resolver=resolver),
-        headers=dict(headers or {}),
+        transport=transport,
+        headers={"Accept-Encoding": "identity", **dict(headers or {})},
         timeout=timeout,
         follow_redirects=False,
         trust_env=False,

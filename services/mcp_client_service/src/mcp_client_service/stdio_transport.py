@@ -3,22 +3,27 @@
 The SDK's ``stdio_client`` reads the child's stdout line by line into memory without a bound, so
 a server that writes without ever sending a newline grows the gateway's memory until it dies.
 This transport is the SDK's (same process group, same shutdown sequence: stdin closed, then
-SIGTERM and SIGKILL to the whole tree, each wait bounded), with three differences:
+SIGTERM and SIGKILL to the whole tree, each wait bounded), with these differences:
 
 - a line (one JSON-RPC message) longer than ``max_line_bytes`` ends the session: the child is
   killed at once and ``on_fatal`` says why;
 - a line that is not a JSON-RPC message (a banner, a stray ``print``) is skipped and reported to
-  ``on_noise``, instead of reaching the session as an exception;
-- the child's environment is exactly ``env``: nothing is inherited implicitly.
-
-The child's stderr is the gateway's, so its logs land beside the gateway's own.
+  ``on_noise``, instead of reaching the session as an exception; a message nested too deeply for
+  the SDK's parser is parsed again by the standard library's, and an answer that cannot be
+  parsed at all fails its request at once (``PARSE_ERROR``) instead of leaving it to time out;
+- the child's environment is exactly ``env``: nothing is inherited implicitly;
+- the child's stderr is read here, on a pipe of its own, in lines of at most
+  ``STDERR_LINE_BYTES`` (the rest of a longer line is skipped), each handed to ``on_stderr``:
+  a child can neither fill the gateway's own stderr nor write lines that pass for the gateway's.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
@@ -28,12 +33,29 @@ from anyio.abc import Process
 from mcp.client._transport import TransportStreams
 from mcp.client.stdio import _drain_stdout, _stop_server_process
 from mcp.shared.message import SessionMessage
-from mcp_types import jsonrpc_message_adapter
+from mcp_types import PARSE_ERROR, ErrorData, JSONRPCError, JSONRPCMessage, jsonrpc_message_adapter
 from pydantic import ValidationError
 
-__all__ = ["DEFAULT_MAX_LINE_BYTES", "bounded_stdio_transport", "describe_exit", "inherited_environment"]
+__all__ = [
+    "DEFAULT_MAX_LINE_BYTES",
+    "STDERR_LINE_BYTES",
+    "bounded_stdio_transport",
+    "describe_exit",
+    "inherited_environment",
+]
 
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
+
+STDERR_LINE_BYTES = 4096
+"""Longest stderr line handed on; the rest of a longer one is skipped."""
+
+_STDERR_DRAIN_SECONDS = 1.0
+"""After the child is stopped, how long what it wrote to stderr before it ended may take to be read."""
+
+_ANSWER_ID = re.compile(
+    rb'^\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")\s*,\s*"(?:result|error)"'
+)
+"""The id of an answer written in the usual key order, read from its first bytes."""
 
 _WRITER_FLUSH_TIMEOUT = 0.5
 """As the SDK: time for accepted messages to reach the child before its stdin closes."""
@@ -57,6 +79,72 @@ def describe_exit(status: int) -> str:
     return f"the server process exited with status {status}"
 
 
+def _parse_message(line: bytes) -> JSONRPCMessage | None:
+    """``line`` as a JSON-RPC message; the standard library's parser for one nested beyond the SDK's."""
+    try:
+        return jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except (ValidationError, ValueError):
+        pass
+    try:
+        return jsonrpc_message_adapter.validate_python(json.loads(line), by_name=False)
+    except (ValidationError, ValueError, RecursionError):
+        return None
+
+
+def _unreadable_answer(line: bytes) -> JSONRPCError | None:
+    """An error answer to the request that ``line`` answers but cannot be parsed, if its id can be read."""
+    match = _ANSWER_ID.match(line[:512])
+    if match is None:
+        return None
+    request_id = json.loads(match.group(1))
+    detail = (
+        f"the MCP server's answer ({len(line)} bytes) could not be parsed as JSON-RPC "
+        "(malformed, or nested too deeply for a JSON parser)"
+    )
+    return JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(code=PARSE_ERROR, message=detail))
+
+
+def _pipe_reader(fd: int) -> Callable[[], Awaitable[bytes]]:
+    """Reads of at most 64 KiB from the non-blocking pipe ``fd`` (``b""`` at its end)."""
+
+    async def read() -> bytes:
+        while True:
+            try:
+                return os.read(fd, 65536)
+            except BlockingIOError:
+                await anyio.wait_readable(fd)
+
+    return read
+
+
+async def _read_stderr_lines(read: Callable[[], Awaitable[bytes]], on_line: Callable[[str], None]) -> None:
+    """Every line ``read`` yields, cut to ``STDERR_LINE_BYTES`` (a longer line's rest is skipped)."""
+    pending = bytearray()
+    skipping = False
+
+    def emit(raw: bytes, cut: bool) -> None:
+        text = raw.rstrip(b"\r").decode("utf-8", "replace")
+        on_line(text + (" [...]" if cut else ""))
+
+    while chunk := await read():
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            if not skipping:
+                pending += chunk[start:end]
+                emit(bytes(pending[:STDERR_LINE_BYTES]), len(pending) > STDERR_LINE_BYTES)
+            pending.clear()
+            skipping = False
+            start = end + 1
+        if not skipping:
+            pending += chunk[start:]
+            if len(pending) > STDERR_LINE_BYTES:
+                emit(bytes(pending[:STDERR_LINE_BYTES]), True)
+                pending.clear()
+                skipping = True
+    if pending and not skipping:
+        emit(bytes(pending), False)
+
+
 def _kill_group(process: Process) -> None:
     # The child leads its own process group (start_new_session); a server that broke the
     # protocol gets no grace period, and neither do the children it spawned.
@@ -75,30 +163,55 @@ async def bounded_stdio_transport(
     on_noise: Callable[[str], None] = lambda _: None,
     on_fatal: Callable[[str], None] = lambda _: None,
     on_exit: Callable[[int | None], None] = lambda _: None,
+    on_stderr: Callable[[str], None] = lambda _: None,
 ) -> AsyncIterator[TransportStreams]:
     """Spawn ``command`` and yield the session's streams over its stdin/stdout.
 
     ``on_exit`` gets the child's exit status once it is gone (negative: the signal that ended it).
     Raises ``OSError`` if the process cannot be started.
     """
-    process = await anyio.open_process([command, *args], env=env, cwd=cwd, stderr=None, start_new_session=True)
+    # stderr on a pipe of our own: the SDK's shutdown closes the process's pipes, and what the
+    # child wrote just before it ended must still be read after that.
+    stderr_read, stderr_write = os.pipe()
+    try:
+        os.set_blocking(stderr_read, False)
+        process = await anyio.open_process(
+            [command, *args], env=env, cwd=cwd, stderr=stderr_write, start_new_session=True
+        )
+    except BaseException:
+        os.close(stderr_read)
+        raise
+    finally:
+        os.close(stderr_write)  # the child has its copy: the pipe ends when the child (and its children) do
     # As in the SDK: no await between the spawn and the task group, or a cancellation there
     # would leak the live process.
     read_stream_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_stream_reader = anyio.create_memory_object_stream[SessionMessage](0)
     writer_done = anyio.Event()
+    stderr_done = anyio.Event()
+    stderr_scope = anyio.CancelScope()
 
     async def deliver(line: bytes) -> None:
         line = line.rstrip(b"\r")
         if not line.strip():
             return
-        try:
-            message = jsonrpc_message_adapter.validate_json(line, by_name=False)
-        except (ValidationError, ValueError):
+        message = _parse_message(line)
+        if message is None:
+            unreadable = _unreadable_answer(line)
+            if unreadable is not None:
+                await read_stream_writer.send(SessionMessage(unreadable))
+                return
             preview = line[:_NOISE_PREVIEW_CHARS].decode("utf-8", "replace")
             on_noise(preview + ("..." if len(line) > _NOISE_PREVIEW_CHARS else ""))
             return
         await read_stream_writer.send(SessionMessage(message))
+
+    async def stderr_reader() -> None:
+        try:
+            with stderr_scope, suppress(OSError):
+                await _read_stderr_lines(_pipe_reader(stderr_read), on_stderr)
+        finally:
+            stderr_done.set()
 
     async def stdout_reader() -> None:
         assert process.stdout is not None
@@ -148,18 +261,25 @@ async def bounded_stdio_transport(
             await writer_done.wait()
         await _stop_server_process(process)
         on_exit(process.returncode)
+        with anyio.move_on_after(_STDERR_DRAIN_SECONDS):
+            await stderr_done.wait()
+        stderr_scope.cancel()
         for stream in (read_stream, write_stream, read_stream_writer, write_stream_reader):
             await stream.aclose()
         await anyio.lowlevel.checkpoint()
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(stdout_reader)
-        tg.start_soon(stdin_writer)
-        try:
-            yield read_stream, write_stream
-        finally:
-            # Bounded inside, and shielded so that a cancelled caller cannot leak the child.
-            with anyio.CancelScope(shield=True):
-                await shutdown()
-            tg.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stdout_reader)
+            tg.start_soon(stdin_writer)
+            tg.start_soon(stderr_reader)
+            try:
+                yield read_stream, write_stream
+            finally:
+                # Bounded inside, and shielded so that a cancelled caller cannot leak the child.
+                with anyio.CancelScope(shield=True):
+                    await shutdown()
+                tg.cancel_scope.cancel()
+    finally:
+        os.close(stderr_read)  # no task waits on it any more
     await anyio.lowlevel.cancel_shielded_checkpoint()

@@ -17,16 +17,18 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
+import anyio.to_thread
 import httpx2
 from mcp.client import Transport
 from mcp.client._transport import TransportStreams
-from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
 
 from mcp_client_service.config import HttpServerConfig, ServerConfig, StdioServerConfig
 from mcp_client_service.failures import ServerStartError, describe_error
+from mcp_client_service.legacy_sse import legacy_sse_transport
 from mcp_client_service.options import ConnectionOptions
 from mcp_client_service.references import ReferenceResolver
 from mcp_client_service.schemas import ToolListingFilter
@@ -88,11 +90,12 @@ def _ignore(_: Any) -> None:
 
 @dataclass(frozen=True)
 class StdioCallbacks:
-    """What the stdio reader tells the connection: noise skipped, a fatal breach, the child's exit."""
+    """What the stdio reader tells the connection: noise skipped, a fatal breach, the child's exit, its stderr."""
 
     on_noise: Callable[[str], None] = _ignore
     on_fatal: Callable[[str], None] = _ignore
     on_exit: Callable[[int | None], None] = _ignore
+    on_stderr: Callable[[str], None] = _ignore
 
 
 def open_transport(config: ServerConfig, options: ConnectionOptions, callbacks: StdioCallbacks) -> Transport:
@@ -118,6 +121,7 @@ async def _stdio_transport(
             on_noise=callbacks.on_noise,
             on_fatal=callbacks.on_fatal,
             on_exit=callbacks.on_exit,
+            on_stderr=callbacks.on_stderr,
         ) as streams:
             spawned = True
             yield streams
@@ -135,31 +139,23 @@ async def _http_transport(config: HttpServerConfig, options: ConnectionOptions) 
         raise ServerStartError("its url, once its references are resolved, is not an http:// or https:// URL")
     policy = options.egress
     await check_endpoint(config.url, policy)
-
-    def client_factory(
-        headers: dict[str, str] | None = None,
-        timeout: httpx2.Timeout | None = None,
-        auth: httpx2.Auth | None = None,
-    ) -> httpx2.AsyncClient:
-        client = guarded_http_client(policy, timeout=timeout or httpx2.Timeout(30.0), headers=headers)
-        if auth is not None:
-            client.auth = auth
-        return client
-
+    timeout = httpx2.Timeout(options.connect_timeout, read=_HTTP_READ_TIMEOUT_SECONDS)
+    http = guarded_http_client(
+        policy,
+        timeout=timeout,
+        headers=config.headers,
+        max_connections=options.http_max_connections,
+        max_response_bytes=options.max_response_bytes,
+    )
+    # One SSE event is bounded like a whole JSON answer: the SDK's 1 MiB default would end the
+    # session over a legitimate 2 MB result.
     if config.transport == "sse":
-        async with sse_client(
-            config.url,
-            headers=dict(config.headers),
-            timeout=options.connect_timeout,
-            sse_read_timeout=_HTTP_READ_TIMEOUT_SECONDS,
-            httpx_client_factory=client_factory,
-        ) as streams:
+        async with http, legacy_sse_transport(config.url, http, max_event_size=options.max_response_bytes) as streams:
             yield streams
         return
-    timeout = httpx2.Timeout(options.connect_timeout, read=_HTTP_READ_TIMEOUT_SECONDS)
     async with (
-        guarded_http_client(policy, timeout=timeout, headers=config.headers) as http,
-        streamable_http_client(config.url, http_client=http) as streams,
+        http,
+        streamable_http_client(config.url, http_client=http, max_sse_event_size=options.max_response_bytes) as streams,
     ):
         yield streams
 
@@ -168,26 +164,36 @@ class _WatchedReadStream:
     """The transport's read stream, seen by the gateway on its way to the session.
 
     It notices when the session ends (the dispatcher leaves the stream at EOF: a stdio child
-    exiting, a transport failing) and passes ``tools/list`` responses through the listing filter.
+    exiting, a transport failing), tells ``on_message`` of every message (the server is alive
+    while messages arrive) and passes ``tools/list`` responses through the listing filter, on a
+    worker thread: checking a large listing must not stall the event loop.
     """
 
     def __init__(
-        self, inner: ReadStream[SessionMessage | Exception], on_end: Callable[[], None], listing: ToolListingFilter
+        self,
+        inner: ReadStream[SessionMessage | Exception],
+        on_end: Callable[[], None],
+        listing: ToolListingFilter,
+        on_message: Callable[[], None],
     ) -> None:
         self._inner = inner
         self._on_end = on_end
         self._listing = listing
+        self._on_message = on_message
 
     @property
     def last_context(self) -> Any:
         # The dispatcher duck-types this to carry the sender's contextvars (tracing) along.
         return getattr(self._inner, "last_context", None)
 
-    def _seen(self, item: SessionMessage | Exception) -> SessionMessage | Exception:
-        return self._listing.filter_received(item) if isinstance(item, SessionMessage) else item
+    async def _seen(self, item: SessionMessage | Exception) -> SessionMessage | Exception:
+        self._on_message()
+        if isinstance(item, SessionMessage) and self._listing.wants(item):
+            return await anyio.to_thread.run_sync(self._listing.filter_received, item)
+        return item
 
     async def receive(self) -> SessionMessage | Exception:
-        return self._seen(await self._inner.receive())
+        return await self._seen(await self._inner.receive())
 
     async def aclose(self) -> None:
         self._on_end()
@@ -197,7 +203,7 @@ class _WatchedReadStream:
         return self
 
     async def __anext__(self) -> SessionMessage | Exception:
-        return self._seen(await self._inner.__anext__())
+        return await self._seen(await self._inner.__anext__())
 
     async def __aenter__(self) -> _WatchedReadStream:
         await self._inner.__aenter__()
@@ -235,15 +241,22 @@ class _WatchedWriteStream:
 
 
 class WatchedTransport(AbstractAsyncContextManager[TransportStreams]):
-    def __init__(self, inner: Transport, on_end: Callable[[], None], listing: ToolListingFilter) -> None:
+    def __init__(
+        self,
+        inner: Transport,
+        on_end: Callable[[], None],
+        listing: ToolListingFilter,
+        on_message: Callable[[], None] = lambda: None,
+    ) -> None:
         self._inner = inner
         self._on_end = on_end
         self._listing = listing
+        self._on_message = on_message
 
     async def __aenter__(self) -> TransportStreams:
         read_stream, write_stream = await self._inner.__aenter__()
         return (
-            _WatchedReadStream(read_stream, self._on_end, self._listing),
+            _WatchedReadStream(read_stream, self._on_end, self._listing, self._on_message),
             _WatchedWriteStream(write_stream, self._listing),
         )
 
