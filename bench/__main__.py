@@ -3,11 +3,12 @@
 Starts, in this process tree on loopback: a hello endpoint (the floor), a fake OpenAI-compatible
 LLM, echo MCP servers over stdio and streamable HTTP, completion-service, mcp-client-service and
 agent-service. The services run on one core; this process (the load client, the direct SDK
-clients) and the fakes on the other. Then, in order: the load client check, the floor, and the
-completion-service, mcp-client-service and agent-service benchmarks; each prints its tables as it
-ends, and a summary of the targets closes the run. The summary is also written to
-``.data/bench/summary.json`` and ``summary.md``. Figures, never a gate: the exit code is 0 even
-when a target is missed.
+clients) and the fakes on the other (agent-service's concurrent runs are measured a second time
+with it alone on its core and the other two services moved to the other one, as its upstreams).
+Then, in order: the load client check, the floor, and the completion-service, mcp-client-service
+and agent-service benchmarks; each prints its tables as it ends, and a summary of the targets
+closes the run. The summary is also written to ``.data/bench/summary.json`` and ``summary.md``.
+Figures, never a gate: the exit code is 0 even when a target is missed.
 
 Options: ``--quick`` (or ``BENCH_QUICK=1``) for a short run while iterating; ``--only`` to run
 some benchmarks; ``--profile`` to record the services with py-spy (see ``bench/profiling.py``);

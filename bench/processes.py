@@ -23,10 +23,12 @@ import httpx
 
 __all__ = [
     "ROOT",
+    "CoreTimes",
     "Cores",
     "Service",
     "cpu_seconds",
     "free_port",
+    "pin",
     "pin_descendants",
     "rss_bytes",
     "start",
@@ -101,6 +103,11 @@ def _children(pid: int) -> list[int]:
     return children
 
 
+def pin(pid: int, cpus: frozenset[int]) -> None:
+    """Move the running process ``pid`` (every thread) onto ``cpus``; its children stay where they are."""
+    _pin(pid, cpus)
+
+
 def pin_descendants(pid: int, cpus: frozenset[int]) -> list[int]:
     """Move every process below ``pid`` (stdio MCP servers a service spawned) onto ``cpus``."""
     moved: list[int] = []
@@ -124,6 +131,34 @@ def cpu_seconds(pids: Sequence[int]) -> float:
             except (OSError, ValueError, IndexError):
                 continue
     return total / 1e9
+
+
+@dataclass(frozen=True)
+class CoreTimes:
+    """Busy and total time of some CPUs so far (``/proc/stat`` ticks), whoever ran on them."""
+
+    busy: int
+    total: int
+
+    @classmethod
+    def read(cls, cpus: frozenset[int]) -> CoreTimes:
+        busy = total = 0
+        try:
+            with open("/proc/stat") as stat:
+                for line in stat:
+                    name, *fields = line.split()
+                    if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+                        ticks = [int(field) for field in fields[:8]]  # user .. steal; guest is inside user
+                        total += sum(ticks)
+                        busy += sum(ticks) - ticks[3] - ticks[4]  # less idle and iowait
+        except OSError:
+            pass
+        return cls(busy, total)
+
+    def busy_since(self, before: CoreTimes) -> float:
+        """The share of time these CPUs were busy since ``before`` (0..1; every process, ours or not)."""
+        total = self.total - before.total
+        return (self.busy - before.busy) / total if total > 0 else 0.0
 
 
 def rss_bytes(pid: int) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 from pydantic import SecretStr
 
@@ -32,9 +33,15 @@ class FakeCompletionClient:
     def __init__(self, models: set[str]) -> None:
         self.models = models
         self.calls = 0
+        self.checked: list[str] = []
+        self.answer: dict[str, anyio.Event] = {}
+        """Models whose check waits for this event (completion-service taking its time)."""
 
     async def check_model(self, model: str, deadline: Deadline) -> None:
         self.calls += 1
+        self.checked.append(model)
+        if model in self.answer:
+            await self.answer[model].wait()
         if model not in self.models:
             raise UpstreamError("model_not_found", f"Unknown model {model}; available: demo", status=400)
 
@@ -148,3 +155,51 @@ async def test_the_model_memory_stays_bounded_whatever_names_callers_send() -> N
     for name in sorted(names):
         await plan_run(request(model=name), SETTINGS, tools, checker)
     assert len(checker._known) <= 256
+
+
+async def test_runs_starting_together_on_a_model_not_yet_known_ask_completion_service_once() -> None:
+    tools, _ = catalog()
+    checker, client = models("demo", ttl=60)
+    client.answer["demo"] = anyio.Event()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            for _ in range(50):
+                tg.start_soon(plan_run, request(), SETTINGS, tools, checker)
+            await anyio.wait_all_tasks_blocked()  # all 50 are past the cache and waiting
+            client.answer["demo"].set()
+    assert client.calls == 1
+    assert checker._checking == {}  # nothing kept per model once nobody waits
+
+
+async def test_a_slow_check_of_one_model_does_not_hold_up_runs_on_another() -> None:
+    tools, _ = catalog()
+    checker, client = models("demo", "fast", ttl=60)
+    client.answer["demo"] = anyio.Event()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(plan_run, request(), SETTINGS, tools, checker)
+            await anyio.wait_all_tasks_blocked()
+            await plan_run(request(model="fast"), SETTINGS, tools, checker)  # would hang if it waited on "demo"
+            client.answer["demo"].set()
+    assert client.checked == ["demo", "fast"]
+
+
+async def test_runs_waiting_on_a_check_that_fails_each_get_the_error() -> None:
+    tools, _ = catalog()
+    checker, client = models("demo", ttl=60)
+    client.answer["gtp-4o"] = anyio.Event()
+    errors: list[str] = []
+
+    async def run() -> None:
+        with pytest.raises(ApiError) as caught:
+            await plan_run(request(model="gtp-4o"), SETTINGS, tools, checker)
+        errors.append(caught.value.code)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(run)
+            await anyio.wait_all_tasks_blocked()
+            client.answer["gtp-4o"].set()
+    assert errors == ["model_not_found"] * 3
+    assert client.calls == 3  # names that do not route are asked again, one run after the other

@@ -23,6 +23,14 @@ def test_empty_data_is_still_a_complete_frame() -> None:
     assert encode_event("") == b"data: \n\n"
 
 
+def test_only_cr_and_lf_cut_data_into_lines_so_json_with_a_raw_line_separator_arrives_whole() -> None:
+    # JSON leaves U+2028 raw inside strings; SSE does not end a line there, so neither may we.
+    assert (
+        encode_event('{"delta": "a\u2028b"}', event="text") == 'event: text\ndata: {"delta": "a\u2028b"}\n\n'.encode()
+    )
+    assert encode_event("one\r\ntwo\rthree\n") == b"data: one\ndata: two\ndata: three\ndata: \n\n"
+
+
 class FakeConnection:
     """The ASGI side of one HTTP connection, recording what the response sends."""
 
@@ -99,3 +107,56 @@ async def test_a_silent_producer_gets_keep_alive_pings() -> None:
     with anyio.fail_after(5):
         await EventStreamResponse(producer, ping_interval=0.05)({"type": "http"}, connection.receive, connection.send)
     assert connection.bodies()[:2] == [PING, b"data: after the ping\n\n"]
+
+
+@pytest.mark.anyio
+async def test_events_emitted_from_several_tasks_at_once_each_reach_the_client_whole() -> None:
+    class SlowWrites(FakeConnection):
+        """A client whose writes wait for the network in the middle, as a flow-controlled socket does."""
+
+        async def send(self, message: Message) -> None:
+            self.sent.append({"type": "write.begin", "body": message.get("body")})
+            await anyio.sleep(0.001)
+            self.sent.append({"type": "write.end", "body": message.get("body")})
+
+    async def producer(emit: Any) -> None:
+        # As the agent loop does with the results of parallel tool calls.
+        async with anyio.create_task_group() as tg:
+            for n in range(3):
+                tg.start_soon(emit, encode_event(str(n)))
+
+    connection = SlowWrites()
+    with anyio.fail_after(5):
+        await EventStreamResponse(producer)({"type": "http"}, connection.receive, connection.send)
+    writes = [(m["type"], m["body"]) for m in connection.sent if m["type"].startswith("write")]
+    # Every write ends before the next begins: no event is cut by another.
+    assert [kind for kind, _ in writes] == ["write.begin", "write.end"] * (len(writes) // 2)
+    assert sorted(body for kind, body in writes if kind == "write.end" and body) == [
+        b"data: 0\n\n",
+        b"data: 1\n\n",
+        b"data: 2\n\n",
+    ]
+
+
+@pytest.mark.anyio
+async def test_a_ping_that_finds_the_client_gone_ends_the_stream_quietly() -> None:
+    cancelled = anyio.Event()
+
+    class Gone(FakeConnection):
+        async def send(self, message: Message) -> None:
+            if message.get("body") == PING:
+                raise OSError("the client has gone")
+            await super().send(message)
+
+    async def producer(emit: Any) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.set()
+
+    connection = Gone()
+    with anyio.fail_after(5):
+        await EventStreamResponse(producer, ping_interval=0.01)({"type": "http"}, connection.receive, connection.send)
+    assert cancelled.is_set()
+    # No end-of-body message to a client that is not there.
+    assert connection.bodies() == []

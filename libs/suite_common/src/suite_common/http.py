@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import anyio
 from pydantic import BaseModel, ValidationError
@@ -11,8 +13,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from suite_common.errors import ApiError
+from suite_common.lifecycle import Lifecycle
 
-__all__ = ["ModelResponse", "cancel_on_disconnect", "describe_validation_error", "read_model"]
+__all__ = [
+    "ModelResponse",
+    "WorkOutcome",
+    "cancel_on_disconnect",
+    "describe_validation_error",
+    "read_model",
+    "run_for_client",
+]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 T = TypeVar("T")
@@ -61,28 +71,60 @@ class ModelResponse(Response):
         super().__init__(model.model_dump_json(by_alias=True, exclude_none=True), status_code=status_code)
 
 
+@dataclass(frozen=True, slots=True)
+class WorkOutcome(Generic[T]):
+    """How work done for a client ended: ``finished`` with its ``result``, or stopped because the client went
+    away (``client_gone``) or, otherwise, because the service's lifecycle interrupted it (shutting down)."""
+
+    finished: bool
+    result: T | None = None
+    client_gone: bool = False
+
+
+async def run_for_client(request: Request, work: Awaitable[T], *, lifecycle: Lifecycle | None = None) -> WorkOutcome[T]:
+    """Await ``work`` in the calling task; cancel it when the client disconnects or ``lifecycle`` interrupts.
+
+    For handlers that answer with one body: without this, a departed client's request would keep
+    its upstream calls running to the end. ``work``'s own exception is raised as is, not wrapped
+    in an exception group.
+
+    One cancel scope and one watcher per request, on the hot path of every call: the interrupt
+    cancels the scope directly (``Lifecycle.cancels``), and the disconnect watcher is a bare
+    asyncio task (the services run on uvicorn, so on asyncio) rather than an anyio task group,
+    which costs about four times as much CPU.
+    """
+    client_gone = False
+    finished = False
+    result: T | None = None
+    with anyio.CancelScope() as scope:
+
+        async def watch() -> None:
+            nonlocal client_gone
+            try:
+                while (await request.receive())["type"] != "http.disconnect":
+                    pass
+            except Exception:  # cannot tell any more whether the client is there: let the work finish
+                return
+            client_gone = True
+            scope.cancel()
+
+        watcher = asyncio.get_running_loop().create_task(watch())
+        try:
+            if lifecycle is None:
+                result = await work
+            else:
+                with lifecycle.cancels(scope):
+                    result = await work
+            finished = True
+        finally:
+            watcher.cancel()
+    return WorkOutcome(finished, result, client_gone=client_gone and not finished)
+
+
 async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> tuple[bool, T | None]:
     """``(True, result)`` of ``work``, or ``(False, None)`` once the client has gone (``work`` cancelled).
 
-    For handlers that answer with one body: without this, a departed client's request would
-    keep its upstream calls running to the end. ``work``'s own exception is raised as is,
-    not wrapped in an exception group.
+    ``run_for_client`` without a lifecycle; ``work``'s own exception is raised as is.
     """
-    outcome: list[T] = []
-    failure: Exception | None = None
-    async with anyio.create_task_group() as tg:
-
-        async def watch() -> None:
-            while (await request.receive())["type"] != "http.disconnect":
-                pass
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(watch)
-        try:
-            outcome.append(await work)
-        except Exception as error:
-            failure = error
-        tg.cancel_scope.cancel()
-    if failure is not None:
-        raise failure
-    return (True, outcome[0]) if outcome else (False, None)
+    outcome = await run_for_client(request, work)
+    return outcome.finished, outcome.result

@@ -38,6 +38,7 @@ class Lifecycle:
         self.interrupted = False
         self.in_flight = 0
         self._interrupt: anyio.Event | None = None
+        self._interruptible: set[anyio.CancelScope] = set()
 
     def begin_draining(self) -> None:
         """Safe from a signal handler: only flips a flag."""
@@ -48,6 +49,8 @@ class Lifecycle:
         self.interrupted = True
         if self._interrupt is not None:
             self._interrupt.set()
+        for scope in tuple(self._interruptible):
+            scope.cancel()
 
     async def wait_interrupted(self) -> None:
         """Returns when ``interrupt`` is called."""
@@ -56,6 +59,21 @@ class Lifecycle:
         if self._interrupt is None:
             self._interrupt = anyio.Event()
         await self._interrupt.wait()
+
+    @contextmanager
+    def cancels(self, scope: anyio.CancelScope) -> Iterator[None]:
+        """While inside, ``interrupt`` cancels ``scope`` (at once if it already happened).
+
+        Registering the scope costs a set insertion; a task waiting for the interrupt, per request,
+        cost a task group and a task (about 0.09 ms of CPU).
+        """
+        if self.interrupted:
+            scope.cancel()
+        self._interruptible.add(scope)
+        try:
+            yield
+        finally:
+            self._interruptible.discard(scope)
 
     @contextmanager
     def track(self) -> Iterator[None]:
@@ -71,23 +89,12 @@ async def until_interrupted(lifecycle: Lifecycle, work: Awaitable[T]) -> tuple[b
 
     ``work`` runs in the calling task, so its own exception is raised as is, not in an exception group.
     """
-    outcome: list[T] = []
-    failure: Exception | None = None
-    async with anyio.create_task_group() as tg:
-
-        async def watch() -> None:
-            await lifecycle.wait_interrupted()
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(watch)
-        try:
-            outcome.append(await work)
-        except Exception as error:  # raised below, outside the task group that would wrap it in a group
-            failure = error
-        tg.cancel_scope.cancel()
-    if failure is not None:
-        raise failure
-    return (True, outcome[0]) if outcome else (False, None)
+    finished = False
+    result: T | None = None
+    with anyio.CancelScope() as scope, lifecycle.cancels(scope):
+        result = await work
+        finished = True
+    return (True, result) if finished else (False, None)
 
 
 class LifecycleMiddleware:

@@ -20,6 +20,8 @@ __all__ = ["LATENCY_BUCKETS", "HttpMetrics", "HttpMetricsMiddleware", "metrics_r
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 """From a millisecond (a catalog read) to the two minutes of a run's deadline."""
 
+_MAX_CACHED_SERIES = 1024
+
 
 class HttpMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -45,6 +47,7 @@ class HttpMetricsMiddleware:
     def __init__(self, app: ASGIApp, metrics: HttpMetrics) -> None:
         self.app = app
         self.metrics = metrics
+        self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -62,11 +65,24 @@ class HttpMetricsMiddleware:
         try:
             await self.app(scope, receive, send_and_note)
         finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
-            method = scope["method"]
-            self.metrics.requests.labels(method, template, str(status)).inc()
-            self.metrics.latency.labels(method, template).observe(time.perf_counter() - started)
+            template = getattr(scope.get("route"), "path", None) or "unmatched"
+            count, latency = self._series(scope["method"], template, status)
+            count.inc()
+            latency.observe(time.perf_counter() - started)
+
+    def _series(self, method: str, template: str, status: int) -> tuple[Counter, Histogram]:
+        """The request's counter and histogram children, looked up once per (method, route, status):
+        ``labels()`` validates and locks on every call, twice per request."""
+        key = (method, template, status)
+        series = self._children.get(key)
+        if series is None:
+            series = (
+                self.metrics.requests.labels(method, template, str(status)),
+                self.metrics.latency.labels(method, template),
+            )
+            if len(self._children) < _MAX_CACHED_SERIES:  # methods are the client's choice: keep the cache bounded
+                self._children[key] = series
+        return series
 
 
 def metrics_route(registry: CollectorRegistry) -> Route:

@@ -9,11 +9,12 @@ cancels the producer when it does, which in turn cancels every in-flight upstrea
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
 import anyio
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 __all__ = ["Emit", "EventStreamResponse", "encode_event"]
 
@@ -26,15 +27,18 @@ PING = b": ping\n\n"
 
 
 def encode_event(data: str | bytes, *, event: str | None = None, id: int | str | None = None) -> bytes:
-    """One SSE frame. Multi-line data becomes several ``data:`` lines, as the spec requires."""
+    """One SSE frame. Multi-line data becomes several ``data:`` lines, as the spec requires.
+
+    Only ``\r\n``, ``\r`` and ``\n`` end a line in SSE (``str.splitlines`` would also cut at U+2028
+    and others, which JSON leaves raw in strings): the client gets back exactly ``data``.
+    """
     text = data.decode() if isinstance(data, bytes) else data
-    lines = []
-    if id is not None:
-        lines.append(f"id: {id}")
+    if "\n" in text or "\r" in text:
+        text = "\ndata: ".join(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
+    head = "" if id is None else f"id: {id}\n"
     if event is not None:
-        lines.append(f"event: {event}")
-    lines.extend(f"data: {line}" for line in text.splitlines() or [""])
-    return ("\n".join(lines) + "\n\n").encode()
+        head += f"event: {event}\n"
+    return f"{head}data: {text}\n\n".encode()
 
 
 class EventStreamResponse:
@@ -60,40 +64,55 @@ class EventStreamResponse:
             *((k.lower().encode(), v.encode()) for k, v in self.headers.items()),
         ]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        send_lock = anyio.Lock()
+        # The producer is not the only sender: the agent loop emits the results of parallel tool calls
+        # from their own tasks, and the keep-alive pings come from another. The lock keeps each event
+        # whole; ``fast_acquire`` takes it without a trip through the event loop when it is free.
+        send_lock = anyio.Lock(fast_acquire=True)
         last_sent = anyio.current_time()
+        client_gone = False
 
         async def send_chunk(chunk: bytes) -> None:
             nonlocal last_sent
             async with send_lock:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                last_sent = anyio.current_time()
+            last_sent = anyio.current_time()
 
-        client_gone = False
+        with anyio.CancelScope() as cancel_scope:
 
-        async def watch_disconnect(cancel: anyio.CancelScope) -> None:
-            nonlocal client_gone
-            while True:
-                message: Message = await receive()
-                if message["type"] == "http.disconnect":
-                    client_gone = True
-                    cancel.cancel()
+            async def watch_disconnect() -> None:
+                nonlocal client_gone
+                try:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                except Exception:  # cannot tell any more: a failed write will say when the client has gone
                     return
+                client_gone = True
+                cancel_scope.cancel()
 
-        async def keep_alive() -> None:
-            while True:
-                await anyio.sleep(max(0.0, last_sent + self.ping_interval - anyio.current_time()))
-                if anyio.current_time() - last_sent >= self.ping_interval:
-                    await send_chunk(PING)
+            async def keep_alive() -> None:
+                nonlocal client_gone
+                while True:
+                    await anyio.sleep(max(0.0, last_sent + self.ping_interval - anyio.current_time()))
+                    if anyio.current_time() - last_sent >= self.ping_interval:
+                        try:
+                            await send_chunk(PING)
+                        except OSError:  # the transport refused a write: the client has gone
+                            client_gone = True
+                            cancel_scope.cancel()
+                            return
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(watch_disconnect, tg.cancel_scope)
-            tg.start_soon(keep_alive)
+            # Bare asyncio tasks tied to this scope by the ``finally`` below, not an anyio task group:
+            # per stream, the group and its two tasks cost several times as much CPU (uvicorn runs on asyncio).
+            loop = asyncio.get_running_loop()
+            watchers = (loop.create_task(watch_disconnect()), loop.create_task(keep_alive()))
             try:
                 await self.producer(send_chunk)
             except OSError:
                 client_gone = True  # the transport refused a write
-            tg.cancel_scope.cancel()
+            finally:
+                for watcher in watchers:
+                    watcher.cancel()
         if not client_gone:
             with contextlib.suppress(OSError):
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                async with send_lock:  # after a ping that may still be being written
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})

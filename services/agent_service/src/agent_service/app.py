@@ -21,7 +21,8 @@ from agent_service.settings import AgentSettings
 from agent_service.telemetry import RunTelemetry
 from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes
-from suite_common.http import ModelResponse, cancel_on_disconnect, read_model
+from suite_common.http import ModelResponse, read_model, run_for_client
+from suite_common.http_client import pooled_client
 from suite_common.lifecycle import Lifecycle, until_interrupted
 from suite_common.logging import get_logger
 from suite_common.observability import Observability
@@ -91,12 +92,11 @@ async def run_agent(request: Request) -> Response | EventStreamResponse:
     plan = await plan_run(body, services.settings, services.catalog, services.models)
     if body.stream:
         return EventStreamResponse(lambda send: _stream_run(plan, services.loop, lifecycle, send))
-    run = until_interrupted(lifecycle, services.loop.run(plan, _ignore, stream_text=False))
-    answered, interruptible = await cancel_on_disconnect(request, run)
-    if not answered or interruptible is None:
+    run = await run_for_client(request, services.loop.run(plan, _ignore, stream_text=False), lifecycle=lifecycle)
+    if run.client_gone:
         return Response(status_code=499)  # the client has gone; nobody reads this
-    finished, outcome = interruptible
-    if not finished or outcome is None:
+    outcome = run.result
+    if not run.finished or outcome is None:
         raise ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"})
     final = next((m for m in reversed(outcome.appended) if m.role == "assistant"), Message(role="assistant"))
     result = AgentRunResult(
@@ -155,15 +155,17 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[dict[str, _Services]]:
-        # One pooled client for every run. No read timeout here: each call is bounded by its
-        # run's deadline instead, which a slow LLM or tool cannot push back.
+        # One pooled client for every run, on aiohttp's pool (httpx's own costs milliseconds of CPU
+        # per call under concurrency). No read timeout here: each call is bounded by its run's
+        # deadline instead, which a slow LLM or tool cannot push back. Idle connections are dropped
+        # before the peers' uvicorn closes them (5 s), so a request never goes out on one it is closing.
         async with AsyncExitStack() as stack:
             http = http_client
             if http is None:  # an injected client belongs to whoever injected it
                 http = await stack.enter_async_context(
-                    httpx.AsyncClient(
+                    pooled_client(
                         timeout=httpx.Timeout(None, connect=settings.connect_timeout_seconds),
-                        limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
+                        limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200, keepalive_expiry=4.0),
                     )
                 )
             tools = ToolsClient(http, settings.mcp_client_url, secret=secret, secret_header=settings.mcp_secret_header)

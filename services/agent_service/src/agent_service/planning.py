@@ -53,12 +53,29 @@ class ModelCheck:
         self.client = client
         self.ttl = ttl
         self._known: dict[str, float] = {}
+        self._checking: dict[str, anyio.Lock] = {}
+
+    def _fresh(self, model: str) -> bool:
+        checked_at = self._known.get(model)
+        return checked_at is not None and time.monotonic() - checked_at < self.ttl
 
     async def check(self, model: str, deadline: Deadline) -> None:
-        checked_at = self._known.get(model)
-        if checked_at is not None and time.monotonic() - checked_at < self.ttl:
+        if self._fresh(model):
             return
-        await self.client.check_model(model, deadline)
+        # One request per model for many runs starting at once (when the memory of it expires under
+        # load, every run would ask otherwise); other models are not held up.
+        lock = self._checking.setdefault(model, anyio.Lock())
+        try:
+            async with lock:
+                if self._fresh(model):
+                    return
+                await self.client.check_model(model, deadline)
+                self._remember(model)
+        finally:
+            if not lock.locked() and lock.statistics().tasks_waiting == 0:
+                self._checking.pop(model, None)  # nobody waits: callers choose the names, keep none
+
+    def _remember(self, model: str) -> None:
         now = time.monotonic()
         if len(self._known) >= _MAX_KNOWN_MODELS:
             # With an OpenAI-compatible endpoint configured every name routes, so callers choose

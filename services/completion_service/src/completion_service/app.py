@@ -27,7 +27,8 @@ from completion_service.wiring import build_router
 from suite_common.deadline import time_budget
 from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes
-from suite_common.http import ModelResponse, cancel_on_disconnect, read_model
+from suite_common.http import ModelResponse, read_model, run_for_client
+from suite_common.http_client import pooled_client
 from suite_common.lifecycle import Lifecycle, until_interrupted
 from suite_common.logging import get_logger
 from suite_common.observability import Observability
@@ -191,14 +192,14 @@ _SHUTTING_DOWN = "The service is shutting down; send the request again: another 
 
 
 async def _until_answered(request: Request, lifecycle: Lifecycle, work: Awaitable[T]) -> tuple[bool, T | None]:
-    """``cancel_on_disconnect``, and a 503 ``shutting_down`` when the service interrupts ``work`` while draining."""
-    answered, interruptible = await cancel_on_disconnect(request, until_interrupted(lifecycle, work))
-    if not answered or interruptible is None:
+    """``(False, None)`` once the client has gone, and a 503 ``shutting_down`` when the service interrupts ``work``
+    while draining."""
+    outcome = await run_for_client(request, work, lifecycle=lifecycle)
+    if outcome.client_gone:
         return False, None
-    finished, result = interruptible
-    if not finished:
+    if not outcome.finished:
         raise ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"}, retryable=True)
-    return True, result
+    return True, outcome.result
 
 
 def _left(deadline: float) -> float:
@@ -301,7 +302,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[dict[str, _Services]]:
         # One pooled client for every upstream call; each call narrows the timeout to its budget.
-        http = http_client or httpx.AsyncClient(
+        # On aiohttp's pool: httpx's own costs milliseconds of CPU per call under concurrency.
+        http = http_client or pooled_client(
             timeout=httpx.Timeout(settings.request_timeout_seconds, connect=settings.connect_timeout_seconds),
             limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
         )

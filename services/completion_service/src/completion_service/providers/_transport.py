@@ -9,7 +9,7 @@ bodies; ``Upstream`` sends it, retries what ``ApiError.retryable`` says may be r
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import anyio
 import httpx
-from httpx_sse import EventSource, ServerSentEvent, SSEError
+from httpx_sse import ServerSentEvent
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -29,6 +29,7 @@ from tenacity import (
 from tenacity.stop import stop_base
 
 from completion_service.providers._errors import bad_response, retry_after_seconds
+from completion_service.providers._sse import EventStreamParser
 from suite_common.errors import ApiError
 from suite_common.logging import get_logger
 
@@ -162,6 +163,23 @@ class Upstream:
         ``build`` makes a fresh request for each attempt (a signature may depend on the time).
         Close the response with ``release`` (``read_json`` and the iterators do it).
         """
+        try:
+            try:
+                # Most calls succeed at once: the retrying machinery is built only for those that do not.
+                return await self.before(deadline, self._send(build, translate, deadline))
+            except _RetryableFailure as failure:
+                return await self._retry(build, translate, deadline, failure)
+        except httpx.TransportError as error:
+            raise self._failure(error, deadline) from None
+
+    async def _retry(
+        self,
+        build: Callable[[], httpx.Request],
+        translate: ErrorTranslator,
+        deadline: CallDeadline,
+        first: _RetryableFailure,
+    ) -> httpx.Response:
+        """The attempts after the first one failed with ``first``: tenacity decides as if it had made that one."""
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(_RetryableFailure),
             stop=stop_any(stop_after_attempt(self.max_retries + 1), _StopBefore(deadline.at)),
@@ -170,13 +188,14 @@ class Upstream:
             before_sleep=self._log_retry,
             reraise=True,
         )
-        with self.translated_errors(deadline):
-            try:
-                async for attempt in retrying:
-                    with attempt:
-                        return await self.before(deadline, self._send(build, translate, deadline))
-            except _RetryableFailure as failure:
-                raise failure.error from None
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    if attempt.retry_state.attempt_number == 1:
+                        raise first  # already made, in ``open``: tenacity waits, stops or retries after it
+                    return await self.before(deadline, self._send(build, translate, deadline))
+        except _RetryableFailure as failure:
+            raise failure.error from None
         raise AssertionError("tenacity returns or raises")  # pragma: no cover
 
     async def _send(
@@ -185,7 +204,7 @@ class Upstream:
         remaining = max(deadline.remaining(), 0.001)
         connect = min(self.http.timeout.connect or remaining, remaining)
         request = build()
-        request.extensions["timeout"] = httpx.Timeout(remaining, connect=connect).as_dict()
+        request.extensions["timeout"] = {"connect": connect, "read": remaining, "write": remaining, "pool": remaining}
         try:
             response = await self.http.send(request, stream=True)
         except httpx.ConnectTimeout:
@@ -232,40 +251,56 @@ class Upstream:
 
     async def read_json(self, response: httpx.Response, deadline: CallDeadline) -> Any:
         """The whole JSON body, then the connection back to the pool."""
-        with self.translated_errors(deadline):
-            try:
-                content = await self.before(deadline, response.aread())
-            finally:
-                await _release(response)
+        try:
+            content = await self.before(deadline, response.aread())
+        except httpx.TransportError as error:
+            raise self._failure(error, deadline) from None
+        finally:
+            await _release(response)
         return parse_json(content)
 
     async def iter_sse(self, response: httpx.Response, deadline: CallDeadline) -> AsyncGenerator[ServerSentEvent, None]:
-        """The response's server-sent events, each one awaited within the deadline."""
-        events = EventSource(response).aiter_sse()
+        """The response's server-sent events.
+
+        The deadline and the translation of failures apply to each read from the network, however
+        many events it carries (a fast model's tokens often share one), never to a ``yield``.
+        """
+        chunks = response.aiter_bytes()
         try:
-            while True:
-                with self.translated_errors(deadline):
-                    event = await self.before(deadline, anext(events, None))
-                if event is None:
-                    return
-                yield event
+            content_type = response.headers.get("content-type", "").partition(";")[0]
+            if "text/event-stream" not in content_type:
+                raise bad_response(f"expected the Content-Type text/event-stream, got {content_type!r}")
+            parser = EventStreamParser()
+            while (chunk := await self._next_chunk(chunks, deadline)) is not None:
+                for event in parser.feed(chunk):
+                    yield event
         finally:
-            with anyio.CancelScope(shield=True):
-                await events.aclose()
+            if isinstance(chunks, AsyncGenerator):  # httpx's is one: close it now, not when it is collected
+                with anyio.CancelScope(shield=True):
+                    await chunks.aclose()
             await _release(response)
 
     async def iter_bytes(self, response: httpx.Response, deadline: CallDeadline) -> AsyncGenerator[bytes, None]:
         """The raw body as it arrives (binary framings such as AWS event streams), within the deadline."""
         chunks = response.aiter_raw()
         try:
-            while True:
-                with self.translated_errors(deadline):
-                    chunk = await self.before(deadline, anext(chunks, None))
-                if chunk is None:
-                    return
+            while (chunk := await self._next_chunk(chunks, deadline)) is not None:
                 yield chunk
         finally:
             await _release(response)
+
+    async def _next_chunk(self, chunks: AsyncIterator[bytes], deadline: CallDeadline) -> bytes | None:
+        """The body's next chunk (``None`` at its end) unless the deadline passes first, failures translated.
+
+        Its cancel scope is entered and left around this one read: an async generator must never
+        ``yield`` inside one (the consumer would run under the generator's scope).
+        """
+        try:
+            with anyio.CancelScope(deadline=deadline.at):
+                return await anext(chunks, None)
+        except httpx.TransportError as error:
+            raise self._failure(error, deadline) from None
+        raise deadline.timed_out()
 
     @staticmethod
     async def release(response: httpx.Response) -> None:
@@ -274,28 +309,22 @@ class Upstream:
     @staticmethod
     async def before(deadline: CallDeadline, awaitable: Awaitable[T]) -> T:
         """Await ``awaitable`` unless the deadline passes first. The scope never spans a ``yield``."""
-        with anyio.move_on_after(deadline.remaining()):
+        with anyio.CancelScope(deadline=deadline.at):
             return await awaitable
         raise deadline.timed_out()
 
     # --- errors -------------------------------------------------------------------------------
 
-    @contextmanager
-    def translated_errors(self, deadline: CallDeadline) -> Iterator[None]:
-        """httpx and SSE failures as the caller's errors; ``ApiError`` passes through."""
-        try:
-            yield
-        except SSEError as error:  # before TransportError: httpx-sse derives it from that
-            raise bad_response(self.scrub(str(error))) from None
-        except httpx.TimeoutException:
-            raise deadline.timed_out() from None
-        except httpx.TransportError as error:
-            raise ApiError(
-                503,
-                "upstream_unavailable",
-                f"The connection to the provider at {self.endpoint} failed: {type(error).__name__}",
-                retryable=True,
-            ) from None
+    def _failure(self, error: httpx.TransportError, deadline: CallDeadline) -> ApiError:
+        """An httpx failure as the caller's error (``ApiError`` needs none: it passes through)."""
+        if isinstance(error, httpx.TimeoutException):
+            return deadline.timed_out()
+        return ApiError(
+            503,
+            "upstream_unavailable",
+            f"The connection to the provider at {self.endpoint} failed: {type(error).__name__}",
+            retryable=True,
+        )
 
     @contextmanager
     def scrubbed(self) -> Iterator[None]:

@@ -1,0 +1,156 @@
+"""The services' outbound HTTP client: httpx's API over aiohttp's connection pool.
+
+httpx's own pool (httpcore) rescans every connection for every request: at a few dozen
+concurrent requests it costs milliseconds of CPU per request and collapses (issue 7's
+profiles: ~46% of agent-service's CPU at 256 concurrent runs). aiohttp's pool does the same
+work in constant time. Keeping httpx as the API means providers, ``httpx-sse`` and the tests
+that inject ``httpx.AsyncClient(transport=httpx.MockTransport(...))`` stay as they are.
+
+``AiohttpTransport`` is in the spirit of the ``httpx-aiohttp`` package, but translates aiohttp's
+failures into the httpx exceptions httpcore would raise (httpx-aiohttp 0.2 reports a refused
+connection, a TLS failure or a server that hung up as ``ConnectTimeout``, and lets others escape as
+aiohttp exceptions), sends exactly the headers httpx built, and keeps no cookies of its own.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import httpx
+from yarl import URL
+
+__all__ = ["AiohttpTransport", "pooled_client"]
+
+_AUTO_HEADERS = ("Accept", "Accept-Encoding", "Content-Type", "User-Agent")
+"""aiohttp adds these when a request lacks them; httpx already chose, so it adds none."""
+
+
+def _translated(error: Exception) -> httpx.TransportError | None:
+    """The httpx exception httpcore would raise for an aiohttp failure (most specific class first)."""
+    message = str(error) or type(error).__name__
+    if isinstance(error, aiohttp.ConnectionTimeoutError):
+        return httpx.ConnectTimeout(message)
+    if isinstance(error, aiohttp.ServerTimeoutError):  # SocketTimeoutError: no byte within the read timeout
+        return httpx.ReadTimeout(message)
+    if isinstance(error, aiohttp.ClientProxyConnectionError | aiohttp.ClientHttpProxyError):
+        return httpx.ProxyError(message)
+    if isinstance(error, aiohttp.ClientConnectorError):  # refused, DNS, TLS handshake or certificate
+        return httpx.ConnectError(message)
+    if isinstance(error, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | aiohttp.ClientResponseError):
+        # No response, a body cut short, or bytes that are not HTTP: httpcore's RemoteProtocolError.
+        return httpx.RemoteProtocolError(message)
+    if isinstance(error, aiohttp.InvalidURL | aiohttp.NonHttpUrlClientError):
+        return httpx.UnsupportedProtocol(message)
+    if isinstance(error, aiohttp.ClientOSError):  # reset by peer, broken pipe
+        return httpx.ReadError(message)
+    if isinstance(error, aiohttp.ClientConnectionError):
+        return httpx.ConnectError(message)
+    if isinstance(error, aiohttp.ClientError):
+        return httpx.TransportError(message)
+    if isinstance(error, TimeoutError):
+        return httpx.ReadTimeout(message)
+    return None
+
+
+class _ResponseStream(httpx.AsyncByteStream):
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.content.iter_any():  # each chunk as it arrives (SSE)
+                yield chunk
+        except Exception as error:
+            translated = _translated(error)
+            if translated is None:
+                raise
+            raise translated from error
+
+    async def aclose(self) -> None:
+        # Back to the pool when the body was read to its end; closed otherwise (cancelled, abandoned),
+        # so that the server sees the caller go.
+        self._response.release()
+
+
+class AiohttpTransport(httpx.AsyncBaseTransport):
+    """Sends httpx requests through one ``aiohttp.ClientSession``, made on first use (inside the loop).
+
+    Timeouts come from each request (httpx's ``Timeout``): ``connect`` bounds the TCP and TLS
+    connect, ``read`` the wait for each chunk, ``pool`` the wait for a free connection (with the
+    connect inside it). aiohttp has no write timeout: a request body goes to the socket's buffer.
+    """
+
+    def __init__(self, *, limits: httpx.Limits, verify: ssl.SSLContext | bool = True) -> None:
+        self._limits = limits
+        self._ssl = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify=verify)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _open(self) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(
+            limit=self._limits.max_connections or 0,
+            keepalive_timeout=self._limits.keepalive_expiry if self._limits.keepalive_expiry is not None else 5.0,
+            ssl=self._ssl,
+        )
+        # httpx already handled redirects, cookies, decompression, proxies and headers.
+        return aiohttp.ClientSession(
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=_AUTO_HEADERS,
+            auto_decompress=False,
+            trust_env=False,
+        )
+
+    @staticmethod
+    def _timeout(timeouts: dict[str, float | None]) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=timeouts.get("connect"),
+            sock_read=timeouts.get("read"),
+            connect=timeouts.get("pool"),
+        )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._session is None:
+            self._session = self._open()
+        try:
+            body: bytes | httpx.AsyncByteStream | None = request.content or None
+        except httpx.RequestNotRead:  # a streamed body: aiohttp frames it itself
+            body = request.stream if isinstance(request.stream, httpx.AsyncByteStream) else None
+            request.headers.pop("transfer-encoding", None)
+        try:
+            response = await self._session.request(
+                request.method,
+                URL(str(request.url), encoded=True),
+                headers=request.headers.multi_items(),
+                data=body,
+                allow_redirects=False,
+                timeout=self._timeout(request.extensions.get("timeout", {})),
+            )
+        except Exception as error:
+            translated = _translated(error)
+            if translated is None:
+                raise
+            raise translated from error
+        extensions: dict[str, Any] = {"http_version": b"HTTP/1.1"}
+        if response.reason:
+            extensions["reason_phrase"] = response.reason.encode("ascii", "replace")
+        return httpx.Response(
+            response.status,
+            headers=list(response.raw_headers),
+            stream=_ResponseStream(response),
+            extensions=extensions,
+        )
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def pooled_client(*, timeout: httpx.Timeout, limits: httpx.Limits) -> httpx.AsyncClient:
+    """A service's one pooled client, on ``AiohttpTransport``. Proxies named in the environment still
+    apply (httpx mounts its own transport for the URLs they cover)."""
+    return httpx.AsyncClient(timeout=timeout, limits=limits, transport=AiohttpTransport(limits=limits))
