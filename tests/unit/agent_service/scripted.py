@@ -15,6 +15,7 @@ import httpx
 
 from agent_service.clients import CompletionClient, ToolsClient
 from agent_service.loop import AgentLoop
+from suite_common.peer_client import HttpxPeerClient
 from suite_common.sse import encode_event
 from suite_common.wire import (
     CompletionDone,
@@ -109,7 +110,7 @@ class Scripted:
         return httpx.Response(404, json={"error": {"code": "not_found", "message": request.url.path}})
 
     def loop(self, *, tool_result_max_chars: int = 10_000) -> AgentLoop:
-        http = httpx.AsyncClient(transport=httpx.MockTransport(self.handle))
+        http = HttpxPeerClient(httpx.AsyncClient(transport=httpx.MockTransport(self.handle)))
         return AgentLoop(
             CompletionClient(http, "http://completion"),
             ToolsClient(http, "http://mcp", secret="s", secret_header="X-MCP-Service-Secret"),

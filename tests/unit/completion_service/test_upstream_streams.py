@@ -14,7 +14,7 @@ from httpx_sse import EventSource
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from completion_service.providers._sse import EventStreamParser
+from suite_common.sse_parser import EventStreamParser
 from completion_service.providers._transport import CallDeadline, Upstream
 from suite_common.errors import ApiError
 

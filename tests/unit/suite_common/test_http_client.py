@@ -18,75 +18,15 @@ import pytest
 import trustme
 from anyio.abc import SocketAttribute, SocketStream
 from anyio.streams.tls import TLSStream
-from starlette.types import Message, Receive, Scope, Send
 
 from suite_common.http_client import AiohttpTransport, pooled_client
+from support.recording_upstream import RecordingUpstream
 from support.servers import serve_app
 
 pytestmark = pytest.mark.anyio
 
 _LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
 _TIMEOUT = httpx.Timeout(10, connect=5)
-
-
-class _Upstream:
-    """A raw ASGI app: records what it was sent, and answers as each path says."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, list[tuple[bytes, bytes]], bytes]] = []
-        self.clients: list[tuple[str, int]] = []
-        self.release = anyio.Event()
-        self.first_event_sent = anyio.Event()
-        self.disconnected = anyio.Event()
-        self.in_flight = 0
-        self.most_in_flight = 0
-        self.two_in_flight = anyio.Event()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        self.requests.append((scope["path"], list(scope["headers"]), body))
-        self.clients.append(scope["client"])
-        path = scope["path"]
-        if path == "/events":
-            await self._events(send)
-        elif path == "/hold":
-            await self._hold(receive, send)
-        elif path == "/slow":
-            self.in_flight += 1
-            self.most_in_flight = max(self.most_in_flight, self.in_flight)
-            if self.in_flight == 2:
-                self.two_in_flight.set()
-            await self.release.wait()
-            self.in_flight -= 1
-            await _answer(send, 200, b"done")
-        else:
-            await _answer(send, 201, b'{"echo": true}', [(b"x-upstream", b"yes"), (b"set-cookie", b"session=abc")])
-
-    async def _events(self, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
-        await send({"type": "http.response.body", "body": b"data: one\n\n", "more_body": True})
-        self.first_event_sent.set()
-        await self.release.wait()
-        await send({"type": "http.response.body", "body": b"data: two\n\n"})
-
-    async def _hold(self, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
-        await send({"type": "http.response.body", "body": b"partial", "more_body": True})
-        message: Message = await receive()  # only http.disconnect can come now
-        if message["type"] == "http.disconnect":
-            self.disconnected.set()
-
-
-async def _answer(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": headers or []})
-    await send({"type": "http.response.body", "body": body})
 
 
 @asynccontextmanager
@@ -96,7 +36,7 @@ async def _client(limits: httpx.Limits = _LIMITS) -> AsyncIterator[httpx.AsyncCl
 
 
 async def test_a_request_arrives_exactly_as_httpx_built_it_and_the_answer_comes_back_whole() -> None:
-    upstream = _Upstream()
+    upstream = RecordingUpstream()
     with anyio.fail_after(10):
         async with serve_app(upstream) as url, _client() as client:
             response = await client.post(
@@ -117,7 +57,7 @@ async def test_a_request_arrives_exactly_as_httpx_built_it_and_the_answer_comes_
 
 
 async def test_a_streamed_request_body_arrives_whole() -> None:
-    upstream = _Upstream()
+    upstream = RecordingUpstream()
 
     async def parts() -> AsyncIterator[bytes]:
         for part in (b'{"a": ', b"1, ", b'"b": 2}'):
@@ -131,7 +71,7 @@ async def test_a_streamed_request_body_arrives_whole() -> None:
 
 
 async def test_a_get_sends_no_content_type_and_cookies_set_upstream_are_not_sent_back_by_aiohttp() -> None:
-    upstream = _Upstream()
+    upstream = RecordingUpstream()
     with anyio.fail_after(10):
         async with serve_app(upstream) as url, _client() as client:
             await client.get(f"{url}/echo")
@@ -144,7 +84,7 @@ async def test_a_get_sends_no_content_type_and_cookies_set_upstream_are_not_sent
 
 
 async def test_sequential_requests_reuse_one_connection() -> None:
-    upstream = _Upstream()
+    upstream = RecordingUpstream()
     with anyio.fail_after(10):
         async with serve_app(upstream) as url, _client() as client:
             for _ in range(5):
@@ -153,7 +93,7 @@ async def test_sequential_requests_reuse_one_connection() -> None:
 
 
 async def test_a_streamed_body_hands_each_event_over_as_it_arrives() -> None:
-    upstream = _Upstream()
+    upstream = RecordingUpstream()
     with anyio.fail_after(10):
         async with serve_app(upstream) as url, _client() as client, client.stream("GET", f"{url}/events") as response:
             lines = response.aiter_lines()
@@ -165,7 +105,7 @@ async def test_a_streamed_body_hands_each_event_over_as_it_arrives() -> None:
 
 
 async def test_a_read_timeout_of_one_request_is_a_read_timeout() -> None:
-    upstream = _Upstream()
+    upstream = RecordingUpstream()
     with anyio.fail_after(10):
         async with serve_app(upstream) as url, _client() as client:
             with pytest.raises(httpx.ReadTimeout):
@@ -246,7 +186,7 @@ async def test_the_ssl_context_given_is_the_one_that_verifies_the_server() -> No
 
 
 async def test_a_caller_that_stops_reading_closes_the_connection_so_the_server_sees_it_go() -> None:
-    upstream = _Upstream()
+    upstream = RecordingUpstream()
     with anyio.fail_after(10):
         async with serve_app(upstream) as url, _client() as client:
             async with client.stream("GET", f"{url}/hold") as response:
@@ -255,7 +195,7 @@ async def test_a_caller_that_stops_reading_closes_the_connection_so_the_server_s
 
 
 async def test_a_cancelled_request_closes_its_connection() -> None:
-    upstream = _Upstream()
+    upstream = RecordingUpstream()
     with anyio.fail_after(10):
         async with serve_app(upstream) as url, _client() as client:
             with anyio.move_on_after(0.3):
@@ -267,7 +207,7 @@ async def test_a_cancelled_request_closes_its_connection() -> None:
 
 
 async def test_the_pool_never_opens_more_connections_than_its_limit() -> None:
-    upstream = _Upstream()
+    upstream = RecordingUpstream()
     limits = httpx.Limits(max_connections=2, max_keepalive_connections=2)
     statuses: list[int] = []
     with anyio.fail_after(10):

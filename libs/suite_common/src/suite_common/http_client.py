@@ -22,13 +22,13 @@ import aiohttp
 import httpx
 from yarl import URL
 
-__all__ = ["AiohttpTransport", "pooled_client"]
+__all__ = ["AiohttpTransport", "pooled_client", "translated_error"]
 
 _AUTO_HEADERS = ("Accept", "Accept-Encoding", "Content-Type", "User-Agent")
 """aiohttp adds these when a request lacks them; httpx already chose, so it adds none."""
 
 
-def _translated(error: Exception) -> httpx.TransportError | None:
+def translated_error(error: Exception) -> httpx.TransportError | None:
     """The httpx exception httpcore would raise for an aiohttp failure (most specific class first)."""
     message = str(error) or type(error).__name__
     if isinstance(error, aiohttp.ConnectionTimeoutError):
@@ -64,7 +64,7 @@ class _ResponseStream(httpx.AsyncByteStream):
             async for chunk in self._response.content.iter_any():  # each chunk as it arrives (SSE)
                 yield chunk
         except Exception as error:
-            translated = _translated(error)
+            translated = translated_error(error)
             if translated is None:
                 raise
             raise translated from error
@@ -130,7 +130,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 timeout=self._timeout(request.extensions.get("timeout", {})),
             )
         except Exception as error:
-            translated = _translated(error)
+            translated = translated_error(error)
             if translated is None:
                 raise
             raise translated from error

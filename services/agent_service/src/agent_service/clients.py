@@ -13,9 +13,10 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-from httpx_sse import EventSource
 from pydantic import TypeAdapter, ValidationError
 
+from suite_common.peer_client import PeerClient, PeerReply, PeerStream
+from suite_common.sse_parser import EventStreamParser
 from suite_common.tracing import trace_headers
 from suite_common.wire import (
     DEADLINE_HEADER,
@@ -73,16 +74,15 @@ class UpstreamError(Exception):
 _PASSED_THROUGH = frozenset({400, 413, 429, 503, 504})
 
 
-async def _error_from_response(service: str, response: httpx.Response) -> UpstreamError:
-    await response.aread()
+def _error_from_response(service: str, response: PeerReply) -> UpstreamError:
     try:
-        error = response.json()["error"]
+        error = json.loads(response.content)["error"]
         code, message = str(error["code"]), str(error["message"])
     except (ValueError, KeyError, TypeError):
-        code, message = "bad_upstream_response", f"{service} answered HTTP {response.status_code}"
+        code, message = "bad_upstream_response", f"{service} answered HTTP {response.status}"
     # Statuses that tell our caller something (its request was bad, slow down, try later) pass
     # through with their Retry-After; any other failure of a peer is a bad gateway.
-    status = response.status_code if response.status_code in _PASSED_THROUGH else 502
+    status = response.status if response.status in _PASSED_THROUGH else 502
     retry_after = response.headers.get("retry-after")
     headers = {"Retry-After": retry_after} if retry_after and status in (429, 503) else None
     return UpstreamError(code, f"{service}: {message}", status=status, headers=headers)
@@ -99,7 +99,7 @@ class CompletionClient:
 
     service = "completion-service"
 
-    def __init__(self, http: httpx.AsyncClient, base_url: str) -> None:
+    def __init__(self, http: PeerClient, base_url: str) -> None:
         self.http = http
         self.url = base_url.rstrip("/") + "/api/v1/completions"
         self.models_url = base_url.rstrip("/") + "/api/v1/models/"
@@ -107,18 +107,19 @@ class CompletionClient:
     async def check_model(self, model: str, deadline: Deadline) -> None:
         """Raises ``UpstreamError`` (400 ``model_not_found``) unless completion-service can route ``model``."""
         try:
-            response = await self.http.get(
+            response = await self.http.request(
+                "GET",
                 self.models_url + quote(model, safe="/"),
                 headers={**deadline.header(), **trace_headers()},
-                timeout=deadline.remaining(),
+                time_limit=deadline.remaining(),
             )
         except httpx.HTTPError as error:
             raise _transport_error(self.service, error) from None
-        if response.status_code == 404:
-            failure = await _error_from_response(self.service, response)
+        if response.status == 404:
+            failure = _error_from_response(self.service, response)
             raise UpstreamError("model_not_found", failure.message, status=400)
-        if response.status_code != 200:
-            raise await _error_from_response(self.service, response)
+        if response.status != 200:
+            raise _error_from_response(self.service, response)
 
     async def complete(
         self,
@@ -132,24 +133,27 @@ class CompletionClient:
         headers = {"content-type": "application/json", **deadline.header(), **trace_headers()}
         try:
             if on_delta is None:
-                response = await self.http.post(self.url, content=body, headers=headers)
-                if response.status_code != 200:
-                    raise await _error_from_response(self.service, response)
+                response = await self.http.request("POST", self.url, content=body, headers=headers)
+                if response.status != 200:
+                    raise _error_from_response(self.service, response)
                 return CompletionResponse.model_validate_json(response.content)
-            async with self.http.stream("POST", self.url, content=body, headers=headers) as response:
-                if response.status_code != 200:
-                    raise await _error_from_response(self.service, response)
-                return await _fold_stream(_events(response), on_delta)
+            async with self.http.stream("POST", self.url, content=body, headers=headers) as stream:
+                if stream.status != 200:
+                    failed = PeerReply(stream.status, stream.headers, await stream.read())
+                    raise _error_from_response(self.service, failed)
+                return await _fold_stream(_events(stream), on_delta)
         except httpx.HTTPError as error:
             raise _transport_error(self.service, error) from None
         except ValidationError:
             raise UpstreamError("bad_upstream_response", f"{self.service} sent a malformed completion") from None
 
 
-async def _events(response: httpx.Response) -> AsyncIterator[CompletionEvent]:
-    async for sse in EventSource(response).aiter_sse():
-        if sse.data:
-            yield _completion_event.validate_json(sse.data)
+async def _events(stream: PeerStream) -> AsyncIterator[CompletionEvent]:
+    parser = EventStreamParser()
+    async for chunk in stream.chunks():
+        for sse in parser.feed(chunk):
+            if sse.data:
+                yield _completion_event.validate_json(sse.data)
 
 
 async def _fold_stream(events: AsyncIterator[CompletionEvent], on_delta: DeltaSink) -> CompletionResponse:
@@ -199,7 +203,7 @@ class ToolsClient:
 
     service = "mcp-client-service"
 
-    def __init__(self, http: httpx.AsyncClient, base_url: str, *, secret: str, secret_header: str) -> None:
+    def __init__(self, http: PeerClient, base_url: str, *, secret: str, secret_header: str) -> None:
         self.http = http
         base = base_url.rstrip("/")
         self.list_url = base + "/mcp/v1/tools/list-tools"
@@ -208,17 +212,18 @@ class ToolsClient:
 
     async def list_tools(self, deadline: Deadline) -> list[ToolInfo]:
         try:
-            response = await self.http.get(
+            response = await self.http.request(
+                "GET",
                 self.list_url,
                 headers={**self.auth, **deadline.header(), **trace_headers()},
-                timeout=deadline.remaining(),
+                time_limit=deadline.remaining(),
             )
         except httpx.HTTPError as error:
             raise _transport_error(self.service, error) from None
-        if response.status_code == 401:
+        if response.status == 401:
             raise _unauthorized()
-        if response.status_code != 200:
-            raise await _error_from_response(self.service, response)
+        if response.status != 200:
+            raise _error_from_response(self.service, response)
         try:
             return ListToolsResponse.model_validate_json(response.content).tools
         except ValidationError:
@@ -229,17 +234,17 @@ class ToolsClient:
         body = dump(CallToolRequest(name=name, arguments=arguments)).encode()
         headers = {**self.auth, **deadline.header(), **trace_headers(), "content-type": "application/json"}
         try:
-            response = await self.http.post(self.call_url, content=body, headers=headers)
+            response = await self.http.request("POST", self.call_url, content=body, headers=headers)
         except httpx.HTTPError as error:
             failure = _transport_error(self.service, error)
             return _error_result(f"The tool call failed: {failure.message}.")
-        if response.status_code == 401:
+        if response.status == 401:
             raise _unauthorized()
-        if response.status_code != 200:
+        if response.status != 200:
             try:
                 message = str(json.loads(response.content)["error"]["message"])
             except (ValueError, KeyError, TypeError):
-                message = f"HTTP {response.status_code}"
+                message = f"HTTP {response.status}"
             return _error_result(f"The tool call failed: {message}")
         try:
             return CallToolResponse.model_validate_json(response.content)

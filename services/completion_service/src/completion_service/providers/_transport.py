@@ -29,7 +29,7 @@ from tenacity import (
 from tenacity.stop import stop_base
 
 from completion_service.providers._errors import bad_response, retry_after_seconds
-from completion_service.providers._sse import EventStreamParser
+from suite_common.sse_parser import EventStreamParser
 from suite_common.errors import ApiError
 from suite_common.logging import get_logger
 

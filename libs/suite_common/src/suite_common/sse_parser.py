@@ -2,8 +2,9 @@
 
 ``httpx-sse`` reads a body line by line through four nested async generators (lines, text,
 bytes, raw), with a trip through each per line. Parsing each network chunk at once instead lets
-``Upstream.iter_sse`` apply its deadline and error translation once per read, however many events
-the read carries. The events are the same as ``httpx_sse.EventSource`` gives (tested against it).
+a reader (completion-service's ``Upstream.iter_sse``, agent-service's client of completion-service)
+apply its deadline and error translation once per read, however many events the read carries.
+The events are the same as ``httpx_sse.EventSource`` gives (tested against it).
 """
 
 from __future__ import annotations

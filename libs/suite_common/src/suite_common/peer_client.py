@@ -1,0 +1,263 @@
+"""Calls between the suite's own services: small JSON requests and SSE answers over keep-alive HTTP/1.1.
+
+agent-service makes several such calls per round of every run. Through ``httpx.AsyncClient``,
+even on ``AiohttpTransport``, each one pays for work a call to a sibling service never needs:
+URL merging, cookie extraction (through ``urllib.request`` and ``http.cookiejar``), redirect and
+auth handling, two layers of response objects. issue 7's profile with agent-service alone on its
+core put httpx and its cookie code at about 30% of the service's CPU. ``AiohttpPeerClient`` sends
+straight through one aiohttp session instead.
+
+``HttpxPeerClient`` offers the same calls over any ``httpx.AsyncClient``: what a test injects (a
+``MockTransport``), or a deployment that must go through an HTTP proxy.
+
+Both raise httpx's exceptions (``httpx.TimeoutException``, ``httpx.TransportError``...), so a
+caller handles failures the same way whichever it was given.
+"""
+
+from __future__ import annotations
+
+import ssl
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+
+import aiohttp
+import httpx
+from yarl import URL
+
+from suite_common.http_client import translated_error
+
+__all__ = ["AiohttpPeerClient", "HttpxPeerClient", "PeerClient", "PeerReply", "PeerStream"]
+
+
+@dataclass(frozen=True, slots=True)
+class PeerReply:
+    """A whole answer. ``headers`` look names up case-insensitively."""
+
+    status: int
+    headers: Mapping[str, str]
+    content: bytes
+
+
+class PeerStream(ABC):
+    """An answer whose body is read as it arrives (``chunks``) or whole (``read``)."""
+
+    status: int
+    headers: Mapping[str, str]
+
+    @abstractmethod
+    def chunks(self) -> AsyncIterator[bytes]: ...
+
+    @abstractmethod
+    async def read(self) -> bytes: ...
+
+
+class PeerClient(ABC):
+    """``time_limit``: seconds for the whole exchange (``None``: no limit but the caller's own cancel scope)."""
+
+    @abstractmethod
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        content: bytes | None = None,
+        time_limit: float | None = None,
+    ) -> PeerReply: ...
+
+    @abstractmethod
+    def stream(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        content: bytes | None = None,
+        time_limit: float | None = None,
+    ) -> AbstractAsyncContextManager[PeerStream]:
+        """The answer once its headers have come; leaving the block before the body's end closes the
+        connection, so that the peer sees the caller go."""
+
+    @abstractmethod
+    async def aclose(self) -> None: ...
+
+
+class _AiohttpStream(PeerStream):
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+        self.status = response.status
+        self.headers = response.headers
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.content.iter_any():
+                yield chunk
+        except Exception as error:
+            raise _translated(error) from error
+
+    async def read(self) -> bytes:
+        try:
+            return await self._response.read()
+        except Exception as error:
+            raise _translated(error) from error
+
+
+def _translated(error: Exception) -> Exception:
+    return translated_error(error) or error
+
+
+class AiohttpPeerClient(PeerClient):
+    """One aiohttp session (made on first use, inside the event loop) with a pool of up to
+    ``max_connections``; idle connections are dropped after ``keepalive_seconds``."""
+
+    def __init__(
+        self,
+        *,
+        connect_timeout: float,
+        max_connections: int = 1000,
+        keepalive_seconds: float = 4.0,
+        verify: ssl.SSLContext | bool = True,
+    ) -> None:
+        self._connect_timeout = connect_timeout
+        self._max_connections = max_connections
+        self._keepalive_seconds = keepalive_seconds
+        self._ssl = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify=verify)
+        self._session: aiohttp.ClientSession | None = None
+        self._no_limit = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
+
+    def _open(self) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(
+            limit=self._max_connections, keepalive_timeout=self._keepalive_seconds, ssl=self._ssl
+        )
+        return aiohttp.ClientSession(
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),  # the suite's services set no cookies
+            auto_decompress=False,  # nor compress their answers
+            trust_env=False,
+        )
+
+    def _timeout(self, seconds: float | None) -> aiohttp.ClientTimeout:
+        if seconds is None:
+            return self._no_limit
+        return aiohttp.ClientTimeout(total=seconds, sock_connect=min(self._connect_timeout, seconds))
+
+    async def _send(
+        self, method: str, url: str, headers: Mapping[str, str], content: bytes | None, time_limit: float | None
+    ) -> aiohttp.ClientResponse:
+        if self._session is None:
+            self._session = self._open()
+        try:
+            return await self._session.request(
+                method,
+                URL(url, encoded=True),
+                headers=headers,
+                data=content,
+                allow_redirects=False,
+                timeout=self._timeout(time_limit),
+            )
+        except Exception as error:
+            raise _translated(error) from error
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        content: bytes | None = None,
+        time_limit: float | None = None,
+    ) -> PeerReply:
+        response = await self._send(method, url, headers, content, time_limit)
+        try:
+            body = await response.read()
+        except Exception as error:
+            raise _translated(error) from error
+        finally:
+            response.release()
+        return PeerReply(response.status, response.headers, body)
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        content: bytes | None = None,
+        time_limit: float | None = None,
+    ) -> AsyncIterator[PeerStream]:
+        response = await self._send(method, url, headers, content, time_limit)
+        try:
+            yield _AiohttpStream(response)
+        finally:
+            # Back to the pool when the body was read to its end; closed otherwise.
+            response.release()
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+class _HttpxStream(PeerStream):
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self.status = response.status_code
+        self.headers = response.headers
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        async for chunk in self._response.aiter_bytes():
+            yield chunk
+
+    async def read(self) -> bytes:
+        return await self._response.aread()
+
+
+class HttpxPeerClient(PeerClient):
+    """The same calls over ``client``, which stays its owner's: ``aclose`` leaves it open."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        content: bytes | None = None,
+        time_limit: float | None = None,
+    ) -> PeerReply:
+        response = await self.client.request(
+            method, url, headers=dict(headers), content=content, timeout=_httpx_timeout(self.client, time_limit)
+        )
+        return PeerReply(response.status_code, response.headers, response.content)
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        content: bytes | None = None,
+        time_limit: float | None = None,
+    ) -> AsyncIterator[PeerStream]:
+        async with self.client.stream(
+            method, url, headers=dict(headers), content=content, timeout=_httpx_timeout(self.client, time_limit)
+        ) as response:
+            yield _HttpxStream(response)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _httpx_timeout(client: httpx.AsyncClient, seconds: float | None) -> httpx.Timeout:
+    """Each phase within ``seconds`` (httpx has no timeout for a whole exchange); the client's connect
+    timeout kept when it is shorter."""
+    connect = client.timeout.connect
+    if seconds is not None:
+        connect = seconds if connect is None else min(connect, seconds)
+    return httpx.Timeout(seconds, connect=connect)
