@@ -19,7 +19,7 @@ import trustme
 from anyio.abc import SocketAttribute, SocketStream
 from anyio.streams.tls import TLSStream
 
-from suite_common.http_client import AiohttpTransport, pooled_client
+from suite_common.http_client import AiohttpTransport, PooledClient, pooled_client, send_streamed
 from support.recording_upstream import RecordingUpstream
 from support.servers import serve_app
 
@@ -224,3 +224,44 @@ async def test_the_pool_never_opens_more_connections_than_its_limit() -> None:
     assert statuses == [200] * 5
     assert upstream.most_in_flight == 2
     assert len(set(upstream.clients)) == 2  # the other three waited for, then reused, those two
+
+
+async def test_send_streamed_hands_a_built_request_straight_to_the_pooled_transport() -> None:
+    upstream = RecordingUpstream()
+    with anyio.fail_after(10):
+        async with serve_app(upstream) as url, _client() as client:
+            request = client.build_request("POST", f"{url}/echo", json={"x": 1})
+            response = await send_streamed(client, request)
+            assert response.status_code == 201
+            assert await response.aread() == b'{"echo": true}'
+            await response.aclose()
+    assert not client.cookies  # the client's own work per request (cookies here) was skipped
+    path, headers, body = upstream.requests[0]
+    assert (path, body) == ("/echo", b'{"x":1}')
+    assert dict(headers)[b"user-agent"].startswith(b"python-httpx/")  # the client's headers, from build_request
+
+
+async def test_send_streamed_goes_through_the_client_when_a_proxy_is_configured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    sent: list[httpx.Request] = []
+
+    async def through_client(request: httpx.Request, *, stream: bool = False) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(204)
+
+    async with _client() as client:
+        assert isinstance(client, PooledClient)
+        assert client.proxied
+        monkeypatch.setattr(client, "send", through_client)
+        response = await send_streamed(client, client.build_request("GET", "https://example.invalid/"))
+    assert response.status_code == 204
+    assert len(sent) == 1
+
+
+async def test_send_streamed_works_with_any_httpx_client() -> None:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(lambda request: httpx.Response(200, text="mocked")))
+    async with client:
+        response = await send_streamed(client, client.build_request("GET", "http://test/"))
+        assert await response.aread() == b"mocked"

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
+import anyio
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
@@ -72,6 +73,9 @@ class UpstreamError(Exception):
 
 
 _PASSED_THROUGH = frozenset({400, 413, 429, 503, 504})
+
+_STREAM_END_GRACE_SECONDS = 1.0
+"""How long a streamed completion may go on after its ``done`` event before the client stops reading."""
 
 
 def _error_from_response(service: str, response: PeerReply) -> UpstreamError:
@@ -141,7 +145,14 @@ class CompletionClient:
                 if stream.status != 200:
                     failed = PeerReply(stream.status, stream.headers, await stream.read())
                     raise _error_from_response(self.service, failed)
-                return await _fold_stream(_events(stream), on_delta)
+                events = _events(stream)
+                folded = await _fold_stream(events, on_delta)
+                # completion-service ends its stream right after ``done``: reading on to that end hands the
+                # connection back to the pool, where leaving now would close it (and the next call connect).
+                with anyio.move_on_after(_STREAM_END_GRACE_SECONDS):
+                    async for _ in events:
+                        pass
+                return folded
         except httpx.HTTPError as error:
             raise _transport_error(self.service, error) from None
         except ValidationError:

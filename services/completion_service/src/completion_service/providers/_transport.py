@@ -29,9 +29,10 @@ from tenacity import (
 from tenacity.stop import stop_base
 
 from completion_service.providers._errors import bad_response, retry_after_seconds
-from suite_common.sse_parser import EventStreamParser
 from suite_common.errors import ApiError
+from suite_common.http_client import send_streamed
 from suite_common.logging import get_logger
+from suite_common.sse_parser import EventStreamParser
 
 __all__ = [
     "RETRY_AFTER_CAP_SECONDS",
@@ -206,7 +207,7 @@ class Upstream:
         request = build()
         request.extensions["timeout"] = {"connect": connect, "read": remaining, "write": remaining, "pool": remaining}
         try:
-            response = await self.http.send(request, stream=True)
+            response = await send_streamed(self.http, request)
         except httpx.ConnectTimeout:
             raise _RetryableFailure(self._unreachable("no connection within the connect timeout", 504)) from None
         except httpx.ConnectError as error:
