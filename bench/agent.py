@@ -210,7 +210,8 @@ async def run_agent(
             f"agent: p99 of {biggest} concurrent runs, {UPSTREAM_DELAY_MS} ms upstream",
             f"< {TAIL_TARGET_RATIO:g}x single run",
             f"{tail_ratio:.2f}x ({ms(loads[biggest].p99)} / {ms(single_run)} ms{_failed(suite_loads[biggest])}; "
-            f"the bare exchanges alone: {hops.cpu * biggest / (TAIL_TARGET_RATIO * single_run):.1f}x the CPU budget)",
+            f"the bare exchanges alone: about {hops.cpu * biggest / (TAIL_TARGET_RATIO * single_run):.1f}x "
+            "the CPU budget)",
             tail_ratio < TAIL_TARGET_RATIO and not suite_loads[biggest].failures,
         ),
         Target(
@@ -329,10 +330,10 @@ def _upstreams_on_load_core(suite: Suite) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class _HopsFloor:
-    """The least CPU the system-under-test core spends per run on the exchanges alone, from this run's arms:
+    """An estimate of the CPU the system-under-test core spends per run on the exchanges alone, from this run's arms:
     the direct arm's client CPU (the run's LLM and MCP calls made by a raw client and the SDK) plus every
     response the services serve, at the hello floor's cost. agent-service's own calls to its siblings
-    count as free, so the bound is low."""
+    count as free, and the services' clients cost more than the bench's lean one, so it errs low."""
 
     direct_cpu: float
     responses: int
@@ -409,7 +410,8 @@ def _load_table(
     )
     if hops is not None:
         table.notes.append(
-            f"the exchanges alone cost at least {ms(hops.cpu)} ms of CPU per run on that core: {ms(hops.direct_cpu)} "
+            f"the exchanges alone cost about {ms(hops.cpu)} ms of CPU per run on that core (an estimate): "
+            f"{ms(hops.direct_cpu)} "
             f"(the run's LLM and MCP calls, as the direct arm's raw client and SDK make them) + {hops.responses} "
             f"responses served x {ms(hops.response_cpu)} (the hello floor), agent-service's own calls counted as "
             f"free: {hops.cpu / budget:.1f}x the budget before any work of the suite's own"

@@ -14,9 +14,9 @@ from httpx_sse import EventSource
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from suite_common.sse_parser import EventStreamParser
 from completion_service.providers._transport import CallDeadline, Upstream
 from suite_common.errors import ApiError
+from suite_common.sse_parser import EventStreamParser
 
 _SSE_HEADERS = {"content-type": "text/event-stream"}
 

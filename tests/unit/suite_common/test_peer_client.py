@@ -56,6 +56,8 @@ async def test_a_request_arrives_as_sent_and_its_answer_comes_back_whole(peer: P
     assert (path, body) == ("/echo", b"{}")
     sent = dict(headers)
     assert (sent[b"content-type"], sent[b"x-id"], sent[b"content-length"]) == (b"application/json", b"7", b"2")
+    if peer is _aiohttp_peer:  # only what the caller gave: nothing asks a proxy in between to compress
+        assert set(sent) == {b"host", b"content-type", b"x-id", b"content-length"}
 
 
 @both
@@ -125,3 +127,23 @@ async def test_a_cancelled_call_closes_its_connection() -> None:
             upstream.release.set()
             assert (await client.request("GET", f"{url}/echo", headers={})).status == 201
     assert upstream.clients[0] != upstream.clients[1]  # the cancelled call's connection was not reused
+
+
+@both
+async def test_a_call_whose_time_limit_has_run_out_is_not_sent(peer: Peer) -> None:
+    upstream = RecordingUpstream()
+    with anyio.fail_after(10):
+        async with serve_app(upstream) as url, peer() as client:
+            with pytest.raises(httpx.ConnectTimeout):
+                await client.request("GET", f"{url}/slow", headers={}, time_limit=0.0)
+            with pytest.raises(httpx.ConnectTimeout):
+                async with client.stream("GET", f"{url}/events", headers={}, time_limit=-1.0):
+                    pass
+    assert upstream.requests == []
+
+
+async def test_a_closed_client_refuses_calls_instead_of_opening_a_new_pool() -> None:
+    async with _aiohttp_peer() as client:
+        await client.aclose()
+        with pytest.raises(RuntimeError):
+            await client.request("GET", "http://127.0.0.1:9/", headers={})

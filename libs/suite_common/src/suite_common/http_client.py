@@ -88,6 +88,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._limits = limits
         self._ssl = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify=verify)
         self._session: aiohttp.ClientSession | None = None
+        self._closed = False
 
     def _open(self) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(
@@ -115,6 +116,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if self._session is None:
+            if self._closed:
+                raise RuntimeError("The transport has been closed.")
             self._session = self._open()
         try:
             body: bytes | httpx.AsyncByteStream | None = request.content or None
@@ -146,6 +149,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         )
 
     async def aclose(self) -> None:
+        self._closed = True
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -158,7 +162,7 @@ class PooledClient(httpx.AsyncClient):
     def __init__(self, *, timeout: httpx.Timeout, limits: httpx.Limits) -> None:
         self.aiohttp_transport = AiohttpTransport(limits=limits)
         super().__init__(timeout=timeout, limits=limits, transport=self.aiohttp_transport)
-        self.proxied = bool(urllib.request.getproxies())
+        self.proxied = any(scheme != "no" for scheme in urllib.request.getproxies())
         """Proxies are named in the environment: httpx routes some URLs to transports of its own."""
 
 

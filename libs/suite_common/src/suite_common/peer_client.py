@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
+from typing import NoReturn
 
 import aiohttp
 import httpx
@@ -54,7 +55,8 @@ class PeerStream(ABC):
 
 
 class PeerClient(ABC):
-    """``time_limit``: seconds for the whole exchange (``None``: no limit but the caller's own cancel scope)."""
+    """``time_limit``: seconds for the whole exchange (``None``: no limit but the caller's own cancel scope);
+    a call whose limit has already run out (``<= 0``) raises ``httpx.ConnectTimeout`` unsent."""
 
     @abstractmethod
     async def request(
@@ -95,17 +97,31 @@ class _AiohttpStream(PeerStream):
             async for chunk in self._response.content.iter_any():
                 yield chunk
         except Exception as error:
-            raise _translated(error) from error
+            _raise_translated(error)
 
     async def read(self) -> bytes:
         try:
             return await self._response.read()
         except Exception as error:
-            raise _translated(error) from error
+            _raise_translated(error)
 
 
-def _translated(error: Exception) -> Exception:
-    return translated_error(error) or error
+def _raise_translated(error: Exception) -> NoReturn:
+    """Raise ``error`` as the httpx exception httpcore would raise, or as it is when there is none."""
+    translated = translated_error(error)
+    if translated is None:
+        raise error
+    raise translated from error
+
+
+def _check_time_left(time_limit: float | None) -> None:
+    """A call whose time has already run out is not sent (aiohttp would take a limit of 0 for no limit)."""
+    if time_limit is not None and time_limit <= 0:
+        raise httpx.ConnectTimeout("The call's time limit had passed before it was sent.")
+
+
+_NO_CEILING = float("inf")
+"""aiohttp rounds a limit above ``ceil_threshold`` (5 s by default) up to the next whole second."""
 
 
 class AiohttpPeerClient(PeerClient):
@@ -125,6 +141,7 @@ class AiohttpPeerClient(PeerClient):
         self._keepalive_seconds = keepalive_seconds
         self._ssl = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify=verify)
         self._session: aiohttp.ClientSession | None = None
+        self._closed = False
         self._no_limit = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
 
     def _open(self) -> aiohttp.ClientSession:
@@ -134,19 +151,27 @@ class AiohttpPeerClient(PeerClient):
         return aiohttp.ClientSession(
             connector=connector,
             cookie_jar=aiohttp.DummyCookieJar(),  # the suite's services set no cookies
-            auto_decompress=False,  # nor compress their answers
+            # Only the headers the caller gives: no Accept-Encoding (so nothing in between compresses an
+            # answer that is read undecoded), no User-Agent, no guessed Content-Type.
+            skip_auto_headers=("Accept", "Accept-Encoding", "Content-Type", "User-Agent"),
+            auto_decompress=False,
             trust_env=False,
         )
 
     def _timeout(self, seconds: float | None) -> aiohttp.ClientTimeout:
         if seconds is None:
             return self._no_limit
-        return aiohttp.ClientTimeout(total=seconds, sock_connect=min(self._connect_timeout, seconds))
+        return aiohttp.ClientTimeout(
+            total=seconds, sock_connect=min(self._connect_timeout, seconds), ceil_threshold=_NO_CEILING
+        )
 
     async def _send(
         self, method: str, url: str, headers: Mapping[str, str], content: bytes | None, time_limit: float | None
     ) -> aiohttp.ClientResponse:
+        _check_time_left(time_limit)
         if self._session is None:
+            if self._closed:
+                raise RuntimeError("The client has been closed.")
             self._session = self._open()
         try:
             return await self._session.request(
@@ -158,7 +183,7 @@ class AiohttpPeerClient(PeerClient):
                 timeout=self._timeout(time_limit),
             )
         except Exception as error:
-            raise _translated(error) from error
+            _raise_translated(error)
 
     async def request(
         self,
@@ -173,7 +198,7 @@ class AiohttpPeerClient(PeerClient):
         try:
             body = await response.read()
         except Exception as error:
-            raise _translated(error) from error
+            _raise_translated(error)
         finally:
             response.release()
         return PeerReply(response.status, response.headers, body)
@@ -196,6 +221,7 @@ class AiohttpPeerClient(PeerClient):
             response.release()
 
     async def aclose(self) -> None:
+        self._closed = True
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -230,6 +256,7 @@ class HttpxPeerClient(PeerClient):
         content: bytes | None = None,
         time_limit: float | None = None,
     ) -> PeerReply:
+        _check_time_left(time_limit)
         response = await self.client.request(
             method, url, headers=dict(headers), content=content, timeout=_httpx_timeout(self.client, time_limit)
         )
@@ -245,6 +272,7 @@ class HttpxPeerClient(PeerClient):
         content: bytes | None = None,
         time_limit: float | None = None,
     ) -> AsyncIterator[PeerStream]:
+        _check_time_left(time_limit)
         async with self.client.stream(
             method, url, headers=dict(headers), content=content, timeout=_httpx_timeout(self.client, time_limit)
         ) as response:
@@ -255,9 +283,10 @@ class HttpxPeerClient(PeerClient):
 
 
 def _httpx_timeout(client: httpx.AsyncClient, seconds: float | None) -> httpx.Timeout:
-    """Each phase within ``seconds`` (httpx has no timeout for a whole exchange); the client's connect
-    timeout kept when it is shorter."""
+    """Each phase within ``seconds``: httpx has no limit for a whole exchange, so a body that trickles in
+    may take longer (the callers' own deadlines bound that). The client's connect timeout is kept when
+    shorter; with no limit, the client's own timeouts apply."""
+    if seconds is None:
+        return client.timeout
     connect = client.timeout.connect
-    if seconds is not None:
-        connect = seconds if connect is None else min(connect, seconds)
-    return httpx.Timeout(seconds, connect=connect)
+    return httpx.Timeout(seconds, connect=seconds if connect is None else min(connect, seconds))

@@ -145,13 +145,8 @@ class CompletionClient:
                 if stream.status != 200:
                     failed = PeerReply(stream.status, stream.headers, await stream.read())
                     raise _error_from_response(self.service, failed)
-                events = _events(stream)
-                folded = await _fold_stream(events, on_delta)
-                # completion-service ends its stream right after ``done``: reading on to that end hands the
-                # connection back to the pool, where leaving now would close it (and the next call connect).
-                with anyio.move_on_after(_STREAM_END_GRACE_SECONDS):
-                    async for _ in events:
-                        pass
+                folded = await _fold_stream(_events(stream), on_delta)
+                await _read_to_the_end(stream)
                 return folded
         except httpx.HTTPError as error:
             raise _transport_error(self.service, error) from None
@@ -165,6 +160,18 @@ async def _events(stream: PeerStream) -> AsyncIterator[CompletionEvent]:
         for sse in parser.feed(chunk):
             if sse.data:
                 yield _completion_event.validate_json(sse.data)
+
+
+async def _read_to_the_end(stream: PeerStream) -> None:
+    """completion-service ends its stream right after ``done``: reading on to that end hands the connection
+    back to the pool, where leaving now would close it (and the next call connect). The turn is complete
+    already, so whatever comes after ``done`` is ignored, a failure included."""
+    with anyio.move_on_after(_STREAM_END_GRACE_SECONDS):
+        try:
+            async for _ in stream.chunks():
+                pass
+        except httpx.HTTPError:
+            pass
 
 
 async def _fold_stream(events: AsyncIterator[CompletionEvent], on_delta: DeltaSink) -> CompletionResponse:

@@ -1,0 +1,90 @@
+"""agent-service's client of completion-service over the production peer client and a real loopback server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+from starlette.types import Receive, Scope, Send
+
+from agent_service.clients import CompletionClient, Deadline
+from suite_common.peer_client import AiohttpPeerClient
+from suite_common.sse import encode_event
+from suite_common.wire import CompletionDone, CompletionRequest, Message, ReasoningDelta, TextDelta, Usage, dump
+from support.servers import serve_app
+
+pytestmark = pytest.mark.anyio
+
+_DONE = CompletionDone(finish_reason="stop", usage=Usage(input_tokens=3, output_tokens=2), model="m", provider="p")
+
+
+_END_AFTER_DONE_SECONDS = 0.05
+"""completion-service ends its body a moment after ``done`` (it records the call first): long enough for a
+client that stopped reading at ``done`` to have left, closing its connection."""
+
+
+class _StreamingCompletions:
+    """Streams "Hello world" as completion-service does; ``fail_after_done`` breaks the body after ``done``."""
+
+    def __init__(self, *, fail_after_done: bool = False) -> None:
+        self.fail_after_done = fail_after_done
+        self.clients: list[tuple[str, int]] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        self.clients.append(scope["client"])
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for event in (TextDelta(delta="Hello "), TextDelta(delta="world"), _DONE):
+            body = encode_event(dump(event), event=event.type)
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+        await anyio.sleep(_END_AFTER_DONE_SECONDS)
+        if self.fail_after_done:
+            raise RuntimeError("the server fails after done")  # uvicorn cuts the chunked body short
+        await send({"type": "http.response.body", "body": b""})
+
+
+@asynccontextmanager
+async def _client(app: _StreamingCompletions) -> AsyncIterator[CompletionClient]:
+    peer = AiohttpPeerClient(connect_timeout=5)
+    try:
+        async with serve_app(app) as url:
+            yield CompletionClient(peer, url)
+    finally:
+        await peer.aclose()
+
+
+async def _turn(client: CompletionClient, deltas: list[str]) -> str | None:
+    async def on_delta(delta: TextDelta | ReasoningDelta) -> None:
+        deltas.append(delta.delta)
+
+    request = CompletionRequest(model="m", messages=[Message(role="user", content="hi")])
+    response = await client.complete(request, Deadline(10), on_delta)
+    return response.message.content
+
+
+async def test_streamed_turns_reuse_one_connection() -> None:
+    app = _StreamingCompletions()
+    deltas: list[str] = []
+    with anyio.fail_after(10):
+        async with _client(app) as client:
+            for _ in range(3):
+                assert await _turn(client, deltas) == "Hello world"
+    assert deltas == ["Hello ", "world"] * 3
+    assert len(app.clients) == 3
+    assert len(set(app.clients)) == 1  # read to the end of each body, so the connection went back to the pool
+
+
+async def test_a_stream_that_breaks_after_done_still_gives_the_whole_turn() -> None:
+    app = _StreamingCompletions(fail_after_done=True)
+    deltas: list[str] = []
+    with anyio.fail_after(10):
+        async with _client(app) as client:
+            assert await _turn(client, deltas) == "Hello world"
+            assert await _turn(client, deltas) == "Hello world"  # on a new connection: the broken one was closed
+    assert deltas == ["Hello ", "world"] * 2
