@@ -215,21 +215,38 @@ async def test_non_streamed_runs_ask_for_whole_completions() -> None:
     assert outcome.appended[-1].content == "whole"
 
 
-async def test_a_rejected_secret_during_a_round_ends_the_run_with_an_error_and_every_call_answered() -> None:
+@pytest.mark.parametrize("ids", [["c1"], ["c1", "c2"]], ids=["one call", "parallel calls"])
+async def test_a_rejected_secret_during_a_round_ends_the_run_with_an_error_and_every_call_answered(
+    ids: list[str],
+) -> None:
     class SecretRotated(Scripted):
         async def handle(self, request: httpx.Request) -> httpx.Response:
             if request.url.path == "/mcp/v1/tools/call-tool":
                 return httpx.Response(401, json={"error": {"code": "unauthorized", "message": "wrong secret"}})
             return await super().handle(request)
 
-    scripted = SecretRotated([call_tools(("c1", "echo", {"q": "a"}), ("c2", "echo", {"q": "b"}))], {"echo": echo})
+    scripted = SecretRotated([call_tools(*((id_, "echo", {"q": id_}) for id_ in ids))], {"echo": echo})
     events = Recorder()
     outcome = await scripted.loop().run(plan("echo"), events, stream_text=True)
     assert outcome.error is not None
     assert outcome.error.code == "tools_unauthorized"
     assert isinstance(events.events[-1], RunError)
     assert not events.of(RunToolResult)  # nothing of the failure reaches the model as a tool result
-    assert [m.tool_call_id for m in outcome.appended if m.role == "tool"] == ["c1", "c2"]
+    assert [m.tool_call_id for m in outcome.appended if m.role == "tool"] == ids
+
+
+async def test_a_deadline_during_a_single_tool_call_closes_it_and_ends_the_run() -> None:
+    async def hang(_: dict[str, Any]) -> str:
+        await anyio.sleep_forever()
+        return ""
+
+    scripted = Scripted([call_tools(("stuck", "hang", {}))], {"hang": hang})
+    with anyio.fail_after(5):
+        outcome = await scripted.loop().run(plan("hang", deadline=0.3), Recorder(), stream_text=False)
+    assert outcome.finish_reason == "deadline"
+    [result] = [m for m in outcome.appended if m.role == "tool"]
+    assert result.is_error
+    assert "deadline" in (result.content or "")
 
 
 async def test_a_callee_giving_up_at_the_deadline_ends_the_run_with_finish_reason_deadline() -> None:

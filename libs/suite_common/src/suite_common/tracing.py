@@ -44,6 +44,8 @@ def tracer_of(provider: TracerProvider | None, name: str) -> Tracer:
 
 def trace_headers() -> dict[str, str]:
     """``traceparent`` (and ``tracestate``) of the current span, for an outgoing request; empty without one."""
+    if not trace.get_current_span().get_span_context().is_valid:
+        return {}  # tracing is off: nothing to carry, and the propagators need not run on every call
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return carrier

@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
-import anyio.abc
 import structlog
 
 from agent_service.clients import CompletionClient, Deadline, ToolsClient, UpstreamError
@@ -219,9 +218,13 @@ class AgentLoop:
             )
         allowed = {tool.name for tool in plan.tools}
         failures: list[UpstreamError] = []
-        async with anyio.create_task_group() as tg:
-            for position, call in enumerate(calls):
-                tg.start_soon(self._call_tool, plan, position, call, allowed, emit, state, failures, tg)
+        if len(calls) == 1:  # the common case: no task group to pay for
+            await self._call_tool(plan, 0, calls[0], allowed, emit, state, failures, None)
+        else:
+            async with anyio.create_task_group() as tg:
+                scope = tg.cancel_scope
+                for position, call in enumerate(calls):
+                    tg.start_soon(self._call_tool, plan, position, call, allowed, emit, state, failures, scope)
         if failures:
             # The tool service itself failed (not a tool): the run cannot go on.
             raise failures[0]
@@ -238,8 +241,9 @@ class AgentLoop:
         emit: Emit,
         state: _RunState,
         failures: list[UpstreamError],
-        round_group: anyio.abc.TaskGroup,
+        siblings: anyio.CancelScope | None,
     ) -> None:
+        """``siblings``: the scope of the round's other calls, when there are any."""
         iteration = state.iterations
         started = time.perf_counter()
         server, status = "-", "refused"
@@ -264,7 +268,8 @@ class AgentLoop:
                     result = await self.tools.call_tool(call.name, call.arguments, plan.deadline)
                 except UpstreamError as error:
                     failures.append(error)
-                    round_group.cancel_scope.cancel()  # the round's other calls cannot help now
+                    if siblings is not None:
+                        siblings.cancel()  # the round's other calls cannot help now
                     self._audit(plan, iteration, position, call, server, "failed", started)
                     return
                 except anyio.get_cancelled_exc_class():
