@@ -21,8 +21,8 @@ _DONE = CompletionDone(finish_reason="stop", usage=Usage(input_tokens=3, output_
 
 
 _END_AFTER_DONE_SECONDS = 0.05
-"""completion-service ends its body a moment after ``done`` (it records the call first): long enough for a
-client that stopped reading at ``done`` to have left, closing its connection."""
+"""completion-service ends its body a moment after ``done`` (it records the call first). The fake holds the
+end back that long, or until the client hangs up: a client that stopped reading at ``done`` leaves at once."""
 
 
 class _StreamingCompletions:
@@ -43,7 +43,9 @@ class _StreamingCompletions:
         for event in (TextDelta(delta="Hello "), TextDelta(delta="world"), _DONE):
             body = encode_event(dump(event), event=event.type)
             await send({"type": "http.response.body", "body": body, "more_body": True})
-        await anyio.sleep(_END_AFTER_DONE_SECONDS)
+        with anyio.move_on_after(_END_AFTER_DONE_SECONDS):
+            if (await receive())["type"] == "http.disconnect":
+                return  # the client left before the end: its connection cannot go back to the pool
         if self.fail_after_done:
             raise RuntimeError("the server fails after done")  # uvicorn cuts the chunked body short
         await send({"type": "http.response.body", "body": b""})
