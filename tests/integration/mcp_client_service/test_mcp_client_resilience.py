@@ -215,6 +215,39 @@ async def test_a_callers_short_deadlines_and_error_answers_do_not_open_a_healthy
     assert echoed["content"] == [{"type": "text", "text": "still called"}]
 
 
+@pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
+async def test_a_servers_error_answers_with_codes_of_the_servers_range_are_refusals_not_lost_connections(
+    transport: str,
+) -> None:
+    # -32000 and -32001 are also the SDK's own codes for a dropped connection and a timeout; a server
+    # may answer with them all the same (-32000..-32099 is the servers' range).
+    async with (
+        misbehaving_server(transport, ["rpc-error"]) as trouble,
+        running_gateway({"trouble": trouble}, **BREAKER, **FAST_RETRIES) as gateway,
+    ):
+        await gateway.wait_until_ready("trouble")
+        connection = gateway.registry.connections["trouble"]
+        pid_before = (await _call(gateway, "pid"))["content"][0]["text"]
+
+        started = time.monotonic()
+        answers = [await _call(gateway, "rpc_error", {"code": code}) for code in (-32000, -32001) * 3]
+        elapsed = time.monotonic() - started
+        status = await _status(gateway, "trouble")
+        listed = {tool["name"] for tool in (await gateway.http.get("/mcp/v1/tools/list-tools")).json()["tools"]}
+        pid_after = (await _call(gateway, "pid"))["content"][0]["text"]
+
+    texts = [answer["content"][0]["text"] for answer in answers]
+    assert all(answer["isError"] for answer in answers)
+    assert texts[:2] == [
+        'The MCP server "trouble" refused the call to "rpc_error": error -32000: the database is down',
+        'The MCP server "trouble" refused the call to "rpc_error": error -32001: the database is down',
+    ]
+    assert elapsed < 5  # not reported as a timeout, nor waited for as one
+    assert (connection.attempts, pid_after) == (1, pid_before)  # the session was kept, the child not respawned
+    assert "rpc_error" in listed
+    assert (status["state"], status["circuit"], connection.breaker.recent_failures()) == ("ready", "closed", 0)
+
+
 async def test_a_stdio_servers_stderr_is_logged_as_its_own_rate_limited_and_unable_to_forge_lines(
     capfd: pytest.CaptureFixture[str],
 ) -> None:

@@ -33,9 +33,7 @@ from mcp.client.session import IncomingMessage
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
-    CONNECTION_CLOSED,
     INVALID_REQUEST,
-    REQUEST_TIMEOUT,
     CallToolResult,
     Implementation,
     RequestParamsMeta,
@@ -46,7 +44,14 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_client_service.breaker import CallDurations, CircuitBreaker, CircuitState
 from mcp_client_service.config import ServerConfig
-from mcp_client_service.failures import CircuitOpenError, ServerStartError, ServerUnavailableError, describe_error
+from mcp_client_service.failures import (
+    CircuitOpenError,
+    ServerStartError,
+    ServerUnavailableError,
+    connection_lost,
+    describe_error,
+    request_timed_out,
+)
 from mcp_client_service.legacy_sse import OversizedEventError
 from mcp_client_service.options import DEFAULT_INHERITED_ENV, Backoff, ConnectionOptions
 from mcp_client_service.redaction import redact, secret_forms
@@ -613,12 +618,12 @@ class ServerConnection:
 def _connection_closed(error: BaseException) -> bool:
     if isinstance(error, BaseExceptionGroup):
         return any(_connection_closed(inner) for inner in error.exceptions)
-    return isinstance(error, MCPError) and error.code == CONNECTION_CLOSED
+    return connection_lost(error)
 
 
 def _timed_out(error: Exception) -> bool:
     """Our own bound, or the SDK's (``server/discover`` has one of its own)."""
-    return isinstance(error, TimeoutError) or (isinstance(error, MCPError) and error.code == REQUEST_TIMEOUT)
+    return request_timed_out(error)
 
 
 def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:
@@ -636,4 +641,4 @@ def _announces_changes(client: Client) -> bool:
 
 def _session_is_gone(error: MCPError) -> bool:
     """A dropped connection, or a streamable HTTP server that no longer knows our session (it restarted)."""
-    return error.code == CONNECTION_CLOSED or (error.code == INVALID_REQUEST and error.message == "Session terminated")
+    return connection_lost(error) or (error.code == INVALID_REQUEST and error.message == "Session terminated")
