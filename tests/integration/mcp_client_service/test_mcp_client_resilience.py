@@ -61,7 +61,7 @@ async def _wait(registry: ServerRegistry, condition: Any) -> None:
 
 async def test_a_stdio_server_writing_a_line_without_end_is_stopped_at_the_limit_and_restarted() -> None:
     limit = 1024 * 1024
-    with leaves_no_child_processes():
+    with leaves_no_child_processes(), capture_logs() as logs:
         async with running_gateway(
             {"flood": raw_stdio_server("flood")}, stdio_max_line_bytes=limit, **FAST_RETRIES
         ) as gateway:
@@ -74,7 +74,6 @@ async def test_a_stdio_server_writing_a_line_without_end_is_stopped_at_the_limit
             elapsed = time.monotonic() - started
 
             await _wait(gateway.registry, lambda _: connection.attempts >= 2 and connection.serving)
-            status = await _status(gateway, "flood")
             restarted_pid = int((await _call(gateway, "pid"))["content"][0]["text"])
 
     assert elapsed < 10
@@ -82,7 +81,8 @@ async def test_a_stdio_server_writing_a_line_without_end_is_stopped_at_the_limit
     assert (
         'The connection to the MCP server "flood" dropped during the call to "flood"' in flooded["content"][0]["text"]
     )
-    assert status["lastError"] == (
+    [failed] = [log for log in logs if log["event"] == "mcp_server_failed"]
+    assert failed["error"] == (
         f"the server wrote more than {limit} bytes without a newline (MCP_CLIENT_STDIO_MAX_LINE_BYTES), "
         "so its session was closed"
     )
@@ -122,7 +122,7 @@ async def test_a_stdio_server_that_crashes_at_every_restart_opens_its_circuit_an
             await _call(gateway, "die")  # from now on it crashes at every start
             await _wait(gateway.registry, lambda _: connection.circuit == "open")
             started = time.monotonic()
-            refused = await _call(gateway, "echo", {"text": "anyone?"})
+            refused = await gateway.http.post(CALL, json={"name": "echo", "arguments": {"text": "anyone?"}})
             refused_in = time.monotonic() - started
             status = await _status(gateway, "fragile")
             attempts_when_open = connection.attempts
@@ -131,9 +131,11 @@ async def test_a_stdio_server_that_crashes_at_every_restart_opens_its_circuit_an
             await _wait(gateway.registry, lambda _: connection.attempts > attempts_when_open)
             await _wait(gateway.registry, lambda _: connection.circuit == "open")
 
-    assert refused["isError"] is True
-    text = refused["content"][0]["text"]
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "tool_unavailable"
+    text = refused.json()["error"]["message"]
     assert 'the circuit of the MCP server "fragile" is open after 3 failures within 60 s' in text
+    assert refused.headers["retry-after"] == "1"  # breaker_open_seconds is 0.5
     assert refused_in < 1
     assert status["state"] == "failed"
     assert status["circuit"] == "open"
@@ -171,7 +173,8 @@ async def test_calls_reported_by_the_call_path_give_the_p50_and_trip_the_breaker
         registry.record_call("web", 0.5, ok=False)
         tripped = await _status(gateway, "web")
         refusal = registry.call_refusal("web")
-        refused = await _call(gateway, "echo", {"text": "hello?"})
+        listed = (await gateway.http.get("/mcp/v1/tools/list-tools")).json()["tools"]
+        refused = await gateway.http.post(CALL, json={"name": "echo", "arguments": {"text": "hello?"}})
 
         await _wait(registry, lambda r: r.connections["web"].circuit != "open")  # after breaker_open_seconds
         half_open = registry.connections["web"].circuit
@@ -184,8 +187,12 @@ async def test_calls_reported_by_the_call_path_give_the_p50_and_trip_the_breaker
     assert (tripped["state"], tripped["circuit"]) == ("degraded", "open")
     assert refusal is not None
     assert refusal.startswith('the circuit of the MCP server "web" is open after 3 failures')
-    assert refused["isError"] is True
-    assert refusal in refused["content"][0]["text"]
+    # While the circuit is open its tools are listed as unavailable, and calls are refused with 503.
+    [reason] = {tool["unavailable"]["reason"] for tool in listed}
+    assert reason.startswith('the circuit of the MCP server "web" is open after 3 failures')
+    assert all(0 <= tool["unavailable"]["retryAfterSeconds"] <= 0.5 for tool in listed)
+    assert refused.status_code == 503
+    assert refusal in refused.json()["error"]["message"]
     assert half_open == "half_open"
     assert answered["content"] == [{"type": "text", "text": "back"}]
     assert (recovered["state"], recovered["circuit"]) == ("ready", "closed")
