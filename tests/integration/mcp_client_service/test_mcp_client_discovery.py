@@ -301,6 +301,7 @@ async def test_the_third_party_time_server_is_listed_and_called_over_stdio() -> 
         async with running_gateway({"time": time_server}, **FAST_RETRIES) as gateway:
             await gateway.wait_until_ready("time")
             listed = await _listed(gateway)
+            described = {tool["name"]: tool for tool in (await gateway.http.get(LIST)).json()["tools"]}
             converted = await _call(
                 gateway,
                 "convert_time",
@@ -309,6 +310,14 @@ async def test_the_third_party_time_server_is_listed_and_called_over_stdio() -> 
             refused = await _call(gateway, "get_current_time", {"timezone": "Mars/Olympus_Mons"})
 
     assert listed == {"get_current_time": "time", "convert_time": "time"}
+    # The whole description on REST, as the server sent it: annotations and output schema included.
+    assert described["convert_time"]["annotations"] == {
+        "readOnlyHint": True,
+        "destructiveHint": False,
+        "idempotentHint": True,
+        "openWorldHint": False,
+    }
+    assert "target" in described["convert_time"]["outputSchema"]["properties"]
     assert converted["isError"] is False
     structured = converted["structuredContent"]
     assert structured["source"]["datetime"][11:19] == "12:00:00"
