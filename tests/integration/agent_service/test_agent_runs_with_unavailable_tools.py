@@ -20,14 +20,12 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from agent_service.app import create_app as create_agent_app
-from agent_service.settings import AgentSettings
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from support import fake_openai
+from support.agent_stack import running_agent
 from support.fake_openai import ScriptedOpenAI
 from support.mcp_gateway import (
-    GATEWAY_SECRET,
     WAIT_SECONDS,
     Gateway,
     echo_http_server,
@@ -62,21 +60,17 @@ async def stack_with_a_killed_server() -> AsyncIterator[Stack]:
         completion_settings = CompletionSettings(
             openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
         )
-        async with serve_app(create_completion_app(completion_settings)) as completion_url:
-            agent_settings = AgentSettings(
-                completion_url=completion_url,
-                mcp_client_url=gateway.url,
-                mcp_service_secret=SecretStr(GATEWAY_SECRET),
-                catalog_cache_seconds=0,
-            )
-            async with serve_app(create_agent_app(agent_settings)) as agent_url:
-                await gateway.wait_until_ready("local", "other")
-                pid = (await gateway.http.post("/mcp/v1/tools/call-tool", json={"name": "pid"})).json()
-                os.kill(pid["structuredContent"]["result"], signal.SIGKILL)
-                local = gateway.registry.connections["local"]
-                with anyio.fail_after(WAIT_SECONDS):
-                    await gateway.registry.wait_until(lambda _: local.state == "failed")
-                yield Stack(agent_url, gateway, llm)
+        async with (
+            serve_app(create_completion_app(completion_settings)) as completion_url,
+            running_agent(completion_url, gateway) as agent_url,
+        ):
+            await gateway.wait_until_ready("local", "other")
+            pid = (await gateway.http.post("/mcp/v1/tools/call-tool", json={"name": "pid"})).json()
+            os.kill(pid["structuredContent"]["result"], signal.SIGKILL)
+            local = gateway.registry.connections["local"]
+            with anyio.fail_after(WAIT_SECONDS):
+                await gateway.registry.wait_until(lambda _: local.state == "failed")
+            yield Stack(agent_url, gateway, llm)
 
 
 def _run(tools: list[str], *, stream: bool) -> dict[str, Any]:
