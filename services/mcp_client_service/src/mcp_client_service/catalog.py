@@ -208,6 +208,8 @@ class ToolCatalog:
         self._listing_json = self._listing.model_dump_json(by_alias=True, exclude_none=True).encode()
         self._rendered_at = -float("inf")
         self._reported_clashes: set[NameClash] = set()
+        self._info_cache: dict[tuple[str, str, int], tuple[Tool, ToolInfo]] = {}
+        self._used_infos: dict[tuple[str, str, int], tuple[Tool, ToolInfo]] = {}
 
     def rebuild(self, servers: Sequence[ServerTools]) -> None:
         tools, clashes = aggregate_tools(servers, collision=self.collision)
@@ -235,13 +237,28 @@ class ToolCatalog:
         # Config order, each server's tools in its own order (a stable sort keeps it).
         listed = sorted([*tools.values(), *away.values()], key=lambda entry: position[entry.server])
         self._tools, self._away, self._listed = tools, away, listed
-        self._infos = {name: entry.info() for name, entry in tools.items()}
+        self._used_infos = {}
+        self._infos = {name: self._info(entry) for name, entry in tools.items()}
+        self._info_cache = self._used_infos  # only what this listing uses is kept
         self._counting_down = any(entry.away.retry_at is not None for entry in away.values() if entry.away)
         self._render()
 
+    def _info(self, entry: CatalogEntry) -> ToolInfo:
+        """``entry.info()``, reused while the server's ``Tool`` is the same object (until it lists again):
+        a rebuild then costs little however many tools are listed."""
+        key = (entry.name, entry.server, id(entry.tool))
+        cached = self._info_cache.get(key)
+        if cached is None or cached[0] is not entry.tool:
+            cached = self._info_cache[key] = (entry.tool, entry.info())
+        self._used_infos[key] = cached
+        return cached[1]
+
     def _render(self) -> None:
         now = self._clock()
-        self._listing = ListToolsResponse(tools=[entry.info(now) for entry in self._listed])
+        infos = self._infos  # a callable tool's description does not change with time: made once per rebuild
+        self._listing = ListToolsResponse(
+            tools=[infos[entry.name] if entry.away is None else entry.info(now) for entry in self._listed]
+        )
         self._listing_json = self._listing.model_dump_json(by_alias=True, exclude_none=True).encode()
         self._rendered_at = now
 
