@@ -277,9 +277,8 @@ class ServerConnection:
         """``None`` while it takes calls; else why not, in words that stay true while it lasts (no
         countdown), and when (``time.monotonic``) it is tried again, ``None`` while being tried now."""
         if not self.breaker.allows_calls():
-            return self.redact(
-                self.breaker.open_reason(self.name)
-            ), time.monotonic() + self.breaker.seconds_until_half_open()
+            reason = self.redact(self.breaker.open_reason(self.name))
+            return reason, time.monotonic() + self.breaker.seconds_until_half_open()
         if self._client is None:
             return self._not_ready(), None if self._connecting else self._retry_at
         return None
