@@ -27,7 +27,8 @@ the server (and the gateway) keeps working. Each ``--mode`` adds its tools:
 - ``strict-schemas``: ``plan_trip(traveller, legs, cabin?)``, whose ``inputSchema`` uses
   ``$ref``/``$defs``, nested arrays, ``enum`` and ``oneOf``; every call that reaches it is
   appended to the side-effects file, so a test can prove that an invalid call never did;
-- ``rpc-error``: ``rpc_error()`` answers with a JSON-RPC error (-32603), not a result.
+- ``rpc-error``: ``rpc_error(code?)`` answers with a JSON-RPC error (``code``, -32603 by default:
+  a server may use -32000..-32099 too), not a result.
 
 Over streamable HTTP, ``--json-response`` answers each request with a JSON body instead of an
 event stream.
@@ -272,10 +273,11 @@ def _strict_schema_tools(state: _State) -> list[MisbehavingTool]:
 
 
 def _rpc_error_tools(_: _State) -> list[MisbehavingTool]:
-    async def rpc_error(_: ServerRequestContext[Any], __: dict[str, Any]) -> CallToolResult:
-        raise MCPError(INTERNAL_ERROR, "the database is down")
+    async def rpc_error(_: ServerRequestContext[Any], arguments: dict[str, Any]) -> CallToolResult:
+        raise MCPError(int(arguments.get("code", INTERNAL_ERROR)), "the database is down")
 
-    return [MisbehavingTool(Tool(name="rpc_error", input_schema=_object({})), rpc_error)]
+    schema = {"type": "object", "properties": {"code": {"type": "integer"}}}
+    return [MisbehavingTool(Tool(name="rpc_error", input_schema=schema), rpc_error)]
 
 
 MODES: dict[str, Callable[[_State], list[MisbehavingTool]]] = {

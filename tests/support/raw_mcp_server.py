@@ -30,7 +30,10 @@ standard library only, as many third-party servers still do; it answers ``server
 - ``crash-on-restart``: serves normally the first time (it creates the ``--state`` file), and
   exits at start every time after; ``die()`` ends the process without answering;
 - ``slow-list``: answers ``tools/list`` only after ``--delay`` seconds (it exits when its stdin
-  closes meanwhile, as a well-behaved server does).
+  closes meanwhile, as a well-behaved server does);
+- ``odd-tools``: lists ``echo`` a second time (with another description), ``long_job`` whose
+  ``execution.taskSupport`` is ``"required"`` (it can only run as a task) and ``maybe_task``
+  whose ``taskSupport`` is ``"optional"``.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ MODES = (
     "busy",
     "deep-schema",
     "stderr-noise",
+    "odd-tools",
 )
 
 _PROTOCOL_VERSION = "2025-06-18"
@@ -149,6 +153,13 @@ class RawServer:
             return [*base, _tool("grow", name), _tool("grow_many", many), _tool("list_count", _OBJECT), *grown]
         if self.mode == "busy":
             return [*base, _tool("busy", {"type": "object", "properties": {"seconds": {"type": "number"}}})]
+        if self.mode == "odd-tools":
+            return [
+                *base,
+                _tool("echo", text, description="A second echo: the server repeats the name."),
+                {**_tool("long_job", _OBJECT), "execution": {"taskSupport": "required"}},
+                {**_tool("maybe_task", _OBJECT), "execution": {"taskSupport": "optional"}},
+            ]
         if self.mode == "deep-schema":
             return [*base, _tool("deep", _deep_schema(150))]
         return base
@@ -179,7 +190,7 @@ class RawServer:
         elif name == "busy":
             time.sleep(float(arguments["seconds"]))  # the whole server is busy: it reads nothing meanwhile
             text = "done"
-        elif name in self.extra_tools or name == "good":
+        elif name in self.extra_tools or name in ("good", "maybe_task"):
             text = f"{name} called"
         else:
             self.send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": f"no tool {name}"}})

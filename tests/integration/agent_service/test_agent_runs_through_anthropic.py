@@ -14,12 +14,11 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from agent_service.app import create_app as create_agent_app
-from agent_service.settings import AgentSettings
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
+from support.agent_stack import running_agent
 from support.fake_anthropic import ScriptedAnthropic, signature_of, text, thinking, tool_calls
-from support.mcp_gateway import GATEWAY_SECRET, echo_http_server, running_gateway
+from support.mcp_gateway import echo_http_server, running_gateway
 from support.servers import serve_app
 
 pytestmark = pytest.mark.anyio
@@ -74,13 +73,7 @@ async def test_a_streamed_run_thinks_calls_two_tools_then_answers_through_anthro
         ) as completion_url,
     ):
         await gateway.wait_until_ready("echo")
-        agent_settings = AgentSettings(
-            completion_url=completion_url,
-            mcp_client_url=gateway.url,
-            mcp_service_secret=SecretStr(GATEWAY_SECRET),
-            catalog_cache_seconds=0,
-        )
-        async with serve_app(create_agent_app(agent_settings)) as agent_url:
+        async with running_agent(completion_url, gateway) as agent_url:
             body = {
                 "model": "anthropic/claude-sonnet-4-5",
                 "stream": True,

@@ -11,12 +11,11 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from agent_service.app import create_app as create_agent_app
-from agent_service.settings import AgentSettings
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
+from support.agent_stack import running_agent
 from support.fake_gemini import ScriptedGemini, function_calls, text
-from support.mcp_gateway import GATEWAY_SECRET, echo_http_server, running_gateway
+from support.mcp_gateway import echo_http_server, running_gateway
 from support.servers import serve_app
 
 pytestmark = pytest.mark.anyio
@@ -54,22 +53,18 @@ async def test_a_streamed_run_on_gemini_calls_two_tools_then_answers_with_the_si
         completion_settings = CompletionSettings(
             gemini_api_key=SecretStr(gemini.api_key), gemini_base_url=gemini_url, max_retries=0, demo_enabled=False
         )
-        async with serve_app(create_completion_app(completion_settings)) as completion_url:
-            agent_settings = AgentSettings(
-                completion_url=completion_url,
-                mcp_client_url=gateway.url,
-                mcp_service_secret=SecretStr(GATEWAY_SECRET),
-                catalog_cache_seconds=0,
-            )
-            async with serve_app(create_agent_app(agent_settings)) as agent_url:
-                body = {
-                    "model": "gemini/gemini-2.5-flash",
-                    "stream": True,
-                    "messages": [{"role": "user", "content": "What is 2 + 3, and echo 'loop'?"}],
-                    "tools": ["add", "echo"],
-                }
-                with anyio.fail_after(60):
-                    events = await _stream_run(agent_url, body)
+        async with (
+            serve_app(create_completion_app(completion_settings)) as completion_url,
+            running_agent(completion_url, gateway) as agent_url,
+        ):
+            body = {
+                "model": "gemini/gemini-2.5-flash",
+                "stream": True,
+                "messages": [{"role": "user", "content": "What is 2 + 3, and echo 'loop'?"}],
+                "tools": ["add", "echo"],
+            }
+            with anyio.fail_after(60):
+                events = await _stream_run(agent_url, body)
 
     kinds = [name for name, _ in events]
     assert kinds[0] == "run_started"

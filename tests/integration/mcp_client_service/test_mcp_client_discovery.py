@@ -100,6 +100,30 @@ async def test_tools_with_unusable_schemas_are_dropped_logged_and_named_on_the_s
     assert not [log for log in logs if log["event"] == "mcp_server_no_valid_tools"]
 
 
+async def test_a_repeated_name_and_a_task_only_tool_are_dropped_with_a_log_line_each() -> None:
+    with capture_logs() as logs:
+        async with running_gateway({"odd": raw_stdio_server("odd-tools")}) as gateway:
+            await gateway.wait_until_ready("odd")
+            tools = {tool["name"]: tool for tool in (await gateway.http.get(LIST)).json()["tools"]}
+            status = await _status(gateway, "odd")
+            echoed = await _call(gateway, "echo", {"text": "the first echo"})
+            task_only = await gateway.http.post(CALL, json={"name": "long_job", "arguments": {}})
+
+    assert set(tools) == {"echo", "pid", "maybe_task"}  # a tool that may run as a task may run directly too
+    assert tools["echo"]["description"] == "Return the text."
+    assert echoed["content"] == [{"type": "text", "text": "the first echo"}]
+    assert task_only.status_code == 404
+    assert status["toolCount"] == 3
+    assert {tool["name"]: tool["reason"] for tool in status["invalidTools"]} == {
+        "echo": "another tool of this server has the same name; the first one is listed",
+        "long_job": 'it can only run as a task (execution.taskSupport is "required"), '
+        "and the gateway calls tools directly",
+    }
+    [duplicate] = [log for log in logs if log["event"] == "mcp_tool_duplicate_name"]
+    [task] = [log for log in logs if log["event"] == "mcp_tool_task_required"]
+    assert (duplicate["server"], duplicate["tool"], task["tool"]) == ("odd", "echo", "long_job")
+
+
 async def test_a_server_left_with_no_valid_tool_is_logged_and_lists_nothing() -> None:
     with capture_logs() as logs:
         servers = {"broken": raw_stdio_server("no-valid-tools"), "fine": echo_stdio_server("fine")}
@@ -262,8 +286,10 @@ async def test_a_servers_allow_list_deny_list_and_prefix_decide_what_it_offers_a
         listed = await _listed(gateway)
         echoed = await _call(gateway, "loc_echo", {"text": "through the prefix"})
         denied = await gateway.http.post(CALL, json={"name": "loc_env_keys", "arguments": {}})
+        status = await _status(gateway, "local")
 
     assert set(listed) == {"loc_echo", "loc_add"}
+    assert status["toolCount"] == 2  # what it offers, not what the server lists
     assert echoed["content"] == [{"type": "text", "text": "through the prefix"}]
     assert denied.status_code == 404
 
@@ -275,6 +301,7 @@ async def test_the_third_party_time_server_is_listed_and_called_over_stdio() -> 
         async with running_gateway({"time": time_server}, **FAST_RETRIES) as gateway:
             await gateway.wait_until_ready("time")
             listed = await _listed(gateway)
+            described = {tool["name"]: tool for tool in (await gateway.http.get(LIST)).json()["tools"]}
             converted = await _call(
                 gateway,
                 "convert_time",
@@ -283,6 +310,14 @@ async def test_the_third_party_time_server_is_listed_and_called_over_stdio() -> 
             refused = await _call(gateway, "get_current_time", {"timezone": "Mars/Olympus_Mons"})
 
     assert listed == {"get_current_time": "time", "convert_time": "time"}
+    # The whole description on REST, as the server sent it: annotations and output schema included.
+    assert described["convert_time"]["annotations"] == {
+        "readOnlyHint": True,
+        "destructiveHint": False,
+        "idempotentHint": True,
+        "openWorldHint": False,
+    }
+    assert "target" in described["convert_time"]["outputSchema"]["properties"]
     assert converted["isError"] is False
     structured = converted["structuredContent"]
     assert structured["source"]["datetime"][11:19] == "12:00:00"

@@ -20,6 +20,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from structlog.testing import capture_logs
 
 from support.mcp_gateway import FAST_RETRIES, WAIT_SECONDS, Gateway, running_gateway
 from support.servers import serve_app
@@ -139,20 +140,22 @@ async def test_an_event_beyond_the_limit_over_the_older_sse_transport_is_not_hel
     # On the one event stream of this transport, an event cut short leaves the stream unreadable,
     # so the session is opened again; the server answered, so its circuit stays closed.
     breaker: dict[str, Any] = {"breaker_failure_threshold": 1}
-    async with (
-        _big("sse") as entry,
-        running_gateway({"big": entry}, http_max_response_bytes=LIMIT, **breaker, **FAST_RETRIES) as gateway,
-    ):
-        await gateway.wait_until_ready("big")
-        connection = gateway.registry.connections["big"]
+    with capture_logs() as logs:
+        async with (
+            _big("sse") as entry,
+            running_gateway({"big": entry}, http_max_response_bytes=LIMIT, **breaker, **FAST_RETRIES) as gateway,
+        ):
+            await gateway.wait_until_ready("big")
+            connection = gateway.registry.connections["big"]
 
-        refused = await _call(gateway, 2 * LIMIT)
-        with anyio.fail_after(WAIT_SECONDS):
-            await gateway.registry.wait_until(lambda _: connection.attempts >= 2 and connection.serving)
-        why, circuit = connection.last_error, connection.circuit
-        after = await _call(gateway, 10)
+            refused = await _call(gateway, 2 * LIMIT)
+            with anyio.fail_after(WAIT_SECONDS):
+                await gateway.registry.wait_until(lambda _: connection.attempts >= 2 and connection.serving)
+            circuit = connection.circuit
+            after = await _call(gateway, 10)
 
+    why = next(log["error"] for log in logs if log["event"] == "mcp_server_failed")
     assert refused["isError"] is True
     assert circuit == "closed"
-    assert f"an event larger than {LIMIT} bytes" in (why or "")
+    assert f"an event larger than {LIMIT} bytes" in why
     assert after["content"] == [{"type": "text", "text": "b" * 10}]

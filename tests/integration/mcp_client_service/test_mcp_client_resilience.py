@@ -61,7 +61,7 @@ async def _wait(registry: ServerRegistry, condition: Any) -> None:
 
 async def test_a_stdio_server_writing_a_line_without_end_is_stopped_at_the_limit_and_restarted() -> None:
     limit = 1024 * 1024
-    with leaves_no_child_processes():
+    with leaves_no_child_processes(), capture_logs() as logs:
         async with running_gateway(
             {"flood": raw_stdio_server("flood")}, stdio_max_line_bytes=limit, **FAST_RETRIES
         ) as gateway:
@@ -74,7 +74,6 @@ async def test_a_stdio_server_writing_a_line_without_end_is_stopped_at_the_limit
             elapsed = time.monotonic() - started
 
             await _wait(gateway.registry, lambda _: connection.attempts >= 2 and connection.serving)
-            status = await _status(gateway, "flood")
             restarted_pid = int((await _call(gateway, "pid"))["content"][0]["text"])
 
     assert elapsed < 10
@@ -82,7 +81,8 @@ async def test_a_stdio_server_writing_a_line_without_end_is_stopped_at_the_limit
     assert (
         'The connection to the MCP server "flood" dropped during the call to "flood"' in flooded["content"][0]["text"]
     )
-    assert status["lastError"] == (
+    [failed] = [log for log in logs if log["event"] == "mcp_server_failed"]
+    assert failed["error"] == (
         f"the server wrote more than {limit} bytes without a newline (MCP_CLIENT_STDIO_MAX_LINE_BYTES), "
         "so its session was closed"
     )
@@ -122,7 +122,7 @@ async def test_a_stdio_server_that_crashes_at_every_restart_opens_its_circuit_an
             await _call(gateway, "die")  # from now on it crashes at every start
             await _wait(gateway.registry, lambda _: connection.circuit == "open")
             started = time.monotonic()
-            refused = await _call(gateway, "echo", {"text": "anyone?"})
+            refused = await gateway.http.post(CALL, json={"name": "echo", "arguments": {"text": "anyone?"}})
             refused_in = time.monotonic() - started
             status = await _status(gateway, "fragile")
             attempts_when_open = connection.attempts
@@ -131,9 +131,11 @@ async def test_a_stdio_server_that_crashes_at_every_restart_opens_its_circuit_an
             await _wait(gateway.registry, lambda _: connection.attempts > attempts_when_open)
             await _wait(gateway.registry, lambda _: connection.circuit == "open")
 
-    assert refused["isError"] is True
-    text = refused["content"][0]["text"]
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "tool_unavailable"
+    text = refused.json()["error"]["message"]
     assert 'the circuit of the MCP server "fragile" is open after 3 failures within 60 s' in text
+    assert refused.headers["retry-after"] == "1"  # breaker_open_seconds is 0.5
     assert refused_in < 1
     assert status["state"] == "failed"
     assert status["circuit"] == "open"
@@ -171,7 +173,8 @@ async def test_calls_reported_by_the_call_path_give_the_p50_and_trip_the_breaker
         registry.record_call("web", 0.5, ok=False)
         tripped = await _status(gateway, "web")
         refusal = registry.call_refusal("web")
-        refused = await _call(gateway, "echo", {"text": "hello?"})
+        listed = (await gateway.http.get("/mcp/v1/tools/list-tools")).json()["tools"]
+        refused = await gateway.http.post(CALL, json={"name": "echo", "arguments": {"text": "hello?"}})
 
         await _wait(registry, lambda r: r.connections["web"].circuit != "open")  # after breaker_open_seconds
         half_open = registry.connections["web"].circuit
@@ -184,8 +187,12 @@ async def test_calls_reported_by_the_call_path_give_the_p50_and_trip_the_breaker
     assert (tripped["state"], tripped["circuit"]) == ("degraded", "open")
     assert refusal is not None
     assert refusal.startswith('the circuit of the MCP server "web" is open after 3 failures')
-    assert refused["isError"] is True
-    assert refusal in refused["content"][0]["text"]
+    # While the circuit is open its tools are listed as unavailable, and calls are refused with 503.
+    [reason] = {tool["unavailable"]["reason"] for tool in listed}
+    assert reason.startswith('the circuit of the MCP server "web" is open after 3 failures')
+    assert all(0 <= tool["unavailable"]["retryAfterSeconds"] <= 0.5 for tool in listed)
+    assert refused.status_code == 503
+    assert refusal in refused.json()["error"]["message"]
     assert half_open == "half_open"
     assert answered["content"] == [{"type": "text", "text": "back"}]
     assert (recovered["state"], recovered["circuit"]) == ("ready", "closed")
@@ -213,6 +220,39 @@ async def test_a_callers_short_deadlines_and_error_answers_do_not_open_a_healthy
     assert all(error["isError"] and "the database is down" in error["content"][0]["text"] for error in errors)
     assert (status["circuit"], connection.breaker.recent_failures()) == ("closed", 0)
     assert echoed["content"] == [{"type": "text", "text": "still called"}]
+
+
+@pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
+async def test_a_servers_error_answers_with_codes_of_the_servers_range_are_refusals_not_lost_connections(
+    transport: str,
+) -> None:
+    # -32000 and -32001 are also the SDK's own codes for a dropped connection and a timeout; a server
+    # may answer with them all the same (-32000..-32099 is the servers' range).
+    async with (
+        misbehaving_server(transport, ["rpc-error"]) as trouble,
+        running_gateway({"trouble": trouble}, **BREAKER, **FAST_RETRIES) as gateway,
+    ):
+        await gateway.wait_until_ready("trouble")
+        connection = gateway.registry.connections["trouble"]
+        pid_before = (await _call(gateway, "pid"))["content"][0]["text"]
+
+        started = time.monotonic()
+        answers = [await _call(gateway, "rpc_error", {"code": code}) for code in (-32000, -32001) * 3]
+        elapsed = time.monotonic() - started
+        status = await _status(gateway, "trouble")
+        listed = {tool["name"] for tool in (await gateway.http.get("/mcp/v1/tools/list-tools")).json()["tools"]}
+        pid_after = (await _call(gateway, "pid"))["content"][0]["text"]
+
+    texts = [answer["content"][0]["text"] for answer in answers]
+    assert all(answer["isError"] for answer in answers)
+    assert texts[:2] == [
+        'The MCP server "trouble" refused the call to "rpc_error": error -32000: the database is down',
+        'The MCP server "trouble" refused the call to "rpc_error": error -32001: the database is down',
+    ]
+    assert elapsed < 5  # not reported as a timeout, nor waited for as one
+    assert (connection.attempts, pid_after) == (1, pid_before)  # the session was kept, the child not respawned
+    assert "rpc_error" in listed
+    assert (status["state"], status["circuit"], connection.breaker.recent_failures()) == ("ready", "closed", 0)
 
 
 async def test_a_stdio_servers_stderr_is_logged_as_its_own_rate_limited_and_unable_to_forge_lines(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -22,7 +23,7 @@ from mcp_client_service.config import parse_servers_config
 from mcp_client_service.connections import Backoff, ConnectionOptions
 from mcp_client_service.registry import ServerRegistry
 from suite_common.ssrf import EgressPolicy
-from support.echo_mcp_server import build_echo_server
+from support.echo_mcp_server import ECHO_TOOLS, build_echo_server
 from support.mcp_gateway import FAST_RETRIES, WAIT_SECONDS, echo_http_server, echo_stdio_server, running_gateway
 from support.servers import serve_app
 
@@ -79,7 +80,7 @@ async def test_a_stdio_server_that_dies_mid_call_gives_an_error_result_and_is_re
         assert not _alive(first_pid)
         status = (await gateway.http.get("/mcp/v1/servers")).json()["servers"][0]
         assert status["state"] == "ready"
-        assert status["lastError"]  # why the previous session ended stays visible
+        assert "lastError" not in status  # a serving server shows no stale error (the log keeps it)
     # Shutting the gateway down ends its stdio children.
     assert not _alive(second_pid)
 
@@ -202,9 +203,54 @@ async def test_an_http_server_that_goes_away_is_noticed_and_its_tools_say_why_th
             listed = (await gateway.http.get("/mcp/v1/tools/list-tools")).json()
             call = await gateway.http.post("/mcp/v1/tools/call-tool", json={"name": "echo", "arguments": {"text": "x"}})
 
-    assert listed == {"tools": []}
-    assert call.status_code == 200
-    assert call.json()["isError"] is True
-    text = call.json()["content"][0]["text"]
-    assert text.startswith('The tool "echo" cannot be called now: its MCP server "web" is not ready (')
-    assert "ConnectError" in text
+    # Its tools stay listed, marked unavailable: configured, not unknown.
+    assert {tool["name"] for tool in listed["tools"]} == set(ECHO_TOOLS)
+    reasons = {tool["unavailable"]["reason"] for tool in listed["tools"]}
+    assert len(reasons) == 1
+    assert reasons.pop().startswith('its MCP server "web" is not ready (')
+    assert call.status_code == 503
+    error = call.json()["error"]
+    assert error["code"] == "tool_unavailable"
+    assert error["message"].startswith('The tool "echo" cannot be called now: its MCP server "web" is not ready (')
+    assert "ConnectError" in error["message"]
+    assert call.headers["retry-after"] == str(error["retryAfterSeconds"]) == "1"
+
+
+async def test_a_killed_stdio_server_keeps_its_tools_listed_as_unavailable_until_it_is_back() -> None:
+    # A backoff of 3 s makes the restart window wide enough to look at; the retry time counts down.
+    async with running_gateway(
+        {"local": echo_stdio_server("local")},
+        restart_backoff_initial_seconds=3.0,
+        restart_backoff_max_seconds=3.0,
+    ) as gateway:
+        await gateway.wait_until_ready("local")
+        local = gateway.registry.connections["local"]
+        first = await gateway.http.post("/mcp/v1/tools/call-tool", json={"name": "pid"})
+        os.kill(first.json()["structuredContent"]["result"], signal.SIGKILL)
+        await wait_for(gateway.registry, lambda _: local.state == "failed")
+
+        listed = {tool["name"]: tool for tool in (await gateway.http.get("/mcp/v1/tools/list-tools")).json()["tools"]}
+        refused = await gateway.http.post("/mcp/v1/tools/call-tool", json={"name": "echo", "arguments": {"text": "x"}})
+        status_while_away = (await gateway.http.get("/mcp/v1/servers")).json()["servers"][0]
+
+        await wait_for(gateway.registry, lambda _: local.state == "ready")
+        back = (await gateway.http.get("/mcp/v1/tools/list-tools")).json()["tools"]
+        status_back = (await gateway.http.get("/mcp/v1/servers")).json()["servers"][0]
+        echoed = await gateway.http.post("/mcp/v1/tools/call-tool", json={"name": "echo", "arguments": {"text": "x"}})
+
+    assert set(listed) == set(ECHO_TOOLS)
+    unavailable = listed["echo"]["unavailable"]
+    assert unavailable["reason"] == (
+        'its MCP server "local" is not ready (failed: the server process was killed by signal SIGKILL); '
+        "the gateway keeps reconnecting"
+    )
+    assert 0 < unavailable["retryAfterSeconds"] <= 3.0
+    assert listed["echo"]["inputSchema"]["properties"]["text"]["type"] == "string"  # the whole description stays
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "tool_unavailable"
+    assert "killed by signal SIGKILL" in refused.json()["error"]["message"]
+    assert 1 <= int(refused.headers["retry-after"]) <= 3
+    assert status_while_away["lastError"] == "the server process was killed by signal SIGKILL"
+    assert all("unavailable" not in tool for tool in back)
+    assert (status_back["state"], "lastError" in status_back) == ("ready", False)
+    assert echoed.json()["content"] == [{"type": "text", "text": "x"}]

@@ -12,7 +12,7 @@ from agent_service.clients import Deadline, UpstreamError
 from agent_service.planning import ModelCheck, ToolCatalog, plan_run
 from agent_service.settings import AgentSettings
 from suite_common.errors import ApiError
-from suite_common.wire import AgentRunRequest, ToolInfo
+from suite_common.wire import AgentRunRequest, ToolInfo, ToolUnavailable
 
 pytestmark = pytest.mark.anyio
 
@@ -23,10 +23,15 @@ class FakeToolsClient:
     def __init__(self, names: list[str]) -> None:
         self.names = names
         self.calls = 0
+        self.unavailable: dict[str, ToolUnavailable] = {}
+        """Tools listed as unavailable (their server restarting), by name."""
 
     async def list_tools(self, deadline: Deadline) -> list[ToolInfo]:
         self.calls += 1
-        return [ToolInfo(name=n, input_schema={"type": "object"}, server="s") for n in self.names]
+        return [
+            ToolInfo(name=n, input_schema={"type": "object"}, server="s", unavailable=self.unavailable.get(n))
+            for n in self.names
+        ]
 
 
 class FakeCompletionClient:
@@ -84,6 +89,55 @@ async def test_an_unknown_tool_name_is_a_400_listing_the_available_ones() -> Non
     assert caught.value.code == "unknown_tools"
     assert "rm_rf" in caught.value.message
     assert "search_documents, web_search" in caught.value.message
+
+
+RESTARTING = ToolUnavailable(reason='its MCP server "s" is not ready (failed: killed)', retry_after_seconds=2.3)
+
+
+async def test_a_named_tool_that_is_unavailable_for_now_stays_in_the_run() -> None:
+    tools, client = catalog("search_documents", "web_search")
+    client.unavailable["web_search"] = RESTARTING
+
+    plan = await plan_run(request(tools=["web_search", "search_documents"]), SETTINGS, tools, MODELS)
+
+    assert [(t.name, t.unavailable) for t in plan.tools] == [("web_search", RESTARTING), ("search_documents", None)]
+
+
+async def test_omitted_tools_leave_out_the_ones_that_are_unavailable_now() -> None:
+    tools, client = catalog("search_documents", "web_search")
+    client.unavailable["web_search"] = RESTARTING
+
+    plan = await plan_run(request(), SETTINGS, tools, MODELS)
+
+    assert [t.name for t in plan.tools] == ["search_documents"]
+
+
+async def test_a_run_whose_tools_are_all_unavailable_is_a_503_with_retry_after() -> None:
+    tools, client = catalog("search_documents", "web_search")
+    client.unavailable = {
+        "web_search": RESTARTING,
+        "search_documents": RESTARTING.model_copy(update={"retry_after_seconds": 7}),
+    }
+
+    with pytest.raises(ApiError) as caught:
+        await plan_run(request(tools=["web_search", "search_documents"]), SETTINGS, tools, MODELS)
+
+    assert (caught.value.status, caught.value.code) == (503, "tools_unavailable")
+    assert caught.value.headers == {"Retry-After": "3"}  # the soonest, rounded up
+    assert 'web_search: its MCP server "s" is not ready (failed: killed)' in caught.value.message
+
+
+async def test_a_cached_list_saying_all_are_unavailable_is_asked_again_before_refusing() -> None:
+    tools, client = catalog("web_search", ttl=60)
+    client.unavailable["web_search"] = RESTARTING
+    await tools.tools(Deadline(5))  # cached while the server was restarting
+    tools._fetched_at -= 2  # two seconds ago
+    client.unavailable.clear()  # back since
+
+    plan = await plan_run(request(tools=["web_search"]), SETTINGS, tools, MODELS)
+
+    assert [(t.name, t.unavailable) for t in plan.tools] == [("web_search", None)]
+    assert client.calls == 2
 
 
 @pytest.mark.parametrize("fields", [{"tools": []}, {"toolChoice": "none"}])

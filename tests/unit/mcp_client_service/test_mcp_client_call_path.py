@@ -241,8 +241,22 @@ async def test_running_past_the_callers_shorter_deadline_says_nothing_against_th
         (MCPError(INVALID_PARAMS, "no such city"), "refused", True),
         (MCPError(INVALID_REQUEST, "Session terminated"), "session_expired", False),
         (MCPError(CONNECTION_CLOSED, "Connection closed"), "outcome_unknown", False),
+        (MCPError(CONNECTION_CLOSED, "SSE stream ended without a response"), "outcome_unknown", False),
+        # The same codes in a server's own answer (-32000..-32099 is the servers' range): a refusal.
+        (MCPError(CONNECTION_CLOSED, "the database is down"), "refused", True),
+        (MCPError(REQUEST_TIMEOUT, "the upstream API timed out"), "refused", True),
+        (MCPError(REQUEST_TIMEOUT, "Request 'tools/call' timed out", {"retry": True}), "refused", True),
     ],
-    ids=["internal-error", "invalid-params", "session-terminated", "connection-closed"],
+    ids=[
+        "internal-error",
+        "invalid-params",
+        "session-terminated",
+        "connection-closed",
+        "response-stream-ended",
+        "answered-32000",
+        "answered-32001",
+        "answered-32001-with-data",
+    ],
 )
 async def test_an_error_answer_is_the_server_answering_not_failing(error: MCPError, outcome: str, health: bool) -> None:
     records: list[CallRecord] = []

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from mcp_types import Tool
+from mcp_types import Tool, ToolAnnotations
 from structlog.testing import capture_logs
 
-from mcp_client_service.catalog import NameClash, ServerTools, ToolCatalog, aggregate_tools
+from mcp_client_service.catalog import Away, NameClash, ServerTools, ToolCatalog, aggregate_tools
 from mcp_client_service.config import StdioServerConfig
 
 
@@ -19,7 +19,7 @@ def test_tools_of_ready_servers_are_listed_in_config_order_with_their_server() -
     tools, clashes = aggregate_tools(
         [
             ServerTools(server="rag", ready=True, tools=[_tool("search_documents", "Search the docs")]),
-            ServerTools(server="down", ready=False, tools=[], known_tool_names=["fetch_url"]),
+            ServerTools(server="down", ready=False, tools=[], known_tools=[_tool("fetch_url")]),
             ServerTools(server="web", ready=True, tools=[_tool("web_search"), _tool("fetch_url")]),
         ]
     )
@@ -76,17 +76,67 @@ def test_a_clash_is_logged_once_with_both_servers_and_the_listing_is_served_as_j
     }
 
 
-def test_a_server_that_went_away_is_remembered_for_its_tools_until_it_returns() -> None:
-    catalog = ToolCatalog()
+def test_a_server_that_went_away_keeps_its_tools_listed_as_unavailable_with_when_to_retry() -> None:
+    now = [100.0]
+    catalog = ToolCatalog(clock=lambda: now[0])
     catalog.rebuild([ServerTools(server="web", ready=True, tools=[_tool("web_search")])])
     assert catalog.find("web_search") is not None
 
-    catalog.rebuild([ServerTools(server="web", ready=False, tools=[], known_tool_names=["web_search"])])
+    away = Away(reason='its MCP server "web" is not ready (failed: killed by SIGKILL)', retry_at=108.0)
+    catalog.rebuild([ServerTools(server="web", ready=False, tools=[], known_tools=[_tool("web_search")], away=away)])
+    listed = json.loads(catalog.listing_json())
+    now[0] = 100.5  # within a second: the JSON rendered at the rebuild is served as it is
+    unchanged = json.loads(catalog.listing_json())
+    now[0] = 103.0
+    later = json.loads(catalog.listing_json())
 
     assert catalog.find("web_search") is None
-    assert catalog.server_away_with("web_search") == "web"
-    assert catalog.server_away_with("unknown") is None
-    assert json.loads(catalog.listing_json()) == {"tools": []}
+    entry = catalog.unavailable("web_search")
+    assert entry is not None
+    assert (entry.server, entry.server_tool_name) == ("web", "web_search")
+    assert catalog.unavailable("unknown") is None
+    assert listed == {
+        "tools": [
+            {
+                "name": "web_search",
+                "description": "",
+                "inputSchema": {"type": "object", "properties": {}},
+                "server": "web",
+                "unavailable": {
+                    "reason": 'its MCP server "web" is not ready (failed: killed by SIGKILL)',
+                    "retryAfterSeconds": 8.0,
+                },
+            }
+        ]
+    }
+    assert unchanged == listed
+    assert later["tools"][0]["unavailable"]["retryAfterSeconds"] == 5.0
+
+
+def test_a_listed_tool_carries_its_title_annotations_and_output_schema() -> None:
+    tool = Tool(
+        name="delete_file",
+        title="Delete a file",
+        description="Deletes it.",
+        input_schema={"type": "object", "properties": {"path": {"type": "string"}}},
+        output_schema={"type": "object", "properties": {"deleted": {"type": "boolean"}}},
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True),
+    )
+    catalog = ToolCatalog()
+
+    catalog.rebuild([ServerTools(server="files", ready=True, tools=[tool])])
+
+    assert json.loads(catalog.listing_json())["tools"] == [
+        {
+            "name": "delete_file",
+            "title": "Delete a file",
+            "description": "Deletes it.",
+            "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}},
+            "outputSchema": {"type": "object", "properties": {"deleted": {"type": "boolean"}}},
+            "annotations": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": True},
+            "server": "files",
+        }
+    ]
 
 
 def test_allow_and_deny_lists_and_the_tool_prefix_shape_what_a_server_offers() -> None:
@@ -135,13 +185,14 @@ def test_under_prefix_a_name_stays_with_its_server_while_the_first_server_is_awa
 
     catalog.rebuild(
         [
-            ServerTools(server="primary", ready=False, tools=[], known_tool_names=["search"]),
+            ServerTools(server="primary", ready=False, tools=[], known_tools=[_tool("search")]),
             ServerTools(server="secondary", ready=True, tools=[_tool("search")]),
         ]
     )
 
-    assert [tool.name for tool in catalog.listing().tools] == ["secondary__search"]
-    assert catalog.server_away_with("search") == "primary"
+    listed = [(tool.name, tool.unavailable is not None) for tool in catalog.listing().tools]
+    assert listed == [("search", True), ("secondary__search", False)]
+    assert catalog.unavailable("search").server == "primary"  # type: ignore[union-attr]
 
 
 def test_under_first_wins_the_next_server_stands_in_while_the_first_is_away() -> None:
@@ -149,13 +200,14 @@ def test_under_first_wins_the_next_server_stands_in_while_the_first_is_away() ->
 
     catalog.rebuild(
         [
-            ServerTools(server="primary", ready=False, tools=[], known_tool_names=["search"]),
+            ServerTools(server="primary", ready=False, tools=[], known_tools=[_tool("search")]),
             ServerTools(server="secondary", ready=True, tools=[_tool("search")]),
         ]
     )
 
     assert catalog.find("search") is not None
     assert catalog.find("search").server == "secondary"  # type: ignore[union-attr]
+    assert [tool.server for tool in catalog.listing().tools] == ["secondary"]  # not listed twice
 
 
 def test_a_rebuild_makes_a_new_listing_object_so_callers_can_tell_the_version() -> None:

@@ -152,3 +152,22 @@ def test_a_schema_declaring_an_older_dialect_is_checked_by_that_dialect() -> Non
     }
 
     assert _problems({"card": "4111"}, schema) == ["$: 'expiry' is a dependency of 'card'"]
+
+
+def test_draft_04_exclusive_bounds_are_stated_as_strict() -> None:
+    # Draft 4 spells an exclusive bound as a boolean beside "minimum"/"maximum"; 0 fails "> 0", not ">= 0".
+    schema = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "type": "object",
+        "properties": {
+            "low": {"type": "number", "minimum": 0, "exclusiveMinimum": True},
+            "high": {"type": "number", "maximum": 10, "exclusiveMaximum": True},
+            "inclusive": {"type": "number", "minimum": 0, "exclusiveMinimum": False},
+        },
+    }
+
+    assert _problems({"low": 0, "high": 10, "inclusive": -1}, schema) == [
+        "$.high: must be < 10; got 10",
+        "$.inclusive: must be >= 0; got -1",
+        "$.low: must be > 0; got 0",
+    ]

@@ -45,6 +45,7 @@ __all__ = [
     "ToolChoice",
     "ToolInfo",
     "ToolSpec",
+    "ToolUnavailable",
     "Usage",
     "WireModel",
     "dump",
@@ -213,11 +214,27 @@ CompletionEvent = Annotated[
 # --- mcp-client-service ----------------------------------------------------------------------
 
 
+class ToolUnavailable(WireModel):
+    """Why a configured tool cannot be called now (its server is restarting, its circuit is open)."""
+
+    reason: str
+    retry_after_seconds: float | None = None
+    """When to try again, as far as the gateway knows; ``None`` while it is reconnecting right now."""
+
+
 class ToolInfo(WireModel):
     name: str
     description: str = ""
     input_schema: dict[str, Any]
     server: str
+    title: str | None = None
+    annotations: dict[str, Any] | None = None
+    """MCP ``ToolAnnotations`` as the server sent them: ``readOnlyHint``, ``destructiveHint``,
+    ``idempotentHint``, ``openWorldHint``, ``title``."""
+    output_schema: dict[str, Any] | None = None
+    unavailable: ToolUnavailable | None = None
+    """Set on a tool whose server is known but cannot take calls now: it is listed all the same,
+    and ``call-tool`` answers 503 ``tool_unavailable`` with ``Retry-After``."""
 
 
 class ListToolsResponse(WireModel):

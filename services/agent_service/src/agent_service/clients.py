@@ -259,15 +259,25 @@ class ToolsClient:
         if response.status == 401:
             raise _unauthorized()
         if response.status != 200:
-            try:
-                message = str(json.loads(response.content)["error"]["message"])
-            except (ValueError, KeyError, TypeError):
-                message = f"HTTP {response.status}"
-            return _error_result(f"The tool call failed: {message}")
+            return _error_result(_call_failure_text(response))
         try:
             return CallToolResponse.model_validate_json(response.content)
         except ValidationError:
             return _error_result(f"The tool call failed: {self.service} sent a malformed result.")
+
+
+def _call_failure_text(response: PeerReply) -> str:
+    """What the model reads when call-tool did not answer with a result: the gateway's words, and
+    for a tool that is unavailable for a while (503 ``tool_unavailable``) when to try it again."""
+    try:
+        error = json.loads(response.content)["error"]
+        message = str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        return f"The tool call failed: HTTP {response.status}"
+    retry_after = error.get("retryAfterSeconds") if isinstance(error, dict) else None
+    if response.status == 503 and error.get("code") == "tool_unavailable" and isinstance(retry_after, int | float):
+        return f"The tool call failed: {message} It may work again in about {retry_after:g} s."
+    return f"The tool call failed: {message}"
 
 
 def _unauthorized() -> UpstreamError:

@@ -5,6 +5,7 @@ Everything here happens before the response starts, so every problem is still a 
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 
@@ -29,11 +30,13 @@ class ToolCatalog:
         self._fetched_at = float("-inf")
         self._lock = anyio.Lock()
 
-    async def tools(self, deadline: Deadline) -> list[ToolInfo]:
-        if time.monotonic() - self._fetched_at < self.ttl:
+    async def tools(self, deadline: Deadline, *, max_age: float | None = None) -> list[ToolInfo]:
+        """The tool list, fetched again when older than ``ttl`` (or ``max_age``, when shorter)."""
+        ttl = self.ttl if max_age is None else min(self.ttl, max_age)
+        if time.monotonic() - self._fetched_at < ttl:
             return self._tools
         async with self._lock:  # one fetch for many runs starting at once
-            if time.monotonic() - self._fetched_at >= self.ttl:
+            if time.monotonic() - self._fetched_at >= ttl:
                 self._tools = await self.client.list_tools(deadline)
                 self._fetched_at = time.monotonic()
             return self._tools
@@ -102,15 +105,37 @@ def _check_limits(request: AgentRunRequest, settings: AgentSettings) -> tuple[in
     return max_iterations, deadline
 
 
-def _select_tools(request: AgentRunRequest, available: list[ToolInfo]) -> list[ToolInfo]:
+_RECHECK_UNAVAILABLE_SECONDS = 1.0
+"""Before refusing a run because all its tools are unavailable, a tool list older than this is fetched again."""
+
+
+def _select_tools(request: AgentRunRequest, listed: list[ToolInfo]) -> list[ToolInfo]:
+    """The run's tools. Omitted: every tool that is available now. Named: each must be listed,
+    available or not: a tool whose server is restarting is not an unknown name (its calls fail
+    with a tool result saying why and when to retry)."""
     if request.tools is None:
-        return available
-    by_name = {tool.name: tool for tool in available}
+        return [tool for tool in listed if tool.unavailable is None]
+    by_name = {tool.name: tool for tool in listed}
     unknown = [name for name in request.tools if name not in by_name]
     if unknown:
         names = ", ".join(sorted(by_name)) or "none"
         raise ApiError(400, "unknown_tools", f"Unknown tools: {', '.join(unknown)}. Available tools: {names}.")
     return [by_name[name] for name in dict.fromkeys(request.tools)]
+
+
+def _all_unavailable(tools: list[ToolInfo]) -> bool:
+    return bool(tools) and all(tool.unavailable is not None for tool in tools)
+
+
+def _unavailable_error(tools: list[ToolInfo]) -> ApiError:
+    """503 ``tools_unavailable``: every tool the run asked for is configured but cannot be called now."""
+    reasons = "; ".join(f"{tool.name}: {tool.unavailable.reason}" for tool in tools if tool.unavailable)
+    waits = [tool.unavailable.retry_after_seconds for tool in tools if tool.unavailable]
+    # The soonest any of them may be back; a server being reconnected right now says nothing: 1 s.
+    known = [wait for wait in waits if wait is not None]
+    retry_after = max(1, math.ceil(min(known))) if len(known) == len(waits) else 1
+    message = f"None of the run's tools can be called now ({reasons}). Try again in {retry_after} s."
+    return ApiError(503, "tools_unavailable", message, headers={"Retry-After": str(retry_after)})
 
 
 async def plan_run(
@@ -125,6 +150,10 @@ async def plan_run(
         # The plain path: no tool discovery when the caller wants no tools.
         if request.tool_choice != "none" and request.tools != []:
             tools = _select_tools(request, await catalog.tools(deadline))
+            if _all_unavailable(tools):  # maybe back already: asked again before refusing
+                tools = _select_tools(request, await catalog.tools(deadline, max_age=_RECHECK_UNAVAILABLE_SECONDS))
+                if _all_unavailable(tools):
+                    raise _unavailable_error(tools)
     except UpstreamError as error:
         raise ApiError(error.status, error.code, error.message, headers=error.headers) from None
     choice = request.tool_choice

@@ -34,7 +34,7 @@ from mcp_client_service.config import ConfigError, ServersFile, load_servers_con
 from mcp_client_service.connections import Backoff, ConnectionOptions
 from mcp_client_service.mcp_face import MCP_FACE_PATH, McpFace
 from mcp_client_service.registry import ServerRegistry
-from mcp_client_service.router import ToolNotFoundError, ToolRouter
+from mcp_client_service.router import ToolNotFoundError, ToolRouter, ToolUnavailableError
 from mcp_client_service.settings import MCPClientSettings
 from mcp_client_service.ssrf_guard import EgressPolicy
 from mcp_client_service.telemetry import GatewayTelemetry
@@ -95,14 +95,29 @@ async def call_tool_route(request: Request) -> Response:
     # 2026, aborts the request's POST), so the tool stops instead of running to the call timeout.
     try:
         answered, response = await cancel_on_disconnect(
-            request, services.router.call(body.name, body.arguments, caller_budget=caller_budget)
+            request,
+            services.router.call(body.name, body.arguments, caller_budget=caller_budget, raise_unavailable=True),
         )
     except ToolNotFoundError as error:
         raise ApiError(404, "tool_not_found", f"{error} GET {PROTECTED_PREFIX}/tools/list-tools lists them.") from None
+    except ToolUnavailableError as error:
+        return _unavailable_response(error)
     if not answered or response is None:
         _log.info("mcp_tool_call_abandoned", tool=body.name, reason="the caller disconnected")
         return Response(status_code=499)  # nobody reads this
     return ModelResponse(response)
+
+
+_RETRY_UNKNOWN_SECONDS = 1
+"""``Retry-After`` for a tool whose server is reconnecting right now: soon, but not at once."""
+
+
+def _unavailable_response(error: ToolUnavailableError) -> Response:
+    """503 ``tool_unavailable``: the tool exists, its server cannot take calls for a while."""
+    retry_after = error.retry_after
+    seconds = _RETRY_UNKNOWN_SECONDS if retry_after is None else max(1, math.ceil(retry_after))
+    body = {"error": {"code": "tool_unavailable", "message": error.message, "retryAfterSeconds": seconds}}
+    return JSONResponse(body, status_code=503, headers={"Retry-After": str(seconds)})
 
 
 def connection_options(settings: MCPClientSettings, environ: Mapping[str, str]) -> ConnectionOptions:

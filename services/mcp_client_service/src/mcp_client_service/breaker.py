@@ -88,10 +88,13 @@ class CircuitBreaker:
 
     def describe_open(self, server: str) -> str:
         """Why calls to ``server`` are refused now, for the caller and the status page."""
+        return f"{self.open_reason(server)}; it is tried again in {self.seconds_until_half_open():.0f} s"
+
+    def open_reason(self, server: str) -> str:
+        """Why the circuit is open, without the countdown (for a listing rendered ahead of time)."""
         return (
             f'the circuit of the MCP server "{server}" is open after {self.policy.failure_threshold} failures '
-            f"within {self.policy.window_seconds:g} s (last: {self.last_failure}); it is tried again in "
-            f"{self.seconds_until_half_open():.0f} s"
+            f"within {self.policy.window_seconds:g} s (last: {self.last_failure})"
         )
 
     def _forget_old_failures(self) -> None:

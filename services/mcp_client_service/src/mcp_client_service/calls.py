@@ -25,15 +25,11 @@ from typing import Any, Literal, Protocol
 
 from jsonschema import ValidationError as SchemaViolation
 from mcp.shared.exceptions import MCPError
-from mcp_types import (
-    CONNECTION_CLOSED,
-    INVALID_REQUEST,
-    REQUEST_TIMEOUT,
-    CallToolResult,
-)
+from mcp_types import INVALID_REQUEST, CallToolResult
 from pydantic import ValidationError
 
 from mcp_client_service.connections import ServerUnavailableError, describe_error
+from mcp_client_service.failures import connection_lost, request_timed_out
 from mcp_client_service.response_limits import is_oversized_answer
 from mcp_client_service.results import dump_content, error_result, to_response
 from mcp_client_service.validation import SchemaValidators, Violation, describe_violations, violation_from_error
@@ -165,7 +161,7 @@ def _too_large_detail(message: str) -> str:
 def _describe_failure(
     error: Exception, *, tool: str, server: str, time_limit: float, callers_deadline: bool
 ) -> tuple[CallOutcome, str]:
-    if isinstance(error, TimeoutError) or (isinstance(error, MCPError) and error.code == REQUEST_TIMEOUT):
+    if request_timed_out(error):
         return "deadline_exceeded" if callers_deadline else "timeout", (
             f'The tool "{tool}" did not finish within {time_limit:g} s, so the gateway gave up on it and told '
             f'the MCP server "{server}" to cancel it. It may have partly run; it was not retried.'
@@ -186,7 +182,8 @@ def _describe_failure(
             f'The MCP server "{server}" no longer knows the gateway\'s session (it restarted?), so it refused the '
             f'call to "{tool}"; the call was not retried. The gateway reconnects by itself.'
         )
-    if isinstance(error, MCPError) and error.code != CONNECTION_CLOSED:
+    if isinstance(error, MCPError) and not connection_lost(error):
+        # The server's error answer, whatever its code (-32000 and -32001 included): it refused.
         return "refused", f'The MCP server "{server}" refused the call to "{tool}": error {error.code}: {error.message}'
     if isinstance(error, ValidationError):
         return "malformed_result", f'The MCP server "{server}" sent a malformed result for "{tool}".'

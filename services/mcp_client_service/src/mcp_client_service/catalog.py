@@ -10,24 +10,32 @@ names that two servers share are settled by the ``tool_name_collision`` setting:
   listed as ``<server>__<tool>``. Who comes first is decided over every server's last known
   tools, serving or not, so that a name never moves to another server while one is away.
 
-The catalog is rebuilt when a server connects, drops or relists its tools, never per request,
-so that ``list-tools`` is answered from memory.
+A server that is away (reconnecting, restarting, its circuit open) keeps its last known tools in
+the listing, marked ``unavailable`` with the reason and when it is tried again, unless another
+server stands in for a name: a configured tool that cannot be called for a while is not the same
+thing as a name nobody offers.
+
+The catalog is rebuilt when a server connects, drops or relists its tools, or its circuit opens
+or closes, never per request, so that ``list-tools`` is answered from memory: from JSON rendered
+once, and again at most once a second while a tool's ``retryAfterSeconds`` counts down.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from mcp_types import Tool
 
 from suite_common.logging import get_logger
-from suite_common.wire import ListToolsResponse, ToolInfo
+from suite_common.wire import ListToolsResponse, ToolInfo, ToolUnavailable
 
 __all__ = [
     "PREFIX_SEPARATOR",
+    "Away",
     "CatalogEntry",
     "NameClash",
     "NameCollision",
@@ -45,9 +53,25 @@ PREFIX_SEPARATOR = "__"
 
 _NOT_IN_TOOL_NAMES = re.compile(r"[^A-Za-z0-9_-]")
 
+_RERENDER_SECONDS = 1.0
+"""While some ``retryAfterSeconds`` counts down, the listing's JSON is rendered again at most this often."""
+
 
 def _offers_all(_: str) -> bool:
     return True
+
+
+@dataclass(frozen=True)
+class Away:
+    """Why a server's tools cannot be called now, and when it is tried again."""
+
+    reason: str
+    retry_at: float | None = None
+    """On the catalog's clock (``time.monotonic``); ``None`` while it is being tried right now."""
+
+    def unavailable(self, now: float) -> ToolUnavailable:
+        after = None if self.retry_at is None else round(max(0.0, self.retry_at - now), 1)
+        return ToolUnavailable(reason=self.reason, retry_after_seconds=after)
 
 
 @dataclass(frozen=True)
@@ -56,13 +80,22 @@ class ServerTools:
 
     server: str
     ready: bool
-    """Whether it has an open session (``ready`` or ``degraded``): only then are its tools listed."""
+    """Whether it takes calls (an open session, its circuit not open): only then are its tools callable."""
     tools: Sequence[Tool]
-    known_tool_names: Iterable[str] = ()
-    """Tools the server had when it last listed them (used while it is away)."""
+    known_tools: Sequence[Tool] = ()
+    """Its tools when it last listed them, listed as unavailable while it is away."""
     tool_prefix: str = ""
     offers: Callable[[str], bool] = field(default=_offers_all)
     """Its allow and deny lists: whether one of its tools (by the server's name) is offered."""
+    away: Away | None = None
+    """While it is not ready: why, and when it is tried again."""
+
+
+def _tool_info_extras(tool: Tool) -> dict[str, Any]:
+    extras: dict[str, Any] = {"title": tool.title, "output_schema": tool.output_schema}
+    if tool.annotations is not None:
+        extras["annotations"] = tool.annotations.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return extras
 
 
 @dataclass(frozen=True)
@@ -73,17 +106,21 @@ class CatalogEntry:
     server: str
     tool: Tool
     """As the server listed it; ``tool.name`` is the name to call it by on the server."""
+    away: Away | None = None
+    """Set on a tool that is listed but cannot be called now."""
 
     @property
     def server_tool_name(self) -> str:
         return self.tool.name
 
-    def info(self) -> ToolInfo:
+    def info(self, now: float = 0.0) -> ToolInfo:
         return ToolInfo(
             name=self.name,
             description=self.tool.description or "",
             input_schema=self.tool.input_schema,
             server=self.server,
+            unavailable=self.away.unavailable(now) if self.away is not None else None,
+            **_tool_info_extras(self.tool),
         )
 
 
@@ -101,11 +138,10 @@ def prefixed_name(server: str, name: str) -> str:
     return f"{_NOT_IN_TOOL_NAMES.sub('_', server)}{PREFIX_SEPARATOR}{name}"
 
 
-def _exposed_names(entry: ServerTools) -> list[tuple[str, Tool | None]]:
-    """(catalog name before collisions, tool) of a server: its offered tools, or its known names when away."""
-    if entry.ready:
-        return [(entry.tool_prefix + tool.name, tool) for tool in entry.tools if entry.offers(tool.name)]
-    return [(entry.tool_prefix + name, None) for name in entry.known_tool_names if entry.offers(name)]
+def _exposed_names(entry: ServerTools) -> list[tuple[str, Tool]]:
+    """(catalog name before collisions, tool) of a server: its offered tools, or its known ones when away."""
+    tools = entry.tools if entry.ready else entry.known_tools
+    return [(entry.tool_prefix + tool.name, tool) for tool in tools if entry.offers(tool.name)]
 
 
 def _owners(servers: Sequence[ServerTools]) -> dict[str, str]:
@@ -128,7 +164,6 @@ def aggregate_tools(
         if not entry.ready:
             continue
         for name, tool in _exposed_names(entry):
-            assert tool is not None
             owner = owners.get(name, entry.server)
             if collision == "prefix" and owner != entry.server:
                 renamed = prefixed_name(entry.server, name)
@@ -142,15 +177,39 @@ def aggregate_tools(
     return tools, clashes
 
 
+def _away_entries(
+    servers: Sequence[ServerTools], callable_tools: dict[str, CatalogEntry], collision: NameCollision
+) -> dict[str, CatalogEntry]:
+    """The last known tools of servers that are away, by catalog name, unless a name is taken by a callable tool."""
+    owners = _owners(servers) if collision == "prefix" else {}
+    away: dict[str, CatalogEntry] = {}
+    for entry in servers:
+        if entry.ready:
+            continue
+        reason = entry.away or Away(reason=f'its MCP server "{entry.server}" is not ready')
+        for name, tool in _exposed_names(entry):
+            if owners.get(name, entry.server) != entry.server:
+                name = prefixed_name(entry.server, name)
+            if name not in callable_tools and name not in away:
+                away[name] = CatalogEntry(name=name, server=entry.server, tool=tool, away=reason)
+    return away
+
+
 class ToolCatalog:
-    def __init__(self, *, collision: NameCollision = "first_wins") -> None:
+    def __init__(self, *, collision: NameCollision = "first_wins", clock: Callable[[], float] = time.monotonic) -> None:
         self.collision: NameCollision = collision
+        self._clock = clock
         self._tools: dict[str, CatalogEntry] = {}
         self._infos: dict[str, ToolInfo] = {}
-        self._away: dict[str, str] = {}
+        self._away: dict[str, CatalogEntry] = {}
+        self._listed: list[CatalogEntry] = []
+        self._counting_down = False
         self._listing = ListToolsResponse(tools=[])
         self._listing_json = self._listing.model_dump_json(by_alias=True, exclude_none=True).encode()
+        self._rendered_at = -float("inf")
         self._reported_clashes: set[NameClash] = set()
+        self._info_cache: dict[tuple[str, str, int], tuple[Tool, ToolInfo]] = {}
+        self._used_infos: dict[tuple[str, str, int], tuple[Tool, ToolInfo]] = {}
 
     def rebuild(self, servers: Sequence[ServerTools]) -> None:
         tools, clashes = aggregate_tools(servers, collision=self.collision)
@@ -173,33 +232,50 @@ class ToolCatalog:
                     detail=detail,
                 )
         self._reported_clashes = set(clashes)
-        away: dict[str, str] = {}
-        owners = _owners(servers) if self.collision == "prefix" else {}
-        for entry in servers:
-            if entry.ready:
-                continue
-            for name, _ in _exposed_names(entry):
-                if owners.get(name, entry.server) != entry.server:
-                    name = prefixed_name(entry.server, name)
-                if name not in tools:
-                    away.setdefault(name, entry.server)
-        self._tools, self._away = tools, away
-        self._infos = {name: entry.info() for name, entry in tools.items()}
-        self._listing = ListToolsResponse(tools=list(self._infos.values()))
+        away = _away_entries(servers, tools, self.collision)
+        position = {entry.server: index for index, entry in enumerate(servers)}
+        # Config order, each server's tools in its own order (a stable sort keeps it).
+        listed = sorted([*tools.values(), *away.values()], key=lambda entry: position[entry.server])
+        self._tools, self._away, self._listed = tools, away, listed
+        self._used_infos = {}
+        self._infos = {name: self._info(entry) for name, entry in tools.items()}
+        self._info_cache = self._used_infos  # only what this listing uses is kept
+        self._counting_down = any(entry.away.retry_at is not None for entry in away.values() if entry.away)
+        self._render()
+
+    def _info(self, entry: CatalogEntry) -> ToolInfo:
+        """``entry.info()``, reused while the server's ``Tool`` is the same object (until it lists again):
+        a rebuild then costs little however many tools are listed."""
+        key = (entry.name, entry.server, id(entry.tool))
+        cached = self._info_cache.get(key)
+        if cached is None or cached[0] is not entry.tool:
+            cached = self._info_cache[key] = (entry.tool, entry.info())
+        self._used_infos[key] = cached
+        return cached[1]
+
+    def _render(self) -> None:
+        now = self._clock()
+        infos = self._infos  # a callable tool's description does not change with time: made once per rebuild
+        self._listing = ListToolsResponse(
+            tools=[infos[entry.name] if entry.away is None else entry.info(now) for entry in self._listed]
+        )
         self._listing_json = self._listing.model_dump_json(by_alias=True, exclude_none=True).encode()
+        self._rendered_at = now
 
     def find(self, name: str) -> ToolInfo | None:
+        """The callable tool ``name`` (not one that is listed as unavailable)."""
         return self._infos.get(name)
 
     def entry(self, name: str) -> CatalogEntry | None:
-        """The listed tool ``name``: its server and the server's own ``Tool`` (its name there included)."""
+        """The callable tool ``name``: its server and the server's own ``Tool`` (its name there included)."""
         return self._tools.get(name)
 
     def entries(self) -> list[CatalogEntry]:
+        """Every callable tool."""
         return list(self._tools.values())
 
-    def server_away_with(self, name: str) -> str | None:
-        """The server that had this tool when it last listed it and has no session now, if any."""
+    def unavailable(self, name: str) -> CatalogEntry | None:
+        """The tool ``name`` if it is listed but cannot be called now (its server is away)."""
         return self._away.get(name)
 
     def listing(self) -> ListToolsResponse:
@@ -207,7 +283,11 @@ class ToolCatalog:
         return self._listing
 
     def listing_json(self) -> bytes:
-        """``listing()`` already serialised: ``list-tools`` serves it as it is."""
+        """The listing already serialised: ``list-tools`` serves it as it is."""
+        if self._counting_down and self._clock() - self._rendered_at >= _RERENDER_SECONDS:
+            listing = self._listing
+            self._render()
+            self._listing = listing  # the same version: only the countdowns moved
         return self._listing_json
 
     def __len__(self) -> int:

@@ -22,6 +22,7 @@ one session.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -33,9 +34,7 @@ from mcp.client.session import IncomingMessage
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
-    CONNECTION_CLOSED,
     INVALID_REQUEST,
-    REQUEST_TIMEOUT,
     CallToolResult,
     Implementation,
     RequestParamsMeta,
@@ -46,7 +45,14 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_client_service.breaker import CallDurations, CircuitBreaker, CircuitState
 from mcp_client_service.config import ServerConfig
-from mcp_client_service.failures import CircuitOpenError, ServerStartError, ServerUnavailableError, describe_error
+from mcp_client_service.failures import (
+    CircuitOpenError,
+    ServerStartError,
+    ServerUnavailableError,
+    connection_lost,
+    describe_error,
+    request_timed_out,
+)
 from mcp_client_service.legacy_sse import OversizedEventError
 from mcp_client_service.options import DEFAULT_INHERITED_ENV, Backoff, ConnectionOptions
 from mcp_client_service.redaction import redact, secret_forms
@@ -146,13 +152,15 @@ class ServerConnection:
         self.base_dir = base_dir or Path()
         self.tools: tuple[Tool, ...] = ()
         """The server's valid tools while it has a session, as the server names them; empty otherwise."""
-        self.known_tool_names: frozenset[str] = frozenset()
-        """The tools of the last successful listing, kept while the server is away, so that a
-        call to one of them can say "not ready" rather than "no such tool"."""
+        self.known_tools: tuple[Tool, ...] = ()
+        """The tools of the last successful listing, kept while the server is away: they stay
+        listed as unavailable, and a call to one of them says "not ready", not "no such tool"."""
         self.invalid_tools: tuple[DroppedTool, ...] = ()
         """Tools of the last listing dropped by the schema check, and why."""
         self.last_error: str | None = None
         self.attempts = 0
+        self._retry_at: float | None = None
+        """While it waits to reconnect: when (``time.monotonic``) the next attempt starts."""
         self.breaker = CircuitBreaker(self.options.breaker)
         self.durations = CallDurations()
         self._on_change = on_change
@@ -265,13 +273,26 @@ class ServerConnection:
             self._wake.set()  # the supervisor announces when it half-opens
         self._changed()
 
+    def away(self) -> tuple[str, float | None] | None:
+        """``None`` while it takes calls; else why not, in words that stay true while it lasts (no
+        countdown), and when (``time.monotonic``) it is tried again, ``None`` while being tried now."""
+        if not self.breaker.allows_calls():
+            reason = self.redact(self.breaker.open_reason(self.name))
+            return reason, time.monotonic() + self.breaker.seconds_until_half_open()
+        if self._client is None:
+            return self._not_ready(), None if self._connecting else self._retry_at
+        return None
+
+    def _not_ready(self) -> str:
+        reason = f": {self.last_error}" if self.last_error else ""
+        return f'its MCP server "{self.name}" is not ready ({self.state}{reason}); the gateway keeps reconnecting'
+
     def refuse_reason(self) -> str | None:
         """Why a call to this server would fail fast now (circuit open, no session), or ``None``."""
         if not self.breaker.allows_calls():
             return self.redact(self.breaker.describe_open(self.name))
         if self._client is None:
-            reason = f": {self.last_error}" if self.last_error else ""
-            return f'its MCP server "{self.name}" is not ready ({self.state}{reason}); the gateway keeps reconnecting'
+            return self._not_ready()
         return None
 
     # --- supervision ---------------------------------------------------------------------------
@@ -334,6 +355,7 @@ class ServerConnection:
             oversized = failure is not None and _caused_by(failure, OversizedEventError)
             opened = False if oversized else self.breaker.record_failure(error)
             self.last_error = error
+            self._retry_at = None if opened else time.monotonic() + delay
             self._changed()
             _log.warning(
                 "mcp_server_failed", server=self.name, error=error, retry_in_seconds=delay, circuit=self.breaker.state
@@ -423,6 +445,8 @@ class ServerConnection:
                     deadline.deadline = math.inf
                     self._client = client
                     self._first_attempt_done = True
+                    # Serving again: why an earlier session ended is history (the log keeps it).
+                    self.last_error = None
                     try:
                         self._publish_tools(tools, listing)
                         if self.breaker.state == "half_open":
@@ -465,7 +489,7 @@ class ServerConnection:
         before = {(tool.name, tool.reason) for tool in self.invalid_tools}
         for tool in dropped:
             if (tool.name, tool.reason) not in before:
-                _log.warning("mcp_tool_invalid_schema", server=self.name, tool=tool.name, reason=tool.reason)
+                _log.warning(f"mcp_tool_{tool.kind}", server=self.name, tool=tool.name, reason=tool.reason)
         if not tools and not self._reported_no_tools:
             _log.warning(
                 "mcp_server_no_valid_tools",
@@ -475,12 +499,12 @@ class ServerConnection:
             )
         self._reported_no_tools = not tools
         changed = tuple(tools) != self.tools
-        if changed and self.known_tool_names:
+        if changed and self.known_tools:
             _log.info("mcp_server_tools_changed", server=self.name, tool_count=len(tools))
         self.tools = tuple(tools)
         self.invalid_tools = tuple(dropped)
         if tools:
-            self.known_tool_names = frozenset(tool.name for tool in tools)
+            self.known_tools = self.tools
         self._changed()
 
     async def _keep_alive(self, client: Client, listing: ToolListingFilter) -> None:
@@ -613,12 +637,12 @@ class ServerConnection:
 def _connection_closed(error: BaseException) -> bool:
     if isinstance(error, BaseExceptionGroup):
         return any(_connection_closed(inner) for inner in error.exceptions)
-    return isinstance(error, MCPError) and error.code == CONNECTION_CLOSED
+    return connection_lost(error)
 
 
 def _timed_out(error: Exception) -> bool:
     """Our own bound, or the SDK's (``server/discover`` has one of its own)."""
-    return isinstance(error, TimeoutError) or (isinstance(error, MCPError) and error.code == REQUEST_TIMEOUT)
+    return request_timed_out(error)
 
 
 def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:
@@ -636,4 +660,4 @@ def _announces_changes(client: Client) -> bool:
 
 def _session_is_gone(error: MCPError) -> bool:
     """A dropped connection, or a streamable HTTP server that no longer knows our session (it restarted)."""
-    return error.code == CONNECTION_CLOSED or (error.code == INVALID_REQUEST and error.message == "Session terminated")
+    return connection_lost(error) or (error.code == INVALID_REQUEST and error.message == "Session terminated")

@@ -2,10 +2,33 @@
 
 from __future__ import annotations
 
+import re
+
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
 from mcp_client_service.references import UnresolvedReferenceError
 from mcp_client_service.ssrf_guard import EgressError
 
-__all__ = ["CircuitOpenError", "ServerStartError", "ServerUnavailableError", "describe_error"]
+__all__ = [
+    "POST_FAILED_PREFIX",
+    "CircuitOpenError",
+    "ServerStartError",
+    "ServerUnavailableError",
+    "connection_lost",
+    "describe_error",
+    "request_timed_out",
+]
+
+POST_FAILED_PREFIX = "the message could not be posted: "
+"""How the gateway's own SSE transport words a request it could not post (``legacy_sse``)."""
+
+_CLOSED_BY_THE_CLIENT = ("Connection closed", "SSE stream failed: ", "SSE stream ended ", POST_FAILED_PREFIX)
+"""How mcp 2.3's client (its dispatcher, its streamable HTTP transport) and our SSE transport word
+the ``CONNECTION_CLOSED`` errors they raise themselves when a connection or a response stream ends."""
+
+_TIMED_OUT_IN_THE_CLIENT = re.compile(r"Request '[^']*' timed out")
+"""How mcp 2.3's client words the ``REQUEST_TIMEOUT`` it raises when a request's read timeout passes."""
 
 
 class ServerStartError(Exception):
@@ -40,3 +63,33 @@ def describe_error(error: BaseException) -> str:
             "(a tool's schema nested about 200 levels deep?)"
         )
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+# -32000 (CONNECTION_CLOSED) and -32001 (REQUEST_TIMEOUT) are the SDK's own codes for what it saw
+# happen, but they lie in -32000..-32099, the range JSON-RPC leaves to servers: a server may answer
+# a request with either. Such an answer is the server refusing the request, its session alive; only
+# the errors the client raised itself mean a lost connection or a passed time limit.
+
+
+def connection_lost(error: BaseException) -> bool:
+    """Whether ``error`` is the client's own word that the connection (or a response stream) ended,
+    rather than a server's error answer that happens to use code -32000."""
+    return (
+        isinstance(error, MCPError)
+        and error.code == CONNECTION_CLOSED
+        and error.data is None
+        and error.message.startswith(_CLOSED_BY_THE_CLIENT)
+    )
+
+
+def request_timed_out(error: BaseException) -> bool:
+    """Whether ``error`` is a time limit passing (ours, or the SDK's read timeout), rather than a
+    server's error answer that happens to use code -32001."""
+    if isinstance(error, TimeoutError):
+        return True
+    return (
+        isinstance(error, MCPError)
+        and error.code == REQUEST_TIMEOUT
+        and error.data is None
+        and _TIMED_OUT_IN_THE_CLIENT.fullmatch(error.message) is not None
+    )

@@ -34,6 +34,7 @@ from mcp_types import (
     jsonrpc_message_adapter,
 )
 
+from mcp_client_service.failures import POST_FAILED_PREFIX
 from mcp_client_service.redaction import redact_urls
 from suite_common.logging import get_logger
 
@@ -96,7 +97,7 @@ async def legacy_sse_transport(
                     _log.warning("mcp_sse_post_failed", error=reason)
                     if isinstance(message, JSONRPCRequest):
                         code = INTERNAL_ERROR if isinstance(error, httpx2.HTTPStatusError) else CONNECTION_CLOSED
-                        failed = ErrorData(code=code, message=f"the message could not be posted: {reason}")
+                        failed = ErrorData(code=code, message=POST_FAILED_PREFIX + reason)
                         await read_stream_writer.send(
                             SessionMessage(JSONRPCError(jsonrpc="2.0", id=message.id, error=failed))
                         )

@@ -20,12 +20,13 @@ absent and its status says why. Only required servers are waited for again after
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 
 import anyio
 from anyio.abc import TaskGroup
 
-from mcp_client_service.catalog import NameCollision, ServerTools, ToolCatalog
+from mcp_client_service.catalog import Away, NameCollision, ServerTools, ToolCatalog
 from mcp_client_service.config import ServerConfig, ServersFile, StdioServerConfig
 from mcp_client_service.connections import ConnectionOptions, ServerConnection
 from mcp_client_service.references import ReferenceResolver, UnresolvedReferenceError, has_references
@@ -53,9 +54,10 @@ class ServerStatus(WireModel):
     call failed, or some of its tools were dropped), ``failed``; ``disabled`` for a server
     switched off in the config."""
     tool_count: int
+    """Its tools the gateway offers: after ``allowedTools``/``deniedTools``, without dropped ones."""
     last_error: str | None = None
-    """Why the last connection failed or ended (kept after a reconnect succeeds), redacted; left
-    out while the server never failed."""
+    """While it is not serving: why its last connection failed or ended, redacted; left out once
+    it serves again (the log keeps the history)."""
     circuit: str | None = None
     """``closed``, ``open`` (calls fail fast) or ``half_open`` (being tried again)."""
     circuit_detail: str | None = None
@@ -63,7 +65,8 @@ class ServerStatus(WireModel):
     p50_latency_ms: float | None = None
     """Median duration of its last 100 calls; left out before its first call."""
     invalid_tools: list[InvalidTool] | None = None
-    """Tools it lists that the gateway dropped (unusable ``inputSchema``), and why."""
+    """Tools it lists that the gateway dropped (an unusable ``inputSchema``, a name it repeats, a
+    tool that can only run as a task), and why."""
 
 
 class Readiness(WireModel):
@@ -219,7 +222,7 @@ class ServerRegistry:
                 connection = self._connection(name, config, servers)
                 if previous is not None:
                     # Until it lists again, a call to one of its tools says "connecting", not "no such tool".
-                    connection.known_tool_names = previous.known_tool_names
+                    connection.known_tools = previous.known_tools
                     result.changed.append(name)
                 else:
                     result.added.append(name)
@@ -246,19 +249,21 @@ class ServerRegistry:
     # --- state and change notification -----------------------------------------------------------
 
     def _on_change(self) -> None:
-        self.catalog.rebuild(
-            [
+        servers = []
+        for connection in self.connections.values():
+            away = connection.away()
+            servers.append(
                 ServerTools(
                     server=connection.name,
-                    ready=connection.serving,
+                    ready=away is None,
                     tools=connection.tools,
-                    known_tool_names=connection.known_tool_names,
+                    known_tools=connection.known_tools,
                     tool_prefix=connection.config.tool_prefix,
                     offers=connection.config.offers,
+                    away=Away(reason=away[0], retry_at=away[1]) if away is not None else None,
                 )
-                for connection in self.connections.values()
-            ]
-        )
+            )
+        self.catalog.rebuild(servers)
         if not self._was_ready:
             self._waiting_for()  # latches readiness as soon as it is reached
         self._notify()
@@ -315,7 +320,7 @@ class ServerRegistry:
                     name=name,
                     transport=connection.transport,
                     state=connection.state,
-                    tool_count=len(connection.tools),
+                    tool_count=sum(1 for tool in connection.tools if connection.config.offers(tool.name)),
                     last_error=connection.last_error,
                     circuit=connection.circuit,
                     circuit_detail=connection.circuit_detail(),
@@ -333,6 +338,15 @@ class ServerRegistry:
         if connection is None:
             return f'the MCP server "{server}" is no longer in the gateway\'s config'
         return connection.refuse_reason()
+
+    def retry_after(self, server: str) -> float | None:
+        """Seconds until ``server`` is tried again, while it cannot take calls; ``None`` if unknown
+        (being tried right now, or gone from the config)."""
+        connection = self.connections.get(server)
+        away = connection.away() if connection is not None else None
+        if away is None or away[1] is None:
+            return None
+        return max(0.0, away[1] - time.monotonic())
 
     def call_timeout(self, server: str) -> float | None:
         """The server's own ``callTimeoutSeconds``, or ``None`` (then the service's applies)."""

@@ -23,7 +23,7 @@ from mcp_client_service.validation import SchemaValidators
 from suite_common.logging import get_logger
 from suite_common.wire import CallToolResponse
 
-__all__ = ["ToolNotFoundError", "ToolRouter"]
+__all__ = ["ToolNotFoundError", "ToolRouter", "ToolUnavailableError"]
 
 _log = get_logger("mcp_client_service.router")
 
@@ -34,6 +34,18 @@ class ToolNotFoundError(LookupError):
     def __init__(self, name: str) -> None:
         super().__init__(f'No MCP server offers a tool named "{name}".')
         self.name = name
+
+
+class ToolUnavailableError(LookupError):
+    """The tool is configured, but its server cannot take calls now (reconnecting, circuit open)."""
+
+    def __init__(self, name: str, server: str, message: str, retry_after: float | None) -> None:
+        super().__init__(message)
+        self.name = name
+        self.server = server
+        self.message = message
+        self.retry_after = retry_after
+        """Seconds until its server is tried again, ``None`` while it is being tried now."""
 
 
 @dataclass
@@ -106,35 +118,53 @@ class ToolRouter:
         if record.reached_server:
             self._registry.record_call(record.server, record.duration_ms / 1000, record.server_health)
 
-    async def call(self, name: str, arguments: dict[str, Any], *, caller_budget: float = math.inf) -> CallToolResponse:
+    async def call(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        caller_budget: float = math.inf,
+        raise_unavailable: bool = False,
+    ) -> CallToolResponse:
         """Call the tool listed as ``name``; ``ToolNotFoundError`` if no server offers it.
 
-        ``caller_budget`` is the seconds the caller has left (its ``X-Deadline-Ms``).
+        ``caller_budget`` is the seconds the caller has left (its ``X-Deadline-Ms``). A tool whose
+        server cannot take calls now gets an error result saying why, or with ``raise_unavailable``
+        raises ``ToolUnavailableError`` (the REST API answers 503 with ``Retry-After``).
         """
         with self._tracer.start_as_current_span("mcp_tool_call", attributes={"tool.name": name}) as span:
-            response = await self._call(name, arguments, caller_budget)
+            response = await self._call(name, arguments, caller_budget, raise_unavailable)
             span.set_attribute("tool.server", response.server)
             span.set_attribute("tool.is_error", response.is_error)
             return response
 
-    async def _call(self, name: str, arguments: dict[str, Any], caller_budget: float) -> CallToolResponse:
+    async def _call(
+        self, name: str, arguments: dict[str, Any], caller_budget: float, raise_unavailable: bool
+    ) -> CallToolResponse:
         tool = self.find(name)
         if tool is None:
-            # A tool of a server that is away (reconnecting) is not listed, but calling it gets an
-            # error result saying why, rather than "no such tool" as if it never existed.
-            away = self._registry.catalog.server_away_with(name)
-            if away is None:
+            # A tool of a server that is away (reconnecting, its circuit open) is listed as
+            # unavailable: calling it says why, not "no such tool" as if it never existed.
+            listed = self._registry.catalog.unavailable(name)
+            if listed is None:
                 raise ToolNotFoundError(name)
-            tool = RoutedTool(name=name, server=away, server_tool_name=name, input_schema={})
+            tool = RoutedTool(
+                name=name,
+                server=listed.server,
+                server_tool_name=listed.server_tool_name,
+                input_schema=listed.tool.input_schema,
+                output_schema=listed.tool.output_schema,
+            )
         session = self._registry.connections.get(tool.server)
         refusal = self._registry.call_refusal(tool.server)
         if session is None or refusal is not None:
             # Fails fast, without a word to the server: none of its time, nor the caller's, is spent.
             text = f'The tool "{name}" cannot be called now: {refusal or "its server is gone"}.'
-            response = error_result(text, server=tool.server, duration_ms=0.0)
             _log.warning("mcp_tool_call", tool=name, server=tool.server, outcome="unavailable", duration_ms=0.0)
             self._record(CallRecord(server=tool.server, tool=name, outcome="unavailable", duration_ms=0.0))
-            return response
+            if raise_unavailable:
+                raise ToolUnavailableError(name, tool.server, text, self._registry.retry_after(tool.server))
+            return error_result(text, server=tool.server, duration_ms=0.0)
         return await call_routed_tool(
             session,
             tool,

@@ -26,7 +26,7 @@ import json
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 from jsonschema import Draft202012Validator, SchemaError
 from jsonschema.protocols import Validator
@@ -40,6 +40,7 @@ from referencing.jsonschema import UnknownDialect, specification_with
 __all__ = [
     "DEFAULT_MAX_TOOLS",
     "MAX_SCHEMA_DEPTH",
+    "DropKind",
     "DroppedTool",
     "ToolListingFilter",
     "input_schema_problem",
@@ -58,10 +59,23 @@ several Python frames per level."""
 _MAX_REMEMBERED_VERDICTS = 10_000
 
 
+DropKind = Literal["invalid_schema", "duplicate_name", "task_required"]
+
+
 @dataclass(frozen=True)
 class DroppedTool:
     name: str
     reason: str
+    kind: DropKind = "invalid_schema"
+
+
+_TASK_REQUIRED = 'it can only run as a task (execution.taskSupport is "required"), and the gateway calls tools directly'
+_DUPLICATE_NAME = "another tool of this server has the same name; the first one is listed"
+
+
+def _task_required(tool: Mapping[str, Any]) -> bool:
+    execution = tool.get("execution")
+    return isinstance(execution, dict) and execution.get("taskSupport") == "required"
 
 
 @lru_cache(maxsize=16)
@@ -179,6 +193,7 @@ class ToolListingFilter:
         self._pending: set[RequestId] = set()
         self._dropped: list[DroppedTool] = []
         self._kept_in_listing = 0
+        self._names_in_listing: set[str] = set()
         self._left_out = 0
         self._verdicts: MutableMapping[tuple[str | None, str], str | None] = {} if verdicts is None else verdicts
 
@@ -188,6 +203,7 @@ class ToolListingFilter:
             self._pending.add(request.id)
             if not (request.params or {}).get("cursor"):
                 self._kept_in_listing = 0  # a listing from its first page
+                self._names_in_listing = set()
 
     def wants(self, message: SessionMessage) -> bool:
         """Whether ``message`` answers a ``tools/list`` (the messages ``filter_received`` may change)."""
@@ -212,11 +228,18 @@ class ToolListingFilter:
         kept = []
         for tool in within:
             problem = self._verdict(tool, result)
+            kind: DropKind = "invalid_schema"
+            if problem is None and _task_required(tool):
+                problem, kind = _TASK_REQUIRED, "task_required"
+            elif problem is None and tool["name"] in self._names_in_listing:
+                # Across the pages of one listing: the catalog would otherwise keep one of them silently.
+                problem, kind = _DUPLICATE_NAME, "duplicate_name"
             if problem is None:
                 kept.append(tool)
+                self._names_in_listing.add(tool["name"])
             else:
                 name = tool.get("name") if isinstance(tool, dict) else None
-                self._dropped.append(DroppedTool(name=str(name) if name else "(unnamed)", reason=problem))
+                self._dropped.append(DroppedTool(name=str(name) if name else "(unnamed)", reason=problem, kind=kind))
         self._kept_in_listing += len(kept)
         self._left_out += beyond
         capped = beyond > 0 or (self._kept_in_listing >= self.max_tools and result.get("nextCursor") is not None)

@@ -122,6 +122,10 @@ def _describe_keyword(error: SchemaViolation) -> str:
         return f"must be {_render(expected)}; {_got(value)}"
     if keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         relation = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[str(keyword)]
+        # Draft-04 spells an exclusive bound as a boolean beside the bound, and fails "minimum".
+        exclusive = {"minimum": "exclusiveMinimum", "maximum": "exclusiveMaximum"}.get(str(keyword))
+        if exclusive is not None and isinstance(error.schema, dict) and error.schema.get(exclusive) is True:
+            relation = relation[0]
         return f"must be {relation} {_render(expected)}; got {_render(value)}"
     if keyword == "multipleOf":
         return f"must be a multiple of {_render(expected)}; got {_render(value)}"
