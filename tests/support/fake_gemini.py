@@ -209,6 +209,12 @@ def _pieces(content: str) -> list[str]:
     return pieces or [content]
 
 
+def _asks_for_thoughts(body: dict[str, Any]) -> bool:
+    """Gemini sends thought summaries only to a request with ``thinkingConfig.includeThoughts``."""
+    thinking = (body.get("generationConfig") or {}).get("thinkingConfig") or {}
+    return thinking.get("includeThoughts") is True
+
+
 def _sse(payload: dict[str, Any]) -> bytes:
     return f"data: {json.dumps(payload)}\r\n\r\n".encode()
 
@@ -436,8 +442,9 @@ class ScriptedGemini:
         thoughts = 0
         if isinstance(reply, TextReply):
             if reply.thought:
-                parts.append({"text": reply.thought, "thought": True})
-                thoughts = _words(reply.thought)
+                thoughts = _words(reply.thought)  # thinking is billed whether its summary is asked for or not
+                if _asks_for_thoughts(recorded.body):
+                    parts.append({"text": reply.thought, "thought": True})
             answer: dict[str, Any] = {"text": reply.content}
             if reply.signature:
                 answer["thoughtSignature"] = reply.signature
@@ -477,7 +484,7 @@ class ScriptedGemini:
 
         produced = 0
         if isinstance(reply, TextReply):
-            if reply.thought:
+            if reply.thought and _asks_for_thoughts(body):
                 for piece in _pieces(reply.thought):
                     yield chunk([{"text": piece, "thought": True}], produced)
             for piece in _pieces(reply.content):

@@ -302,9 +302,10 @@ async def test_calls_that_lost_their_signature_are_still_accepted_by_a_gemini_3_
 
 async def test_thought_summaries_stream_as_reasoning_when_asked_for() -> None:
     fake = ScriptedGemini([text("It stops at 15.", thought="**Checking** the iteration cap.")])
-    async with completion_service(fake) as client:
+    async with completion_service(fake, gemini_include_thoughts=True) as client:
         response, events = await _stream(client, _body())
     assert response.status_code == 200
+    assert fake.requests[0].body["generationConfig"] == {"thinkingConfig": {"includeThoughts": True}}
     reasoning = [e["delta"] for e in events if e["type"] == "reasoning"]
     assert "".join(reasoning) == "**Checking** the iteration cap."
     assert {
@@ -312,6 +313,15 @@ async def test_thought_summaries_stream_as_reasoning_when_asked_for() -> None:
         "block": {"text": "**Checking** the iteration cap.", "provider": "gemini"},
     } in events
     assert "".join(e["delta"] for e in events if e["type"] == "text") == "It stops at 15."
+
+
+async def test_thought_summaries_are_not_asked_for_by_default() -> None:
+    fake = ScriptedGemini([text("It stops at 15.", thought="**Checking** the iteration cap.")])
+    async with completion_service(fake) as client:
+        response, events = await _stream(client, _body())
+    assert response.status_code == 200
+    assert "generationConfig" not in fake.requests[0].body
+    assert [e for e in events if e["type"] in ("reasoning", "reasoning_block")] == []
 
 
 @pytest.mark.parametrize("stream", [False, True])

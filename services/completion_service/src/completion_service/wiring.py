@@ -93,6 +93,7 @@ class _Factory:
                 base_url=endpoint.base_url or settings.gemini_base_url,
                 api_key=endpoint.api_key,
                 max_retries=retries,
+                include_thoughts=settings.gemini_include_thoughts,
             )
         if endpoint.kind == "vertex":
             return self._vertex(endpoint)
