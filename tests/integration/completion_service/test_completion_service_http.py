@@ -179,6 +179,31 @@ async def test_a_429_that_outlasts_the_retries_reaches_the_caller_with_retry_aft
     assert len(fake.requests) == 2
 
 
+@pytest.mark.parametrize(("retries", "retry_after"), [(0, "1"), (1, "2")])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_429_without_retry_after_reaches_the_caller_with_the_wait_the_retry_policy_would_have_made(
+    retries: int, retry_after: str, stream: bool
+) -> None:
+    # The backoff waits 0.5 s (+ up to 0.5 s jitter) after the first attempt, 1 s (+ jitter) after the second.
+    fake = ScriptedOpenAI([error(429)] * (retries + 1))
+    async with completion_service(fake, max_retries=retries) as client:
+        with anyio.fail_after(5):
+            response = await client.post("/api/v1/completions", json=_body(stream=stream))
+    assert response.status_code == 429
+    assert response.json()["error"]["code"] == "rate_limited"
+    assert response.headers["retry-after"] == retry_after
+    assert len(fake.requests) == retries + 1
+
+
+async def test_an_overloaded_provider_without_retry_after_is_a_503_with_one() -> None:
+    fake = ScriptedOpenAI([error(503)])
+    async with completion_service(fake, max_retries=0) as client:
+        response = await client.post("/api/v1/completions", json=_body())
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "overloaded"
+    assert response.headers["retry-after"] == "1"
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_429_asking_for_a_long_wait_reaches_the_caller_at_once_with_its_retry_after(stream: bool) -> None:
     fake = ScriptedOpenAI([error(429, headers={"Retry-After": "60"}), text("Never asked for.")])

@@ -9,6 +9,7 @@ bodies; ``Upstream`` sends it, retries what ``ApiError.retryable`` says may be r
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -117,6 +118,14 @@ class _StopBefore(stop_base):
         return anyio.current_time() + retry_state.upcoming_sleep >= self.deadline
 
 
+def _come_back_after(error: ApiError, wait: float | None) -> ApiError:
+    """``error`` with a ``Retry-After`` when it is a 429 or 503 the provider gave none for: the wait the retry
+    policy would have made next, in whole seconds rounded up, so that a caller who honours it does no worse."""
+    if error.status in (429, 503) and wait is not None and retry_after_seconds(httpx.Headers(error.headers)) is None:
+        error.headers["Retry-After"] = str(max(1, math.ceil(wait)))
+    return error
+
+
 def parse_json(content: bytes | str) -> Any:
     try:
         return json.loads(content)
@@ -189,14 +198,17 @@ class Upstream:
             before_sleep=self._log_retry,
             reraise=True,
         )
+        state: RetryCallState | None = None
         try:
             async for attempt in retrying:
+                state = attempt.retry_state
                 with attempt:
-                    if attempt.retry_state.attempt_number == 1:
+                    if state.attempt_number == 1:
                         raise first  # already made, in ``open``: tenacity waits, stops or retries after it
                     return await self.before(deadline, self._send(build, translate, deadline))
         except _RetryableFailure as failure:
-            raise failure.error from None
+            # tenacity computes the next wait before it decides to stop: that wait is the one given up on.
+            raise _come_back_after(failure.error, state.upcoming_sleep if state is not None else None) from None
         raise AssertionError("tenacity returns or raises")  # pragma: no cover
 
     async def _send(
