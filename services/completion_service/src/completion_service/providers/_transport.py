@@ -42,6 +42,7 @@ __all__ = [
     "ErrorTranslator",
     "Upstream",
     "call_stats",
+    "media_type",
     "parse_json",
 ]
 
@@ -124,6 +125,17 @@ def _come_back_after(error: ApiError, wait: float | None) -> ApiError:
     if error.status in (429, 503) and wait is not None and retry_after_seconds(httpx.Headers(error.headers)) is None:
         error.headers["Retry-After"] = str(max(1, math.ceil(wait)))
     return error
+
+
+def media_type(response: httpx.Response) -> str:
+    """The response's Content-Type without its parameters, in lower case (``""`` when there is none)."""
+    return response.headers.get("content-type", "").partition(";")[0].strip().lower()
+
+
+def _expect(response: httpx.Response, expected: str) -> None:
+    found = media_type(response)
+    if found != expected:
+        raise bad_response(f"expected the Content-Type {expected}, got {found!r}")
 
 
 def parse_json(content: bytes | str) -> Any:
@@ -280,9 +292,7 @@ class Upstream:
         """
         chunks = response.aiter_bytes()
         try:
-            content_type = response.headers.get("content-type", "").partition(";")[0]
-            if "text/event-stream" not in content_type:
-                raise bad_response(f"expected the Content-Type text/event-stream, got {content_type!r}")
+            _expect(response, "text/event-stream")
             parser = EventStreamParser()
             while (chunk := await self._next_chunk(chunks, deadline)) is not None:
                 for event in parser.feed(chunk):
@@ -293,10 +303,14 @@ class Upstream:
                     await chunks.aclose()
             await _release(response)
 
-    async def iter_bytes(self, response: httpx.Response, deadline: CallDeadline) -> AsyncGenerator[bytes, None]:
-        """The raw body as it arrives (binary framings such as AWS event streams), within the deadline."""
+    async def iter_bytes(
+        self, response: httpx.Response, deadline: CallDeadline, *, media_type: str
+    ) -> AsyncGenerator[bytes, None]:
+        """The raw body as it arrives (binary framings such as AWS event streams), within the deadline; a body
+        of another Content-Type than ``media_type`` is a ``bad_upstream_response`` that says which it was."""
         chunks = response.aiter_raw()
         try:
+            _expect(response, media_type)
             while (chunk := await self._next_chunk(chunks, deadline)) is not None:
                 yield chunk
         finally:
