@@ -38,6 +38,7 @@ __all__ = [
     "BlockedReply",
     "CallsReply",
     "ErrorReply",
+    "JsonToStreamReply",
     "RawReply",
     "Recorded",
     "Reply",
@@ -46,6 +47,7 @@ __all__ = [
     "blocked",
     "error",
     "function_calls",
+    "json_even_when_streamed",
     "raw",
     "text",
 ]
@@ -114,7 +116,13 @@ class RawReply:
     content_type: str = "application/json"
 
 
-Reply = TextReply | CallsReply | ErrorReply | BlockedReply | RawReply
+@dataclass(frozen=True)
+class JsonToStreamReply:
+    reply: TextReply | CallsReply
+    as_array: bool = False
+
+
+Reply = TextReply | CallsReply | ErrorReply | BlockedReply | RawReply | JsonToStreamReply
 ReplySource = Reply | Callable[[dict[str, Any]], Reply]
 
 
@@ -122,6 +130,14 @@ def text(content: str, *, thought: str | None = None, signature: str | None = No
     """The model answers ``content``, after a thought summary when ``thought`` is given; ``signature``
     goes on the answer's (last) text part, as Gemini 2.5 and 3 put it."""
     return TextReply(content, thought, signature)
+
+
+def json_even_when_streamed(reply: Reply, *, as_array: bool = False) -> Reply:
+    """``reply`` as one ``application/json`` GenerateContentResponse even to ``streamGenerateContent?alt=sse``
+    (as some Gemini-compatible servers answer), or with ``as_array`` as the JSON array of responses that
+    ``streamGenerateContent`` gives without ``alt=sse``."""
+    assert isinstance(reply, TextReply | CallsReply)
+    return JsonToStreamReply(reply, as_array)
 
 
 def function_calls(*calls: tuple[str, dict[str, Any]], with_ids: bool = False, text: str | None = None) -> Reply:
@@ -390,6 +406,9 @@ class ScriptedGemini:
         if isinstance(reply, ErrorReply):
             return JSONResponse(reply.body, status_code=reply.status, headers=reply.headers)
         response_id = f"resp-{next(self._ids)}"
+        if isinstance(reply, JsonToStreamReply):
+            whole = self._whole(recorded, reply.reply, response_id)
+            return JSONResponse([whole] if reply.as_array else whole)
         if recorded.method == "streamGenerateContent":
             if recorded.query.get("alt") != "sse":
                 return _invalid("This scripted server streams only with alt=sse.")

@@ -31,6 +31,7 @@ __all__ = [
     "ErrorReply",
     "HangAfterTextReply",
     "HangReply",
+    "JsonToStreamReply",
     "RawReply",
     "Reply",
     "ScriptedOpenAI",
@@ -38,6 +39,7 @@ __all__ = [
     "ToolCallsReply",
     "error",
     "hang",
+    "json_even_when_streamed",
     "raw",
     "text",
     "text_then_hang",
@@ -84,7 +86,12 @@ class RawReply:
     content_type: str = "application/json"
 
 
-Reply = TextReply | ToolCallsReply | ErrorReply | HangReply | HangAfterTextReply | RawReply
+@dataclass(frozen=True)
+class JsonToStreamReply:
+    reply: TextReply | ToolCallsReply
+
+
+Reply = TextReply | ToolCallsReply | ErrorReply | HangReply | HangAfterTextReply | RawReply | JsonToStreamReply
 ReplySource = Reply | Callable[[dict[str, Any]], Reply]
 
 
@@ -96,6 +103,13 @@ def text(content: str, *, delay: float = 0.0) -> Reply:
 def tool_calls(*calls: tuple[str, str, dict[str, Any]], delay: float = 0.0) -> Reply:
     """The assistant calls each ``(id, name, arguments)`` in one turn, finish reason ``tool_calls``."""
     return ToolCallsReply(tuple(calls), delay)
+
+
+def json_even_when_streamed(reply: Reply) -> Reply:
+    """``reply`` as one ``chat.completion`` JSON body even to a ``"stream": true`` request, as some
+    OpenAI-compatible servers answer when tools are offered."""
+    assert isinstance(reply, TextReply | ToolCallsReply)
+    return JsonToStreamReply(reply)
 
 
 def error(status: int, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> Reply:
@@ -259,9 +273,11 @@ class ScriptedOpenAI:
         if isinstance(reply, ErrorReply):
             payload = reply.body if reply.body is not None else openai_error_body(reply.status)
             return JSONResponse(payload, status_code=reply.status, headers=reply.headers)
+        completion_id = f"chatcmpl-scripted{next(self._ids)}"
+        if isinstance(reply, JsonToStreamReply):
+            return JSONResponse(self._completion(completion_id, body, reply.reply))
         if reply.delay:
             await anyio.sleep(reply.delay)  # simulated slowness of the model
-        completion_id = f"chatcmpl-scripted{next(self._ids)}"
         if body.get("stream"):
             return StreamingResponse(self._chunks(completion_id, body, reply), media_type="text/event-stream")
         return JSONResponse(self._completion(completion_id, body, reply))

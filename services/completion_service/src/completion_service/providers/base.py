@@ -5,9 +5,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from suite_common.wire import CompletionEvent, CompletionRequest, CompletionResponse
+from suite_common.wire import (
+    CompletionDone,
+    CompletionEvent,
+    CompletionRequest,
+    CompletionResponse,
+    ReasoningBlockEvent,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallEvent,
+)
 
-__all__ = ["Provider"]
+__all__ = ["Provider", "events_of"]
 
 
 class Provider(Protocol):
@@ -33,3 +42,34 @@ class Provider(Protocol):
     ) -> AsyncIterator[CompletionEvent]:
         """Text deltas as they come, each tool call once complete, then one ``done``."""
         ...
+
+
+def events_of(response: CompletionResponse) -> list[CompletionEvent]:
+    """A whole answer as the events a stream of it would have given: reasoning, text, tool calls, ``done``.
+
+    For servers that answer a streamed request with one JSON body where their format allows it.
+    """
+    message = response.message
+    events: list[CompletionEvent] = []
+    for block in message.reasoning or []:
+        if block.text:
+            events.append(ReasoningDelta(delta=block.text))
+        events.append(ReasoningBlockEvent(block=block))
+    if message.content:
+        events.append(TextDelta(delta=message.content))
+    events.extend(
+        ToolCallEvent(
+            id=call.id,
+            name=call.name,
+            arguments=call.arguments,
+            invalid_arguments=call.invalid_arguments,
+            signature=call.signature,
+        )
+        for call in message.tool_calls or []
+    )
+    events.append(
+        CompletionDone(
+            finish_reason=response.finish_reason, usage=response.usage, model=response.model, provider=response.provider
+        )
+    )
+    return events

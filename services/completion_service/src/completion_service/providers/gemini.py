@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import httpx
 
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
-from completion_service.providers._transport import CallDeadline, Upstream, parse_json
+from completion_service.providers._transport import CallDeadline, Upstream, media_type, parse_json
 from completion_service.providers.gemini_schema import to_gemini_parameters
 from suite_common.errors import ApiError
 from suite_common.wire import (
@@ -794,12 +794,20 @@ class GeminiProvider:
         upstream, response = await self._open(self._body(request), upstream_model, deadline, stream=True)
         assembler = StreamAssembler(model=request.model, provider=self.name)
         with upstream.scrubbed():
-            async with aclosing(upstream.iter_sse(response, deadline)) as events:
-                async for sse in events:
-                    data = sse.data.strip()
-                    if data:
-                        for event in assembler.feed(parse_json(data)):
-                            yield event
+            if media_type(response) == "application/json":
+                # Some servers answer ``alt=sse`` with JSON: one GenerateContentResponse, or the array of
+                # them that streamGenerateContent gives without ``alt=sse``. Both are whole answers.
+                whole = await upstream.read_json(response, deadline)
+                for chunk in whole if isinstance(whole, list) else [whole]:
+                    for event in assembler.feed(chunk):
+                        yield event
+            else:
+                async with aclosing(upstream.iter_sse(response, deadline)) as events:
+                    async for sse in events:
+                        data = sse.data.strip()
+                        if data:
+                            for event in assembler.feed(parse_json(data)):
+                                yield event
             for event in assembler.finish():
                 yield event
 

@@ -17,7 +17,8 @@ from typing import Any
 import httpx
 
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
-from completion_service.providers._transport import CallDeadline, Upstream, parse_json
+from completion_service.providers._transport import CallDeadline, Upstream, media_type, parse_json
+from completion_service.providers.base import events_of
 from suite_common.errors import ApiError
 from suite_common.wire import (
     CompletionDone,
@@ -414,6 +415,14 @@ class OpenAIProvider:
         response = await self._open(
             build_request_body(request, upstream_model, stream=True, max_tokens_field=self._max_tokens_field), deadline
         )
+        if media_type(response) == "application/json":
+            # Some compatible servers (vLLM and others, when tools are offered) answer a stream with one
+            # chat.completion: it is the whole answer, so it is passed on as the events of one.
+            body = await self._upstream.read_json(response, deadline)
+            with self._upstream.scrubbed():
+                for event in events_of(parse_response(body, request.model, provider=self.name)):
+                    yield event
+            return
         assembler = StreamAssembler(model=request.model, provider=self.name)
         ended = False
         # aclosing: the response goes back to the pool at once, even after the break below.
