@@ -53,6 +53,8 @@ __all__ = [
 ]
 
 SKIP_SIGNATURE = "skip_thought_signature_validator"
+FUNCTION_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_.-]{0,63}")
+"""``FunctionDeclaration.name`` as the API references describe it (Vertex AI's, the stricter)."""
 
 _SCHEMA_FIELDS = frozenset(
     {
@@ -357,6 +359,12 @@ class ScriptedGemini:
     def _problem(self, body: dict[str, Any]) -> str | None:
         for tool_index, tool in enumerate(body.get("tools") or []):
             for index, declaration in enumerate(tool.get("functionDeclarations") or []):
+                if not FUNCTION_NAME.fullmatch(declaration.get("name", "")):
+                    return (
+                        f"* GenerateContentRequest.tools[{tool_index}].function_declarations[{index}].name: Invalid "
+                        "function name. Must start with a letter or an underscore. Must be alphameric (a-z, A-Z, "
+                        "0-9), underscores (_), dots (.) or dashes (-), with a maximum length of 64."
+                    )
                 if "parameters" in declaration:
                     where = f"tools[{tool_index}].function_declarations[{index}].parameters"
                     if problem := _schema_problem(declaration["parameters"], where):

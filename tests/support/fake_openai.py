@@ -149,6 +149,29 @@ def openai_error_body(status: int, message: str | None = None, code: str | None 
     return {"error": {"message": message or default_message, "type": kind, "param": None, "code": code or default_code}}
 
 
+_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]+")
+
+
+def _invalid_tool_name(body: dict[str, Any]) -> dict[str, Any] | None:
+    """OpenAI's 400 for a function name outside ``^[a-zA-Z0-9_-]+$`` or longer than 64 characters."""
+    for position, tool in enumerate(body.get("tools") or []):
+        name, param = tool["function"]["name"], f"tools[{position}].function.name"
+        if len(name) > 64:
+            message = (
+                f"Invalid '{param}': string too long. Expected a string with maximum length 64, "
+                f"but got a string with length {len(name)} instead."
+            )
+        elif not _TOOL_NAME.fullmatch(name):
+            message = (
+                f"Invalid '{param}': string does not match pattern. "
+                "Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'."
+            )
+        else:
+            continue
+        return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": "invalid_value"}}
+    return None
+
+
 def _words(value: Any) -> int:
     return len(value.split()) if isinstance(value, str) else 0
 
@@ -245,6 +268,8 @@ class ScriptedOpenAI:
             # prove the key never reaches the service's caller.
             message = f"Incorrect API key provided: {given}. You can find your API key at https://platform.openai.com."
             return JSONResponse(openai_error_body(401, message), 401)
+        if (refusal := _invalid_tool_name(body)) is not None:
+            return JSONResponse(refusal, 400)
         if not self._script:
             return JSONResponse(openai_error_body(500, "The scripted server ran out of replies."), 500)
         source = self._script.popleft()

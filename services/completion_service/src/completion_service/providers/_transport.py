@@ -129,7 +129,8 @@ def _come_back_after(error: ApiError, wait: float | None) -> ApiError:
 
 def media_type(response: httpx.Response) -> str:
     """The response's Content-Type without its parameters, in lower case (``""`` when there is none)."""
-    return response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    content_type: str = response.headers.get("content-type", "")
+    return content_type.partition(";")[0].strip().lower()
 
 
 def _expect(response: httpx.Response, expected: str) -> None:

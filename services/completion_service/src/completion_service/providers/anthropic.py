@@ -20,6 +20,7 @@ import httpx
 
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
 from completion_service.providers._transport import CallDeadline, Upstream, parse_json
+from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
 from suite_common.logging import get_logger
 from suite_common.wire import (
@@ -53,6 +54,8 @@ __all__ = [
 ]
 
 PROVIDER_NAME = "anthropic"
+TOOL_NAMES = NameRule("a-zA-Z0-9_-", 64)
+"""The Messages API's tool ``name``: ``^[a-zA-Z0-9_-]{1,64}$``."""
 ANTHROPIC_VERSION = "2023-06-01"
 
 DEFAULT_MAX_TOKENS = 4096
@@ -764,6 +767,8 @@ async def _close(events: AsyncIterator[Any]) -> None:
 
 class AnthropicProvider:
     """Calls ``{base_url}/v1/messages`` through the service's shared ``httpx.AsyncClient``."""
+
+    tool_names = TOOL_NAMES
 
     def __init__(
         self,

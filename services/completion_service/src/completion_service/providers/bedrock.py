@@ -27,6 +27,7 @@ from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response
 from completion_service.providers._transport import CallDeadline, Upstream, parse_json
 from completion_service.providers.anthropic import MAX_TEMPERATURE
 from completion_service.providers.openai import parse_arguments
+from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
 from suite_common.wire import (
     CompletionDone,
@@ -55,6 +56,8 @@ __all__ = [
 ]
 
 PROVIDER_NAME = "bedrock"
+TOOL_NAMES = NameRule("a-zA-Z0-9_-", 64)
+"""Converse's ``ToolSpecification.name``: ``[a-zA-Z0-9_-]+``, 1 to 64 characters."""
 _EVENT_STREAM = "application/vnd.amazon.eventstream"
 
 _STOP_REASONS: dict[str, FinishReason] = {
@@ -476,6 +479,8 @@ class _CredentialChain:
 
 class BedrockProvider:
     """Calls ``{endpoint}/model/{modelId}/converse[-stream]``, each attempt SigV4-signed by botocore."""
+
+    tool_names = TOOL_NAMES
 
     def __init__(
         self,

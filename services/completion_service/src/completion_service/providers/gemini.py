@@ -33,6 +33,7 @@ import httpx
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
 from completion_service.providers._transport import CallDeadline, Upstream, media_type, parse_json
 from completion_service.providers.gemini_schema import to_gemini_parameters
+from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
 from suite_common.wire import (
     CompletionDone,
@@ -62,6 +63,9 @@ __all__ = [
 ]
 
 PROVIDER_NAME = "gemini"
+TOOL_NAMES = NameRule("a-zA-Z0-9_.-", 64, first="a-zA-Z_")
+"""``FunctionDeclaration.name`` as both the Gemini API and Vertex AI accept it: a letter or ``_`` first, then
+letters, digits, ``_``, ``.`` and ``-``, 64 at most (the Gemini API also takes ``:``, Vertex AI does not say so)."""
 VERTEX_PROVIDER_NAME = "vertex"
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
 
@@ -723,6 +727,8 @@ _PROJECT = re.compile(r"[a-z0-9][a-z0-9.:-]*")
 class GeminiProvider:
     """Calls ``generateContent`` through the service's shared ``httpx.AsyncClient``: on the Gemini API
     (``GeminiProvider(...)``) or on Vertex AI (``GeminiProvider.vertex(...)``)."""
+
+    tool_names = TOOL_NAMES
 
     def __init__(
         self,

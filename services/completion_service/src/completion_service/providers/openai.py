@@ -19,6 +19,7 @@ import httpx
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
 from completion_service.providers._transport import CallDeadline, Upstream, media_type, parse_json
 from completion_service.providers.base import events_of
+from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
 from suite_common.wire import (
     CompletionDone,
@@ -48,6 +49,8 @@ __all__ = [
 ]
 
 PROVIDER_NAME = "openai"
+TOOL_NAMES = NameRule("a-zA-Z0-9_-", 64)
+"""Chat Completions' ``function.name``: ``^[a-zA-Z0-9_-]{1,64}$`` (compatible servers accept at least these)."""
 
 _FINISH_REASONS: dict[str, FinishReason] = {
     "stop": "stop",
@@ -379,6 +382,8 @@ def translate_error(status: int, content: bytes, headers: Mapping[str, str], *, 
 
 class OpenAIProvider:
     """Calls ``{base_url}/chat/completions`` through the service's shared ``httpx.AsyncClient``."""
+
+    tool_names = TOOL_NAMES
 
     def __init__(
         self,
