@@ -58,16 +58,7 @@ def events_of(response: CompletionResponse) -> list[CompletionEvent]:
         events.append(ReasoningBlockEvent(block=block))
     if message.content:
         events.append(TextDelta(delta=message.content))
-    events.extend(
-        ToolCallEvent(
-            id=call.id,
-            name=call.name,
-            arguments=call.arguments,
-            invalid_arguments=call.invalid_arguments,
-            signature=call.signature,
-        )
-        for call in message.tool_calls or []
-    )
+    events.extend(ToolCallEvent(**dict(call)) for call in message.tool_calls or [])  # the same fields
     events.append(
         CompletionDone(
             finish_reason=response.finish_reason, usage=response.usage, model=response.model, provider=response.provider
