@@ -15,6 +15,7 @@ import pytest
 from completion_service.app import create_app
 from completion_service.settings import CompletionSettings
 from support import fake_gemini
+from support.fake_bedrock import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, BedrockReply, ScriptedBedrock
 from support.fake_gemini import ScriptedGemini
 from support.fake_openai import ScriptedOpenAI, tool_calls
 from support.servers import serve_app
@@ -128,3 +129,34 @@ async def test_gemini_keeps_dotted_names_and_gets_the_others_mapped_by_its_own_r
     assert declared == ["web.search", "Cafe_Menu", "_3d_render"]  # Gemini takes dots, not a digit first
     assert sent.body["contents"][1]["parts"][0]["functionCall"]["name"] == "web.search"
     assert [call["name"] for call in calls] == catalog
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_bedrock_gets_names_of_its_tool_spec_pattern_and_the_caller_gets_the_catalog_names_back(
+    stream: bool,
+) -> None:
+    model = "anthropic.claude-3-5-haiku-20241022-v1:0"
+    fake = ScriptedBedrock([BedrockReply(tool_uses=(("tooluse_1", "web_search", {"query": "menu"}),))])
+    async with (
+        serve_app(fake.app) as upstream,
+        _service(
+            bedrock_region=REGION,
+            bedrock_endpoint_url=upstream,
+            aws_access_key_id=ACCESS_KEY_ID,
+            aws_secret_access_key=SECRET_ACCESS_KEY,
+        ) as client,
+    ):
+        body = {
+            "model": f"bedrock/{model}",
+            "messages": HISTORY,
+            "tools": [_spec("web.search"), _spec("Café Menu")],
+            "toolChoice": {"name": "web.search"},
+        }
+        calls = await _answer(client, body, stream=stream)
+
+    [sent] = fake.requests
+    config = sent["body"]["toolConfig"]
+    assert [tool["toolSpec"]["name"] for tool in config["tools"]] == ["web_search", "Cafe_Menu"]
+    assert config["toolChoice"] == {"tool": {"name": "web_search"}}
+    assert sent["body"]["messages"][1]["content"][0]["toolUse"]["name"] == "web_search"
+    assert [(call["name"], call["arguments"]) for call in calls] == [("web.search", {"query": "menu"})]
