@@ -322,6 +322,7 @@ async def test_an_overloaded_error_event_before_any_content_is_a_503_response() 
         response, _ = await _complete(client, _body(stream=True))
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "overloaded"
+    assert response.headers["retry-after"] == "1"  # the retry policy's wait after a first attempt, rounded up
 
 
 # --- extended thinking -------------------------------------------------------------------------

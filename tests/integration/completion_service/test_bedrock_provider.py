@@ -249,3 +249,12 @@ async def test_an_exception_frame_mid_stream_becomes_an_error_event() -> None:
     assert events[0] == {"type": "text", "delta": "Partial"}
     assert events[-1]["type"] == "error"
     assert events[-1]["code"] == "upstream_unavailable"
+
+
+async def test_a_throttling_frame_before_any_content_is_a_429_with_retry_after() -> None:
+    fake = ScriptedBedrock([BedrockStreamException("throttlingException", "Too many tokens, please wait.")])
+    async with bedrock_service(fake) as client:
+        response = await client.post("/api/v1/completions", json=_body(stream=True))
+    assert response.status_code == 429
+    assert response.json()["error"]["code"] == "rate_limited"
+    assert response.headers["retry-after"] == "1"  # the retry policy's wait after a first attempt, rounded up

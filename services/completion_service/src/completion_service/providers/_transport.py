@@ -57,7 +57,8 @@ _log = get_logger("completion_service.transport")
 
 T = TypeVar("T")
 
-_backoff = wait_exponential_jitter(multiplier=0.5, max=4.0, jitter=0.5)
+_BACKOFF_SECONDS, _JITTER_SECONDS = 0.5, 0.5
+_backoff = wait_exponential_jitter(multiplier=_BACKOFF_SECONDS, max=4.0, jitter=_JITTER_SECONDS)
 
 
 @dataclass
@@ -356,11 +357,13 @@ class Upstream:
 
     @contextmanager
     def scrubbed(self) -> Iterator[None]:
-        """Errors raised inside (an adapter's own, from a stream's error event) leave without the secrets."""
+        """Errors raised inside (an adapter's own, from a stream's error event) leave without the secrets, and
+        a 429 or 503 with the ``Retry-After`` the retry policy would have waited after a first attempt."""
         try:
             yield
         except ApiError as error:
             error.message = self.scrub(error.message)
+            _come_back_after(error, _BACKOFF_SECONDS + _JITTER_SECONDS)
             raise
 
     def hide(self, *secrets: str | None) -> None:

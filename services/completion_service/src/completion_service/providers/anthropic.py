@@ -822,11 +822,8 @@ class AnthropicProvider:
                 data = sse.data.strip()
                 if not data:
                     continue
-                try:
+                with self._upstream.scrubbed():
                     neutral = assembler.feed(parse_json(data))
-                except ApiError as error:
-                    error.message = self._upstream.scrub(error.message)
-                    raise
                 for event in neutral:
                     yield event
                 if assembler.ended:
