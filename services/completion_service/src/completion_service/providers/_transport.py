@@ -306,13 +306,13 @@ class Upstream:
             await _release(response)
 
     async def iter_bytes(
-        self, response: httpx.Response, deadline: CallDeadline, *, media_type: str
+        self, response: httpx.Response, deadline: CallDeadline, *, content_type: str
     ) -> AsyncGenerator[bytes, None]:
         """The raw body as it arrives (binary framings such as AWS event streams), within the deadline; a body
-        of another Content-Type than ``media_type`` is a ``bad_upstream_response`` that says which it was."""
+        of another Content-Type than ``content_type`` is a ``bad_upstream_response`` that says which it was."""
         chunks = response.aiter_raw()
         try:
-            _expect(response, media_type)
+            _expect(response, content_type)
             while (chunk := await self._next_chunk(chunks, deadline)) is not None:
                 yield chunk
         finally:

@@ -527,7 +527,7 @@ class BedrockProvider:
         assembler = ConverseStreamAssembler(model=request.model, provider=self.name)
         frames = EventStreamBuffer()
         with self._upstream.scrubbed():
-            async with aclosing(self._upstream.iter_bytes(response, deadline, media_type=_EVENT_STREAM)) as chunks:
+            async with aclosing(self._upstream.iter_bytes(response, deadline, content_type=_EVENT_STREAM)) as chunks:
                 async for chunk in chunks:
                     for event in self._events(frames, chunk, assembler):
                         yield event
