@@ -30,10 +30,12 @@ from tenacity import (
 from tenacity.stop import stop_base
 
 from completion_service.providers._errors import bad_response, retry_after_seconds
+from completion_service.providers.base import events_of
 from suite_common.errors import ApiError
 from suite_common.http_client import send_streamed
 from suite_common.logging import get_logger
 from suite_common.sse_parser import EventStreamParser
+from suite_common.wire import CompletionEvent, CompletionResponse
 
 __all__ = [
     "RETRY_AFTER_CAP_SECONDS",
@@ -285,6 +287,15 @@ class Upstream:
         finally:
             await _release(response)
         return parse_json(content)
+
+    async def whole_answer(
+        self, response: httpx.Response, deadline: CallDeadline, parse: Callable[[Any], CompletionResponse]
+    ) -> list[CompletionEvent]:
+        """A stream answered with one JSON body (``media_type`` says so): the events of the whole answer
+        ``parse`` reads from it, as a stream of it would have given them."""
+        body = await self.read_json(response, deadline)
+        with self.scrubbed():
+            return events_of(parse(body))
 
     async def iter_sse(self, response: httpx.Response, deadline: CallDeadline) -> AsyncGenerator[ServerSentEvent, None]:
         """The response's server-sent events.

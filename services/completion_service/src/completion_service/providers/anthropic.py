@@ -20,7 +20,6 @@ import httpx
 
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
 from completion_service.providers._transport import CallDeadline, Upstream, media_type, parse_json
-from completion_service.providers.base import events_of
 from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
 from suite_common.logging import get_logger
@@ -818,10 +817,11 @@ class AnthropicProvider:
         response = await self._open(self.request_body(request, upstream_model, stream=True), deadline)
         if media_type(response) == "application/json":
             # A compatible server that answers a stream with one message object: that is the whole answer.
-            body = await self._upstream.read_json(response, deadline)
-            with self._upstream.scrubbed():
-                for event in events_of(parse_response(body, request.model, provider=self.name)):
-                    yield event
+            whole = await self._upstream.whole_answer(
+                response, deadline, lambda body: parse_response(body, request.model, provider=self.name)
+            )
+            for event in whole:
+                yield event
             return
         assembler = StreamAssembler(model=request.model, provider=self.name)
         events = self._upstream.iter_sse(response, deadline)

@@ -18,7 +18,6 @@ import httpx
 
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
 from completion_service.providers._transport import CallDeadline, Upstream, media_type, parse_json
-from completion_service.providers.base import events_of
 from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
 from suite_common.wire import (
@@ -423,10 +422,11 @@ class OpenAIProvider:
         if media_type(response) == "application/json":
             # Some compatible servers (vLLM and others, when tools are offered) answer a stream with one
             # chat.completion: it is the whole answer, so it is passed on as the events of one.
-            body = await self._upstream.read_json(response, deadline)
-            with self._upstream.scrubbed():
-                for event in events_of(parse_response(body, request.model, provider=self.name)):
-                    yield event
+            whole = await self._upstream.whole_answer(
+                response, deadline, lambda body: parse_response(body, request.model, provider=self.name)
+            )
+            for event in whole:
+                yield event
             return
         assembler = StreamAssembler(model=request.model, provider=self.name)
         ended = False
