@@ -46,6 +46,8 @@ __all__ = [
 ACCESS_KEY_ID = "AKIDEXAMPLETEST00001"
 SECRET_ACCESS_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 REGION = "us-east-1"
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+"""ToolSpecification.name in Bedrock's API reference: 1 to 64 characters of [a-zA-Z0-9_-]."""
 FRAGMENT_CHARS = 6
 
 _AUTHORIZATION = re.compile(
@@ -160,7 +162,7 @@ class ScriptedBedrock:
                 "headers": dict(request.headers),
             }
         )
-        problem = request_problem(self.requests[-1]["body"])
+        problem = request_problem(self.requests[-1]["body"], model)
         if problem is not None:
             return JSONResponse(
                 {"message": problem}, status_code=400, headers={"x-amzn-ErrorType": "ValidationException"}
@@ -259,9 +261,20 @@ class ScriptedBedrock:
         return frames
 
 
-def request_problem(body: dict[str, Any]) -> str | None:
-    """The ValidationException Bedrock would answer for this Converse body, or ``None`` (the rules a
-    translation must keep: alternating turns that start with the user, declared tools, answered calls)."""
+def request_problem(body: dict[str, Any], model: str = "") -> str | None:
+    """The ValidationException Bedrock would answer for this Converse body to ``model``, or ``None`` (the rules a
+    translation must keep: alternating turns that start with the user, declared tools, answered calls, tool
+    names of Bedrock's pattern, and a temperature of at most 1 for Claude models)."""
+    temperature = (body.get("inferenceConfig") or {}).get("temperature")
+    if "anthropic.claude" in model and isinstance(temperature, int | float) and temperature > 1:
+        return "temperature: range: 0..1"
+    for tool in (body.get("toolConfig") or {}).get("tools") or []:
+        name = tool["toolSpec"]["name"]
+        if not TOOL_NAME.fullmatch(name):
+            return (
+                f"1 validation error detected: Value '{name}' at 'toolConfig.tools.1.member.toolSpec.name' failed "
+                "to satisfy constraint: Member must satisfy regular expression pattern: [a-zA-Z0-9_-]+"
+            )
     turns = body.get("messages") or []
     if not turns or turns[0].get("role") != "user":
         return "A conversation must start with a user message."

@@ -38,6 +38,7 @@ __all__ = [
     "BlockedReply",
     "CallsReply",
     "ErrorReply",
+    "JsonToStreamReply",
     "RawReply",
     "Recorded",
     "Reply",
@@ -46,11 +47,14 @@ __all__ = [
     "blocked",
     "error",
     "function_calls",
+    "json_even_when_streamed",
     "raw",
     "text",
 ]
 
 SKIP_SIGNATURE = "skip_thought_signature_validator"
+FUNCTION_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_.-]{0,63}")
+"""``FunctionDeclaration.name`` as the API references describe it (Vertex AI's, the stricter)."""
 
 _SCHEMA_FIELDS = frozenset(
     {
@@ -114,7 +118,13 @@ class RawReply:
     content_type: str = "application/json"
 
 
-Reply = TextReply | CallsReply | ErrorReply | BlockedReply | RawReply
+@dataclass(frozen=True)
+class JsonToStreamReply:
+    reply: TextReply | CallsReply
+    as_array: bool = False
+
+
+Reply = TextReply | CallsReply | ErrorReply | BlockedReply | RawReply | JsonToStreamReply
 ReplySource = Reply | Callable[[dict[str, Any]], Reply]
 
 
@@ -122,6 +132,14 @@ def text(content: str, *, thought: str | None = None, signature: str | None = No
     """The model answers ``content``, after a thought summary when ``thought`` is given; ``signature``
     goes on the answer's (last) text part, as Gemini 2.5 and 3 put it."""
     return TextReply(content, thought, signature)
+
+
+def json_even_when_streamed(reply: Reply, *, as_array: bool = False) -> Reply:
+    """``reply`` as one ``application/json`` GenerateContentResponse even to ``streamGenerateContent?alt=sse``
+    (as some Gemini-compatible servers answer), or with ``as_array`` as the JSON array of responses that
+    ``streamGenerateContent`` gives without ``alt=sse``."""
+    assert isinstance(reply, TextReply | CallsReply)
+    return JsonToStreamReply(reply, as_array)
 
 
 def function_calls(*calls: tuple[str, dict[str, Any]], with_ids: bool = False, text: str | None = None) -> Reply:
@@ -207,6 +225,12 @@ def _words(value: Any) -> int:
 def _pieces(content: str) -> list[str]:
     pieces: list[str] = re.findall(r"\s*\S+|\s+$", content)
     return pieces or [content]
+
+
+def _asks_for_thoughts(body: dict[str, Any]) -> bool:
+    """Gemini sends thought summaries only to a request with ``thinkingConfig.includeThoughts``."""
+    thinking = (body.get("generationConfig") or {}).get("thinkingConfig") or {}
+    return thinking.get("includeThoughts") is True
 
 
 def _sse(payload: dict[str, Any]) -> bytes:
@@ -335,6 +359,12 @@ class ScriptedGemini:
     def _problem(self, body: dict[str, Any]) -> str | None:
         for tool_index, tool in enumerate(body.get("tools") or []):
             for index, declaration in enumerate(tool.get("functionDeclarations") or []):
+                if not FUNCTION_NAME.fullmatch(declaration.get("name", "")):
+                    return (
+                        f"* GenerateContentRequest.tools[{tool_index}].function_declarations[{index}].name: Invalid "
+                        "function name. Must start with a letter or an underscore. Must be alphameric (a-z, A-Z, "
+                        "0-9), underscores (_), dots (.) or dashes (-), with a maximum length of 64."
+                    )
                 if "parameters" in declaration:
                     where = f"tools[{tool_index}].function_declarations[{index}].parameters"
                     if problem := _schema_problem(declaration["parameters"], where):
@@ -384,6 +414,9 @@ class ScriptedGemini:
         if isinstance(reply, ErrorReply):
             return JSONResponse(reply.body, status_code=reply.status, headers=reply.headers)
         response_id = f"resp-{next(self._ids)}"
+        if isinstance(reply, JsonToStreamReply):
+            whole = self._whole(recorded, reply.reply, response_id)
+            return JSONResponse([whole] if reply.as_array else whole)
         if recorded.method == "streamGenerateContent":
             if recorded.query.get("alt") != "sse":
                 return _invalid("This scripted server streams only with alt=sse.")
@@ -436,8 +469,9 @@ class ScriptedGemini:
         thoughts = 0
         if isinstance(reply, TextReply):
             if reply.thought:
-                parts.append({"text": reply.thought, "thought": True})
-                thoughts = _words(reply.thought)
+                thoughts = _words(reply.thought)  # thinking is billed whether its summary is asked for or not
+                if _asks_for_thoughts(recorded.body):
+                    parts.append({"text": reply.thought, "thought": True})
             answer: dict[str, Any] = {"text": reply.content}
             if reply.signature:
                 answer["thoughtSignature"] = reply.signature
@@ -477,7 +511,7 @@ class ScriptedGemini:
 
         produced = 0
         if isinstance(reply, TextReply):
-            if reply.thought:
+            if reply.thought and _asks_for_thoughts(body):
                 for piece in _pieces(reply.thought):
                     yield chunk([{"text": piece, "thought": True}], produced)
             for piece in _pieces(reply.content):

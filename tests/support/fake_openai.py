@@ -31,6 +31,7 @@ __all__ = [
     "ErrorReply",
     "HangAfterTextReply",
     "HangReply",
+    "JsonToStreamReply",
     "RawReply",
     "Reply",
     "ScriptedOpenAI",
@@ -38,6 +39,7 @@ __all__ = [
     "ToolCallsReply",
     "error",
     "hang",
+    "json_even_when_streamed",
     "raw",
     "text",
     "text_then_hang",
@@ -84,7 +86,12 @@ class RawReply:
     content_type: str = "application/json"
 
 
-Reply = TextReply | ToolCallsReply | ErrorReply | HangReply | HangAfterTextReply | RawReply
+@dataclass(frozen=True)
+class JsonToStreamReply:
+    reply: TextReply | ToolCallsReply
+
+
+Reply = TextReply | ToolCallsReply | ErrorReply | HangReply | HangAfterTextReply | RawReply | JsonToStreamReply
 ReplySource = Reply | Callable[[dict[str, Any]], Reply]
 
 
@@ -96,6 +103,13 @@ def text(content: str, *, delay: float = 0.0) -> Reply:
 def tool_calls(*calls: tuple[str, str, dict[str, Any]], delay: float = 0.0) -> Reply:
     """The assistant calls each ``(id, name, arguments)`` in one turn, finish reason ``tool_calls``."""
     return ToolCallsReply(tuple(calls), delay)
+
+
+def json_even_when_streamed(reply: Reply) -> Reply:
+    """``reply`` as one ``chat.completion`` JSON body even to a ``"stream": true`` request, as some
+    OpenAI-compatible servers answer when tools are offered."""
+    assert isinstance(reply, TextReply | ToolCallsReply)
+    return JsonToStreamReply(reply)
 
 
 def error(status: int, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> Reply:
@@ -133,6 +147,29 @@ _ERROR_DEFAULTS: dict[int, tuple[str, str | None, str]] = {
 def openai_error_body(status: int, message: str | None = None, code: str | None = None) -> dict[str, Any]:
     kind, default_code, default_message = _ERROR_DEFAULTS.get(status, ("api_error", None, f"HTTP {status}"))
     return {"error": {"message": message or default_message, "type": kind, "param": None, "code": code or default_code}}
+
+
+_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]+")
+
+
+def _invalid_tool_name(body: dict[str, Any]) -> dict[str, Any] | None:
+    """OpenAI's 400 for a function name outside ``^[a-zA-Z0-9_-]+$`` or longer than 64 characters."""
+    for position, tool in enumerate(body.get("tools") or []):
+        name, param = tool["function"]["name"], f"tools[{position}].function.name"
+        if len(name) > 64:
+            message = (
+                f"Invalid '{param}': string too long. Expected a string with maximum length 64, "
+                f"but got a string with length {len(name)} instead."
+            )
+        elif not _TOOL_NAME.fullmatch(name):
+            message = (
+                f"Invalid '{param}': string does not match pattern. "
+                "Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'."
+            )
+        else:
+            continue
+        return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": "invalid_value"}}
+    return None
 
 
 def _words(value: Any) -> int:
@@ -231,6 +268,8 @@ class ScriptedOpenAI:
             # prove the key never reaches the service's caller.
             message = f"Incorrect API key provided: {given}. You can find your API key at https://platform.openai.com."
             return JSONResponse(openai_error_body(401, message), 401)
+        if (refusal := _invalid_tool_name(body)) is not None:
+            return JSONResponse(refusal, 400)
         if not self._script:
             return JSONResponse(openai_error_body(500, "The scripted server ran out of replies."), 500)
         source = self._script.popleft()
@@ -259,9 +298,11 @@ class ScriptedOpenAI:
         if isinstance(reply, ErrorReply):
             payload = reply.body if reply.body is not None else openai_error_body(reply.status)
             return JSONResponse(payload, status_code=reply.status, headers=reply.headers)
+        completion_id = f"chatcmpl-scripted{next(self._ids)}"
+        if isinstance(reply, JsonToStreamReply):
+            return JSONResponse(self._completion(completion_id, body, reply.reply))
         if reply.delay:
             await anyio.sleep(reply.delay)  # simulated slowness of the model
-        completion_id = f"chatcmpl-scripted{next(self._ids)}"
         if body.get("stream"):
             return StreamingResponse(self._chunks(completion_id, body, reply), media_type="text/event-stream")
         return JSONResponse(self._completion(completion_id, body, reply))

@@ -51,7 +51,11 @@ async def test_a_streamed_run_on_gemini_calls_two_tools_then_answers_with_the_si
     ):
         await gateway.wait_until_ready("tools")
         completion_settings = CompletionSettings(
-            gemini_api_key=SecretStr(gemini.api_key), gemini_base_url=gemini_url, max_retries=0, demo_enabled=False
+            gemini_api_key=SecretStr(gemini.api_key),
+            gemini_base_url=gemini_url,
+            gemini_include_thoughts=True,
+            max_retries=0,
+            demo_enabled=False,
         )
         async with (
             serve_app(create_completion_app(completion_settings)) as completion_url,

@@ -322,6 +322,7 @@ async def test_an_overloaded_error_event_before_any_content_is_a_503_response() 
         response, _ = await _complete(client, _body(stream=True))
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "overloaded"
+    assert response.headers["retry-after"] == "1"  # the retry policy's wait after a first attempt, rounded up
 
 
 # --- extended thinking -------------------------------------------------------------------------
@@ -375,3 +376,41 @@ async def test_with_a_thinking_budget_a_forced_tool_is_asked_for_without_thinkin
     assert answer["finishReason"] == "tool_calls"
     assert "thinking" not in fake.requests[0]
     assert fake.requests[0]["tool_choice"] == {"type": "tool", "name": "web_search"}
+
+
+async def test_a_stream_answered_with_one_message_object_gives_the_events_of_that_message() -> None:
+    # An Anthropic-compatible server that answers a streamed request with the whole message, as JSON.
+    message = {
+        "id": "msg_01",
+        "type": "message",
+        "role": "assistant",
+        "model": UPSTREAM,
+        "content": [
+            {"type": "thinking", "thinking": "The docs will say.", "signature": "sig-1"},
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool_use", "id": "toolu_01", "name": "search_documents", "input": {"query": "stop"}},
+        ],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 12, "output_tokens": 30},
+    }
+    fake = ScriptedAnthropic([raw(json.dumps(message).encode())])
+    async with completion_service(fake) as client:
+        response, events = await _complete(client, _body(stream=True, tools=[SEARCH]))
+    assert response.status_code == 200
+    assert events == [
+        {"type": "reasoning", "delta": "The docs will say."},
+        {
+            "type": "reasoning_block",
+            "block": {"text": "The docs will say.", "signature": "sig-1", "provider": "anthropic"},
+        },
+        {"type": "text", "delta": "Let me look."},
+        {"type": "tool_call", "id": "toolu_01", "name": "search_documents", "arguments": {"query": "stop"}},
+        {
+            "type": "done",
+            "finishReason": "tool_calls",
+            "usage": {"inputTokens": 12, "outputTokens": 30},
+            "model": MODEL,
+            "provider": "anthropic",
+        },
+    ]

@@ -219,6 +219,29 @@ async def test_a_broken_event_stream_frame_ends_the_stream_with_an_error_event()
     assert response.json()["error"]["code"] == "bad_upstream_response"
 
 
+async def test_a_stream_answered_with_json_says_which_content_type_came_instead_of_a_checksum_error() -> None:
+    refusal = b'{"message": "The model does not support streaming."}'
+    fake = ScriptedBedrock([BedrockRaw(refusal, content_type="application/json")])
+    async with bedrock_service(fake) as client:
+        response = await client.post("/api/v1/completions", json=_body(stream=True))
+    assert response.status_code == 502
+    error = response.json()["error"]
+    assert error["code"] == "bad_upstream_response"
+    assert "application/vnd.amazon.eventstream" in error["message"]
+    assert "'application/json'" in error["message"]
+    assert "Checksum" not in error["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_temperature_above_one_is_clamped_for_claude_models(stream: bool) -> None:
+    fake = ScriptedBedrock([BedrockReply(text="Warm.")])
+    async with bedrock_service(fake) as client:
+        body = _body(model="bedrock/us.anthropic.claude-sonnet-4-5-20250929-v1:0", temperature=1.7, stream=stream)
+        response = await client.post("/api/v1/completions", json=body)
+    assert response.status_code == 200, response.text
+    assert fake.requests[0]["body"]["inferenceConfig"] == {"temperature": 1.0}
+
+
 async def test_an_exception_frame_mid_stream_becomes_an_error_event() -> None:
     fake = ScriptedBedrock([BedrockStreamException("modelStreamErrorException", "The model failed.", text="Partial")])
     async with bedrock_service(fake) as client:
@@ -226,3 +249,12 @@ async def test_an_exception_frame_mid_stream_becomes_an_error_event() -> None:
     assert events[0] == {"type": "text", "delta": "Partial"}
     assert events[-1]["type"] == "error"
     assert events[-1]["code"] == "upstream_unavailable"
+
+
+async def test_a_throttling_frame_before_any_content_is_a_429_with_retry_after() -> None:
+    fake = ScriptedBedrock([BedrockStreamException("throttlingException", "Too many tokens, please wait.")])
+    async with bedrock_service(fake) as client:
+        response = await client.post("/api/v1/completions", json=_body(stream=True))
+    assert response.status_code == 429
+    assert response.json()["error"]["code"] == "rate_limited"
+    assert response.headers["retry-after"] == "1"  # the retry policy's wait after a first attempt, rounded up

@@ -14,7 +14,17 @@ import pytest
 from completion_service.app import create_app
 from completion_service.settings import CompletionSettings
 from suite_common.wire import DEADLINE_HEADER
-from support.fake_openai import Reply, ScriptedOpenAI, error, hang, raw, text, text_then_hang, tool_calls
+from support.fake_openai import (
+    Reply,
+    ScriptedOpenAI,
+    error,
+    hang,
+    json_even_when_streamed,
+    raw,
+    text,
+    text_then_hang,
+    tool_calls,
+)
 from support.servers import serve_app
 
 pytestmark = pytest.mark.anyio
@@ -177,6 +187,31 @@ async def test_a_429_that_outlasts_the_retries_reaches_the_caller_with_retry_aft
     assert response.json()["error"]["code"] == "rate_limited"
     assert response.headers["retry-after"] == "0"
     assert len(fake.requests) == 2
+
+
+@pytest.mark.parametrize(("retries", "retry_after"), [(0, "1"), (1, "2")])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_429_without_retry_after_reaches_the_caller_with_the_wait_the_retry_policy_would_have_made(
+    retries: int, retry_after: str, stream: bool
+) -> None:
+    # The backoff waits 0.5 s (+ up to 0.5 s jitter) after the first attempt, 1 s (+ jitter) after the second.
+    fake = ScriptedOpenAI([error(429)] * (retries + 1))
+    async with completion_service(fake, max_retries=retries) as client:
+        with anyio.fail_after(5):
+            response = await client.post("/api/v1/completions", json=_body(stream=stream))
+    assert response.status_code == 429
+    assert response.json()["error"]["code"] == "rate_limited"
+    assert response.headers["retry-after"] == retry_after
+    assert len(fake.requests) == retries + 1
+
+
+async def test_an_overloaded_provider_without_retry_after_is_a_503_with_one() -> None:
+    fake = ScriptedOpenAI([error(503)])
+    async with completion_service(fake, max_retries=0) as client:
+        response = await client.post("/api/v1/completions", json=_body())
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "overloaded"
+    assert response.headers["retry-after"] == "1"
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -389,3 +424,29 @@ async def test_the_demo_model_streams_without_any_upstream() -> None:
     assert "not an LLM" in "".join(e["delta"] for e in text_events)
     assert events[-1]["type"] == "done"
     assert events[-1]["provider"] == "demo"
+
+
+async def test_a_stream_answered_with_one_json_completion_becomes_its_tool_calls_and_done() -> None:
+    # Some OpenAI-compatible servers answer a streamed request that offers tools with one chat.completion.
+    fake = ScriptedOpenAI([json_even_when_streamed(tool_calls(("call_1", "search_documents", {"query": "stop"})))])
+    async with completion_service(fake) as client:
+        response, events = await _stream(client, _body(tools=[SEARCH]))
+    assert response.status_code == 200
+    assert fake.requests[0]["stream"] is True
+    assert events[0] == {
+        "type": "tool_call",
+        "id": "call_1",
+        "name": "search_documents",
+        "arguments": {"query": "stop"},
+    }
+    assert events[1]["type"] == "done"
+    assert events[1]["finishReason"] == "tool_calls"
+    assert events[1]["usage"]["inputTokens"] > 0
+
+
+async def test_a_stream_answered_with_one_json_completion_of_text_streams_that_text() -> None:
+    fake = ScriptedOpenAI([json_even_when_streamed(text("It stops at 15."))])
+    async with completion_service(fake) as client:
+        response, events = await _stream(client, _body())
+    assert response.status_code == 200
+    assert [(e["type"], e.get("delta")) for e in events] == [("text", "It stops at 15."), ("done", None)]

@@ -20,6 +20,7 @@ from support.fake_gemini import (
     blocked,
     error,
     function_calls,
+    json_even_when_streamed,
     raw,
     retry_info,
     text,
@@ -302,9 +303,10 @@ async def test_calls_that_lost_their_signature_are_still_accepted_by_a_gemini_3_
 
 async def test_thought_summaries_stream_as_reasoning_when_asked_for() -> None:
     fake = ScriptedGemini([text("It stops at 15.", thought="**Checking** the iteration cap.")])
-    async with completion_service(fake) as client:
+    async with completion_service(fake, gemini_include_thoughts=True) as client:
         response, events = await _stream(client, _body())
     assert response.status_code == 200
+    assert fake.requests[0].body["generationConfig"] == {"thinkingConfig": {"includeThoughts": True}}
     reasoning = [e["delta"] for e in events if e["type"] == "reasoning"]
     assert "".join(reasoning) == "**Checking** the iteration cap."
     assert {
@@ -312,6 +314,15 @@ async def test_thought_summaries_stream_as_reasoning_when_asked_for() -> None:
         "block": {"text": "**Checking** the iteration cap.", "provider": "gemini"},
     } in events
     assert "".join(e["delta"] for e in events if e["type"] == "text") == "It stops at 15."
+
+
+async def test_thought_summaries_are_not_asked_for_by_default() -> None:
+    fake = ScriptedGemini([text("It stops at 15.", thought="**Checking** the iteration cap.")])
+    async with completion_service(fake) as client:
+        response, events = await _stream(client, _body())
+    assert response.status_code == 200
+    assert "generationConfig" not in fake.requests[0].body
+    assert [e for e in events if e["type"] in ("reasoning", "reasoning_block")] == []
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -476,3 +487,22 @@ async def test_a_malformed_function_call_is_a_502_the_caller_may_retry() -> None
         response = await client.post("/api/v1/completions", json=_body(tools=[WEB]))
     assert response.status_code == 502
     assert "MALFORMED_FUNCTION_CALL" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("as_array", [False, True])
+async def test_a_stream_answered_with_json_becomes_the_events_of_that_answer(as_array: bool) -> None:
+    fake = ScriptedGemini(
+        [
+            json_even_when_streamed(
+                function_calls(("search_documents", {"query": "stop"}), text="Let me look."), as_array=as_array
+            )
+        ]
+    )
+    async with completion_service(fake) as client:
+        response, events = await _stream(client, _body(tools=[SEARCH]))
+    assert response.status_code == 200
+    assert fake.requests[0].method == "streamGenerateContent"
+    assert [e["type"] for e in events] == ["text", "tool_call", "done"]
+    assert events[0]["delta"] == "Let me look."
+    assert (events[1]["name"], events[1]["arguments"]) == ("search_documents", {"query": "stop"})
+    assert events[2]["finishReason"] == "tool_calls"

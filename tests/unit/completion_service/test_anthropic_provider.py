@@ -214,8 +214,14 @@ async def test_a_stream_cut_before_the_message_ended_is_a_502_after_the_text_so_
     assert (caught.value.status, caught.value.code) == (502, "bad_upstream_response")
 
 
-async def test_a_stream_request_answered_with_json_is_a_502() -> None:
+async def test_a_stream_request_answered_with_a_json_message_gives_its_events() -> None:
+    events: list[CompletionEvent] = []
+    await _collect(Upstream(_message_response()).provider(), events)
+    assert [event.type for event in events] == ["text", "done"]
+
+
+async def test_a_stream_request_answered_with_json_that_is_no_message_is_a_502() -> None:
     events: list[CompletionEvent] = []
     with pytest.raises(ApiError) as caught:
-        await _collect(Upstream(_message_response()).provider(), events)
+        await _collect(Upstream(httpx.Response(200, json={"type": "error"})).provider(), events)
     assert (caught.value.status, caught.value.code) == (502, "bad_upstream_response")

@@ -391,3 +391,17 @@ def test_tool_uses_come_back_without_losing_ids_names_or_arguments(
     assembler.feed("messageStop", {"stopReason": "tool_use"})
     streamed = [e for e in assembler.finish() if isinstance(e, ToolCallEvent)]
     assert [(e.id, e.name, e.arguments) for e in streamed] == calls
+
+
+@pytest.mark.parametrize(
+    ("model", "sent"),
+    [
+        ("anthropic.claude-3-5-haiku-20241022-v1:0", 1.0),
+        ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", 1.0),
+        ("arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-3-haiku-20240307-v1:0", 1.0),
+        ("meta.llama3-1-70b-instruct-v1:0", 1.5),
+    ],
+)
+def test_a_temperature_above_one_is_clamped_only_for_claude_models(model: str, sent: float) -> None:
+    request = _request([Message(role="user", content="q")]).model_copy(update={"temperature": 1.5})
+    assert build_request_body(request, upstream_model=model)["inferenceConfig"] == {"temperature": sent}

@@ -238,7 +238,13 @@ async def test_a_stream_cut_before_the_finish_reason_is_a_502_after_the_text_so_
     assert (caught.value.status, caught.value.code) == (502, "bad_upstream_response")
 
 
-async def test_a_stream_request_answered_with_json_is_a_502() -> None:
+async def test_a_stream_request_answered_with_json_gives_the_events_of_that_answer() -> None:
+    events = await _collect(Upstream(httpx.Response(200, json=_answer("hi"))).gemini())
+    assert [type(event).__name__ for event in events] == ["TextDelta", "CompletionDone"]
+    assert events[0] == TextDelta(delta="hi")
+
+
+async def test_a_stream_request_answered_with_a_json_body_that_is_no_answer_is_a_502() -> None:
     with pytest.raises(ApiError) as caught:
-        await _collect(Upstream(httpx.Response(200, json=_answer("hi"))).gemini())
+        await _collect(Upstream(httpx.Response(200, json={"unexpected": True})).gemini())
     assert (caught.value.status, caught.value.code) == (502, "bad_upstream_response")

@@ -203,10 +203,18 @@ async def test_a_stream_cut_before_the_model_finished_is_a_502_after_the_text_so
     assert (caught.value.status, caught.value.code) == (502, "bad_upstream_response")
 
 
-async def test_a_stream_request_answered_with_json_is_a_502() -> None:
+async def test_a_stream_request_answered_with_a_json_completion_gives_its_events() -> None:
+    events = await _collect(Upstream(httpx.Response(200, json=_completion("hi"))).provider())
+    assert [type(event).__name__ for event in events] == ["TextDelta", "CompletionDone"]
+    assert events[0] == TextDelta(delta="hi")
+
+
+async def test_a_stream_request_answered_with_neither_json_nor_an_event_stream_is_a_502_naming_the_type() -> None:
+    page = httpx.Response(200, text="<html>proxy login</html>", headers={"content-type": "text/html"})
     with pytest.raises(ApiError) as caught:
-        await _collect(Upstream(httpx.Response(200, json=_completion("hi"))).provider())
+        await _collect(Upstream(page).provider())
     assert (caught.value.status, caught.value.code) == (502, "bad_upstream_response")
+    assert "'text/html'" in caught.value.message
 
 
 async def test_a_stream_is_requested_as_an_event_stream_with_usage() -> None:

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 from pydantic import SecretStr
 
 from completion_service.catalog import CatalogError, CatalogModel, ProviderKind, load_catalog, resolve_secret
-from completion_service.providers.base import Provider
+from completion_service.providers.base import Provider, SafeToolNames
 from completion_service.providers.demo import DemoProvider
+from completion_service.providers.tool_names import NameRule
 from completion_service.routing import ModelRouter
 from completion_service.settings import DEFAULT_OPENAI_BASE_URL, CompletionSettings
 
@@ -39,6 +41,12 @@ def _key(value: SecretStr | None, path: Path | None, setting: str) -> str | None
     return key or None
 
 
+class _Adapter(Provider, Protocol):
+    """A provider adapter that says which tool names its provider accepts."""
+
+    tool_names: NameRule
+
+
 @dataclass(frozen=True)
 class _Endpoint:
     """What distinguishes two adapters of one kind: where they call and with which key."""
@@ -56,10 +64,12 @@ class _Factory:
 
     def get(self, endpoint: _Endpoint) -> Provider:
         if endpoint not in self._built:
-            self._built[endpoint] = self._build(endpoint)
+            adapter = self._build(endpoint)
+            # Where the provider is known: tool names it would refuse are mapped to ones it accepts.
+            self._built[endpoint] = SafeToolNames(adapter, adapter.tool_names)
         return self._built[endpoint]
 
-    def _build(self, endpoint: _Endpoint) -> Provider:
+    def _build(self, endpoint: _Endpoint) -> _Adapter:
         settings, http, retries = self._settings, self._http, self._settings.max_retries
         if endpoint.kind == "openai":
             from completion_service.providers.openai import OpenAIProvider
@@ -93,12 +103,13 @@ class _Factory:
                 base_url=endpoint.base_url or settings.gemini_base_url,
                 api_key=endpoint.api_key,
                 max_retries=retries,
+                include_thoughts=settings.gemini_include_thoughts,
             )
         if endpoint.kind == "vertex":
             return self._vertex(endpoint)
         return self._bedrock(endpoint)
 
-    def _vertex(self, endpoint: _Endpoint) -> Provider:
+    def _vertex(self, endpoint: _Endpoint) -> _Adapter:
         from completion_service.providers.gemini import GeminiProvider
 
         settings = self._settings
@@ -124,7 +135,7 @@ class _Factory:
         except ValueError as error:  # a project or location that would change the URL
             raise CatalogError(f"Vertex AI: {error}") from None
 
-    def _bedrock(self, endpoint: _Endpoint) -> Provider:
+    def _bedrock(self, endpoint: _Endpoint) -> _Adapter:
         from completion_service.providers.bedrock import BedrockProvider
 
         settings = self._settings

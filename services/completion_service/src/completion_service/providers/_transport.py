@@ -9,6 +9,7 @@ bodies; ``Upstream`` sends it, retries what ``ApiError.retryable`` says may be r
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -29,10 +30,12 @@ from tenacity import (
 from tenacity.stop import stop_base
 
 from completion_service.providers._errors import bad_response, retry_after_seconds
+from completion_service.providers.base import events_of
 from suite_common.errors import ApiError
 from suite_common.http_client import send_streamed
 from suite_common.logging import get_logger
 from suite_common.sse_parser import EventStreamParser
+from suite_common.wire import CompletionEvent, CompletionResponse
 
 __all__ = [
     "RETRY_AFTER_CAP_SECONDS",
@@ -41,6 +44,7 @@ __all__ = [
     "ErrorTranslator",
     "Upstream",
     "call_stats",
+    "media_type",
     "parse_json",
 ]
 
@@ -55,7 +59,8 @@ _log = get_logger("completion_service.transport")
 
 T = TypeVar("T")
 
-_backoff = wait_exponential_jitter(multiplier=0.5, max=4.0, jitter=0.5)
+_BACKOFF_SECONDS, _JITTER_SECONDS = 0.5, 0.5
+_backoff = wait_exponential_jitter(multiplier=_BACKOFF_SECONDS, max=4.0, jitter=_JITTER_SECONDS)
 
 
 @dataclass
@@ -115,6 +120,26 @@ class _StopBefore(stop_base):
 
     def __call__(self, retry_state: RetryCallState) -> bool:
         return anyio.current_time() + retry_state.upcoming_sleep >= self.deadline
+
+
+def _come_back_after(error: ApiError, wait: float | None) -> ApiError:
+    """``error`` with a ``Retry-After`` when it is a 429 or 503 the provider gave none for: the wait the retry
+    policy would have made next, in whole seconds rounded up, so that a caller who honours it does no worse."""
+    if error.status in (429, 503) and wait is not None and retry_after_seconds(httpx.Headers(error.headers)) is None:
+        error.headers["Retry-After"] = str(max(1, math.ceil(wait)))
+    return error
+
+
+def media_type(response: httpx.Response) -> str:
+    """The response's Content-Type without its parameters, in lower case (``""`` when there is none)."""
+    content_type: str = response.headers.get("content-type", "")
+    return content_type.partition(";")[0].strip().lower()
+
+
+def _expect(response: httpx.Response, expected: str) -> None:
+    found = media_type(response)
+    if found != expected:
+        raise bad_response(f"expected the Content-Type {expected}, got {found!r}")
 
 
 def parse_json(content: bytes | str) -> Any:
@@ -189,14 +214,17 @@ class Upstream:
             before_sleep=self._log_retry,
             reraise=True,
         )
+        state: RetryCallState | None = None
         try:
             async for attempt in retrying:
+                state = attempt.retry_state
                 with attempt:
-                    if attempt.retry_state.attempt_number == 1:
+                    if state.attempt_number == 1:
                         raise first  # already made, in ``open``: tenacity waits, stops or retries after it
                     return await self.before(deadline, self._send(build, translate, deadline))
         except _RetryableFailure as failure:
-            raise failure.error from None
+            # tenacity computes the next wait before it decides to stop: that wait is the one given up on.
+            raise _come_back_after(failure.error, state.upcoming_sleep if state is not None else None) from None
         raise AssertionError("tenacity returns or raises")  # pragma: no cover
 
     async def _send(
@@ -260,6 +288,15 @@ class Upstream:
             await _release(response)
         return parse_json(content)
 
+    async def whole_answer(
+        self, response: httpx.Response, deadline: CallDeadline, parse: Callable[[Any], CompletionResponse]
+    ) -> list[CompletionEvent]:
+        """A stream answered with one JSON body (``media_type`` says so): the events of the whole answer
+        ``parse`` reads from it, as a stream of it would have given them."""
+        body = await self.read_json(response, deadline)
+        with self.scrubbed():
+            return events_of(parse(body))
+
     async def iter_sse(self, response: httpx.Response, deadline: CallDeadline) -> AsyncGenerator[ServerSentEvent, None]:
         """The response's server-sent events.
 
@@ -268,9 +305,7 @@ class Upstream:
         """
         chunks = response.aiter_bytes()
         try:
-            content_type = response.headers.get("content-type", "").partition(";")[0]
-            if "text/event-stream" not in content_type:
-                raise bad_response(f"expected the Content-Type text/event-stream, got {content_type!r}")
+            _expect(response, "text/event-stream")
             parser = EventStreamParser()
             while (chunk := await self._next_chunk(chunks, deadline)) is not None:
                 for event in parser.feed(chunk):
@@ -281,10 +316,14 @@ class Upstream:
                     await chunks.aclose()
             await _release(response)
 
-    async def iter_bytes(self, response: httpx.Response, deadline: CallDeadline) -> AsyncGenerator[bytes, None]:
-        """The raw body as it arrives (binary framings such as AWS event streams), within the deadline."""
+    async def iter_bytes(
+        self, response: httpx.Response, deadline: CallDeadline, *, content_type: str
+    ) -> AsyncGenerator[bytes, None]:
+        """The raw body as it arrives (binary framings such as AWS event streams), within the deadline; a body
+        of another Content-Type than ``content_type`` is a ``bad_upstream_response`` that says which it was."""
         chunks = response.aiter_raw()
         try:
+            _expect(response, content_type)
             while (chunk := await self._next_chunk(chunks, deadline)) is not None:
                 yield chunk
         finally:
@@ -329,11 +368,13 @@ class Upstream:
 
     @contextmanager
     def scrubbed(self) -> Iterator[None]:
-        """Errors raised inside (an adapter's own, from a stream's error event) leave without the secrets."""
+        """Errors raised inside (an adapter's own, from a stream's error event) leave without the secrets, and
+        a 429 or 503 with the ``Retry-After`` the retry policy would have waited after a first attempt."""
         try:
             yield
         except ApiError as error:
             error.message = self.scrub(error.message)
+            _come_back_after(error, _BACKOFF_SECONDS + _JITTER_SECONDS)
             raise
 
     def hide(self, *secrets: str | None) -> None:

@@ -19,7 +19,8 @@ from typing import Any, Literal
 import httpx
 
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
-from completion_service.providers._transport import CallDeadline, Upstream, parse_json
+from completion_service.providers._transport import CallDeadline, Upstream, media_type, parse_json
+from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
 from suite_common.logging import get_logger
 from suite_common.wire import (
@@ -53,6 +54,8 @@ __all__ = [
 ]
 
 PROVIDER_NAME = "anthropic"
+TOOL_NAMES = NameRule("a-zA-Z0-9_-", 64)
+"""The Messages API's tool ``name``: ``^[a-zA-Z0-9_-]{1,64}$``."""
 ANTHROPIC_VERSION = "2023-06-01"
 
 DEFAULT_MAX_TOKENS = 4096
@@ -765,6 +768,8 @@ async def _close(events: AsyncIterator[Any]) -> None:
 class AnthropicProvider:
     """Calls ``{base_url}/v1/messages`` through the service's shared ``httpx.AsyncClient``."""
 
+    tool_names = TOOL_NAMES
+
     def __init__(
         self,
         http: httpx.AsyncClient,
@@ -810,6 +815,14 @@ class AnthropicProvider:
     ) -> AsyncIterator[CompletionEvent]:
         deadline = CallDeadline.start(timeout_seconds)
         response = await self._open(self.request_body(request, upstream_model, stream=True), deadline)
+        if media_type(response) == "application/json":
+            # A compatible server that answers a stream with one message object: that is the whole answer.
+            whole = await self._upstream.whole_answer(
+                response, deadline, lambda body: parse_response(body, request.model, provider=self.name)
+            )
+            for event in whole:
+                yield event
+            return
         assembler = StreamAssembler(model=request.model, provider=self.name)
         events = self._upstream.iter_sse(response, deadline)
         try:
@@ -817,11 +830,8 @@ class AnthropicProvider:
                 data = sse.data.strip()
                 if not data:
                     continue
-                try:
+                with self._upstream.scrubbed():
                     neutral = assembler.feed(parse_json(data))
-                except ApiError as error:
-                    error.message = self._upstream.scrub(error.message)
-                    raise
                 for event in neutral:
                     yield event
                 if assembler.ended:

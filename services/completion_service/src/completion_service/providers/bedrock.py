@@ -25,7 +25,9 @@ from botocore.eventstream import EventStreamBuffer, ParserError
 
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
 from completion_service.providers._transport import CallDeadline, Upstream, parse_json
+from completion_service.providers.anthropic import MAX_TEMPERATURE
 from completion_service.providers.openai import parse_arguments
+from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
 from suite_common.wire import (
     CompletionDone,
@@ -54,6 +56,9 @@ __all__ = [
 ]
 
 PROVIDER_NAME = "bedrock"
+TOOL_NAMES = NameRule("a-zA-Z0-9_-", 64)
+"""Converse's ``ToolSpecification.name``: ``[a-zA-Z0-9_-]+``, 1 to 64 characters."""
+_EVENT_STREAM = "application/vnd.amazon.eventstream"
 
 _STOP_REASONS: dict[str, FinishReason] = {
     "end_turn": "stop",
@@ -68,8 +73,11 @@ _STOP_REASONS: dict[str, FinishReason] = {
 # --- neutral -> Converse -------------------------------------------------------------------------
 
 
-def build_request_body(request: CompletionRequest, *, provider: str = PROVIDER_NAME) -> dict[str, Any]:
-    """The JSON body of ``POST /model/{modelId}/converse`` (or ``converse-stream``: the same body)."""
+def build_request_body(
+    request: CompletionRequest, *, provider: str = PROVIDER_NAME, upstream_model: str = ""
+) -> dict[str, Any]:
+    """The JSON body of ``POST /model/{modelId}/converse`` (or ``converse-stream``: the same body);
+    ``upstream_model`` is the Bedrock model id, whose family bounds some settings."""
     system = [{"text": m.content} for m in request.messages if m.role == "system" and m.content]
     body: dict[str, Any] = {"messages": _turns(request.messages, provider)}
     if system:
@@ -78,13 +86,23 @@ def build_request_body(request: CompletionRequest, *, provider: str = PROVIDER_N
     if request.max_tokens is not None:
         inference["maxTokens"] = request.max_tokens
     if request.temperature is not None:
-        inference["temperature"] = request.temperature
+        temperature = request.temperature
+        if _is_claude(upstream_model):
+            # Claude's temperature runs from 0 to 1 on Bedrock too; the neutral contract allows up to 2.
+            temperature = min(temperature, MAX_TEMPERATURE)
+        inference["temperature"] = temperature
     if inference:
         body["inferenceConfig"] = inference
     tool_config = _tool_config(request, body["messages"])
     if tool_config is not None:
         body["toolConfig"] = tool_config
     return body
+
+
+def _is_claude(model_id: str) -> bool:
+    """``anthropic.claude-...``, a cross-region profile (``us.anthropic.claude-...``) or an ARN naming either.
+    An application inference profile's ARN does not say which model it serves: it is sent as given."""
+    return "anthropic.claude" in model_id
 
 
 def _turns(messages: list[Message], provider: str) -> list[dict[str, Any]]:
@@ -462,6 +480,8 @@ class _CredentialChain:
 class BedrockProvider:
     """Calls ``{endpoint}/model/{modelId}/converse[-stream]``, each attempt SigV4-signed by botocore."""
 
+    tool_names = TOOL_NAMES
+
     def __init__(
         self,
         http: httpx.AsyncClient,
@@ -507,7 +527,7 @@ class BedrockProvider:
         assembler = ConverseStreamAssembler(model=request.model, provider=self.name)
         frames = EventStreamBuffer()
         with self._upstream.scrubbed():
-            async with aclosing(self._upstream.iter_bytes(response, deadline)) as chunks:
+            async with aclosing(self._upstream.iter_bytes(response, deadline, content_type=_EVENT_STREAM)) as chunks:
                 async for chunk in chunks:
                     for event in self._events(frames, chunk, assembler):
                         yield event
@@ -545,10 +565,12 @@ class BedrockProvider:
                 "or give the service a role.",
             )
         self._upstream.hide(credentials.secret_key, credentials.token)
-        body = json.dumps(build_request_body(request, provider=self.name), ensure_ascii=False).encode()
+        body = json.dumps(
+            build_request_body(request, provider=self.name, upstream_model=upstream_model), ensure_ascii=False
+        ).encode()
         # The model id goes into the path percent-encoded, ':' included, exactly as AWS's SDKs send it.
         url = f"{self._base}/model/{quote(upstream_model, safe='')}/{action}"
-        accept = "application/vnd.amazon.eventstream" if action.endswith("stream") else "application/json"
+        accept = _EVENT_STREAM if action.endswith("stream") else "application/json"
 
         def build() -> httpx.Request:
             signed = AWSRequest(

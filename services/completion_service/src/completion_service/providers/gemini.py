@@ -31,8 +31,9 @@ from typing import Any, Protocol
 import httpx
 
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
-from completion_service.providers._transport import CallDeadline, Upstream, parse_json
+from completion_service.providers._transport import CallDeadline, Upstream, media_type, parse_json
 from completion_service.providers.gemini_schema import to_gemini_parameters
+from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
 from suite_common.wire import (
     CompletionDone,
@@ -62,6 +63,9 @@ __all__ = [
 ]
 
 PROVIDER_NAME = "gemini"
+TOOL_NAMES = NameRule("a-zA-Z0-9_.-", 64, first="a-zA-Z_")
+"""``FunctionDeclaration.name`` as both the Gemini API and Vertex AI accept it: a letter or ``_`` first, then
+letters, digits, ``_``, ``.`` and ``-``, 64 at most (the Gemini API also takes ``:``, Vertex AI does not say so)."""
 VERTEX_PROVIDER_NAME = "vertex"
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
 
@@ -724,6 +728,8 @@ class GeminiProvider:
     """Calls ``generateContent`` through the service's shared ``httpx.AsyncClient``: on the Gemini API
     (``GeminiProvider(...)``) or on Vertex AI (``GeminiProvider.vertex(...)``)."""
 
+    tool_names = TOOL_NAMES
+
     def __init__(
         self,
         http: httpx.AsyncClient,
@@ -794,12 +800,20 @@ class GeminiProvider:
         upstream, response = await self._open(self._body(request), upstream_model, deadline, stream=True)
         assembler = StreamAssembler(model=request.model, provider=self.name)
         with upstream.scrubbed():
-            async with aclosing(upstream.iter_sse(response, deadline)) as events:
-                async for sse in events:
-                    data = sse.data.strip()
-                    if data:
-                        for event in assembler.feed(parse_json(data)):
-                            yield event
+            if media_type(response) == "application/json":
+                # Some servers answer ``alt=sse`` with JSON: one GenerateContentResponse, or the array of
+                # them that streamGenerateContent gives without ``alt=sse``. Both are whole answers.
+                whole = await upstream.read_json(response, deadline)
+                for chunk in whole if isinstance(whole, list) else [whole]:
+                    for event in assembler.feed(chunk):
+                        yield event
+            else:
+                async with aclosing(upstream.iter_sse(response, deadline)) as events:
+                    async for sse in events:
+                        data = sse.data.strip()
+                        if data:
+                            for event in assembler.feed(parse_json(data)):
+                                yield event
             for event in assembler.finish():
                 yield event
 

@@ -17,7 +17,8 @@ from typing import Any
 import httpx
 
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
-from completion_service.providers._transport import CallDeadline, Upstream, parse_json
+from completion_service.providers._transport import CallDeadline, Upstream, media_type, parse_json
+from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
 from suite_common.wire import (
     CompletionDone,
@@ -47,6 +48,8 @@ __all__ = [
 ]
 
 PROVIDER_NAME = "openai"
+TOOL_NAMES = NameRule("a-zA-Z0-9_-", 64)
+"""Chat Completions' ``function.name``: ``^[a-zA-Z0-9_-]{1,64}$`` (compatible servers accept at least these)."""
 
 _FINISH_REASONS: dict[str, FinishReason] = {
     "stop": "stop",
@@ -379,6 +382,8 @@ def translate_error(status: int, content: bytes, headers: Mapping[str, str], *, 
 class OpenAIProvider:
     """Calls ``{base_url}/chat/completions`` through the service's shared ``httpx.AsyncClient``."""
 
+    tool_names = TOOL_NAMES
+
     def __init__(
         self,
         http: httpx.AsyncClient,
@@ -414,6 +419,15 @@ class OpenAIProvider:
         response = await self._open(
             build_request_body(request, upstream_model, stream=True, max_tokens_field=self._max_tokens_field), deadline
         )
+        if media_type(response) == "application/json":
+            # Some compatible servers (vLLM and others, when tools are offered) answer a stream with one
+            # chat.completion: it is the whole answer, so it is passed on as the events of one.
+            whole = await self._upstream.whole_answer(
+                response, deadline, lambda body: parse_response(body, request.model, provider=self.name)
+            )
+            for event in whole:
+                yield event
+            return
         assembler = StreamAssembler(model=request.model, provider=self.name)
         ended = False
         # aclosing: the response goes back to the pool at once, even after the break below.
