@@ -1,0 +1,101 @@
+"""5. agent-service's OpenAI-compatible front: what ``POST /v1/chat/completions`` adds to the same run.
+
+Both arms make the same run against the fake LLM (``rounds-K``: K tool rounds, then an answer; every
+available tool offered): one through the agent API (``POST /api/v1/agent/run``), one through the
+OpenAI front, interleaved, ``stream: false`` and ``stream: true`` (``live``). The front's added cost per
+request = front - agent API; its CPU is agent-service's own (the other services do the same work
+in both arms).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.httpload import HttpConnection
+from bench.measure import Rounds, interleave
+from bench.probes import http_call
+from bench.report import SEQUENTIAL_COLUMNS, Section, Table, Target, add_arm, add_difference, ms
+from bench.suite import Suite
+
+__all__ = ["run_openai_front"]
+
+ADDED_TARGET = 0.0003
+"""The front may add at most this (seconds) to a request, against the same run through the agent API."""
+
+MESSAGES = [
+    {"role": "system", "content": "You are a helpful assistant. Use the tools."},
+    {"role": "user", "content": "Run the rounds of the benchmark, then answer."},
+]
+
+
+async def run_openai_front(suite: Suite, plan: Rounds, *, rounds: int) -> Section:
+    model = f"openai/rounds-{rounds}"
+    native_body: dict[str, Any] = {"model": model, "messages": MESSAGES}
+    front_body: dict[str, Any] = {"model": model, "messages": MESSAGES}
+    calls = {
+        "native_json": http_call(
+            suite.agent, "POST", "/api/v1/agent/run", native_body, must_contain=b'"finishReason":"stop"'
+        ),
+        "front_json": http_call(
+            suite.agent, "POST", "/v1/chat/completions", front_body, must_contain=b'"finish_reason":"stop"'
+        ),
+        "native_sse": http_call(
+            suite.agent,
+            "POST",
+            "/api/v1/agent/run",
+            native_body | {"stream": True},
+            must_contain=b'"finishReason":"stop"',
+        ),
+        "front_sse": http_call(
+            suite.agent,
+            "POST",
+            "/v1/chat/completions",
+            front_body | {"stream": True},
+            must_contain=b"data: [DONE]",
+        ),
+    }
+    async with HttpConnection("127.0.0.1", suite.agent.port) as connection:
+        seq = await interleave(
+            {name: call.probe(connection) for name, call in calls.items()},
+            plan,
+            cpu_pids={name: [suite.agent.pid] for name in calls},
+        )
+    table = Table(
+        f"5. agent-service's OpenAI front against the agent API, the same run ({rounds} tool rounds, "
+        f"{rounds + 1} LLM calls); {plan.rounds} interleaved rounds x {plan.per_round} requests",
+        SEQUENTIAL_COLUMNS,
+    )
+    native = seq["native_json"]
+    add_arm(table, "agent API, stream: false", native, native)
+    add_arm(table, "OpenAI front, stream: false", seq["front_json"], native)
+    added_json = add_difference(table, "  added by the front, stream: false", seq["front_json"], native)
+    add_arm(table, "agent API, stream: true", seq["native_sse"], native)
+    add_arm(table, "OpenAI front, stream: true (live)", seq["front_sse"], native)
+    added_sse = add_difference(table, "  added by the front, stream: true", seq["front_sse"], seq["native_sse"])
+    table.notes.append("the ratio column is each arm's p50 over the agent API's (stream: false); CPU: agent-service's")
+    ratio_json = seq["front_json"].p50 / native.p50
+    ratio_sse = seq["front_sse"].p50 / seq["native_sse"].p50
+    cpu_added = seq["front_json"].cpu_per_request - native.cpu_per_request
+    targets = [
+        Target(
+            "openai front: added per request, stream: false",
+            f"< {ADDED_TARGET * 1000:g} ms",
+            f"{ms(added_json)} ms ({ratio_json:.3f}x the agent API's {ms(native.p50)} ms; "
+            f"agent-service CPU {ms(cpu_added)} ms)",
+            added_json < ADDED_TARGET,
+        ),
+        Target(
+            "openai front: added per request, stream: true",
+            f"< {ADDED_TARGET * 1000:g} ms",
+            f"{ms(added_sse)} ms ({ratio_sse:.3f}x the agent API's {ms(seq['native_sse'].p50)} ms)",
+            added_sse < ADDED_TARGET,
+        ),
+    ]
+    figures = {
+        "rounds": rounds,
+        "sequential_ms": {name: {"p50": arm.p50 * 1000, "p99": arm.p99 * 1000} for name, arm in seq.items()},
+        "added_ms": {"json": added_json * 1000, "sse": added_sse * 1000},
+        "ratio": {"json": ratio_json, "sse": ratio_sse},
+        "agent_cpu_added_ms": cpu_added * 1000,
+    }
+    return Section("openai", tables=[table], targets=targets, figures=figures)
