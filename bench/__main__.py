@@ -143,7 +143,7 @@ async def _run(options: argparse.Namespace, plan: Plan, cores: Cores, data: Path
                 )
         if "openai" in options.only:
             with profiling([suite.agent], profiles, "openai", enabled=options.profile):
-                done(await run_openai_front(suite, plan.agent_sequential, rounds=1))
+                done(await run_openai_front(suite, plan.sequential, rounds=0))
     return sections
 
 

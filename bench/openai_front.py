@@ -1,10 +1,11 @@
 """5. agent-service's OpenAI-compatible front: what ``POST /v1/chat/completions`` adds to the same run.
 
-Both arms make the same run against the fake LLM (``rounds-K``: K tool rounds, then an answer; every
-available tool offered): one through the agent API (``POST /api/v1/agent/run``), one through the
-OpenAI front, interleaved, ``stream: false`` and ``stream: true`` (``live``). The front's added cost per
-request = front - agent API; its CPU is agent-service's own (the other services do the same work
-in both arms).
+Both arms make the same run against the fake LLM (``rounds-K``: K tool rounds, then an answer, every
+available tool offered; ``make bench`` uses K = 0, one LLM call: the front's own work does not depend
+on the rounds, and a short run leaves less noise around it). One arm goes through the agent API
+(``POST /api/v1/agent/run``), the other through the OpenAI front, interleaved, ``stream: false`` and
+``stream: true`` (``live``). The front's added cost per request = front - agent API; the CPU column
+is agent-service's own (the other services do the same work in both arms).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ async def run_openai_front(suite: Suite, plan: Rounds, *, rounds: int) -> Sectio
         )
     table = Table(
         f"5. agent-service's OpenAI front against the agent API, the same run ({rounds} tool rounds, "
-        f"{rounds + 1} LLM calls); {plan.rounds} interleaved rounds x {plan.per_round} requests",
+        f"{rounds + 1} LLM calls, every tool offered); {plan.rounds} interleaved rounds x {plan.per_round} requests",
         SEQUENTIAL_COLUMNS,
     )
     native = seq["native_json"]

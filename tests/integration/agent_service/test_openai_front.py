@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -50,10 +50,14 @@ class Stack:
     demo_only_url: str
     """agent-service over a completion-service that knows only ``demo``."""
     llm: ScriptedOpenAI
+    clients: list[openai.AsyncOpenAI] = field(default_factory=list)
+    """Opened by the current test; closed after it, in its event loop."""
 
     def client(self, url: str | None = None) -> openai.AsyncOpenAI:
         # No caller auth yet: any key is accepted. No retries: each test sees the first answer.
-        return openai.AsyncOpenAI(base_url=f"{url or self.agent_url}/v1", api_key="any", max_retries=0)
+        client = openai.AsyncOpenAI(base_url=f"{url or self.agent_url}/v1", api_key="any", max_retries=0)
+        self.clients.append(client)
+        return client
 
 
 def _agent(completion_url: str, mcp_url: str, **settings: Any) -> AgentSettings:
@@ -93,9 +97,12 @@ async def stack() -> AsyncIterator[Stack]:
 
 
 @pytest.fixture
-def fresh(stack: Stack) -> Stack:
+async def fresh(stack: Stack) -> AsyncIterator[Stack]:
     stack.llm.requests.clear()
-    return stack
+    yield stack
+    for client in stack.clients:
+        await client.close()
+    stack.clients.clear()
 
 
 def user(text: str) -> list[Any]:

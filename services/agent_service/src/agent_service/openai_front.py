@@ -239,30 +239,33 @@ class _Request:
         started = False
         text_round = 0  # the round whose text was streamed last (0: none yet)
 
+        # Per text delta: one chunk encoded and sent, nothing more (hence no helper coroutines on that path).
         async def frame(payload: str) -> None:
             await send(f"data: {payload}\n\n".encode())
 
         async def start() -> None:
             nonlocal started
-            if not started:
-                started = True
-                await frame(writer.role())
+            started = True
+            await send(f"data: {writer.role()}\n\n".encode())
 
         async def on_text(iteration: int, delta: str) -> None:
             nonlocal text_round
-            await start()
-            if text_round and iteration != text_round:
-                delta = "\n\n" + delta  # as in the answer's content: a blank line between the rounds' texts
-            text_round = iteration
-            await frame(writer.text(delta))
+            if not started:
+                await start()
+            if text_round != iteration:
+                if text_round:
+                    delta = "\n\n" + delta  # as in the answer's content: a blank line between the rounds' texts
+                text_round = iteration
+            await send(f"data: {writer.text(delta)}\n\n".encode())
 
         async def on_event(event: RunEvent) -> None:
-            if event.type == "error":
-                return  # said by the outcome, as an HTTP error if nothing was sent yet
             if event.type == "text":
                 await on_text(event.iteration, event.delta)
                 return
-            await start()
+            if event.type == "error":
+                return  # said by the outcome, as an HTTP error if nothing was sent yet
+            if not started:
+                await start()
             if self.events and event.type not in _NOT_FORWARDED:
                 await frame(writer.agent_event(dump(event)))
 
@@ -279,7 +282,8 @@ class _Request:
             return await self._fail(failure, started, frame)
         if answer.error is not None:
             return await self._fail(answer.error, started, frame)
-        await start()
+        if not started:
+            await start()
         if self.mode == "final_only" and answer.content:
             for piece in utf8_pieces(answer.content):
                 await frame(writer.text(piece))
