@@ -215,3 +215,8 @@ def test_the_model_list_leaves_out_provider_patterns() -> None:
         ]
     )
     assert [(card.id, card.owned_by) for card in models.data] == [("fast", "openai"), ("demo", "demo")]
+
+
+def test_chunks_are_compact_json_throughout() -> None:
+    payload = ChunkWriter("chatcmpl-1", 1, "gpt-4o", include_usage=False).text("hi")
+    assert payload == json.dumps(json.loads(payload), ensure_ascii=False, separators=(",", ":"))

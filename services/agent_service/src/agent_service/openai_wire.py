@@ -417,7 +417,7 @@ class ChunkWriter:
     def __init__(self, completion_id: str, created: int, model: str, *, include_usage: bool) -> None:
         self.include_usage = include_usage
         head = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model}
-        self._head = json.dumps(head, ensure_ascii=False)[:-1]
+        self._head = json.dumps(head, ensure_ascii=False, separators=(",", ":"))[:-1]
         self._usage_null = ',"usage":null' if include_usage else ""
 
     def _choice(self, delta: str, finish_reason: str | None = None, extra: str = "") -> str:
