@@ -404,3 +404,12 @@ async def test_invalid_agent_headers_are_a_400(fresh: Stack) -> None:
             assert response.status_code == 400
             assert header in response.json()["error"]["message"]
     assert fresh.llm.requests == []
+
+
+async def test_a_run_names_itself_in_a_header_and_in_the_agent_field(fresh: Stack) -> None:
+    fresh.llm.push(fake_openai.text("Hi."))
+    raw = await fresh.client().chat.completions.with_raw_response.create(model="gpt-4o", messages=user("hi"))
+    completion = raw.parse()
+    run_id = raw.headers["x-agent-run-id"]
+    assert (completion.model_extra or {})["agent"]["run_id"] == run_id
+    assert completion.id == "chatcmpl-" + run_id.removeprefix("run_")
