@@ -6,8 +6,9 @@ agent-service. The services run on one core; this process (the load client, the 
 clients) and the fakes on the other (agent-service's concurrent runs are measured a second time
 with it alone on its core and the other two services moved to the other one, as its upstreams).
 Then, in order: the load client check, the floor, and the completion-service, mcp-client-service
-and agent-service benchmarks; each prints its tables as it ends, and a summary of the targets
-closes the run. The summary is also written to ``.data/bench/summary.json`` and ``summary.md``.
+and agent-service benchmarks, then agent-service's OpenAI front against its agent API; each prints
+its tables as it ends, and a summary of the targets closes the run. The summary is also written to
+``.data/bench/summary.json`` and ``summary.md``.
 Figures, never a gate: the exit code is 0 even when a target is missed.
 
 Options: ``--quick`` (or ``BENCH_QUICK=1``) for a short run while iterating; ``--only`` to run
@@ -34,6 +35,7 @@ from bench.completion import run_completion
 from bench.floor import run_floor
 from bench.mcp_client import run_mcp_client
 from bench.measure import Rounds
+from bench.openai_front import run_openai_front
 from bench.processes import ROOT, Cores
 from bench.profiling import profiling
 from bench.report import Section, machine, render_summary, summary_markdown
@@ -41,7 +43,7 @@ from bench.suite import running_suite
 
 __all__ = ["main"]
 
-BENCHMARKS = ("client", "floor", "completion", "mcp", "agent")
+BENCHMARKS = ("client", "floor", "completion", "mcp", "agent", "openai")
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,9 @@ async def _run(options: argparse.Namespace, plan: Plan, cores: Cores, data: Path
                         load_seconds=plan.load_seconds,
                     )
                 )
+        if "openai" in options.only:
+            with profiling([suite.agent], profiles, "openai", enabled=options.profile):
+                done(await run_openai_front(suite, plan.sequential, rounds=0))
     return sections
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -20,7 +21,9 @@ from suite_common.wire import (
     RunText,
     RunToolCall,
     RunToolResult,
+    ToolCall,
     ToolInfo,
+    ToolSpec,
 )
 from unit.agent_service.scripted import Scripted, answer, call_tools
 
@@ -282,3 +285,34 @@ async def test_streamed_reasoning_is_forwarded_and_its_blocks_go_back_with_the_n
         {"text": "I should look it up first.", "signature": "sig-1", "provider": "anthropic"}
     ]
     assert replayed["toolCalls"][0]["signature"] == "opaque-call-signature"
+
+
+def weather_spec() -> ToolSpec:
+    return ToolSpec(name="get_weather", description="the client's own tool", input_schema={"type": "object"})
+
+
+async def test_a_call_of_a_client_side_tool_ends_the_run_and_is_handed_back_undispatched() -> None:
+    scripted = Scripted([call_tools(("c1", "get_weather", {"city": "Oslo"}))], {"echo": echo})
+    events = Recorder()
+    run_plan = replace(plan("echo"), client_tools=[weather_spec()])
+    outcome = await scripted.loop().run(run_plan, events, stream_text=True)
+    assert (outcome.finish_reason, outcome.iterations) == ("tool_calls", 1)
+    assert outcome.appended[-1].tool_calls == [ToolCall(id="c1", name="get_weather", arguments={"city": "Oslo"})]
+    assert scripted.tool_calls == []
+    assert events.of(RunToolCall) == []
+    [done] = events.of(RunDone)
+    assert done.finish_reason == "tool_calls"
+    offered = [tool["name"] for tool in scripted.completion_requests[0]["tools"]]
+    assert offered == ["echo", "get_weather"]
+
+
+async def test_our_tools_called_in_the_same_turn_as_a_client_side_tool_are_dropped_unrun() -> None:
+    scripted = Scripted(
+        [call_tools(("c1", "echo", {"q": "x"}), ("c2", "get_weather", {"city": "Oslo"}))], {"echo": echo}
+    )
+    run_plan = replace(plan("echo"), client_tools=[weather_spec()])
+    outcome = await scripted.loop().run(run_plan, Recorder(), stream_text=False)
+    assert outcome.finish_reason == "tool_calls"
+    # The caller can only answer its own call: the conversation it continues must not hold ours.
+    assert [call.id for call in outcome.appended[-1].tool_calls or []] == ["c2"]
+    assert scripted.tool_calls == []

@@ -12,7 +12,7 @@ from agent_service.clients import Deadline, UpstreamError
 from agent_service.planning import ModelCheck, ToolCatalog, plan_run
 from agent_service.settings import AgentSettings
 from suite_common.errors import ApiError
-from suite_common.wire import AgentRunRequest, ToolInfo, ToolUnavailable
+from suite_common.wire import AgentRunRequest, ToolInfo, ToolSpec, ToolUnavailable
 
 pytestmark = pytest.mark.anyio
 
@@ -257,3 +257,18 @@ async def test_runs_waiting_on_a_check_that_fails_each_get_the_error() -> None:
             client.answer["gtp-4o"].set()
     assert errors == ["model_not_found"] * 3
     assert client.calls == 3  # names that do not route are asked again, one run after the other
+
+
+async def test_a_client_side_tool_shadows_ours_of_the_same_name_and_may_be_the_named_choice() -> None:
+    tools, _ = catalog("web_search", "get_weather")
+    client_tools = [ToolSpec(name="get_weather", input_schema={"type": "object"})]
+    plan = await plan_run(request(toolChoice={"name": "get_weather"}), SETTINGS, tools, MODELS, client_tools)
+    assert [t.name for t in plan.tools] == ["web_search"]
+    assert plan.client_tools == client_tools
+
+
+async def test_required_tool_choice_is_satisfied_by_client_side_tools_alone() -> None:
+    tools, _ = catalog()
+    client_tools = [ToolSpec(name="get_weather")]
+    plan = await plan_run(request(toolChoice="required"), SETTINGS, tools, MODELS, client_tools)
+    assert (plan.tools, plan.tool_choice) == ([], "required")

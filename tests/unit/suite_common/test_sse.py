@@ -6,6 +6,7 @@ from typing import Any
 
 import anyio
 import pytest
+from starlette.responses import JSONResponse
 from starlette.types import Message
 
 from suite_common.sse import PING, EventStreamResponse, encode_event
@@ -160,3 +161,31 @@ async def test_a_ping_that_finds_the_client_gone_ends_the_stream_quietly() -> No
     assert cancelled.is_set()
     # No end-of-body message to a client that is not there.
     assert connection.bodies() == []
+
+
+@pytest.mark.anyio
+async def test_a_deferred_stream_that_sent_nothing_may_answer_with_an_error_status_instead() -> None:
+    async def producer(_: Any) -> Any:
+        return JSONResponse({"error": {"code": "rate_limited", "message": "slow down"}}, status_code=429)
+
+    connection = FakeConnection()
+    with anyio.fail_after(5):
+        await EventStreamResponse(producer, defer_start=True)({"type": "http"}, connection.receive, connection.send)
+    assert connection.sent[0]["status"] == 429
+    assert b"rate_limited" in connection.bodies()[0]
+
+
+@pytest.mark.anyio
+async def test_a_deferred_stream_starts_with_its_first_event_and_sends_no_ping_before() -> None:
+    async def producer(emit: Any) -> Any:
+        await anyio.sleep(0.2)  # several ping intervals of silence before the first event
+        await emit(encode_event("first"))
+        return JSONResponse({}, status_code=500)  # too late: the stream has started
+
+    connection = FakeConnection()
+    with anyio.fail_after(5):
+        await EventStreamResponse(producer, ping_interval=0.02, defer_start=True)(
+            {"type": "http"}, connection.receive, connection.send
+        )
+    assert connection.sent[0]["status"] == 200
+    assert connection.bodies() == [b"data: first\n\n", b""]

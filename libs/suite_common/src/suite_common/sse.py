@@ -14,14 +14,16 @@ import contextlib
 from collections.abc import Awaitable, Callable
 
 import anyio
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = ["Emit", "EventStreamResponse", "encode_event"]
 
 Emit = Callable[[bytes], Awaitable[None]]
 """Sends one already-encoded event (see ``encode_event``) to the client."""
 
-Producer = Callable[[Emit], Awaitable[None]]
+Producer = Callable[[Emit], Awaitable[ASGIApp | None]]
+"""Writes the events through ``emit``. With ``defer_start``, a producer that sent nothing may return the
+response to answer instead (an error with its own status)."""
 
 PING = b": ping\n\n"
 
@@ -47,14 +49,24 @@ class EventStreamResponse:
     Ends when the producer returns. When the client disconnects, the producer is cancelled.
     A comment line is sent every ``ping_interval`` seconds of silence so that proxies keep
     the connection open during a long tool call.
+
+    ``defer_start``: the status line goes out with the first event, not before; until then the
+    producer may still answer otherwise (say, a 429 when its first upstream call is refused),
+    and no ping is sent.
     """
 
     def __init__(
-        self, producer: Producer, *, ping_interval: float = 15.0, headers: dict[str, str] | None = None
+        self,
+        producer: Producer,
+        *,
+        ping_interval: float = 15.0,
+        headers: dict[str, str] | None = None,
+        defer_start: bool = False,
     ) -> None:
         self.producer = producer
         self.ping_interval = ping_interval
         self.headers = headers or {}
+        self.defer_start = defer_start
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = [
@@ -63,7 +75,15 @@ class EventStreamResponse:
             (b"x-accel-buffering", b"no"),
             *((k.lower().encode(), v.encode()) for k, v in self.headers.items()),
         ]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        started = False
+
+        async def start() -> None:
+            nonlocal started
+            started = True
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+
+        if not self.defer_start:
+            await start()
         # The producer is not the only sender: the agent loop emits the results of parallel tool calls
         # from their own tasks, and the keep-alive pings come from another. The lock keeps each event
         # whole; ``fast_acquire`` takes it without a trip through the event loop when it is free.
@@ -74,6 +94,8 @@ class EventStreamResponse:
         async def send_chunk(chunk: bytes) -> None:
             nonlocal last_sent
             async with send_lock:
+                if not started:
+                    await start()
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             last_sent = anyio.current_time()
 
@@ -92,6 +114,9 @@ class EventStreamResponse:
             async def keep_alive() -> None:
                 nonlocal client_gone
                 while True:
+                    if not started:  # a ping would start the response
+                        await anyio.sleep(self.ping_interval)
+                        continue
                     await anyio.sleep(max(0.0, last_sent + self.ping_interval - anyio.current_time()))
                     if anyio.current_time() - last_sent >= self.ping_interval:
                         try:
@@ -105,14 +130,20 @@ class EventStreamResponse:
             # per stream, the group and its two tasks cost several times as much CPU (uvicorn runs on asyncio).
             loop = asyncio.get_running_loop()
             watchers = (loop.create_task(watch_disconnect()), loop.create_task(keep_alive()))
+            instead: ASGIApp | None = None
             try:
-                await self.producer(send_chunk)
+                instead = await self.producer(send_chunk)
             except OSError:
                 client_gone = True  # the transport refused a write
             finally:
                 for watcher in watchers:
                     watcher.cancel()
+        if not started and not client_gone and instead is not None:
+            await instead(scope, receive, send)
+            return
         if not client_gone:
             with contextlib.suppress(OSError):
                 async with send_lock:  # after a ping that may still be being written
+                    if not started:
+                        await start()
                     await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -257,7 +257,9 @@ class CallToolResponse(WireModel):
 
 # --- agent-service ---------------------------------------------------------------------------
 
-RunFinishReason = Literal["stop", "max_iterations", "deadline", "cancelled"]
+RunFinishReason = Literal["stop", "max_iterations", "deadline", "cancelled", "tool_calls"]
+"""``tool_calls``: the model called a client-side tool (one the caller declared and runs itself, see the
+OpenAI front); the run stops and hands the call back."""
 
 
 class AgentRunRequest(WireModel):

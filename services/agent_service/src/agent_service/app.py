@@ -16,6 +16,7 @@ from starlette.routing import Route
 
 from agent_service.clients import CompletionClient, ToolsClient
 from agent_service.loop import AgentLoop, RunPlan
+from agent_service.openai_front import openai_routes
 from agent_service.planning import ModelCheck, ToolCatalog, plan_run
 from agent_service.settings import AgentSettings
 from agent_service.telemetry import RunTelemetry
@@ -182,6 +183,7 @@ def create_app(
     app = Starlette(
         routes=[
             Route("/api/v1/agent/run", run_agent, methods=["POST"]),
+            *openai_routes(),
             *health_routes(_readiness, observability.lifecycle),
             *observability.routes(),
         ],

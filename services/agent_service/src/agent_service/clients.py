@@ -125,6 +125,27 @@ class CompletionClient:
         if response.status != 200:
             raise _error_from_response(self.service, response)
 
+    async def list_models(self, deadline: Deadline) -> list[dict[str, Any]]:
+        """``GET /api/v1/models``: the models completion-service routes (names and provider patterns)."""
+        try:
+            response = await self.http.request(
+                "GET",
+                self.models_url.rstrip("/"),
+                headers={**deadline.header(), **trace_headers()},
+                time_limit=deadline.remaining(),
+            )
+        except httpx.HTTPError as error:
+            raise _transport_error(self.service, error) from None
+        if response.status != 200:
+            raise _error_from_response(self.service, response)
+        try:
+            models = json.loads(response.content)["models"]
+        except (ValueError, KeyError, TypeError):
+            models = None
+        if not isinstance(models, list) or not all(isinstance(entry, dict) for entry in models):
+            raise UpstreamError("bad_upstream_response", f"{self.service} sent a malformed model list")
+        return models
+
     async def complete(
         self,
         request: CompletionRequest,

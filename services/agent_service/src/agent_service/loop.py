@@ -63,6 +63,9 @@ class RunPlan:
     """Started when the request arrived: tool discovery counts against it too."""
     max_tokens: int | None = None
     temperature: float | None = None
+    client_tools: list[ToolSpec] = field(default_factory=list)
+    """Tools the caller declared and runs itself: offered to the model, never dispatched. A round that
+    calls one ends the run with finish reason ``tool_calls``, handing those calls back."""
 
 
 @dataclass
@@ -163,6 +166,7 @@ class AgentLoop:
 
     async def _rounds(self, plan: RunPlan, state: _RunState, emit: Emit, stream_text: bool) -> RunFinishReason:
         specs = [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema) for t in plan.tools]
+        specs += plan.client_tools
         tool_choice = plan.tool_choice
         for iteration in range(1, plan.max_iterations + 1):
             if plan.deadline.remaining() <= 0:
@@ -180,9 +184,9 @@ class AgentLoop:
                     max_tokens=plan.max_tokens,
                     temperature=plan.temperature,
                 )
-                answered = await self._round(plan, state, emit, request, stream_text)
-            if answered:
-                return "stop"
+                finish = await self._round(plan, state, emit, request, stream_text)
+            if finish is not None:
+                return finish
             # A forced choice ("required" or a named tool) applies to the first round only;
             # forcing it again would keep the model from ever answering.
             tool_choice = "auto"
@@ -190,8 +194,8 @@ class AgentLoop:
 
     async def _round(
         self, plan: RunPlan, state: _RunState, emit: Emit, request: CompletionRequest, stream_text: bool
-    ) -> bool:
-        """One LLM call and the tool calls it asks for; ``True`` when the model answered instead."""
+    ) -> RunFinishReason | None:
+        """One LLM call and the tool calls it asks for; a finish reason when the run ends with this round."""
         iteration = state.iterations
 
         async def forward(delta: TextDelta | ReasoningDelta) -> None:
@@ -205,10 +209,19 @@ class AgentLoop:
             span.set_attribute("llm.provider", response.provider)
             span.set_attribute("llm.finish_reason", response.finish_reason)
         state.usage += response.usage
-        state.append(response.message)
-        calls = response.message.tool_calls or []
+        message = response.message
+        calls = message.tool_calls or []
+        if plan.client_tools and calls:
+            client_names = {spec.name for spec in plan.client_tools}
+            handed_back = [call for call in calls if call.name in client_names]
+            if handed_back:
+                # The caller runs these and continues the conversation; our tools asked for in the same turn are
+                # dropped unrun (their results could not reach the caller): the model asks again if it needs them.
+                state.append(message.model_copy(update={"tool_calls": handed_back}))
+                return "tool_calls"
+        state.append(message)
         if not calls:
-            return True
+            return "stop"
         state.pending = list(calls)
         for call in calls:
             await emit(
@@ -230,7 +243,7 @@ class AgentLoop:
             raise failures[0]
         # Results go back in the order the model asked for them, whatever order they finished in.
         state.close_round("The tool call did not finish.")
-        return False
+        return None
 
     async def _call_tool(
         self,

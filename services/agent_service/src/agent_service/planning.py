@@ -15,7 +15,7 @@ from agent_service.clients import CompletionClient, Deadline, ToolsClient, Upstr
 from agent_service.loop import RunPlan
 from agent_service.settings import AgentSettings
 from suite_common.errors import ApiError
-from suite_common.wire import AgentRunRequest, NamedToolChoice, ToolInfo
+from suite_common.wire import AgentRunRequest, NamedToolChoice, ToolInfo, ToolSpec
 
 __all__ = ["ModelCheck", "ToolCatalog", "plan_run"]
 
@@ -139,8 +139,14 @@ def _unavailable_error(tools: list[ToolInfo]) -> ApiError:
 
 
 async def plan_run(
-    request: AgentRunRequest, settings: AgentSettings, catalog: ToolCatalog, models: ModelCheck
+    request: AgentRunRequest,
+    settings: AgentSettings,
+    catalog: ToolCatalog,
+    models: ModelCheck,
+    client_tools: list[ToolSpec] | None = None,
 ) -> RunPlan:
+    """``client_tools``: tools the caller runs itself (see ``RunPlan.client_tools``); one of ours with the same
+    name is left out of the run, since the caller, who declared it, expects to run it."""
     max_iterations, deadline_seconds = _check_limits(request, settings)
     # The run's clock starts now: discovery counts against its deadline.
     deadline = Deadline(deadline_seconds)
@@ -156,10 +162,16 @@ async def plan_run(
                     raise _unavailable_error(tools)
     except UpstreamError as error:
         raise ApiError(error.status, error.code, error.message, headers=error.headers) from None
+    client_tools = client_tools or []
+    if client_tools:
+        client_names = {spec.name for spec in client_tools}
+        tools = [tool for tool in tools if tool.name not in client_names]
     choice = request.tool_choice
-    if isinstance(choice, NamedToolChoice) and choice.name not in {tool.name for tool in tools}:
+    if isinstance(choice, NamedToolChoice) and choice.name not in {t.name for t in tools} | {
+        t.name for t in client_tools
+    }:
         raise ApiError(400, "invalid_request", f"toolChoice names '{choice.name}', which is not among the run's tools.")
-    if choice == "required" and not tools:
+    if choice == "required" and not (tools or client_tools):
         raise ApiError(400, "invalid_request", "toolChoice is 'required' but no tool is available to this run.")
     return RunPlan(
         run_id=f"run_{uuid.uuid4().hex}",
@@ -171,4 +183,5 @@ async def plan_run(
         deadline=deadline,
         max_tokens=request.max_tokens,
         temperature=request.temperature,
+        client_tools=client_tools,
     )

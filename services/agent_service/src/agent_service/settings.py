@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, SecretStr
 from pydantic_settings import SettingsConfigDict
@@ -39,3 +39,6 @@ class AgentSettings(ServiceSettings):
     """How long the tool catalog and the known model names are reused between runs (0: every run asks)."""
     connect_timeout_seconds: float = Field(default=5.0, gt=0)
     """Timeout to open a connection to completion-service or mcp-client-service."""
+    openai_stream_mode: Literal["live", "final_only", "disabled"] = "live"
+    """How ``POST /v1/chat/completions`` answers ``stream: true`` (header ``X-Agent-Stream-Mode`` per request): the
+    answer's text as it is generated, the final answer in pieces once the run has ended, or one JSON object."""

@@ -1,0 +1,364 @@
+"""agent-service's OpenAI-compatible face: ``POST /v1/chat/completions`` and ``GET /v1/models``.
+
+Any OpenAI client gets agent runs: the suite calls its own tools, the client sees an answer. A request
+goes through the loop when tools may be used, and straight to one completion otherwise (no tool
+available, ``tool_choice: "none"``, or ``X-Agent-Disabled``). Translation lives in ``openai_wire``;
+this module is the I/O around it. Reference: docs/openai-front.md.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp
+
+from agent_service.clients import CompletionClient, Deadline, UpstreamError
+from agent_service.loop import AgentLoop, RunPlan
+from agent_service.openai_wire import (
+    AgentInfo,
+    ChatCompletionRequest,
+    ChunkWriter,
+    StreamMode,
+    WireError,
+    chat_completion,
+    client_tool_specs,
+    error_body,
+    error_status,
+    final_text,
+    model_list,
+    to_messages,
+    to_tool_choice,
+    utf8_pieces,
+)
+from agent_service.planning import ModelCheck, ToolCatalog, plan_run
+from agent_service.settings import AgentSettings
+from suite_common.errors import ApiError
+from suite_common.http import ModelResponse, read_model, run_for_client
+from suite_common.lifecycle import Lifecycle, until_interrupted
+from suite_common.logging import get_logger
+from suite_common.sse import Emit as SendChunk
+from suite_common.sse import EventStreamResponse
+from suite_common.wire import (
+    AgentRunRequest,
+    CompletionRequest,
+    ReasoningDelta,
+    RunEvent,
+    TextDelta,
+    ToolCall,
+    Usage,
+    dump,
+)
+
+__all__ = ["DISABLED_HEADER", "EVENTS_HEADER", "STREAM_MODE_HEADER", "openai_routes"]
+
+_log = get_logger("agent_service.openai_front")
+
+DISABLED_HEADER = "X-Agent-Disabled"
+"""Truthy: one plain completion, no run (no tool of ours, no per-round work)."""
+STREAM_MODE_HEADER = "X-Agent-Stream-Mode"
+"""``live``, ``final_only`` or ``disabled``: this request's stream mode instead of the setting's."""
+EVENTS_HEADER = "X-Agent-Events"
+"""Truthy: a streamed answer also carries the run's tool events, as extra frames OpenAI clients skip."""
+
+_TRUE, _FALSE = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no", ""})
+_STREAM_MODES: frozenset[str] = frozenset({"live", "final_only", "disabled"})
+_NOT_FORWARDED = frozenset({"text", "reasoning", "done", "error"})
+"""Run events that are not extra frames: the answer's own frames say what they say."""
+
+_SHUTTING_DOWN = (
+    "The service is shutting down; the run was stopped. Send the request again: another instance will take it."
+)
+
+
+class FrontServices(Protocol):
+    """What the front needs of the service's lifespan state (``agent_service.app``)."""
+
+    @property
+    def settings(self) -> AgentSettings: ...
+    @property
+    def loop(self) -> AgentLoop: ...
+    @property
+    def catalog(self) -> ToolCatalog: ...
+    @property
+    def models(self) -> ModelCheck: ...
+    @property
+    def lifecycle(self) -> Lifecycle: ...
+
+
+def _services(request: Request) -> FrontServices:
+    services: FrontServices = request.state.services
+    return services
+
+
+def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    status = error_status(status, code)
+    return JSONResponse(error_body(status, code, message), status_code=status, headers=headers)
+
+
+def _flag(request: Request, header: str) -> bool:
+    value = request.headers.get(header, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ApiError(400, "invalid_request", f"The header {header} must be true or false (got {value!r}).")
+
+
+def _stream_mode(request: Request, default: StreamMode) -> StreamMode:
+    value = request.headers.get(STREAM_MODE_HEADER)
+    if value is None:
+        return default
+    mode = value.strip().lower()
+    if mode not in _STREAM_MODES:
+        raise ApiError(
+            400,
+            "invalid_request",
+            f"The header {STREAM_MODE_HEADER} must be live, final_only or disabled (got {value!r}).",
+        )
+    return mode  # type: ignore[return-value]  # one of the literals, checked above
+
+
+@dataclass
+class _Answer:
+    """A run or a single completion, as the client is told about it."""
+
+    content: str | None
+    tool_calls: list[ToolCall] | None
+    agent: AgentInfo
+    usage: Usage
+    error: UpstreamError | None = None
+
+
+TextSink = Callable[[int, str], Awaitable[None]]
+"""Where a streamed answer's text goes, with the round it came from."""
+EventSink = Callable[[RunEvent], Awaitable[None]]
+
+
+async def _run(loop: AgentLoop, plan: RunPlan, on_event: EventSink, stream_text: bool) -> _Answer:
+    outcome = await loop.run(plan, on_event, stream_text=stream_text)
+    last = outcome.appended[-1] if outcome.appended else None
+    handed_back = last.tool_calls if outcome.finish_reason == "tool_calls" and last is not None else None
+    agent = AgentInfo(run_id=plan.run_id, finish_reason=outcome.finish_reason, iterations=outcome.iterations)
+    return _Answer(final_text(outcome.appended), handed_back, agent, outcome.usage, outcome.error)
+
+
+async def _single_completion(completions: CompletionClient, plan: RunPlan, on_text: TextSink | None) -> _Answer:
+    """The plain path: one completion with the client's tools, none of ours; its finish reason is the answer's."""
+    request = CompletionRequest(
+        model=plan.model,
+        messages=plan.messages,
+        tools=plan.client_tools,
+        tool_choice=plan.tool_choice,
+        max_tokens=plan.max_tokens,
+        temperature=plan.temperature,
+    )
+    streamed: list[str] = []
+
+    async def forward(delta: TextDelta | ReasoningDelta) -> None:
+        if isinstance(delta, TextDelta) and on_text is not None:
+            streamed.append(delta.delta)
+            await on_text(1, delta.delta)
+
+    try:
+        with anyio.move_on_after(plan.deadline.remaining()):
+            response = await completions.complete(request, plan.deadline, forward if on_text is not None else None)
+            message = response.message
+            agent = AgentInfo(finish_reason=response.finish_reason, iterations=1)
+            return _Answer(message.content, message.tool_calls, agent, response.usage)
+    except UpstreamError as error:
+        return _Answer(None, None, AgentInfo(finish_reason="error", iterations=1), Usage(), error)
+    # The deadline passed: what was streamed is the partial answer.
+    return _Answer("".join(streamed) or None, None, AgentInfo(finish_reason="deadline", iterations=1), Usage())
+
+
+class _Request:
+    """One chat completion request, planned: how it runs and how it is answered."""
+
+    def __init__(
+        self, services: FrontServices, body: ChatCompletionRequest, plan: RunPlan, *, mode: StreamMode, events: bool
+    ):
+        self.services = services
+        self.body = body
+        self.plan = plan
+        self.mode = mode
+        self.events = events
+        self.agentic = bool(plan.tools)
+        self.created = int(time.time())
+        self.id = "chatcmpl-" + (plan.run_id.removeprefix("run_") if self.agentic else uuid.uuid4().hex)
+        self.headers = {"X-Agent-Run-Id": plan.run_id} if self.agentic else {}
+
+    def work(self, on_event: EventSink, on_text: TextSink | None) -> Awaitable[_Answer]:
+        if self.agentic:
+            return _run(self.services.loop, self.plan, on_event, stream_text=on_text is not None)
+        return _single_completion(self.services.loop.completions, self.plan, on_text)
+
+    def failure(self, error: UpstreamError | ApiError) -> JSONResponse:
+        headers = {**error.headers, **self.headers}
+        return _error(error.status, error.code, error.message, headers)
+
+    async def answer_json(self, request: Request) -> Response:
+        async def ignore(_: RunEvent) -> None:
+            return None
+
+        outcome = await run_for_client(request, self.work(ignore, None), lifecycle=self.services.lifecycle)
+        if outcome.client_gone:
+            return Response(status_code=499)  # nobody reads this
+        answer = outcome.result
+        if not outcome.finished or answer is None:
+            return self.failure(ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"}))
+        if answer.error is not None:
+            return self.failure(answer.error)
+        completion = chat_completion(
+            completion_id=self.id,
+            created=self.created,
+            model=self.body.model,
+            content=answer.content,
+            tool_calls=answer.tool_calls,
+            agent=answer.agent,
+            usage=answer.usage,
+        )
+        response = ModelResponse(completion)
+        response.headers.update(self.headers)
+        return response
+
+    async def stream(self, send: SendChunk) -> ASGIApp | None:
+        """The answer as ``chat.completion.chunk`` frames. The status line waits for the run's first step: a
+        failure of the first LLM call (a 429, an unknown model) is still an HTTP error the SDK raises as such;
+        a later one is an ``{"error": ...}`` frame, which the SDK raises too."""
+        include_usage = bool(self.body.stream_options and self.body.stream_options.include_usage)
+        writer = ChunkWriter(self.id, self.created, self.body.model, include_usage=include_usage)
+        started = False
+        text_round = 0  # the round whose text was streamed last (0: none yet)
+
+        # Per text delta: one chunk encoded and sent, nothing more (hence no helper coroutines on that path).
+        async def frame(payload: str) -> None:
+            await send(f"data: {payload}\n\n".encode())
+
+        async def start() -> None:
+            nonlocal started
+            started = True
+            await send(f"data: {writer.role()}\n\n".encode())
+
+        async def on_text(iteration: int, delta: str) -> None:
+            nonlocal text_round
+            if not started:
+                await start()
+            if text_round != iteration:
+                if text_round:
+                    delta = "\n\n" + delta  # as in the answer's content: a blank line between the rounds' texts
+                text_round = iteration
+            await send(f"data: {writer.text(delta)}\n\n".encode())
+
+        async def on_event(event: RunEvent) -> None:
+            if event.type == "text":
+                await on_text(event.iteration, event.delta)
+                return
+            if event.type == "error":
+                return  # said by the outcome, as an HTTP error if nothing was sent yet
+            if not started:
+                await start()
+            if self.events and event.type not in _NOT_FORWARDED:
+                await frame(writer.agent_event(dump(event)))
+
+        try:
+            finished, answer = await until_interrupted(
+                self.services.lifecycle, self.work(on_event, on_text if self.mode == "live" else None)
+            )
+        except Exception as error:  # a bug, not an upstream failure: still end the stream with an error
+            _log.error("openai_front_crashed", run_id=self.plan.run_id, exc_info=error)
+            failure = ApiError(500, "internal_error", "The run failed unexpectedly.")
+            return await self._fail(failure, started, frame)
+        if not finished or answer is None:
+            failure = ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"})
+            return await self._fail(failure, started, frame)
+        if answer.error is not None:
+            return await self._fail(answer.error, started, frame)
+        if not started:
+            await start()
+        if self.mode == "final_only" and answer.content:
+            for piece in utf8_pieces(answer.content):
+                await frame(writer.text(piece))
+        if answer.tool_calls:
+            await frame(writer.tool_calls(answer.tool_calls))
+        await frame(writer.finish(answer.agent))
+        if include_usage:
+            await frame(writer.usage(answer.usage))
+        await frame("[DONE]")
+        return None
+
+    async def _fail(
+        self, error: UpstreamError | ApiError, started: bool, frame: Callable[[str], Awaitable[None]]
+    ) -> ASGIApp | None:
+        if not started:
+            return self.failure(error)
+        body = error_body(error_status(error.status, error.code), error.code, error.message)
+        await frame(json.dumps(body, ensure_ascii=False))
+        await frame("[DONE]")
+        return None
+
+
+async def chat_completions(request: Request) -> Response | EventStreamResponse:
+    try:
+        return await _chat_completions(request)
+    except ApiError as error:
+        return _error(error.status, error.code, error.message, error.headers)
+
+
+async def _chat_completions(request: Request) -> Response | EventStreamResponse:
+    services = _services(request)
+    if services.lifecycle.draining:
+        raise ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"})
+    body = await read_model(request, ChatCompletionRequest)
+    settings = services.settings
+    mode = _stream_mode(request, settings.openai_stream_mode)
+    disabled = _flag(request, DISABLED_HEADER)
+    events = _flag(request, EVENTS_HEADER)
+    try:
+        messages, client_tools, choice = to_messages(body), client_tool_specs(body), to_tool_choice(body)
+    except WireError as error:
+        raise ApiError(400, "invalid_request", str(error)) from None
+    run_request = AgentRunRequest(
+        model=body.model,
+        messages=messages,
+        # Opted out: no tool of ours, so no discovery either.
+        tools=[] if disabled else None,
+        tool_choice=choice,
+        max_tokens=body.max_completion_tokens or body.max_tokens,
+        temperature=body.temperature,
+    )
+    plan = await plan_run(run_request, settings, services.catalog, services.models, client_tools)
+    front = _Request(services, body, plan, mode=mode, events=events)
+    if body.stream and mode != "disabled":
+        return EventStreamResponse(front.stream, headers=front.headers, defer_start=True)
+    return await front.answer_json(request)
+
+
+async def list_models(request: Request) -> Response:
+    services = _services(request)
+    try:
+        models = await services.loop.completions.list_models(Deadline(services.settings.connect_timeout_seconds))
+    except UpstreamError as error:
+        return _error(error.status, error.code, error.message, error.headers)
+    return ModelResponse(model_list(models))
+
+
+async def _not_found(request: Request) -> Response:
+    return _error(404, "not_found", f"{request.method} {request.url.path} is not part of this API.")
+
+
+def openai_routes() -> list[BaseRoute]:
+    return [
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        # Other OpenAI endpoints (embeddings, responses, ...) get OpenAI's error shape, so the SDK says "not found".
+        Route("/v1/{path:path}", _not_found, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
+    ]

@@ -1,0 +1,474 @@
+"""OpenAI's Chat Completions wire format and the suite's runs, translated both ways. Pure: no I/O.
+
+The request and response models are explicit so that the front's routes can declare them (OpenAPI).
+They keep OpenAI's snake_case field names and ignore fields the front does not use (``top_p``,
+``logprobs``, ``user``, ...), as OpenAI-compatible servers commonly do. See docs/openai-front.md.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from suite_common.wire import Message, NamedToolChoice, ToolCall, ToolChoice, ToolSpec, Usage
+
+__all__ = [
+    "AGENT_FINISH_FIELD",
+    "FINAL_CHUNK_BYTES",
+    "AgentInfo",
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "ChatCompletionRequest",
+    "ChatMessage",
+    "ChunkWriter",
+    "CompletionUsage",
+    "ModelCard",
+    "ModelList",
+    "OpenAIError",
+    "StreamMode",
+    "WireError",
+    "chat_completion",
+    "client_tool_specs",
+    "error_body",
+    "error_status",
+    "final_text",
+    "model_list",
+    "openai_finish_reason",
+    "to_messages",
+    "to_tool_choice",
+    "utf8_pieces",
+]
+
+StreamMode = Literal["live", "final_only", "disabled"]
+
+FINAL_CHUNK_BYTES = 64
+"""``final_only`` sends the final answer in pieces of at most this many bytes."""
+
+AGENT_FINISH_FIELD = "agent"
+"""The extension field (on a completion and on the last chunk) that says how the run ended in the suite's terms."""
+
+ROUND_SEPARATOR = "\n\n"
+"""Between the texts of two rounds of a run, in the answer's content (streamed or not)."""
+
+
+class WireError(ValueError):
+    """The request is well-formed JSON but cannot be translated; the message says why (a 400)."""
+
+
+class _OpenAIModel(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+# --- the request -------------------------------------------------------------------------------
+
+
+class FunctionDefinition(_OpenAIModel):
+    name: str = Field(min_length=1)
+    description: str = ""
+    parameters: dict[str, Any] | None = None
+
+
+class ToolDefinition(_OpenAIModel):
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class FunctionCall(_OpenAIModel):
+    name: str
+    arguments: str = ""
+
+
+class ToolCallItem(_OpenAIModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ContentPart(_OpenAIModel):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(_OpenAIModel):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCallItem] | None = None
+    tool_call_id: str | None = None
+
+
+class NamedFunction(_OpenAIModel):
+    name: str = Field(min_length=1)
+
+
+class NamedToolChoiceItem(_OpenAIModel):
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+class StreamOptions(_OpenAIModel):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(_OpenAIModel):
+    """``POST /v1/chat/completions``."""
+
+    model: str = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    tools: list[ToolDefinition] | None = None
+    """Client-side tools: the model may call them, the caller runs them."""
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoiceItem | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    n: int | None = Field(default=None, ge=1, le=1)
+    """One choice per request: a run has one answer."""
+
+
+# --- the answers -------------------------------------------------------------------------------
+
+
+class CompletionUsage(_OpenAIModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class AgentInfo(_OpenAIModel):
+    """How the run ended in the suite's own terms (``finish_reason``: stop, tool_calls, max_iterations, ...)."""
+
+    run_id: str | None = None
+    """None when the request went straight to one completion, without a run."""
+    finish_reason: str
+    iterations: int
+
+
+class ResponseFunctionCall(_OpenAIModel):
+    name: str
+    arguments: str
+
+
+class ResponseToolCall(_OpenAIModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: ResponseFunctionCall
+
+
+class ResponseMessage(_OpenAIModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+    refusal: str | None = None
+    tool_calls: list[ResponseToolCall] | None = None
+
+
+class Choice(_OpenAIModel):
+    index: int = 0
+    message: ResponseMessage
+    finish_reason: str
+    logprobs: None = None
+
+
+class ChatCompletion(_OpenAIModel):
+    """The answer with ``stream: false`` (or in the ``disabled`` stream mode)."""
+
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: CompletionUsage
+    agent: AgentInfo
+
+
+class ChunkToolCall(_OpenAIModel):
+    index: int
+    id: str
+    type: Literal["function"] = "function"
+    function: ResponseFunctionCall
+
+
+class ChunkDelta(_OpenAIModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    tool_calls: list[ChunkToolCall] | None = None
+
+
+class ChunkChoice(_OpenAIModel):
+    index: int = 0
+    delta: ChunkDelta
+    finish_reason: str | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(_OpenAIModel):
+    """One ``data:`` frame of a streamed answer; ``ChunkWriter`` writes them."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: CompletionUsage | None = None
+    agent: AgentInfo | None = None
+    """On the frame that carries the finish reason."""
+    agent_event: dict[str, Any] | None = None
+    """On the extra frames (``choices: []``) asked for with ``X-Agent-Events``: one event of the agent API."""
+
+
+class ModelCard(_OpenAIModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str
+
+
+class ModelList(_OpenAIModel):
+    """``GET /v1/models``."""
+
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class OpenAIErrorDetail(_OpenAIModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class OpenAIError(_OpenAIModel):
+    """Every error of the front: the SDK reads ``error.message`` and picks its exception class by status."""
+
+    error: OpenAIErrorDetail
+
+
+# --- request -> run ----------------------------------------------------------------------------
+
+
+def _text(message: ChatMessage) -> str | None:
+    content = message.content
+    if content is None or isinstance(content, str):
+        return content
+    texts = []
+    for part in content:
+        if part.type != "text" or part.text is None:
+            raise WireError(
+                f"{message.role} message: content parts of type {part.type!r} are not supported (text only)."
+            )
+        texts.append(part.text)
+    return "".join(texts)
+
+
+def _tool_call(item: ToolCallItem) -> ToolCall:
+    try:
+        arguments = json.loads(item.function.arguments) if item.function.arguments.strip() else {}
+    except ValueError:
+        arguments = None
+    if isinstance(arguments, dict):
+        return ToolCall(id=item.id, name=item.function.name, arguments=arguments)
+    # Replayed as the model wrote it, so the conversation stays what it was.
+    return ToolCall(id=item.id, name=item.function.name, invalid_arguments=item.function.arguments)
+
+
+def to_messages(request: ChatCompletionRequest) -> list[Message]:
+    """The conversation in the suite's terms; ``developer`` is a ``system`` message."""
+    messages = []
+    for index, message in enumerate(request.messages):
+        role = "system" if message.role == "developer" else message.role
+        try:
+            messages.append(
+                Message(
+                    role=role,
+                    content=_text(message),
+                    tool_calls=[_tool_call(item) for item in message.tool_calls] if message.tool_calls else None,
+                    tool_call_id=message.tool_call_id,
+                )
+            )
+        except ValidationError as error:
+            problem = error.errors(include_url=False, include_input=False)[0]["msg"].removeprefix("Value error, ")
+            raise WireError(f"messages.{index}: {problem}") from None
+    return messages
+
+
+def client_tool_specs(request: ChatCompletionRequest) -> list[ToolSpec]:
+    specs = []
+    for tool in request.tools or []:
+        function = tool.function
+        schema = function.parameters or {"type": "object", "properties": {}}
+        specs.append(ToolSpec(name=function.name, description=function.description, input_schema=schema))
+    names = [spec.name for spec in specs]
+    if len(set(names)) != len(names):
+        raise WireError("tools: two tools have the same name.")
+    return specs
+
+
+def to_tool_choice(request: ChatCompletionRequest) -> ToolChoice:
+    choice = request.tool_choice
+    if choice is None:
+        return "auto"
+    if isinstance(choice, NamedToolChoiceItem):
+        return NamedToolChoice(name=choice.function.name)
+    return choice
+
+
+# --- run -> answer -----------------------------------------------------------------------------
+
+_FINISH_REASONS = {
+    "stop": "stop",
+    "tool_calls": "tool_calls",
+    "length": "length",
+    "content_filter": "content_filter",
+    "max_iterations": "length",
+    "deadline": "length",
+    "budget": "length",
+}
+
+
+def openai_finish_reason(reason: str) -> str:
+    """A run's (or a completion's) finish reason as OpenAI clients know them: the run's limits are ``length``
+    (an answer cut short). A reason this table does not know yet is ``stop``, never a failure: the suite's own
+    reason travels in the ``agent`` field anyway."""
+    return _FINISH_REASONS.get(reason, "stop")
+
+
+def final_text(appended: list[Message]) -> str | None:
+    """The answer's content: the text of every assistant turn of the run, in order, a blank line between."""
+    texts = [m.content for m in appended if m.role == "assistant" and m.content]
+    return ROUND_SEPARATOR.join(texts) if texts else None
+
+
+def _arguments(call: ToolCall) -> str:
+    if call.invalid_arguments is not None:
+        return call.invalid_arguments
+    return json.dumps(call.arguments, ensure_ascii=False)
+
+
+def _usage(usage: Usage) -> CompletionUsage:
+    return CompletionUsage(
+        prompt_tokens=usage.input_tokens,
+        completion_tokens=usage.output_tokens,
+        total_tokens=usage.input_tokens + usage.output_tokens,
+    )
+
+
+def chat_completion(
+    *,
+    completion_id: str,
+    created: int,
+    model: str,
+    content: str | None,
+    tool_calls: list[ToolCall] | None,
+    agent: AgentInfo,
+    usage: Usage,
+) -> ChatCompletion:
+    calls = [
+        ResponseToolCall(id=c.id, function=ResponseFunctionCall(name=c.name, arguments=_arguments(c)))
+        for c in tool_calls or []
+    ]
+    return ChatCompletion(
+        id=completion_id,
+        created=created,
+        model=model,
+        choices=[
+            Choice(
+                message=ResponseMessage(content=content, tool_calls=calls or None),
+                finish_reason=openai_finish_reason(agent.finish_reason),
+            )
+        ],
+        usage=_usage(usage),
+        agent=agent,
+    )
+
+
+def model_list(models: list[dict[str, Any]]) -> ModelList:
+    """completion-service's model list; its patterns (``openai/*``) are not models a client can pick."""
+    cards = [
+        ModelCard(id=str(entry["id"]), owned_by=str(entry.get("provider") or "loopsuite"))
+        for entry in models
+        if "id" in entry and "*" not in str(entry["id"])
+    ]
+    return ModelList(data=cards)
+
+
+def utf8_pieces(text: str, max_bytes: int = FINAL_CHUNK_BYTES) -> list[str]:
+    """``text`` in pieces of at most ``max_bytes`` bytes of UTF-8 each, never cutting a character in two."""
+    if max_bytes < 4:
+        raise ValueError("a piece must hold any UTF-8 character (4 bytes)")
+    data = text.encode()
+    pieces = []
+    start = 0
+    while start < len(data):
+        end = min(start + max_bytes, len(data))
+        while end < len(data) and data[end] & 0xC0 == 0x80:  # a continuation byte: back off to its lead byte
+            end -= 1
+        pieces.append(data[start:end].decode())
+        start = end
+    return pieces
+
+
+class ChunkWriter:
+    """The ``data:`` payloads of one streamed answer. The parts every chunk shares are encoded once, so a text
+    delta costs one ``json.dumps`` of its text (the chunks match ``ChatCompletionChunk``)."""
+
+    def __init__(self, completion_id: str, created: int, model: str, *, include_usage: bool) -> None:
+        self.include_usage = include_usage
+        head = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model}
+        self._head = json.dumps(head, ensure_ascii=False, separators=(",", ":"))[:-1]
+        self._usage_null = ',"usage":null' if include_usage else ""
+
+    def _choice(self, delta: str, finish_reason: str | None = None, extra: str = "") -> str:
+        finish = "null" if finish_reason is None else json.dumps(finish_reason)
+        return (
+            f'{self._head},"choices":[{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":{finish}}}]'
+            f"{self._usage_null}{extra}}}"
+        )
+
+    def role(self) -> str:
+        return self._choice('{"role":"assistant","content":""}')
+
+    def text(self, delta: str) -> str:
+        return self._choice('{"content":' + json.dumps(delta, ensure_ascii=False) + "}")
+
+    def tool_calls(self, calls: list[ToolCall]) -> str:
+        items = [
+            {
+                "index": index,
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": _arguments(call)},
+            }
+            for index, call in enumerate(calls)
+        ]
+        return self._choice(json.dumps({"tool_calls": items}, ensure_ascii=False))
+
+    def finish(self, agent: AgentInfo) -> str:
+        extra = f',"{AGENT_FINISH_FIELD}":{agent.model_dump_json()}'
+        return self._choice("{}", openai_finish_reason(agent.finish_reason), extra)
+
+    def usage(self, usage: Usage) -> str:
+        return f'{self._head},"choices":[],"usage":{_usage(usage).model_dump_json()}}}'
+
+    def agent_event(self, event_json: str) -> str:
+        """An extra frame: no choice (so OpenAI clients skip it, as they skip the usage chunk), the event as the
+        agent API streams it."""
+        return f'{self._head},"choices":[]{self._usage_null},"agent_event":{event_json}}}'
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+_ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+
+
+def error_status(status: int, code: str) -> int:
+    """OpenAI answers an unknown model with 404 (the SDK's ``NotFoundError``); the suite's other statuses stand."""
+    return 404 if code == "model_not_found" else status
+
+
+def error_body(status: int, code: str, message: str) -> dict[str, Any]:
+    """OpenAI's error shape: ``type`` from the status, the suite's own ``code`` kept."""
+    kind = _ERROR_TYPES.get(status) or ("server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
