@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mcp.shared.dispatcher import ProgressFnT
 from mcp_types import Tool
 from opentelemetry import trace
 from opentelemetry.trace import Tracer
@@ -106,18 +107,28 @@ class ToolRouter:
         if record.reached_server:
             self._registry.record_call(record.server, record.duration_ms / 1000, record.server_health)
 
-    async def call(self, name: str, arguments: dict[str, Any], *, caller_budget: float = math.inf) -> CallToolResponse:
+    async def call(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        caller_budget: float = math.inf,
+        on_progress: ProgressFnT | None = None,
+    ) -> CallToolResponse:
         """Call the tool listed as ``name``; ``ToolNotFoundError`` if no server offers it.
 
-        ``caller_budget`` is the seconds the caller has left (its ``X-Deadline-Ms``).
+        ``caller_budget`` is the seconds the caller has left (its ``X-Deadline-Ms``);
+        ``on_progress`` gets the server's progress notifications for the call.
         """
         with self._tracer.start_as_current_span("mcp_tool_call", attributes={"tool.name": name}) as span:
-            response = await self._call(name, arguments, caller_budget)
+            response = await self._call(name, arguments, caller_budget, on_progress)
             span.set_attribute("tool.server", response.server)
             span.set_attribute("tool.is_error", response.is_error)
             return response
 
-    async def _call(self, name: str, arguments: dict[str, Any], caller_budget: float) -> CallToolResponse:
+    async def _call(
+        self, name: str, arguments: dict[str, Any], caller_budget: float, on_progress: ProgressFnT | None
+    ) -> CallToolResponse:
         tool = self.find(name)
         if tool is None:
             # A tool of a server that is away (reconnecting) is not listed, but calling it gets an
@@ -144,4 +155,5 @@ class ToolRouter:
             max_chars=self.max_chars,
             validators=self.validators,
             on_finished=self._record,
+            on_progress=on_progress,
         )
