@@ -9,26 +9,32 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-import httpx2
 import pytest
 from httpx_sse import ServerSentEvent
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp_types import TextContent
 
 from suite_common.sse_parser import EventStreamParser
 from support.everything_server import everything_stdio_server
 from support.library_mcp_server import build_library_server
-from support.mcp_gateway import GATEWAY_SECRET, Gateway, running_gateway
+from support.mcp_gateway import Gateway, face_client, running_gateway
 from support.servers import serve_app
 
 pytestmark = pytest.mark.anyio
 
 LONG_TOOL = "trigger-long-running-operation"
+
+
+class ProgressLog:
+    """An SDK ``progress_callback`` that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[float, float | None, str | None]] = []
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        self.steps.append((progress, total, message))
 
 
 @pytest.fixture(scope="module")
@@ -42,54 +48,38 @@ async def gateway() -> AsyncIterator[Gateway]:
         yield gateway
 
 
-@asynccontextmanager
-async def mcp_client(gateway: Gateway) -> AsyncIterator[Client]:
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {GATEWAY_SECRET}"}) as http,
-        Client(streamable_http_client(gateway.url + "/mcp", http_client=http)) as client,
-    ):
-        yield client
-
-
 async def test_an_mcp_client_gets_the_progress_of_server_everythings_long_running_operation(gateway: Gateway) -> None:
-    reported: list[tuple[float, float | None, str | None]] = []
+    reported = ProgressLog()
 
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        reported.append((progress, total, message))
-
-    async with mcp_client(gateway) as client:
+    async with face_client(gateway) as client:
         with anyio.fail_after(20):
-            result = await client.call_tool(LONG_TOOL, {"duration": 0.4, "steps": 4}, progress_callback=on_progress)
+            result = await client.call_tool(LONG_TOOL, {"duration": 0.4, "steps": 4}, progress_callback=reported)
 
     assert not result.is_error
     # Every step, in order, and all of them before the result came back.
-    assert reported == [(1, 4, None), (2, 4, None), (3, 4, None), (4, 4, None)]
+    assert reported.steps == [(1, 4, None), (2, 4, None), (3, 4, None), (4, 4, None)]
 
 
 async def test_progress_messages_reach_the_mcp_client_as_the_server_worded_them(gateway: Gateway) -> None:
-    reported: list[tuple[float, float | None, str | None]] = []
+    reported = ProgressLog()
 
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        reported.append((progress, total, message))
-
-    async with mcp_client(gateway) as client:
+    async with face_client(gateway) as client:
         with anyio.fail_after(20):
-            result = await client.call_tool("count_to", {"n": 3}, progress_callback=on_progress)
+            result = await client.call_tool("count_to", {"n": 3}, progress_callback=reported)
 
     block = result.content[0]
     assert isinstance(block, TextContent)
     assert block.text == "counted to 3"
-    assert reported == [(1, 3, "counted 1 of 3"), (2, 3, "counted 2 of 3"), (3, 3, "counted 3 of 3")]
+    assert reported.steps == [(1, 3, "counted 1 of 3"), (2, 3, "counted 2 of 3"), (3, 3, "counted 3 of 3")]
 
 
 async def test_the_gateway_asks_a_server_for_progress_only_when_its_client_asked_for_it(gateway: Gateway) -> None:
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        return None
+    reported = ProgressLog()
 
-    async with mcp_client(gateway) as client:
+    async with face_client(gateway) as client:
         with anyio.fail_after(20):
             unasked = await client.call_tool("progress_requested", {})
-            asked = await client.call_tool("progress_requested", {}, progress_callback=on_progress)
+            asked = await client.call_tool("progress_requested", {}, progress_callback=reported)
 
     assert unasked.structured_content == {"result": False}
     assert asked.structured_content == {"result": True}

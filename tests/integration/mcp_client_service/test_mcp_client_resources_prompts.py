@@ -13,16 +13,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-import httpx2
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, ResourceLink, TextContent, TextResourceContents
 
 from support.everything_server import everything_stdio_server
 from support.library_mcp_server import SHARED_README, build_library_server
-from support.mcp_gateway import GATEWAY_SECRET, Gateway, running_gateway
+from support.mcp_gateway import Gateway, face_client, running_gateway
 from support.misbehaving_mcp_server import build_misbehaving_server
 from support.servers import serve_app
 
@@ -54,15 +51,6 @@ async def gateway() -> AsyncIterator[Gateway]:
         yield gateway
 
 
-@asynccontextmanager
-async def mcp_client(gateway: Gateway) -> AsyncIterator[Client]:
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {GATEWAY_SECRET}"}) as http,
-        Client(streamable_http_client(gateway.url + "/mcp", http_client=http)) as client,
-    ):
-        yield client
-
-
 def _text(contents: list[object]) -> str:
     [content] = contents
     assert isinstance(content, TextResourceContents)
@@ -70,7 +58,7 @@ def _text(contents: list[object]) -> str:
 
 
 async def test_a_resource_link_a_tool_returned_can_be_read_through_the_gateway(gateway: Gateway) -> None:
-    async with mcp_client(gateway) as client:
+    async with face_client(gateway) as client:
         with anyio.fail_after(20):
             result = await client.call_tool("get-resource-links", {"count": 2})
             links = [block for block in result.content if isinstance(block, ResourceLink)]
@@ -82,7 +70,7 @@ async def test_a_resource_link_a_tool_returned_can_be_read_through_the_gateway(g
 
 
 async def test_the_resources_of_every_server_are_listed_once_each(gateway: Gateway) -> None:
-    async with mcp_client(gateway) as client:
+    async with face_client(gateway) as client:
         with anyio.fail_after(20):
             listed = [str(resource.uri) for resource in (await client.list_resources()).resources]
 
@@ -96,7 +84,7 @@ async def test_the_resources_of_every_server_are_listed_once_each(gateway: Gatew
 
 
 async def test_a_uri_two_servers_list_is_read_from_the_first_of_them_in_the_config(gateway: Gateway) -> None:
-    async with mcp_client(gateway) as client:
+    async with face_client(gateway) as client:
         with anyio.fail_after(20):
             shared = await client.read_resource(SHARED_README)
             only_beta = await client.read_resource("beta://note")
@@ -106,7 +94,7 @@ async def test_a_uri_two_servers_list_is_read_from_the_first_of_them_in_the_conf
 
 
 async def test_resource_templates_of_every_server_are_listed_and_route_reads(gateway: Gateway) -> None:
-    async with mcp_client(gateway) as client:
+    async with face_client(gateway) as client:
         with anyio.fail_after(20):
             listed = (await client.list_resource_templates()).resource_templates
             page = await client.read_resource("beta://page/7")
@@ -124,7 +112,7 @@ async def test_resource_templates_of_every_server_are_listed_and_route_reads(gat
 
 
 async def test_reading_a_uri_no_server_offers_is_an_invalid_params_error(gateway: Gateway) -> None:
-    async with mcp_client(gateway) as client:
+    async with face_client(gateway) as client:
         with anyio.fail_after(20), pytest.raises(MCPError) as raised:
             await client.read_resource("nowhere://at/all")
 
@@ -133,7 +121,7 @@ async def test_reading_a_uri_no_server_offers_is_an_invalid_params_error(gateway
 
 
 async def test_prompts_of_every_server_are_listed_and_a_shared_name_goes_to_the_first_server(gateway: Gateway) -> None:
-    async with mcp_client(gateway) as client:
+    async with face_client(gateway) as client:
         with anyio.fail_after(20):
             names = [prompt.name for prompt in (await client.list_prompts()).prompts]
             greeting = await client.get_prompt("greet", {"who": "Ada"})
@@ -149,7 +137,7 @@ async def test_prompts_of_every_server_are_listed_and_a_shared_name_goes_to_the_
 
 
 async def test_an_upstream_servers_prompt_error_reaches_the_client(gateway: Gateway) -> None:
-    async with mcp_client(gateway) as client:
+    async with face_client(gateway) as client:
         with anyio.fail_after(20), pytest.raises(MCPError) as raised:
             await client.get_prompt("args-prompt", {})  # its "city" argument is required
 
@@ -157,7 +145,7 @@ async def test_an_upstream_servers_prompt_error_reaches_the_client(gateway: Gate
 
 
 async def test_getting_a_prompt_no_server_offers_is_an_invalid_params_error(gateway: Gateway) -> None:
-    async with mcp_client(gateway) as client:
+    async with face_client(gateway) as client:
         with anyio.fail_after(20), pytest.raises(MCPError) as raised:
             await client.get_prompt("no-such-prompt")
 
@@ -166,7 +154,7 @@ async def test_getting_a_prompt_no_server_offers_is_an_invalid_params_error(gate
 
 
 async def test_under_the_prefix_policy_a_later_servers_prompt_is_listed_under_its_server_name() -> None:
-    async with _gateway_over_libraries(tool_name_collision="prefix") as gateway, mcp_client(gateway) as client:
+    async with _gateway_over_libraries(tool_name_collision="prefix") as gateway, face_client(gateway) as client:
         with anyio.fail_after(20):
             names = [prompt.name for prompt in (await client.list_prompts()).prompts]
             first = await client.get_prompt("greet", {"who": "Ada"})
@@ -183,7 +171,7 @@ async def test_under_the_prefix_policy_a_later_servers_prompt_is_listed_under_it
 
 
 async def test_initialize_declares_resources_and_prompts_when_a_server_has_them(gateway: Gateway) -> None:
-    async with mcp_client(gateway) as client:
+    async with face_client(gateway) as client:
         capabilities = client.server_capabilities
 
     assert capabilities.tools is not None
@@ -196,7 +184,7 @@ async def test_initialize_declares_neither_when_no_server_has_them() -> None:
     tools_only = build_misbehaving_server(["strict-schemas"]).streamable_http_app()  # the SDK's lowlevel Server
     async with serve_app(tools_only) as url, running_gateway({"strict": {"url": url + "/mcp"}}) as gateway:
         await gateway.wait_until_ready("strict")
-        async with mcp_client(gateway) as client:
+        async with face_client(gateway) as client:
             capabilities = client.server_capabilities
 
     assert capabilities.tools is not None
