@@ -19,7 +19,7 @@ from mcp_types import TextContent
 from suite_common.sse_parser import EventStreamParser
 from support.everything_server import everything_stdio_server
 from support.library_mcp_server import build_library_server
-from support.mcp_gateway import Gateway, face_client, running_gateway
+from support.mcp_gateway import Gateway, echo_http_server, face_client, running_gateway
 from support.servers import serve_app
 
 pytestmark = pytest.mark.anyio
@@ -42,9 +42,16 @@ async def gateway() -> AsyncIterator[Gateway]:
     library = build_library_server("library").streamable_http_app()
     async with (
         serve_app(library) as library_url,
-        running_gateway({"everything": everything_stdio_server(), "library": {"url": library_url + "/mcp"}}) as gateway,
+        echo_http_server("echo") as echo_url,
+        running_gateway(
+            {
+                "everything": everything_stdio_server(),
+                "library": {"url": library_url + "/mcp"},
+                "echo": {"url": echo_url},
+            }
+        ) as gateway,
     ):
-        await gateway.wait_until_ready("everything", "library")
+        await gateway.wait_until_ready("everything", "library", "echo")
         yield gateway
 
 
@@ -147,3 +154,25 @@ async def test_call_tool_without_the_event_stream_accept_header_answers_json_as_
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
     assert response.json()["content"][0]["text"].startswith("Long running operation completed.")
+
+
+async def test_a_caller_that_hangs_up_on_a_streamed_call_has_the_tool_cancelled_on_the_server(gateway: Gateway) -> None:
+    tag = "streamed-caller-leaves"
+
+    async def departing_caller() -> None:
+        await _sse_call(gateway, {"name": "hold", "arguments": {"tag": tag}})
+
+    async def await_hold(event: str) -> Any:
+        response = await gateway.http.post(
+            "/mcp/v1/tools/call-tool", json={"name": "await_hold", "arguments": {"tag": tag, "event": event}}
+        )
+        return response.json()["content"]
+
+    # The call timeout is 60 s: only the caller's departure can end the held call within the bound.
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(departing_caller)
+            await await_hold("started")
+            tg.cancel_scope.cancel()  # the caller goes away mid-call, closing its connection
+
+        assert await await_hold("cancelled") == [{"type": "text", "text": f"{tag} cancelled"}]
