@@ -25,6 +25,7 @@ import anyio
 import httpx
 import httpx2
 from mcp import Client
+from mcp.client.client import ConnectMode
 from mcp.client.streamable_http import streamable_http_client
 from opentelemetry.sdk.trace import TracerProvider
 from pydantic import SecretStr
@@ -178,10 +179,13 @@ async def running_gateway(
 
 
 @asynccontextmanager
-async def face_client(gateway: Gateway) -> AsyncIterator[Client]:
-    """The official SDK client on the gateway's own MCP endpoint ``/mcp``, with the shared secret as a bearer token."""
+async def face_client(gateway: Gateway, *, mode: ConnectMode = "auto") -> AsyncIterator[Client]:
+    """The official SDK client on the gateway's own MCP endpoint ``/mcp``, with the shared secret as a bearer token.
+
+    ``mode="legacy"``: the 2025-era handshake (``initialize``) instead of the 2026 protocol.
+    """
     async with (
         httpx2.AsyncClient(headers={"Authorization": f"Bearer {GATEWAY_SECRET}"}) as http,
-        Client(streamable_http_client(gateway.url + "/mcp", http_client=http)) as client,
+        Client(streamable_http_client(gateway.url + "/mcp", http_client=http), mode=mode) as client,
     ):
         yield client

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 from httpx_sse import ServerSentEvent
+from mcp.client.client import ConnectMode
 from mcp_types import TextContent
 
 from suite_common.sse_parser import EventStreamParser
@@ -25,6 +26,8 @@ from support.servers import serve_app
 pytestmark = pytest.mark.anyio
 
 LONG_TOOL = "trigger-long-running-operation"
+
+ERAS = pytest.mark.parametrize("mode", ["auto", "legacy"], ids=["protocol 2026", "protocol 2025 (initialize)"])
 
 
 class ProgressLog:
@@ -55,10 +58,13 @@ async def gateway() -> AsyncIterator[Gateway]:
         yield gateway
 
 
-async def test_an_mcp_client_gets_the_progress_of_server_everythings_long_running_operation(gateway: Gateway) -> None:
+@ERAS
+async def test_an_mcp_client_gets_the_progress_of_server_everythings_long_running_operation(
+    gateway: Gateway, mode: ConnectMode
+) -> None:
     reported = ProgressLog()
 
-    async with face_client(gateway) as client:
+    async with face_client(gateway, mode=mode) as client:
         with anyio.fail_after(20):
             result = await client.call_tool(LONG_TOOL, {"duration": 0.4, "steps": 4}, progress_callback=reported)
 
@@ -67,10 +73,13 @@ async def test_an_mcp_client_gets_the_progress_of_server_everythings_long_runnin
     assert reported.steps == [(1, 4, None), (2, 4, None), (3, 4, None), (4, 4, None)]
 
 
-async def test_progress_messages_reach_the_mcp_client_as_the_server_worded_them(gateway: Gateway) -> None:
+@ERAS
+async def test_progress_messages_reach_the_mcp_client_as_the_server_worded_them(
+    gateway: Gateway, mode: ConnectMode
+) -> None:
     reported = ProgressLog()
 
-    async with face_client(gateway) as client:
+    async with face_client(gateway, mode=mode) as client:
         with anyio.fail_after(20):
             result = await client.call_tool("count_to", {"n": 3}, progress_callback=reported)
 
@@ -80,10 +89,13 @@ async def test_progress_messages_reach_the_mcp_client_as_the_server_worded_them(
     assert reported.steps == [(1, 3, "counted 1 of 3"), (2, 3, "counted 2 of 3"), (3, 3, "counted 3 of 3")]
 
 
-async def test_the_gateway_asks_a_server_for_progress_only_when_its_client_asked_for_it(gateway: Gateway) -> None:
+@ERAS
+async def test_the_gateway_asks_a_server_for_progress_only_when_its_client_asked_for_it(
+    gateway: Gateway, mode: ConnectMode
+) -> None:
     reported = ProgressLog()
 
-    async with face_client(gateway) as client:
+    async with face_client(gateway, mode=mode) as client:
         with anyio.fail_after(20):
             unasked = await client.call_tool("progress_requested", {})
             asked = await client.call_tool("progress_requested", {}, progress_callback=reported)

@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp.client.client import ConnectMode
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, ResourceLink, TextContent, TextResourceContents
 
@@ -170,8 +171,11 @@ async def test_under_the_prefix_policy_a_later_servers_prompt_is_listed_under_it
     assert _text(list(shared.contents)) == "the readme of alpha"
 
 
-async def test_initialize_declares_resources_and_prompts_when_a_server_has_them(gateway: Gateway) -> None:
-    async with face_client(gateway) as client:
+@pytest.mark.parametrize("mode", ["auto", "legacy"], ids=["protocol 2026", "protocol 2025 (initialize)"])
+async def test_initialize_declares_resources_and_prompts_when_a_server_has_them(
+    gateway: Gateway, mode: ConnectMode
+) -> None:
+    async with face_client(gateway, mode=mode) as client:
         capabilities = client.server_capabilities
 
     assert capabilities.tools is not None
