@@ -194,3 +194,18 @@ async def test_initialize_declares_neither_when_no_server_has_them() -> None:
     assert capabilities.tools is not None
     assert capabilities.resources is None
     assert capabilities.prompts is None
+
+
+async def test_with_one_resource_server_a_read_goes_straight_to_it_and_its_error_reaches_the_client() -> None:
+    async with running_gateway({"everything": everything_stdio_server()}) as gateway:
+        await gateway.wait_until_ready("everything")
+        async with face_client(gateway) as client:
+            with anyio.fail_after(20):
+                text = await client.read_resource("demo://resource/dynamic/text/5")
+                with pytest.raises(MCPError) as raised:
+                    await client.read_resource("demo://resource/nowhere")
+
+    assert _text(list(text.contents)).startswith("Resource 5: This is a plaintext resource")
+    # server-everything's own answer (the gateway found no listing to route by, so it asked the server).
+    assert "demo://resource/nowhere" in raised.value.message
+    assert "No MCP server lists" not in raised.value.message
