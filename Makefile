@@ -11,12 +11,14 @@ PACKAGES := $(wildcard libs/*/pyproject.toml services/*/pyproject.toml tools/*/p
 
 venv: $(STAMP)
 
-$(STAMP): requirements-dev.txt $(PACKAGES)
+$(STAMP): requirements-dev.txt $(PACKAGES) tests/support/node_servers/package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first and on its own: pip takes the CPU build from the machine's wheel folder.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	# Third-party MCP servers from npm that the tests run against (skipped there without node).
+	if command -v npm >/dev/null; then npm ci --prefix tests/support/node_servers --no-audit --no-fund --loglevel=error; fi
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -23,6 +23,10 @@ from typing import Any
 
 import anyio
 import httpx
+import httpx2
+from mcp import Client
+from mcp.client.client import ConnectMode
+from mcp.client.streamable_http import streamable_http_client
 from opentelemetry.sdk.trace import TracerProvider
 from pydantic import SecretStr
 
@@ -42,6 +46,7 @@ __all__ = [
     "child_pids",
     "echo_http_server",
     "echo_stdio_server",
+    "face_client",
     "leaves_no_child_processes",
     "raw_stdio_server",
     "running_gateway",
@@ -171,3 +176,16 @@ async def running_gateway(
             headers = {settings.secret_header: settings.service_secret.get_secret_value()}
             async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as http:
                 yield Gateway(url=url, http=http, registry=registry, config_path=config)
+
+
+@asynccontextmanager
+async def face_client(gateway: Gateway, *, mode: ConnectMode = "auto") -> AsyncIterator[Client]:
+    """The official SDK client on the gateway's own MCP endpoint ``/mcp``, with the shared secret as a bearer token.
+
+    ``mode="legacy"``: the 2025-era handshake (``initialize``) instead of the 2026 protocol.
+    """
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {GATEWAY_SECRET}"}) as http,
+        Client(streamable_http_client(gateway.url + "/mcp", http_client=http), mode=mode) as client,
+    ):
+        yield client

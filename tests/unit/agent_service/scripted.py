@@ -18,6 +18,7 @@ from agent_service.loop import AgentLoop
 from suite_common.peer_client import HttpxPeerClient
 from suite_common.sse import encode_event
 from suite_common.wire import (
+    CallToolProgress,
     CompletionDone,
     CompletionResponse,
     Message,
@@ -79,13 +80,28 @@ def _sse(reply: CompletionResponse) -> bytes:
 
 
 class Scripted:
-    """Replies to completions in order; runs tools as Python functions."""
+    """Replies to completions in order; runs tools as Python functions.
 
-    def __init__(self, replies: list[CompletionResponse | None], tools: dict[str, Tool] | None = None) -> None:
+    A call-tool asked for ``text/event-stream`` is answered as SSE (contract C2): the tool's
+    ``progress`` events (scripted per tool name), then its ``result``; a tool named in
+    ``stream_errors`` answers one ``error`` event instead.
+    """
+
+    def __init__(
+        self,
+        replies: list[CompletionResponse | None],
+        tools: dict[str, Tool] | None = None,
+        *,
+        progress: dict[str, list[CallToolProgress]] | None = None,
+        stream_errors: dict[str, tuple[str, str]] | None = None,
+    ) -> None:
         self.replies = list(replies)  # None: never answer (a hung LLM)
         self.tools = tools or {}
+        self.progress = progress or {}
+        self.stream_errors = stream_errors or {}
         self.completion_requests: list[dict[str, Any]] = []
         self.tool_calls: list[tuple[str, dict[str, Any]]] = []
+        self.tool_call_accepts: list[str] = []
 
     async def handle(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content) if request.content else {}
@@ -101,12 +117,23 @@ class Scripted:
         if request.url.path == "/mcp/v1/tools/call-tool":
             name, arguments = body["name"], body["arguments"]
             self.tool_calls.append((name, arguments))
+            accept = request.headers.get("accept", "")
+            self.tool_call_accepts.append(accept)
+            streamed = "text/event-stream" in accept
+            if streamed and name in self.stream_errors:
+                code, message = self.stream_errors[name]
+                error = encode_event(json.dumps({"code": code, "message": message}), event="error")
+                return httpx.Response(200, content=error, headers={"content-type": "text/event-stream"})
             try:
                 text, is_error = await self.tools[name](arguments), False
             except RuntimeError as error:
                 text, is_error = str(error), True
             result = {"content": [{"type": "text", "text": text}], "isError": is_error, "server": "s", "durationMs": 1}
-            return httpx.Response(200, json=result)
+            if not streamed:
+                return httpx.Response(200, json=result)
+            events = [encode_event(dump(step), event="progress") for step in self.progress.get(name, [])]
+            events.append(encode_event(json.dumps(result), event="result"))
+            return httpx.Response(200, content=b"".join(events), headers={"content-type": "text/event-stream"})
         return httpx.Response(404, json={"error": {"code": "not_found", "message": request.url.path}})
 
     def loop(self, *, tool_result_max_chars: int = 10_000) -> AgentLoop:

@@ -12,6 +12,7 @@ import pytest
 from agent_service.clients import Deadline
 from agent_service.loop import RunPlan
 from suite_common.wire import (
+    CallToolProgress,
     Message,
     ReasoningBlock,
     RunDone,
@@ -20,6 +21,7 @@ from suite_common.wire import (
     RunReasoning,
     RunText,
     RunToolCall,
+    RunToolProgress,
     RunToolResult,
     ToolCall,
     ToolInfo,
@@ -316,3 +318,55 @@ async def test_our_tools_called_in_the_same_turn_as_a_client_side_tool_are_dropp
     # The caller can only answer its own call: the conversation it continues must not hold ours.
     assert [call.id for call in outcome.appended[-1].tool_calls or []] == ["c2"]
     assert scripted.tool_calls == []
+
+
+STEPS = [
+    CallToolProgress(progress=1, total=2, message="halfway"),
+    CallToolProgress(progress=2, total=2),
+]
+
+
+async def test_a_streamed_run_reports_each_tools_progress_before_its_result() -> None:
+    scripted = Scripted(
+        [call_tools(("c1", "echo", {"q": "a"}), ("c2", "slow", {"q": "b"})), answer("done")],
+        {"echo": echo, "slow": echo},
+        progress={"slow": STEPS},
+    )
+    events = Recorder()
+    await scripted.loop().run(plan("echo", "slow"), events, stream_text=True)
+
+    assert scripted.tool_call_accepts == ["text/event-stream", "text/event-stream"]
+    assert [(e.iteration, e.tool_call_id, e.progress, e.total, e.message) for e in events.of(RunToolProgress)] == [
+        (1, "c2", 1, 2, "halfway"),
+        (1, "c2", 2, 2, None),
+    ]
+    kinds = [(type(e).__name__, getattr(e, "tool_call_id", None)) for e in events.events]
+    slow_events = [kind for kind, call_id in kinds if call_id == "c2"]
+    assert slow_events == ["RunToolProgress", "RunToolProgress", "RunToolResult"]
+    assert events.of(RunToolResult)[1].content == "echo b"
+
+
+async def test_a_non_streamed_run_asks_for_json_tool_answers_and_reports_no_progress() -> None:
+    scripted = Scripted(
+        [call_tools(("c1", "slow", {"q": "b"})), answer("done")], {"slow": echo}, progress={"slow": STEPS}
+    )
+    events = Recorder()
+    outcome = await scripted.loop().run(plan("slow"), events, stream_text=False)
+
+    assert "text/event-stream" not in scripted.tool_call_accepts[0]
+    assert not events.of(RunToolProgress)
+    assert outcome.appended[1].content == "echo b"
+
+
+async def test_an_error_event_of_a_streamed_tool_call_is_an_error_result_for_the_model() -> None:
+    scripted = Scripted(
+        [call_tools(("c1", "gone", {})), answer("sorry")],
+        stream_errors={"gone": ("tool_not_found", 'No MCP server offers a tool named "gone".')},
+    )
+    events = Recorder()
+    outcome = await scripted.loop().run(plan("gone"), events, stream_text=True)
+
+    [result] = events.of(RunToolResult)
+    assert result.is_error is True
+    assert result.content == 'The tool call failed: No MCP server offers a tool named "gone".'
+    assert outcome.finish_reason == "stop"

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     CONNECTION_CLOSED,
@@ -48,7 +49,9 @@ class ScriptedSession:
     name: str = "words"
     calls: list[tuple[str, dict[str, Any], float]] = field(default_factory=list)
 
-    async def call_tool(self, name: str, arguments: dict[str, Any], time_limit: float) -> CallToolResult:
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], time_limit: float, on_progress: ProgressFnT | None = None
+    ) -> CallToolResult:
         self.calls.append((name, arguments, time_limit))
         if isinstance(self.outcome, Exception):
             raise self.outcome

@@ -16,6 +16,7 @@ __all__ = [
     "DEADLINE_HEADER",
     "AgentRunRequest",
     "AgentRunResult",
+    "CallToolProgress",
     "CallToolRequest",
     "CallToolResponse",
     "CompletionDone",
@@ -37,6 +38,7 @@ __all__ = [
     "RunStarted",
     "RunText",
     "RunToolCall",
+    "RunToolProgress",
     "RunToolResult",
     "StreamError",
     "TextDelta",
@@ -255,6 +257,14 @@ class CallToolResponse(WireModel):
     duration_ms: float
 
 
+class CallToolProgress(WireModel):
+    """A ``progress`` event of a ``call-tool`` answered as SSE: the MCP server's ``notifications/progress``."""
+
+    progress: float
+    total: float | None = None
+    message: str | None = None
+
+
 # --- agent-service ---------------------------------------------------------------------------
 
 RunFinishReason = Literal["stop", "max_iterations", "deadline", "cancelled", "tool_calls"]
@@ -306,6 +316,17 @@ class RunToolResult(_RunEventBase):
     duration_ms: float
 
 
+class RunToolProgress(_RunEventBase):
+    """A running tool's progress (streamed runs only), before its ``tool_result``."""
+
+    type: Literal["tool_progress"] = "tool_progress"
+    iteration: int
+    tool_call_id: str
+    progress: float
+    total: float | None = None
+    message: str | None = None
+
+
 class RunText(_RunEventBase):
     type: Literal["text"] = "text"
     iteration: int
@@ -332,7 +353,7 @@ class RunError(_RunEventBase):
 
 
 RunEvent = Annotated[
-    RunStarted | RunToolCall | RunToolResult | RunText | RunReasoning | RunDone | RunError,
+    RunStarted | RunToolCall | RunToolProgress | RunToolResult | RunText | RunReasoning | RunDone | RunError,
     Field(discriminator="type"),
 ]
 

@@ -21,6 +21,7 @@ from suite_common.sse_parser import EventStreamParser
 from suite_common.tracing import trace_headers
 from suite_common.wire import (
     DEADLINE_HEADER,
+    CallToolProgress,
     CallToolRequest,
     CallToolResponse,
     CompletionDone,
@@ -40,12 +41,15 @@ from suite_common.wire import (
     dump,
 )
 
-__all__ = ["CompletionClient", "Deadline", "DeltaSink", "ToolsClient", "UpstreamError"]
+__all__ = ["CompletionClient", "Deadline", "DeltaSink", "ProgressSink", "ToolsClient", "UpstreamError"]
 
 _completion_event = TypeAdapter[CompletionEvent](CompletionEvent)
 
 DeltaSink = Callable[[TextDelta | ReasoningDelta], Awaitable[None]]
 """Where a streamed turn hands each text or reasoning delta as it arrives."""
+
+ProgressSink = Callable[[CallToolProgress], Awaitable[None]]
+"""Where a tool call answered as SSE hands each progress event of the tool."""
 
 
 class Deadline:
@@ -277,26 +281,79 @@ class ToolsClient:
         except httpx.HTTPError as error:
             failure = _transport_error(self.service, error)
             return _error_result(f"The tool call failed: {failure.message}.")
-        if response.status == 401:
-            raise _unauthorized()
         if response.status != 200:
-            return _error_result(_call_failure_text(response))
+            return _failed_call(response)
         try:
             return CallToolResponse.model_validate_json(response.content)
         except ValidationError:
             return _error_result(f"The tool call failed: {self.service} sent a malformed result.")
 
+    async def call_tool_streamed(
+        self, name: str, arguments: dict[str, Any], deadline: Deadline, on_progress: ProgressSink
+    ) -> CallToolResponse:
+        """``call_tool`` answered as SSE: the tool's progress goes to ``on_progress`` as it comes.
 
-def _call_failure_text(response: PeerReply) -> str:
-    """What the model reads when call-tool did not answer with a result: the gateway's words, and
-    for a tool that is unavailable for a while (503 ``tool_unavailable``) when to try it again."""
+        For streamed runs only: the stream costs more than the JSON answer of ``call_tool``.
+        """
+        body = dump(CallToolRequest(name=name, arguments=arguments)).encode()
+        headers = {
+            **self.auth,
+            **deadline.header(),
+            **trace_headers(),
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+        }
+        try:
+            async with self.http.stream("POST", self.call_url, content=body, headers=headers) as stream:
+                if stream.status != 200:
+                    return _failed_call(PeerReply(stream.status, stream.headers, await stream.read()))
+                if not stream.headers.get("content-type", "").startswith("text/event-stream"):
+                    # A gateway from before call-tool spoke SSE answers JSON, as it always did.
+                    return CallToolResponse.model_validate_json(await stream.read())
+                parser = EventStreamParser()
+                async for chunk in stream.chunks():
+                    for event in parser.feed(chunk):
+                        if event.event == "progress":
+                            await on_progress(CallToolProgress.model_validate_json(event.data))
+                        elif event.event in ("result", "error"):
+                            await _read_to_the_end(stream)  # hands the connection back to the pool
+                            return _streamed_answer(event.event, event.data)
+        except httpx.HTTPError as error:
+            failure = _transport_error(self.service, error)
+            return _error_result(f"The tool call failed: {failure.message}.")
+        except (ValidationError, ValueError):
+            return _error_result(f"The tool call failed: {self.service} sent a malformed result.")
+        return _error_result(f"The tool call failed: {self.service} ended the stream without a result.")
+
+
+def _failed_call(response: PeerReply) -> CallToolResponse:
+    """A ``call-tool`` answered with an HTTP error: an error result saying why; a rejected secret raises."""
+    if response.status == 401:
+        raise _unauthorized()
     try:
         error = json.loads(response.content)["error"]
-        message = str(error["message"])
+        return _error_result(_failure_text(error))
     except (ValueError, KeyError, TypeError):
-        return f"The tool call failed: HTTP {response.status}"
-    retry_after = error.get("retryAfterSeconds") if isinstance(error, dict) else None
-    if response.status == 503 and error.get("code") == "tool_unavailable" and isinstance(retry_after, int | float):
+        return _error_result(f"The tool call failed: HTTP {response.status}")
+
+
+def _streamed_answer(event: str, data: str) -> CallToolResponse:
+    """The last event of a streamed ``call-tool``: its ``result``, or an ``error`` {code, message}."""
+    if event == "result":
+        return CallToolResponse.model_validate_json(data)
+    try:
+        return _error_result(_failure_text(json.loads(data)))
+    except (KeyError, TypeError):
+        raise ValueError("an error event without a message") from None
+
+
+def _failure_text(error: dict[str, Any]) -> str:
+    """What the model reads when call-tool did not answer with a result (``error`` is the gateway's
+    ``{code, message}``, as a JSON error body or an SSE ``error`` event): the gateway's words, and for a
+    tool that is unavailable for a while (``tool_unavailable``) when to try it again."""
+    message = str(error["message"])
+    retry_after = error.get("retryAfterSeconds")
+    if error.get("code") == "tool_unavailable" and isinstance(retry_after, int | float):
         return f"The tool call failed: {message} It may work again in about {retry_after:g} s."
     return f"The tool call failed: {message}"
 

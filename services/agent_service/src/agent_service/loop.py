@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 import anyio
 import structlog
 
-from agent_service.clients import CompletionClient, Deadline, ToolsClient, UpstreamError
+from agent_service.clients import CompletionClient, Deadline, ProgressSink, ToolsClient, UpstreamError
 from agent_service.results import render_tool_result
 from agent_service.telemetry import RunTelemetry
 from suite_common.logging import get_logger
 from suite_common.wire import (
+    CallToolProgress,
     CompletionRequest,
     Message,
     ReasoningDelta,
@@ -29,6 +30,7 @@ from suite_common.wire import (
     RunReasoning,
     RunText,
     RunToolCall,
+    RunToolProgress,
     RunToolResult,
     TextDelta,
     ToolCall,
@@ -232,12 +234,14 @@ class AgentLoop:
         allowed = {tool.name for tool in plan.tools}
         failures: list[UpstreamError] = []
         if len(calls) == 1:  # the common case: no task group to pay for
-            await self._call_tool(plan, 0, calls[0], allowed, emit, state, failures, None)
+            await self._call_tool(plan, 0, calls[0], allowed, emit, state, failures, None, stream_text)
         else:
             async with anyio.create_task_group() as tg:
                 scope = tg.cancel_scope
                 for position, call in enumerate(calls):
-                    tg.start_soon(self._call_tool, plan, position, call, allowed, emit, state, failures, scope)
+                    tg.start_soon(
+                        self._call_tool, plan, position, call, allowed, emit, state, failures, scope, stream_text
+                    )
         if failures:
             # The tool service itself failed (not a tool): the run cannot go on.
             raise failures[0]
@@ -255,8 +259,10 @@ class AgentLoop:
         state: _RunState,
         failures: list[UpstreamError],
         siblings: anyio.CancelScope | None,
+        streamed: bool,
     ) -> None:
-        """``siblings``: the scope of the round's other calls, when there are any."""
+        """``siblings``: the scope of the round's other calls, when there are any. ``streamed``: the run
+        is streamed, so the tool's progress is reported as ``tool_progress`` events."""
         iteration = state.iterations
         started = time.perf_counter()
         server, status = "-", "refused"
@@ -278,7 +284,12 @@ class AgentLoop:
                 )
             else:
                 try:
-                    result = await self.tools.call_tool(call.name, call.arguments, plan.deadline)
+                    if streamed:
+                        result = await self.tools.call_tool_streamed(
+                            call.name, call.arguments, plan.deadline, _progress_reporter(plan, iteration, call, emit)
+                        )
+                    else:  # the cheaper JSON answer: nobody would see the progress
+                        result = await self.tools.call_tool(call.name, call.arguments, plan.deadline)
                 except UpstreamError as error:
                     failures.append(error)
                     if siblings is not None:
@@ -321,3 +332,19 @@ class AgentLoop:
             seconds=seconds,
         )
         return seconds
+
+
+def _progress_reporter(plan: RunPlan, iteration: int, call: ToolCall, emit: Emit) -> ProgressSink:
+    async def report(progress: CallToolProgress) -> None:
+        await emit(
+            RunToolProgress(
+                run_id=plan.run_id,
+                iteration=iteration,
+                tool_call_id=call.id,
+                progress=progress.progress,
+                total=progress.total,
+                message=progress.message,
+            )
+        )
+
+    return report

@@ -15,11 +15,14 @@ state; why a server failed is on the protected ``/mcp/v1/servers``.
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 from opentelemetry.sdk.trace import TracerProvider
@@ -32,7 +35,9 @@ from starlette.routing import BaseRoute, Route
 from mcp_client_service.breaker import BreakerPolicy
 from mcp_client_service.config import ConfigError, ServersFile, load_servers_config
 from mcp_client_service.connections import Backoff, ConnectionOptions
+from mcp_client_service.features import FeatureRouter
 from mcp_client_service.mcp_face import MCP_FACE_PATH, McpFace
+from mcp_client_service.progress import ProgressRelay
 from mcp_client_service.registry import ServerRegistry
 from mcp_client_service.router import ToolNotFoundError, ToolRouter, ToolUnavailableError
 from mcp_client_service.settings import MCPClientSettings
@@ -45,7 +50,8 @@ from suite_common.health import health_routes
 from suite_common.http import ModelResponse, cancel_on_disconnect, read_model
 from suite_common.logging import get_logger
 from suite_common.observability import Observability
-from suite_common.wire import CallToolRequest
+from suite_common.sse import Emit, EventStreamResponse, encode_event
+from suite_common.wire import CallToolProgress, CallToolRequest, dump
 
 __all__ = ["connection_options", "create_app"]
 
@@ -86,10 +92,48 @@ async def reload_servers(request: Request) -> Response:
     return ModelResponse(await services.registry.reload(servers))
 
 
-async def call_tool_route(request: Request) -> Response:
+def _tool_not_found(error: ToolNotFoundError) -> ApiError:
+    return ApiError(404, "tool_not_found", f"{error} GET {PROTECTED_PREFIX}/tools/list-tools lists them.")
+
+
+def _wants_event_stream(request: Request) -> bool:
+    return "text/event-stream" in request.headers.get("accept", "")
+
+
+async def _stream_call(router: ToolRouter, body: CallToolRequest, caller_budget: float, send: Emit) -> None:
+    """``call-tool`` as SSE: the server's progress as ``progress`` events, then one ``result`` or ``error``.
+
+    ``EventStreamResponse`` cancels this when the caller goes away, which cancels the call.
+    """
+
+    async def forward(progress: float, total: float | None, message: str | None) -> None:
+        event = CallToolProgress(progress=progress, total=total, message=message)
+        await send(encode_event(dump(event), event="progress"))
+
+    relay = ProgressRelay(forward)
+    try:
+        response = await router.call(
+            body.name, body.arguments, caller_budget=caller_budget, raise_unavailable=True, on_progress=relay
+        )
+    except ToolUnavailableError as unavailable:
+        await relay.close()
+        await send(encode_event(json.dumps(_unavailable_body(unavailable)), event="error"))
+        return
+    except (ToolNotFoundError, ApiError) as raised:
+        error = _tool_not_found(raised) if isinstance(raised, ToolNotFoundError) else raised
+        await relay.close()
+        await send(encode_event(json.dumps({"code": error.code, "message": error.message}), event="error"))
+        return
+    await relay.close()
+    await send(encode_event(dump(response), event="result"))
+
+
+async def call_tool_route(request: Request) -> Response | EventStreamResponse:
     services = _services(request)
     body = await read_model(request, CallToolRequest)
     caller_budget = time_budget(request.headers, math.inf)
+    if _wants_event_stream(request):
+        return EventStreamResponse(functools.partial(_stream_call, services.router, body, caller_budget))
     # A caller that goes away (agent-service cancelling a run, a deadline) cancels the call: the
     # SDK then sends the server `notifications/cancelled` (or, over streamable HTTP at protocol
     # 2026, aborts the request's POST), so the tool stops instead of running to the call timeout.
@@ -99,9 +143,13 @@ async def call_tool_route(request: Request) -> Response:
             services.router.call(body.name, body.arguments, caller_budget=caller_budget, raise_unavailable=True),
         )
     except ToolNotFoundError as error:
-        raise ApiError(404, "tool_not_found", f"{error} GET {PROTECTED_PREFIX}/tools/list-tools lists them.") from None
+        raise _tool_not_found(error) from None
     except ToolUnavailableError as error:
-        return _unavailable_response(error)
+        return JSONResponse(
+            {"error": _unavailable_body(error)},
+            status_code=503,
+            headers={"Retry-After": str(_retry_after_seconds(error))},
+        )
     if not answered or response is None:
         _log.info("mcp_tool_call_abandoned", tool=body.name, reason="the caller disconnected")
         return Response(status_code=499)  # nobody reads this
@@ -112,12 +160,15 @@ _RETRY_UNKNOWN_SECONDS = 1
 """``Retry-After`` for a tool whose server is reconnecting right now: soon, but not at once."""
 
 
-def _unavailable_response(error: ToolUnavailableError) -> Response:
-    """503 ``tool_unavailable``: the tool exists, its server cannot take calls for a while."""
+def _retry_after_seconds(error: ToolUnavailableError) -> int:
     retry_after = error.retry_after
-    seconds = _RETRY_UNKNOWN_SECONDS if retry_after is None else max(1, math.ceil(retry_after))
-    body = {"error": {"code": "tool_unavailable", "message": error.message, "retryAfterSeconds": seconds}}
-    return JSONResponse(body, status_code=503, headers={"Retry-After": str(seconds)})
+    return _RETRY_UNKNOWN_SECONDS if retry_after is None else max(1, math.ceil(retry_after))
+
+
+def _unavailable_body(error: ToolUnavailableError) -> dict[str, Any]:
+    """``tool_unavailable``: the tool exists, its server cannot take calls for a while (503 in JSON,
+    an ``error`` event over SSE)."""
+    return {"code": "tool_unavailable", "message": error.message, "retryAfterSeconds": _retry_after_seconds(error)}
 
 
 def connection_options(settings: MCPClientSettings, environ: Mapping[str, str]) -> ConnectionOptions:
@@ -181,7 +232,13 @@ def create_app(
         tracer=observability.tracer,
     )
     # Every tool through one MCP endpoint too, for any MCP client; it checks the secret itself.
-    face = McpFace(router, secret=secret, secret_header=settings.secret_header)
+    features = FeatureRouter(
+        registry,
+        collision=settings.tool_name_collision,
+        list_timeout=settings.list_timeout_seconds,
+        time_limit=router.time_limit,
+    )
+    face = McpFace(router, secret=secret, secret_header=settings.secret_header, features=features)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[dict[str, _Services]]:

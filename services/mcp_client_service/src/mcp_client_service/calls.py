@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from jsonschema import ValidationError as SchemaViolation
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_REQUEST, CallToolResult
 from pydantic import ValidationError
@@ -82,7 +83,9 @@ class ToolSession(Protocol):
 
     name: str
 
-    async def call_tool(self, name: str, arguments: dict[str, Any], time_limit: float) -> CallToolResult: ...
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], time_limit: float, on_progress: ProgressFnT | None = None
+    ) -> CallToolResult: ...
 
     def redact(self, text: str) -> str: ...
 
@@ -208,11 +211,13 @@ async def call_routed_tool(
     validators: SchemaValidators,
     on_finished: Callable[[CallRecord], None] = _ignore,
     callers_deadline: bool = False,
+    on_progress: ProgressFnT | None = None,
 ) -> CallToolResponse:
     """One call of ``tool`` on ``session``: checked, bounded by ``time_limit`` seconds, never raising.
 
     ``callers_deadline``: the limit is the caller's deadline, shorter than the server's own, so
-    running past it says nothing of the server.
+    running past it says nothing of the server. ``on_progress`` gets the server's progress
+    notifications for the call (the call then carries a progress token).
     """
     started = time.perf_counter()
     server = tool.server
@@ -237,7 +242,7 @@ async def call_routed_tool(
         )
         return finish("invalid_arguments", error_result(text, server=server, duration_ms=elapsed_ms()))
     try:
-        result = await session.call_tool(tool.server_tool_name, arguments, time_limit)
+        result = await session.call_tool(tool.server_tool_name, arguments, time_limit, on_progress)
     except Exception as error:
         outcome, text = _describe_failure(
             error, tool=tool.name, server=server, time_limit=time_limit, callers_deadline=callers_deadline

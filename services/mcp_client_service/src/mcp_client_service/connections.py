@@ -23,21 +23,23 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import anyio
 from mcp import Client
 from mcp.client.session import IncomingMessage
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INVALID_REQUEST,
     CallToolResult,
     Implementation,
     RequestParamsMeta,
+    ServerCapabilities,
     Tool,
     ToolListChangedNotification,
 )
@@ -86,6 +88,8 @@ __all__ = [
 _log = get_logger("mcp_client_service.connections")
 
 ServerState = Literal["connecting", "ready", "degraded", "failed"]
+
+T = TypeVar("T")
 
 _CLIENT_INFO = Implementation(name="mcp-client-service", version="0.1.0")
 
@@ -591,8 +595,13 @@ class ServerConnection:
 
     # --- calls ---------------------------------------------------------------------------------
 
-    async def call_tool(self, name: str, arguments: dict[str, Any], time_limit: float) -> CallToolResult:
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], time_limit: float, on_progress: ProgressFnT | None = None
+    ) -> CallToolResult:
         """One ``tools/call`` (``name`` as the server knows it) on the open session, bounded by ``time_limit`` s.
+
+        With ``on_progress`` the request carries a progress token, and the server's
+        ``notifications/progress`` for it are handed over as they arrive.
 
         Raises ``ServerUnavailableError`` without a session (``CircuitOpenError`` while the circuit
         is open), ``TimeoutError`` past the time limit and ``mcp.shared.exceptions.MCPError`` for
@@ -614,7 +623,9 @@ class ServerConnection:
                 if context := trace_headers():
                     meta = RequestParamsMeta()
                     meta.update(context)  # type: ignore[typeddict-item]  # traceparent: an extra item, as the type allows
-                return await client.call_tool(name, arguments, read_timeout_seconds=time_limit, meta=meta)
+                return await client.call_tool(
+                    name, arguments, read_timeout_seconds=time_limit, progress_callback=on_progress, meta=meta
+                )
         except MCPError as error:
             # An answer dropped for its size fails this call only: the session is fine.
             if _session_is_gone(error) and not is_oversized_answer(error.message):
@@ -623,9 +634,35 @@ class ServerConnection:
                     self._end_session(f"the session was lost during a call: {error.message}")
             raise
         finally:
-            self._in_flight -= 1
-            if self._in_flight == 0 and self._idle is not None:
-                self._idle.set()
+            self._request_done()
+
+    async def request(self, send: Callable[[Client], Awaitable[T]], time_limit: float) -> T:
+        """A request other than ``tools/call`` (resources, prompts) on the open session, bounded by ``time_limit`` s.
+
+        Raises ``ServerUnavailableError`` without a session, ``TimeoutError`` past the limit, and
+        what the SDK raises (``MCPError`` for an error answer). In flight like a call: a probe
+        that goes unanswered meanwhile does not end the session, a reload waits for it.
+        """
+        client = self._client
+        if client is None:
+            raise ServerUnavailableError(self.refuse_reason() or f'the MCP server "{self.name}" has no session')
+        self._in_flight += 1
+        try:
+            with anyio.fail_after(time_limit):
+                return await send(client)
+        finally:
+            self._request_done()
+
+    def _request_done(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0 and self._idle is not None:
+            self._idle.set()
+
+    @property
+    def capabilities(self) -> ServerCapabilities | None:
+        """What the server said it offers when its session opened; ``None`` without a session."""
+        client = self._client
+        return client.server_capabilities if client is not None else None
 
     async def wait_idle(self) -> None:
         """Return once no call is in flight on this server (bound it with a timeout)."""

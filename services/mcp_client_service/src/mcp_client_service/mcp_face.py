@@ -7,6 +7,12 @@ time out (a request's ``X-Deadline-Ms`` header shortens the limit) and fail into
 the same way. A name no server offers is the JSON-RPC error -32602, as the spec asks for an
 unknown tool (the REST API's 404).
 
+A ``tools/call`` that carries a ``progressToken`` gets the upstream server's progress
+notifications for the call, under the client's token (``progress.ProgressRelay``: none after the
+result). Resources and prompts of every server are served as well (``features``: by URI and by
+name, in config order); ``initialize`` declares ``resources`` and ``prompts`` only while a serving
+server has them.
+
 It is stateless: every request stands alone, so any replica can answer and no session has to
 be kept or expired; a client learns of a changed catalog by listing again. It requires the
 service's shared secret, as ``Authorization: Bearer <secret>`` (what MCP clients are configured
@@ -25,18 +31,30 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp_types import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     CallToolRequestParams,
     CallToolResult,
+    GetPromptRequestParams,
+    GetPromptResult,
+    ListPromptsResult,
+    ListResourcesResult,
+    ListResourceTemplatesResult,
     ListToolsResult,
     PaginatedRequestParams,
+    ReadResourceRequestParams,
+    ReadResourceResult,
+    ResourcesCapability,
+    ServerCapabilities,
 )
 from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
 from mcp_client_service.calls import RoutedTool
+from mcp_client_service.features import FeatureRouter
+from mcp_client_service.progress import ProgressRelay
 from mcp_client_service.router import ToolNotFoundError, ToolRouter
 from suite_common.auth import secrets_match
 from suite_common.deadline import time_budget
@@ -96,24 +114,63 @@ def _caller_budget(ctx: ServerRequestContext[Any]) -> float:
         raise MCPError(INVALID_REQUEST, error.message) from None
 
 
+class _GatewayServer(Server[Any]):
+    """The SDK's server, declaring resources and prompts only while an upstream server has them."""
+
+    def __init__(self, features: FeatureRouter | None, **kwargs: Any) -> None:
+        super().__init__("mcp-client-service", **kwargs)
+        self._features = features
+
+    def get_capabilities(self, *args: Any, **kwargs: Any) -> ServerCapabilities:
+        capabilities = super().get_capabilities(*args, **kwargs)
+        features = self._features
+        if features is None:
+            return capabilities
+        absent = {feature: None for feature in ("resources", "prompts") if not features.offers(feature)}
+        if isinstance(capabilities.resources, ResourcesCapability):
+            # Clients cannot subscribe through the gateway: it relays no resource updates.
+            capabilities.resources.subscribe = False
+        return capabilities.model_copy(update=absent) if absent else capabilities
+
+
 class McpFace:
-    """An ASGI app serving the router's catalog as an MCP server (stateless streamable HTTP)."""
+    """An ASGI app serving the router's catalog as an MCP server (stateless streamable HTTP).
+
+    With ``features`` it serves the servers' resources and prompts too.
+    """
 
     def __init__(
-        self, router: ToolRouter, *, secret: str, secret_header: str, allowed_hosts: Sequence[str] = ()
+        self,
+        router: ToolRouter,
+        *,
+        secret: str,
+        secret_header: str,
+        allowed_hosts: Sequence[str] = (),
+        features: FeatureRouter | None = None,
     ) -> None:
         if not secret:
             raise ValueError("a shared secret is required")
         self._router = router
+        self._features = features
         self._secret = secret
         self._secret_header = secret_header
-        self.server: Server[Any] = Server(
-            "mcp-client-service",
+        handlers: dict[str, Any] = {}
+        if features is not None:
+            handlers = {
+                "on_list_resources": self._list_resources,
+                "on_list_resource_templates": self._list_resource_templates,
+                "on_read_resource": self._read_resource,
+                "on_list_prompts": self._list_prompts,
+                "on_get_prompt": self._get_prompt,
+            }
+        self.server: Server[Any] = _GatewayServer(
+            features,
             version="0.1.0",
             instructions=_INSTRUCTIONS,
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             get_tool_input_schema=self._input_schema,
+            **handlers,
         )
         self.session_manager = StreamableHTTPSessionManager(
             app=self.server, stateless=True, security_settings=transport_security(allowed_hosts)
@@ -134,11 +191,45 @@ class McpFace:
 
     async def _call_tool(self, ctx: ServerRequestContext[Any], params: CallToolRequestParams) -> CallToolResult:
         budget = _caller_budget(ctx)
+        # Progress is asked of the upstream server only for a client that asked for it.
+        relay = (
+            ProgressRelay(ctx.session.report_progress) if progress_token_from_params(ctx.params) is not None else None
+        )
         try:
-            response = await self._router.call(params.name, dict(params.arguments or {}), caller_budget=budget)
+            response = await self._router.call(
+                params.name, dict(params.arguments or {}), caller_budget=budget, on_progress=relay
+            )
         except ToolNotFoundError as error:
             raise MCPError(INVALID_PARAMS, f"{error} tools/list lists them.") from None
+        finally:
+            if relay is not None:
+                await relay.close()
         return to_call_tool_result(response, self._router.find(params.name))
+
+    def _feature_router(self) -> FeatureRouter:
+        assert self._features is not None, "resources and prompts are served only with a FeatureRouter"
+        return self._features
+
+    async def _list_resources(
+        self, _: ServerRequestContext[Any], __: PaginatedRequestParams | None
+    ) -> ListResourcesResult:
+        return ListResourcesResult(resources=await self._feature_router().list_resources())
+
+    async def _list_resource_templates(
+        self, _: ServerRequestContext[Any], __: PaginatedRequestParams | None
+    ) -> ListResourceTemplatesResult:
+        return ListResourceTemplatesResult(resource_templates=await self._feature_router().list_resource_templates())
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext[Any], params: ReadResourceRequestParams
+    ) -> ReadResourceResult:
+        return await self._feature_router().read_resource(str(params.uri), caller_budget=_caller_budget(ctx))
+
+    async def _list_prompts(self, _: ServerRequestContext[Any], __: PaginatedRequestParams | None) -> ListPromptsResult:
+        return ListPromptsResult(prompts=await self._feature_router().list_prompts())
+
+    async def _get_prompt(self, ctx: ServerRequestContext[Any], params: GetPromptRequestParams) -> GetPromptResult:
+        return await self._feature_router().get_prompt(params.name, params.arguments, caller_budget=_caller_budget(ctx))
 
     def _authorized(self, scope: Scope) -> bool:
         headers = Headers(scope=scope)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mcp.shared.dispatcher import ProgressFnT
 from mcp_types import Tool
 from opentelemetry import trace
 from opentelemetry.trace import Tracer
@@ -125,21 +126,28 @@ class ToolRouter:
         *,
         caller_budget: float = math.inf,
         raise_unavailable: bool = False,
+        on_progress: ProgressFnT | None = None,
     ) -> CallToolResponse:
         """Call the tool listed as ``name``; ``ToolNotFoundError`` if no server offers it.
 
         ``caller_budget`` is the seconds the caller has left (its ``X-Deadline-Ms``). A tool whose
         server cannot take calls now gets an error result saying why, or with ``raise_unavailable``
         raises ``ToolUnavailableError`` (the REST API answers 503 with ``Retry-After``).
+        ``on_progress`` gets the server's progress notifications for the call.
         """
         with self._tracer.start_as_current_span("mcp_tool_call", attributes={"tool.name": name}) as span:
-            response = await self._call(name, arguments, caller_budget, raise_unavailable)
+            response = await self._call(name, arguments, caller_budget, raise_unavailable, on_progress)
             span.set_attribute("tool.server", response.server)
             span.set_attribute("tool.is_error", response.is_error)
             return response
 
     async def _call(
-        self, name: str, arguments: dict[str, Any], caller_budget: float, raise_unavailable: bool
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        caller_budget: float,
+        raise_unavailable: bool,
+        on_progress: ProgressFnT | None,
     ) -> CallToolResponse:
         tool = self.find(name)
         if tool is None:
@@ -174,4 +182,5 @@ class ToolRouter:
             max_chars=self.max_chars,
             validators=self.validators,
             on_finished=self._record,
+            on_progress=on_progress,
         )

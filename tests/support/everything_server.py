@@ -1,0 +1,45 @@
+"""The MCP reference server ``@modelcontextprotocol/server-everything`` (npm), a server nobody here wrote.
+
+It has a long-running tool that reports progress (``trigger-long-running-operation``), tools
+that answer with ``resource_link`` blocks (``get-resource-links``), resources, resource
+templates and prompts. Its version is pinned in ``node_servers/package-lock.json``; ``make
+venv`` installs it, and so does the first test that needs it when it is missing (``npm ci``,
+from the registry). Without node the tests that need it are skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+__all__ = ["EVERYTHING_DIR", "everything_stdio_server"]
+
+EVERYTHING_DIR = Path(__file__).with_name("node_servers")
+_ENTRY = EVERYTHING_DIR / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+
+_INSTALL_SECONDS = 300
+
+
+def _installed_entry() -> Path:
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are not installed: @modelcontextprotocol/server-everything cannot run")
+    if not _ENTRY.exists():
+        subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=EVERYTHING_DIR,
+            check=True,
+            timeout=_INSTALL_SECONDS,
+        )
+    return _ENTRY
+
+
+def everything_stdio_server(**options: Any) -> dict[str, Any]:
+    """A ``mcpServers`` entry running server-everything over stdio under node."""
+    node = shutil.which("node")
+    entry = _installed_entry()
+    return {"command": node, "args": [str(entry), "stdio"], **options}
