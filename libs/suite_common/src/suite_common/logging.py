@@ -1,9 +1,10 @@
 """structlog set up once per process: JSON lines in production, readable lines on a laptop.
 
 Services log to stdout (the container's log stream). MCP tool servers log to stderr, because over
-stdio their stdout carries the protocol. Every line written inside a span carries its ``trace_id``
-and ``span_id``; every line written while a run is known carries its ``run_id``, in the service
-that runs it and in those it calls (``X-Run-Id``, see ``LogContextMiddleware``).
+stdio their stdout carries the protocol (over HTTP too: the same whatever the transport). Every line
+written inside a span carries its ``trace_id`` and ``span_id``; every line written while a run is
+known carries its ``run_id``, in the service that runs it and in those it calls (``X-Run-Id``, see
+``LogContextMiddleware``).
 """
 
 from __future__ import annotations

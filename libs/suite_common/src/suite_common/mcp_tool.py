@@ -5,7 +5,7 @@ Every MCP tool of the suite starts, logs and fails the same way through ``run_to
 - settings come from the tool's environment variables, with ``--host`` and ``--port`` on top;
   invalid settings end the process with one line per bad variable instead of a traceback;
 - logs go to stderr in the suite's format, so over stdio stdout carries the protocol and nothing else
-  (over streamable HTTP, to stdout like every service's);
+  (and over streamable HTTP too: a tool logs the same way whatever its transport);
 - with ``<PREFIX>OTLP_ENDPOINT`` set, the SDK's span of each MCP request (``tools/call <name>``) is
   exported there, child of the caller's span when the request's ``_meta`` carries a ``traceparent``
   (mcp-client-service sends one), so a tool call is part of the caller's trace;
@@ -91,7 +91,8 @@ def run_tool_server(
             server.run("stdio")
         else:
             # host: the SDK derives its DNS-rebinding protection (allowed Host headers) from it.
-            serve(server.streamable_http_app(streamable_http_path=MCP_PATH, host=settings.host), settings)
+            app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=settings.host)
+            serve(app, settings, log_stream=sys.stderr)
     finally:
         if tracer_provider is not None:
             tracer_provider.shutdown()  # flushes the spans still in the batch
