@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -15,7 +16,10 @@ from pydantic import SecretStr
 
 from completion_service.app import create_app
 from completion_service.settings import CompletionSettings
-from support.fake_openai import ScriptedOpenAI, error, text
+from suite_common.tracing import create_tracer_provider
+from suite_common.wire import DEADLINE_HEADER
+from support.fake_openai import ScriptedOpenAI, error, text, text_then_hang
+from support.otlp_receiver import otlp_receiver
 from support.servers import serve_app
 
 pytestmark = pytest.mark.anyio
@@ -200,3 +204,30 @@ async def test_the_configured_models_keep_their_label_after_callers_used_up_the_
             metrics = await scrape(http)
     assert metrics.value("llm_calls_total", model="house-model", outcome="ok") == 1
     assert metrics.value("llm_calls_total", model="other", outcome="ok") == 1
+
+
+async def test_a_stream_that_fails_after_its_200_marks_its_request_and_provider_call_spans_as_errors() -> None:
+    llm = ScriptedOpenAI([text_then_hang("Half an answer")])
+    async with otlp_receiver() as receiver, serve_app(llm.app) as llm_url:
+        provider = create_tracer_provider("completion-service", receiver.url)
+        settings = CompletionSettings(openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"))
+        async with (
+            serve_app(create_app(settings, tracer_provider=provider)) as url,
+            httpx.AsyncClient(base_url=url, timeout=10) as http,
+        ):
+            body = {"model": "gpt-4o", "messages": USER, "stream": True}
+            # The model stalls mid-answer: the caller's deadline ends the stream after its 200 went out.
+            async with http.stream("POST", "/api/v1/completions", json=body, headers={DEADLINE_HEADER: "1500"}) as sent:
+                assert sent.status_code == 200
+                events = [json.loads(line[6:]) async for line in sent.aiter_lines() if line.startswith("data: ")]
+            metrics = await scrape(http)
+        assert provider is not None
+        with anyio.fail_after(10):
+            await anyio.to_thread.run_sync(provider.shutdown)
+    assert (events[0]["type"], events[-1]["type"]) == ("text", "error")
+    code = events[-1]["code"]
+    request = receiver.only("POST /api/v1/completions")
+    assert (request.status, request.attributes["error.type"]) == ("ERROR", code)
+    provider_call = receiver.only("provider_call")
+    assert (provider_call.status, provider_call.attributes["llm.outcome"]) == ("ERROR", code)
+    assert metrics.value("llm_call_duration_seconds_count", model="gpt-4o", outcome=code) == 1
