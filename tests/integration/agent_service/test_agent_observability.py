@@ -496,5 +496,7 @@ async def test_one_run_can_be_followed_in_the_logs_of_all_three_services_by_run_
     # agent-service, completion-service (its retry of the provider) and mcp-client-service (the tool call).
     for event in ("audit_tool_call", "run_finished", "provider_error", "provider_retry", "mcp_tool_call"):
         assert (by_event[event].get("run_id"), by_event[event].get("trace_id")) == (run_id, trace_id), by_event[event]
+    # The callees' server spans carry the run too: a trace can be found from the run id in any service.
+    assert {span.attributes.get("agent.run_id") for span in receiver.named("POST /api/v1/completions")} == {run_id}
     # Every line written while serving the run, in any of the three, carries both.
     assert not [entry for entry in logs if entry.get("trace_id") != trace_id or entry.get("run_id") != run_id]

@@ -114,5 +114,8 @@ class LogContextMiddleware:
         if not context:
             await self.app(scope, receive, send)
             return
+        if "run_id" in context:
+            # The request's server span too (current here when tracing is on): traces are searchable by run.
+            trace.get_current_span().set_attribute("agent.run_id", context["run_id"])
         with structlog.contextvars.bound_contextvars(**context):
             await self.app(scope, receive, send)
