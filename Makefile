@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := $(wildcard libs/*/pyproject.toml services/*/pyproject.toml tools/*/pyproject.toml)
 
-.PHONY: run test lint typecheck unit integration e2e bench venv clean
+.PHONY: run test lint typecheck rules unit integration e2e bench venv clean
 
 venv: $(STAMP)
 
@@ -24,8 +24,22 @@ $(STAMP): requirements-dev.txt $(PACKAGES) tests/support/node_servers/package-lo
 run: $(STAMP)
 	$(BIN)/python deploy/local/run_suite.py
 
-test: lint typecheck
+test: lint typecheck rules
 	$(BIN)/python -m pytest
+
+# The Prometheus config and alert rules of deploy/observability, checked and unit-tested against recorded
+# samples by promtool. CI machines start bare: promtool comes from the Debian package `prometheus`,
+# installed when missing.
+PROMTOOL ?= promtool
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+rules:
+	@command -v $(PROMTOOL) >/dev/null 2>&1 || { \
+		echo "promtool is missing: installing the Debian package prometheus"; \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	$(PROMTOOL) check config deploy/observability/prometheus.yml
+	$(PROMTOOL) test rules deploy/observability/alerts_test.yml
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

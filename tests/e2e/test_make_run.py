@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,6 +46,8 @@ def suite() -> Iterator[str]:
         else:
             pytest.fail("make run ended before it was ready:\n" + "".join(banner))
         assert "curl -N http://127.0.0.1:{}/api/v1/agent/run".format(ports["AGENT_PORT"]) in "".join(banner)
+        # The services log to stdout, this pipe: keep reading it, or a full pipe would block them.
+        threading.Thread(target=collections.deque, args=(process.stdout, 0), daemon=True).start()
         yield f"http://127.0.0.1:{ports['AGENT_PORT']}"
     finally:
         os.killpg(process.pid, signal.SIGINT)

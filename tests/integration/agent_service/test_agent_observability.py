@@ -29,9 +29,12 @@ from agent_service.app import create_app as create_agent_app
 from agent_service.settings import AgentSettings
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
+from suite_common.logging import add_trace_context
+from suite_common.tracing import create_tracer_provider
 from support.fake_openai import ScriptedOpenAI, error, text, tool_calls
 from support.mcp_gateway import GATEWAY_SECRET, Gateway, echo_stdio_server, running_gateway
-from support.servers import serve_app
+from support.otlp_receiver import OtlpReceiver, otlp_receiver
+from support.servers import free_port, serve_app
 
 pytestmark = pytest.mark.anyio
 
@@ -156,7 +159,7 @@ async def test_a_run_with_a_retried_llm_call_and_a_tool_call_shows_in_both_servi
     assert during.value("agent_runs_in_flight") == 1
     assert agent.value("agent_runs_in_flight") == 0
     assert agent.value("agent_runs_total", outcome="stop") == 1
-    assert agent.label_sets("agent_runs_total") == [{"outcome": "stop"}]
+    assert agent.label_sets("agent_runs_total") == [{"outcome": "stop", "result": "ok"}]
     assert (agent.value("agent_run_rounds_count"), agent.value("agent_run_rounds_sum")) == (1, 2)
     assert agent.value("agent_tool_calls_total", server="local", tool="gate", status="ok") == 1
     assert agent.value("agent_tool_call_duration_seconds_count", server="local", tool="gate") == 1
@@ -328,3 +331,172 @@ async def test_a_run_stopped_by_its_budget_writes_an_audit_line_and_its_log_line
     assert "round" not in finished  # bound per round only, and this line is written after the last one
     rounds = [(entry["round"], entry["tool_call_id"]) for entry in logs if entry["event"] == "audit_tool_call"]
     assert rounds == [(1, "call_1"), (2, "call_2")]
+
+
+# --- what an operator needs on top: failures visible, series bounded, refusals counted, one run everywhere --
+
+
+@asynccontextmanager
+async def traced_stack(
+    llm: ScriptedOpenAI, gateway: Gateway, receiver: OtlpReceiver, **options: Any
+) -> AsyncIterator[Stack]:
+    """The stack exporting its spans over OTLP to ``receiver``, as to a production collector; all spans have
+    arrived when it closes."""
+    provider = create_tracer_provider("loopsuite", receiver.url)
+    assert provider is not None
+    try:
+        async with stack(llm, gateway, tracer_provider=provider, **options) as services:
+            yield services
+    finally:
+        with anyio.fail_after(10):
+            await anyio.to_thread.run_sync(provider.shutdown)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_run_that_fails_marks_its_spans_as_errors_and_counts_as_an_error(
+    gateway: Gateway, stream: bool
+) -> None:
+    llm = ScriptedOpenAI([tool_calls(("call_1", "echo", {"text": "fine"})), error(401)])
+    async with otlp_receiver() as receiver, traced_stack(llm, gateway, receiver) as services:
+        body = run_body("Echo, then fail.", tools=["echo"], stream=stream)
+        if stream:
+            events = await run(services.agent, body)
+            assert (events[-1]["type"], events[-1]["code"]) == ("error", "auth_failed")
+        else:
+            response = await services.agent.post("/api/v1/agent/run", json=body)
+            assert (response.status_code, response.json()["error"]["code"]) == (502, "auth_failed")
+        agent = await scrape(services.agent)
+        completion = await scrape(services.completion)
+
+    agent_run = receiver.only("agent_run")
+    assert agent_run.status == "ERROR"
+    assert agent_run.attributes["agent.outcome"] == "auth_failed"
+    assert agent_run.attributes["agent.finish_reason"] == "error"
+    assert agent_run.attributes["error.type"] == "auth_failed"
+    # The request's own span too: streamed, its 200 went out long before the run failed.
+    request = receiver.only("POST /api/v1/agent/run")
+    assert (request.status, request.attributes["error.type"]) == ("ERROR", "auth_failed")
+    # Each provider call says how it went, streamed or not.
+    assert [span.attributes["llm.outcome"] for span in receiver.named("provider_call")] == ["ok", "auth_failed"]
+    assert agent.value("agent_runs_total", outcome="auth_failed", result="error") == 1
+    llm_series = {"provider": "openai", "model": "gpt-4o"}
+    assert completion.value("llm_call_duration_seconds_count", **llm_series, outcome="ok") == 1
+    assert completion.value("llm_call_duration_seconds_count", **llm_series, outcome="auth_failed") == 1
+    assert agent.value("agent_tool_call_duration_seconds_count", server="local", tool="echo", status="ok") == 1
+
+
+async def test_a_run_that_succeeds_says_so_on_its_span_and_leaves_the_request_unmarked(gateway: Gateway) -> None:
+    llm = ScriptedOpenAI([text("Hello.")])
+    async with otlp_receiver() as receiver, traced_stack(llm, gateway, receiver) as services:
+        events = await run(services.agent, run_body("Hi."))
+    assert events[-1]["finishReason"] == "stop"
+    agent_run = receiver.only("agent_run")
+    assert (agent_run.status, agent_run.attributes["agent.outcome"]) == ("UNSET", "stop")
+    assert receiver.only("POST /api/v1/agent/run").status == "UNSET"
+
+
+async def test_tool_names_the_model_invents_share_one_label(gateway: Gateway) -> None:
+    invented = [f"invented_tool_{index}" for index in range(5)]
+    llm = ScriptedOpenAI(
+        [
+            tool_calls(*((f"call_{name}", name, {}) for name in invented), ("call_echo", "echo", {"text": "x"})),
+            text("Ok."),
+        ]
+    )
+    async with stack(llm, gateway) as services:
+        events = await run(services.agent, run_body("Call tools.", tools=["echo"]))
+        metrics = await scrape(services.agent)
+    assert events[-1]["finishReason"] == "stop"
+    assert {labels["tool"] for labels in metrics.label_sets("agent_tool_calls_total")} == {"unlisted", "echo"}
+    assert metrics.value("agent_tool_calls_total", server="-", tool="unlisted", status="refused") == 5
+    assert {labels["tool"] for labels in metrics.label_sets("agent_tool_call_duration_seconds_count")} == {
+        "unlisted",
+        "echo",
+    }
+
+
+async def test_a_run_whose_client_hangs_up_mid_tool_call_marks_the_tool_call_span_with_its_server(
+    gateway: Gateway,
+) -> None:
+    llm = ScriptedOpenAI([tool_calls(("call_1", "hold", {"tag": "agent-hangup"})), text("never")])
+    async with otlp_receiver() as receiver, traced_stack(llm, gateway, receiver) as services:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+
+                async def departing_client() -> None:
+                    await run(services.agent, run_body("Hold.", tools=["hold"]))
+
+                tg.start_soon(departing_client)
+                await gateway.http.post(
+                    "/mcp/v1/tools/call-tool",
+                    json={"name": "await_hold", "arguments": {"tag": "agent-hangup", "event": "started"}},
+                )
+                tg.cancel_scope.cancel()  # the client goes away while the tool runs
+            await gateway.http.post(
+                "/mcp/v1/tools/call-tool",
+                json={"name": "await_hold", "arguments": {"tag": "agent-hangup", "event": "cancelled"}},
+            )
+        [agent_run] = await receiver.wait_for("agent_run")
+    tool_call = receiver.only("tool_call")
+    assert (tool_call.status, tool_call.attributes["tool.status"]) == ("ERROR", "cancelled")
+    assert tool_call.attributes["tool.server"] == "local"
+    assert agent_run.attributes["agent.outcome"] == "cancelled"
+
+
+async def test_runs_refused_before_they_start_are_counted_and_logged(gateway: Gateway) -> None:
+    llm = ScriptedOpenAI([])
+    async with stack(llm, gateway) as services:
+        with capture_logs() as logs:
+            unknown = await services.agent.post("/api/v1/agent/run", json=run_body("Hi.", tools=["no_such_tool"]))
+            invalid = await services.agent.post("/api/v1/agent/run", json={"model": "gpt-4o"})
+        metrics = await scrape(services.agent)
+    assert (unknown.status_code, unknown.json()["error"]["code"]) == (400, "unknown_tools")
+    assert invalid.status_code == 400
+    invalid_code = invalid.json()["error"]["code"]
+    assert metrics.value("agent_runs_total", outcome="unknown_tools", result="refused") == 1
+    assert metrics.value("agent_runs_total", outcome=invalid_code, result="refused") == 1
+    refused = [
+        (entry["code"], entry["status"], entry["log_level"]) for entry in logs if entry["event"] == "run_refused"
+    ]
+    assert refused == [("unknown_tools", 400, "info"), (invalid_code, 400, "info")]
+
+
+async def test_a_run_refused_because_completion_service_is_down_counts_as_an_error(gateway: Gateway) -> None:
+    settings = AgentSettings(
+        completion_url=f"http://127.0.0.1:{free_port()}",  # nothing listens there
+        mcp_client_url=gateway.url,
+        mcp_service_secret=SecretStr(GATEWAY_SECRET),
+    )
+    async with (
+        serve_app(create_agent_app(settings)) as agent_url,
+        httpx.AsyncClient(base_url=agent_url, timeout=30) as agent,
+    ):
+        with capture_logs() as logs:
+            response = await agent.post("/api/v1/agent/run", json=run_body("Hi."))
+        metrics = await scrape(agent)
+    assert response.status_code == 503
+    code = response.json()["error"]["code"]
+    assert metrics.value("agent_runs_total", outcome=code, result="error") == 1
+    [refused] = [entry for entry in logs if entry["event"] == "run_refused"]
+    assert (refused["code"], refused["status"], refused["log_level"]) == (code, 503, "warning")
+
+
+async def test_one_run_can_be_followed_in_the_logs_of_all_three_services_by_run_id_and_trace_id(
+    gateway: Gateway,
+) -> None:
+    llm = ScriptedOpenAI(
+        [error(503, headers={"retry-after": "0"}), tool_calls(("call_1", "echo", {"text": "x"})), text("Done.")]
+    )
+    async with otlp_receiver() as receiver, traced_stack(llm, gateway, receiver, max_retries=1) as services:
+        with capture_logs(processors=[structlog.contextvars.merge_contextvars, add_trace_context]) as logs:
+            events = await run(services.agent, run_body("Echo.", tools=["echo"]))
+    run_id = events[0]["runId"]
+    trace_id = receiver.only("agent_run").trace_id
+    by_event = {entry["event"]: entry for entry in logs}
+    # agent-service, completion-service (its retry of the provider) and mcp-client-service (the tool call).
+    for event in ("audit_tool_call", "run_finished", "provider_error", "provider_retry", "mcp_tool_call"):
+        assert (by_event[event].get("run_id"), by_event[event].get("trace_id")) == (run_id, trace_id), by_event[event]
+    # The callees' server spans carry the run too: a trace can be found from the run id in any service.
+    assert {span.attributes.get("agent.run_id") for span in receiver.named("POST /api/v1/completions")} == {run_id}
+    # Every line written while serving the run, in any of the three, carries both.
+    assert not [entry for entry in logs if entry.get("trace_id") != trace_id or entry.get("run_id") != run_id]

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 
+import anyio
+import httpx
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
 
-from support.mcp_gateway import echo_stdio_server, running_gateway
+from suite_common.tracing import create_tracer_provider
+from support.mcp_gateway import Gateway, echo_stdio_server, running_gateway
+from support.otlp_receiver import otlp_receiver
 
 pytestmark = pytest.mark.anyio
 
@@ -66,3 +70,86 @@ async def test_the_callers_trace_reaches_the_mcp_server_in_meta() -> None:
     assert spans["mcp_tool_call"].attributes is not None
     assert spans["mcp_tool_call"].attributes["tool.server"] == "local"
     assert format(spans["mcp_tool_call"].context.span_id, "016x") == carried["traceparent"].split("-")[2]
+
+
+async def _until_counted(gateway: Gateway, name: str, labels: tuple[tuple[str, str], ...]) -> float:
+    """Polls /metrics until the series exists: a hang-up is noticed by the gateway soon after, not at once."""
+    with anyio.fail_after(5):
+        while True:
+            value = _samples((await gateway.http.get("/metrics")).text).get((name, labels))
+            if value:
+                return value
+            await anyio.sleep(0.02)
+
+
+async def test_each_outcome_has_its_own_latency_series_and_its_own_span_attribute() -> None:
+    async with otlp_receiver() as receiver:
+        provider = create_tracer_provider("mcp-client-service", receiver.url)
+        async with running_gateway(
+            {"local": echo_stdio_server("local")}, tracer_provider=provider, call_timeout_seconds=0.5
+        ) as gateway:
+            await gateway.wait_until_ready("local")
+            calls = [
+                ("echo", {"text": "hi"}),
+                ("fail", {"message": "boom"}),
+                ("echo", {"text": 3}),
+                ("slow", {"seconds": 30}),
+            ]
+            for name, arguments in calls:
+                response = await gateway.http.post(
+                    "/mcp/v1/tools/call-tool", json={"name": name, "arguments": arguments}
+                )
+                assert response.status_code == 200
+            page = await gateway.http.get("/metrics")
+        assert provider is not None
+        with anyio.fail_after(10):
+            await anyio.to_thread.run_sync(provider.shutdown)
+    samples = _samples(page.text)
+    latency = {
+        dict(labels)["outcome"]: value
+        for (name, labels), value in samples.items()
+        if name == "mcp_tool_call_duration_seconds_count"
+    }
+    assert latency == {"ok": 1, "tool_error": 1, "invalid_arguments": 1, "timeout": 1}
+    spans = receiver.named("mcp_tool_call")
+    outcomes = [(span.attributes["tool.name"], span.attributes["tool.outcome"], span.status) for span in spans]
+    assert outcomes == [
+        ("echo", "ok", "UNSET"),
+        ("fail", "tool_error", "ERROR"),
+        ("echo", "invalid_arguments", "ERROR"),
+        ("slow", "timeout", "ERROR"),
+    ]
+    assert [span.attributes.get("error.type") for span in spans[1:]] == ["tool_error", "invalid_arguments", "timeout"]
+
+
+async def test_a_caller_that_hangs_up_mid_call_is_counted_as_cancelled_and_its_span_says_so() -> None:
+    async with otlp_receiver() as receiver:
+        provider = create_tracer_provider("mcp-client-service", receiver.url)
+        async with running_gateway({"local": echo_stdio_server("local")}, tracer_provider=provider) as gateway:
+            await gateway.wait_until_ready("local")
+
+            async def departing_caller() -> None:
+                async with httpx.AsyncClient(base_url=gateway.url, headers=dict(gateway.http.headers)) as caller:
+                    await caller.post("/mcp/v1/tools/call-tool", json={"name": "hold", "arguments": {"tag": "gone"}})
+
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(departing_caller)
+                    await gateway.http.post(
+                        "/mcp/v1/tools/call-tool",
+                        json={"name": "await_hold", "arguments": {"tag": "gone", "event": "started"}},
+                    )
+                    tg.cancel_scope.cancel()  # the caller goes away while the server holds the call
+            # The server did receive the call: the gateway counts it, under its own outcome.
+            key = (("outcome", "cancelled"), ("server", "local"), ("tool", "hold"))
+            assert await _until_counted(gateway, "mcp_tool_calls_total", key) == 1
+            assert await _until_counted(gateway, "mcp_tool_call_duration_seconds_count", key) == 1
+        assert provider is not None
+        with anyio.fail_after(10):
+            await anyio.to_thread.run_sync(provider.shutdown)
+    [held] = [span for span in receiver.named("mcp_tool_call") if span.attributes["tool.name"] == "hold"]
+    assert (held.attributes["tool.outcome"], held.attributes["tool.server"], held.status) == (
+        "cancelled",
+        "local",
+        "ERROR",
+    )

@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from structlog.testing import capture_logs
 
 from completion_service.providers.openai import OpenAIProvider
 from suite_common.errors import ApiError
@@ -102,16 +103,24 @@ async def test_a_400_is_never_retried() -> None:
     assert len(upstream.requests) == 1
 
 
-async def test_a_connection_failure_is_retried_then_reported_as_unavailable() -> None:
+async def test_a_connection_failure_is_retried_then_reported_as_unavailable_naming_the_provider_not_its_address() -> (
+    None
+):
     async def refuse(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("Connection refused", request=request)
+        raise httpx.ConnectError("Connection refused to llm.example:443", request=request)
 
     upstream = Upstream(refuse, refuse, refuse)
-    with pytest.raises(ApiError) as caught:
+    with capture_logs() as logs, pytest.raises(ApiError) as caught:
         await upstream.provider(max_retries=2).complete(REQUEST, "gpt-4o", 30)
     assert (caught.value.status, caught.value.code) == (503, "upstream_unavailable")
-    assert "https://llm.example" in caught.value.message
     assert len(upstream.requests) == 3
+    # The caller learns which provider failed; the internal address is for the operator's log only.
+    assert caught.value.message == "Could not connect to the provider openai: the connection was refused or failed."
+    assert "llm.example" not in caught.value.message
+    unreachable = [entry for entry in logs if entry["event"] == "provider_unreachable"]
+    assert len(unreachable) == 3
+    assert unreachable[0]["endpoint"] == "https://llm.example"
+    assert "llm.example:443" in unreachable[0]["reason"]
 
 
 async def test_a_retry_after_beyond_the_deadline_is_not_waited_for() -> None:

@@ -96,9 +96,10 @@ def test_redis_postgres_and_qdrant_run_beside_the_suite_with_their_data_in_named
         assert mounts.get(data_dir) in declared, f"{name} keeps {data_dir} in a named volume"
 
 
-def test_only_agent_service_is_published_and_only_on_loopback() -> None:
+def test_only_agent_service_and_grafana_are_published_and_only_on_loopback() -> None:
     published = {name: service["ports"] for name, service in SERVICES.items() if service.get("ports")}
-    assert published == {"agent-service": ["127.0.0.1:8000:8000"]}
+    assert published == {"agent-service": ["127.0.0.1:8000:8000"], "grafana": ["127.0.0.1:3000:3000"]}
+    assert SERVICES["grafana"]["profiles"] == ["observability"]  # not started unless asked for
 
 
 def test_each_service_starts_once_what_it_calls_is_healthy() -> None:

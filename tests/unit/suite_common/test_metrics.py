@@ -69,8 +69,22 @@ async def test_requests_are_counted_under_their_route_template_and_status_not_th
     assert counts[(("method", "GET"), ("route", "/items/{item_id}"), ("status", "404"))] == 1
     assert counts[(("method", "GET"), ("route", "unmatched"), ("status", "404"))] == 1
     assert not [labels for labels in counts if any(value.startswith("/items/1") for _, value in labels)]
+    # Latency by status too: a failure's time is not averaged into the successes'.
     latencies = _samples(metrics.text, "http_request_duration_seconds_count")
-    assert latencies[(("method", "GET"), ("route", "/items/{item_id}"))] == 4
+    assert latencies[(("method", "GET"), ("route", "/items/{item_id}"), ("status", "200"))] == 3
+    assert latencies[(("method", "GET"), ("route", "/items/{item_id}"), ("status", "404"))] == 1
+
+
+async def test_the_page_has_the_process_figures_and_no_created_series() -> None:
+    async with _client(_app()) as http:
+        await http.get("/items/1")
+        page = (await http.get("/metrics")).text
+    names = {sample.name for family in text_string_to_metric_families(page) for sample in family.samples}
+    # What an operator expects of every target: memory, CPU, file descriptors, GC, the runtime's version.
+    assert {"process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds"} <= names
+    assert {"python_info", "python_gc_collections_total"} <= names
+    # One *_created sample per series would double the page for a figure nobody queries.
+    assert not [name for name in names if name.endswith("_created")]
 
 
 async def test_a_request_that_crashes_the_handler_is_counted_as_a_500() -> None:

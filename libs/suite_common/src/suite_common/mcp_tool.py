@@ -4,7 +4,11 @@ Every MCP tool of the suite starts, logs and fails the same way through ``run_to
 
 - settings come from the tool's environment variables, with ``--host`` and ``--port`` on top;
   invalid settings end the process with one line per bad variable instead of a traceback;
-- logs go to stderr in the suite's format, so over stdio stdout carries the protocol and nothing else;
+- logs go to stderr in the suite's format, so over stdio stdout carries the protocol and nothing else
+  (and over streamable HTTP too: a tool logs the same way whatever its transport);
+- with ``<PREFIX>OTLP_ENDPOINT`` set, the SDK's span of each MCP request (``tools/call <name>``) is
+  exported there, child of the caller's span when the request's ``_meta`` carries a ``traceparent``
+  (mcp-client-service sends one), so a tool call is part of the caller's trace;
 - over streamable HTTP (uvicorn) the MCP endpoint is ``/mcp``, next to ``GET /healthz`` and
   ``GET /readyz``, which the tool's server gets from ``add_health_routes``.
 
@@ -14,16 +18,20 @@ mcp is a dependency of the tools, not of suite_common: it is imported here for t
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
 from pydantic import ValidationError
 
 from suite_common.health import ReadinessCheck, health_routes
 from suite_common.logging import configure_logging
 from suite_common.serve import serve
 from suite_common.settings import ServiceSettings
+from suite_common.tracing import create_tracer_provider
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -33,6 +41,7 @@ __all__ = [
     "CommandLine",
     "Transport",
     "add_health_routes",
+    "install_tracing",
     "load_settings",
     "parse_command_line",
     "run_tool_server",
@@ -74,13 +83,28 @@ def run_tool_server(
     # handler, and basicConfig does nothing once the root logger has a handler. Ours is then the only
     # one, and it also formats whatever the build logs. (Configuring after the build works too, since
     # configure_logging replaces the root handlers, but leaves the build's own records to rich.)
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log_level, settings.log_format, stream=sys.stderr)
+    tracer_provider = install_tracing(prog, settings.otlp_endpoint)
     server = build(settings)
-    if command_line.transport == "stdio":
-        server.run("stdio")
-    else:
-        # host: the SDK derives its DNS-rebinding protection (allowed Host headers) from it.
-        serve(server.streamable_http_app(streamable_http_path=MCP_PATH, host=settings.host), settings)
+    try:
+        if command_line.transport == "stdio":
+            server.run("stdio")
+        else:
+            # host: the SDK derives its DNS-rebinding protection (allowed Host headers) from it.
+            app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=settings.host)
+            serve(app, settings, log_stream=sys.stderr)
+    finally:
+        if tracer_provider is not None:
+            tracer_provider.shutdown()  # flushes the spans still in the batch
+
+
+def install_tracing(service_name: str, endpoint: str | None) -> TracerProvider | None:
+    """The process's tracer provider, exporting to ``endpoint``: the MCP SDK's server middleware traces each
+    request with the global provider (a no-op until one is installed). ``None`` without an endpoint."""
+    provider = create_tracer_provider(service_name, endpoint)
+    if provider is not None:
+        trace.set_tracer_provider(provider)
+    return provider
 
 
 def parse_command_line(

@@ -16,7 +16,8 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from suite_common.lifecycle import Lifecycle, LifecycleMiddleware
-from suite_common.metrics import HttpMetrics, HttpMetricsMiddleware, metrics_route
+from suite_common.logging import LogContextMiddleware
+from suite_common.metrics import HttpMetrics, HttpMetricsMiddleware, metrics_route, new_registry
 from suite_common.settings import ServiceSettings
 from suite_common.tracing import TracingMiddleware, create_tracer_provider, tracer_of
 
@@ -40,7 +41,7 @@ class Observability:
         not shut down by ``aclose``."""
         provider = tracer_provider or create_tracer_provider(service_name, settings.otlp_endpoint)
         return cls(
-            registry=CollectorRegistry(),
+            registry=new_registry(),
             tracer_provider=provider,
             tracer=tracer_of(provider, service_name),
             lifecycle=Lifecycle(grace_seconds=settings.shutdown_grace_seconds),
@@ -51,7 +52,9 @@ class Observability:
         return [metrics_route(self.registry)]
 
     def install(self, app: Starlette) -> None:
-        """Middlewares, outermost first: in-flight count, metrics, then the trace of each request."""
+        """Middlewares, outermost first: in-flight count, metrics, the trace of each request, then the caller's
+        run and trace bound to its log lines."""
+        app.add_middleware(LogContextMiddleware)
         if self.tracer_provider is not None:
             app.add_middleware(TracingMiddleware, tracer=self.tracer)
         app.add_middleware(HttpMetricsMiddleware, metrics=HttpMetrics(self.registry))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import time
 from types import FrameType
+from typing import TextIO
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -61,8 +62,9 @@ class DrainingServer(uvicorn.Server):
             self.should_exit = True
 
 
-def serve(app: ASGIApp, settings: ServiceSettings) -> None:
-    configure_logging(settings.log_level, settings.log_format)
+def serve(app: ASGIApp, settings: ServiceSettings, *, log_stream: TextIO | None = None) -> None:
+    """Serve ``app`` until SIGTERM; logs go to ``log_stream`` (stdout)."""
+    configure_logging(settings.log_level, settings.log_format, stream=log_stream)
     config = uvicorn.Config(
         app,
         host=settings.host,

@@ -2,23 +2,36 @@
 
 Every app gets a ``Tracer`` (a no-op one when tracing is off, so instrumented code costs next to
 nothing). ``TracingMiddleware`` continues the caller's trace from the ``traceparent`` header;
-``trace_headers()`` gives the headers that carry the current span to the next service.
+``trace_headers()`` gives the headers that carry the current span (and run) to the next service.
+``mark_request_failed`` marks the server span of the current request when the work it streams fails
+after its 200 went out (a run, a completion stream): the status code alone would say "ok".
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
 
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from suite_common.lifecycle import UNTRACKED_PATHS
+from suite_common.logging import RUN_ID_HEADER, bound_run_id
 
-__all__ = ["TracingMiddleware", "create_tracer_provider", "trace_headers", "tracer_of"]
+__all__ = [
+    "TracingMiddleware",
+    "create_tracer_provider",
+    "mark_request_failed",
+    "mark_span_failed",
+    "trace_headers",
+    "tracer_of",
+]
+
+_request_span: ContextVar[Span | None] = ContextVar("suite_request_span", default=None)
 
 
 def create_tracer_provider(
@@ -43,12 +56,29 @@ def tracer_of(provider: TracerProvider | None, name: str) -> Tracer:
 
 
 def trace_headers() -> dict[str, str]:
-    """``traceparent`` (and ``tracestate``) of the current span, for an outgoing request; empty without one."""
-    if not trace.get_current_span().get_span_context().is_valid:
-        return {}  # tracing is off: nothing to carry, and the propagators need not run on every call
+    """``traceparent`` (and ``tracestate``) of the current span, and ``X-Run-Id`` of the run being served, for
+    an outgoing request; empty outside both."""
     carrier: dict[str, str] = {}
-    propagate.inject(carrier)
+    run_id = bound_run_id()
+    if run_id is not None:
+        carrier[RUN_ID_HEADER] = run_id
+    if trace.get_current_span().get_span_context().is_valid:
+        # Only then: with tracing off the propagators need not run on every call.
+        propagate.inject(carrier)
     return carrier
+
+
+def mark_span_failed(span: Span, error_type: str, description: str | None = None) -> None:
+    """ERROR status with the neutral code as ``error.type`` (the OpenTelemetry convention)."""
+    span.set_attribute("error.type", error_type)
+    span.set_status(Status(StatusCode.ERROR, description or error_type))
+
+
+def mark_request_failed(error_type: str, description: str | None = None) -> None:
+    """Mark the server span of the request being served as failed; nothing when tracing is off."""
+    span = _request_span.get()
+    if span is not None:
+        mark_span_failed(span, error_type, description)
 
 
 class TracingMiddleware:
@@ -66,6 +96,7 @@ class TracingMiddleware:
         context = propagate.extract(carrier)
         method = scope["method"]
         with self.tracer.start_as_current_span(f"{method}", context=context, kind=SpanKind.SERVER) as span:
+            token = _request_span.set(span)
 
             async def send_and_note(message: Message) -> None:
                 if message["type"] == "http.response.start":
@@ -77,6 +108,7 @@ class TracingMiddleware:
             try:
                 await self.app(scope, receive, send_and_note)
             finally:
+                _request_span.reset(token)
                 route = getattr(scope.get("route"), "path", None)
                 if route:
                     span.update_name(f"{method} {route}")

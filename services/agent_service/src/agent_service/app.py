@@ -87,10 +87,14 @@ async def _ignore(_: RunEvent) -> None:
 async def run_agent(request: Request) -> Response | EventStreamResponse:
     services = _services(request)
     lifecycle = services.lifecycle
-    if lifecycle.draining:
-        raise ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"})
-    body = await read_model(request, AgentRunRequest)
-    plan = await plan_run(body, services.settings, services.catalog, services.models)
+    try:
+        if lifecycle.draining:
+            raise ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"})
+        body = await read_model(request, AgentRunRequest)
+        plan = await plan_run(body, services.settings, services.catalog, services.models)
+    except ApiError as refusal:  # counted and logged: a run refused is a run an operator should see
+        services.loop.telemetry.run_refused(code=refusal.code, status=refusal.status, message=refusal.message)
+        raise
     if body.stream:
         return EventStreamResponse(lambda send: _stream_run(plan, services.loop, lifecycle, send))
     run = await run_for_client(request, services.loop.run(plan, _ignore, stream_text=False), lifecycle=lifecycle)

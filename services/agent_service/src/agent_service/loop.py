@@ -18,6 +18,7 @@ from agent_service.clients import CompletionClient, Deadline, ProgressSink, Tool
 from agent_service.results import render_tool_result
 from agent_service.telemetry import RunTelemetry
 from suite_common.logging import get_logger
+from suite_common.tracing import mark_span_failed
 from suite_common.wire import (
     CallToolProgress,
     CompletionRequest,
@@ -126,16 +127,27 @@ class AgentLoop:
         outcome = "cancelled"
         telemetry.run_started()
         attributes = {"agent.run_id": plan.run_id, "agent.model": plan.model}
+        failed = False
         try:
             with (
                 structlog.contextvars.bound_contextvars(run_id=plan.run_id),
-                telemetry.tracer.start_as_current_span("agent_run", attributes=attributes),
+                telemetry.tracer.start_as_current_span("agent_run", attributes=attributes) as span,
             ):
-                result = await self._run(plan, state, emit, stream_text)
+                try:
+                    result = await self._run(plan, state, emit, stream_text)
+                except anyio.get_cancelled_exc_class():
+                    telemetry.run_outcome(span, "cancelled", "cancelled")
+                    raise
+                except Exception:
+                    outcome, failed = "internal_error", True  # a bug: the span records the exception
+                    raise
+                failed = result.error is not None
                 outcome = result.error.code if result.error is not None else result.finish_reason
+                finish_reason = "error" if result.error is not None else result.finish_reason
+                telemetry.run_outcome(span, outcome, finish_reason, result.error.message if result.error else None)
                 return result
         finally:
-            telemetry.run_ended(outcome, state.iterations)
+            telemetry.run_ended(outcome, state.iterations, failed=failed)
 
     async def _run(self, plan: RunPlan, state: _RunState, emit: Emit, stream_text: bool) -> RunOutcome:
         deadline = plan.deadline
@@ -265,7 +277,9 @@ class AgentLoop:
         is streamed, so the tool's progress is reported as ``tool_progress`` events."""
         iteration = state.iterations
         started = time.perf_counter()
-        server, status = "-", "refused"
+        # The catalog's server of the tool, "-" for a name the run does not list (the model's invention).
+        server = next((tool.server for tool in plan.tools if tool.name == call.name), "-")
+        status = "refused"
         attributes = {"tool.name": call.name, "tool.call_id": call.id}
         with (
             structlog.contextvars.bound_contextvars(tool_call_id=call.id),
@@ -292,17 +306,22 @@ class AgentLoop:
                         result = await self.tools.call_tool(call.name, call.arguments, plan.deadline)
                 except UpstreamError as error:
                     failures.append(error)
+                    span.set_attributes({"tool.server": server, "tool.status": "failed"})
+                    mark_span_failed(span, error.code, error.message)
                     if siblings is not None:
                         siblings.cancel()  # the round's other calls cannot help now
                     self._audit(plan, iteration, position, call, server, "failed", started)
                     return
                 except anyio.get_cancelled_exc_class():
+                    span.set_attributes({"tool.server": server, "tool.status": "cancelled"})
+                    mark_span_failed(span, "cancelled")
                     self._audit(plan, iteration, position, call, server, "cancelled", started)
                     raise
                 content, is_error = render_tool_result(result, self.tool_result_max_chars), result.is_error
                 server, status = result.server, "error" if result.is_error else "ok"
-            span.set_attribute("tool.server", server)
-            span.set_attribute("tool.status", status)
+            span.set_attributes({"tool.server": server, "tool.status": status})
+            if status != "ok":
+                mark_span_failed(span, status)
             # Inside the binding, so that the audit line carries the tool_call_id the stream reported.
             seconds = self._audit(plan, iteration, position, call, server, status, started)
         state.finished[call.id] = Message(role="tool", tool_call_id=call.id, content=content, is_error=is_error or None)

@@ -2,27 +2,42 @@
 
 The loop calls these few methods and knows nothing of Prometheus; ``RunTelemetry.disabled()``
 gives a working no-op for tests and tools that need no reporting.
+
+Runs are counted by ``outcome`` (the finish reason, or the error code of a run that failed or was
+refused) and ``result``: ``ok`` (ended with a finish reason), ``error`` (failed, or refused for a
+reason on the suite's side: a 5xx) or ``refused`` (the caller's request was refused: a 4xx).
+``result="error"`` over all runs is the error rate an operator pages on.
 """
 
 from __future__ import annotations
 
 from opentelemetry import trace
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import Span, Tracer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from suite_common.logging import get_logger
 from suite_common.metrics import LATENCY_BUCKETS
+from suite_common.tracing import mark_request_failed, mark_span_failed
 
-__all__ = ["RunTelemetry"]
+__all__ = ["UNLISTED_TOOL", "RunTelemetry"]
 
 _audit = get_logger("agent_service.audit")
+_log = get_logger("agent_service.runs")
+
+UNLISTED_TOOL = "unlisted"
+"""The ``tool`` label of calls of a tool the run does not list: the model may invent any name, and each
+name would be new series."""
 
 
 class RunTelemetry:
     def __init__(self, registry: CollectorRegistry, tracer: Tracer) -> None:
         self.tracer = tracer
         self._runs = Counter(
-            "agent_runs", "Runs that ended, by how they ended (finish reason or error).", ["outcome"], registry=registry
+            "agent_runs",
+            "Runs that ended or were refused, by outcome (finish reason or error code) and result "
+            "(ok, error, refused).",
+            ["outcome", "result"],
+            registry=registry,
         )
         self._rounds = Histogram(
             "agent_run_rounds", "LLM rounds per run.", buckets=(1, 2, 3, 4, 5, 7, 10, 15), registry=registry
@@ -36,8 +51,8 @@ class RunTelemetry:
         )
         self._tool_latency = Histogram(
             "agent_tool_call_duration_seconds",
-            "Time of one tool call as the loop saw it.",
-            ["server", "tool"],
+            "Time of one tool call as the loop saw it, by server, tool and status.",
+            ["server", "tool", "status"],
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
@@ -49,10 +64,26 @@ class RunTelemetry:
     def run_started(self) -> None:
         self._in_flight.inc()
 
-    def run_ended(self, outcome: str, rounds: int) -> None:
+    def run_ended(self, outcome: str, rounds: int, *, failed: bool = False) -> None:
         self._in_flight.dec()
-        self._runs.labels(outcome).inc()
+        self._runs.labels(outcome, "error" if failed else "ok").inc()
         self._rounds.observe(rounds)
+
+    def run_outcome(self, span: Span, outcome: str, finish_reason: str, error_message: str | None = None) -> None:
+        """The ``agent_run`` span says how the run ended; a failed run marks it, and the request's server span
+        (a streamed run's answer is a 200 whatever happens), as errors."""
+        span.set_attribute("agent.outcome", outcome)
+        span.set_attribute("agent.finish_reason", finish_reason)
+        if error_message is not None:
+            mark_span_failed(span, outcome, error_message)
+            mark_request_failed(outcome, error_message)
+
+    def run_refused(self, *, code: str, status: int, message: str) -> None:
+        """A run refused before it started (bad request, unknown model or tools, a dependency down)."""
+        result = "error" if status >= 500 else "refused"
+        self._runs.labels(code, result).inc()
+        level = _log.warning if status >= 500 else _log.info
+        level("run_refused", code=code, status=status, message=message)
 
     def tool_call(
         self,
@@ -65,9 +96,13 @@ class RunTelemetry:
         status: str,
         seconds: float,
     ) -> None:
-        """One audit line per tool call: who called what, how it went; never the arguments."""
-        self._tool_calls.labels(server, tool, status).inc()
-        self._tool_latency.labels(server, tool).observe(seconds)
+        """One audit line per tool call: who called what, how it went; never the arguments.
+
+        ``server`` is ``-`` for a tool the run does not list: its name is the model's, so the metrics count
+        it under ``tool="unlisted"`` (the audit line keeps the name)."""
+        label = tool if server != "-" else UNLISTED_TOOL
+        self._tool_calls.labels(server, label, status).inc()
+        self._tool_latency.labels(server, label, status).observe(seconds)
         _audit.info(
             "audit_tool_call",
             run_id=run_id,

@@ -12,7 +12,7 @@ from typing import TypeVar
 import anyio
 import httpx
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import Span, Status, StatusCode, Tracer
+from opentelemetry.trace import Span, Tracer
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -22,7 +22,7 @@ from completion_service.catalog import CatalogError
 from completion_service.providers._transport import CallStats, call_stats
 from completion_service.routing import ModelRoute, ModelRouter
 from completion_service.settings import CompletionSettings
-from completion_service.telemetry import LlmTelemetry
+from completion_service.telemetry import LlmTelemetry, provider_call_span, set_provider_outcome
 from completion_service.wiring import build_router
 from suite_common.deadline import time_budget
 from suite_common.errors import ApiError, install_error_handlers
@@ -33,6 +33,7 @@ from suite_common.lifecycle import Lifecycle, until_interrupted
 from suite_common.logging import get_logger
 from suite_common.observability import Observability
 from suite_common.sse import Emit, EventStreamResponse, encode_event
+from suite_common.tracing import mark_request_failed
 from suite_common.wire import (
     DEADLINE_HEADER,
     CompletionDone,
@@ -116,7 +117,7 @@ async def _complete(
         token = call_stats.set(stats)
         attributes = {"llm.provider": candidate.provider.name, "llm.model": candidate.name}
         try:
-            with services.tracer.start_as_current_span("provider_call", attributes=attributes):
+            with provider_call_span(services.tracer, attributes):
                 response = await candidate.provider.complete(_as(body, candidate), candidate.upstream_model, left)
         except ApiError as error:
             _record(services, candidate, error.code, started, stats, None)
@@ -155,9 +156,7 @@ class _OpenStream:
 
 
 def _end_span(span: Span, outcome: str) -> None:
-    span.set_attribute("llm.outcome", outcome)
-    if outcome != "ok":
-        span.set_status(Status(StatusCode.ERROR, outcome))
+    set_provider_outcome(span, outcome)
     span.end()
 
 
@@ -261,6 +260,8 @@ async def completions(request: Request) -> Response | EventStreamResponse:
                 outcome, usage = "ok", opened.first.usage
             _record(services, opened.route, outcome, opened.started, opened.stats, usage)
             _end_span(opened.span, outcome)
+            if outcome not in ("ok", "cancelled"):  # the 200 went out: only the span can say the stream failed
+                mark_request_failed(outcome)
 
     return EventStreamResponse(produce)
 
@@ -316,6 +317,7 @@ def create_app(
                 await http.aclose()
             raise
         _log.info("completion_service_ready", models=[entry["id"] for entry in router.available()])
+        telemetry.label_models(str(entry["id"]) for entry in router.available())
         try:
             yield {
                 "services": _Services(

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+import anyio
 from jsonschema import ValidationError as SchemaViolation
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
@@ -61,8 +62,10 @@ CallOutcome = Literal[
     "malformed_result",
     "response_too_large",
     "contract_violation",
+    "cancelled",
 ]
-"""How a call ended. ``timeout`` is the server's own limit, ``deadline_exceeded`` the caller's
+"""How a call ended. ``cancelled``: the caller hung up while the server worked on it. ``timeout`` is
+the server's own limit, ``deadline_exceeded`` the caller's
 shorter deadline; those two, ``outcome_unknown`` and ``response_too_large`` leave it open whether
 the tool ran. ``refused`` is a JSON-RPC error answer, ``session_expired`` a server that no longer
 knows the session."""
@@ -224,7 +227,8 @@ async def call_routed_tool(
 
     def finish(outcome: CallOutcome, response: CallToolResponse) -> CallToolResponse:
         on_finished(CallRecord(server=server, tool=tool.name, outcome=outcome, duration_ms=response.duration_ms))
-        level = _log.info if outcome in ("ok", "tool_error", "invalid_arguments", "deadline_exceeded") else _log.warning
+        quiet = ("ok", "tool_error", "invalid_arguments", "deadline_exceeded", "cancelled")
+        level = _log.info if outcome in quiet else _log.warning
         level("mcp_tool_call", tool=tool.name, server=server, outcome=outcome, duration_ms=response.duration_ms)
         return response
 
@@ -243,6 +247,10 @@ async def call_routed_tool(
         return finish("invalid_arguments", error_result(text, server=server, duration_ms=elapsed_ms()))
     try:
         result = await session.call_tool(tool.server_tool_name, arguments, time_limit, on_progress)
+    except anyio.get_cancelled_exc_class():
+        # The server did receive the call (it is told to stop): count it, or the hang-up leaves no trace.
+        finish("cancelled", error_result("The caller cancelled the call.", server=server, duration_ms=elapsed_ms()))
+        raise
     except Exception as error:
         outcome, text = _describe_failure(
             error, tool=tool.name, server=server, time_limit=time_limit, callers_deadline=callers_deadline

@@ -1,13 +1,16 @@
 """What mcp-client-service reports: tool calls by server, tool and outcome, and each server's state.
 
 Call counts are counted as calls end; server states (circuit breaker, connection, tools) are read
-from the registry when Prometheus scrapes, so they are never stale.
+from the registry when Prometheus scrapes, so they are never stale. Each call's outcome also goes on
+its ``mcp_tool_call`` span (``tool.outcome``; ERROR unless ``ok``), where timeouts, invalid arguments
+and an unavailable server can be told apart.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -15,6 +18,7 @@ from prometheus_client.registry import Collector
 from mcp_client_service.calls import CallRecord
 from mcp_client_service.registry import ServerRegistry
 from suite_common.metrics import LATENCY_BUCKETS
+from suite_common.tracing import mark_span_failed
 
 __all__ = ["GatewayTelemetry"]
 
@@ -47,19 +51,24 @@ class GatewayTelemetry:
     def __init__(self, metrics: CollectorRegistry, servers: ServerRegistry) -> None:
         self._calls = Counter(
             "mcp_tool_calls",
-            "Tool calls by server, tool and outcome (ok, tool_error, invalid_arguments, timeout, ...).",
+            "Tool calls by server, tool and outcome (ok, tool_error, invalid_arguments, timeout, cancelled, ...).",
             ["server", "tool", "outcome"],
             registry=metrics,
         )
         self._latency = Histogram(
             "mcp_tool_call_duration_seconds",
-            "Time of one tool call through the gateway.",
-            ["server", "tool"],
+            "Time of one tool call through the gateway, by server, tool and outcome.",
+            ["server", "tool", "outcome"],
             buckets=LATENCY_BUCKETS,
             registry=metrics,
         )
         metrics.register(_ServerStates(servers))
 
     def call(self, record: CallRecord) -> None:
+        """Counted, timed, and noted on the call's span (the current one: calls end inside it)."""
         self._calls.labels(record.server, record.tool, record.outcome).inc()
-        self._latency.labels(record.server, record.tool).observe(record.duration_ms / 1000)
+        self._latency.labels(record.server, record.tool, record.outcome).observe(record.duration_ms / 1000)
+        span = trace.get_current_span()
+        span.set_attributes({"tool.server": record.server, "tool.outcome": record.outcome})
+        if record.outcome != "ok":
+            mark_span_failed(span, record.outcome)

@@ -9,6 +9,7 @@ was indexed, 1 when some could not be read (they are named in the log), 2 for a 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -50,9 +51,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{PROG}: RAG_QDRANT_PATH is {IN_MEMORY}, so the ingest would be lost when this command ends; "
             "set RAG_QDRANT_PATH to a folder or RAG_QDRANT_URL to a Qdrant server."
         )
-    configure_logging(
-        settings.log_level, settings.log_format if "log_format" in settings.model_fields_set else "console"
-    )
+    log_format = settings.log_format if "log_format" in settings.model_fields_set else "console"
+    configure_logging(settings.log_level, log_format, stream=sys.stderr)  # stdout carries the report
     try:
         report = anyio.run(run_ingest, settings, list(args.paths))
     except StoreLocked as exc:

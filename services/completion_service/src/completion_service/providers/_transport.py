@@ -243,13 +243,7 @@ class Upstream:
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
             # Before any response: most often a pooled keep-alive connection the server had closed.
             # Nothing reached the caller, so sending again is safe.
-            failure = ApiError(
-                503,
-                "upstream_unavailable",
-                f"The connection to the provider at {self.endpoint} failed: {type(error).__name__}",
-                retryable=True,
-            )
-            raise _RetryableFailure(failure) from None
+            raise _RetryableFailure(self._connection_failed(error)) from None
         if response.is_success:
             return response
         try:
@@ -359,12 +353,7 @@ class Upstream:
         """An httpx failure as the caller's error (``ApiError`` needs none: it passes through)."""
         if isinstance(error, httpx.TimeoutException):
             return deadline.timed_out()
-        return ApiError(
-            503,
-            "upstream_unavailable",
-            f"The connection to the provider at {self.endpoint} failed: {type(error).__name__}",
-            retryable=True,
-        )
+        return self._connection_failed(error)
 
     @contextmanager
     def scrubbed(self) -> Iterator[None]:
@@ -386,10 +375,19 @@ class Upstream:
             text = text.replace(secret, "***")
         return text
 
+    # The provider's address (an internal proxy, a vLLM host) goes to the log only: callers get its name.
+
     def _unreachable(self, reason: str, status: int) -> ApiError:
         code = "upstream_timeout" if status == 504 else "upstream_unavailable"
-        message = f"Could not connect to the provider at {self.endpoint}: {self.scrub(reason)}"
-        return ApiError(status, code, message, retryable=True)
+        _log.warning("provider_unreachable", provider=self.provider, endpoint=self.endpoint, reason=self.scrub(reason))
+        why = "no connection within the connect timeout" if status == 504 else "the connection was refused or failed"
+        return ApiError(status, code, f"Could not connect to the provider {self.provider}: {why}.", retryable=True)
+
+    def _connection_failed(self, error: httpx.TransportError) -> ApiError:
+        reason = type(error).__name__
+        _log.warning("provider_connection_failed", provider=self.provider, endpoint=self.endpoint, reason=reason)
+        message = f"The connection to the provider {self.provider} failed: {reason}"
+        return ApiError(503, "upstream_unavailable", message, retryable=True)
 
     def _log_retry(self, state: RetryCallState) -> None:
         stats = call_stats.get()
