@@ -311,7 +311,37 @@ async def test_a_non_streamed_run_that_fails_midway_keeps_what_it_did(fresh: Sta
     assert response.status_code == 503
     body = response.json()
     assert body["error"]["code"] == "upstream_unavailable"
+    assert body["finishReason"] == "error"
     # The tool ran before the LLM failed: the caller still gets that part of the run.
     assert [m["role"] for m in body["messages"]] == ["assistant", "tool"]
     assert "gardening.md" in body["messages"][1]["content"]
     assert body["iterations"] == 2
+    assert "message" not in body  # there is no final answer to report
+    assert not _nulls(body)
+
+
+async def test_a_non_streamed_run_whose_first_llm_call_fails_answers_the_error_without_nulls(fresh: Stack) -> None:
+    fresh.llm.push(fake_openai.error(500))
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(f"{fresh.agent_url}/api/v1/agent/run", json=run_body("hi", stream=False, tools=[]))
+    assert response.status_code == 503
+    body = response.json()
+    assert (body["error"]["code"], body["finishReason"], body["messages"], body["iterations"]) == (
+        "upstream_unavailable",
+        "error",
+        [],
+        1,
+    )
+    assert set(body) == {"error", "runId", "messages", "finishReason", "iterations", "usage"}
+    assert not _nulls(body)
+
+
+def _nulls(value: Any, path: str = "$") -> list[str]:
+    """The paths of every JSON null in ``value``."""
+    if value is None:
+        return [path]
+    if isinstance(value, dict):
+        return [found for key, item in value.items() for found in _nulls(item, f"{path}.{key}")]
+    if isinstance(value, list):
+        return [found for index, item in enumerate(value) for found in _nulls(item, f"{path}[{index}]")]
+    return []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -67,8 +67,8 @@ class ModelResponse(Response):
 
     media_type = "application/json"
 
-    def __init__(self, model: BaseModel, status_code: int = 200) -> None:
-        super().__init__(model.model_dump_json(by_alias=True, exclude_none=True), status_code=status_code)
+    def __init__(self, model: BaseModel, status_code: int = 200, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(model.model_dump_json(by_alias=True, exclude_none=True), status_code, headers)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from pydantic.alias_generators import to_camel
 
 __all__ = [
     "DEADLINE_HEADER",
+    "AgentRunFailure",
     "AgentRunRequest",
     "AgentRunResult",
     "CallToolRequest",
@@ -31,6 +32,7 @@ __all__ = [
     "ReasoningDelta",
     "RunDone",
     "RunError",
+    "RunErrorDetail",
     "RunEvent",
     "RunFinishReason",
     "RunReasoning",
@@ -240,7 +242,8 @@ class CallToolResponse(WireModel):
 
 # --- agent-service ---------------------------------------------------------------------------
 
-RunFinishReason = Literal["stop", "max_iterations", "deadline", "cancelled"]
+RunFinishReason = Literal["stop", "max_iterations", "deadline", "cancelled", "error"]
+"""``error``: the run failed (an LLM provider or a service it needs); the error says why."""
 
 
 class AgentRunRequest(WireModel):
@@ -326,5 +329,26 @@ class AgentRunResult(WireModel):
     messages: list[Message]
     """Every message the run appended to the conversation, in order."""
     finish_reason: RunFinishReason
+    iterations: int
+    usage: Usage
+
+
+class RunErrorDetail(WireModel):
+    code: str
+    message: str
+
+
+class AgentRunFailure(WireModel):
+    """The answer to a run with ``stream: false`` that failed midway, sent with the error's HTTP status.
+
+    The suite's error shape, plus what the run did before it failed: tools that ran may have had
+    effects, so their calls and results are not lost. No ``message``: there is no final answer.
+    """
+
+    error: RunErrorDetail
+    run_id: str
+    messages: list[Message]
+    """Every message the run appended before it failed, in order; each tool call has its result."""
+    finish_reason: Literal["error"] = "error"
     iterations: int
     usage: Usage

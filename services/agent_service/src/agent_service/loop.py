@@ -145,7 +145,7 @@ class AgentLoop:
                 state.close_round(f"The run failed before this tool call finished: {error.message}")
                 _log.warning("run_failed", code=error.code, message=error.message, iterations=state.iterations)
                 await emit(RunError(run_id=plan.run_id, code=error.code, message=error.message))
-                return RunOutcome("stop", state.iterations, state.usage, state.appended, error)
+                return RunOutcome("error", state.iterations, state.usage, state.appended, error)
             finish = "deadline"
         except anyio.get_cancelled_exc_class():
             _log.info("run_cancelled", iterations=state.iterations)
