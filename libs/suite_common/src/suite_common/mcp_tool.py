@@ -3,7 +3,8 @@
 Every MCP tool of the suite starts, logs and fails the same way through ``run_tool_server``:
 
 - settings come from the tool's environment variables, with ``--host`` and ``--port`` on top;
-  invalid settings end the process with one line per bad variable instead of a traceback;
+  invalid settings end the process with one line naming each bad variable instead of a traceback
+  (``suite_common.startup``, the start-up path of the services too);
 - logs go to stderr in the suite's format, so over stdio stdout carries the protocol and nothing else;
 - over streamable HTTP (uvicorn) the MCP endpoint is ``/mcp``, next to ``GET /healthz`` and
   ``GET /readyz``, which the tool's server gets from ``add_health_routes``.
@@ -18,12 +19,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
-from pydantic import ValidationError
-
+from suite_common import startup
 from suite_common.health import ReadinessCheck, health_routes
-from suite_common.logging import configure_logging
 from suite_common.serve import serve
 from suite_common.settings import ServiceSettings
+from suite_common.startup import env_prefix, start
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -43,8 +43,6 @@ MCP_PATH = "/mcp"
 Transport = Literal["stdio", "streamable-http"]
 
 SettingsT = TypeVar("SettingsT", bound=ServiceSettings)
-
-_MAX_REPORTED_ERRORS = 10
 
 
 @dataclass(frozen=True)
@@ -69,13 +67,10 @@ def run_tool_server(
     Returns when the server stops: over stdio when the client closes the pipe, over HTTP on SIGINT/SIGTERM.
     """
     command_line = parse_command_line(settings_type, argv, prog=prog, description=description)
-    settings = load_settings(settings_type, command_line, prog=prog)
-    # Before building the server: MCPServer.__init__ calls logging.basicConfig with its own (rich)
-    # handler, and basicConfig does nothing once the root logger has a handler. Ours is then the only
-    # one, and it also formats whatever the build logs. (Configuring after the build works too, since
-    # configure_logging replaces the root handlers, but leaves the build's own records to rich.)
-    configure_logging(settings.log_level, settings.log_format)
-    server = build(settings)
+    # Logging is configured before the server is built (``start``): MCPServer.__init__ calls
+    # logging.basicConfig with its own (rich) handler, and basicConfig does nothing once the root logger
+    # has a handler. Ours is then the only one, and it also formats whatever the build logs.
+    settings, server = start(settings_type, build, prog=prog, overrides=_overrides(command_line))
     if command_line.transport == "stdio":
         server.run("stdio")
     else:
@@ -87,7 +82,7 @@ def parse_command_line(
     settings_type: type[ServiceSettings], argv: Sequence[str] | None, *, prog: str, description: str
 ) -> CommandLine:
     """Parsed before the settings are loaded, so that ``--help`` works whatever the environment holds."""
-    prefix = _env_prefix(settings_type)
+    prefix = env_prefix(settings_type)
     default_host = settings_type.model_fields["host"].default
     default_port = settings_type.model_fields["port"].default
     parser = argparse.ArgumentParser(prog=prog, description=description)
@@ -110,16 +105,16 @@ def parse_command_line(
 
 def load_settings(settings_type: type[SettingsT], command_line: CommandLine, *, prog: str) -> SettingsT:
     """The settings from the environment with the command line on top; ``SystemExit`` naming each bad variable."""
+    return startup.load_settings(settings_type, prog=prog, overrides=_overrides(command_line))
+
+
+def _overrides(command_line: CommandLine) -> dict[str, Any]:
     overrides: dict[str, Any] = {}
     if command_line.host is not None:
         overrides["host"] = command_line.host
     if command_line.port is not None:
         overrides["port"] = command_line.port
-    try:
-        return settings_type(**overrides)
-    except ValidationError as exc:
-        prefix = _env_prefix(settings_type)
-        raise SystemExit(f"{prog}: invalid {prefix}* settings:\n{_describe(exc, prefix)}") from None
+    return overrides
 
 
 def add_health_routes(server: MCPServer[Any], readiness: ReadinessCheck | None = None) -> None:
@@ -130,18 +125,3 @@ def add_health_routes(server: MCPServer[Any], readiness: ReadinessCheck | None =
     """
     for route in health_routes(readiness):
         server.custom_route(route.path, methods=["GET"])(route.endpoint)
-
-
-def _env_prefix(settings_type: type[ServiceSettings]) -> str:
-    return str(settings_type.model_config.get("env_prefix", ""))
-
-
-def _describe(error: ValidationError, prefix: str) -> str:
-    # One line per problem, named by its variable. Inputs are left out: a setting may be a secret.
-    lines = []
-    for item in error.errors(include_url=False, include_input=False)[:_MAX_REPORTED_ERRORS]:
-        field, *rest = item["loc"] or ("",)
-        where = f"{prefix}{str(field).upper()}" if field else "settings"
-        where += "".join(f"[{part}]" for part in rest)
-        lines.append(f"  {where}: {item['msg']}")
-    return "\n".join(lines)

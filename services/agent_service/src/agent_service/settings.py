@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, Field, SecretStr
+from pydantic import AfterValidator, Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from suite_common.settings import ServiceSettings, http_url
@@ -25,7 +25,7 @@ class AgentSettings(ServiceSettings):
     """Base URL of completion-service."""
     mcp_client_url: Annotated[str, AfterValidator(http_url)] = "http://127.0.0.1:8002"
     """Base URL of mcp-client-service."""
-    mcp_service_secret: SecretStr = SecretStr("")
+    mcp_service_secret: SecretStr = Field(default=SecretStr(""), validate_default=True)
     """The shared secret mcp-client-service expects; required."""
     mcp_secret_header: str = "X-MCP-Service-Secret"
     """Header that carries the shared secret."""
@@ -39,3 +39,10 @@ class AgentSettings(ServiceSettings):
     """How long the tool catalog and the known model names are reused between runs (0: every run asks)."""
     connect_timeout_seconds: float = Field(default=5.0, gt=0)
     """Timeout to open a connection to completion-service or mcp-client-service."""
+
+    @field_validator("mcp_service_secret")
+    @classmethod
+    def _require_secret(cls, secret: SecretStr) -> SecretStr:
+        if not secret.get_secret_value().strip():
+            raise ValueError("must be set to the shared secret of mcp-client-service (its MCP_CLIENT_SERVICE_SECRET)")
+        return secret
