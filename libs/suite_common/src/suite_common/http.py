@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from suite_common.echo import MAX_ECHO_CHARS, clip
 from suite_common.errors import ApiError
 from suite_common.lifecycle import Lifecycle
 
@@ -31,11 +32,14 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
 def describe_validation_error(error: ValidationError) -> str:
-    """``messages.0.role: Input should be 'system', 'user', ...`` — field paths, not values."""
+    """``messages.0.role: Input should be 'system', 'user', ...`` — field paths, not values.
+
+    A path may hold the caller's keys, and a few messages quote the input (a union's unknown tag): both clipped.
+    """
     parts = []
     for item in error.errors(include_url=False, include_input=False)[:5]:
-        location = ".".join(str(part) for part in item["loc"]) or "body"
-        parts.append(f"{location}: {item['msg']}")
+        location = ".".join(clip(part) for part in item["loc"]) or "body"
+        parts.append(f"{location}: {clip(item['msg'], 3 * MAX_ECHO_CHARS)}")  # room for the expected values
     return "; ".join(parts)
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 __all__ = [
     "DEADLINE_HEADER",
+    "MAX_MODEL_NAME_CHARS",
     "AgentRunFailure",
     "AgentRunRequest",
     "AgentRunResult",
@@ -26,6 +27,7 @@ __all__ = [
     "FinishReason",
     "ListToolsResponse",
     "Message",
+    "ModelName",
     "NamedToolChoice",
     "ReasoningBlock",
     "ReasoningBlockEvent",
@@ -122,6 +124,21 @@ class NamedToolChoice(WireModel):
 ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
 
 
+MAX_MODEL_NAME_CHARS = 256
+"""The longest model name agent-service and completion-service accept (400 beyond). Real names are far
+shorter (a Bedrock inference-profile ARN is about 100 characters); a name travels in URLs and messages."""
+
+
+def _printable_model_name(name: str) -> str:
+    if not name.isprintable():
+        raise ValueError("a model name has no control characters (newlines, tabs, ...)")
+    return name
+
+
+ModelName = Annotated[str, Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS), AfterValidator(_printable_model_name)]
+"""A model name as a caller writes it: 1 to ``MAX_MODEL_NAME_CHARS`` printable characters."""
+
+
 class Usage(WireModel):
     input_tokens: int = 0
     output_tokens: int = 0
@@ -145,7 +162,7 @@ class ToolSpec(WireModel):
 
 
 class CompletionRequest(WireModel):
-    model: str = Field(min_length=1)
+    model: ModelName
     messages: list[Message] = Field(min_length=1)
     tools: list[ToolSpec] = Field(default_factory=list)
     tool_choice: ToolChoice = "auto"
@@ -247,7 +264,7 @@ RunFinishReason = Literal["stop", "max_iterations", "deadline", "cancelled", "er
 
 
 class AgentRunRequest(WireModel):
-    model: str = Field(min_length=1)
+    model: ModelName
     messages: list[Message] = Field(min_length=1)
     stream: bool = False
     tools: list[str] | None = None

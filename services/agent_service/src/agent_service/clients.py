@@ -113,7 +113,7 @@ class CompletionClient:
         try:
             response = await self.http.request(
                 "GET",
-                self.models_url + quote(model, safe="/"),
+                self.models_url + quote(model, safe="").replace(".", "%2E"),
                 headers={**deadline.header(), **trace_headers()},
                 time_limit=deadline.remaining(),
             )

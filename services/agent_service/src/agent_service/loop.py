@@ -17,6 +17,7 @@ import structlog
 from agent_service.clients import CompletionClient, Deadline, ToolsClient, UpstreamError
 from agent_service.results import render_tool_result
 from agent_service.telemetry import RunTelemetry
+from suite_common.echo import clip
 from suite_common.logging import get_logger
 from suite_common.wire import (
     CompletionRequest,
@@ -254,7 +255,8 @@ class AgentLoop:
         ):
             if call.name not in allowed:
                 content, is_error = (
-                    f"Tool '{call.name}' is not available in this run. Available tools: {', '.join(sorted(allowed))}.",
+                    f"Tool '{clip(call.name)}' is not available in this run. "
+                    f"Available tools: {', '.join(sorted(allowed))}.",
                     True,
                 )
             elif call.invalid_arguments is not None:

@@ -13,6 +13,7 @@ import anyio
 from agent_service.clients import CompletionClient, Deadline, ToolsClient, UpstreamError
 from agent_service.loop import RunPlan
 from agent_service.settings import AgentSettings
+from suite_common.echo import clip, clip_names
 from suite_common.errors import ApiError
 from suite_common.wire import AgentRunRequest, NamedToolChoice, ToolInfo
 
@@ -109,7 +110,7 @@ def _select_tools(request: AgentRunRequest, available: list[ToolInfo]) -> list[T
     unknown = [name for name in request.tools if name not in by_name]
     if unknown:
         names = ", ".join(sorted(by_name)) or "none"
-        raise ApiError(400, "unknown_tools", f"Unknown tools: {', '.join(unknown)}. Available tools: {names}.")
+        raise ApiError(400, "unknown_tools", f"Unknown tools: {clip_names(unknown)}. Available tools: {names}.")
     return [by_name[name] for name in dict.fromkeys(request.tools)]
 
 
@@ -129,7 +130,9 @@ async def plan_run(
         raise ApiError(error.status, error.code, error.message, headers=error.headers) from None
     choice = request.tool_choice
     if isinstance(choice, NamedToolChoice) and choice.name not in {tool.name for tool in tools}:
-        raise ApiError(400, "invalid_request", f"toolChoice names '{choice.name}', which is not among the run's tools.")
+        raise ApiError(
+            400, "invalid_request", f"toolChoice names '{clip(choice.name)}', which is not among the run's tools."
+        )
     if choice == "required" and not tools:
         raise ApiError(400, "invalid_request", "toolChoice is 'required' but no tool is available to this run.")
     return RunPlan(

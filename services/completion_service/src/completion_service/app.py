@@ -13,6 +13,7 @@ import anyio
 import httpx
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
+from pydantic import TypeAdapter, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -39,6 +40,7 @@ from suite_common.wire import (
     CompletionEvent,
     CompletionRequest,
     CompletionResponse,
+    ModelName,
     StreamError,
     Usage,
     dump,
@@ -269,9 +271,16 @@ async def models(request: Request) -> JSONResponse:
     return JSONResponse({"models": _services(request).router.available()})
 
 
+_model_name = TypeAdapter[str](ModelName)
+
+
 async def model(request: Request) -> JSONResponse:
     """Where ``POST /api/v1/completions`` would send this model name, so a caller can check it before a run."""
     name: str = request.path_params["model"]
+    try:
+        _model_name.validate_python(name)
+    except ValidationError as error:  # the same 400 as a completion request naming it
+        raise ApiError(400, "invalid_request", f"model: {error.errors()[0]['msg']}") from None
     route = _services(request).router.route(name, not_found_status=404)
     answer: dict[str, object] = {"id": name, "provider": route.provider.name, "upstreamModel": route.upstream_model}
     if route.fallbacks:

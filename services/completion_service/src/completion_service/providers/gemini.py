@@ -33,6 +33,7 @@ import httpx
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
 from completion_service.providers._transport import CallDeadline, Upstream, parse_json
 from completion_service.providers.gemini_schema import to_gemini_parameters
+from suite_common.echo import clip
 from suite_common.errors import ApiError
 from suite_common.wire import (
     CompletionDone,
@@ -661,7 +662,7 @@ def _method(stream: bool) -> str:
 
 
 def _invalid_model(model: str, label: str) -> ApiError:
-    return ApiError(400, "invalid_request", f"{model!r} is not a {label} model id.")
+    return ApiError(400, "invalid_request", f"{clip(model)!r} is not a {label} model id.")
 
 
 @dataclass(frozen=True)
