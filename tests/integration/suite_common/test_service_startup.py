@@ -26,6 +26,19 @@ def _environment(tmp_path: Path, **settings: str) -> dict[str, str]:
     return {**env, **settings}
 
 
+def _start(module: str, tmp_path: Path, **settings: str) -> subprocess.CompletedProcess[str]:
+    """``python -m module`` to its end (bounded), with ``settings`` as its only suite settings."""
+    return subprocess.run(
+        [sys.executable, "-m", module],
+        env=_environment(tmp_path, **settings),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 @pytest.mark.parametrize(
     ("module", "settings", "expected"),
     [
@@ -68,15 +81,7 @@ def _environment(tmp_path: Path, **settings: str) -> dict[str, str]:
 def test_bad_settings_end_the_process_with_one_line_naming_the_setting(
     tmp_path: Path, module: str, settings: dict[str, str], expected: str
 ) -> None:
-    finished = subprocess.run(
-        [sys.executable, "-m", module],
-        env=_environment(tmp_path, **settings),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    finished = _start(module, tmp_path, **settings)
     assert finished.returncode == 1
     assert "Traceback" not in finished.stderr
     assert finished.stderr.splitlines() == [expected]
@@ -85,14 +90,8 @@ def test_bad_settings_end_the_process_with_one_line_naming_the_setting(
 def test_a_servers_file_the_gateway_cannot_use_ends_it_with_one_line_naming_the_file(tmp_path: Path) -> None:
     servers = tmp_path / "servers.json"
     servers.write_text('{"mcpServers": {"rag": {"command": 7}}}')
-    finished = subprocess.run(
-        [sys.executable, "-m", "mcp_client_service"],
-        env=_environment(tmp_path, MCP_CLIENT_SERVICE_SECRET="s3cret", MCP_CLIENT_SERVERS_CONFIG=str(servers)),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    finished = _start(
+        "mcp_client_service", tmp_path, MCP_CLIENT_SERVICE_SECRET="s3cret", MCP_CLIENT_SERVERS_CONFIG=str(servers)
     )
     assert finished.returncode == 1
     assert finished.stderr.splitlines() == [
