@@ -63,6 +63,12 @@ def _start(module: str, tmp_path: Path, **settings: str) -> subprocess.Completed
             id="completion-service with negative retries",
         ),
         pytest.param(
+            "completion_service",
+            {"COMPLETION_MODELS": '[{"name": "smart", "provider": "openai", "model": "m", "apiKey": "${env:NO_KEY}"}]'},
+            "completion-service: catalog model 'smart': the environment variable NO_KEY is not set",
+            id="completion-service with a catalog it cannot use",
+        ),
+        pytest.param(
             "mcp_client_service",
             {},
             "mcp-client-service: invalid MCP_CLIENT_* settings: MCP_CLIENT_SERVICE_SECRET: "

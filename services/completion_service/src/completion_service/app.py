@@ -19,7 +19,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from completion_service.catalog import CatalogError
 from completion_service.providers._transport import CallStats, call_stats
 from completion_service.routing import ModelRoute, ModelRouter
 from completion_service.settings import CompletionSettings
@@ -308,22 +307,20 @@ def create_app(
     observability = Observability.create("completion-service", settings, tracer_provider=tracer_provider)
     telemetry = LlmTelemetry(observability.registry)
 
+    # One pooled client for every upstream call; each call narrows the timeout to its budget.
+    # On aiohttp's pool: httpx's own costs milliseconds of CPU per call under concurrency. It opens
+    # nothing until the first call.
+    http = http_client or pooled_client(
+        timeout=httpx.Timeout(settings.request_timeout_seconds, connect=settings.connect_timeout_seconds),
+        limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+    )
+    # Here rather than in the lifespan: a catalog that cannot work (CatalogError, a ValueError) stops
+    # create_app itself, which the start-up path reports in one line (suite_common.startup), not as a
+    # lifespan traceback. A service that cannot route what it was told to is misconfigured.
+    router = build_router(settings, http)
+
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[dict[str, _Services]]:
-        # One pooled client for every upstream call; each call narrows the timeout to its budget.
-        # On aiohttp's pool: httpx's own costs milliseconds of CPU per call under concurrency.
-        http = http_client or pooled_client(
-            timeout=httpx.Timeout(settings.request_timeout_seconds, connect=settings.connect_timeout_seconds),
-            limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
-        )
-        try:
-            router = build_router(settings, http)
-        except CatalogError as error:
-            # Fail the start with the reason: a service that cannot route what it was told to is misconfigured.
-            _log.error("model_catalog_invalid", reason=str(error))
-            if http_client is None:
-                await http.aclose()
-            raise
         _log.info("completion_service_ready", models=[entry["id"] for entry in router.available()])
         try:
             yield {
