@@ -8,18 +8,20 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import anyio
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
 from suite_common.echo import MAX_ECHO_CHARS, clip
 from suite_common.errors import ApiError
 from suite_common.lifecycle import Lifecycle
+from suite_common.wire import ModelName
 
 __all__ = [
     "ModelResponse",
     "WorkOutcome",
     "cancel_on_disconnect",
+    "check_model_name",
     "describe_validation_error",
     "read_model",
     "run_for_client",
@@ -64,6 +66,17 @@ async def read_model(request: Request, model: type[ModelT], *, max_bytes: int = 
         if any(item["type"] == "json_invalid" for item in error.errors()):
             raise ApiError(400, "invalid_json", "The body is not valid JSON.") from None
         raise ApiError(400, "invalid_request", describe_validation_error(error)) from None
+
+
+_model_name = TypeAdapter[str](ModelName)
+
+
+def check_model_name(name: str) -> None:
+    """A model name that came another way than a request body (a URL, another front): the same 400."""
+    try:
+        _model_name.validate_python(name)
+    except ValidationError as error:
+        raise ApiError(400, "invalid_request", f"model: {error.errors()[0]['msg']}") from None
 
 
 class ModelResponse(Response):

@@ -13,7 +13,6 @@ import anyio
 import httpx
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
-from pydantic import TypeAdapter, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -27,7 +26,7 @@ from completion_service.wiring import build_router
 from suite_common.deadline import time_budget
 from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes
-from suite_common.http import ModelResponse, read_model, run_for_client
+from suite_common.http import ModelResponse, check_model_name, read_model, run_for_client
 from suite_common.http_client import pooled_client
 from suite_common.lifecycle import Lifecycle, until_interrupted
 from suite_common.logging import get_logger
@@ -39,7 +38,6 @@ from suite_common.wire import (
     CompletionEvent,
     CompletionRequest,
     CompletionResponse,
-    ModelName,
     StreamError,
     Usage,
     dump,
@@ -270,16 +268,10 @@ async def models(request: Request) -> JSONResponse:
     return JSONResponse({"models": _services(request).router.available()})
 
 
-_model_name = TypeAdapter[str](ModelName)
-
-
 async def model(request: Request) -> JSONResponse:
     """Where ``POST /api/v1/completions`` would send this model name, so a caller can check it before a run."""
     name: str = request.path_params["model"]
-    try:
-        _model_name.validate_python(name)
-    except ValidationError as error:  # the same 400 as a completion request naming it
-        raise ApiError(400, "invalid_request", f"model: {error.errors()[0]['msg']}") from None
+    check_model_name(name)  # the same 400 as a completion request naming it
     route = _services(request).router.route(name, not_found_status=404)
     answer: dict[str, object] = {"id": name, "provider": route.provider.name, "upstreamModel": route.upstream_model}
     if route.fallbacks:
