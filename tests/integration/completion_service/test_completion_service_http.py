@@ -13,8 +13,9 @@ import pytest
 
 from completion_service.app import create_app
 from completion_service.settings import CompletionSettings
+from suite_common import wire
 from suite_common.echo import MAX_ECHO_CHARS
-from suite_common.wire import DEADLINE_HEADER, MAX_MODEL_NAME_CHARS
+from suite_common.wire import DEADLINE_HEADER
 from support.fake_openai import Reply, ScriptedOpenAI, error, hang, raw, text, text_then_hang, tool_calls
 from support.servers import serve_app
 
@@ -334,14 +335,14 @@ async def test_an_invalid_request_body_is_a_400_json_error(content: bytes, code:
 
 
 async def test_a_model_name_over_the_limit_is_a_400_naming_the_limit_both_to_complete_and_to_look_up() -> None:
-    too_long = "gpt-" + "x" * MAX_MODEL_NAME_CHARS
+    too_long = "gpt-" + "x" * wire.MAX_MODEL_NAME_CHARS
     async with completion_service(ScriptedOpenAI()) as client:
         completion = await client.post("/api/v1/completions", json=_body(model=too_long))
         looked_up = await client.get(f"/api/v1/models/{too_long}")
     expected = {
         "error": {
             "code": "invalid_request",
-            "message": f"model: String should have at most {MAX_MODEL_NAME_CHARS} characters",
+            "message": f"model: String should have at most {wire.MAX_MODEL_NAME_CHARS} characters",
         }
     }
     assert (completion.status_code, completion.json()) == (400, expected)
