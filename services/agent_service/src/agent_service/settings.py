@@ -27,6 +27,14 @@ class AgentSettings(ServiceSettings):
     """Base URL of mcp-client-service."""
     mcp_service_secret: SecretStr = Field(default=SecretStr(""), validate_default=True)
     """The shared secret mcp-client-service expects; required."""
+
+    @field_validator("mcp_service_secret")
+    @classmethod
+    def _require_secret(cls, secret: SecretStr) -> SecretStr:
+        if not secret.get_secret_value().strip():
+            raise ValueError("must be set to the shared secret of mcp-client-service (its MCP_CLIENT_SERVICE_SECRET)")
+        return secret
+
     mcp_secret_header: str = "X-MCP-Service-Secret"
     """Header that carries the shared secret."""
     max_iterations: int = Field(default=HARD_MAX_ITERATIONS, ge=1, le=HARD_MAX_ITERATIONS)
@@ -39,10 +47,3 @@ class AgentSettings(ServiceSettings):
     """How long the tool catalog and the known model names are reused between runs (0: every run asks)."""
     connect_timeout_seconds: float = Field(default=5.0, gt=0)
     """Timeout to open a connection to completion-service or mcp-client-service."""
-
-    @field_validator("mcp_service_secret")
-    @classmethod
-    def _require_secret(cls, secret: SecretStr) -> SecretStr:
-        if not secret.get_secret_value().strip():
-            raise ValueError("must be set to the shared secret of mcp-client-service (its MCP_CLIENT_SERVICE_SECRET)")
-        return secret
