@@ -15,7 +15,6 @@ from agent_service.loop import RunPlan
 from agent_service.settings import AgentSettings
 from suite_common.echo import clip, clip_names
 from suite_common.errors import ApiError
-from suite_common.http import check_model_name
 from suite_common.wire import AgentRunRequest, NamedToolChoice, ToolInfo
 
 __all__ = ["ModelCheck", "ToolCatalog", "plan_run"]
@@ -64,7 +63,6 @@ class ModelCheck:
     async def check(self, model: str, deadline: Deadline) -> None:
         if self._fresh(model):
             return
-        check_model_name(model)  # whichever front the name came through, before it goes into a URL
         # One request per model for many runs starting at once (when the memory of it expires under
         # load, every run would ask otherwise); other models are not held up.
         lock = self._checking.setdefault(model, anyio.Lock())
