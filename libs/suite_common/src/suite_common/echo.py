@@ -23,16 +23,13 @@ def clip(value: object, limit: int = MAX_ECHO_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def clip_names(values: Iterable[object], *, limit: int = MAX_ECHO_ITEMS, quote: bool = False) -> str:
-    """``a, b, c and 9,997 more``: the first ``limit`` values, each clipped, then how many were left out.
-
-    ``quote``: each value as a Python literal (``'a', 'b'``), for names that may hold commas or spaces.
-    """
+def clip_names(values: Iterable[object], *, limit: int = MAX_ECHO_ITEMS) -> str:
+    """``a, b, c and 9,997 more``: the first ``limit`` values, each clipped, then how many were left out."""
     shown: list[str] = []
     hidden = 0
     for value in values:
         if len(shown) < limit:
-            shown.append(repr(clip(value)) if quote else clip(value))
+            shown.append(clip(value))
         else:
             hidden += 1
     listed = ", ".join(shown)
