@@ -27,6 +27,8 @@ from mcp_client_service.app import create_app as create_mcp_client_app
 from mcp_client_service.settings import MCPClientSettings
 from mcp_web_search.server import build_server as build_web_search_server
 from mcp_web_search.settings import WebSearchSettings
+from suite_common.echo import MAX_ECHO_CHARS, MAX_ECHO_ITEMS
+from suite_common.wire import MAX_MODEL_NAME_CHARS
 from support import fake_openai
 from support.fake_openai import ScriptedOpenAI
 from support.fake_searxng import ScriptedSearxng
@@ -51,6 +53,7 @@ class Stack:
     completion_url: str
     mcp_url: str
     llm: ScriptedOpenAI
+    llm_url: str
     searxng: ScriptedSearxng
 
 
@@ -106,7 +109,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
             async with serve_app(create_agent_app(agent_settings)) as agent_url:
                 with anyio.fail_after(120):
                     await mcp_app.state.registry.wait_until(lambda registry: registry.all_ready())
-                yield Stack(agent_url, completion_url, mcp_url, llm, searxng)
+                yield Stack(agent_url, completion_url, mcp_url, llm, llm_url, searxng)
 
 
 @pytest.fixture
@@ -299,6 +302,82 @@ async def test_an_unknown_model_is_a_400_before_the_stream_starts(fresh: Stack) 
     assert "demo" in error["message"]
 
 
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_model_name_over_the_limit_is_a_400_naming_the_limit(fresh: Stack, stream: bool) -> None:
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(
+            f"{fresh.agent_url}/api/v1/agent/run", json=run_body("hi", model="m" * 70_000, stream=stream)
+        )
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": {
+            "code": "invalid_request",
+            "message": f"model: String should have at most {MAX_MODEL_NAME_CHARS} characters",
+        }
+    }
+    assert not fresh.llm.requests
+
+
+async def test_a_model_name_with_a_control_character_is_a_400(fresh: Stack) -> None:
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(f"{fresh.agent_url}/api/v1/agent/run", json=run_body("hi", model="gpt-4o\nx"))
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_request"
+    assert "control characters" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("client", ["aiohttp", "httpx"])
+async def test_a_model_named_with_odd_characters_is_checked_under_its_own_name(fresh: Stack, client: str) -> None:
+    # Dots, slashes, ? # % and spaces: a URL would reread them (`a/../b` is `b` to an HTTP client or a proxy).
+    odd = "team a/../b?c#d %41/."
+    entry = {"name": odd, "provider": "openai", "model": "m", "apiKey": "test-key", "baseUrl": f"{fresh.llm_url}/v1"}
+    only_the_catalog = create_completion_app(
+        CompletionSettings(openai_api_key=None, openai_base_url=DEFAULT_OPENAI_BASE_URL, models=json.dumps([entry]))
+    )
+    fresh.llm.push(fake_openai.text("Answered."))
+    async with (
+        serve_app(only_the_catalog) as completion_url,
+        httpx.AsyncClient(timeout=30) as http,
+        httpx.AsyncClient(timeout=30) as agent_http,
+    ):
+        settings = AgentSettings(
+            completion_url=completion_url, mcp_client_url=fresh.mcp_url, mcp_service_secret=SecretStr(SECRET)
+        )
+        app = create_agent_app(settings, http_client=agent_http if client == "httpx" else None)
+        async with serve_app(app) as agent_url:
+            response = await http.post(
+                f"{agent_url}/api/v1/agent/run", json=run_body("hi", model=odd, stream=False, tools=[])
+            )
+    assert response.status_code == 200, response.text
+    assert response.json()["message"]["content"] == "Answered."
+    assert fresh.llm.requests[0]["model"] == "m"
+
+
+async def test_ten_thousand_unknown_tool_names_are_echoed_as_the_first_few_and_a_count(fresh: Stack) -> None:
+    unknown = [f"no_such_tool_{number}" for number in range(10_000)]
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(
+            f"{fresh.agent_url}/api/v1/agent/run", json=run_body("hi", tools=["web_search", *unknown])
+        )
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "unknown_tools"
+    shown = ", ".join(unknown[:MAX_ECHO_ITEMS])
+    assert error["message"].startswith(f"Unknown tools: {shown} and 9,990 more. Available tools: ")
+    assert len(error["message"]) < 1_000
+
+
+async def test_a_long_tool_choice_name_is_echoed_clipped(fresh: Stack) -> None:
+    name = "t" * 10_000
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(
+            f"{fresh.agent_url}/api/v1/agent/run", json=run_body("hi", tools=["web_search"], toolChoice={"name": name})
+        )
+    assert response.status_code == 400
+    message = response.json()["error"]["message"]
+    assert message == f"toolChoice names '{name[: MAX_ECHO_CHARS - 1]}…', which is not among the run's tools."
+
+
 async def test_a_non_streamed_run_that_fails_midway_keeps_what_it_did(fresh: Stack) -> None:
     fresh.llm.push(
         fake_openai.tool_calls(("call_docs", "search_documents", {"queries": ["tomatoes"]})),
@@ -311,7 +390,37 @@ async def test_a_non_streamed_run_that_fails_midway_keeps_what_it_did(fresh: Sta
     assert response.status_code == 503
     body = response.json()
     assert body["error"]["code"] == "upstream_unavailable"
+    assert body["finishReason"] == "error"
     # The tool ran before the LLM failed: the caller still gets that part of the run.
     assert [m["role"] for m in body["messages"]] == ["assistant", "tool"]
     assert "gardening.md" in body["messages"][1]["content"]
     assert body["iterations"] == 2
+    assert "message" not in body  # there is no final answer to report
+    assert not _nulls(body)
+
+
+async def test_a_non_streamed_run_whose_first_llm_call_fails_answers_the_error_without_nulls(fresh: Stack) -> None:
+    fresh.llm.push(fake_openai.error(500))
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(f"{fresh.agent_url}/api/v1/agent/run", json=run_body("hi", stream=False, tools=[]))
+    assert response.status_code == 503
+    body = response.json()
+    assert (body["error"]["code"], body["finishReason"], body["messages"], body["iterations"]) == (
+        "upstream_unavailable",
+        "error",
+        [],
+        1,
+    )
+    assert set(body) == {"error", "runId", "messages", "finishReason", "iterations", "usage"}
+    assert not _nulls(body)
+
+
+def _nulls(value: Any, path: str = "$") -> list[str]:
+    """The paths of every JSON null in ``value``."""
+    if value is None:
+        return [path]
+    if isinstance(value, dict):
+        return [found for key, item in value.items() for found in _nulls(item, f"{path}.{key}")]
+    if isinstance(value, list):
+        return [found for index, item in enumerate(value) for found in _nulls(item, f"{path}[{index}]")]
+    return []

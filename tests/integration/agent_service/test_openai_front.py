@@ -342,6 +342,14 @@ async def test_a_bad_request_is_a_bad_request_error_in_openais_shape(fresh: Stac
     assert "messages" in raised.value.body["message"]
 
 
+async def test_a_model_name_over_the_bound_is_a_bad_request_error_not_a_server_error(fresh: Stack) -> None:
+    with pytest.raises(openai.BadRequestError) as raised:
+        await fresh.client().chat.completions.create(model="m" * 70_000, messages=user("hi"))
+    assert isinstance(raised.value.body, dict)
+    assert "at most 256 characters" in raised.value.body["message"]
+    assert len(raised.value.body["message"]) < 1_000
+
+
 async def test_an_unknown_model_is_a_not_found_error(fresh: Stack) -> None:
     for stream in (False, True):
         with pytest.raises(openai.NotFoundError) as raised:

@@ -13,6 +13,8 @@ import pytest
 
 from completion_service.app import create_app
 from completion_service.settings import CompletionSettings
+from suite_common import wire
+from suite_common.echo import MAX_ECHO_CHARS
 from suite_common.wire import DEADLINE_HEADER
 from support.fake_openai import (
     Reply,
@@ -365,6 +367,30 @@ async def test_an_invalid_request_body_is_a_400_json_error(content: bytes, code:
         )
     assert response.status_code == 400
     assert response.json()["error"]["code"] == code
+
+
+async def test_a_model_name_over_the_limit_is_a_400_naming_the_limit_both_to_complete_and_to_look_up() -> None:
+    too_long = "gpt-" + "x" * wire.MAX_MODEL_NAME_CHARS
+    async with completion_service(ScriptedOpenAI()) as client:
+        completion = await client.post("/api/v1/completions", json=_body(model=too_long))
+        looked_up = await client.get(f"/api/v1/models/{too_long}")
+    expected = {
+        "error": {
+            "code": "invalid_request",
+            "message": f"model: String should have at most {wire.MAX_MODEL_NAME_CHARS} characters",
+        }
+    }
+    assert (completion.status_code, completion.json()) == (400, expected)
+    assert (looked_up.status_code, looked_up.json()) == (400, expected)
+
+
+async def test_an_unknown_model_name_is_echoed_clipped() -> None:
+    name = "no-such-model-" + "y" * 200
+    async with completion_service() as client:  # only demo: every other name is unknown
+        response = await client.post("/api/v1/completions", json=_body(model=name))
+    message = response.json()["error"]["message"]
+    assert message.startswith(f"Unknown model '{name[: MAX_ECHO_CHARS - 1]}…'. Available models: demo.")
+    assert name not in message
 
 
 async def test_an_unknown_model_without_openai_is_a_400_that_says_how_to_configure_one() -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
+from suite_common.echo import MAX_ECHO_CHARS
 from support.mcp_gateway import FAST_RETRIES, Gateway, echo_http_server, running_gateway
 from support.misbehaving_mcp_server import misbehaving_server
 
@@ -93,6 +94,17 @@ async def test_arguments_that_break_the_input_schema_are_refused_naming_each_fie
     assert "$.legs[0].when: matches none of the allowed alternatives" in text
     assert '$.traveller.age: expected integer, got string "36"' in text
     assert text.endswith("Correct the arguments and call it again.")
+    assert trouble.calls_that_reached_the_tool() == []
+
+
+async def test_an_unknown_argument_with_a_huge_name_is_named_clipped(trouble: Trouble) -> None:
+    key = "k" * 10_000
+    trip = {"traveller": {"name": "Ada", "age": 36}, "legs": [], key: 1}
+
+    text = _text(await _call(trouble.gateway, "plan_trip", trip))
+
+    assert f'$["{key[: MAX_ECHO_CHARS - 1]}…"]: is not an accepted property' in text
+    assert key not in text
     assert trouble.calls_that_reached_the_tool() == []
 
 

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from mcp_client_service.settings import MCPClientSettings
+from suite_common.echo import MAX_ECHO_CHARS
 from support.echo_mcp_server import ECHO_TOOLS
 from support.mcp_gateway import Gateway, echo_http_server, echo_stdio_server, running_gateway
 
@@ -122,6 +123,16 @@ async def test_an_unknown_tool_is_404_naming_it(gateway: Gateway) -> None:
     error = response.json()["error"]
     assert error["code"] == "tool_not_found"
     assert '"launch_rockets"' in error["message"]
+
+
+async def test_an_unknown_tool_with_a_huge_name_is_404_naming_it_clipped(gateway: Gateway) -> None:
+    name = "n" * 10_000
+    response = await gateway.http.post(CALL, json={"name": name, "arguments": {}})
+
+    assert response.status_code == 404
+    message = response.json()["error"]["message"]
+    assert message.startswith(f'No MCP server offers a tool named "{name[: MAX_ECHO_CHARS - 1]}…".')
+    assert name not in message
 
 
 @pytest.mark.parametrize(

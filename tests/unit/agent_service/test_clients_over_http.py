@@ -9,7 +9,8 @@ import anyio
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from agent_service.clients import CompletionClient, Deadline
+from agent_service.clients import CompletionClient, Deadline, UpstreamError
+from suite_common import wire
 from suite_common.peer_client import AiohttpPeerClient
 from suite_common.sse import encode_event
 from suite_common.wire import CompletionDone, CompletionRequest, Message, ReasoningDelta, TextDelta, Usage, dump
@@ -90,3 +91,15 @@ async def test_a_stream_that_breaks_after_done_still_gives_the_whole_turn() -> N
             assert await _turn(client, deltas) == "Hello world"
             assert await _turn(client, deltas) == "Hello world"  # on a new connection: the broken one was closed
     assert deltas == ["Hello ", "world"] * 2
+
+
+@pytest.mark.parametrize("name", ["m" * (wire.MAX_MODEL_NAME_CHARS + 1), "gpt-4o\r\nX-Injected: 1"])
+async def test_a_model_name_that_cannot_go_into_a_url_is_a_400_without_asking(name: str) -> None:
+    # Whichever front it came through (the OpenAI front's request model does not bound it).
+    app = _StreamingCompletions()
+    async with _client(app) as client:
+        with pytest.raises(UpstreamError) as caught:
+            await client.check_model(name, Deadline(5))
+    assert (caught.value.status, caught.value.code) == (400, "invalid_request")
+    assert caught.value.message.startswith("model: ")
+    assert app.clients == []

@@ -206,6 +206,7 @@ async def test_a_failing_completion_ends_the_run_with_an_error_event_and_no_done
     events = Recorder()
     outcome = await Refusing([]).loop().run(plan("echo"), events, stream_text=True)
     assert outcome.error is not None
+    assert outcome.finish_reason == "error"
     assert isinstance(events.events[-1], RunError)
     assert events.events[-1].code == "auth_failed"
     assert not events.of(RunDone)

@@ -94,6 +94,5 @@ def test_inconsistent_settings_end_the_command_with_the_reason_not_a_traceback(
         main(["--transport", "streamable-http"])
 
     assert exit_info.value.code == (
-        "mcp-rag-tool: invalid RAG_* settings:\n"
-        "  settings: Value error, set RAG_QDRANT_PATH (local mode) or RAG_QDRANT_URL (a server), not both"
+        "mcp-rag-tool: invalid RAG_* settings: set RAG_QDRANT_PATH (local mode) or RAG_QDRANT_URL (a server), not both"
     )

@@ -44,7 +44,9 @@ def test_host_and_port_flags_override_the_environment(monkeypatch: pytest.Monkey
     assert (settings.host, settings.port) == ("::1", 8111)
 
 
-def test_invalid_settings_end_the_process_with_one_line_per_bad_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_invalid_settings_end_the_process_with_one_line_naming_each_bad_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("WEB_SEARCH_SEARXNG_URL", "searx.example:8888")
     monkeypatch.setenv("WEB_SEARCH_TIMEOUT_SECONDS", "0")
 
@@ -52,9 +54,9 @@ def test_invalid_settings_end_the_process_with_one_line_per_bad_variable(monkeyp
         main([])
 
     assert exit_info.value.code == (
-        "mcp-web-search: invalid WEB_SEARCH_* settings:\n"
-        "  WEB_SEARCH_SEARXNG_URL: Value error, must be an http:// or https:// URL, got 'searx.example:8888'\n"
-        "  WEB_SEARCH_TIMEOUT_SECONDS: Input should be greater than 0"
+        "mcp-web-search: invalid WEB_SEARCH_* settings: "
+        "WEB_SEARCH_SEARXNG_URL: must be an http:// or https:// URL, got 'searx.example:8888'; "
+        "WEB_SEARCH_TIMEOUT_SECONDS: Input should be greater than 0"
     )
 
 

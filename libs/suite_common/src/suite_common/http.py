@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import anyio
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from suite_common.echo import MAX_ECHO_CHARS, clip
 from suite_common.errors import ApiError
 from suite_common.lifecycle import Lifecycle
+from suite_common.wire import ModelName
 
 __all__ = [
     "ModelResponse",
     "WorkOutcome",
     "cancel_on_disconnect",
+    "check_model_name",
     "describe_validation_error",
     "read_model",
     "run_for_client",
@@ -31,11 +34,14 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
 def describe_validation_error(error: ValidationError) -> str:
-    """``messages.0.role: Input should be 'system', 'user', ...`` — field paths, not values."""
+    """``messages.0.role: Input should be 'system', 'user', ...`` — field paths, not values.
+
+    A path may hold the caller's keys, and a few messages quote the input (a union's unknown tag): both clipped.
+    """
     parts = []
     for item in error.errors(include_url=False, include_input=False)[:5]:
-        location = ".".join(str(part) for part in item["loc"]) or "body"
-        parts.append(f"{location}: {item['msg']}")
+        location = ".".join(clip(part) for part in item["loc"]) or "body"
+        parts.append(f"{location}: {clip(item['msg'], 3 * MAX_ECHO_CHARS)}")  # room for the expected values
     return "; ".join(parts)
 
 
@@ -62,13 +68,24 @@ async def read_model(request: Request, model: type[ModelT], *, max_bytes: int = 
         raise ApiError(400, "invalid_request", describe_validation_error(error)) from None
 
 
+_model_name = TypeAdapter[str](ModelName)
+
+
+def check_model_name(name: str) -> None:
+    """A model name that came another way than a request body (a URL, another front): the same 400."""
+    try:
+        _model_name.validate_python(name)
+    except ValidationError as error:
+        raise ApiError(400, "invalid_request", f"model: {error.errors()[0]['msg']}") from None
+
+
 class ModelResponse(Response):
     """A JSON response straight from a wire model: camelCase, ``None`` fields left out."""
 
     media_type = "application/json"
 
-    def __init__(self, model: BaseModel, status_code: int = 200) -> None:
-        super().__init__(model.model_dump_json(by_alias=True, exclude_none=True), status_code=status_code)
+    def __init__(self, model: BaseModel, status_code: int = 200, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(model.model_dump_json(by_alias=True, exclude_none=True), status_code, headers)
 
 
 @dataclass(frozen=True, slots=True)

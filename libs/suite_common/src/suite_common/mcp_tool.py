@@ -3,7 +3,8 @@
 Every MCP tool of the suite starts, logs and fails the same way through ``run_tool_server``:
 
 - settings come from the tool's environment variables, with ``--host`` and ``--port`` on top;
-  invalid settings end the process with one line per bad variable instead of a traceback;
+  invalid settings end the process with one line naming each bad variable instead of a traceback
+  (``suite_common.startup``, the start-up path of the services too);
 - logs go to stderr in the suite's format, so over stdio stdout carries the protocol and nothing else
   (and over streamable HTTP too: a tool logs the same way whatever its transport);
 - with ``<PREFIX>OTLP_ENDPOINT`` set, the SDK's span of each MCP request (``tools/call <name>``) is
@@ -25,12 +26,12 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from pydantic import ValidationError
 
+from suite_common import startup
 from suite_common.health import ReadinessCheck, health_routes
-from suite_common.logging import configure_logging
 from suite_common.serve import serve
 from suite_common.settings import ServiceSettings
+from suite_common.startup import env_prefix, start
 from suite_common.tracing import create_tracer_provider
 
 if TYPE_CHECKING:
@@ -41,7 +42,6 @@ __all__ = [
     "CommandLine",
     "Transport",
     "add_health_routes",
-    "install_tracing",
     "load_settings",
     "parse_command_line",
     "run_tool_server",
@@ -52,8 +52,6 @@ MCP_PATH = "/mcp"
 Transport = Literal["stdio", "streamable-http"]
 
 SettingsT = TypeVar("SettingsT", bound=ServiceSettings)
-
-_MAX_REPORTED_ERRORS = 10
 
 
 @dataclass(frozen=True)
@@ -78,14 +76,11 @@ def run_tool_server(
     Returns when the server stops: over stdio when the client closes the pipe, over HTTP on SIGINT/SIGTERM.
     """
     command_line = parse_command_line(settings_type, argv, prog=prog, description=description)
-    settings = load_settings(settings_type, command_line, prog=prog)
-    # Before building the server: MCPServer.__init__ calls logging.basicConfig with its own (rich)
-    # handler, and basicConfig does nothing once the root logger has a handler. Ours is then the only
-    # one, and it also formats whatever the build logs. (Configuring after the build works too, since
-    # configure_logging replaces the root handlers, but leaves the build's own records to rich.)
-    configure_logging(settings.log_level, settings.log_format, stream=sys.stderr)
+    # Logging is configured before the server is built (``start``): MCPServer.__init__ calls
+    # logging.basicConfig with its own (rich) handler, and basicConfig does nothing once the root logger
+    # has a handler. Ours is then the only one, and it also formats whatever the build logs.
+    settings, server = start(settings_type, build, prog=prog, overrides=_overrides(command_line), log_stream=sys.stderr)
     tracer_provider = install_tracing(prog, settings.otlp_endpoint)
-    server = build(settings)
     try:
         if command_line.transport == "stdio":
             server.run("stdio")
@@ -100,7 +95,8 @@ def run_tool_server(
 
 def install_tracing(service_name: str, endpoint: str | None) -> TracerProvider | None:
     """The process's tracer provider, exporting to ``endpoint``: the MCP SDK's server middleware traces each
-    request with the global provider (a no-op until one is installed). ``None`` without an endpoint."""
+    request with the global provider (a no-op until one is installed; its tracer is a proxy, so installing it
+    after the server is built is in time). ``None`` without an endpoint."""
     provider = create_tracer_provider(service_name, endpoint)
     if provider is not None:
         trace.set_tracer_provider(provider)
@@ -111,7 +107,7 @@ def parse_command_line(
     settings_type: type[ServiceSettings], argv: Sequence[str] | None, *, prog: str, description: str
 ) -> CommandLine:
     """Parsed before the settings are loaded, so that ``--help`` works whatever the environment holds."""
-    prefix = _env_prefix(settings_type)
+    prefix = env_prefix(settings_type)
     default_host = settings_type.model_fields["host"].default
     default_port = settings_type.model_fields["port"].default
     parser = argparse.ArgumentParser(prog=prog, description=description)
@@ -134,16 +130,16 @@ def parse_command_line(
 
 def load_settings(settings_type: type[SettingsT], command_line: CommandLine, *, prog: str) -> SettingsT:
     """The settings from the environment with the command line on top; ``SystemExit`` naming each bad variable."""
+    return startup.load_settings(settings_type, prog=prog, overrides=_overrides(command_line))
+
+
+def _overrides(command_line: CommandLine) -> dict[str, Any]:
     overrides: dict[str, Any] = {}
     if command_line.host is not None:
         overrides["host"] = command_line.host
     if command_line.port is not None:
         overrides["port"] = command_line.port
-    try:
-        return settings_type(**overrides)
-    except ValidationError as exc:
-        prefix = _env_prefix(settings_type)
-        raise SystemExit(f"{prog}: invalid {prefix}* settings:\n{_describe(exc, prefix)}") from None
+    return overrides
 
 
 def add_health_routes(server: MCPServer[Any], readiness: ReadinessCheck | None = None) -> None:
@@ -154,18 +150,3 @@ def add_health_routes(server: MCPServer[Any], readiness: ReadinessCheck | None =
     """
     for route in health_routes(readiness):
         server.custom_route(route.path, methods=["GET"])(route.endpoint)
-
-
-def _env_prefix(settings_type: type[ServiceSettings]) -> str:
-    return str(settings_type.model_config.get("env_prefix", ""))
-
-
-def _describe(error: ValidationError, prefix: str) -> str:
-    # One line per problem, named by its variable. Inputs are left out: a setting may be a secret.
-    lines = []
-    for item in error.errors(include_url=False, include_input=False)[:_MAX_REPORTED_ERRORS]:
-        field, *rest = item["loc"] or ("",)
-        where = f"{prefix}{str(field).upper()}" if field else "settings"
-        where += "".join(f"[{part}]" for part in rest)
-        lines.append(f"  {where}: {item['msg']}")
-    return "\n".join(lines)

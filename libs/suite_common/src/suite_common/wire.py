@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 __all__ = [
     "DEADLINE_HEADER",
+    "MAX_MODEL_NAME_CHARS",
+    "AgentRunFailure",
     "AgentRunRequest",
     "AgentRunResult",
     "CallToolProgress",
@@ -26,12 +28,14 @@ __all__ = [
     "FinishReason",
     "ListToolsResponse",
     "Message",
+    "ModelName",
     "NamedToolChoice",
     "ReasoningBlock",
     "ReasoningBlockEvent",
     "ReasoningDelta",
     "RunDone",
     "RunError",
+    "RunErrorDetail",
     "RunEvent",
     "RunFinishReason",
     "RunReasoning",
@@ -123,6 +127,21 @@ class NamedToolChoice(WireModel):
 ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
 
 
+MAX_MODEL_NAME_CHARS = 256
+"""The longest model name agent-service and completion-service accept (400 beyond). Real names are far
+shorter (a Bedrock inference-profile ARN is about 100 characters); a name travels in URLs and messages."""
+
+
+def _printable_model_name(name: str) -> str:
+    if not name.isprintable():
+        raise ValueError("a model name has no control characters (newlines, tabs, ...)")
+    return name
+
+
+ModelName = Annotated[str, Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS), AfterValidator(_printable_model_name)]
+"""A model name as a caller writes it: 1 to ``MAX_MODEL_NAME_CHARS`` printable characters."""
+
+
 class Usage(WireModel):
     input_tokens: int = 0
     output_tokens: int = 0
@@ -146,7 +165,7 @@ class ToolSpec(WireModel):
 
 
 class CompletionRequest(WireModel):
-    model: str = Field(min_length=1)
+    model: ModelName
     messages: list[Message] = Field(min_length=1)
     tools: list[ToolSpec] = Field(default_factory=list)
     tool_choice: ToolChoice = "auto"
@@ -267,13 +286,14 @@ class CallToolProgress(WireModel):
 
 # --- agent-service ---------------------------------------------------------------------------
 
-RunFinishReason = Literal["stop", "max_iterations", "deadline", "cancelled", "tool_calls"]
+RunFinishReason = Literal["stop", "max_iterations", "deadline", "cancelled", "tool_calls", "error"]
 """``tool_calls``: the model called a client-side tool (one the caller declared and runs itself, see the
-OpenAI front); the run stops and hands the call back."""
+OpenAI front); the run stops and hands the call back. ``error``: the run failed (an LLM provider or a
+service it needs); the error says why."""
 
 
 class AgentRunRequest(WireModel):
-    model: str = Field(min_length=1)
+    model: ModelName
     messages: list[Message] = Field(min_length=1)
     stream: bool = False
     tools: list[str] | None = None
@@ -366,5 +386,26 @@ class AgentRunResult(WireModel):
     messages: list[Message]
     """Every message the run appended to the conversation, in order."""
     finish_reason: RunFinishReason
+    iterations: int
+    usage: Usage
+
+
+class RunErrorDetail(WireModel):
+    code: str
+    message: str
+
+
+class AgentRunFailure(WireModel):
+    """The answer to a run with ``stream: false`` that failed midway, sent with the error's HTTP status.
+
+    The suite's error shape, plus what the run did before it failed: tools that ran may have had
+    effects, so their calls and results are not lost. No ``message``: there is no final answer.
+    """
+
+    error: RunErrorDetail
+    run_id: str
+    messages: list[Message]
+    """Every message the run appended before it failed, in order; each tool call has its result."""
+    finish_reason: Literal["error"] = "error"
     iterations: int
     usage: Usage

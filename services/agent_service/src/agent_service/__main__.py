@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from agent_service.app import create_app
 from agent_service.settings import AgentSettings
-from suite_common.serve import serve
+from suite_common.startup import run_service
 
 
 def main() -> None:
-    settings = AgentSettings()
-    serve(create_app(settings), settings)
+    run_service(AgentSettings, create_app, prog="agent-service")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import httpx
 from opentelemetry.sdk.trace import TracerProvider
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from agent_service.clients import CompletionClient, ToolsClient
@@ -29,7 +29,17 @@ from suite_common.observability import Observability
 from suite_common.peer_client import AiohttpPeerClient, HttpxPeerClient, PeerClient
 from suite_common.sse import Emit as SendChunk
 from suite_common.sse import EventStreamResponse, encode_event
-from suite_common.wire import AgentRunRequest, AgentRunResult, Message, RunError, RunEvent, RunStarted, dump
+from suite_common.wire import (
+    AgentRunFailure,
+    AgentRunRequest,
+    AgentRunResult,
+    Message,
+    RunError,
+    RunErrorDetail,
+    RunEvent,
+    RunStarted,
+    dump,
+)
 
 __all__ = ["create_app"]
 
@@ -103,21 +113,28 @@ async def run_agent(request: Request) -> Response | EventStreamResponse:
     outcome = run.result
     if not run.finished or outcome is None:
         raise ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"})
-    final = next((m for m in reversed(outcome.appended) if m.role == "assistant"), Message(role="assistant"))
-    result = AgentRunResult(
-        run_id=plan.run_id,
-        message=final,
-        messages=outcome.appended,
-        finish_reason=outcome.finish_reason,
-        iterations=outcome.iterations,
-        usage=outcome.usage,
-    )
-    if outcome.error is None:
-        return ModelResponse(result)
-    # The error shape, plus what the run did before it failed: tools may have run, with effects.
     error = outcome.error
-    payload = {"error": {"code": error.code, "message": error.message}, **result.model_dump(by_alias=True, mode="json")}
-    return JSONResponse(payload, status_code=error.status, headers=error.headers)
+    if error is not None:
+        # The error shape, plus what the run did before it failed: tools may have run, with effects.
+        failure = AgentRunFailure(
+            error=RunErrorDetail(code=error.code, message=error.message),
+            run_id=plan.run_id,
+            messages=outcome.appended,
+            iterations=outcome.iterations,
+            usage=outcome.usage,
+        )
+        return ModelResponse(failure, status_code=error.status, headers=error.headers)
+    final = next((m for m in reversed(outcome.appended) if m.role == "assistant"), Message(role="assistant"))
+    return ModelResponse(
+        AgentRunResult(
+            run_id=plan.run_id,
+            message=final,
+            messages=outcome.appended,
+            finish_reason=outcome.finish_reason,
+            iterations=outcome.iterations,
+            usage=outcome.usage,
+        )
+    )
 
 
 async def _readiness(request: Request) -> dict[str, str]:

@@ -16,6 +16,8 @@ import anyio
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
+from suite_common.errors import ApiError
+from suite_common.http import check_model_name
 from suite_common.peer_client import PeerClient, PeerReply, PeerStream
 from suite_common.sse_parser import EventStreamParser
 from suite_common.tracing import trace_headers
@@ -115,9 +117,14 @@ class CompletionClient:
     async def check_model(self, model: str, deadline: Deadline) -> None:
         """Raises ``UpstreamError`` (400 ``model_not_found``) unless completion-service can route ``model``."""
         try:
+            # Whichever front the name came through: it goes into a URL, which must stay one line and short.
+            check_model_name(model)
+        except ApiError as error:
+            raise UpstreamError(error.code, error.message, status=error.status) from None
+        try:
             response = await self.http.request(
                 "GET",
-                self.models_url + quote(model, safe="/"),
+                self.models_url + quote(model, safe="").replace(".", "%2E"),
                 headers={**deadline.header(), **trace_headers()},
                 time_limit=deadline.remaining(),
             )

@@ -17,6 +17,7 @@ import structlog
 from agent_service.clients import CompletionClient, Deadline, ProgressSink, ToolsClient, UpstreamError
 from agent_service.results import render_tool_result
 from agent_service.telemetry import RunTelemetry
+from suite_common.echo import clip
 from suite_common.logging import get_logger
 from suite_common.tracing import mark_span_failed
 from suite_common.wire import (
@@ -162,7 +163,7 @@ class AgentLoop:
                 state.close_round(f"The run failed before this tool call finished: {error.message}")
                 _log.warning("run_failed", code=error.code, message=error.message, iterations=state.iterations)
                 await emit(RunError(run_id=plan.run_id, code=error.code, message=error.message))
-                return RunOutcome("stop", state.iterations, state.usage, state.appended, error)
+                return RunOutcome("error", state.iterations, state.usage, state.appended, error)
             finish = "deadline"
         except anyio.get_cancelled_exc_class():
             _log.info("run_cancelled", iterations=state.iterations)
@@ -287,7 +288,8 @@ class AgentLoop:
         ):
             if call.name not in allowed:
                 content, is_error = (
-                    f"Tool '{call.name}' is not available in this run. Available tools: {', '.join(sorted(allowed))}.",
+                    f"Tool '{clip(call.name)}' is not available in this run. "
+                    f"Available tools: {', '.join(sorted(allowed))}.",
                     True,
                 )
             elif call.invalid_arguments is not None:

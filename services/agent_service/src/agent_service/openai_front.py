@@ -41,6 +41,7 @@ from agent_service.openai_wire import (
 )
 from agent_service.planning import ModelCheck, ToolCatalog, plan_run
 from agent_service.settings import AgentSettings
+from suite_common.echo import clip
 from suite_common.errors import ApiError
 from suite_common.http import ModelResponse, read_model, run_for_client
 from suite_common.lifecycle import Lifecycle, until_interrupted
@@ -110,7 +111,7 @@ def _flag(request: Request, header: str) -> bool:
         return True
     if value in _FALSE:
         return False
-    raise ApiError(400, "invalid_request", f"The header {header} must be true or false (got {value!r}).")
+    raise ApiError(400, "invalid_request", f"The header {header} must be true or false (got {clip(value)!r}).")
 
 
 def _stream_mode(request: Request, default: StreamMode) -> StreamMode:
@@ -122,7 +123,7 @@ def _stream_mode(request: Request, default: StreamMode) -> StreamMode:
         raise ApiError(
             400,
             "invalid_request",
-            f"The header {STREAM_MODE_HEADER} must be live, final_only or disabled (got {value!r}).",
+            f"The header {STREAM_MODE_HEADER} must be live, final_only or disabled (got {clip(value)!r}).",
         )
     return mode  # type: ignore[return-value]  # one of the literals, checked above
 

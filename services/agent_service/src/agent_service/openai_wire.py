@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from suite_common.wire import Message, NamedToolChoice, ToolCall, ToolChoice, ToolSpec, Usage
+from suite_common.echo import clip
+from suite_common.wire import Message, ModelName, NamedToolChoice, ToolCall, ToolChoice, ToolSpec, Usage
 
 __all__ = [
     "AGENT_FINISH_FIELD",
@@ -115,7 +116,7 @@ class StreamOptions(_OpenAIModel):
 class ChatCompletionRequest(_OpenAIModel):
     """``POST /v1/chat/completions``."""
 
-    model: str = Field(min_length=1)
+    model: ModelName
     messages: list[ChatMessage] = Field(min_length=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -257,7 +258,7 @@ def _text(message: ChatMessage) -> str | None:
     for part in content:
         if part.type != "text" or part.text is None:
             raise WireError(
-                f"{message.role} message: content parts of type {part.type!r} are not supported (text only)."
+                f"{message.role} message: content parts of type {clip(part.type)!r} are not supported (text only)."
             )
         texts.append(part.text)
     return "".join(texts)

@@ -14,6 +14,7 @@ import anyio
 from agent_service.clients import CompletionClient, Deadline, ToolsClient, UpstreamError
 from agent_service.loop import RunPlan
 from agent_service.settings import AgentSettings
+from suite_common.echo import clip, clip_names
 from suite_common.errors import ApiError
 from suite_common.wire import AgentRunRequest, NamedToolChoice, ToolInfo, ToolSpec
 
@@ -119,7 +120,7 @@ def _select_tools(request: AgentRunRequest, listed: list[ToolInfo]) -> list[Tool
     unknown = [name for name in request.tools if name not in by_name]
     if unknown:
         names = ", ".join(sorted(by_name)) or "none"
-        raise ApiError(400, "unknown_tools", f"Unknown tools: {', '.join(unknown)}. Available tools: {names}.")
+        raise ApiError(400, "unknown_tools", f"Unknown tools: {clip_names(unknown)}. Available tools: {names}.")
     return [by_name[name] for name in dict.fromkeys(request.tools)]
 
 
@@ -170,7 +171,9 @@ async def plan_run(
     if isinstance(choice, NamedToolChoice) and choice.name not in {t.name for t in tools} | {
         t.name for t in client_tools
     }:
-        raise ApiError(400, "invalid_request", f"toolChoice names '{choice.name}', which is not among the run's tools.")
+        raise ApiError(
+            400, "invalid_request", f"toolChoice names '{clip(choice.name)}', which is not among the run's tools."
+        )
     if choice == "required" and not (tools or client_tools):
         raise ApiError(400, "invalid_request", "toolChoice is 'required' but no tool is available to this run.")
     return RunPlan(

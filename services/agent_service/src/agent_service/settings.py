@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, SecretStr
+from pydantic import AfterValidator, Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from suite_common.settings import ServiceSettings, http_url
@@ -25,8 +25,16 @@ class AgentSettings(ServiceSettings):
     """Base URL of completion-service."""
     mcp_client_url: Annotated[str, AfterValidator(http_url)] = "http://127.0.0.1:8002"
     """Base URL of mcp-client-service."""
-    mcp_service_secret: SecretStr = SecretStr("")
+    mcp_service_secret: SecretStr = Field(default=SecretStr(""), validate_default=True)
     """The shared secret mcp-client-service expects; required."""
+
+    @field_validator("mcp_service_secret")
+    @classmethod
+    def _require_secret(cls, secret: SecretStr) -> SecretStr:
+        if not secret.get_secret_value().strip():
+            raise ValueError("must be set to the shared secret of mcp-client-service (its MCP_CLIENT_SERVICE_SECRET)")
+        return secret
+
     mcp_secret_header: str = "X-MCP-Service-Secret"
     """Header that carries the shared secret."""
     max_iterations: int = Field(default=HARD_MAX_ITERATIONS, ge=1, le=HARD_MAX_ITERATIONS)

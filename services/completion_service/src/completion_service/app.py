@@ -18,7 +18,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from completion_service.catalog import CatalogError
 from completion_service.providers._transport import CallStats, call_stats
 from completion_service.routing import ModelRoute, ModelRouter
 from completion_service.settings import CompletionSettings
@@ -27,7 +26,7 @@ from completion_service.wiring import build_router
 from suite_common.deadline import time_budget
 from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes
-from suite_common.http import ModelResponse, read_model, run_for_client
+from suite_common.http import ModelResponse, check_model_name, read_model, run_for_client
 from suite_common.http_client import pooled_client
 from suite_common.lifecycle import Lifecycle, until_interrupted
 from suite_common.logging import get_logger
@@ -273,6 +272,7 @@ async def models(request: Request) -> JSONResponse:
 async def model(request: Request) -> JSONResponse:
     """Where ``POST /api/v1/completions`` would send this model name, so a caller can check it before a run."""
     name: str = request.path_params["model"]
+    check_model_name(name)  # the same 400 as a completion request naming it
     route = _services(request).router.route(name, not_found_status=404)
     answer: dict[str, object] = {"id": name, "provider": route.provider.name, "upstreamModel": route.upstream_model}
     if route.fallbacks:
@@ -300,22 +300,20 @@ def create_app(
     observability = Observability.create("completion-service", settings, tracer_provider=tracer_provider)
     telemetry = LlmTelemetry(observability.registry)
 
+    # One pooled client for every upstream call; each call narrows the timeout to its budget.
+    # On aiohttp's pool: httpx's own costs milliseconds of CPU per call under concurrency. It opens
+    # nothing until the first call.
+    http = http_client or pooled_client(
+        timeout=httpx.Timeout(settings.request_timeout_seconds, connect=settings.connect_timeout_seconds),
+        limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+    )
+    # Here rather than in the lifespan: a catalog that cannot work (CatalogError, a ValueError) stops
+    # create_app itself, which the start-up path reports in one line (suite_common.startup), not as a
+    # lifespan traceback. A service that cannot route what it was told to is misconfigured.
+    router = build_router(settings, http)
+
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[dict[str, _Services]]:
-        # One pooled client for every upstream call; each call narrows the timeout to its budget.
-        # On aiohttp's pool: httpx's own costs milliseconds of CPU per call under concurrency.
-        http = http_client or pooled_client(
-            timeout=httpx.Timeout(settings.request_timeout_seconds, connect=settings.connect_timeout_seconds),
-            limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
-        )
-        try:
-            router = build_router(settings, http)
-        except CatalogError as error:
-            # Fail the start with the reason: a service that cannot route what it was told to is misconfigured.
-            _log.error("model_catalog_invalid", reason=str(error))
-            if http_client is None:
-                await http.aclose()
-            raise
         _log.info("completion_service_ready", models=[entry["id"] for entry in router.available()])
         telemetry.label_models(str(entry["id"]) for entry in router.available())
         try:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from completion_service.catalog import PROVIDER_KINDS, CatalogModel
 from completion_service.providers.base import Provider
+from suite_common.echo import clip
 from suite_common.errors import ApiError
 
 __all__ = ["ModelRoute", "ModelRouter"]
@@ -102,10 +103,10 @@ class ModelRouter:
 
     def _not_found_message(self, model: str) -> str:
         names = ", ".join(str(entry["id"]) for entry in self.available()) or "none"
-        message = f"Unknown model {model!r}. Available models: {names}."
+        message = f"Unknown model {clip(model)!r}. Available models: {names}."
         kind = model.partition("/")[0]
         if kind in PROVIDER_KINDS and kind not in self._providers:
-            message += f" The provider {kind!r} is not configured."
+            message += f" The provider {kind!r} is not configured."  # one of PROVIDER_KINDS
         if len(self._providers) < len(PROVIDER_KINDS):
             message += " " + _CONFIGURE
         return message

@@ -3,30 +3,19 @@
 from __future__ import annotations
 
 import logging
-import sys
-
-from pydantic import ValidationError
 
 from mcp_client_service.app import create_app
 from mcp_client_service.config import ConfigError
 from mcp_client_service.redaction import RedactUrlsFilter
 from mcp_client_service.settings import MCPClientSettings
-from suite_common.http import describe_validation_error
-from suite_common.serve import serve
+from suite_common.startup import run_service
 
 
 def main() -> None:
-    try:
-        settings = MCPClientSettings()
-        app = create_app(settings)
-    except ValidationError as error:
-        sys.exit(f"mcp-client-service: bad settings (MCP_CLIENT_* environment): {describe_validation_error(error)}")
-    except (ConfigError, ValueError) as error:
-        sys.exit(f"mcp-client-service: {error}")
     # The SDK logs the URL it connects to (at debug level); a URL can carry credentials.
     for sdk_logger in ("mcp.client.streamable_http", "mcp.client.sse"):
         logging.getLogger(sdk_logger).addFilter(RedactUrlsFilter())
-    serve(app, settings)
+    run_service(MCPClientSettings, create_app, prog="mcp-client-service", refusals=(ConfigError, ValueError))
 
 
 if __name__ == "__main__":

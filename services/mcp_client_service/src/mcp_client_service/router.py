@@ -21,6 +21,7 @@ from mcp_client_service.calls import CallRecord, RoutedTool, call_routed_tool
 from mcp_client_service.registry import ServerRegistry
 from mcp_client_service.results import error_result
 from mcp_client_service.validation import SchemaValidators
+from suite_common.echo import clip
 from suite_common.logging import get_logger
 from suite_common.wire import CallToolResponse
 
@@ -33,7 +34,7 @@ class ToolNotFoundError(LookupError):
     """No server offers the tool, nor did a server that is away now."""
 
     def __init__(self, name: str) -> None:
-        super().__init__(f'No MCP server offers a tool named "{name}".')
+        super().__init__(f'No MCP server offers a tool named "{clip(name)}".')
         self.name = name
 
 

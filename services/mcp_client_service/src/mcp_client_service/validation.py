@@ -28,6 +28,7 @@ from jsonschema.validators import validator_for
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 
+from suite_common.echo import clip
 from suite_common.logging import get_logger
 
 __all__ = [
@@ -68,7 +69,9 @@ def json_path(parts: Iterable[str | int]) -> str:
     for part in parts:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif _IDENTIFIER.match(part):
+            continue
+        part = clip(part)  # a caller's key, echoed in messages
+        if _IDENTIFIER.match(part):
             path += f".{part}"
         else:
             path += f"[{json.dumps(part, ensure_ascii=False)}]"
@@ -77,7 +80,7 @@ def json_path(parts: Iterable[str | int]) -> str:
 
 def _render(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= _MAX_VALUE_CHARS else text[: _MAX_VALUE_CHARS - 1] + "…"
+    return clip(text, _MAX_VALUE_CHARS)
 
 
 def _json_type(value: Any) -> str:

@@ -12,6 +12,7 @@ import math
 import time
 from collections.abc import Mapping
 
+from suite_common.echo import clip
 from suite_common.errors import ApiError
 
 __all__ = ["MAX_MESSAGE_CHARS", "bad_response", "provider_error", "retry_after_header", "retry_after_seconds"]
@@ -52,7 +53,7 @@ def provider_error(
         return ApiError(
             400,
             "model_not_found",
-            f"{provider} has no model {upstream_model!r} or no such endpoint (HTTP 404): {reason}",
+            f"{provider} has no model {clip(upstream_model)!r} or no such endpoint (HTTP 404): {reason}",
         )
     if status == 402:
         # Payment required (Anthropic's billing_error, OpenRouter's credits): no retry brings money back.

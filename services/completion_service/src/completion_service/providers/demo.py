@@ -14,6 +14,7 @@ import re
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
+from suite_common.echo import clip
 from suite_common.errors import ApiError
 from suite_common.wire import (
     CompletionDone,
@@ -204,7 +205,7 @@ def _chosen_tools(request: CompletionRequest, question: str) -> list[ToolSpec]:
         return fitting_tools(question, request.tools)
     named = [tool for tool in request.tools if tool.name == choice.name]
     if not named:
-        raise ApiError(400, "invalid_request", f"toolChoice names {choice.name!r}, which is not among the tools.")
+        raise ApiError(400, "invalid_request", f"toolChoice names {clip(choice.name)!r}, which is not among the tools.")
     return named
 
 

@@ -34,6 +34,7 @@ from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response
 from completion_service.providers._transport import CallDeadline, Upstream, media_type, parse_json
 from completion_service.providers.gemini_schema import to_gemini_parameters
 from completion_service.providers.tool_names import NameRule
+from suite_common.echo import clip
 from suite_common.errors import ApiError
 from suite_common.wire import (
     CompletionDone,
@@ -665,7 +666,7 @@ def _method(stream: bool) -> str:
 
 
 def _invalid_model(model: str, label: str) -> ApiError:
-    return ApiError(400, "invalid_request", f"{model!r} is not a {label} model id.")
+    return ApiError(400, "invalid_request", f"{clip(model)!r} is not a {label} model id.")
 
 
 @dataclass(frozen=True)
