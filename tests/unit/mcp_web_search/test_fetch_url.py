@@ -252,6 +252,25 @@ async def test_urls_that_are_not_http_are_refused(url: str, advice: str) -> None
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://0177.0.0.1/", "Invalid IPv4 address: '0177.0.0.1'"),
+        ("http://\uff11\uff12\uff17.0.0.1/", "Invalid IDNA hostname"),
+        ("http://exa\tmple.com/", "Invalid non-printable ASCII character in URL"),
+    ],
+)
+async def test_urls_the_http_client_rejects_are_refused_with_the_reason(url: str, reason: str) -> None:
+    with anyio.fail_after(15):
+        async with _session(_settings()) as client:
+            result = await client.call_tool("fetch_url", {"url": url})
+
+    assert result.is_error
+    assert f"Refused: {url!r} is not a valid URL ({reason}" in _text(result)
+    assert "do not retry this URL" in _text(result)
+
+
+@pytest.mark.anyio
 async def test_max_chars_out_of_bounds_is_refused() -> None:
     with anyio.fail_after(15):
         async with _session(_settings(fetch_max_chars_cap=5000)) as client:
