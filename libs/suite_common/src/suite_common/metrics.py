@@ -15,6 +15,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from suite_common.openapi import ApiRoute, Operation
+
 __all__ = ["LATENCY_BUCKETS", "HttpMetrics", "HttpMetricsMiddleware", "metrics_route"]
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -89,4 +91,5 @@ def metrics_route(registry: CollectorRegistry) -> Route:
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    return Route("/metrics", metrics, methods=["GET"])
+    operation = Operation("Metrics in the Prometheus text format", media_type=CONTENT_TYPE_LATEST)
+    return ApiRoute("/metrics", metrics, method="GET", operation=operation)
