@@ -172,3 +172,17 @@ async def test_connections_past_the_cap_are_refused_with_503_until_one_closes() 
             while (await client.post(base_url + "/echo", json={"name": "x"})).status_code == 503:
                 pass
         await idle[1].aclose()
+
+
+@pytest.mark.anyio
+@BASES
+async def test_a_request_that_is_not_http_gets_the_json_error_body(base: type[Any]) -> None:
+    async with _served(base) as (_, port), await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(b"GET /echo HTTP/1.1\r\nHost: x\r\nBad Header\x01: y\r\n\r\n")
+        with anyio.fail_after(5):
+            raw = await _read_until_closed(stream)
+
+    status, body = _status_and_body(raw)
+    assert status == 400
+    assert body["error"]["code"] == "invalid_http_request"
+    assert body["error"]["message"].startswith("The request is not valid HTTP/1.1: Invalid HTTP request received")

@@ -12,6 +12,8 @@ approach of hyper's ``header_read_timeout``):
   cut: both timers stop before the app answers);
 - when one fires, the client gets ``408`` with the suite's JSON error body and ``Connection: close``
   (unless a response is already under way: then that response is the connection's last);
+- a request that is not valid HTTP gets ``400 invalid_http_request`` in the same JSON shape (uvicorn's
+  own answer is plain text);
 - past ``max_connections`` open connections, a request is answered ``503`` (JSON, ``Retry-After``,
   ``Connection: close``) without reaching the app; uvicorn's own ``limit_concurrency`` answers in
   plain text and counts requests, not connections.
@@ -116,6 +118,15 @@ def receive_limited_protocol(limits: ReceiveLimits, base: type[asyncio.Protocol]
             self.app = refuse if len(self.connections) > limits.max_connections else self._app_for_requests
             super().data_received(data)
             self._advance()
+
+        def send_400_response(self, msg: str) -> None:
+            # uvicorn answers a request it cannot parse in plain text; the suite's clients read the JSON error.
+            self._disarm()
+            cycle = self.cycle
+            if cycle is None or not cycle.response_started or cycle.response_complete:
+                message = f"The request is not valid HTTP/1.1: {msg}"
+                self.transport.write(_raw_response(b"400 Bad Request", "invalid_http_request", message))
+            self.transport.close()
 
         def _arm(self, phase: Phase) -> None:
             self._disarm()

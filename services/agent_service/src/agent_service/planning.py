@@ -11,10 +11,10 @@ import uuid
 import anyio
 
 from agent_service.clients import CompletionClient, Deadline, ToolsClient, UpstreamError
-from agent_service.loop import RunPlan
+from agent_service.loop import _DEADLINE_SLACK_SECONDS, RunPlan
 from agent_service.settings import AgentSettings
 from suite_common.errors import ApiError
-from suite_common.wire import AgentRunRequest, NamedToolChoice, ToolInfo
+from suite_common.wire import AgentRunRequest, NamedToolChoice, ToolChoice, ToolInfo
 
 __all__ = ["ModelCheck", "ToolCatalog", "plan_run"]
 
@@ -113,6 +113,13 @@ def _select_tools(request: AgentRunRequest, available: list[ToolInfo]) -> list[T
     return [by_name[name] for name in dict.fromkeys(request.tools)]
 
 
+def _check_tool_choice(choice: ToolChoice, tools: list[ToolInfo]) -> None:
+    if isinstance(choice, NamedToolChoice) and choice.name not in {tool.name for tool in tools}:
+        raise ApiError(400, "invalid_request", f"toolChoice names '{choice.name}', which is not among the run's tools.")
+    if choice == "required" and not tools:
+        raise ApiError(400, "invalid_request", "toolChoice is 'required' but no tool is available to this run.")
+
+
 async def plan_run(
     request: AgentRunRequest, settings: AgentSettings, catalog: ToolCatalog, models: ModelCheck
 ) -> RunPlan:
@@ -120,18 +127,21 @@ async def plan_run(
     # The run's clock starts now: discovery counts against its deadline.
     deadline = Deadline(deadline_seconds)
     tools: list[ToolInfo] = []
+    out_of_time = False
     try:
         await models.check(request.model, deadline)
         # The plain path: no tool discovery when the caller wants no tools.
         if request.tool_choice != "none" and request.tools != []:
             tools = _select_tools(request, await catalog.tools(deadline))
     except UpstreamError as error:
-        raise ApiError(error.status, error.code, error.message, headers=error.headers) from None
+        if deadline.remaining() > _DEADLINE_SLACK_SECONDS:
+            raise ApiError(error.status, error.code, error.message, headers=error.headers) from None
+        # The run's own deadline ran out, not the peer: the loop ends the run as "deadline", as it
+        # does when the deadline passes in any round (a 504 here blamed the peer; found by fuzzing).
+        out_of_time = True
     choice = request.tool_choice
-    if isinstance(choice, NamedToolChoice) and choice.name not in {tool.name for tool in tools}:
-        raise ApiError(400, "invalid_request", f"toolChoice names '{choice.name}', which is not among the run's tools.")
-    if choice == "required" and not tools:
-        raise ApiError(400, "invalid_request", "toolChoice is 'required' but no tool is available to this run.")
+    if not out_of_time:
+        _check_tool_choice(choice, tools)
     return RunPlan(
         run_id=f"run_{uuid.uuid4().hex}",
         model=request.model,
