@@ -15,6 +15,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import anyio.from_thread
 import pytest
@@ -30,7 +31,7 @@ from support.mcp_gateway import GATEWAY_SECRET, echo_stdio_server, running_gatew
 from support.servers import serve_app
 
 CHECKS = ["not_a_server_error", "status_code_conformance", "content_type_conformance", "response_schema_conformance"]
-EXAMPLES_PER_OPERATION = 15
+EXAMPLES_PER_OPERATION = 10
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,12 @@ def suite() -> Iterator[Suite]:
         yield running
 
 
-def _fuzz(openapi_url: str, *headers: str) -> subprocess.Popen[str]:
-    """schemathesis's command line over every operation of the document at ``openapi_url``."""
+def _fuzz(workdir: Path, openapi_url: str, *headers: str) -> subprocess.Popen[str]:
+    """schemathesis's command line over every operation of the document at ``openapi_url``.
+
+    In ``workdir``: it keeps a cache of the failures it found there (``.schemathesis``), replayed on
+    the next run; each run starts from none, so that its seed alone decides what it sends.
+    """
     command = [
         *(sys.executable, "-m", "schemathesis.cli", "run", openapi_url),
         *("--checks", ",".join(CHECKS)),
@@ -79,16 +84,20 @@ def _fuzz(openapi_url: str, *headers: str) -> subprocess.Popen[str]:
         *("--request-timeout", "30", "--seed", "12", "--generation-database", "none"),
         *(item for header in headers for item in ("--header", header)),
     ]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(command, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def test_every_operation_of_every_service_answers_as_documented_and_never_with_a_5xx(suite: Suite) -> None:
+@pytest.mark.timeout(240)  # about 25 s of CPU in all; on a loaded 2-core machine, a minute or more of wall time
+def test_every_operation_of_every_service_answers_as_documented_and_never_with_a_5xx(
+    suite: Suite, tmp_path: Path
+) -> None:
+    secret = f"X-MCP-Service-Secret: {GATEWAY_SECRET}"
     runs = {  # side by side: each service is fuzzed by its own process
-        "agent-service": _fuzz(suite.agent_url + OPENAPI_PATH),
-        "completion-service": _fuzz(suite.completion_url + OPENAPI_PATH),
-        "mcp-client-service": _fuzz(suite.mcp_url + OPENAPI_PATH, f"X-MCP-Service-Secret: {GATEWAY_SECRET}"),
+        "agent-service": _fuzz(tmp_path, suite.agent_url + OPENAPI_PATH),
+        "completion-service": _fuzz(tmp_path, suite.completion_url + OPENAPI_PATH),
+        "mcp-client-service": _fuzz(tmp_path, suite.mcp_url + OPENAPI_PATH, secret),
     }
-    reports = {service: run.communicate(timeout=120)[0] for service, run in runs.items()}
+    reports = {service: run.communicate(timeout=200)[0] for service, run in runs.items()}
 
     failed = {service: reports[service][-20000:] for service, run in runs.items() if run.returncode != 0}
     assert not failed, "\n\n".join(f"=== {service}\n{report}" for service, report in failed.items())

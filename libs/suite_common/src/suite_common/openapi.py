@@ -64,8 +64,6 @@ class Operation:
     """Statuses answered with the error body, and when."""
     example: Mapping[str, Any] | None = None
     """An example request body."""
-    headers: Mapping[str, str] = field(default_factory=dict)
-    """Request headers the operation reads (numbers, such as ``X-Deadline-Ms``), and what they mean."""
 
 
 class ApiRoute(Route):
@@ -144,10 +142,6 @@ def _operation(route: Route, method: str, schemas: _Schemas, security: SharedSec
     parameters = [
         {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
         for name, _ in _PATH_PARAMETER.findall(route.path)
-    ]
-    parameters += [
-        {"name": name, "in": "header", "required": False, "description": meaning, "schema": {"type": "number"}}
-        for name, meaning in spec.headers.items()
     ]
     if parameters:
         operation["parameters"] = parameters

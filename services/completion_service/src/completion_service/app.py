@@ -278,7 +278,6 @@ _COMPLETIONS = Operation(
         504: f"The provider did not answer within the time ({DEADLINE_HEADER} or the service's timeout).",
     },
     example={"model": "demo", "messages": [{"role": "user", "content": "Hello"}]},
-    headers={DEADLINE_HEADER: "Milliseconds the caller still has; the answer never comes later."},
 )
 
 

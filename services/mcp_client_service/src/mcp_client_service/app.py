@@ -46,7 +46,7 @@ from suite_common.http import ModelResponse, cancel_on_disconnect, read_model
 from suite_common.logging import get_logger
 from suite_common.observability import Observability
 from suite_common.openapi import ApiRoute, Operation, SharedSecretScheme, add_openapi
-from suite_common.wire import DEADLINE_HEADER, CallToolRequest, CallToolResponse, ListToolsResponse
+from suite_common.wire import CallToolRequest, CallToolResponse, ListToolsResponse
 
 __all__ = ["connection_options", "create_app"]
 
@@ -83,7 +83,6 @@ _CALL_TOOL = Operation(
         400: "The arguments do not match the tool's input schema, or the request is not valid.",
     },
     example={"name": "echo", "arguments": {"text": "hello"}},
-    headers={DEADLINE_HEADER: "Milliseconds the caller still has; the call is given up then."},
 )
 
 
