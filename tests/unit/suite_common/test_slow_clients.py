@@ -51,8 +51,17 @@ async def _stream(_: Request) -> StreamingResponse:
     return StreamingResponse(chunks(), media_type="text/plain")
 
 
+async def _early(_: Request) -> JSONResponse:
+    return JSONResponse({"early": True})  # without reading the body, as a 401 of the secret's middleware
+
+
 def _app() -> Starlette:
-    app = Starlette(routes=[Route("/echo", _echo, methods=["POST"]), Route("/stream", _stream)])
+    routes = [
+        Route("/echo", _echo, methods=["POST"]),
+        Route("/stream", _stream),
+        Route("/early", _early, methods=["GET", "POST"]),
+    ]
+    app = Starlette(routes=routes)
     install_error_handlers(app)
     return app
 
@@ -186,3 +195,27 @@ async def test_a_request_that_is_not_http_gets_the_json_error_body(base: type[An
     assert status == 400
     assert body["error"]["code"] == "invalid_http_request"
     assert body["error"]["message"].startswith("The request is not valid HTTP/1.1: Invalid HTTP request received")
+
+
+async def _read_response(stream: SocketStream, ends_with: bytes) -> bytes:
+    received = b""
+    while not received.endswith(ends_with):
+        received += await stream.receive()
+    return received
+
+
+@pytest.mark.anyio
+async def test_a_request_answered_before_its_body_arrived_leaves_the_connection_to_the_next_ones() -> None:
+    # /early answers without reading the body; the rest of it comes after the answer, with the next
+    # request (a slow answer, outlasting the body bound), then a third.
+    async with _served() as (_, port), await anyio.connect_tcp("127.0.0.1", port) as stream:
+        with anyio.fail_after(10):
+            await stream.send(b"POST /early HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nab")
+            first = await _read_response(stream, b"}")
+            await stream.send(b"cd" + b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+            second = await _read_response(stream, b"0\r\n\r\n")  # the end of the chunked answer
+            await stream.send(b"GET /early HTTP/1.1\r\nHost: x\r\n\r\n")
+            third = await _read_response(stream, b"}")
+
+    assert [answer.split(b"\r\n", 1)[0] for answer in (first, second, third)] == [b"HTTP/1.1 200 OK"] * 3
+    assert b"connection: close" not in second.lower()

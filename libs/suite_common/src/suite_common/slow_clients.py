@@ -142,7 +142,9 @@ def receive_limited_protocol(limits: ReceiveLimits, base: type[asyncio.Protocol]
         def _advance(self) -> None:
             """Move on from the head to the body, and from the body to nothing, as the parser did."""
             cycle = self.cycle
-            if self._receiving == "head" and cycle is not None and cycle is not self._seen_cycle:
+            if self._receiving is not None and cycle is not None and cycle is not self._seen_cycle:
+                # A new head is in. From the body phase too: the parser moved past the previous body,
+                # which uvicorn no longer marks complete once the app has answered without reading it.
                 self._seen_cycle = cycle
                 if cycle.more_body:
                     self._arm("body")
