@@ -87,13 +87,13 @@ class _Schemas:
 
     def __init__(self) -> None:
         self._inputs: list[tuple[tuple[int, str], Any, TypeAdapter[Any]]] = []
-        self._keys: dict[tuple[int, str], tuple[int, str]] = {}
+        self._seen: set[tuple[int, str]] = set()
 
     def ref(self, type_: Any, mode: str) -> dict[str, Any]:
         """A placeholder for ``type_``'s schema in ``mode`` (validation for bodies, serialization for answers)."""
         key = (id(type_), mode)
-        if key not in self._keys:
-            self._keys[key] = key
+        if key not in self._seen:
+            self._seen.add(key)
             self._inputs.append((key, mode, TypeAdapter(type_)))
         return {"$schema_key": key}
 
