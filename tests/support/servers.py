@@ -36,13 +36,18 @@ class _Server(uvicorn.Server):
 
 
 @asynccontextmanager
-async def serve_app(app: ASGIApp, *, startup_timeout: float = 30) -> AsyncIterator[str]:
-    """Serve ``app`` (lifespan included) on 127.0.0.1 and yield its base URL."""
+async def serve_app(
+    app: ASGIApp, *, startup_timeout: float = 30, config: uvicorn.Config | None = None
+) -> AsyncIterator[str]:
+    """Serve ``app`` (lifespan included) on 127.0.0.1 and yield its base URL; ``config`` replaces the
+    test default (its host and port are ignored: the app is served on a free port)."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = _Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=2))
+    if config is None:
+        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=2)
+    server = _Server(config)
 
     async def run() -> None:
         try:

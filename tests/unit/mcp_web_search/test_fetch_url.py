@@ -240,6 +240,10 @@ async def test_a_host_name_is_resolved_checked_and_connected_to_with_its_host_he
         ("file:///etc/passwd", "is not an http:// or https:// URL; only those can be fetched."),
         ("gopher://example.com/", "is not an http:// or https:// URL"),
         ("not a url", "is not an http:// or https:// URL"),
+        # URLs that urlsplit takes and httpx refuses: the model is told why, not just that the tool failed.
+        ("http://0177.0.0.1/", "is not a valid URL (Invalid IPv4 address: '0177.0.0.1'"),
+        ("http://\uff11\uff12\uff17.0.0.1/", "is not a valid URL (Invalid IDNA hostname"),
+        ("http://exa\tmple.com/", "is not a valid URL (Invalid non-printable ASCII character in URL"),
     ],
 )
 async def test_urls_that_are_not_http_are_refused(url: str, advice: str) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from suite_common.logging import get_logger
@@ -72,6 +72,13 @@ async def _http_error(_: Request, exc: Exception) -> Response:
     return error_response(exc.status_code, code, str(exc.detail), exc.headers)
 
 
+async def _client_gone(request: Request, _: Exception) -> Response:
+    # The client left (or was cut off, see suite_common.slow_clients) while its body was being read:
+    # nobody reads an answer, and it is not the service's failure.
+    _log.info("client_disconnected", path=request.url.path)
+    return Response(status_code=499)
+
+
 async def _unexpected_error(request: Request, exc: Exception) -> Response:
     # The details go to the log, never to the caller.
     _log.error("unhandled_error", path=request.url.path, exc_info=exc)
@@ -81,4 +88,5 @@ async def _unexpected_error(request: Request, exc: Exception) -> Response:
 def install_error_handlers(app: Starlette) -> None:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(ClientDisconnect, _client_gone)
     app.add_exception_handler(Exception, _unexpected_error)

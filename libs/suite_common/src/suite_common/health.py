@@ -3,14 +3,36 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any, Literal
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from suite_common.lifecycle import Lifecycle
+from suite_common.openapi import ApiRoute, Operation
+from suite_common.wire import WireModel
 
-__all__ = ["ReadinessCheck", "health_routes"]
+__all__ = ["Alive", "Readiness", "ReadinessCheck", "health_routes", "readiness_operation"]
+
+
+class Alive(WireModel):
+    status: Literal["ok"]
+
+
+class Readiness(WireModel):
+    status: Literal["ready", "not_ready", "shutting_down"]
+    checks: dict[str, Any]
+    """A status per dependency: ``"ok"`` or why it is not ready."""
+
+
+def readiness_operation() -> Operation:
+    return Operation(
+        "Whether the service's dependencies answer (503 while they do not, or while it shuts down)",
+        answer=Readiness,
+        answers={503: Readiness},
+    )
+
 
 ReadinessCheck = Callable[[Request], Awaitable[dict[str, str]]]
 """Returns a status per dependency: ``"ok"`` or a short reason it is not ready."""
@@ -32,4 +54,7 @@ def health_routes(readiness: ReadinessCheck | None = None, lifecycle: Lifecycle 
             status_code=200 if ready else 503,
         )
 
-    return [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
+    return [
+        ApiRoute("/healthz", healthz, method="GET", operation=Operation("Whether the process is alive", answer=Alive)),
+        ApiRoute("/readyz", readyz, method="GET", operation=readiness_operation()),
+    ]

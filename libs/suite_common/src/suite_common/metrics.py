@@ -26,6 +26,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from suite_common.openapi import ApiRoute, Operation
+
 __all__ = ["LATENCY_BUCKETS", "HttpMetrics", "HttpMetricsMiddleware", "bounded_label", "metrics_route", "new_registry"]
 
 # A ``*_created`` sample per series doubles a scrape for a figure Prometheus never uses (it has the
@@ -124,4 +126,5 @@ def metrics_route(registry: CollectorRegistry) -> Route:
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    return Route("/metrics", metrics, methods=["GET"])
+    operation = Operation("Metrics in the Prometheus text format", media_type=CONTENT_TYPE_LATEST)
+    return ApiRoute("/metrics", metrics, method="GET", operation=operation)

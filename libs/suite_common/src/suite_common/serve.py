@@ -13,8 +13,9 @@ from starlette.types import ASGIApp
 from suite_common.lifecycle import Lifecycle
 from suite_common.logging import configure_logging, get_logger
 from suite_common.settings import ServiceSettings
+from suite_common.slow_clients import ReceiveLimits, receive_limited_protocol
 
-__all__ = ["DrainingServer", "serve"]
+__all__ = ["DrainingServer", "serve", "uvicorn_config"]
 
 _log = get_logger("suite_common.serve")
 
@@ -62,17 +63,29 @@ class DrainingServer(uvicorn.Server):
             self.should_exit = True
 
 
-def serve(app: ASGIApp, settings: ServiceSettings, *, log_stream: TextIO | None = None) -> None:
-    """Serve ``app`` until SIGTERM; logs go to ``log_stream`` (stdout)."""
-    configure_logging(settings.log_level, settings.log_format, stream=log_stream)
-    config = uvicorn.Config(
+def uvicorn_config(app: ASGIApp, settings: ServiceSettings) -> uvicorn.Config:
+    """How every service runs under uvicorn, slow clients bounded (``suite_common.slow_clients``)."""
+    limits = ReceiveLimits(
+        head_timeout_seconds=settings.request_head_timeout_seconds,
+        body_timeout_seconds=settings.request_body_timeout_seconds,
+        max_connections=settings.max_connections,
+        env_prefix=str(settings.model_config.get("env_prefix") or ""),
+    )
+    return uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
+        http=receive_limited_protocol(limits),
         log_config=None,  # keep the handlers configure_logging installed
         access_log=False,
         timeout_graceful_shutdown=5,
     )
+
+
+def serve(app: ASGIApp, settings: ServiceSettings, *, log_stream: TextIO | None = None) -> None:
+    """Serve ``app`` until SIGTERM; logs go to ``log_stream`` (stdout)."""
+    configure_logging(settings.log_level, settings.log_format, stream=log_stream)
+    config = uvicorn_config(app, settings)
     lifecycle = getattr(getattr(app, "state", None), "lifecycle", None)
     if isinstance(lifecycle, Lifecycle):
         DrainingServer(config, lifecycle).run()

@@ -49,3 +49,10 @@ class ServiceSettings(BaseSettings):
     """OpenTelemetry collector (OTLP over HTTP, e.g. ``http://otel-collector:4318``); unset: no traces."""
     shutdown_grace_seconds: float = Field(default=30, ge=0)
     """After SIGTERM, how long in-flight work may go on before it is interrupted."""
+    request_head_timeout_seconds: float = Field(default=10, gt=0)
+    """How long a client may take to send a request's line and headers (from connecting, or from its
+    first byte on a kept-alive connection); then 408 and the connection is closed."""
+    request_body_timeout_seconds: float = Field(default=60, gt=0)
+    """How long a client may take to send a request's body once its head is in; then 408, closed."""
+    max_connections: int = Field(default=1024, ge=1)
+    """Open client connections at most; a request on one past the limit is answered 503."""

@@ -25,14 +25,20 @@ __all__ = [
     "CompletionEvent",
     "CompletionRequest",
     "CompletionResponse",
+    "ErrorDetail",
+    "ErrorResponse",
     "FinishReason",
     "ListToolsResponse",
     "Message",
+    "ModelInfo",
+    "ModelList",
     "ModelName",
+    "ModelTarget",
     "NamedToolChoice",
     "ReasoningBlock",
     "ReasoningBlockEvent",
     "ReasoningDelta",
+    "ResolvedModel",
     "RunDone",
     "RunError",
     "RunErrorDetail",
@@ -68,6 +74,22 @@ class WireModel(BaseModel):
 def dump(model: BaseModel) -> str:
     """The JSON a peer expects: camelCase, ``None`` fields left out."""
     return model.model_dump_json(by_alias=True, exclude_none=True)
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+
+class ErrorDetail(WireModel):
+    code: str
+    """A stable machine code (``invalid_request``, ``tool_not_found``, ...)."""
+    message: str
+    """What went wrong and what to do, for people."""
+
+
+class ErrorResponse(WireModel):
+    """Every service's error body, with the right HTTP status; some errors add fields beside ``error``."""
+
+    error: ErrorDetail
 
 
 # --- conversation ----------------------------------------------------------------------------
@@ -230,6 +252,32 @@ CompletionEvent = Annotated[
     Field(discriminator="type"),
 ]
 """One SSE event of a streamed completion; the SSE ``event:`` field carries ``type`` too."""
+
+
+class ModelInfo(WireModel):
+    """One entry of ``GET /api/v1/models``: a model name, or a pattern (``openai/*``), and who answers it."""
+
+    id: str
+    provider: str
+    upstream_model: str | None = None
+    fallbacks: list[str] | None = None
+    description: str | None = None
+
+
+class ModelList(WireModel):
+    models: list[ModelInfo]
+
+
+class ModelTarget(WireModel):
+    id: str
+    provider: str
+    upstream_model: str
+
+
+class ResolvedModel(ModelTarget):
+    """``GET /api/v1/models/{model}``: where a completion for this model name would go, fallbacks in order."""
+
+    fallbacks: list[ModelTarget] | None = None
 
 
 # --- mcp-client-service ----------------------------------------------------------------------

@@ -12,7 +12,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from agent_service.clients import CompletionClient, ToolsClient
 from agent_service.loop import AgentLoop, RunPlan
@@ -26,6 +25,7 @@ from suite_common.http import ModelResponse, read_model, run_for_client
 from suite_common.lifecycle import Lifecycle, until_interrupted
 from suite_common.logging import get_logger
 from suite_common.observability import Observability
+from suite_common.openapi import ApiRoute, Operation, add_openapi
 from suite_common.peer_client import AiohttpPeerClient, HttpxPeerClient, PeerClient
 from suite_common.sse import Emit as SendChunk
 from suite_common.sse import EventStreamResponse, encode_event
@@ -137,6 +137,16 @@ async def run_agent(request: Request) -> Response | EventStreamResponse:
     )
 
 
+_RUN = Operation(
+    "Run the agent loop: LLM calls and tool calls until a final answer",
+    body=AgentRunRequest,
+    answer=AgentRunResult,
+    events=RunEvent,
+    errors={503: "The service is shutting down (Retry-After); another instance will take the run."},
+    example={"model": "demo", "messages": [{"role": "user", "content": "What time is it?"}], "stream": False},
+)
+
+
 async def _readiness(request: Request) -> dict[str, str]:
     """completion-service ready, and mcp-client-service accepting our secret."""
     services = _services(request)
@@ -203,7 +213,7 @@ def create_app(
 
     app = Starlette(
         routes=[
-            Route("/api/v1/agent/run", run_agent, methods=["POST"]),
+            ApiRoute("/api/v1/agent/run", run_agent, method="POST", operation=_RUN),
             *openai_routes(),
             *health_routes(_readiness, observability.lifecycle),
             *observability.routes(),
@@ -212,4 +222,5 @@ def create_app(
     )
     install_error_handlers(app)
     observability.install(app)
+    add_openapi(app, title="agent-service")
     return app

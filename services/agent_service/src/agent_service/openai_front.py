@@ -25,8 +25,12 @@ from agent_service.clients import CompletionClient, Deadline, UpstreamError
 from agent_service.loop import AgentLoop, RunPlan
 from agent_service.openai_wire import (
     AgentInfo,
+    ChatCompletion,
+    ChatCompletionChunk,
     ChatCompletionRequest,
     ChunkWriter,
+    ModelList,
+    OpenAIError,
     StreamMode,
     WireError,
     chat_completion,
@@ -46,6 +50,7 @@ from suite_common.errors import ApiError
 from suite_common.http import ModelResponse, read_model, run_for_client
 from suite_common.lifecycle import Lifecycle, until_interrupted
 from suite_common.logging import get_logger
+from suite_common.openapi import ApiRoute, Operation
 from suite_common.sse import Emit as SendChunk
 from suite_common.sse import EventStreamResponse
 from suite_common.wire import (
@@ -356,10 +361,24 @@ async def _not_found(request: Request) -> Response:
     return _error(404, "not_found", f"{request.method} {request.url.path} is not part of this API.")
 
 
+_CHAT_COMPLETIONS = Operation(
+    "OpenAI Chat Completions: the agent loop with the suite's tools (or one plain completion)",
+    body=ChatCompletionRequest,
+    answer=ChatCompletion,
+    events=ChatCompletionChunk | OpenAIError,  # an error after the stream started is a frame of its own
+    events_end="[DONE]",
+    error=OpenAIError,
+    example={"model": "demo", "messages": [{"role": "user", "content": "What time is it?"}]},
+)
+_MODELS = Operation("OpenAI's model list: the models completion-service routes", answer=ModelList, error=OpenAIError)
+
+
 def openai_routes() -> list[BaseRoute]:
     return [
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/models", list_models, methods=["GET"]),
+        ApiRoute("/v1/chat/completions", chat_completions, method="POST", operation=_CHAT_COMPLETIONS),
+        ApiRoute("/v1/models", list_models, method="GET", operation=_MODELS),
         # Other OpenAI endpoints (embeddings, responses, ...) get OpenAI's error shape, so the SDK says "not found".
-        Route("/v1/{path:path}", _not_found, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
+        Route(
+            "/v1/{path:path}", _not_found, methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False
+        ),
     ]

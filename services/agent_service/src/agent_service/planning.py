@@ -12,11 +12,11 @@ import uuid
 import anyio
 
 from agent_service.clients import CompletionClient, Deadline, ToolsClient, UpstreamError
-from agent_service.loop import RunPlan
+from agent_service.loop import _DEADLINE_SLACK_SECONDS, RunPlan
 from agent_service.settings import AgentSettings
 from suite_common.echo import clip, clip_names
 from suite_common.errors import ApiError
-from suite_common.wire import AgentRunRequest, NamedToolChoice, ToolInfo, ToolSpec
+from suite_common.wire import AgentRunRequest, NamedToolChoice, ToolChoice, ToolInfo, ToolSpec
 
 __all__ = ["ModelCheck", "ToolCatalog", "plan_run"]
 
@@ -139,6 +139,16 @@ def _unavailable_error(tools: list[ToolInfo]) -> ApiError:
     return ApiError(503, "tools_unavailable", message, headers={"Retry-After": str(retry_after)})
 
 
+def _check_tool_choice(choice: ToolChoice, names: set[str]) -> None:
+    """``names``: the run's tools, the suite's and the caller's own."""
+    if isinstance(choice, NamedToolChoice) and choice.name not in names:
+        raise ApiError(
+            400, "invalid_request", f"toolChoice names '{clip(choice.name)}', which is not among the run's tools."
+        )
+    if choice == "required" and not names:
+        raise ApiError(400, "invalid_request", "toolChoice is 'required' but no tool is available to this run.")
+
+
 async def plan_run(
     request: AgentRunRequest,
     settings: AgentSettings,
@@ -152,6 +162,7 @@ async def plan_run(
     # The run's clock starts now: discovery counts against its deadline.
     deadline = Deadline(deadline_seconds)
     tools: list[ToolInfo] = []
+    out_of_time = False
     try:
         await models.check(request.model, deadline)
         # The plain path: no tool discovery when the caller wants no tools.
@@ -162,20 +173,18 @@ async def plan_run(
                 if _all_unavailable(tools):
                     raise _unavailable_error(tools)
     except UpstreamError as error:
-        raise ApiError(error.status, error.code, error.message, headers=error.headers) from None
+        if deadline.remaining() > _DEADLINE_SLACK_SECONDS:
+            raise ApiError(error.status, error.code, error.message, headers=error.headers) from None
+        # The run's own deadline ran out, not the peer: the loop ends the run as "deadline", as it
+        # does when the deadline passes in any round (a 504 here blamed the peer; found by fuzzing).
+        out_of_time = True
     client_tools = client_tools or []
     if client_tools:
         client_names = {spec.name for spec in client_tools}
         tools = [tool for tool in tools if tool.name not in client_names]
     choice = request.tool_choice
-    if isinstance(choice, NamedToolChoice) and choice.name not in {t.name for t in tools} | {
-        t.name for t in client_tools
-    }:
-        raise ApiError(
-            400, "invalid_request", f"toolChoice names '{clip(choice.name)}', which is not among the run's tools."
-        )
-    if choice == "required" and not (tools or client_tools):
-        raise ApiError(400, "invalid_request", "toolChoice is 'required' but no tool is available to this run.")
+    if not out_of_time:
+        _check_tool_choice(choice, {tool.name for tool in tools} | {spec.name for spec in client_tools})
     return RunPlan(
         run_id=f"run_{uuid.uuid4().hex}",
         model=request.model,

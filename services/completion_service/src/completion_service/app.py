@@ -16,7 +16,6 @@ from opentelemetry.trace import Span, Tracer
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from completion_service.providers._transport import CallStats, call_stats
 from completion_service.routing import ModelRoute, ModelRouter
@@ -31,6 +30,7 @@ from suite_common.http_client import pooled_client
 from suite_common.lifecycle import Lifecycle, until_interrupted
 from suite_common.logging import get_logger
 from suite_common.observability import Observability
+from suite_common.openapi import ApiRoute, Operation, add_openapi
 from suite_common.sse import Emit, EventStreamResponse, encode_event
 from suite_common.tracing import mark_request_failed
 from suite_common.wire import (
@@ -39,6 +39,8 @@ from suite_common.wire import (
     CompletionEvent,
     CompletionRequest,
     CompletionResponse,
+    ModelList,
+    ResolvedModel,
     StreamError,
     Usage,
     dump,
@@ -265,6 +267,20 @@ async def completions(request: Request) -> Response | EventStreamResponse:
     return EventStreamResponse(produce)
 
 
+_COMPLETIONS = Operation(
+    "One LLM completion in the neutral shape, from whichever provider serves the model",
+    body=CompletionRequest,
+    answer=CompletionResponse,
+    events=CompletionEvent,
+    errors={
+        400: "No provider serves this model name (model_not_found), or the request is not valid.",
+        502: "The provider failed or answered what cannot be read.",
+        504: f"The provider did not answer within the time ({DEADLINE_HEADER} or the service's timeout).",
+    },
+    example={"model": "demo", "messages": [{"role": "user", "content": "Hello"}]},
+)
+
+
 async def models(request: Request) -> JSONResponse:
     return JSONResponse({"models": _services(request).router.available()})
 
@@ -281,6 +297,14 @@ async def model(request: Request) -> JSONResponse:
             for fallback in route.fallbacks
         ]
     return JSONResponse(answer)
+
+
+_MODELS = Operation("The model names and patterns this service routes", answer=ModelList)
+_MODEL = Operation(
+    "Where a completion for this model name would go",
+    answer=ResolvedModel,
+    errors={404: "No provider serves this model name."},
+)
 
 
 async def _readiness(request: Request) -> dict[str, str]:
@@ -333,9 +357,9 @@ def create_app(
 
     app = Starlette(
         routes=[
-            Route("/api/v1/completions", completions, methods=["POST"]),
-            Route("/api/v1/models", models, methods=["GET"]),
-            Route("/api/v1/models/{model:path}", model, methods=["GET"]),
+            ApiRoute("/api/v1/completions", completions, method="POST", operation=_COMPLETIONS),
+            ApiRoute("/api/v1/models", models, method="GET", operation=_MODELS),
+            ApiRoute("/api/v1/models/{model:path}", model, method="GET", operation=_MODEL),
             *health_routes(_readiness, observability.lifecycle),
             *observability.routes(),
         ],
@@ -343,4 +367,5 @@ def create_app(
     )
     install_error_handlers(app)
     observability.install(app)
+    add_openapi(app, title="completion-service")
     return app

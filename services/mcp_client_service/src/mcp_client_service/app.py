@@ -38,7 +38,7 @@ from mcp_client_service.connections import Backoff, ConnectionOptions
 from mcp_client_service.features import FeatureRouter
 from mcp_client_service.mcp_face import MCP_FACE_PATH, McpFace
 from mcp_client_service.progress import ProgressRelay
-from mcp_client_service.registry import ServerRegistry
+from mcp_client_service.registry import ReloadResult, ServerRegistry, ServersResponse
 from mcp_client_service.router import ToolNotFoundError, ToolRouter, ToolUnavailableError
 from mcp_client_service.settings import MCPClientSettings
 from mcp_client_service.ssrf_guard import EgressPolicy
@@ -46,12 +46,20 @@ from mcp_client_service.telemetry import GatewayTelemetry
 from suite_common.auth import SharedSecretMiddleware
 from suite_common.deadline import time_budget
 from suite_common.errors import ApiError, install_error_handlers
-from suite_common.health import health_routes
+from suite_common.health import health_routes, readiness_operation
 from suite_common.http import ModelResponse, cancel_on_disconnect, read_model
 from suite_common.logging import get_logger
 from suite_common.observability import Observability
+from suite_common.openapi import ApiRoute, Operation, SharedSecretScheme, add_openapi
 from suite_common.sse import Emit, EventStreamResponse, encode_event
-from suite_common.wire import CallToolProgress, CallToolRequest, dump
+from suite_common.wire import (
+    CallToolProgress,
+    CallToolRequest,
+    CallToolResponse,
+    ErrorDetail,
+    ListToolsResponse,
+    dump,
+)
 
 __all__ = ["connection_options", "create_app"]
 
@@ -70,6 +78,28 @@ class _Services:
 def _services(request: Request) -> _Services:
     services: _Services = request.state.services
     return services
+
+
+_LIST_TOOLS = Operation("Every tool of every serving MCP server", answer=ListToolsResponse)
+_SERVERS = Operation("Every configured MCP server and its state", answer=ServersResponse)
+_RELOAD = Operation(
+    "Read the servers file again and apply what changed",
+    answer=ReloadResult,
+    errors={400: "The servers file is not valid; the running servers stay as they are."},
+)
+_CALL_TOOL = Operation(
+    "Call one tool on the MCP server that serves it",
+    body=CallToolRequest,
+    answer=CallToolResponse,
+    # With ``Accept: text/event-stream``: ``progress`` events, then one ``result`` or ``error`` event.
+    events=CallToolProgress | CallToolResponse | ErrorDetail,
+    errors={
+        404: "No serving MCP server has a tool of this name.",
+        400: "The arguments do not match the tool's input schema, or the request is not valid.",
+        503: "The tool's server is restarting or its circuit is open (tool_unavailable, Retry-After).",
+    },
+    example={"name": "echo", "arguments": {"text": "hello"}},
+)
 
 
 async def list_tools(request: Request) -> Response:
@@ -271,12 +301,12 @@ def create_app(
     routes: list[BaseRoute] = [
         # /healthz as every service serves it; /readyz is the gateway's own (see the module's docstring).
         *(route for route in health_routes(None, observability.lifecycle) if route.path == "/healthz"),
-        Route("/readyz", readyz, methods=["GET"]),
+        ApiRoute("/readyz", readyz, method="GET", operation=readiness_operation()),
         *observability.routes(),
-        Route(f"{PROTECTED_PREFIX}/tools/list-tools", list_tools, methods=["GET"]),
-        Route(f"{PROTECTED_PREFIX}/tools/call-tool", call_tool_route, methods=["POST"]),
-        Route(f"{PROTECTED_PREFIX}/servers", list_servers, methods=["GET"]),
-        Route(f"{PROTECTED_PREFIX}/servers/reload", reload_servers, methods=["POST"]),
+        ApiRoute(f"{PROTECTED_PREFIX}/tools/list-tools", list_tools, method="GET", operation=_LIST_TOOLS),
+        ApiRoute(f"{PROTECTED_PREFIX}/tools/call-tool", call_tool_route, method="POST", operation=_CALL_TOOL),
+        ApiRoute(f"{PROTECTED_PREFIX}/servers", list_servers, method="GET", operation=_SERVERS),
+        ApiRoute(f"{PROTECTED_PREFIX}/servers/reload", reload_servers, method="POST", operation=_RELOAD),
         Route(MCP_FACE_PATH, face),
     ]
     app = Starlette(
@@ -293,5 +323,6 @@ def create_app(
     )
     install_error_handlers(app)
     observability.install(app)
+    add_openapi(app, title="mcp-client-service", security=SharedSecretScheme(settings.secret_header, PROTECTED_PREFIX))
     app.state.registry = registry  # for embedding and tests: wait on server states without polling
     return app

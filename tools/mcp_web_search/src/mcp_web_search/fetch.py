@@ -91,6 +91,13 @@ async def fetch_page(client: httpx.AsyncClient, url: str, max_chars: int, limits
         raise ToolError(f"{exc.message} fetch_url only reads public web pages; do not retry this URL.") from exc
     except HostNotResolved as exc:
         raise ToolError(f"{exc.message} Or find the right address with web_search.") from exc
+    except httpx.InvalidURL as exc:
+        # Not an HTTPError: httpx refuses some URLs that urlsplit takes (an octal IPv4 address such as
+        # 0177.0.0.1, full-width digits, a control character in the host). Say so, as for any refusal.
+        raise ToolError(
+            f"Refused: {url!r} is not a valid URL ({exc}). Write the host as a plain name or dotted-decimal "
+            "address; do not retry this URL as it is."
+        ) from exc
     except TimeoutError as exc:
         raise ToolError(
             f"{url} did not answer within {limits.timeout_seconds:g} s (WEB_SEARCH_FETCH_TIMEOUT_SECONDS). "

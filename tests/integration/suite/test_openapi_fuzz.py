@@ -1,0 +1,105 @@
+"""Every operation of every service's ``/openapi.json``, fuzzed by schemathesis against the running services.
+
+The three services run for real on loopback ports, under the suite's own uvicorn configuration
+(``suite_common.serve.uvicorn_config``): completion-service with the ``demo`` model,
+mcp-client-service over a real echo MCP server on stdio, agent-service in front of both.
+Schemathesis loads each document over HTTP and sends what it generates from it (examples,
+boundary and invalid values, then random ones) with the checks: no 5xx, and each answer in its
+documented status, content type and schema.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio.from_thread
+import pytest
+from pydantic import SecretStr
+
+from agent_service.app import create_app as create_agent_app
+from agent_service.settings import AgentSettings
+from completion_service.app import create_app as create_completion_app
+from completion_service.settings import DEFAULT_OPENAI_BASE_URL, CompletionSettings
+from suite_common.openapi import OPENAPI_PATH
+from suite_common.serve import uvicorn_config
+from support.mcp_gateway import GATEWAY_SECRET, echo_stdio_server, running_gateway
+from support.servers import serve_app
+
+CHECKS = ["not_a_server_error", "status_code_conformance", "content_type_conformance", "response_schema_conformance"]
+EXAMPLES_PER_OPERATION = 10
+
+
+@dataclass(frozen=True)
+class Suite:
+    agent_url: str
+    completion_url: str
+    mcp_url: str
+
+
+@asynccontextmanager
+async def _running_suite() -> AsyncIterator[Suite]:
+    completion_settings = CompletionSettings(
+        openai_api_key=None, openai_base_url=DEFAULT_OPENAI_BASE_URL, demo_enabled=True
+    )
+    completion_app = create_completion_app(completion_settings)
+    async with (
+        serve_app(completion_app, config=uvicorn_config(completion_app, completion_settings)) as completion_url,
+        running_gateway({"echo": {**echo_stdio_server("echo"), "allowedTools": ["echo", "add", "fail"]}}) as gateway,
+    ):
+        await gateway.wait_until_ready("echo")
+        agent_settings = AgentSettings(
+            completion_url=completion_url, mcp_client_url=gateway.url, mcp_service_secret=SecretStr(GATEWAY_SECRET)
+        )
+        agent_app = create_agent_app(agent_settings)
+        async with serve_app(agent_app, config=uvicorn_config(agent_app, agent_settings)) as agent_url:
+            yield Suite(agent_url=agent_url, completion_url=completion_url, mcp_url=gateway.url)
+
+
+@pytest.fixture(scope="module")
+def suite() -> Iterator[Suite]:
+    """The services in an event loop of their own thread: schemathesis calls them synchronously."""
+    with (
+        anyio.from_thread.start_blocking_portal(backend="asyncio") as portal,
+        portal.wrap_async_context_manager(_running_suite()) as running,
+    ):
+        yield running
+
+
+def _fuzz(workdir: Path, openapi_url: str, *headers: str) -> subprocess.Popen[str]:
+    """schemathesis's command line over every operation of the document at ``openapi_url``.
+
+    In ``workdir``: it keeps a cache of the failures it found there (``.schemathesis``), replayed on
+    the next run; each run starts from none, so that its seed alone decides what it sends.
+    """
+    command = [
+        *(sys.executable, "-m", "schemathesis.cli", "run", openapi_url),
+        *("--checks", ",".join(CHECKS)),
+        *("--phases", "examples,coverage,fuzzing"),
+        *("--max-examples", str(EXAMPLES_PER_OPERATION)),
+        *("--request-timeout", "30", "--seed", "12", "--generation-database", "none"),
+        *(item for header in headers for item in ("--header", header)),
+    ]
+    return subprocess.Popen(command, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.timeout(240)  # about 25 s of CPU in all; on a loaded 2-core machine, a minute or more of wall time
+def test_every_operation_of_every_service_answers_as_documented_and_never_with_a_5xx(
+    suite: Suite, tmp_path: Path
+) -> None:
+    secret = f"X-MCP-Service-Secret: {GATEWAY_SECRET}"
+    runs = {  # side by side: each service is fuzzed by its own process
+        "agent-service": _fuzz(tmp_path, suite.agent_url + OPENAPI_PATH),
+        "completion-service": _fuzz(tmp_path, suite.completion_url + OPENAPI_PATH),
+        "mcp-client-service": _fuzz(tmp_path, suite.mcp_url + OPENAPI_PATH, secret),
+    }
+    reports = {service: run.communicate(timeout=200)[0] for service, run in runs.items()}
+
+    failed = {service: reports[service][-20000:] for service, run in runs.items() if run.returncode != 0}
+    assert not failed, "\n\n".join(f"=== {service}\n{report}" for service, report in failed.items())
+    for report in reports.values():
+        assert "No issues found" in report
