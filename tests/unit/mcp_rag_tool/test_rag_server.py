@@ -346,3 +346,22 @@ async def test_readyz_reports_a_failed_index_while_healthz_stays_ok(docs: Path) 
     assert (health.status_code, health.json()) == (200, {"status": "ok"})
     assert ready.status_code == 503
     assert ready.json()["checks"]["index"] == "failed: RuntimeError: embedding backend exploded"
+
+
+async def test_the_published_schema_accepts_a_lone_query_string_as_the_gateway_validates_it(docs: Path) -> None:
+    # The gateway checks arguments against inputSchema before calling; an array-only schema made it
+    # refuse {"queries": "one string"}, which the README promises and the handler accepts.
+    from mcp_client_service.validation import SchemaValidators
+
+    async with Client(_server(memory_settings(docs))) as client:
+        listed = await client.list_tools()
+        schema = next(tool for tool in listed.tools if tool.name == "search_documents").input_schema
+        validators = SchemaValidators()
+        key = ("rag", "search_documents")
+        assert validators.check(key, schema, {"queries": "solar eclipse"}) == []
+        assert validators.check(key, schema, {"queries": ["solar eclipse", "moon"]}) == []
+        assert validators.check(key, schema, {"queries": 7}) != []
+        result = await _call(client, "search_documents", {"queries": "solar eclipse", "top_k": 1})
+
+    assert not result.is_error
+    assert _sources(result) == ["astronomy.md"]

@@ -86,8 +86,19 @@ and optionally a title and tags. At most {MAX_NEW_DOCUMENTS} documents of {MAX_D
 characters per call."""
 
 _QUERIES_DESCRIPTION = (
-    f"1 to {MAX_QUERIES} search queries, each a question or key phrase of at most {MAX_QUERY_CHARS} characters."
+    f"1 to {MAX_QUERIES} search queries, each a question or key phrase of at most {MAX_QUERY_CHARS} characters; "
+    "a single query may be given as a plain string."
 )
+# The published schema must accept what the handler accepts: gateways (ours included) validate
+# arguments against it before the call, so an array-only schema refused a lone string that the
+# handler would have taken. Array first: it is the form to prefer when a client picks a branch.
+_QUERIES_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"type": "array", "items": {"type": "string"}},
+        {"type": "string"},
+    ],
+    "description": _QUERIES_DESCRIPTION,
+}
 _TOP_K_DESCRIPTION = f"How many passages to return overall, 1 to {MAX_TOP_K}."
 
 
@@ -129,7 +140,7 @@ def build_server(
         annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
     )
     async def search_documents(
-        queries: Annotated[list[str], BeforeValidator(_one_query_as_list), Field(description=_QUERIES_DESCRIPTION)],
+        queries: Annotated[list[str], BeforeValidator(_one_query_as_list), WithJsonSchema(_QUERIES_SCHEMA)],
         top_k: Annotated[int, Field(description=_TOP_K_DESCRIPTION)] = 5,
         filter: Annotated[Any, WithJsonSchema(FILTER_SCHEMA)] = None,
     ) -> Annotated[CallToolResult, SearchDocumentsOutput]:
