@@ -365,3 +365,21 @@ async def test_the_published_schema_accepts_a_lone_query_string_as_the_gateway_v
 
     assert not result.is_error
     assert _sources(result) == ["astronomy.md"]
+
+
+async def test_add_documents_reports_progress_to_a_caller_that_asks_for_it(docs: Path) -> None:
+    heard: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append((progress, total, message))
+
+    notes = [{"source": f"notes/{n}.md", "text": f"# Note {n}\n\nThe kettle number {n} boils water."} for n in range(3)]
+    async with Client(_server(memory_settings(docs))) as client:
+        with anyio.fail_after(10):
+            result = await client.call_tool("add_documents", {"documents": notes}, progress_callback=on_progress)
+
+    assert not result.is_error
+    assert heard, "no progress notification arrived"
+    assert heard[-1][:2] == (3, 3)
+    assert heard[-1][2] == "3/3 documents, 3 chunks"
+    assert [p for p, _, _ in heard] == sorted({p for p, _, _ in heard})  # strictly increasing, as MCP requires

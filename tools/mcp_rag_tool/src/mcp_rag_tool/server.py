@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, BeforeValidator, Field, WithJsonSchema
@@ -16,7 +16,7 @@ from starlette.requests import Request
 
 from mcp_rag_tool.embeddings import Embedder
 from mcp_rag_tool.index import DocumentIndex, IndexUnavailable
-from mcp_rag_tool.ingest import IngestReport
+from mcp_rag_tool.ingest import IngestProgress, IngestReport
 from mcp_rag_tool.rerank import PassageScorer
 from mcp_rag_tool.search import (
     FILTER_SCHEMA,
@@ -201,9 +201,24 @@ def build_server(
         )
         async def add_documents(
             documents: Annotated[list[NewDocument], Field(description="The documents to index.")],
+            ctx: Context[DocumentIndex, Any],
         ) -> Annotated[CallToolResult, AddDocumentsOutput]:
+            sent = [-1]
+
+            async def report_progress(progress: IngestProgress) -> None:
+                # Sent only when the caller asked for progress (a progressToken); the SDK drops it otherwise.
+                # MCP wants each notification's progress higher than the last: documents done only grow.
+                if progress.documents_done <= sent[0]:
+                    return
+                sent[0] = progress.documents_done
+                await ctx.report_progress(
+                    progress.documents_done,
+                    progress.documents_total,
+                    f"{progress.documents_done}/{progress.documents_total} documents, {progress.chunks} chunks",
+                )
+
             try:
-                report = await index.add(lambda known: validate_new_documents(documents, known))
+                report = await index.add(lambda known: validate_new_documents(documents, known), report_progress)
             except (InvalidDocuments, IndexUnavailable) as exc:
                 raise ToolError(str(exc)) from exc
             output = added_output(report)

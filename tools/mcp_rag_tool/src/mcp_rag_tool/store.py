@@ -110,6 +110,8 @@ class SourceRecord:
     updated_at: str
     pending_hash: str = ""
     pending_chunks: int = 0
+    link_list: bool = False
+    """The document is mostly links (an index, a table of contents): searches rank it below content."""
 
     @property
     def committed(self) -> bool:
@@ -137,6 +139,7 @@ class StoredChunk:
     text: str
     tags: tuple[str, ...]
     score: float
+    link_list: bool = False
 
 
 class VectorStore:
@@ -347,6 +350,7 @@ def _chunk_payload(chunk: Chunk, record: SourceRecord) -> dict[str, Any]:
         "text": chunk.text,
         "tags": list(record.tags),
         "content_hash": record.content_hash,
+        "link_list": record.link_list,
     }
 
 
@@ -368,6 +372,7 @@ def _record(payload: dict[str, Any]) -> SourceRecord:
         updated_at=str(payload.get("updated_at", "")),
         pending_hash=str(payload.get("pending_hash", "")),
         pending_chunks=int(payload.get("pending_chunks", 0)),
+        link_list=bool(payload.get("link_list", False)),
     )
 
 
@@ -382,4 +387,5 @@ def _stored_chunk(point: models.ScoredPoint) -> StoredChunk:
         text=str(payload.get("text", "")),
         tags=tuple(str(tag) for tag in payload.get("tags") or ()),
         score=float(point.score),
+        link_list=bool(payload.get("link_list", False)),
     )
