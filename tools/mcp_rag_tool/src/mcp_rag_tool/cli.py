@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "set RAG_QDRANT_PATH to a folder or RAG_QDRANT_URL to a Qdrant server."
         )
     # The bar says what the periodic ingest_progress log lines would: keep those out of its way.
-    level = settings.log_level if "log_level" in settings.model_fields_set else "WARNING"
+    level = settings.log_level if "log_level" in settings.model_fields_set else "warning"
     configure_logging(level, settings.log_format if "log_format" in settings.model_fields_set else "console")
     bar = ProgressBar(sys.stderr)
     try:
