@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
@@ -48,6 +48,7 @@ from mcp_rag_tool.sources import (
     select_sources,
     validate_new_documents,
 )
+from mcp_rag_tool.store import VectorStore
 from mcp_rag_tool.tokens import TokenCounter
 from suite_common.logging import get_logger
 from suite_common.mcp_tool import add_health_routes
@@ -108,6 +109,7 @@ def build_server(
     *,
     scorer: PassageScorer | None = None,
     counter: TokenCounter | None = None,
+    open_store: Callable[[RagSettings], Awaitable[VectorStore]] = VectorStore.open,
 ) -> MCPServer[DocumentIndex]:
     """The MCP server for ``settings``; ``embedder`` defaults to the configured one (the bundled MiniLM).
 
@@ -115,7 +117,7 @@ def build_server(
     lifespan), so the MCP handshake answers at once; calls wait for it. Over HTTP it also serves
     ``GET /healthz`` and ``GET /readyz`` (503 until the index is ready, or if building it failed).
     """
-    index = DocumentIndex(settings, embedder=embedder, scorer=scorer, counter=counter)
+    index = DocumentIndex(settings, embedder=embedder, scorer=scorer, counter=counter, open_store=open_store)
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[DocumentIndex]) -> AsyncIterator[DocumentIndex]:
