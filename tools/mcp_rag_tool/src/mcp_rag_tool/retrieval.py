@@ -57,7 +57,7 @@ class SearchOptions:
     bm25_weight: float = 1.0
     rerank_candidates: int = 30
     mmr_lambda: float = 1.0
-    chunks_per_document: int = 2
+    chunks_per_document: int = 1
 
     @classmethod
     def from_settings(cls, settings: RagSettings) -> SearchOptions:

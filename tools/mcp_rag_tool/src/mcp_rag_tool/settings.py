@@ -144,7 +144,7 @@ class RagSettings(ServiceSettings):
         ),
     )
     chunks_per_document: int = Field(
-        default=2,
+        default=1,
         ge=1,
         le=10,
         description=(
