@@ -6,7 +6,8 @@ agent-service. The services run on one core; this process (the load client, the 
 clients) and the fakes on the other (agent-service's concurrent runs are measured a second time
 with it alone on its core and the other two services moved to the other one, as its upstreams).
 Then, in order: the load client check, the floor, and the completion-service, mcp-client-service
-and agent-service benchmarks; each prints its tables as it ends, and a summary of the targets
+and agent-service benchmarks, then (the services stopped) mcp_rag_tool's search latency at 10,000
+and 100,000 synthetic chunks (``bench/rag_scale.py``); each prints its tables as it ends, and a summary of the targets
 closes the run. The summary is also written to ``.data/bench/summary.json`` and ``summary.md``.
 Figures, never a gate: the exit code is 0 even when a target is missed.
 
@@ -36,12 +37,13 @@ from bench.mcp_client import run_mcp_client
 from bench.measure import Rounds
 from bench.processes import ROOT, Cores
 from bench.profiling import profiling
+from bench.rag_scale import run_rag
 from bench.report import Section, machine, render_summary, summary_markdown
 from bench.suite import running_suite
 
 __all__ = ["main"]
 
-BENCHMARKS = ("client", "floor", "completion", "mcp", "agent")
+BENCHMARKS = ("client", "floor", "completion", "mcp", "agent", "rag")
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class Plan:
     load_requests: int
     load_seconds: float
     """A closed-loop load stops at ``load_requests`` or after this long, whichever comes first."""
+    rag_sizes: tuple[int, ...] = (10_000, 100_000)
+    """Corpus sizes (chunks) of the mcp_rag_tool search latency benchmark."""
 
     @classmethod
     def full(cls) -> Plan:
@@ -77,6 +81,7 @@ class Plan:
             min_concurrent_runs=32,
             load_requests=3000,
             load_seconds=2.0,
+            rag_sizes=(10_000,),
         )
 
 
@@ -139,6 +144,9 @@ async def _run(options: argparse.Namespace, plan: Plan, cores: Cores, data: Path
                         load_seconds=plan.load_seconds,
                     )
                 )
+    if "rag" in options.only:  # needs none of the services: run once they are down
+        section_started = time.monotonic()
+        done(await run_rag(plan.rag_sizes, searches=60))
     return sections
 
 
