@@ -73,6 +73,11 @@ async def measure(size: int, searches: int, model: MiniLMEmbedder) -> tuple[list
     questions = [" ".join(rng.choice(_VOCABULARY) for _ in range(rng.choice((4, 6, 8)))) + "?" for _ in range(searches)]
 
     retriever = Retriever(store, model, SearchOptions())
+    embedding = []
+    for question in questions[: searches // 2]:
+        started_cpu = time.process_time()
+        await model.embed([question])
+        embedding.append(time.process_time() - started_cpu)
     dense = [await _timed(retriever, q, SearchOptions(bm25=False)) for q in questions[: searches // 2]]
     sparse = [await _timed(retriever, q, SearchOptions(dense=False)) for q in questions[: searches // 2]]
 
@@ -94,6 +99,7 @@ async def measure(size: int, searches: int, model: MiniLMEmbedder) -> tuple[list
         (f"{size:,} chunks: written in", f"{fill_seconds:.0f} s"),
         (f"{size:,} chunks: search_documents through MCP, 1 query, wall", _latency(calls)),
         (f"{size:,} chunks: search_documents through MCP, 1 query, CPU", _latency(cpu)),
+        (f"{size:,} chunks: query embedding alone, CPU", _latency(embedding)),
         (f"{size:,} chunks: dense only (embed + search), CPU", _latency(dense)),
         (f"{size:,} chunks: BM25 only, CPU", _latency(sparse)),
     ], _percentile(calls, 0.5) * 1000

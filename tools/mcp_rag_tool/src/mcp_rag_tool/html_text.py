@@ -46,7 +46,7 @@ _SKIPPED_CLASSES = frozenset(
     {
         "headerlink", "anchor", "navheader", "navfooter", "footer", "related", "sphinxsidebar", "bodyfooter",
         "md-footer", "md-header", "md-sidebar", "md-source-file", "rustdoc-breadcrumbs", "out-of-band",
-        "sub-heading", "src", "copyright", "skip-link",
+        "copyright", "skip-link",
     }
 )  # fmt: skip
 # Where a page marks its own content; the first of these in the page is what gets indexed.
