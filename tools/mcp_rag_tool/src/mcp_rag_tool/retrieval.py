@@ -125,7 +125,7 @@ class Retriever:
                 chunk_score = {pool[index].id: relevance[index] for index in range(len(pool))}
             order = reranked + [item.id for item in fused[len(pool) :]]
         documents = self._rank_documents(rankings, chunks, weights, options, chunk_score)
-        return _by_document(order, chunks, chunk_score, documents, options.chunks_per_document)[:top_k]
+        return _by_document(order, chunks, chunk_score, documents, options.chunks_per_document, top_k)
 
     def _rank_documents(
         self,
@@ -180,8 +180,12 @@ def _by_document(
     chunk_score: dict[str, float],
     documents: dict[str, float],
     per_document: int,
+    limit: int,
 ) -> list[SearchHit]:
-    """Documents in rank order, each with its best chunk and its other good ones; then the rest."""
+    """Documents in rank order, each with its best chunk and its other good ones; then the rest.
+
+    The order never depends on ``limit``: it only stops the list (the top 5 are the first 5 of the top 10).
+    """
     of_document: dict[str, list[str]] = {}
     for chunk_id in order:
         of_document.setdefault(chunks[chunk_id].source, []).append(chunk_id)
@@ -198,7 +202,11 @@ def _by_document(
                 break
             hits.append(_hit(chunks[chunk_id], document_score * share))
             taken.add(chunk_id)
+            if len(hits) == limit:
+                return hits
     for chunk_id in order:
+        if len(hits) == limit:
+            break
         if chunk_id not in taken:
             source = chunks[chunk_id].source
             best = chunk_score.get(of_document[source][0], 0.0) or 1.0
