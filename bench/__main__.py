@@ -6,9 +6,10 @@ agent-service. The services run on one core; this process (the load client, the 
 clients) and the fakes on the other (agent-service's concurrent runs are measured a second time
 with it alone on its core and the other two services moved to the other one, as its upstreams).
 Then, in order: the load client check, the floor, and the completion-service, mcp-client-service
-and agent-service benchmarks, then agent-service's OpenAI front against its agent API; each prints
-its tables as it ends, and a summary of the targets closes the run. The summary is also written to
-``.data/bench/summary.json`` and ``summary.md``.
+and agent-service benchmarks, then agent-service's OpenAI front against its agent API, then (the
+services stopped) mcp_rag_tool's search latency at 10,000 and 100,000 synthetic chunks
+(``bench/rag_scale.py``); each prints its tables as it ends, and a summary of the targets closes the
+run. The summary is also written to ``.data/bench/summary.json`` and ``summary.md``.
 Figures, never a gate: the exit code is 0 even when a target is missed.
 
 Options: ``--quick`` (or ``BENCH_QUICK=1``) for a short run while iterating; ``--only`` to run
@@ -38,12 +39,13 @@ from bench.measure import Rounds
 from bench.openai_front import run_openai_front
 from bench.processes import ROOT, Cores
 from bench.profiling import profiling
+from bench.rag_scale import run_rag
 from bench.report import Section, machine, render_summary, summary_markdown
 from bench.suite import running_suite
 
 __all__ = ["main"]
 
-BENCHMARKS = ("client", "floor", "completion", "mcp", "agent", "openai")
+BENCHMARKS = ("client", "floor", "completion", "mcp", "agent", "openai", "rag")
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,8 @@ class Plan:
     load_requests: int
     load_seconds: float
     """A closed-loop load stops at ``load_requests`` or after this long, whichever comes first."""
+    rag_sizes: tuple[int, ...] = (10_000, 100_000)
+    """Corpus sizes (chunks) of the mcp_rag_tool search latency benchmark."""
 
     @classmethod
     def full(cls) -> Plan:
@@ -79,6 +83,7 @@ class Plan:
             min_concurrent_runs=32,
             load_requests=3000,
             load_seconds=2.0,
+            rag_sizes=(10_000,),
         )
 
 
@@ -144,6 +149,9 @@ async def _run(options: argparse.Namespace, plan: Plan, cores: Cores, data: Path
         if "openai" in options.only:
             with profiling([suite.agent], profiles, "openai", enabled=options.profile):
                 done(await run_openai_front(suite, plan.sequential, rounds=0))
+    if "rag" in options.only:  # needs none of the services: run once they are down
+        section_started = time.monotonic()
+        done(await run_rag(plan.rag_sizes, searches=60))
     return sections
 
 

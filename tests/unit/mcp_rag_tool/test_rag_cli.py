@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
 from unit.mcp_rag_tool.rag_fakes import WordHashEmbedder
 
 from mcp_rag_tool.__main__ import main
-from mcp_rag_tool.cli import format_report, run_ingest
-from mcp_rag_tool.ingest import IngestReport
+from mcp_rag_tool.cli import ProgressBar, format_progress, format_report, run_ingest
+from mcp_rag_tool.ingest import IngestProgress, IngestReport
 from mcp_rag_tool.settings import RagSettings
 from mcp_rag_tool.store import StoreLocked, VectorStore
 from mcp_rag_tool.tokens import WordCounter
@@ -73,3 +74,28 @@ def test_an_in_memory_store_is_refused_because_the_ingest_would_be_lost(
         main(["ingest", str(tmp_path)])
 
     assert "the ingest would be lost when this command ends" in str(exit_info.value.code)
+
+
+def test_the_progress_line_shows_documents_chunks_rate_and_time_left() -> None:
+    line = format_progress(IngestProgress(documents_done=100, documents_total=400, chunks=2500, seconds=125.0))
+
+    assert line.startswith("[#####...............] documents 100/400")
+    assert "2,500 chunks" in line
+    assert "20.0 chunks/s" in line
+    assert "6m15s left" in line  # 300 documents to go at 1.25 s each
+
+
+async def test_the_bar_redraws_one_line_on_a_terminal_and_ends_it(tmp_path: Path) -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    bar = ProgressBar(terminal)
+    await bar.update(IngestProgress(1, 2, 10, 1.0))
+    await bar.update(IngestProgress(2, 2, 20, 2.0))
+    bar.close()
+
+    output = terminal.getvalue()
+    assert output.count("\r\x1b[2K") == 2
+    assert output.endswith("documents 2/2 · 20 chunks · 10.0 chunks/s · 0s left\n")

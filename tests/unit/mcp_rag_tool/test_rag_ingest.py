@@ -12,7 +12,7 @@ from unit.mcp_rag_tool.rag_fakes import WordHashEmbedder, memory_settings
 
 from mcp_rag_tool import bm25
 from mcp_rag_tool.chunking import ChunkLimits
-from mcp_rag_tool.ingest import API_ORIGIN, DocumentInput, Ingester, find_documents, folder_origin
+from mcp_rag_tool.ingest import API_ORIGIN, DocumentInput, Ingester, IngestProgress, find_documents, folder_origin
 from mcp_rag_tool.store import SearchFilter, VectorStore
 from mcp_rag_tool.tokens import WordCounter
 
@@ -193,7 +193,9 @@ async def test_chunks_of_several_documents_share_embedding_batches(store: Vector
 
     await Ingester(store, embedder, LIMITS, batch_size=2).ingest_folders([docs])
 
-    assert embedder.batches == [2, 1]
+    # One call for the three documents' chunks: the embedder gets up to four batches' worth per call
+    # (it sorts them by length before batching, which pads less than batches in document order).
+    assert embedder.batches == [3]
     assert len(await store.sources()) == 3  # each document committed once its last chunk was stored
 
 
@@ -298,3 +300,17 @@ async def test_an_ingest_interrupted_before_its_commit_is_cleaned_up_by_the_next
     assert texts == [("guides/retries.md", "New text on retry budgets.")]
     assert count == 3
     assert all(record.committed and not record.pending_hash for record in listed.values())
+
+
+async def test_an_ingest_tells_its_listener_how_far_it_has_come(store: VectorStore, docs: Path) -> None:
+    heard: list[IngestProgress] = []
+
+    async def listen(progress: IngestProgress) -> None:
+        heard.append(progress)
+
+    await Ingester(store, WordHashEmbedder(), LIMITS, batch_size=2).ingest_folders([docs], on_progress=listen)
+
+    assert heard, "the listener heard nothing"
+    last = heard[-1]
+    assert (last.documents_done, last.documents_total, last.chunks) == (3, 3, 3)
+    assert [p.documents_done for p in heard] == sorted(p.documents_done for p in heard)

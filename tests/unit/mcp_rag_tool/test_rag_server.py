@@ -346,3 +346,40 @@ async def test_readyz_reports_a_failed_index_while_healthz_stays_ok(docs: Path) 
     assert (health.status_code, health.json()) == (200, {"status": "ok"})
     assert ready.status_code == 503
     assert ready.json()["checks"]["index"] == "failed: RuntimeError: embedding backend exploded"
+
+
+async def test_the_published_schema_accepts_a_lone_query_string_as_the_gateway_validates_it(docs: Path) -> None:
+    # The gateway checks arguments against inputSchema before calling; an array-only schema made it
+    # refuse {"queries": "one string"}, which the README promises and the handler accepts.
+    from mcp_client_service.validation import SchemaValidators
+
+    async with Client(_server(memory_settings(docs))) as client:
+        listed = await client.list_tools()
+        schema = next(tool for tool in listed.tools if tool.name == "search_documents").input_schema
+        validators = SchemaValidators()
+        key = ("rag", "search_documents")
+        assert validators.check(key, schema, {"queries": "solar eclipse"}) == []
+        assert validators.check(key, schema, {"queries": ["solar eclipse", "moon"]}) == []
+        assert validators.check(key, schema, {"queries": 7}) != []
+        result = await _call(client, "search_documents", {"queries": "solar eclipse", "top_k": 1})
+
+    assert not result.is_error
+    assert _sources(result) == ["astronomy.md"]
+
+
+async def test_add_documents_reports_progress_to_a_caller_that_asks_for_it(docs: Path) -> None:
+    heard: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append((progress, total, message))
+
+    notes = [{"source": f"notes/{n}.md", "text": f"# Note {n}\n\nThe kettle number {n} boils water."} for n in range(3)]
+    async with Client(_server(memory_settings(docs))) as client:
+        with anyio.fail_after(10):
+            result = await client.call_tool("add_documents", {"documents": notes}, progress_callback=on_progress)
+
+    assert not result.is_error
+    assert heard, "no progress notification arrived"
+    assert heard[-1][:2] == (3, 3)
+    assert heard[-1][2] == "3/3 documents, 3 chunks"
+    assert [p for p, _, _ in heard] == sorted({p for p, _, _ in heard})  # strictly increasing, as MCP requires

@@ -96,3 +96,9 @@ def test_inconsistent_settings_end_the_command_with_the_reason_not_a_traceback(
     assert exit_info.value.code == (
         "mcp-rag-tool: invalid RAG_* settings: set RAG_QDRANT_PATH (local mode) or RAG_QDRANT_URL (a server), not both"
     )
+
+
+def test_both_retriever_weights_at_zero_are_refused() -> None:
+    with pytest.raises(ValidationError, match="cannot both be 0"):
+        RagSettings(dense_weight=0, bm25_weight=0)
+    assert RagSettings(dense_weight=0).bm25_weight == 1.0

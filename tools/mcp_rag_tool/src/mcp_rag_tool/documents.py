@@ -16,7 +16,7 @@ from pathlib import PurePath
 from typing import Literal
 
 from mcp_rag_tool.chunking import Section, markdown_sections, split_front_matter, text_sections
-from mcp_rag_tool.html_text import html_to_markdown
+from mcp_rag_tool.html_text import extract_html
 
 __all__ = [
     "SUPPORTED_SUFFIXES",
@@ -52,6 +52,8 @@ class ParsedDocument:
     title: str
     tags: tuple[str, ...]
     sections: list[Section]
+    link_list: bool = False
+    """Mostly links (an HTML index or table of contents): ranked below content pages."""
 
 
 def kind_of(source: str, default: DocumentKind | None = None) -> DocumentKind | None:
@@ -70,6 +72,7 @@ def parse_document(
     """Parse ``data``; ``title`` and ``tags`` given by the caller win over what the document says."""
     fallback_title = PurePath(source).name or source
     found_tags: tuple[str, ...] = ()
+    link_list = False
     if kind == "pdf":
         found_title, sections = _pdf_sections(data)
     elif kind == "text":
@@ -77,9 +80,10 @@ def parse_document(
     else:
         text = _decode(data)
         if kind == "html":
-            html_title, text = html_to_markdown(text)
-            markdown_title, sections = markdown_sections(text)
-            found_title = html_title or markdown_title
+            page = extract_html(text)
+            markdown_title, sections = markdown_sections(page.markdown)
+            found_title = page.title or markdown_title
+            link_list = page.is_link_list
         else:
             front, body = split_front_matter(text)
             markdown_title, sections = markdown_sections(body)
@@ -90,6 +94,7 @@ def parse_document(
         title=(title or found_title or fallback_title).strip(),
         tags=normalize_tags([*tags, *found_tags]),
         sections=sections,
+        link_list=link_list,
     )
 
 

@@ -15,7 +15,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-__all__ = ["FusedItem", "Ranking", "best_possible_score", "reciprocal_rank_fusion"]
+__all__ = ["FusedItem", "Ranking", "best_possible_score", "document_rankings", "reciprocal_rank_fusion"]
 
 _K = TypeVar("_K", bound=Hashable)
 
@@ -56,3 +56,18 @@ def reciprocal_rank_fusion(
 def best_possible_score(rankings: Iterable[Ranking[_K]], weights: Mapping[str, float], k: float) -> float:
     """What an id ranked first everywhere would score: divides fused scores into a 0-1 scale."""
     return sum(weights.get(ranking.retriever, 1.0) / (k + 1) for ranking in rankings)
+
+
+def document_rankings(rankings: Iterable[Ranking[_K]], document_of: Mapping[_K, str]) -> list[Ranking[str]]:
+    """Each ranking of chunks as a ranking of their documents, each document at the rank of its best chunk.
+
+    Fusing these instead of the chunk rankings lets a page whose different chunks are near the top
+    of both retrievers beat a page with one chunk first in one retriever and absent from the other.
+    """
+    result: list[Ranking[str]] = []
+    for ranking in rankings:
+        seen: dict[str, None] = {}
+        for item in ranking.ids:
+            seen.setdefault(document_of[item], None)
+        result.append(Ranking(ranking.retriever, list(seen)))
+    return result

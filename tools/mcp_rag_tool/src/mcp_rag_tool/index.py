@@ -18,7 +18,7 @@ import anyio.to_thread
 
 from mcp_rag_tool.chunking import ChunkLimits
 from mcp_rag_tool.embeddings import Embedder, MiniLMEmbedder
-from mcp_rag_tool.ingest import DocumentInput, Ingester, IngestReport
+from mcp_rag_tool.ingest import DocumentInput, Ingester, IngestReport, ProgressListener
 from mcp_rag_tool.openai_embeddings import OpenAIEmbedder
 from mcp_rag_tool.rerank import CrossEncoderScorer, PassageScorer
 from mcp_rag_tool.retrieval import Retriever, SearchOptions
@@ -135,7 +135,11 @@ class DocumentIndex:
             raise IndexUnavailable("Document search is unavailable: the index is not open.")
         return await self._guarded("list_sources", store.sources())
 
-    async def add(self, build: Callable[[dict[str, SourceRecord]], list[DocumentInput]]) -> IngestReport:
+    async def add(
+        self,
+        build: Callable[[dict[str, SourceRecord]], list[DocumentInput]],
+        on_progress: ProgressListener | None = None,
+    ) -> IngestReport:
         """Index the documents ``build`` makes from the current records (it may refuse by raising)."""
         await self.wait_ready()
         store, ingester = self._store, self._ingester
@@ -143,7 +147,7 @@ class DocumentIndex:
             raise IndexUnavailable("Document search is unavailable: the index is not open.")
         async with self._write_lock:
             documents = build(await self._guarded("list_sources", store.sources()))
-            report = await self._guarded("add_documents", ingester.add(documents))
+            report = await self._guarded("add_documents", ingester.add(documents, on_progress))
             self._chunk_count = await self._guarded("count", store.count())
         return report
 

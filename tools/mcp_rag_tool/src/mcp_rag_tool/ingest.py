@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,15 +37,21 @@ __all__ = [
     "API_ORIGIN",
     "DocumentFile",
     "DocumentInput",
+    "IngestProgress",
     "IngestReport",
     "Ingester",
+    "ProgressListener",
     "find_documents",
     "folder_origin",
 ]
 
 API_ORIGIN = "api"
-_PARSER_VERSION = 1  # bump when parsing or chunking changes what a document's chunks are
+_PARSER_VERSION = 2  # bump when parsing or chunking changes what a document's chunks are
 _STORE_BATCH = 256  # embedded chunks written to Qdrant per request
+_EMBED_GROUP = 4
+"""Batches handed to the embedder per call: it sorts a call's texts by length before batching them,
+so that a batch is padded to similar lengths, not to the longest chunk of four documents' worth."""
+_LISTENER_SECONDS = 0.25  # a progress listener (a bar, MCP notifications) hears at most this often
 
 _log = get_logger("mcp_rag_tool.ingest")
 
@@ -75,6 +81,31 @@ class DocumentInput:
     origin: str
     title: str | None = None
     tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class IngestProgress:
+    """How far an ingest has come: what a progress bar or an MCP progress notification shows."""
+
+    documents_done: int
+    documents_total: int
+    chunks: int
+    """Chunks embedded so far."""
+    seconds: float
+
+    @property
+    def chunks_per_second(self) -> float:
+        return self.chunks / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def seconds_left(self) -> float | None:
+        """Estimated from the documents' pace so far; ``None`` before there is a pace."""
+        if self.documents_done == 0 or self.seconds <= 0:
+            return None
+        return self.seconds / self.documents_done * (self.documents_total - self.documents_done)
+
+
+ProgressListener = Callable[[IngestProgress], Awaitable[None]]
 
 
 @dataclass
@@ -154,6 +185,7 @@ class Ingester:
         *,
         origin: Callable[[Path], str] = folder_origin,
         prune_other_folders: bool = False,
+        on_progress: ProgressListener | None = None,
     ) -> IngestReport:
         """Bring the documents under ``roots`` up to date, and remove those of their origins no longer there.
 
@@ -169,7 +201,7 @@ class Ingester:
         report = IngestReport(missing_paths=tuple(str(path) for path in missing))
         known = await self._store.sources()
         present = {file.source for file, _ in inputs}
-        await self._write([_file_item(file, file_origin) for file, file_origin in inputs], known, report)
+        await self._write([_file_item(file, file_origin) for file, file_origin in inputs], known, report, on_progress)
         gone = [
             record
             for record in known.values()
@@ -181,12 +213,16 @@ class Ingester:
         self._log_done(report)
         return report
 
-    async def add(self, documents: Sequence[DocumentInput]) -> IngestReport:
+    async def add(
+        self, documents: Sequence[DocumentInput], on_progress: ProgressListener | None = None
+    ) -> IngestReport:
         """Index documents given whole (``add_documents``); the same source again replaces its previous version."""
         started = self._clock()
         report = IngestReport()
         known = await self._store.sources()
-        await self._write([(document.source, _constant(document)) for document in documents], known, report)
+        await self._write(
+            [(document.source, _constant(document)) for document in documents], known, report, on_progress
+        )
         report.seconds = round(self._clock() - started, 3)
         self._log_done(report)
         return report
@@ -198,10 +234,11 @@ class Ingester:
         items: Sequence[tuple[str, Callable[[], DocumentInput]]],
         known: dict[str, SourceRecord],
         report: IngestReport,
+        on_progress: ProgressListener | None = None,
     ) -> None:
         """Index each ``(source, load)`` whose fingerprint changed; ``load`` runs in a worker thread."""
         pipeline = _Pipeline()
-        progress = _Progress(len(items), self._clock, self._progress_seconds)
+        progress = _Progress(len(items), self._clock, self._progress_seconds, on_progress)
         for number, (source, load) in enumerate(items, start=1):
             try:
                 document, content_hash = await anyio.to_thread.run_sync(self._load, load)
@@ -212,7 +249,7 @@ class Ingester:
             previous = known.get(source)
             if previous is not None and previous.content_hash == content_hash and not previous.pending_hash:
                 report.note(source, "unchanged")
-                progress.tick(number, report.chunks)
+                await progress.tick(number, report.chunks)
                 continue
             try:
                 record, chunks = await anyio.to_thread.run_sync(self._chunk, document, content_hash)
@@ -222,15 +259,17 @@ class Ingester:
                 continue
             report.note(source, "updated" if previous is not None and previous.committed else "added")
             pipeline.add(record, chunks, previous)
-            while pipeline.to_embed >= self._batch_size:
-                report.chunks += await self._embed(pipeline, self._batch_size)
+            group = self._batch_size * _EMBED_GROUP
+            while pipeline.to_embed >= group:
+                report.chunks += await self._embed(pipeline, group)
+                await progress.tick(number - 1, report.chunks)
             if pipeline.to_store >= _STORE_BATCH:
                 await self._store_flush(pipeline)
-            progress.tick(number, report.chunks)
+            await progress.tick(number, report.chunks)
         while pipeline.to_embed:
-            report.chunks += await self._embed(pipeline, self._batch_size)
+            report.chunks += await self._embed(pipeline, self._batch_size * _EMBED_GROUP)
         await self._store_flush(pipeline)
-        progress.tick(len(items), report.chunks, final=True)
+        await progress.tick(len(items), report.chunks, final=True)
 
     async def _embed(self, pipeline: _Pipeline, size: int) -> int:
         """Embed up to ``size`` waiting chunks (dense and BM25 vectors); they wait to be stored."""
@@ -278,6 +317,7 @@ class Ingester:
             content_hash=content_hash,
             chunks=len(chunks),
             updated_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            link_list=parsed.link_list,
         )
         return record, chunks
 
@@ -376,17 +416,25 @@ class _Pipeline:
 
 
 class _Progress:
-    """Logs ``ingest_progress`` at most every ``interval`` seconds, so long ingests show they advance."""
+    """Logs ``ingest_progress`` at most every ``interval`` seconds, so long ingests show they advance,
+    and tells a listener (a progress bar, MCP progress notifications) more often."""
 
-    def __init__(self, total: int, clock: Callable[[], float], interval: float) -> None:
+    def __init__(
+        self, total: int, clock: Callable[[], float], interval: float, listener: ProgressListener | None = None
+    ) -> None:
         self._total = total
         self._clock = clock
         self._interval = interval
+        self._listener = listener
         self._started = clock()
         self._last = self._started
+        self._last_heard = self._started - _LISTENER_SECONDS
 
-    def tick(self, done: int, chunks: int, *, final: bool = False) -> None:
+    async def tick(self, done: int, chunks: int, *, final: bool = False) -> None:
         now = self._clock()
+        if self._listener is not None and (final or now - self._last_heard >= _LISTENER_SECONDS):
+            self._last_heard = now
+            await self._listener(IngestProgress(done, self._total, chunks, now - self._started))
         if now - self._last < self._interval and not (final and now - self._started >= self._interval):
             return
         self._last = now

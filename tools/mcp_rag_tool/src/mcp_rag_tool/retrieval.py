@@ -1,14 +1,22 @@
-"""Hybrid retrieval: every query runs dense and BM25 retrieval, rankings are fused, the best are reranked.
+"""Hybrid retrieval: every query runs dense and BM25 retrieval, rankings are fused by document.
 
-1. Each query is embedded (dense) and tokenized into a BM25 query (sparse); one batched Qdrant
-   request returns each retriever's ``candidates`` best chunks per query, filter applied.
-2. Weighted reciprocal rank fusion (``fusion``) merges all rankings, across retrievers and queries.
-3. Reranking (``rerank``) looks at the ``rerank_candidates`` best fused chunks: a cross-encoder
-   rescores them when one is configured, then maximal marginal relevance picks ``top_k`` of
-   them without near-duplicates. Without reranking, the first ``top_k`` fused chunks are the result.
+1. Each query is embedded (dense) and tokenized into a BM25 query (sparse); each retriever returns
+   its ``candidates`` best chunks per query, filter applied. A retriever of weight 0 is not run.
+2. Documents are ranked by weighted reciprocal rank fusion of the retrievers' rankings *of
+   documents* (each document at the rank of its best chunk there, ``fusion.document_rankings``);
+   link-list pages (indexes, tables of contents) go below content pages. Chunks are scored by the
+   same fusion of the chunk rankings.
+3. The result lists documents in that order, each with its best chunk, then up to
+   ``chunks_per_document - 1`` more of its chunks that score at least half as well as its best;
+   chunks left over follow in fused order. Nothing in this depends on ``top_k``, which only cuts the
+   list: the top 5 are the first 5 of the top 10.
+4. Optionally, a cross-encoder (``RAG_RERANK_MODEL_PATH``) rescores the ``rerank_candidates`` best
+   fused chunks and a document then ranks by its best rescored chunk; and maximal marginal relevance
+   (``RAG_MMR_LAMBDA`` below 1, off by default) orders chunks to push near-duplicates down.
 
-Scores shown are on a 0-1 scale: the cross-encoder's probability when there is one, else the
-fused score divided by that of a chunk ranked first by every retriever for every query.
+Scores shown are on a 0-1 scale: a document's fused score over that of a document ranked first
+everywhere (or its best cross-encoder probability), carried by its best chunk; a document's further
+chunks get that score times their own share of the best chunk's score.
 """
 
 from __future__ import annotations
@@ -18,7 +26,13 @@ from dataclasses import dataclass, replace
 
 from mcp_rag_tool import bm25
 from mcp_rag_tool.embeddings import Embedder
-from mcp_rag_tool.fusion import FusedItem, Ranking, best_possible_score, reciprocal_rank_fusion
+from mcp_rag_tool.fusion import (
+    FusedItem,
+    Ranking,
+    best_possible_score,
+    document_rankings,
+    reciprocal_rank_fusion,
+)
 from mcp_rag_tool.rerank import PassageScorer, maximal_marginal_relevance
 from mcp_rag_tool.search import SearchHit
 from mcp_rag_tool.settings import RagSettings
@@ -42,7 +56,8 @@ class SearchOptions:
     dense_weight: float = 1.0
     bm25_weight: float = 1.0
     rerank_candidates: int = 30
-    mmr_lambda: float = 0.7
+    mmr_lambda: float = 1.0
+    chunks_per_document: int = 1
 
     @classmethod
     def from_settings(cls, settings: RagSettings) -> SearchOptions:
@@ -53,6 +68,7 @@ class SearchOptions:
             bm25_weight=settings.bm25_weight,
             rerank_candidates=settings.rerank_candidates,
             mmr_lambda=settings.mmr_lambda,
+            chunks_per_document=settings.chunks_per_document,
         )
 
     def only(self, *, dense: bool, bm25: bool, rerank: bool) -> SearchOptions:
@@ -85,22 +101,55 @@ class Retriever:
     ) -> list[SearchHit]:
         options = options or self._options
         search_filter = search_filter or SearchFilter()
-        dense = await self._embedder.embed(list(queries)) if options.dense else []
-        sparse = [vector for vector in map(bm25.query_vector, queries) if vector.indices] if options.bm25 else []
+        use_dense = options.dense and options.dense_weight > 0
+        use_bm25 = options.bm25 and options.bm25_weight > 0
+        dense = await self._embedder.embed(list(queries)) if use_dense else []
+        sparse = [vector for vector in map(bm25.query_vector, queries) if vector.indices] if use_bm25 else []
         dense_rankings, sparse_rankings = await self._store.search(dense, sparse, options.candidates, search_filter)
         rankings = [Ranking(DENSE_RETRIEVER, [chunk.id for chunk in ranking]) for ranking in dense_rankings]
         rankings += [Ranking(SPARSE_RETRIEVER, [chunk.id for chunk in ranking]) for ranking in sparse_rankings]
         chunks = {chunk.id: chunk for ranking in (*dense_rankings, *sparse_rankings) for chunk in ranking}
+        if not chunks:
+            return []
         weights = {DENSE_RETRIEVER: options.dense_weight, SPARSE_RETRIEVER: options.bm25_weight}
         fused = reciprocal_rank_fusion(rankings, weights, options.rrf_k)
         scale = best_possible_score(rankings, weights, options.rrf_k) or 1.0
-        if not options.rerank:
-            return [_hit(chunks[item.id], item.score / scale) for item in fused[:top_k]]
-        pool = fused[: max(options.rerank_candidates, top_k)]
-        relevance = await self._relevance(queries, pool, chunks, scale)
-        picked = await self._diverse(pool, relevance, top_k, options.mmr_lambda)
-        picked.sort(key=lambda index: -relevance[index])
-        return [_hit(chunks[pool[index].id], relevance[index]) for index in picked]
+        chunk_score = {item.id: item.score / scale for item in fused}
+        order = [item.id for item in fused]
+        if options.rerank and (self._scorer is not None or options.mmr_lambda < 1.0):
+            pool = fused[: options.rerank_candidates]
+            relevance = await self._relevance(queries, pool, chunks, scale)
+            picked = await self._diverse(pool, relevance, len(pool), options.mmr_lambda)
+            reranked = [pool[index].id for index in picked]
+            if self._scorer is not None:
+                chunk_score = {pool[index].id: relevance[index] for index in range(len(pool))}
+            order = reranked + [item.id for item in fused[len(pool) :]]
+        documents = self._rank_documents(rankings, chunks, weights, options, chunk_score)
+        return _by_document(order, chunks, chunk_score, documents, options.chunks_per_document, top_k)
+
+    def _rank_documents(
+        self,
+        rankings: Sequence[Ranking[str]],
+        chunks: dict[str, StoredChunk],
+        weights: dict[str, float],
+        options: SearchOptions,
+        chunk_score: dict[str, float],
+    ) -> dict[str, float]:
+        """Each document's score (0-1), in rank order: content pages first, link lists after."""
+        if self._scorer is not None and options.rerank:
+            scores: dict[str, float] = {}
+            for chunk_id, score in chunk_score.items():
+                source = chunks[chunk_id].source
+                scores[source] = max(scores.get(source, 0.0), score)
+            ranked = sorted(scores.items(), key=lambda entry: -entry[1])
+        else:
+            by_document = document_rankings(rankings, {chunk_id: chunk.source for chunk_id, chunk in chunks.items()})
+            fused = reciprocal_rank_fusion(by_document, weights, options.rrf_k)
+            scale = best_possible_score(by_document, weights, options.rrf_k) or 1.0
+            ranked = [(item.id, item.score / scale) for item in fused]
+        link_lists = {chunk.source for chunk in chunks.values() if chunk.link_list}
+        ranked.sort(key=lambda entry: entry[0] in link_lists)  # stable: keeps the order within each group
+        return dict(ranked)
 
     async def _relevance(
         self, queries: Sequence[str], pool: Sequence[FusedItem[str]], chunks: dict[str, StoredChunk], scale: float
@@ -123,6 +172,47 @@ class Retriever:
         dimension = self._embedder.dimension
         matrix = [vectors.get(item.id) or [0.0] * dimension for item in pool]
         return maximal_marginal_relevance(relevance, matrix, top_k, mmr_lambda)
+
+
+def _by_document(
+    order: Sequence[str],
+    chunks: dict[str, StoredChunk],
+    chunk_score: dict[str, float],
+    documents: dict[str, float],
+    per_document: int,
+    limit: int,
+) -> list[SearchHit]:
+    """Documents in rank order, each with its best chunk and its other good ones; then the rest.
+
+    The order never depends on ``limit``: it only stops the list (the top 5 are the first 5 of the top 10).
+    """
+    of_document: dict[str, list[str]] = {}
+    for chunk_id in order:
+        of_document.setdefault(chunks[chunk_id].source, []).append(chunk_id)
+    hits: list[SearchHit] = []
+    taken: set[str] = set()
+    for source, document_score in documents.items():
+        ids = of_document.get(source, [])
+        if not ids:
+            continue
+        best = chunk_score.get(ids[0], 0.0) or 1.0
+        for rank, chunk_id in enumerate(ids[:per_document]):
+            share = min(1.0, chunk_score.get(chunk_id, 0.0) / best)
+            if rank > 0 and share < 0.5:
+                break
+            hits.append(_hit(chunks[chunk_id], document_score * share))
+            taken.add(chunk_id)
+            if len(hits) == limit:
+                return hits
+    for chunk_id in order:
+        if len(hits) == limit:
+            break
+        if chunk_id not in taken:
+            source = chunks[chunk_id].source
+            best = chunk_score.get(of_document[source][0], 0.0) or 1.0
+            share = min(1.0, chunk_score.get(chunk_id, 0.0) / best)
+            hits.append(_hit(chunks[chunk_id], documents.get(source, 0.0) * share))
+    return hits
 
 
 def _passage(chunk: StoredChunk) -> str:

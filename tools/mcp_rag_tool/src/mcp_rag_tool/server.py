@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, BeforeValidator, Field, WithJsonSchema
@@ -16,7 +16,7 @@ from starlette.requests import Request
 
 from mcp_rag_tool.embeddings import Embedder
 from mcp_rag_tool.index import DocumentIndex, IndexUnavailable
-from mcp_rag_tool.ingest import IngestReport
+from mcp_rag_tool.ingest import IngestProgress, IngestReport
 from mcp_rag_tool.rerank import PassageScorer
 from mcp_rag_tool.search import (
     FILTER_SCHEMA,
@@ -48,6 +48,7 @@ from mcp_rag_tool.sources import (
     select_sources,
     validate_new_documents,
 )
+from mcp_rag_tool.store import VectorStore
 from mcp_rag_tool.tokens import TokenCounter
 from suite_common.logging import get_logger
 from suite_common.mcp_tool import add_health_routes
@@ -86,8 +87,19 @@ and optionally a title and tags. At most {MAX_NEW_DOCUMENTS} documents of {MAX_D
 characters per call."""
 
 _QUERIES_DESCRIPTION = (
-    f"1 to {MAX_QUERIES} search queries, each a question or key phrase of at most {MAX_QUERY_CHARS} characters."
+    f"1 to {MAX_QUERIES} search queries, each a question or key phrase of at most {MAX_QUERY_CHARS} characters; "
+    "a single query may be given as a plain string."
 )
+# The published schema must accept what the handler accepts: gateways (ours included) validate
+# arguments against it before the call, so an array-only schema refused a lone string that the
+# handler would have taken. Array first: it is the form to prefer when a client picks a branch.
+_QUERIES_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"type": "array", "items": {"type": "string"}},
+        {"type": "string"},
+    ],
+    "description": _QUERIES_DESCRIPTION,
+}
 _TOP_K_DESCRIPTION = f"How many passages to return overall, 1 to {MAX_TOP_K}."
 
 
@@ -97,6 +109,7 @@ def build_server(
     *,
     scorer: PassageScorer | None = None,
     counter: TokenCounter | None = None,
+    open_store: Callable[[RagSettings], Awaitable[VectorStore]] = VectorStore.open,
 ) -> MCPServer[DocumentIndex]:
     """The MCP server for ``settings``; ``embedder`` defaults to the configured one (the bundled MiniLM).
 
@@ -104,7 +117,7 @@ def build_server(
     lifespan), so the MCP handshake answers at once; calls wait for it. Over HTTP it also serves
     ``GET /healthz`` and ``GET /readyz`` (503 until the index is ready, or if building it failed).
     """
-    index = DocumentIndex(settings, embedder=embedder, scorer=scorer, counter=counter)
+    index = DocumentIndex(settings, embedder=embedder, scorer=scorer, counter=counter, open_store=open_store)
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[DocumentIndex]) -> AsyncIterator[DocumentIndex]:
@@ -129,7 +142,7 @@ def build_server(
         annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
     )
     async def search_documents(
-        queries: Annotated[list[str], BeforeValidator(_one_query_as_list), Field(description=_QUERIES_DESCRIPTION)],
+        queries: Annotated[list[str], BeforeValidator(_one_query_as_list), WithJsonSchema(_QUERIES_SCHEMA)],
         top_k: Annotated[int, Field(description=_TOP_K_DESCRIPTION)] = 5,
         filter: Annotated[Any, WithJsonSchema(FILTER_SCHEMA)] = None,
     ) -> Annotated[CallToolResult, SearchDocumentsOutput]:
@@ -190,9 +203,24 @@ def build_server(
         )
         async def add_documents(
             documents: Annotated[list[NewDocument], Field(description="The documents to index.")],
+            ctx: Context[DocumentIndex, Any],
         ) -> Annotated[CallToolResult, AddDocumentsOutput]:
+            sent = [-1]
+
+            async def report_progress(progress: IngestProgress) -> None:
+                # Sent only when the caller asked for progress (a progressToken); the SDK drops it otherwise.
+                # MCP wants each notification's progress higher than the last: documents done only grow.
+                if progress.documents_done <= sent[0]:
+                    return
+                sent[0] = progress.documents_done
+                await ctx.report_progress(
+                    progress.documents_done,
+                    progress.documents_total,
+                    f"{progress.documents_done}/{progress.documents_total} documents, {progress.chunks} chunks",
+                )
+
             try:
-                report = await index.add(lambda known: validate_new_documents(documents, known))
+                report = await index.add(lambda known: validate_new_documents(documents, known), report_progress)
             except (InvalidDocuments, IndexUnavailable) as exc:
                 raise ToolError(str(exc)) from exc
             output = added_output(report)

@@ -135,10 +135,22 @@ class RagSettings(ServiceSettings):
         default=30, ge=1, le=200, description="Best fused chunks that reranking (cross-encoder, MMR) considers."
     )
     mmr_lambda: float = Field(
-        default=0.7,
+        default=1.0,
         ge=0,
         le=1,
-        description="Maximal marginal relevance: 1 ranks by relevance only; lower trades relevance for diversity.",
+        description=(
+            "Maximal marginal relevance over the reranked candidates: 1 (default, off) ranks by relevance only; "
+            "lower pushes near-duplicate passages down."
+        ),
+    )
+    chunks_per_document: int = Field(
+        default=1,
+        ge=1,
+        le=10,
+        description=(
+            "Results are grouped by document, best document first: each brings its best passage and up to this "
+            "many in all (the others only if they score at least half as well as its best)."
+        ),
     )
     rerank_model_path: Annotated[Path | None, BeforeValidator(blank_as_none)] = Field(
         default=None,
@@ -175,6 +187,8 @@ class RagSettings(ServiceSettings):
     def _check_consistency(self) -> RagSettings:
         if self.qdrant_path != DEFAULT_QDRANT_PATH and self.qdrant_url is not None:
             raise ValueError("set RAG_QDRANT_PATH (local mode) or RAG_QDRANT_URL (a server), not both")
+        if self.dense_weight == 0 and self.bm25_weight == 0:
+            raise ValueError("dense_weight and bm25_weight cannot both be 0: no retriever would run")
         if self.chunk_overlap_tokens * 2 > self.chunk_max_tokens:
             raise ValueError("chunk_overlap_tokens must be at most half of chunk_max_tokens")
         return self

@@ -8,6 +8,11 @@ and the same code. That client is the synchronous ``QdrantClient``, called in wo
 local mode computes searches in Python, which would otherwise stall the event loop (and with
 it every other request) for the length of a search. Local mode is not thread-safe, so its
 calls take turns; calls to a server run concurrently.
+
+Local mode would also answer BM25 queries by scanning every point in Python, so there the sparse
+vectors are mirrored in an in-process inverted index (``sparse_index``), built from the store
+when its collections are opened and kept in step by every write made here; the store remains
+the only persisted copy. A Qdrant server answers sparse queries itself.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from qdrant_client import QdrantClient, models
 from mcp_rag_tool.bm25 import SparseVector
 from mcp_rag_tool.chunking import Chunk
 from mcp_rag_tool.settings import RagSettings
+from mcp_rag_tool.sparse_index import IndexedChunk, SparseIndex
 
 __all__ = [
     "DENSE",
@@ -110,6 +116,8 @@ class SourceRecord:
     updated_at: str
     pending_hash: str = ""
     pending_chunks: int = 0
+    link_list: bool = False
+    """The document is mostly links (an index, a table of contents): searches rank it below content."""
 
     @property
     def committed(self) -> bool:
@@ -137,6 +145,7 @@ class StoredChunk:
     text: str
     tags: tuple[str, ...]
     score: float
+    link_list: bool = False
 
 
 class VectorStore:
@@ -146,6 +155,8 @@ class VectorStore:
         self._chunks = collection
         self._sources = f"{collection}_sources"
         self._turn = threading.Lock()
+        self._sparse_index: SparseIndex | None = None
+        """Local mode: the BM25 inverted index, once the collections are open."""
 
     @classmethod
     async def open(cls, settings: RagSettings) -> VectorStore:
@@ -204,6 +215,8 @@ class VectorStore:
             info = await self._call(self._client.get_collection, self._chunks)
             metadata = info.config.metadata or {}
             if all(metadata.get(key) == value for key, value in wanted.items()):
+                if not self._server:
+                    self._sparse_index = await self._call(self._load_sparse_index)
                 return False
         for name in (self._chunks, self._sources):
             if await self._call(self._client.collection_exists, name):
@@ -221,7 +234,24 @@ class VectorStore:
                 await self._call(
                     self._client.create_payload_index, self._chunks, field, models.PayloadSchemaType.KEYWORD
                 )
+        else:
+            self._sparse_index = SparseIndex()
         return True
+
+    def _load_sparse_index(self) -> SparseIndex:
+        index = SparseIndex()
+        offset: Any = None
+        while True:
+            points, offset = self._client.scroll(
+                self._chunks,
+                limit=1024,
+                offset=offset,
+                with_payload=["source_prefixes", "tags"],
+                with_vectors=[SPARSE],
+            )
+            index.add(_indexed_chunk(point) for point in points)
+            if offset is None:
+                return index
 
     # --- documents -----------------------------------------------------------------------------
 
@@ -266,6 +296,11 @@ class VectorStore:
         ]
         if points:
             await self._call(self._client.upsert, self._chunks, points=points, wait=True)
+            if self._sparse_index is not None:
+                self._sparse_index.add(
+                    IndexedChunk(str(point.id), sparse_vector, tuple(source_prefixes(chunk.source)), record.tags)
+                    for point, chunk, record, sparse_vector in zip(points, chunks, records, sparse, strict=True)
+                )
 
     async def write_records(self, records: Sequence[SourceRecord]) -> None:
         if records:
@@ -279,6 +314,8 @@ class VectorStore:
         if ids:
             selector = models.PointIdsList(points=list(ids))
             await self._call(self._client.delete, self._chunks, points_selector=selector, wait=True)
+            if self._sparse_index is not None:
+                self._sparse_index.remove(ids)
 
     async def remove_documents(self, records: Sequence[SourceRecord]) -> None:
         """Delete documents: their chunks (every version the records account for), then the records."""
@@ -303,6 +340,9 @@ class VectorStore:
     ) -> tuple[list[list[StoredChunk]], list[list[StoredChunk]]]:
         """For each dense and each sparse query vector, its ``limit`` best chunks; one round trip."""
         query_filter = search_filter.to_qdrant()
+        if self._sparse_index is not None and sparse:
+            dense_rankings, _ = await self.search(dense, [], limit, search_filter)
+            return dense_rankings, await self._call(self._sparse_search, sparse, limit, search_filter)
         requests = [
             models.QueryRequest(query=list(vector), using=DENSE, limit=limit, filter=query_filter, with_payload=True)
             for vector in dense
@@ -322,6 +362,27 @@ class VectorStore:
         responses = await self._call(self._client.query_batch_points, self._chunks, requests=requests)
         rankings = [[_stored_chunk(point) for point in response.points] for response in responses]
         return rankings[: len(dense)], rankings[len(dense) :]
+
+    def _sparse_search(
+        self, queries: Sequence[SparseVector], limit: int, search_filter: SearchFilter
+    ) -> list[list[StoredChunk]]:
+        index = self._sparse_index
+        if index is None:
+            return [[] for _ in queries]
+        prefix = search_filter.source_prefix
+        prefixes = () if prefix is None else ((prefix,) if prefix.endswith("/") else (prefix, prefix + "/"))
+        found = [index.search(query, limit, source_prefixes=prefixes, tags=search_filter.tags) for query in queries]
+        wanted = list(dict.fromkeys(chunk_id for ranking in found for chunk_id, _ in ranking))
+        records = self._client.retrieve(self._chunks, ids=wanted, with_payload=True, with_vectors=False)
+        payloads = {str(record.id): record.payload or {} for record in records}
+        return [
+            [
+                _chunk_from_payload(chunk_id, payloads[chunk_id], score)
+                for chunk_id, score in ranking
+                if chunk_id in payloads
+            ]
+            for ranking in found
+        ]
 
     async def dense_vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
         if not ids:
@@ -347,6 +408,7 @@ def _chunk_payload(chunk: Chunk, record: SourceRecord) -> dict[str, Any]:
         "text": chunk.text,
         "tags": list(record.tags),
         "content_hash": record.content_hash,
+        "link_list": record.link_list,
     }
 
 
@@ -368,18 +430,38 @@ def _record(payload: dict[str, Any]) -> SourceRecord:
         updated_at=str(payload.get("updated_at", "")),
         pending_hash=str(payload.get("pending_hash", "")),
         pending_chunks=int(payload.get("pending_chunks", 0)),
+        link_list=bool(payload.get("link_list", False)),
+    )
+
+
+def _indexed_chunk(point: models.Record) -> IndexedChunk:
+    vectors = point.vector if isinstance(point.vector, dict) else {}
+    sparse = vectors.get(SPARSE)
+    indices, values = (
+        (list(sparse.indices), list(sparse.values)) if isinstance(sparse, models.SparseVector) else ([], [])
+    )
+    payload = point.payload or {}
+    return IndexedChunk(
+        str(point.id),
+        SparseVector(indices=indices, values=values),
+        tuple(str(prefix) for prefix in payload.get("source_prefixes") or ()),
+        tuple(str(tag) for tag in payload.get("tags") or ()),
     )
 
 
 def _stored_chunk(point: models.ScoredPoint) -> StoredChunk:
-    payload = point.payload or {}
+    return _chunk_from_payload(str(point.id), point.payload or {}, float(point.score))
+
+
+def _chunk_from_payload(chunk_id: str, payload: dict[str, Any], score: float) -> StoredChunk:
     return StoredChunk(
-        id=str(point.id),
+        id=chunk_id,
         source=str(payload.get("source", "")),
         title=str(payload.get("title", "")),
         heading=str(payload.get("heading", "")),
         position=int(payload.get("position", 0)),
         text=str(payload.get("text", "")),
         tags=tuple(str(tag) for tag in payload.get("tags") or ()),
-        score=float(point.score),
+        score=score,
+        link_list=bool(payload.get("link_list", False)),
     )
