@@ -202,6 +202,11 @@ async def test_an_http_server_that_goes_away_is_noticed_and_its_tools_say_why_th
             await gateway.wait_until_failed("web")
             listed = (await gateway.http.get("/mcp/v1/tools/list-tools")).json()
             call = await gateway.http.post("/mcp/v1/tools/call-tool", json={"name": "echo", "arguments": {"text": "x"}})
+            streamed = await gateway.http.post(
+                "/mcp/v1/tools/call-tool",
+                json={"name": "echo", "arguments": {"text": "x"}},
+                headers={"accept": "text/event-stream"},
+            )
 
     # Its tools stay listed, marked unavailable: configured, not unknown.
     assert {tool["name"] for tool in listed["tools"]} == set(ECHO_TOOLS)
@@ -214,6 +219,13 @@ async def test_an_http_server_that_goes_away_is_noticed_and_its_tools_say_why_th
     assert error["message"].startswith('The tool "echo" cannot be called now: its MCP server "web" is not ready (')
     assert "ConnectError" in error["message"]
     assert call.headers["retry-after"] == str(error["retryAfterSeconds"]) == "1"
+    # Asked for SSE, the same refusal is the stream's one error event, with when to retry.
+    [event] = [line for line in streamed.text.splitlines() if line.startswith("event:")]
+    [data] = [line.removeprefix("data:").strip() for line in streamed.text.splitlines() if line.startswith("data:")]
+    assert event == "event: error"
+    refusal = json.loads(data)
+    assert (refusal["code"], refusal["retryAfterSeconds"]) == ("tool_unavailable", 1)
+    assert refusal["message"].startswith('The tool "echo" cannot be called now: its MCP server "web" is not ready (')
 
 
 async def test_a_killed_stdio_server_keeps_its_tools_listed_as_unavailable_until_it_is_back() -> None:
