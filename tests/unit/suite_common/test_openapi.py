@@ -115,3 +115,24 @@ async def test_the_app_serves_the_document_at_openapi_json() -> None:
     assert response.headers["content-type"] == "application/json"
     assert response.json() == document
     assert response.json()["info"] == {"title": "test-service", "version": "1"}
+
+
+def test_a_front_of_another_api_documents_its_own_errors_its_end_of_stream_and_hides_what_it_hides() -> None:
+    class OtherError(CallToolRequest):
+        """Stands for another API's error body (OpenAI's, for the OpenAI-compatible front)."""
+
+    chat = Operation("Chat", body=CompletionRequest, events=CompletionEvent, events_end="[DONE]", error=OtherError)
+    app = Starlette(
+        routes=[
+            ApiRoute("/v1/chat", _endpoint, method="POST", operation=chat),
+            Route("/v1/{path:path}", _endpoint, methods=["GET"], include_in_schema=False),
+        ]
+    )
+    document = add_openapi(app, title="front")
+
+    assert set(document["paths"]) == {"/v1/chat", "/openapi.json"}
+    responses = document["paths"]["/v1/chat"]["post"]["responses"]
+    assert responses["default"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/OtherError"}
+    data = responses["200"]["content"]["text/event-stream"]["schema"]["properties"]["data"]
+    assert data["anyOf"][1] == {"const": "[DONE]"}
+    assert data["anyOf"][0]["contentMediaType"] == "application/json"
