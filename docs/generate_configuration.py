@@ -8,6 +8,7 @@ script writes. ``--check`` only says whether it is up to date.
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 from collections.abc import Sequence
@@ -88,7 +89,7 @@ def settings_table(settings: type[ServiceSettings], *, prefix: str, names: Seque
     rows = ["| setting | type | default | meaning |", "| --- | --- | --- | --- |"]
     for name in names:
         field = settings.model_fields[name]
-        description = _one_line(field.description or "")
+        description = _name_settings(settings, prefix, _one_line(field.description or ""))
         if not description:
             raise ValueError(f"{settings.__name__}.{name} has no description: give it a docstring")
         cells = (f"`{prefix}{name.upper()}`", _type(field.annotation), _cell(_default(field)), _cell(description))
@@ -104,6 +105,14 @@ def _overridden(settings: type[ServiceSettings], name: str) -> bool:
 def _one_line(text: str) -> str:
     # Docstrings use reStructuredText's double backticks; Markdown wants one.
     return " ".join(text.split()).replace("``", "`")
+
+
+def _name_settings(settings: type[ServiceSettings], prefix: str, text: str) -> str:
+    """A description that names another field (``list_timeout_seconds``) names its variable instead."""
+    for name in settings.model_fields:
+        if "_" in name:  # a one-word name ("port") is an ordinary word in prose
+            text = re.sub(rf"(?<![\w`<]){name}(?![\w`])", f"`{prefix}{name.upper()}`", text)
+    return text
 
 
 def _cell(text: str) -> str:

@@ -45,14 +45,14 @@ def test_a_row_gives_the_variable_its_type_its_default_and_the_fields_docstring(
         """Which ``mode``:
         either one."""
         timeout_seconds: float | None = Field(default=None, gt=0, description="Unset: no limit.")
-        names: list[str] = Field(default_factory=lambda: ["x", "y"], description="Names.")
+        names: list[str] = Field(default_factory=lambda: ["x", "y"], description="Names, within timeout_seconds.")
 
     table = settings_table(Example, prefix="EXAMPLE_", names=["mode", "timeout_seconds", "names"])
 
     assert table.splitlines()[2:] == [
         "| `EXAMPLE_MODE` | text | `a\\|b` | Which `mode`: either one. |",
         "| `EXAMPLE_TIMEOUT_SECONDS` | number | unset | Unset: no limit. |",
-        "| `EXAMPLE_NAMES` | list of text | `x,y` | Names. |",
+        "| `EXAMPLE_NAMES` | list of text | `x,y` | Names, within `EXAMPLE_TIMEOUT_SECONDS`. |",
     ]
 
 
