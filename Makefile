@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := $(wildcard libs/*/pyproject.toml services/*/pyproject.toml tools/*/pyproject.toml)
 
-.PHONY: run test lint typecheck rules unit integration e2e bench venv clean
+.PHONY: run test lint typecheck rules unit integration e2e bench docs venv clean
 
 venv: $(STAMP)
 
@@ -61,6 +61,10 @@ e2e: $(STAMP)
 # BENCH_ARGS="--only agent --profile" to pick benchmarks or record the services with py-spy).
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# docs/configuration.md is written from the settings classes' own descriptions (a test fails when it is stale).
+docs: $(STAMP)
+	$(BIN)/python docs/generate_configuration.py
 
 clean:
 	rm -rf $(VENV) .data .mypy_cache .ruff_cache

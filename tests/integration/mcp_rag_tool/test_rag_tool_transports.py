@@ -162,7 +162,8 @@ async def test_stdio_lists_the_tools_with_input_and_output_schemas(stdio: StdioS
     assert tool.description is not None
     assert "cite the source" in tool.description.lower()
     assert tool.input_schema["required"] == ["queries"]
-    # A list of queries, or one query as a plain string (issue 12: the schema now says both).
+    # A list of queries, or one query as a plain string: the schema says both, so a gateway that
+    # validates arguments passes a lone string on.
     assert [branch["type"] for branch in tool.input_schema["properties"]["queries"]["anyOf"]] == ["array", "string"]
     assert tool.output_schema is not None
     assert tool.output_schema["required"] == ["results"]

@@ -290,12 +290,12 @@ def test_no_secret_value_is_in_the_manifests_only_references_to_the_operators_se
     assert shared == {SHARED_SECRET_KEY}
 
 
-def test_the_readme_tells_the_operator_every_key_of_the_secret() -> None:
+def test_the_operations_guide_tells_the_operator_every_key_of_the_secret() -> None:
     keys = {ref["key"] for item in COMPONENTS for ref in secret_refs("prod", item).values()}
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert sorted(key for key in keys if f"`{key}`" not in readme) == []
-    assert "kubectl apply -k deploy/k8s/overlays/dev" in readme
-    assert f"create secret generic {SECRET}" in readme
+    guide = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    assert sorted(key for key in keys if f"`{key}`" not in guide) == []
+    assert "kubectl apply -k deploy/k8s/overlays/dev" in guide
+    assert f"create secret generic {SECRET}" in guide
 
 
 # --- configuration -------------------------------------------------------------------------------------

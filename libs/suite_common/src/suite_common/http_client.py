@@ -1,8 +1,8 @@
 """The services' outbound HTTP client: httpx's API over aiohttp's connection pool.
 
 httpx's own pool (httpcore) rescans every connection for every request: at a few dozen
-concurrent requests it costs milliseconds of CPU per request and collapses (issue 7's
-profiles: ~46% of agent-service's CPU at 256 concurrent runs). aiohttp's pool does the same
+concurrent requests it costs milliseconds of CPU per request and collapses (py-spy profiles of
+``make bench``: ~46% of agent-service's CPU at 256 concurrent runs). aiohttp's pool does the same
 work in constant time. Keeping httpx as the API means providers, ``httpx-sse`` and the tests
 that inject ``httpx.AsyncClient(transport=httpx.MockTransport(...))`` stay as they are.
 
@@ -178,7 +178,7 @@ async def send_streamed(client: httpx.AsyncClient, request: httpx.Request) -> ht
     For a ``PooledClient`` without proxies, ``request`` (built by ``client.build_request``, so with
     the client's headers and timeouts) goes straight to the transport: no cookie extraction
     (through ``urllib.request`` and ``http.cookiejar``), redirect, auth or event-hook handling, none
-    of which a call to an LLM API uses; issue 7's profiles put them at about 15% of
+    of which a call to an LLM API uses; ``make bench``'s profiles put them at about 15% of
     completion-service's CPU. The response is not bound to the client (``response.request`` is
     unset): read it, then ``aclose`` it, as a streamed response from ``send``.
     """

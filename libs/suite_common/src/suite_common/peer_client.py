@@ -3,7 +3,7 @@
 agent-service makes several such calls per round of every run. Through ``httpx.AsyncClient``,
 even on ``AiohttpTransport``, each one pays for work a call to a sibling service never needs:
 URL merging, cookie extraction (through ``urllib.request`` and ``http.cookiejar``), redirect and
-auth handling, two layers of response objects. issue 7's profile with agent-service alone on its
+auth handling, two layers of response objects. A py-spy profile of ``make bench`` with agent-service alone on its
 core put httpx and its cookie code at about 30% of the service's CPU. ``AiohttpPeerClient`` sends
 straight through one aiohttp session instead.
 

@@ -39,12 +39,17 @@ class ServiceSettings(BaseSettings):
     so every field is an environment variable such as ``AGENT_PORT``.
     """
 
-    model_config = SettingsConfigDict(extra="ignore")
+    # A field's docstring is its description: docs/configuration.md is generated from them.
+    model_config = SettingsConfigDict(extra="ignore", use_attribute_docstrings=True)
 
     host: str = "127.0.0.1"
+    """Listen address; 0.0.0.0 in a container."""
     port: int = 8000
+    """Port of the HTTP API (each service and tool has its own default)."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    """Least severity that is logged."""
     log_format: Literal["json", "console"] = "json"
+    """``json``: one object per line, for machines; ``console``: for people (``make run`` uses it)."""
     otlp_endpoint: Annotated[str | None, BeforeValidator(blank_as_none)] = None
     """OpenTelemetry collector (OTLP over HTTP, e.g. ``http://otel-collector:4318``); unset: no traces."""
     shutdown_grace_seconds: float = Field(default=30, ge=0)

@@ -19,6 +19,7 @@ class AgentSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="AGENT_", extra="ignore")
 
     port: int = 8000
+    """Port of the HTTP API."""
     shutdown_grace_seconds: float = 125
     """After SIGTERM, in-flight runs may finish for this long: past a run's 120 s deadline, so that none is cut."""
     completion_url: Annotated[str, AfterValidator(http_url)] = "http://127.0.0.1:8001"
