@@ -45,9 +45,8 @@ from mcp_types import (
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from mcp_client_service.breaker import CallDurations, CircuitBreaker, CircuitState
-from mcp_client_service.config import ServerConfig
-from mcp_client_service.failures import (
+from mcp_client_service.connection.breaker import CallDurations, CircuitBreaker, CircuitState
+from mcp_client_service.connection.failures import (
     CircuitOpenError,
     ServerStartError,
     ServerUnavailableError,
@@ -55,19 +54,20 @@ from mcp_client_service.failures import (
     describe_error,
     request_timed_out,
 )
-from mcp_client_service.legacy_sse import OversizedEventError
-from mcp_client_service.options import DEFAULT_INHERITED_ENV, Backoff, ConnectionOptions
-from mcp_client_service.redaction import redact, secret_forms
-from mcp_client_service.response_limits import is_oversized_answer
-from mcp_client_service.schemas import DroppedTool, ToolListingFilter
-from mcp_client_service.stdio_transport import describe_exit
-from mcp_client_service.transports import (
+from mcp_client_service.connection.redaction import redact, secret_forms
+from mcp_client_service.servers.config import ServerConfig
+from mcp_client_service.servers.options import DEFAULT_INHERITED_ENV, Backoff, ConnectionOptions
+from mcp_client_service.servers.schemas import DroppedTool, ToolListingFilter
+from mcp_client_service.transport.legacy_sse import OversizedEventError
+from mcp_client_service.transport.open import (
     StdioCallbacks,
     WatchedTransport,
     literal_secrets,
     open_transport,
     resolve_config,
 )
+from mcp_client_service.transport.response_limits import is_oversized_answer
+from mcp_client_service.transport.stdio import describe_exit
 from suite_common.logging import get_logger
 from suite_common.tracing import trace_headers
 
@@ -85,7 +85,7 @@ __all__ = [
     "describe_error",
 ]
 
-_log = get_logger("mcp_client_service.connections")
+_log = get_logger("mcp_client_service.connection.server_connection")
 
 ServerState = Literal["connecting", "ready", "degraded", "failed"]
 

@@ -26,16 +26,16 @@ from collections.abc import Callable
 import anyio
 from anyio.abc import TaskGroup
 
-from mcp_client_service.catalog import Away, NameCollision, ServerTools, ToolCatalog
-from mcp_client_service.config import ServerConfig, ServersFile, StdioServerConfig
-from mcp_client_service.connections import ConnectionOptions, ServerConnection
-from mcp_client_service.references import ReferenceResolver, UnresolvedReferenceError, has_references
+from mcp_client_service.connection.server_connection import ConnectionOptions, ServerConnection
+from mcp_client_service.servers.catalog import Away, NameCollision, ServerTools, ToolCatalog
+from mcp_client_service.servers.config import ServerConfig, ServersFile, StdioServerConfig
+from mcp_client_service.servers.references import ReferenceResolver, UnresolvedReferenceError, has_references
 from suite_common.logging import get_logger
 from suite_common.wire import WireModel
 
 __all__ = ["InvalidTool", "Readiness", "ReloadResult", "ServerRegistry", "ServerStatus", "ServersResponse"]
 
-_log = get_logger("mcp_client_service.registry")
+_log = get_logger("mcp_client_service.servers.registry")
 
 _DRAIN_GRACE_SECONDS = 5.0
 """A removed server's in-flight calls get their call timeout and this much more to finish."""
