@@ -36,10 +36,10 @@ from mcp_client_service.calls.progress import ProgressRelay
 from mcp_client_service.calls.router import ToolNotFoundError, ToolRouter, ToolUnavailableError
 from mcp_client_service.calls.telemetry import GatewayTelemetry
 from mcp_client_service.connection.breaker import BreakerPolicy
-from mcp_client_service.connection.server_connection import Backoff, ConnectionOptions
 from mcp_client_service.mcp_server.endpoint import MCP_FACE_PATH, McpFace
 from mcp_client_service.mcp_server.features import FeatureRouter
 from mcp_client_service.servers.config import ConfigError, ServersFile, load_servers_config
+from mcp_client_service.servers.options import Backoff, ConnectionOptions
 from mcp_client_service.servers.registry import ReloadResult, ServerRegistry, ServersResponse
 from mcp_client_service.settings import MCPClientSettings
 from mcp_client_service.transport.ssrf_guard import EgressPolicy

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
-from mcp_client_service.connection.server_connection import DEFAULT_INHERITED_ENV
+from mcp_client_service.servers.options import DEFAULT_INHERITED_ENV
 from mcp_client_service.servers.schemas import DEFAULT_MAX_TOOLS
 from mcp_client_service.transport.response_limits import DEFAULT_MAX_RESPONSE_BYTES
 from mcp_client_service.transport.ssrf_guard import DEFAULT_MAX_CONNECTIONS

@@ -32,8 +32,12 @@ from pydantic import ValidationError
 
 from mcp_client_service.calls.results import dump_content, error_result, to_response
 from mcp_client_service.calls.validation import SchemaValidators, Violation, describe_violations, violation_from_error
-from mcp_client_service.connection.failures import connection_lost, request_timed_out
-from mcp_client_service.connection.server_connection import ServerUnavailableError, describe_error
+from mcp_client_service.connection.failures import (
+    ServerUnavailableError,
+    connection_lost,
+    describe_error,
+    request_timed_out,
+)
 from mcp_client_service.transport.response_limits import is_oversized_answer
 from suite_common.logging import get_logger
 from suite_common.wire import CallToolResponse

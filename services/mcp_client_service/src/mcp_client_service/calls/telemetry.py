@@ -39,7 +39,7 @@ class _ServerStates(Collector):
             state = connection.breaker.state
             for candidate in _CIRCUIT_STATES:
                 circuit.add_metric([name, candidate], 1.0 if state == candidate else 0.0)
-            tools.add_metric([name], float(len(connection.tools)))
+            tools.add_metric([name], float(len(connection.listing.tools)))
             serving.add_metric([name], 1.0 if connection.serving else 0.0)
         yield from (circuit, tools, serving)
 

@@ -39,7 +39,8 @@ from mcp_types import (
     ResourceTemplate,
 )
 
-from mcp_client_service.connection.server_connection import ServerConnection, ServerUnavailableError, describe_error
+from mcp_client_service.connection.failures import ServerUnavailableError, describe_error
+from mcp_client_service.connection.server_connection import ServerConnection
 from mcp_client_service.servers.catalog import NameCollision, prefixed_name
 from mcp_client_service.servers.registry import ServerRegistry
 from suite_common.logging import get_logger
