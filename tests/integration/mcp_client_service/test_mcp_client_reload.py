@@ -112,7 +112,7 @@ async def test_a_call_in_flight_on_a_changed_server_finishes_on_its_old_session(
                 gateway.write_servers({"web": {"url": url, "headers": {"X-Version": "2"}}})
                 reloaded = (await gateway.http.post(RELOAD)).json()
                 await gateway.wait_until_ready("web")
-                assert old.calls_in_flight == 1
+                assert old.calls.in_flight == 1
                 assert old in gateway.registry.retiring  # kept open for its call
 
                 # The same server behind the new session opens the gate: the old call can end.
@@ -122,7 +122,7 @@ async def test_a_call_in_flight_on_a_changed_server_finishes_on_its_old_session(
     assert reloaded["changed"] == ["web"]
     assert finished["isError"] is False
     assert finished["content"] == [{"type": "text", "text": "reload passed"}]
-    assert old.calls_in_flight == 0
+    assert old.calls.in_flight == 0
 
 
 @pytest.mark.parametrize(

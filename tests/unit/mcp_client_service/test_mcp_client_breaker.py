@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mcp_client_service.breaker import BreakerPolicy, CallDurations, CircuitBreaker
+from mcp_client_service.connection.breaker import BreakerPolicy, CallDurations, CircuitBreaker
 
 
 class Clock:

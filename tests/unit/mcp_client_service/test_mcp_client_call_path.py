@@ -24,9 +24,9 @@ from mcp_types import (
     TextContent,
 )
 
-from mcp_client_service.calls import CallRecord, RoutedTool, call_routed_tool
-from mcp_client_service.connections import ServerUnavailableError
-from mcp_client_service.validation import SchemaValidators
+from mcp_client_service.calls.call import CallRecord, RoutedTool, call_routed_tool
+from mcp_client_service.calls.validation import SchemaValidators
+from mcp_client_service.connection.failures import ServerUnavailableError
 
 pytestmark = pytest.mark.anyio
 

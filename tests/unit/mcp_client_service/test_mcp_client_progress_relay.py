@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from mcp_client_service.progress import ProgressRelay
+from mcp_client_service.calls.progress import ProgressRelay
 
 pytestmark = pytest.mark.anyio
 

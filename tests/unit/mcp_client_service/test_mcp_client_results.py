@@ -6,7 +6,7 @@ import json
 
 from mcp_types import CallToolResult, EmbeddedResource, ImageContent, TextContent, TextResourceContents
 
-from mcp_client_service.results import dump_content, to_response
+from mcp_client_service.calls.results import dump_content, to_response
 
 
 def test_content_blocks_are_the_mcp_models_as_camel_case_json() -> None:

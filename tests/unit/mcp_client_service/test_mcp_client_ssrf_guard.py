@@ -17,8 +17,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from mcp_client_service.response_limits import ResponseTooLarge, is_oversized_answer
-from mcp_client_service.ssrf_guard import EgressPolicy, check_endpoint, guarded_http_client
+from mcp_client_service.transport.response_limits import ResponseTooLarge, is_oversized_answer
+from mcp_client_service.transport.ssrf_guard import EgressPolicy, check_endpoint, guarded_http_client
 from suite_common.ssrf import EgressBlocked, Resolver
 from support.servers import serve_app
 

@@ -11,7 +11,7 @@ import pytest
 from mcp.shared.message import SessionMessage
 from mcp_types import PARSE_ERROR, JSONRPCError, JSONRPCResponse
 
-from mcp_client_service.stdio_transport import STDERR_LINE_BYTES, bounded_stdio_transport
+from mcp_client_service.transport.stdio import STDERR_LINE_BYTES, bounded_stdio_transport
 
 pytestmark = pytest.mark.anyio
 

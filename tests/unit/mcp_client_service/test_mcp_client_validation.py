@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mcp_client_service.validation import SchemaValidators, Violation, describe_violations, json_path
+from mcp_client_service.calls.validation import SchemaValidators, Violation, describe_violations, json_path
 from support.misbehaving_mcp_server import PLAN_TRIP_SCHEMA
 
 KEY = ("plan_trip", "inputSchema")

@@ -351,7 +351,7 @@ async def test_readyz_reports_a_failed_index_while_healthz_stays_ok(docs: Path) 
 async def test_the_published_schema_accepts_a_lone_query_string_as_the_gateway_validates_it(docs: Path) -> None:
     # The gateway checks arguments against inputSchema before calling; an array-only schema made it
     # refuse {"queries": "one string"}, which the README promises and the handler accepts.
-    from mcp_client_service.validation import SchemaValidators
+    from mcp_client_service.calls.validation import SchemaValidators
 
     async with Client(_server(memory_settings(docs))) as client:
         listed = await client.list_tools()

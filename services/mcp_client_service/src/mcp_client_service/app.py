@@ -32,17 +32,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from mcp_client_service.breaker import BreakerPolicy
-from mcp_client_service.config import ConfigError, ServersFile, load_servers_config
-from mcp_client_service.connections import Backoff, ConnectionOptions
-from mcp_client_service.features import FeatureRouter
-from mcp_client_service.mcp_face import MCP_FACE_PATH, McpFace
-from mcp_client_service.progress import ProgressRelay
-from mcp_client_service.registry import ReloadResult, ServerRegistry, ServersResponse
-from mcp_client_service.router import ToolNotFoundError, ToolRouter, ToolUnavailableError
+from mcp_client_service.calls.progress import ProgressRelay
+from mcp_client_service.calls.router import ToolNotFoundError, ToolRouter, ToolUnavailableError
+from mcp_client_service.calls.telemetry import GatewayTelemetry
+from mcp_client_service.connection.breaker import BreakerPolicy
+from mcp_client_service.mcp_server.endpoint import MCP_FACE_PATH, McpFace
+from mcp_client_service.mcp_server.features import FeatureRouter
+from mcp_client_service.servers.config import ConfigError, ServersFile, load_servers_config
+from mcp_client_service.servers.options import Backoff, ConnectionOptions
+from mcp_client_service.servers.registry import ReloadResult, ServerRegistry, ServersResponse
 from mcp_client_service.settings import MCPClientSettings
-from mcp_client_service.ssrf_guard import EgressPolicy
-from mcp_client_service.telemetry import GatewayTelemetry
+from mcp_client_service.transport.ssrf_guard import EgressPolicy
 from suite_common.auth import SharedSecretMiddleware
 from suite_common.deadline import time_budget
 from suite_common.errors import ApiError, install_error_handlers

@@ -10,11 +10,11 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
-from mcp_client_service.connections import DEFAULT_INHERITED_ENV
-from mcp_client_service.response_limits import DEFAULT_MAX_RESPONSE_BYTES
-from mcp_client_service.schemas import DEFAULT_MAX_TOOLS
-from mcp_client_service.ssrf_guard import DEFAULT_MAX_CONNECTIONS
-from mcp_client_service.stdio_transport import DEFAULT_MAX_LINE_BYTES
+from mcp_client_service.servers.options import DEFAULT_INHERITED_ENV
+from mcp_client_service.servers.schemas import DEFAULT_MAX_TOOLS
+from mcp_client_service.transport.response_limits import DEFAULT_MAX_RESPONSE_BYTES
+from mcp_client_service.transport.ssrf_guard import DEFAULT_MAX_CONNECTIONS
+from mcp_client_service.transport.stdio import DEFAULT_MAX_LINE_BYTES
 from suite_common.settings import ServiceSettings
 
 __all__ = ["MCPClientSettings"]

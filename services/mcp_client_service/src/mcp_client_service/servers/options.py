@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from mcp_client_service.breaker import BreakerPolicy
-from mcp_client_service.response_limits import DEFAULT_MAX_RESPONSE_BYTES
-from mcp_client_service.schemas import DEFAULT_MAX_TOOLS
-from mcp_client_service.ssrf_guard import DEFAULT_MAX_CONNECTIONS, EgressPolicy
-from mcp_client_service.stdio_transport import DEFAULT_MAX_LINE_BYTES
+from mcp_client_service.connection.breaker import BreakerPolicy
+from mcp_client_service.servers.schemas import DEFAULT_MAX_TOOLS
+from mcp_client_service.transport.response_limits import DEFAULT_MAX_RESPONSE_BYTES
+from mcp_client_service.transport.ssrf_guard import DEFAULT_MAX_CONNECTIONS, EgressPolicy
+from mcp_client_service.transport.stdio import DEFAULT_MAX_LINE_BYTES
 
 __all__ = ["DEFAULT_INHERITED_ENV", "Backoff", "ConnectionOptions"]
 

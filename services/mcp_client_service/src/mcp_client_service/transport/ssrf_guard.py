@@ -23,7 +23,7 @@ import anyio
 import httpcore2
 import httpx2
 
-from mcp_client_service.response_limits import DEFAULT_MAX_RESPONSE_BYTES, limit_response
+from mcp_client_service.transport.response_limits import DEFAULT_MAX_RESPONSE_BYTES, limit_response
 from suite_common.ssrf import EgressBlocked, EgressError, EgressPolicy, Resolver, check_url, resolve_allowed
 
 __all__ = [

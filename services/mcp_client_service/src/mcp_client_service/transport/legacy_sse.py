@@ -34,13 +34,13 @@ from mcp_types import (
     jsonrpc_message_adapter,
 )
 
-from mcp_client_service.failures import POST_FAILED_PREFIX
-from mcp_client_service.redaction import redact_urls
+from mcp_client_service.connection.failures import POST_FAILED_PREFIX
+from mcp_client_service.connection.redaction import redact_urls
 from suite_common.logging import get_logger
 
 __all__ = ["OversizedEventError", "legacy_sse_transport"]
 
-_log = get_logger("mcp_client_service.legacy_sse")
+_log = get_logger("mcp_client_service.transport.legacy_sse")
 
 
 class OversizedEventError(Exception):

@@ -42,6 +42,7 @@ __all__ = [
     "bounded_stdio_transport",
     "describe_exit",
     "inherited_environment",
+    "split_lines",
 ]
 
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
@@ -102,6 +103,25 @@ def _unreadable_answer(line: bytes) -> JSONRPCError | None:
         "(malformed, or nested too deeply for a JSON parser)"
     )
     return JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(code=PARSE_ERROR, message=detail))
+
+
+def split_lines(pending: bytes | bytearray, chunk: bytes, max_line_bytes: int) -> tuple[list[bytes], int]:
+    """The lines ``chunk`` ends, and where in ``chunk`` the unterminated rest starts.
+
+    ``pending`` is what came before ``chunk`` without a newline: it starts the first line. The
+    split stops before a line longer than ``max_line_bytes`` (newline excluded): that line and
+    everything after it is the rest, so the caller sees ``pending`` grow past the limit. Pure,
+    so the stdout reader's framing can be checked byte by byte without a process.
+    """
+    lines: list[bytes] = []
+    start = 0
+    while (end := chunk.find(b"\n", start)) >= 0:
+        before = len(pending) if not lines else 0
+        if before + end - start > max_line_bytes:
+            break
+        lines.append(bytes(pending) + chunk[start:end] if before else chunk[start:end])
+        start = end + 1
+    return lines, start
 
 
 def _pipe_reader(fd: int) -> Callable[[], Awaitable[bytes]]:
@@ -220,15 +240,12 @@ async def bounded_stdio_transport(
             async with read_stream_writer:
                 try:
                     async for chunk in process.stdout:
-                        start = 0
-                        while (end := chunk.find(b"\n", start)) >= 0:
-                            if len(pending) + end - start > max_line_bytes:
-                                break
-                            line = bytes(pending) + chunk[start:end] if pending else chunk[start:end]
+                        lines, rest = split_lines(pending, chunk, max_line_bytes)
+                        if lines:
                             pending.clear()
+                        for line in lines:
                             await deliver(line)
-                            start = end + 1
-                        pending += chunk[start:]
+                        pending += chunk[rest:]
                         if len(pending) > max_line_bytes:
                             _kill_group(process)
                             on_fatal(

@@ -52,10 +52,10 @@ from mcp_types import (
 from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
-from mcp_client_service.calls import RoutedTool
-from mcp_client_service.features import FeatureRouter
-from mcp_client_service.progress import ProgressRelay
-from mcp_client_service.router import ToolNotFoundError, ToolRouter
+from mcp_client_service.calls.call import RoutedTool
+from mcp_client_service.calls.progress import ProgressRelay
+from mcp_client_service.calls.router import ToolNotFoundError, ToolRouter
+from mcp_client_service.mcp_server.features import FeatureRouter
 from suite_common.auth import secrets_match
 from suite_common.deadline import time_budget
 from suite_common.errors import ApiError, error_response

@@ -45,7 +45,7 @@ __all__ = [
     "prefixed_name",
 ]
 
-_log = get_logger("mcp_client_service.catalog")
+_log = get_logger("mcp_client_service.servers.catalog")
 
 NameCollision = Literal["first_wins", "prefix"]
 

@@ -41,7 +41,7 @@ __all__ = [
     "violations_of",
 ]
 
-_log = get_logger("mcp_client_service.validation")
+_log = get_logger("mcp_client_service.calls.validation")
 
 MAX_REPORTED_VIOLATIONS = 5
 """A model fixes a few named problems better than it reads a wall of them."""

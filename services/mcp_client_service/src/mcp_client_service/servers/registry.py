@@ -26,16 +26,17 @@ from collections.abc import Callable
 import anyio
 from anyio.abc import TaskGroup
 
-from mcp_client_service.catalog import Away, NameCollision, ServerTools, ToolCatalog
-from mcp_client_service.config import ServerConfig, ServersFile, StdioServerConfig
-from mcp_client_service.connections import ConnectionOptions, ServerConnection
-from mcp_client_service.references import ReferenceResolver, UnresolvedReferenceError, has_references
+from mcp_client_service.connection.server_connection import ServerConnection
+from mcp_client_service.servers.catalog import Away, NameCollision, ServerTools, ToolCatalog
+from mcp_client_service.servers.config import ServerConfig, ServersFile, StdioServerConfig
+from mcp_client_service.servers.options import ConnectionOptions
+from mcp_client_service.servers.references import ReferenceResolver, UnresolvedReferenceError, has_references
 from suite_common.logging import get_logger
 from suite_common.wire import WireModel
 
 __all__ = ["InvalidTool", "Readiness", "ReloadResult", "ServerRegistry", "ServerStatus", "ServersResponse"]
 
-_log = get_logger("mcp_client_service.registry")
+_log = get_logger("mcp_client_service.servers.registry")
 
 _DRAIN_GRACE_SECONDS = 5.0
 """A removed server's in-flight calls get their call timeout and this much more to finish."""
@@ -182,10 +183,10 @@ class ServerRegistry:
     async def _retire(self, connection: ServerConnection) -> None:
         """Close ``connection`` once its in-flight calls have ended (bounded by its call timeout)."""
         with anyio.move_on_after(connection.call_timeout + _DRAIN_GRACE_SECONDS) as drain:
-            await connection.wait_idle()
+            await connection.calls.wait_idle()
         if drain.cancelled_caught:
             _log.warning(
-                "mcp_server_closed_with_calls_in_flight", server=connection.name, calls=connection.calls_in_flight
+                "mcp_server_closed_with_calls_in_flight", server=connection.name, calls=connection.calls.in_flight
             )
         scope = self._scopes.get(connection)
         if scope is not None:
@@ -222,7 +223,7 @@ class ServerRegistry:
                 connection = self._connection(name, config, servers)
                 if previous is not None:
                     # Until it lists again, a call to one of its tools says "connecting", not "no such tool".
-                    connection.known_tools = previous.known_tools
+                    connection.listing.known_tools = previous.listing.known_tools
                     result.changed.append(name)
                 else:
                     result.added.append(name)
@@ -256,8 +257,8 @@ class ServerRegistry:
                 ServerTools(
                     server=connection.name,
                     ready=away is None,
-                    tools=connection.tools,
-                    known_tools=connection.known_tools,
+                    tools=connection.listing.tools,
+                    known_tools=connection.listing.known_tools,
                     tool_prefix=connection.config.tool_prefix,
                     offers=connection.config.offers,
                     away=Away(reason=away[0], retry_at=away[1]) if away is not None else None,
@@ -315,16 +316,16 @@ class ServerRegistry:
             if connection is None:
                 status = ServerStatus(name=name, transport=self.disabled[name], state="disabled", tool_count=0)
             else:
-                invalid = [InvalidTool(name=tool.name, reason=tool.reason) for tool in connection.invalid_tools]
+                invalid = [InvalidTool(name=tool.name, reason=tool.reason) for tool in connection.listing.invalid_tools]
                 status = ServerStatus(
                     name=name,
                     transport=connection.transport,
                     state=connection.state,
-                    tool_count=sum(1 for tool in connection.tools if connection.config.offers(tool.name)),
+                    tool_count=sum(1 for tool in connection.listing.tools if connection.config.offers(tool.name)),
                     last_error=connection.last_error,
                     circuit=connection.circuit,
                     circuit_detail=connection.circuit_detail(),
-                    p50_latency_ms=connection.durations.p50_ms(),
+                    p50_latency_ms=connection.calls.durations.p50_ms(),
                     invalid_tools=invalid or None,
                 )
             servers.append(status)
@@ -365,5 +366,5 @@ class ServerRegistry:
         """
         connection = self.connections.get(server)
         if connection is not None:
-            connection.record_call(seconds, ok=ok)
+            connection.calls.record(seconds, ok=ok)
             self._notify()

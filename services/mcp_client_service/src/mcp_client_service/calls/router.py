@@ -17,17 +17,17 @@ from mcp_types import Tool
 from opentelemetry import trace
 from opentelemetry.trace import Tracer
 
-from mcp_client_service.calls import CallRecord, RoutedTool, call_routed_tool
-from mcp_client_service.registry import ServerRegistry
-from mcp_client_service.results import error_result
-from mcp_client_service.validation import SchemaValidators
+from mcp_client_service.calls.call import CallRecord, RoutedTool, call_routed_tool
+from mcp_client_service.calls.results import error_result
+from mcp_client_service.calls.validation import SchemaValidators
+from mcp_client_service.servers.registry import ServerRegistry
 from suite_common.echo import clip
 from suite_common.logging import get_logger
 from suite_common.wire import CallToolResponse
 
 __all__ = ["ToolNotFoundError", "ToolRouter", "ToolUnavailableError"]
 
-_log = get_logger("mcp_client_service.router")
+_log = get_logger("mcp_client_service.calls.router")
 
 
 class ToolNotFoundError(LookupError):

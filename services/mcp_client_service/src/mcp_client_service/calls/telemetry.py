@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from mcp_client_service.calls import CallRecord
-from mcp_client_service.registry import ServerRegistry
+from mcp_client_service.calls.call import CallRecord
+from mcp_client_service.servers.registry import ServerRegistry
 from suite_common.metrics import LATENCY_BUCKETS
 from suite_common.tracing import mark_span_failed
 
@@ -39,7 +39,7 @@ class _ServerStates(Collector):
             state = connection.breaker.state
             for candidate in _CIRCUIT_STATES:
                 circuit.add_metric([name, candidate], 1.0 if state == candidate else 0.0)
-            tools.add_metric([name], float(len(connection.tools)))
+            tools.add_metric([name], float(len(connection.listing.tools)))
             serving.add_metric([name], 1.0 if connection.serving else 0.0)
         yield from (circuit, tools, serving)
 

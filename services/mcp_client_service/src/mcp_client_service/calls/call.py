@@ -30,11 +30,15 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_REQUEST, CallToolResult
 from pydantic import ValidationError
 
-from mcp_client_service.connections import ServerUnavailableError, describe_error
-from mcp_client_service.failures import connection_lost, request_timed_out
-from mcp_client_service.response_limits import is_oversized_answer
-from mcp_client_service.results import dump_content, error_result, to_response
-from mcp_client_service.validation import SchemaValidators, Violation, describe_violations, violation_from_error
+from mcp_client_service.calls.results import dump_content, error_result, to_response
+from mcp_client_service.calls.validation import SchemaValidators, Violation, describe_violations, violation_from_error
+from mcp_client_service.connection.failures import (
+    ServerUnavailableError,
+    connection_lost,
+    describe_error,
+    request_timed_out,
+)
+from mcp_client_service.transport.response_limits import is_oversized_answer
 from suite_common.logging import get_logger
 from suite_common.wire import CallToolResponse
 
@@ -46,7 +50,7 @@ __all__ = [
     "call_routed_tool",
 ]
 
-_log = get_logger("mcp_client_service.calls")
+_log = get_logger("mcp_client_service.calls.call")
 
 CallOutcome = Literal[
     "ok",

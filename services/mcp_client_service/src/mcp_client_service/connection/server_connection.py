@@ -1,0 +1,232 @@
+"""One supervised MCP session per configured server: what the rest of the service holds for it.
+
+A ``ServerConnection`` is made of parts: its session loop (``supervisor.SessionLoop``: connect,
+list, probe, reconnect), the tools of its listings (``tool_listing.ToolListing``), its calls in
+flight and their outcomes (``call_accounting.CallAccounting``, feeding the ``CircuitBreaker``),
+and the log of what a stdio child writes besides JSON-RPC (``child_output.ChildOutputLog``).
+It keeps the state they share (the open ``mcp.Client``, the last error) and makes the calls.
+
+``mcp.Client`` must be entered and exited in one task, so the session loop owns it. Request
+handlers call ``call_tool`` from their own tasks: JSON-RPC multiplexes concurrent calls over the
+one session.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import anyio
+from mcp import Client
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_REQUEST, CallToolResult, RequestParamsMeta, ServerCapabilities
+
+from mcp_client_service.connection.breaker import CircuitBreaker, CircuitState
+from mcp_client_service.connection.call_accounting import CallAccounting
+from mcp_client_service.connection.child_output import ChildOutputLog
+from mcp_client_service.connection.failures import CircuitOpenError, ServerUnavailableError, connection_lost
+from mcp_client_service.connection.redaction import redact, secret_forms
+from mcp_client_service.connection.supervisor import SessionLoop
+from mcp_client_service.connection.tool_listing import ToolListing
+from mcp_client_service.servers.config import ServerConfig
+from mcp_client_service.servers.options import ConnectionOptions
+from mcp_client_service.transport.open import literal_secrets
+from mcp_client_service.transport.response_limits import is_oversized_answer
+from suite_common.tracing import trace_headers
+
+__all__ = ["ServerConnection", "ServerState"]
+
+ServerState = Literal["connecting", "ready", "degraded", "failed"]
+
+T = TypeVar("T")
+
+
+class ServerConnection:
+    """The supervised session of one MCP server, and its state for status pages.
+
+    ``on_change`` is called (synchronously) whenever ``state`` or the listed tools change.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config: ServerConfig,
+        options: ConnectionOptions | None = None,
+        *,
+        base_dir: Path | None = None,
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.options = options or ConnectionOptions()
+        self.base_dir = base_dir or Path()
+        self.changed = on_change
+        self._secrets = secret_forms([*literal_secrets(config), *self.options.forbidden_values])
+        self.breaker = CircuitBreaker(self.options.breaker)
+        self._loop = SessionLoop(self)
+        self.listing = ToolListing(name)
+        self.calls = CallAccounting(name, self.breaker, on_change=on_change, on_circuit_opened=self._loop.wake)
+        self.output = ChildOutputLog(name, self.redact)
+        # The state the session loop keeps up to date:
+        self.client: Client | None = None
+        """The open session while the server serves (its tools listed); ``None`` otherwise."""
+        self.connecting = True
+        self.first_attempt_done = False
+        """Whether its first connection attempt has ended, serving or failed (readiness waits for that)."""
+        self.attempts = 0
+        self.last_error: str | None = None
+        self.retry_at: float | None = None
+        """While it waits to reconnect: when (``time.monotonic``) the next attempt starts."""
+
+    async def run(self) -> None:
+        """Connect, serve, reconnect: until cancelled (which closes the session and any stdio child)."""
+        await self._loop.run()
+
+    # --- state ---------------------------------------------------------------------------------
+
+    @property
+    def transport(self) -> str:
+        return self.config.transport
+
+    @property
+    def state(self) -> ServerState:
+        if self.client is None:
+            return "connecting" if self.connecting else "failed"
+        if self.breaker.state != "closed" or self.calls.last_call_failed or self.listing.invalid_tools:
+            return "degraded"
+        return "ready"
+
+    @property
+    def serving(self) -> bool:
+        """Whether the server has an open session, its tools listed (``ready`` or ``degraded``)."""
+        return self.client is not None
+
+    @property
+    def required(self) -> bool:
+        """Whether readiness waits for it to be serving (``"required": true`` in the config)."""
+        return self.config.required
+
+    @property
+    def circuit(self) -> CircuitState:
+        return self.breaker.state
+
+    def circuit_detail(self) -> str | None:
+        """Why the circuit is open and when it is tried again; ``None`` while it is closed."""
+        state = self.breaker.state
+        if state == "open":
+            return self.redact(self.breaker.describe_open(self.name))
+        if state == "half_open":
+            return "the circuit is half-open: the server is being tried again after repeated failures"
+        return None
+
+    @property
+    def call_timeout(self) -> float:
+        """This server's limit for one call: its own ``callTimeoutSeconds``, else the service's."""
+        return self.config.call_timeout_seconds or self.options.call_timeout
+
+    @property
+    def capabilities(self) -> ServerCapabilities | None:
+        """What the server said it offers when its session opened; ``None`` without a session."""
+        client = self.client
+        return client.server_capabilities if client is not None else None
+
+    def redact(self, text: str) -> str:
+        """``text`` without this server's secrets (configured or resolved) or any URL's credentials."""
+        return redact(text, self._secrets)
+
+    def remember_secrets(self, values: Sequence[str]) -> None:
+        """Secrets resolved from references (``${env:...}``, ``${file:...}``): redacted from now on."""
+        if values:
+            self._secrets = secret_forms([*literal_secrets(self.config), *self.options.forbidden_values, *values])
+
+    def away(self) -> tuple[str, float | None] | None:
+        """``None`` while it takes calls; else why not, in words that stay true while it lasts (no
+        countdown), and when (``time.monotonic``) it is tried again, ``None`` while being tried now."""
+        if not self.breaker.allows_calls():
+            reason = self.redact(self.breaker.open_reason(self.name))
+            return reason, time.monotonic() + self.breaker.seconds_until_half_open()
+        if self.client is None:
+            return self._not_ready(), None if self.connecting else self.retry_at
+        return None
+
+    def _not_ready(self) -> str:
+        reason = f": {self.last_error}" if self.last_error else ""
+        return f'its MCP server "{self.name}" is not ready ({self.state}{reason}); the gateway keeps reconnecting'
+
+    def refuse_reason(self) -> str | None:
+        """Why a call to this server would fail fast now (circuit open, no session), or ``None``."""
+        if not self.breaker.allows_calls():
+            return self.redact(self.breaker.describe_open(self.name))
+        if self.client is None:
+            return self._not_ready()
+        return None
+
+    # --- calls ---------------------------------------------------------------------------------
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], time_limit: float, on_progress: ProgressFnT | None = None
+    ) -> CallToolResult:
+        """One ``tools/call`` (``name`` as the server knows it) on the open session, bounded by ``time_limit`` s.
+
+        With ``on_progress`` the request carries a progress token, and the server's
+        ``notifications/progress`` for it are handed over as they arrive.
+
+        Raises ``ServerUnavailableError`` without a session (``CircuitOpenError`` while the circuit
+        is open), ``TimeoutError`` past the time limit and ``mcp.shared.exceptions.MCPError`` for
+        protocol errors and dropped connections (which also make the supervisor reconnect).
+        Never retried: the tool may have run. Does not record the outcome: see ``calls.record``.
+        """
+        client = self.client
+        refusal = self.refuse_reason()
+        if refusal is not None:
+            raise (CircuitOpenError if not self.breaker.allows_calls() else ServerUnavailableError)(refusal)
+        assert client is not None
+        calls = self.calls
+        calls.in_flight += 1
+        try:
+            # The SDK's read timeout ends the request (and tells the server to cancel it); the
+            # outer bound also covers a write that cannot complete.
+            with anyio.fail_after(time_limit + 1.0):
+                # The caller's trace goes along (W3C trace context in _meta), so a traced server joins it.
+                meta: RequestParamsMeta | None = None
+                if context := trace_headers():
+                    meta = RequestParamsMeta()
+                    meta.update(context)  # type: ignore[typeddict-item]  # traceparent: an extra item, as the type allows
+                return await client.call_tool(
+                    name, arguments, read_timeout_seconds=time_limit, progress_callback=on_progress, meta=meta
+                )
+        except MCPError as error:
+            # An answer dropped for its size fails this call only: the session is fine.
+            if _session_is_gone(error) and not is_oversized_answer(error.message):
+                calls.lost_with_session()
+                if self.client is client:
+                    self._loop.end_session(f"the session was lost during a call: {error.message}")
+            raise
+        finally:
+            calls.done()
+
+    async def request(self, send: Callable[[Client], Awaitable[T]], time_limit: float) -> T:
+        """A request other than ``tools/call`` (resources, prompts) on the open session, bounded by ``time_limit`` s.
+
+        Raises ``ServerUnavailableError`` without a session, ``TimeoutError`` past the limit, and
+        what the SDK raises (``MCPError`` for an error answer). In flight like a call: a probe
+        that goes unanswered meanwhile does not end the session, a reload waits for it.
+        """
+        client = self.client
+        if client is None:
+            raise ServerUnavailableError(self.refuse_reason() or f'the MCP server "{self.name}" has no session')
+        calls = self.calls
+        calls.in_flight += 1
+        try:
+            with anyio.fail_after(time_limit):
+                return await send(client)
+        finally:
+            calls.done()
+
+
+def _session_is_gone(error: MCPError) -> bool:
+    """A dropped connection, or a streamable HTTP server that no longer knows our session (it restarted)."""
+    return connection_lost(error) or (error.code == INVALID_REQUEST and error.message == "Session terminated")

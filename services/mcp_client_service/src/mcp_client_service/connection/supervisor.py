@@ -1,0 +1,344 @@
+"""The session loop of one server: connect, list its tools, keep the session, reconnect.
+
+``SessionLoop.run()`` resolves the server's secret references, connects (``transport.open``: a
+stdio child with its allowed environment, or an HTTP session through the SSRF guard), lists the
+server's tools to the last page (at most ``max_tools``), drops the ones whose schema is unusable,
+publishes the rest, and keeps the session until it ends. While open, the session is probed every
+``probe_interval`` seconds, and its tools are listed again when the server says they changed
+(``notifications/tools/list_changed``, or a ``subscriptions/listen`` event at protocol 2026; at most
+once per ``list_changed_debounce`` seconds) or when the catalog TTL passes. A probe that goes
+unanswered ends the session only when the server is silent: not while calls are in flight on it (a
+server busy with a long call may not answer a ping before it is done, and each call has its own
+time limit) nor while its messages keep arriving. Whenever connecting fails or the session ends it
+records why and reconnects after a bounded exponential backoff; the connection's
+``CircuitBreaker`` stops the retries (and fails calls fast) after repeated failures in a short
+window, and tries again later.
+
+``mcp.Client`` must be entered and exited in one task, so the loop owns it and hands it to its
+connection (``ServerConnection.client``) while the session serves.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING
+
+import anyio
+from mcp import Client
+from mcp.client.session import IncomingMessage
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
+from mcp.shared.exceptions import MCPError
+from mcp_types import Implementation, Tool, ToolListChangedNotification
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from mcp_client_service.connection.failures import connection_lost, describe_error, request_timed_out
+from mcp_client_service.connection.tool_listing import list_all_tools
+from mcp_client_service.servers.schemas import ToolListingFilter
+from mcp_client_service.transport.legacy_sse import OversizedEventError
+from mcp_client_service.transport.open import StdioCallbacks, WatchedTransport, open_transport, resolve_config
+from mcp_client_service.transport.stdio import describe_exit
+from suite_common.logging import get_logger
+
+if TYPE_CHECKING:
+    from mcp_client_service.connection.server_connection import ServerConnection
+
+__all__ = ["SessionLoop"]
+
+_log = get_logger("mcp_client_service.connection.supervisor")
+
+_CLIENT_INFO = Implementation(name="mcp-client-service", version="0.1.0")
+
+_LISTEN_RETRY_SECONDS = (1.0, 60.0)
+"""First and longest pause before a dropped ``subscriptions/listen`` stream is opened again."""
+
+
+async def _probe(client: Client) -> None:
+    """The cheapest request the server must answer: ``server/discover`` at 2026, ``ping`` before."""
+    if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        await client.session.send_discover(client.protocol_version)
+    else:
+        await client.session.send_ping()
+
+
+class SessionLoop:
+    """The supervisor of one ``ServerConnection``: it runs its sessions one after another."""
+
+    def __init__(self, connection: ServerConnection) -> None:
+        self._connection = connection
+        self._wake = anyio.Event()
+        self._session_ended = False
+        self._refresh_wanted = False
+        self._end_reason: str | None = None
+        self._exit_status: int | None = None
+        self._last_message_at = -math.inf
+
+    def wake(self) -> None:
+        """Have the loop look at the connection again (a circuit opened by calls, a flag set)."""
+        self._wake.set()
+
+    def end_session(self, reason: str) -> None:
+        """Have the loop drop the current session and reconnect."""
+        if not self._session_ended:
+            self._end_reason = reason
+            self._session_ended = True
+            self._wake.set()
+
+    def _transport_ended(self) -> None:
+        self._session_ended = True
+        self._wake.set()
+
+    def _exit_reason(self) -> str | None:
+        return describe_exit(self._exit_status) if self._exit_status is not None else None
+
+    def _on_exit(self, status: int | None) -> None:
+        self._exit_status = status
+
+    def _request_refresh(self, why: str | None = None) -> None:
+        if why is not None and not self._refresh_wanted:
+            _log.info(why, server=self._connection.name)  # once per refresh: a change may be announced twice
+        self._refresh_wanted = True
+        self._wake.set()
+
+    def _on_transport_message(self) -> None:
+        self._last_message_at = anyio.current_time()
+
+    async def _on_message(self, message: IncomingMessage) -> None:
+        """The SDK session's handler for what the server sends unasked (protocols before 2026)."""
+        if isinstance(message, ToolListChangedNotification):
+            self._request_refresh("mcp_server_tools_list_changed")
+        elif isinstance(message, Exception):
+            _log.warning(
+                "mcp_server_transport_error",
+                server=self._connection.name,
+                error=self._connection.redact(describe_error(message)),
+            )
+
+    async def run(self) -> None:
+        """Connect, serve, reconnect: until cancelled (which closes the session and any stdio child)."""
+        connection = self._connection
+        breaker, options = connection.breaker, connection.options
+        delay = options.backoff.initial
+        while True:
+            wait = breaker.seconds_until_half_open()
+            if wait > 0:
+                connection.connecting = False
+                connection.changed()
+                _log.warning("mcp_server_circuit_open", server=connection.name, retry_in_seconds=round(wait, 1))
+                await anyio.sleep(wait)
+            connection.attempts += 1
+            connection.connecting = True
+            connection.changed()
+            _log.info(
+                "mcp_server_connecting",
+                server=connection.name,
+                transport=connection.transport,
+                attempt=connection.attempts,
+            )
+            started = anyio.current_time()
+            self._exit_status = None
+            failure: Exception | None = None
+            try:
+                await self._serve_one_session()
+                error = self._end_reason or self._exit_reason() or "the server ended the session"
+            except Exception as raised:
+                failure = raised
+                # A session that saw its transport close: for a stdio child, how the process ended says more.
+                closed = self._exit_reason() if _connection_closed(raised) else None
+                error = self._end_reason or closed or describe_error(raised)
+            error = connection.redact(error)
+            connection.connecting = False
+            connection.first_attempt_done = True
+            if anyio.current_time() - started >= options.backoff.maximum:
+                delay = options.backoff.initial
+            # An answer too large for the gateway ends an SSE session, but says nothing of the
+            # server's health: it is not counted against its circuit.
+            oversized = failure is not None and _caused_by(failure, OversizedEventError)
+            opened = False if oversized else breaker.record_failure(error)
+            connection.last_error = error
+            connection.retry_at = None if opened else time.monotonic() + delay
+            connection.changed()
+            _log.warning(
+                "mcp_server_failed", server=connection.name, error=error, retry_in_seconds=delay, circuit=breaker.state
+            )
+            if not opened:
+                await anyio.sleep(delay)
+                delay = options.backoff.next(delay)
+
+    async def _serve_one_session(self) -> None:
+        """One session from connect to its end; returns when it ends, raises if it cannot start."""
+        connection = self._connection
+        options = connection.options
+        self._session_ended = False
+        self._refresh_wanted = False
+        self._end_reason = None
+        connection.output.new_session()
+        connection.calls.new_session()
+        self._wake = anyio.Event()
+        listing = connection.listing.new_filter(options.max_tools)
+        resolved, resolved_values = resolve_config(connection.config, options, connection.base_dir)
+        connection.remember_secrets(resolved_values)
+        callbacks = StdioCallbacks(
+            on_noise=connection.output.on_stdout_noise,
+            on_fatal=self.end_session,
+            on_exit=self._on_exit,
+            on_stderr=connection.output.on_stderr,
+        )
+        transport = WatchedTransport(
+            open_transport(resolved, options, callbacks),
+            self._transport_ended,
+            listing,
+            on_message=self._on_transport_message,
+        )
+        phase = f"connecting timed out after {options.connect_timeout:g} s"
+        started = anyio.current_time()
+        # One scope whose deadline moves: a cancel scope may not be left while the task groups
+        # the client opened inside it are still open, so connect and list share it.
+        try:
+            with anyio.CancelScope(deadline=started + options.connect_timeout) as deadline:
+                async with Client(
+                    transport, cache=None, client_info=_CLIENT_INFO, message_handler=self._on_message
+                ) as client:
+                    listing.protocol_version = client.protocol_version
+                    phase = f"listing tools timed out after {options.list_timeout:g} s"
+                    deadline.deadline = anyio.current_time() + options.list_timeout
+                    tools = await list_all_tools(client)
+                    deadline.deadline = math.inf
+                    connection.client = client
+                    connection.first_attempt_done = True
+                    # Serving again: why an earlier session ended is history (the log keeps it).
+                    connection.last_error = None
+                    try:
+                        self._publish(tools, listing)
+                        if connection.breaker.state == "half_open":
+                            connection.breaker.record_success()
+                        _log.info(
+                            "mcp_server_ready",
+                            server=connection.name,
+                            tool_count=len(connection.listing.tools),
+                            protocol_version=client.protocol_version,
+                            seconds=round(anyio.current_time() - started, 3),
+                        )
+                        async with anyio.create_task_group() as tg:
+                            if client.protocol_version in MODERN_PROTOCOL_VERSIONS and _announces_changes(client):
+                                tg.start_soon(self._listen_for_changes, client)
+                            await self._keep_alive(client, listing)
+                            tg.cancel_scope.cancel()
+                    finally:
+                        connection.client = None
+                        connection.listing.withdraw()
+        finally:
+            connection.output.report_suppressed()  # the child's stderr was read to its end on the way out
+        if deadline.cancelled_caught:
+            raise TimeoutError(phase)
+
+    def _publish(self, tools: list[Tool], listing: ToolListingFilter) -> None:
+        self._connection.listing.publish(tools, listing)
+        self._connection.changed()
+
+    async def _keep_alive(self, client: Client, listing: ToolListingFilter) -> None:
+        """Serve until the session ends: probe it, and list the tools again when they may have changed."""
+        connection = self._connection
+        breaker, options, tool_listing = connection.breaker, connection.options, connection.listing
+        now = anyio.current_time()
+        next_probe, next_refresh = now + options.probe_interval, now + options.catalog_ttl
+        while True:
+            # A circuit opened by failing calls half-opens with time alone: wake up to announce it.
+            half_open_in = breaker.seconds_until_half_open() if breaker.state == "open" else math.inf
+            # Changes announced in quick succession are answered by one listing, debounced.
+            relist_at = tool_listing.listed_at + options.list_changed_debounce if self._refresh_wanted else math.inf
+            next_wake = min(next_probe, next_refresh, relist_at, anyio.current_time() + half_open_in)
+            with anyio.move_on_after(max(0.0, next_wake - anyio.current_time())):
+                await self._wake.wait()
+            self._wake = anyio.Event()  # flags set from here on wake the next wait
+            if self._session_ended:
+                return
+            if half_open_in < math.inf and breaker.state != "open":
+                connection.changed()
+            now = anyio.current_time()
+            announced = self._refresh_wanted and now >= tool_listing.listed_at + options.list_changed_debounce
+            refresh = announced or now >= next_refresh
+            if not refresh and now < next_probe:
+                continue
+            if refresh:
+                self._refresh_wanted = False
+            asked_at = anyio.current_time()
+            try:
+                with anyio.fail_after(options.list_timeout):
+                    if refresh:
+                        self._publish(await list_all_tools(client), listing)
+                    else:
+                        await _probe(client)
+            except Exception as failure:
+                if not request_timed_out(failure) or not self._busy_since(asked_at):
+                    self._end_reason = f"the server stopped answering: {describe_error(failure)}"
+                    return
+                # Unanswered, but not silent: calls are in flight (each bounded by its own time
+                # limit) or messages keep arriving. The next probe decides.
+                _log.info(
+                    "mcp_server_busy",
+                    server=connection.name,
+                    calls_in_flight=connection.calls.in_flight,
+                    detail=f"a {'listing' if refresh else 'probe'} went unanswered for {options.list_timeout:g} s "
+                    "while the server is busy; the session is kept",
+                )
+                now = anyio.current_time()
+                next_probe = now + options.probe_interval
+                if refresh:  # tried again later: a listing asked for by the server, or the TTL's
+                    self._refresh_wanted = self._refresh_wanted or announced
+                    tool_listing.listed_at = now
+                    next_refresh = max(next_refresh, next_probe)
+                continue
+            now = anyio.current_time()
+            next_probe = now + options.probe_interval
+            if refresh:
+                next_refresh = now + options.catalog_ttl
+
+    def _busy_since(self, moment: float) -> bool:
+        """Whether calls are in flight, or a message arrived since ``moment``: the server is not silent."""
+        return self._connection.calls.in_flight > 0 or self._last_message_at >= moment
+
+    async def _listen_for_changes(self, client: Client) -> None:
+        """At protocol 2026 a server tells of changed tools only on a ``subscriptions/listen`` stream."""
+        pause, longest = _LISTEN_RETRY_SECONDS
+        while True:
+            try:
+                async with AsyncExitStack() as stack:
+                    with anyio.fail_after(self._connection.options.list_timeout):
+                        subscription = await stack.enter_async_context(client.listen(tools_list_changed=True))
+                    if not subscription.honored.tools_list_changed:
+                        return
+                    pause = _LISTEN_RETRY_SECONDS[0]
+                    async for _ in subscription:
+                        self._request_refresh("mcp_server_tools_list_changed")
+            except ListenNotSupportedError:
+                return
+            except (SubscriptionLost, MCPError, TimeoutError) as lost:
+                _log.info(
+                    "mcp_server_listen_lost",
+                    server=self._connection.name,
+                    error=self._connection.redact(describe_error(lost)),
+                )
+            self._request_refresh()  # events may have been missed while no stream was open
+            await anyio.sleep(pause)
+            pause = min(pause * 2, longest)
+
+
+def _connection_closed(error: BaseException) -> bool:
+    if isinstance(error, BaseExceptionGroup):
+        return any(_connection_closed(inner) for inner in error.exceptions)
+    return connection_lost(error)
+
+
+def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:
+    if isinstance(error, kind):
+        return True
+    if isinstance(error, BaseExceptionGroup):
+        return any(_caused_by(inner, kind) for inner in error.exceptions)
+    return error.__cause__ is not None and _caused_by(error.__cause__, kind)
+
+
+def _announces_changes(client: Client) -> bool:
+    tools = client.server_capabilities.tools
+    return tools is not None and bool(tools.list_changed)
