@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from completion_service.providers.anthropic import (
     EMPTY_TURN_TEXT,
-    NOT_RUN_RESULT,
     StreamAssembler,
     build_request_body,
     input_schema,
@@ -21,6 +20,7 @@ from completion_service.providers.anthropic import (
     stream_error,
     translate_error,
 )
+from completion_service.providers.tool_turns import NOT_RUN_RESULT, repaired
 from suite_common.errors import ApiError
 from suite_common.wire import (
     CompletionDone,
@@ -75,7 +75,8 @@ def _request(messages: list[Message] | None = None, **fields: Any) -> Completion
 
 
 def _body(request: CompletionRequest, *, stream: bool = False, thinking: int | None = None) -> dict[str, Any]:
-    body = build_request_body(request, MODEL, stream=stream, thinking_budget_tokens=thinking)
+    # What every adapter is given: the conversation ``tool_turns`` repaired.
+    body = build_request_body(repaired(request), MODEL, stream=stream, thinking_budget_tokens=thinking)
     assert request_problem(json.loads(json.dumps(body))) is None  # what Anthropic would refuse, it never gets
     return body
 
@@ -896,7 +897,8 @@ def _any_request(draw: st.DrawFn) -> CompletionRequest:
 def test_any_neutral_conversation_becomes_a_request_anthropic_accepts(
     request: CompletionRequest, budget: int | None, stream: bool
 ) -> None:
-    body = json.loads(json.dumps(build_request_body(request, MODEL, stream=stream, thinking_budget_tokens=budget)))
+    sent_request = repaired(request)
+    body = json.loads(json.dumps(build_request_body(sent_request, MODEL, stream=stream, thinking_budget_tokens=budget)))
     assert request_problem(body) is None
     # Nothing the caller said is lost: every text and tool result is somewhere in what is sent.
     sent = [body.get("system", "")] + [

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from completion_service.providers import anthropic, bedrock, gemini, openai
-from completion_service.providers.base import SafeToolNames
+from completion_service.providers.base import Prepared
 from completion_service.providers.tool_names import ToolNames, safe_names
 from suite_common.wire import (
     CompletionRequest,
@@ -175,7 +175,7 @@ class _Recording:
 @pytest.mark.anyio
 async def test_a_request_with_valid_names_reaches_the_provider_as_the_very_same_object() -> None:
     inner = _Recording()
-    provider = SafeToolNames(inner, openai.TOOL_NAMES)
+    provider = Prepared(inner, openai.TOOL_NAMES)
     request = _request(["search_documents"], "search_documents")
     await provider.complete(request, "m", 1)
     events = provider.stream(request, "m", 1)
@@ -187,7 +187,7 @@ async def test_a_request_with_valid_names_reaches_the_provider_as_the_very_same_
 @pytest.mark.anyio
 async def test_a_request_with_invalid_names_is_mapped_both_ways() -> None:
     inner = _Recording()
-    provider = SafeToolNames(inner, bedrock.TOOL_NAMES)
+    provider = Prepared(inner, bedrock.TOOL_NAMES)
     response = await provider.complete(_request(["web.search"]), "m", 1)
     events = [event async for event in provider.stream(_request(["web.search"]), "m", 1)]
     assert [tool.name for tool in inner.requests[0].tools] == ["web_search"]

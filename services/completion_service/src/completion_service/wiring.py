@@ -14,7 +14,7 @@ import httpx
 from pydantic import SecretStr
 
 from completion_service.catalog import CatalogError, CatalogModel, ProviderKind, load_catalog, resolve_secret
-from completion_service.providers.base import Provider, SafeToolNames
+from completion_service.providers.base import Prepared, Provider
 from completion_service.providers.demo import DemoProvider
 from completion_service.providers.tool_names import NameRule
 from completion_service.routing import ModelRouter
@@ -65,8 +65,8 @@ class _Factory:
     def get(self, endpoint: _Endpoint) -> Provider:
         if endpoint not in self._built:
             adapter = self._build(endpoint)
-            # Where the provider is known: tool names it would refuse are mapped to ones it accepts.
-            self._built[endpoint] = SafeToolNames(adapter, adapter.tool_names)
+            # Every adapter gets the same conversation repair, and tool names its provider accepts.
+            self._built[endpoint] = Prepared(adapter, adapter.tool_names)
         return self._built[endpoint]
 
     def _build(self, endpoint: _Endpoint) -> _Adapter:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -68,10 +69,6 @@ EMPTY_TURN_TEXT = "(no content)"
 """Anthropic refuses empty turns; this stands in where the conversation needs one (a conversation
 that does not start with the user, a user message without text)."""
 
-NOT_RUN_RESULT = "No result: this tool call was not run."
-"""The answer to a tool call the conversation never answered: Anthropic refuses a ``tool_use`` without
-its ``tool_result`` in the next turn."""
-
 _log = get_logger("completion_service.anthropic")
 
 _STOP_REASONS: dict[str, FinishReason] = {
@@ -111,7 +108,7 @@ def build_request_body(
     thinking_budget_tokens: int | None = None,
     provider: str = PROVIDER_NAME,
 ) -> dict[str, Any]:
-    """The JSON body of ``POST /v1/messages`` for ``request``.
+    """The JSON body of ``POST /v1/messages`` for ``request``, whose conversation is ``tool_turns.repaired``.
 
     Reasoning blocks are replayed only when their ``provider`` is ``provider`` (this adapter's name).
     Thinking is asked for when ``thinking_budget_tokens`` is set, unless the request forces a tool
@@ -182,7 +179,7 @@ def _conversation(messages: Sequence[Message], provider: str) -> tuple[str, list
     system: list[str] = []
     turns: list[_Turn] = []
     ids = _ToolUseIds()
-    invalid_arguments: dict[str, str] = {}
+    owed: deque[tuple[str, str | None]] = deque()  # (tool_use_id, invalid arguments) of the calls to answer
     for message in messages:
         if message.role == "system":
             if _has_text(message.content):
@@ -193,10 +190,10 @@ def _conversation(messages: Sequence[Message], provider: str) -> tuple[str, list
             blocks: list[dict[str, Any]] = []
             if _has_text(message.content):
                 blocks.append({"type": "text", "text": message.content})
+            owed.clear()
             for call in message.tool_calls or []:
                 tool_use_id = ids.new(call.id)
-                if call.invalid_arguments is not None:
-                    invalid_arguments[tool_use_id] = call.invalid_arguments
+                owed.append((tool_use_id, call.invalid_arguments))
                 # Anthropic needs an object: what the model wrote instead is told in the tool result.
                 blocks.append({"type": "tool_use", "id": tool_use_id, "name": call.name, "input": call.arguments})
             replayable = [block for block in reasoning if block is not None]
@@ -215,15 +212,9 @@ def _conversation(messages: Sequence[Message], provider: str) -> tuple[str, list
             if _has_text(message.content):
                 turn.blocks.append({"type": "text", "text": message.content})
             continue
-        tool_use_id = ids.current(message.tool_call_id or "")
-        asked = turns[-2].tool_use_ids() if len(turns) > 1 else []
-        if tool_use_id in asked and all(result["tool_use_id"] != tool_use_id for result in turn.results):
-            turn.results.append(_tool_result(tool_use_id, message, invalid_arguments.get(tool_use_id)))
-        else:
-            # A result no call of the previous turn asked for: Anthropic refuses it as a tool_result,
-            # but its content still matters to the model.
-            turn.blocks.append({"type": "text", "text": _orphan_result_text(message)})
-    _answer_every_tool_use(turns)
+        # The repaired conversation answers each call right after its message, in call order.
+        tool_use_id, invalid_arguments = owed.popleft()
+        turn.results.append(_tool_result(tool_use_id, message, invalid_arguments))
     _finish_turns(turns)
     return "\n\n".join(system), turns
 
@@ -231,12 +222,10 @@ def _conversation(messages: Sequence[Message], provider: str) -> tuple[str, list
 class _ToolUseIds:
     """Tool call ids as Anthropic accepts them: ``[a-zA-Z0-9_-]+`` and unique in the conversation.
 
-    Ids from other providers may hold other characters, and a caller may reuse one; a result
-    answers the latest call with its id.
+    Ids from other providers may hold other characters, and a caller may reuse one.
     """
 
     def __init__(self) -> None:
-        self._latest: dict[str, str] = {}
         self._used: set[str] = set()
 
     def new(self, call_id: str) -> str:
@@ -246,16 +235,10 @@ class _ToolUseIds:
             suffix += 1
             candidate = f"{base}_{suffix}"
         self._used.add(candidate)
-        self._latest[call_id] = candidate
         return candidate
-
-    def current(self, call_id: str) -> str:
-        return self._latest.get(call_id) or _sanitized(call_id)
 
 
 def _sanitized(call_id: str) -> str:
-    if _TOOL_USE_ID.fullmatch(call_id):
-        return call_id
     digest = hashlib.sha256(call_id.encode()).hexdigest()[:8]
     return re.sub(r"[^a-zA-Z0-9_-]", "_", call_id) + "_" + digest
 
@@ -287,30 +270,6 @@ def _tool_result(tool_use_id: str, message: Message, invalid_arguments: str | No
     if message.is_error:
         result["is_error"] = True
     return result
-
-
-def _orphan_result_text(message: Message) -> str:
-    failed = " (the tool failed)" if message.is_error else ""
-    return f"Result of tool call {message.tool_call_id}{failed}:\n{message.content or ''}"
-
-
-def _answer_every_tool_use(turns: list[_Turn]) -> None:
-    """Every ``tool_use`` answered by a ``tool_result`` at the start of the next turn, in call order."""
-    index = 0
-    while index < len(turns):
-        asked = turns[index].tool_use_ids() if turns[index].role == "assistant" else []
-        if asked:
-            if index + 1 == len(turns):
-                turns.append(_Turn("user"))
-            answers = turns[index + 1]
-            answered = {result["tool_use_id"] for result in answers.results}
-            for tool_use_id in asked:
-                if tool_use_id not in answered:
-                    answers.results.append(
-                        {"type": "tool_result", "tool_use_id": tool_use_id, "content": NOT_RUN_RESULT, "is_error": True}
-                    )
-            answers.results.sort(key=lambda result: asked.index(result["tool_use_id"]))
-        index += 1
 
 
 def _finish_turns(turns: list[_Turn]) -> None:

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from completion_service.providers.tool_names import NameRule, ToolNames
+from completion_service.providers.tool_turns import repaired
 from suite_common.wire import (
     CompletionDone,
     CompletionEvent,
@@ -17,7 +18,7 @@ from suite_common.wire import (
     ToolCallEvent,
 )
 
-__all__ = ["Provider", "SafeToolNames", "events_of"]
+__all__ = ["Prepared", "Provider", "events_of"]
 
 
 class Provider(Protocol):
@@ -67,10 +68,11 @@ def events_of(response: CompletionResponse) -> list[CompletionEvent]:
     return events
 
 
-class SafeToolNames:
-    """``provider`` behind its tool-name ``rule``: a request with names the provider would refuse goes out
-    with safe ones (``tool_names``), and the model's calls come back under the caller's names. A request
-    whose names are all valid goes straight through: no copy, no extra stream layer."""
+class Prepared:
+    """``provider`` behind the steps every request takes before any wire format, so that one conversation
+    means the same to every provider: its tool calls answered and its results placed (``tool_turns``), and
+    tool names ``rule`` accepts (``tool_names``: the model's calls come back under the caller's names).
+    A request that needs neither goes straight through: no copy, no extra stream layer."""
 
     def __init__(self, provider: Provider, rule: NameRule) -> None:
         self.provider = provider
@@ -83,6 +85,7 @@ class SafeToolNames:
     async def complete(
         self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
     ) -> CompletionResponse:
+        request = repaired(request)
         names = ToolNames.plan(request, self.rule)
         if names is None:
             return await self.provider.complete(request, upstream_model, timeout_seconds)
@@ -92,6 +95,7 @@ class SafeToolNames:
     def stream(
         self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
     ) -> AsyncIterator[CompletionEvent]:
+        request = repaired(request)
         names = ToolNames.plan(request, self.rule)
         if names is None:
             return self.provider.stream(request, upstream_model, timeout_seconds)

@@ -5,9 +5,9 @@ translation between the neutral wire models and that body, tested on exact bodie
 
 - system messages go to ``systemInstruction``; turns are ``user`` / ``model`` ``contents``, and
   consecutive turns of one role are merged;
-- tool results become ``functionResponse`` parts, all those of one model turn in the user turn
-  right after it, in the order of the calls (Gemini pairs them by position and name); a call with
-  no recorded result gets an error response, so every ``functionCall`` is answered;
+- tool results become ``functionResponse`` parts in the user turn right after the model turn, in
+  the order of the calls (Gemini pairs them by position and name): the conversation comes
+  ``tool_turns.repaired``, every call answered right after its message;
 - a tool call keeps Gemini's ``thoughtSignature`` in ``ToolCall.signature`` and sends it back on the
   same part (Gemini 3 refuses a function-calling turn without it); a first call without one, from
   another provider, gets the validator-skipping value Google documents for that case;
@@ -23,9 +23,10 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
@@ -149,28 +150,13 @@ def _calling_config(choice: ToolChoice) -> dict[str, Any]:
     return {"mode": "ANY", "allowedFunctionNames": [choice.name]}
 
 
-@dataclass
-class _Owed:
-    """The function responses owed for one model turn: placeholders in its user turn, filled in place."""
-
-    calls: list[ToolCall]
-    parts: list[dict[str, Any]]
-    filled: list[bool] = field(default_factory=list)
-
-    def slot(self, tool_call_id: str | None) -> int | None:
-        for position, call in enumerate(self.calls):
-            if call.id == tool_call_id and not self.filled[position]:
-                return position
-        return None
-
-
 def _contents(
     messages: list[Message], *, provider: str, send_call_ids: bool
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``(systemInstruction parts, contents)``."""
     system: list[dict[str, Any]] = []
     contents: list[dict[str, Any]] = []
-    owed: _Owed | None = None
+    owed: deque[ToolCall] = deque()  # the calls of the last model turn, answered in order
 
     def add(role: str, parts: list[dict[str, Any]]) -> None:
         if not parts:
@@ -188,40 +174,13 @@ def _contents(
             if message.content:
                 add("user", [{"text": message.content}])
         elif message.role == "assistant":
-            _settle(owed, send_call_ids)
-            owed = None
             add("model", _model_parts(message, provider=provider, send_call_ids=send_call_ids))
-            if message.tool_calls:
-                placeholders: list[dict[str, Any]] = [{} for _ in message.tool_calls]
-                owed = _Owed(list(message.tool_calls), placeholders, [False] * len(placeholders))
-                add("user", placeholders)
+            owed = deque(message.tool_calls or ())
         else:
-            position = owed.slot(message.tool_call_id) if owed is not None else None
-            if owed is None or position is None:
-                # No call of the last model turn has this id: Gemini cannot take it as a function
-                # response, so the model reads it as text rather than losing it.
-                add("user", [{"text": f"Result of tool call {message.tool_call_id}: {message.content or ''}"}])
-            else:
-                call = owed.calls[position]
-                owed.parts[position].update(_function_response(call, message, send_call_ids))
-                owed.filled[position] = True
-    _settle(owed, send_call_ids)
+            add("user", [_function_response(owed.popleft(), message, send_call_ids)])
     if not contents or contents[0]["role"] != "user":
         contents.insert(0, {"role": "user", "parts": [{"text": CONTINUE_TEXT}]})
     return system, contents
-
-
-def _settle(owed: _Owed | None, send_call_ids: bool) -> None:
-    """Answers the calls of ``owed`` that got no result: Gemini needs one response per call."""
-    if owed is None:
-        return
-    for position, call in enumerate(owed.calls):
-        if not owed.filled[position]:
-            missing = Message(
-                role="tool", tool_call_id=call.id, content="No result was recorded for this call.", is_error=True
-            )
-            owed.parts[position].update(_function_response(call, missing, send_call_ids))
-            owed.filled[position] = True
 
 
 def _model_parts(message: Message, *, provider: str, send_call_ids: bool) -> list[dict[str, Any]]:
