@@ -21,6 +21,7 @@ import httpx
 
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
 from completion_service.providers._transport import CallDeadline, Upstream, media_type, parse_json
+from completion_service.providers.anthropic_schema import input_schema
 from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
 from suite_common.logging import get_logger
@@ -48,7 +49,6 @@ __all__ = [
     "AnthropicProvider",
     "StreamAssembler",
     "build_request_body",
-    "input_schema",
     "parse_response",
     "stream_error",
     "translate_error",
@@ -313,70 +313,6 @@ def _tool_choice(choice: ToolChoice) -> dict[str, Any]:
     if choice == "required":
         return {"type": "any"}
     return {"type": "tool", "name": choice.name}
-
-
-# JSON Schema keywords whose value is one schema, a list of schemas, or a map of names to schemas.
-_ONE_SCHEMA = (
-    "additionalProperties",
-    "items",
-    "additionalItems",
-    "contains",
-    "propertyNames",
-    "not",
-    "if",
-    "then",
-    "else",
-    "unevaluatedItems",
-    "unevaluatedProperties",
-)
-_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
-_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-
-
-def input_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """A tool's JSON Schema as Anthropic accepts it: draft 2020-12 with ``"type": "object"`` at the top.
-
-    MCP servers often write older drafts; their forms are rewritten to the 2020-12 keywords that
-    mean the same (``exclusiveMinimum: true`` with ``minimum``, tuple ``items``, ``dependencies``),
-    and the ``$schema`` that names another draft is dropped.
-    """
-    rewritten: dict[str, Any] = _schema(dict(schema))
-    rewritten.pop("$schema", None)
-    if "type" not in rewritten:
-        rewritten["type"] = "object"  # tool input is always an object; Anthropic requires saying so
-    return rewritten
-
-
-def _schema(schema: Any) -> Any:
-    if not isinstance(schema, dict):
-        return schema  # true / false are schemas too
-    out = dict(schema)
-    for bound, limit in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
-        flag = out.get(bound)
-        if isinstance(flag, bool):  # draft 4: a flag on minimum / maximum
-            del out[bound]
-            if flag and limit in out:
-                out[bound] = out.pop(limit)
-    if isinstance(out.get("items"), list):  # draft 7 tuple form
-        out["prefixItems"] = out.pop("items")
-        if "additionalItems" in out:
-            out["items"] = out.pop("additionalItems")
-    if isinstance(out.get("dependencies"), dict):
-        for name, dependency in out.pop("dependencies").items():
-            kind = "dependentRequired" if isinstance(dependency, list) else "dependentSchemas"
-            out.setdefault(kind, {})[name] = dependency
-    if "properties" in out and not isinstance(out["properties"], dict):
-        out["properties"] = {}  # `[]` or null from serializers of empty maps
-    for key in _ONE_SCHEMA:
-        if key in out:
-            out[key] = _schema(out[key])
-    for key in _SCHEMA_LISTS:
-        if isinstance(out.get(key), list):
-            out[key] = [_schema(item) for item in out[key]]
-    for key in _SCHEMA_MAPS:
-        if isinstance(out.get(key), dict):
-            out[key] = {name: _schema(item) for name, item in out[key].items()}
-    return out
 
 
 # --- Messages -> neutral -----------------------------------------------------------------------
