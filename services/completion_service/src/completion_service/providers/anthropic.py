@@ -3,8 +3,8 @@
 The first half is pure translation between the neutral wire models and the Messages JSON:
 system prompts become the top-level ``system``; turns alternate user/assistant and start with
 the user; the tool results of one assistant turn go back together, first, in the next user
-turn; thinking blocks come back unchanged. The second half, ``AnthropicProvider``, is the only
-I/O, through the shared ``Upstream``.
+turn; thinking blocks come back unchanged. The second half, ``AnthropicProvider``, says how a
+call is made; the shared ``HttpAdapter`` makes it.
 """
 
 from __future__ import annotations
@@ -13,14 +13,15 @@ import hashlib
 import json
 import re
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
 
+from completion_service.providers._adapter import HttpAdapter, Outbound
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
-from completion_service.providers._transport import CallDeadline, Upstream, media_type, parse_json
+from completion_service.providers._transport import Upstream
 from completion_service.providers.anthropic_schema import input_schema
 from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
@@ -654,13 +655,7 @@ def stream_error(event: Mapping[str, Any], *, upstream_model: str = "") -> ApiEr
 # --- I/O ---------------------------------------------------------------------------------------
 
 
-async def _close(events: AsyncIterator[Any]) -> None:
-    aclose = getattr(events, "aclose", None)
-    if aclose is not None:
-        await aclose()
-
-
-class AnthropicProvider:
+class AnthropicProvider(HttpAdapter):
     """Calls ``{base_url}/v1/messages`` through the service's shared ``httpx.AsyncClient``."""
 
     tool_names = TOOL_NAMES
@@ -697,58 +692,26 @@ class AnthropicProvider:
             )
         return body
 
-    async def complete(
-        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
-    ) -> CompletionResponse:
-        deadline = CallDeadline.start(timeout_seconds)
-        response = await self._open(self.request_body(request, upstream_model, stream=False), deadline)
-        body = await self._upstream.read_json(response, deadline)
-        return parse_response(body, request.model, provider=self.name)
+    def _parse(self, body: Any, model: str) -> CompletionResponse:
+        # Also a compatible server's answer to a stream as one message object: that is the whole answer.
+        return parse_response(body, model, provider=self.name)
 
-    async def stream(
-        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
-    ) -> AsyncIterator[CompletionEvent]:
-        deadline = CallDeadline.start(timeout_seconds)
-        response = await self._open(self.request_body(request, upstream_model, stream=True), deadline)
-        if media_type(response) == "application/json":
-            # A compatible server that answers a stream with one message object: that is the whole answer.
-            whole = await self._upstream.whole_answer(
-                response, deadline, lambda body: parse_response(body, request.model, provider=self.name)
-            )
-            for event in whole:
-                yield event
-            return
-        assembler = StreamAssembler(model=request.model, provider=self.name)
-        events = self._upstream.iter_sse(response, deadline)
-        try:
-            async for sse in events:
-                data = sse.data.strip()
-                if not data:
-                    continue
-                with self._upstream.scrubbed():
-                    neutral = assembler.feed(parse_json(data))
-                for event in neutral:
-                    yield event
-                if assembler.ended:
-                    break  # message_stop: nothing more belongs to this message
-        finally:
-            await _close(events)
-        for event in assembler.finish():
-            yield event
+    def _decoder(self, model: str) -> StreamAssembler:
+        return StreamAssembler(model=model, provider=self.name)
 
-    async def _open(self, body: dict[str, Any], deadline: CallDeadline) -> httpx.Response:
+    async def _outbound(self, request: CompletionRequest, upstream_model: str, *, stream: bool) -> Outbound:
+        body = self.request_body(request, upstream_model, stream=stream)
         headers = {
             "anthropic-version": ANTHROPIC_VERSION,
-            "accept": "text/event-stream" if body.get("stream") else "application/json",
+            "accept": "text/event-stream" if stream else "application/json",
         }
         if self._api_key:
             headers["x-api-key"] = self._api_key
-        model = str(body["model"])
 
         def build() -> httpx.Request:
             return self._upstream.http.build_request("POST", self._url, json=body, headers=headers)
 
         def translate(status: int, content: bytes, response_headers: httpx.Headers) -> ApiError:
-            return translate_error(status, content, response_headers, upstream_model=model)
+            return translate_error(status, content, response_headers, upstream_model=upstream_model)
 
-        return await self._upstream.open(build, translate, deadline)
+        return Outbound(self._upstream, build, translate)

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from completion_service.providers.tool_names import NameRule, ToolNames
-from completion_service.providers.tool_turns import repaired
 from suite_common.wire import (
     CompletionDone,
     CompletionEvent,
@@ -18,7 +16,7 @@ from suite_common.wire import (
     ToolCallEvent,
 )
 
-__all__ = ["Prepared", "Provider", "events_of"]
+__all__ = ["Provider", "events_of"]
 
 
 class Provider(Protocol):
@@ -66,47 +64,3 @@ def events_of(response: CompletionResponse) -> list[CompletionEvent]:
         )
     )
     return events
-
-
-class Prepared:
-    """``provider`` behind the steps every request takes before any wire format, so that one conversation
-    means the same to every provider: its tool calls answered and its results placed (``tool_turns``), and
-    tool names ``rule`` accepts (``tool_names``: the model's calls come back under the caller's names).
-    A request that needs neither goes straight through: no copy, no extra stream layer."""
-
-    def __init__(self, provider: Provider, rule: NameRule) -> None:
-        self.provider = provider
-        self.rule = rule
-
-    @property
-    def name(self) -> str:
-        return self.provider.name
-
-    async def complete(
-        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
-    ) -> CompletionResponse:
-        request = repaired(request)
-        names = ToolNames.plan(request, self.rule)
-        if names is None:
-            return await self.provider.complete(request, upstream_model, timeout_seconds)
-        response = await self.provider.complete(names.outbound(request), upstream_model, timeout_seconds)
-        return names.inbound(response)
-
-    def stream(
-        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
-    ) -> AsyncIterator[CompletionEvent]:
-        request = repaired(request)
-        names = ToolNames.plan(request, self.rule)
-        if names is None:
-            return self.provider.stream(request, upstream_model, timeout_seconds)
-        return _renamed(self.provider.stream(names.outbound(request), upstream_model, timeout_seconds), names)
-
-
-async def _renamed(events: AsyncIterator[CompletionEvent], names: ToolNames) -> AsyncIterator[CompletionEvent]:
-    try:
-        async for event in events:
-            yield names.inbound_event(event)
-    finally:
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:  # the provider's stream holds a connection: close it with this one
-            await aclose()
