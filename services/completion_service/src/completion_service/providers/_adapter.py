@@ -101,11 +101,7 @@ class HttpAdapter:
             request if names is None else names.outbound(request), upstream_model, deadline, stream=True
         )
         if self.stream_media_type == SSE and media_type(response) == "application/json":
-            events = await self._whole_stream(upstream, response, deadline, request.model)
-        else:
-            events = None
-        if events is not None:
-            for event in events:
+            for event in await self._whole_stream(upstream, response, deadline, request.model):
                 yield event if names is None else names.inbound_event(event)
             return
         decoder = self._decoder(request.model)
