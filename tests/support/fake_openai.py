@@ -172,6 +172,42 @@ def _invalid_tool_name(body: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _unanswered_tool_calls(body: dict[str, Any]) -> dict[str, Any] | None:
+    """OpenAI's 400 for an assistant message whose tool calls the next messages do not all answer, and for a
+    tool message that answers no call of the assistant message before it (its words, typo included)."""
+    messages = body.get("messages") or []
+    owed: list[str] = []
+    for position, message in enumerate(messages):
+        if message.get("role") == "tool":
+            if message.get("tool_call_id") not in owed:
+                return _invalid_messages(
+                    position,
+                    "Invalid parameter: messages with role 'tool' must be a response to a preceeding "
+                    "message with 'tool_calls'.",
+                )
+            owed.remove(message["tool_call_id"])
+            continue
+        if owed:
+            return _invalid_messages(
+                position,
+                "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(owed)}",
+            )
+        owed = [call["id"] for call in message.get("tool_calls") or []] if message.get("role") == "assistant" else []
+    if owed:
+        return _invalid_messages(
+            len(messages) - 1,
+            "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+            f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(owed)}",
+        )
+    return None
+
+
+def _invalid_messages(position: int, message: str) -> dict[str, Any]:
+    param = f"messages.[{position}].role"
+    return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}}
+
+
 def _words(value: Any) -> int:
     return len(value.split()) if isinstance(value, str) else 0
 
@@ -268,7 +304,7 @@ class ScriptedOpenAI:
             # prove the key never reaches the service's caller.
             message = f"Incorrect API key provided: {given}. You can find your API key at https://platform.openai.com."
             return JSONResponse(openai_error_body(401, message), 401)
-        if (refusal := _invalid_tool_name(body)) is not None:
+        if (refusal := _invalid_tool_name(body) or _unanswered_tool_calls(body)) is not None:
             return JSONResponse(refusal, 400)
         if not self._script:
             return JSONResponse(openai_error_body(500, "The scripted server ran out of replies."), 500)

@@ -13,14 +13,13 @@ from hypothesis import strategies as st
 
 from completion_service.providers.anthropic import (
     EMPTY_TURN_TEXT,
-    NOT_RUN_RESULT,
     StreamAssembler,
     build_request_body,
-    input_schema,
     parse_response,
     stream_error,
     translate_error,
 )
+from completion_service.providers.tool_turns import NOT_RUN_RESULT, repaired
 from suite_common.errors import ApiError
 from suite_common.wire import (
     CompletionDone,
@@ -75,7 +74,8 @@ def _request(messages: list[Message] | None = None, **fields: Any) -> Completion
 
 
 def _body(request: CompletionRequest, *, stream: bool = False, thinking: int | None = None) -> dict[str, Any]:
-    body = build_request_body(request, MODEL, stream=stream, thinking_budget_tokens=thinking)
+    # What every adapter is given: the conversation ``tool_turns`` repaired.
+    body = build_request_body(repaired(request), MODEL, stream=stream, thinking_budget_tokens=thinking)
     assert request_problem(json.loads(json.dumps(body))) is None  # what Anthropic would refuse, it never gets
     return body
 
@@ -319,46 +319,6 @@ def test_a_forced_tool_turns_thinking_off_for_that_request(choice: ToolChoice) -
     )
     assert "thinking" not in body
     assert body["temperature"] == 0.3
-
-
-# --- tool schemas ------------------------------------------------------------------------------
-
-
-def test_older_json_schema_drafts_are_rewritten_to_what_2020_12_says_the_same_way() -> None:
-    schema = {
-        "$schema": "http://json-schema.org/draft-04/schema#",
-        "properties": {
-            "count": {
-                "type": "integer",
-                "minimum": 0,
-                "exclusiveMinimum": True,
-                "maximum": 9,
-                "exclusiveMaximum": False,
-            },
-            "point": {"type": "array", "items": [{"type": "number"}, {"type": "number"}], "additionalItems": False},
-            "items": {"type": "array", "items": {"type": "string"}},  # a property called "items" is no keyword
-            "card": {"type": "string"},
-        },
-        "dependencies": {"card": ["billing"], "count": {"required": ["unit"]}},
-        "definitions": {"unit": {"enum": ["m", "s"], "default": {"items": [1]}}},
-    }
-    assert input_schema(schema) == {
-        "type": "object",
-        "properties": {
-            "count": {"type": "integer", "exclusiveMinimum": 0, "maximum": 9},
-            "point": {"type": "array", "prefixItems": [{"type": "number"}, {"type": "number"}], "items": False},
-            "items": {"type": "array", "items": {"type": "string"}},
-            "card": {"type": "string"},
-        },
-        "dependentRequired": {"card": ["billing"]},
-        "dependentSchemas": {"count": {"required": ["unit"]}},
-        "definitions": {"unit": {"enum": ["m", "s"], "default": {"items": [1]}}},  # data, not schema: untouched
-    }
-
-
-def test_a_schema_without_a_type_or_with_a_list_for_properties_is_made_an_object() -> None:
-    assert input_schema({"properties": []}) == {"type": "object", "properties": {}}
-    assert input_schema(SEARCH_SCHEMA) == SEARCH_SCHEMA
 
 
 # --- Messages -> neutral -----------------------------------------------------------------------
@@ -896,7 +856,8 @@ def _any_request(draw: st.DrawFn) -> CompletionRequest:
 def test_any_neutral_conversation_becomes_a_request_anthropic_accepts(
     request: CompletionRequest, budget: int | None, stream: bool
 ) -> None:
-    body = json.loads(json.dumps(build_request_body(request, MODEL, stream=stream, thinking_budget_tokens=budget)))
+    sent_request = repaired(request)
+    body = json.loads(json.dumps(build_request_body(sent_request, MODEL, stream=stream, thinking_budget_tokens=budget)))
     assert request_problem(body) is None
     # Nothing the caller said is lost: every text and tool result is somewhere in what is sent.
     sent = [body.get("system", "")] + [

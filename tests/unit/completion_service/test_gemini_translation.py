@@ -13,10 +13,13 @@ from completion_service.providers.gemini import (
     CONTINUE_TEXT,
     SKIP_SIGNATURE,
     StreamAssembler,
-    build_request_body,
     parse_response,
     translate_error,
 )
+from completion_service.providers.gemini import (
+    build_request_body as wire_body,
+)
+from completion_service.providers.tool_turns import NOT_RUN_RESULT, repaired
 from suite_common.errors import ApiError
 from suite_common.wire import (
     CompletionDone,
@@ -64,6 +67,11 @@ CONVERSATION = [
     Message(role="tool", tool_call_id="call_1", content="It stops after 15 iterations."),
     Message(role="tool", tool_call_id="call_2", content="Invalid arguments", is_error=True),
 ]
+
+
+def build_request_body(request: CompletionRequest, **options: Any) -> dict[str, Any]:
+    """The body for what every adapter is given: the conversation ``tool_turns`` repaired."""
+    return wire_body(repaired(request), **options)
 
 
 def _request(messages: list[Message] | None = None, **fields: Any) -> CompletionRequest:
@@ -240,7 +248,7 @@ def test_a_call_without_a_result_is_answered_with_an_error_so_gemini_accepts_the
         {
             "functionResponse": {
                 "name": "first",
-                "response": {"error": "No result was recorded for this call."},
+                "response": {"error": NOT_RUN_RESULT},
                 "id": "a",
             }
         },
@@ -251,7 +259,7 @@ def test_a_call_without_a_result_is_answered_with_an_error_so_gemini_accepts_the
 def test_a_result_for_no_known_call_is_kept_as_text() -> None:
     messages = [Message(role="user", content="go"), Message(role="tool", tool_call_id="zz", content="42")]
     contents = build_request_body(CompletionRequest(model="m", messages=messages))["contents"]
-    assert contents == [{"role": "user", "parts": [{"text": "go"}, {"text": "Result of tool call zz: 42"}]}]
+    assert contents == [{"role": "user", "parts": [{"text": "go"}, {"text": "Result of tool call zz:\n42"}]}]
 
 
 def test_a_first_call_without_a_signature_gets_the_documented_skip_value_and_later_ones_none() -> None:

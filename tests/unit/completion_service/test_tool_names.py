@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from completion_service.providers import anthropic, bedrock, gemini, openai
-from completion_service.providers.base import SafeToolNames
-from completion_service.providers.tool_names import ToolNames, safe_names
+from completion_service.providers._adapter import HttpAdapter, Outbound
+from completion_service.providers._transport import Upstream
+from completion_service.providers.tool_names import NameRule, ToolNames, safe_names
+from suite_common.errors import ApiError
 from suite_common.wire import (
+    CompletionEvent,
     CompletionRequest,
     CompletionResponse,
     Message,
@@ -145,51 +148,57 @@ def test_the_providers_rules_are_those_of_their_api_references() -> None:
     assert not gemini.TOOL_NAMES.accepts("a" * 65)
 
 
-class _Recording:
-    """A provider that answers with a call of the first tool offered, and keeps what it was asked."""
+class _Recording(HttpAdapter):
+    """An adapter whose wire format answers with a call of the first tool offered, and keeps what it was asked."""
 
     name = "recording"
 
-    def __init__(self) -> None:
+    def __init__(self, rule: NameRule) -> None:
+        self.tool_names = rule
         self.requests: list[CompletionRequest] = []
+        self._http = httpx.AsyncClient(transport=httpx.MockTransport(self._answer))
+        self._upstream = Upstream(self._http, provider=self.name, base_url="http://model.test")
+        self._offered: list[str] = []
 
-    def _call(self, request: CompletionRequest) -> ToolCall:
+    def _answer(self, request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"call": self._offered[0]})
+
+    async def _outbound(self, request: CompletionRequest, upstream_model: str, *, stream: bool) -> Outbound:
         self.requests.append(request)
-        return ToolCall(id="c1", name=request.tools[0].name)
+        self._offered = [tool.name for tool in request.tools]
 
-    async def complete(
-        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
-    ) -> CompletionResponse:
-        call = self._call(request)
+        def build() -> httpx.Request:
+            return self._http.build_request("POST", "http://model.test/answer")
+
+        return Outbound(self._upstream, build, lambda status, content, headers: ApiError(400, "x", "x"))
+
+    def _parse(self, body: Any, model: str) -> CompletionResponse:
+        call = ToolCall(id="c1", name=body["call"])
         return CompletionResponse(
             message=Message(role="assistant", tool_calls=[call]), finish_reason="tool_calls", model="m", provider="p"
         )
 
-    async def stream(
-        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
-    ) -> AsyncIterator[Any]:
-        call = self._call(request)
-        yield ToolCallEvent(id=call.id, name=call.name)
+
+def _calls(events: list[CompletionEvent]) -> list[ToolCallEvent]:
+    return [event for event in events if isinstance(event, ToolCallEvent)]
 
 
 @pytest.mark.anyio
-async def test_a_request_with_valid_names_reaches_the_provider_as_the_very_same_object() -> None:
-    inner = _Recording()
-    provider = SafeToolNames(inner, openai.TOOL_NAMES)
+async def test_a_request_with_valid_names_reaches_the_wire_format_as_the_very_same_object() -> None:
+    provider = _Recording(openai.TOOL_NAMES)
     request = _request(["search_documents"], "search_documents")
     await provider.complete(request, "m", 1)
-    events = provider.stream(request, "m", 1)
-    assert [event async for event in events] == [ToolCallEvent(id="c1", name="search_documents")]
-    assert inner.requests[0] is request
-    assert inner.requests[1] is request
+    events = [event async for event in provider.stream(request, "m", 1)]  # answered with one JSON body
+    assert _calls(events) == [ToolCallEvent(id="c1", name="search_documents")]
+    assert provider.requests[0] is request
+    assert provider.requests[1] is request
 
 
 @pytest.mark.anyio
 async def test_a_request_with_invalid_names_is_mapped_both_ways() -> None:
-    inner = _Recording()
-    provider = SafeToolNames(inner, bedrock.TOOL_NAMES)
+    provider = _Recording(bedrock.TOOL_NAMES)
     response = await provider.complete(_request(["web.search"]), "m", 1)
     events = [event async for event in provider.stream(_request(["web.search"]), "m", 1)]
-    assert [tool.name for tool in inner.requests[0].tools] == ["web_search"]
+    assert [tool.name for tool in provider.requests[0].tools] == ["web_search"]
     assert [call.name for call in response.message.tool_calls or []] == ["web.search"]
-    assert events == [ToolCallEvent(id="c1", name="web.search")]
+    assert _calls(events) == [ToolCallEvent(id="c1", name="web.search")]

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import httpx
 from pydantic import SecretStr
 
 from completion_service.catalog import CatalogError, CatalogModel, ProviderKind, load_catalog, resolve_secret
-from completion_service.providers.base import Provider, SafeToolNames
+from completion_service.providers.base import Provider
 from completion_service.providers.demo import DemoProvider
-from completion_service.providers.tool_names import NameRule
 from completion_service.routing import ModelRouter
 from completion_service.settings import DEFAULT_OPENAI_BASE_URL, CompletionSettings
 
@@ -41,12 +39,6 @@ def _key(value: SecretStr | None, path: Path | None, setting: str) -> str | None
     return key or None
 
 
-class _Adapter(Provider, Protocol):
-    """A provider adapter that says which tool names its provider accepts."""
-
-    tool_names: NameRule
-
-
 @dataclass(frozen=True)
 class _Endpoint:
     """What distinguishes two adapters of one kind: where they call and with which key."""
@@ -64,12 +56,10 @@ class _Factory:
 
     def get(self, endpoint: _Endpoint) -> Provider:
         if endpoint not in self._built:
-            adapter = self._build(endpoint)
-            # Where the provider is known: tool names it would refuse are mapped to ones it accepts.
-            self._built[endpoint] = SafeToolNames(adapter, adapter.tool_names)
+            self._built[endpoint] = self._build(endpoint)
         return self._built[endpoint]
 
-    def _build(self, endpoint: _Endpoint) -> _Adapter:
+    def _build(self, endpoint: _Endpoint) -> Provider:
         settings, http, retries = self._settings, self._http, self._settings.max_retries
         if endpoint.kind == "openai":
             from completion_service.providers.openai import OpenAIProvider
@@ -109,7 +99,7 @@ class _Factory:
             return self._vertex(endpoint)
         return self._bedrock(endpoint)
 
-    def _vertex(self, endpoint: _Endpoint) -> _Adapter:
+    def _vertex(self, endpoint: _Endpoint) -> Provider:
         from completion_service.providers.gemini import GeminiProvider
 
         settings = self._settings
@@ -135,7 +125,7 @@ class _Factory:
         except ValueError as error:  # a project or location that would change the URL
             raise CatalogError(f"Vertex AI: {error}") from None
 
-    def _bedrock(self, endpoint: _Endpoint) -> _Adapter:
+    def _bedrock(self, endpoint: _Endpoint) -> Provider:
         from completion_service.providers.bedrock import BedrockProvider
 
         settings = self._settings

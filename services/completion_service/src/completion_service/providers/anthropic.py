@@ -3,8 +3,8 @@
 The first half is pure translation between the neutral wire models and the Messages JSON:
 system prompts become the top-level ``system``; turns alternate user/assistant and start with
 the user; the tool results of one assistant turn go back together, first, in the next user
-turn; thinking blocks come back unchanged. The second half, ``AnthropicProvider``, is the only
-I/O, through the shared ``Upstream``.
+turn; thinking blocks come back unchanged. The second half, ``AnthropicProvider``, says how a
+call is made; the shared ``HttpAdapter`` makes it.
 """
 
 from __future__ import annotations
@@ -12,14 +12,17 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
 
+from completion_service.providers._adapter import HttpAdapter, Outbound
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
-from completion_service.providers._transport import CallDeadline, Upstream, media_type, parse_json
+from completion_service.providers._transport import Upstream
+from completion_service.providers.anthropic_schema import input_schema
 from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
 from suite_common.logging import get_logger
@@ -47,7 +50,6 @@ __all__ = [
     "AnthropicProvider",
     "StreamAssembler",
     "build_request_body",
-    "input_schema",
     "parse_response",
     "stream_error",
     "translate_error",
@@ -67,10 +69,6 @@ MAX_TEMPERATURE = 1.0
 EMPTY_TURN_TEXT = "(no content)"
 """Anthropic refuses empty turns; this stands in where the conversation needs one (a conversation
 that does not start with the user, a user message without text)."""
-
-NOT_RUN_RESULT = "No result: this tool call was not run."
-"""The answer to a tool call the conversation never answered: Anthropic refuses a ``tool_use`` without
-its ``tool_result`` in the next turn."""
 
 _log = get_logger("completion_service.anthropic")
 
@@ -111,7 +109,7 @@ def build_request_body(
     thinking_budget_tokens: int | None = None,
     provider: str = PROVIDER_NAME,
 ) -> dict[str, Any]:
-    """The JSON body of ``POST /v1/messages`` for ``request``.
+    """The JSON body of ``POST /v1/messages`` for ``request``, whose conversation is ``tool_turns.repaired``.
 
     Reasoning blocks are replayed only when their ``provider`` is ``provider`` (this adapter's name).
     Thinking is asked for when ``thinking_budget_tokens`` is set, unless the request forces a tool
@@ -182,7 +180,7 @@ def _conversation(messages: Sequence[Message], provider: str) -> tuple[str, list
     system: list[str] = []
     turns: list[_Turn] = []
     ids = _ToolUseIds()
-    invalid_arguments: dict[str, str] = {}
+    owed: deque[tuple[str, str | None]] = deque()  # (tool_use_id, invalid arguments) of the calls to answer
     for message in messages:
         if message.role == "system":
             if _has_text(message.content):
@@ -193,10 +191,10 @@ def _conversation(messages: Sequence[Message], provider: str) -> tuple[str, list
             blocks: list[dict[str, Any]] = []
             if _has_text(message.content):
                 blocks.append({"type": "text", "text": message.content})
+            owed.clear()
             for call in message.tool_calls or []:
                 tool_use_id = ids.new(call.id)
-                if call.invalid_arguments is not None:
-                    invalid_arguments[tool_use_id] = call.invalid_arguments
+                owed.append((tool_use_id, call.invalid_arguments))
                 # Anthropic needs an object: what the model wrote instead is told in the tool result.
                 blocks.append({"type": "tool_use", "id": tool_use_id, "name": call.name, "input": call.arguments})
             replayable = [block for block in reasoning if block is not None]
@@ -215,15 +213,9 @@ def _conversation(messages: Sequence[Message], provider: str) -> tuple[str, list
             if _has_text(message.content):
                 turn.blocks.append({"type": "text", "text": message.content})
             continue
-        tool_use_id = ids.current(message.tool_call_id or "")
-        asked = turns[-2].tool_use_ids() if len(turns) > 1 else []
-        if tool_use_id in asked and all(result["tool_use_id"] != tool_use_id for result in turn.results):
-            turn.results.append(_tool_result(tool_use_id, message, invalid_arguments.get(tool_use_id)))
-        else:
-            # A result no call of the previous turn asked for: Anthropic refuses it as a tool_result,
-            # but its content still matters to the model.
-            turn.blocks.append({"type": "text", "text": _orphan_result_text(message)})
-    _answer_every_tool_use(turns)
+        # The repaired conversation answers each call right after its message, in call order.
+        tool_use_id, invalid_arguments = owed.popleft()
+        turn.results.append(_tool_result(tool_use_id, message, invalid_arguments))
     _finish_turns(turns)
     return "\n\n".join(system), turns
 
@@ -231,12 +223,10 @@ def _conversation(messages: Sequence[Message], provider: str) -> tuple[str, list
 class _ToolUseIds:
     """Tool call ids as Anthropic accepts them: ``[a-zA-Z0-9_-]+`` and unique in the conversation.
 
-    Ids from other providers may hold other characters, and a caller may reuse one; a result
-    answers the latest call with its id.
+    Ids from other providers may hold other characters, and a caller may reuse one.
     """
 
     def __init__(self) -> None:
-        self._latest: dict[str, str] = {}
         self._used: set[str] = set()
 
     def new(self, call_id: str) -> str:
@@ -246,16 +236,10 @@ class _ToolUseIds:
             suffix += 1
             candidate = f"{base}_{suffix}"
         self._used.add(candidate)
-        self._latest[call_id] = candidate
         return candidate
-
-    def current(self, call_id: str) -> str:
-        return self._latest.get(call_id) or _sanitized(call_id)
 
 
 def _sanitized(call_id: str) -> str:
-    if _TOOL_USE_ID.fullmatch(call_id):
-        return call_id
     digest = hashlib.sha256(call_id.encode()).hexdigest()[:8]
     return re.sub(r"[^a-zA-Z0-9_-]", "_", call_id) + "_" + digest
 
@@ -287,30 +271,6 @@ def _tool_result(tool_use_id: str, message: Message, invalid_arguments: str | No
     if message.is_error:
         result["is_error"] = True
     return result
-
-
-def _orphan_result_text(message: Message) -> str:
-    failed = " (the tool failed)" if message.is_error else ""
-    return f"Result of tool call {message.tool_call_id}{failed}:\n{message.content or ''}"
-
-
-def _answer_every_tool_use(turns: list[_Turn]) -> None:
-    """Every ``tool_use`` answered by a ``tool_result`` at the start of the next turn, in call order."""
-    index = 0
-    while index < len(turns):
-        asked = turns[index].tool_use_ids() if turns[index].role == "assistant" else []
-        if asked:
-            if index + 1 == len(turns):
-                turns.append(_Turn("user"))
-            answers = turns[index + 1]
-            answered = {result["tool_use_id"] for result in answers.results}
-            for tool_use_id in asked:
-                if tool_use_id not in answered:
-                    answers.results.append(
-                        {"type": "tool_result", "tool_use_id": tool_use_id, "content": NOT_RUN_RESULT, "is_error": True}
-                    )
-            answers.results.sort(key=lambda result: asked.index(result["tool_use_id"]))
-        index += 1
 
 
 def _finish_turns(turns: list[_Turn]) -> None:
@@ -354,70 +314,6 @@ def _tool_choice(choice: ToolChoice) -> dict[str, Any]:
     if choice == "required":
         return {"type": "any"}
     return {"type": "tool", "name": choice.name}
-
-
-# JSON Schema keywords whose value is one schema, a list of schemas, or a map of names to schemas.
-_ONE_SCHEMA = (
-    "additionalProperties",
-    "items",
-    "additionalItems",
-    "contains",
-    "propertyNames",
-    "not",
-    "if",
-    "then",
-    "else",
-    "unevaluatedItems",
-    "unevaluatedProperties",
-)
-_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
-_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-
-
-def input_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """A tool's JSON Schema as Anthropic accepts it: draft 2020-12 with ``"type": "object"`` at the top.
-
-    MCP servers often write older drafts; their forms are rewritten to the 2020-12 keywords that
-    mean the same (``exclusiveMinimum: true`` with ``minimum``, tuple ``items``, ``dependencies``),
-    and the ``$schema`` that names another draft is dropped.
-    """
-    rewritten: dict[str, Any] = _schema(dict(schema))
-    rewritten.pop("$schema", None)
-    if "type" not in rewritten:
-        rewritten["type"] = "object"  # tool input is always an object; Anthropic requires saying so
-    return rewritten
-
-
-def _schema(schema: Any) -> Any:
-    if not isinstance(schema, dict):
-        return schema  # true / false are schemas too
-    out = dict(schema)
-    for bound, limit in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
-        flag = out.get(bound)
-        if isinstance(flag, bool):  # draft 4: a flag on minimum / maximum
-            del out[bound]
-            if flag and limit in out:
-                out[bound] = out.pop(limit)
-    if isinstance(out.get("items"), list):  # draft 7 tuple form
-        out["prefixItems"] = out.pop("items")
-        if "additionalItems" in out:
-            out["items"] = out.pop("additionalItems")
-    if isinstance(out.get("dependencies"), dict):
-        for name, dependency in out.pop("dependencies").items():
-            kind = "dependentRequired" if isinstance(dependency, list) else "dependentSchemas"
-            out.setdefault(kind, {})[name] = dependency
-    if "properties" in out and not isinstance(out["properties"], dict):
-        out["properties"] = {}  # `[]` or null from serializers of empty maps
-    for key in _ONE_SCHEMA:
-        if key in out:
-            out[key] = _schema(out[key])
-    for key in _SCHEMA_LISTS:
-        if isinstance(out.get(key), list):
-            out[key] = [_schema(item) for item in out[key]]
-    for key in _SCHEMA_MAPS:
-        if isinstance(out.get(key), dict):
-            out[key] = {name: _schema(item) for name, item in out[key].items()}
-    return out
 
 
 # --- Messages -> neutral -----------------------------------------------------------------------
@@ -759,13 +655,7 @@ def stream_error(event: Mapping[str, Any], *, upstream_model: str = "") -> ApiEr
 # --- I/O ---------------------------------------------------------------------------------------
 
 
-async def _close(events: AsyncIterator[Any]) -> None:
-    aclose = getattr(events, "aclose", None)
-    if aclose is not None:
-        await aclose()
-
-
-class AnthropicProvider:
+class AnthropicProvider(HttpAdapter):
     """Calls ``{base_url}/v1/messages`` through the service's shared ``httpx.AsyncClient``."""
 
     tool_names = TOOL_NAMES
@@ -802,58 +692,26 @@ class AnthropicProvider:
             )
         return body
 
-    async def complete(
-        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
-    ) -> CompletionResponse:
-        deadline = CallDeadline.start(timeout_seconds)
-        response = await self._open(self.request_body(request, upstream_model, stream=False), deadline)
-        body = await self._upstream.read_json(response, deadline)
-        return parse_response(body, request.model, provider=self.name)
+    def _parse(self, body: Any, model: str) -> CompletionResponse:
+        # Also a compatible server's answer to a stream as one message object: that is the whole answer.
+        return parse_response(body, model, provider=self.name)
 
-    async def stream(
-        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
-    ) -> AsyncIterator[CompletionEvent]:
-        deadline = CallDeadline.start(timeout_seconds)
-        response = await self._open(self.request_body(request, upstream_model, stream=True), deadline)
-        if media_type(response) == "application/json":
-            # A compatible server that answers a stream with one message object: that is the whole answer.
-            whole = await self._upstream.whole_answer(
-                response, deadline, lambda body: parse_response(body, request.model, provider=self.name)
-            )
-            for event in whole:
-                yield event
-            return
-        assembler = StreamAssembler(model=request.model, provider=self.name)
-        events = self._upstream.iter_sse(response, deadline)
-        try:
-            async for sse in events:
-                data = sse.data.strip()
-                if not data:
-                    continue
-                with self._upstream.scrubbed():
-                    neutral = assembler.feed(parse_json(data))
-                for event in neutral:
-                    yield event
-                if assembler.ended:
-                    break  # message_stop: nothing more belongs to this message
-        finally:
-            await _close(events)
-        for event in assembler.finish():
-            yield event
+    def _decoder(self, model: str) -> StreamAssembler:
+        return StreamAssembler(model=model, provider=self.name)
 
-    async def _open(self, body: dict[str, Any], deadline: CallDeadline) -> httpx.Response:
+    async def _outbound(self, request: CompletionRequest, upstream_model: str, *, stream: bool) -> Outbound:
+        body = self.request_body(request, upstream_model, stream=stream)
         headers = {
             "anthropic-version": ANTHROPIC_VERSION,
-            "accept": "text/event-stream" if body.get("stream") else "application/json",
+            "accept": "text/event-stream" if stream else "application/json",
         }
         if self._api_key:
             headers["x-api-key"] = self._api_key
-        model = str(body["model"])
 
         def build() -> httpx.Request:
             return self._upstream.http.build_request("POST", self._url, json=body, headers=headers)
 
         def translate(status: int, content: bytes, response_headers: httpx.Headers) -> ApiError:
-            return translate_error(status, content, response_headers, upstream_model=model)
+            return translate_error(status, content, response_headers, upstream_model=upstream_model)
 
-        return await self._upstream.open(build, translate, deadline)
+        return Outbound(self._upstream, build, translate)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from completion_service.providers.tool_names import NameRule, ToolNames
 from suite_common.wire import (
     CompletionDone,
     CompletionEvent,
@@ -17,7 +16,7 @@ from suite_common.wire import (
     ToolCallEvent,
 )
 
-__all__ = ["Provider", "SafeToolNames", "events_of"]
+__all__ = ["Provider", "events_of"]
 
 
 class Provider(Protocol):
@@ -65,44 +64,3 @@ def events_of(response: CompletionResponse) -> list[CompletionEvent]:
         )
     )
     return events
-
-
-class SafeToolNames:
-    """``provider`` behind its tool-name ``rule``: a request with names the provider would refuse goes out
-    with safe ones (``tool_names``), and the model's calls come back under the caller's names. A request
-    whose names are all valid goes straight through: no copy, no extra stream layer."""
-
-    def __init__(self, provider: Provider, rule: NameRule) -> None:
-        self.provider = provider
-        self.rule = rule
-
-    @property
-    def name(self) -> str:
-        return self.provider.name
-
-    async def complete(
-        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
-    ) -> CompletionResponse:
-        names = ToolNames.plan(request, self.rule)
-        if names is None:
-            return await self.provider.complete(request, upstream_model, timeout_seconds)
-        response = await self.provider.complete(names.outbound(request), upstream_model, timeout_seconds)
-        return names.inbound(response)
-
-    def stream(
-        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
-    ) -> AsyncIterator[CompletionEvent]:
-        names = ToolNames.plan(request, self.rule)
-        if names is None:
-            return self.provider.stream(request, upstream_model, timeout_seconds)
-        return _renamed(self.provider.stream(names.outbound(request), upstream_model, timeout_seconds), names)
-
-
-async def _renamed(events: AsyncIterator[CompletionEvent], names: ToolNames) -> AsyncIterator[CompletionEvent]:
-    try:
-        async for event in events:
-            yield names.inbound_event(event)
-    finally:
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:  # the provider's stream holds a connection: close it with this one
-            await aclose()

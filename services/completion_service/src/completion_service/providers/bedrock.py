@@ -2,16 +2,15 @@
 
 The first half is pure translation between the neutral wire models and Converse JSON; the
 stream's AWS event-stream frames are decoded by botocore's ``EventStreamBuffer`` and folded by
-``ConverseStreamAssembler``. ``BedrockProvider`` is the only I/O: each attempt is signed afresh
-with botocore's SigV4 signer and sent through the shared transport.
+``ConverseStreamAssembler``. ``BedrockProvider`` says how a call is made (each attempt signed afresh
+with botocore's SigV4 signer); the shared ``HttpAdapter`` makes it.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from contextlib import aclosing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -23,8 +22,9 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials, ReadOnlyCredentials
 from botocore.eventstream import EventStreamBuffer, ParserError
 
+from completion_service.providers._adapter import HttpAdapter, Outbound
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
-from completion_service.providers._transport import CallDeadline, Upstream, parse_json
+from completion_service.providers._transport import Upstream, parse_json
 from completion_service.providers.anthropic import MAX_TEMPERATURE
 from completion_service.providers.openai import parse_arguments
 from completion_service.providers.tool_names import NameRule
@@ -477,10 +477,11 @@ class _CredentialChain:
         return credentials.get_frozen_credentials() if credentials is not None else None
 
 
-class BedrockProvider:
+class BedrockProvider(HttpAdapter):
     """Calls ``{endpoint}/model/{modelId}/converse[-stream]``, each attempt SigV4-signed by botocore."""
 
     tool_names = TOOL_NAMES
+    stream_media_type = _EVENT_STREAM
 
     def __init__(
         self,
@@ -511,50 +512,13 @@ class BedrockProvider:
             max_retries=max_retries,
         )
 
-    async def complete(
-        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
-    ) -> CompletionResponse:
-        deadline = CallDeadline.start(timeout_seconds)
-        response = await self._open(request, upstream_model, "converse", deadline)
-        body = await self._upstream.read_json(response, deadline)
-        return parse_response(body, request.model, provider=self.name)
+    def _parse(self, body: Any, model: str) -> CompletionResponse:
+        return parse_response(body, model, provider=self.name)
 
-    async def stream(
-        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
-    ) -> AsyncIterator[CompletionEvent]:
-        deadline = CallDeadline.start(timeout_seconds)
-        response = await self._open(request, upstream_model, "converse-stream", deadline)
-        assembler = ConverseStreamAssembler(model=request.model, provider=self.name)
-        frames = EventStreamBuffer()
-        with self._upstream.scrubbed():
-            async with aclosing(self._upstream.iter_bytes(response, deadline, content_type=_EVENT_STREAM)) as chunks:
-                async for chunk in chunks:
-                    for event in self._events(frames, chunk, assembler):
-                        yield event
-            for event in assembler.finish():
-                yield event
+    def _decoder(self, model: str) -> _FrameDecoder:
+        return _FrameDecoder(ConverseStreamAssembler(model=model, provider=self.name))
 
-    @staticmethod
-    def _events(
-        frames: EventStreamBuffer, chunk: bytes, assembler: ConverseStreamAssembler
-    ) -> Iterator[CompletionEvent]:
-        """The neutral events of the frames ``chunk`` completes (botocore decodes and checks the CRCs), in order:
-        an exception frame raises after the events of the frames before it."""
-        frames.add_data(chunk)
-        try:
-            messages = list(frames)
-        except ParserError as error:
-            raise bad_response(f"a broken event-stream frame ({type(error).__name__})") from None
-        for message in messages:
-            headers = message.headers
-            if headers.get(":message-type") in ("exception", "error"):
-                kind = str(headers.get(":exception-type") or headers.get(":error-code") or "exception")
-                raise translate_stream_exception(kind, message.payload)
-            yield from assembler.feed(str(headers.get(":event-type", "")), parse_json(message.payload or b"{}"))
-
-    async def _open(
-        self, request: CompletionRequest, upstream_model: str, action: str, deadline: CallDeadline
-    ) -> httpx.Response:
+    async def _outbound(self, request: CompletionRequest, upstream_model: str, *, stream: bool) -> Outbound:
         # Credentials may come from a role: botocore fetches and refreshes them with blocking I/O.
         credentials = await anyio.to_thread.run_sync(self._credentials)
         if credentials is None:
@@ -569,8 +533,8 @@ class BedrockProvider:
             build_request_body(request, provider=self.name, upstream_model=upstream_model), ensure_ascii=False
         ).encode()
         # The model id goes into the path percent-encoded, ':' included, exactly as AWS's SDKs send it.
-        url = f"{self._base}/model/{quote(upstream_model, safe='')}/{action}"
-        accept = _EVENT_STREAM if action.endswith("stream") else "application/json"
+        url = f"{self._base}/model/{quote(upstream_model, safe='')}/{'converse-stream' if stream else 'converse'}"
+        accept = _EVENT_STREAM if stream else "application/json"
 
         def build() -> httpx.Request:
             signed = AWSRequest(
@@ -582,4 +546,41 @@ class BedrockProvider:
         def translate(status: int, content: bytes, headers: httpx.Headers) -> ApiError:
             return translate_error(status, content, headers, upstream_model=upstream_model)
 
-        return await self._upstream.open(build, translate, deadline)
+        return Outbound(self._upstream, build, translate)
+
+
+class _FrameDecoder:
+    """ConverseStream's body, chunk by chunk: AWS event-stream frames (botocore decodes them and checks their
+    CRCs) folded by ``ConverseStreamAssembler``."""
+
+    def __init__(self, assembler: ConverseStreamAssembler) -> None:
+        self.assembler = assembler
+        self.ended = False
+        """An exception frame came: its error is raised by ``finish``, after the events of the frames before it."""
+        self._frames = EventStreamBuffer()
+        self._failure: ApiError | None = None
+
+    def feed(self, piece: Any) -> list[CompletionEvent]:
+        """The neutral events of the frames ``piece`` completes, in order, up to an exception frame."""
+        self._frames.add_data(piece)
+        try:
+            messages = list(self._frames)
+        except ParserError as error:
+            raise bad_response(f"a broken event-stream frame ({type(error).__name__})") from None
+        events: list[CompletionEvent] = []
+        for message in messages:
+            headers = message.headers
+            if headers.get(":message-type") in ("exception", "error"):
+                kind = str(headers.get(":exception-type") or headers.get(":error-code") or "exception")
+                self._failure = translate_stream_exception(kind, message.payload)
+                self.ended = True
+                break
+            events.extend(
+                self.assembler.feed(str(headers.get(":event-type", "")), parse_json(message.payload or b"{}"))
+            )
+        return events
+
+    def finish(self) -> list[CompletionEvent]:
+        if self._failure is not None:
+            raise self._failure
+        return self.assembler.finish()

@@ -5,9 +5,9 @@ translation between the neutral wire models and that body, tested on exact bodie
 
 - system messages go to ``systemInstruction``; turns are ``user`` / ``model`` ``contents``, and
   consecutive turns of one role are merged;
-- tool results become ``functionResponse`` parts, all those of one model turn in the user turn
-  right after it, in the order of the calls (Gemini pairs them by position and name); a call with
-  no recorded result gets an error response, so every ``functionCall`` is answered;
+- tool results become ``functionResponse`` parts in the user turn right after the model turn, in
+  the order of the calls (Gemini pairs them by position and name): the conversation comes
+  ``tool_turns.repaired``, every call answered right after its message;
 - a tool call keeps Gemini's ``thoughtSignature`` in ``ToolCall.signature`` and sends it back on the
   same part (Gemini 3 refuses a function-calling turn without it); a first call without one, from
   another provider, gets the validator-skipping value Google documents for that case;
@@ -15,7 +15,7 @@ translation between the neutral wire models and that body, tested on exact bodie
   a signed block goes back, an unsigned summary (display only) does not;
 - tool ``inputSchema``s are rewritten into Gemini's schema subset (``gemini_schema``).
 
-The second half, ``GeminiProvider``, is the only I/O, through the shared ``Upstream``.
+The second half, ``GeminiProvider``, says how a call is made; the shared ``HttpAdapter`` makes it.
 """
 
 from __future__ import annotations
@@ -23,15 +23,16 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import aclosing
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
 
+from completion_service.providers._adapter import HttpAdapter, Outbound
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
-from completion_service.providers._transport import CallDeadline, Upstream, media_type, parse_json
+from completion_service.providers._transport import CallDeadline, Upstream
 from completion_service.providers.gemini_schema import to_gemini_parameters
 from completion_service.providers.tool_names import NameRule
 from suite_common.echo import clip
@@ -149,28 +150,13 @@ def _calling_config(choice: ToolChoice) -> dict[str, Any]:
     return {"mode": "ANY", "allowedFunctionNames": [choice.name]}
 
 
-@dataclass
-class _Owed:
-    """The function responses owed for one model turn: placeholders in its user turn, filled in place."""
-
-    calls: list[ToolCall]
-    parts: list[dict[str, Any]]
-    filled: list[bool] = field(default_factory=list)
-
-    def slot(self, tool_call_id: str | None) -> int | None:
-        for position, call in enumerate(self.calls):
-            if call.id == tool_call_id and not self.filled[position]:
-                return position
-        return None
-
-
 def _contents(
     messages: list[Message], *, provider: str, send_call_ids: bool
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``(systemInstruction parts, contents)``."""
     system: list[dict[str, Any]] = []
     contents: list[dict[str, Any]] = []
-    owed: _Owed | None = None
+    owed: deque[ToolCall] = deque()  # the calls of the last model turn, answered in order
 
     def add(role: str, parts: list[dict[str, Any]]) -> None:
         if not parts:
@@ -188,40 +174,13 @@ def _contents(
             if message.content:
                 add("user", [{"text": message.content}])
         elif message.role == "assistant":
-            _settle(owed, send_call_ids)
-            owed = None
             add("model", _model_parts(message, provider=provider, send_call_ids=send_call_ids))
-            if message.tool_calls:
-                placeholders: list[dict[str, Any]] = [{} for _ in message.tool_calls]
-                owed = _Owed(list(message.tool_calls), placeholders, [False] * len(placeholders))
-                add("user", placeholders)
+            owed = deque(message.tool_calls or ())
         else:
-            position = owed.slot(message.tool_call_id) if owed is not None else None
-            if owed is None or position is None:
-                # No call of the last model turn has this id: Gemini cannot take it as a function
-                # response, so the model reads it as text rather than losing it.
-                add("user", [{"text": f"Result of tool call {message.tool_call_id}: {message.content or ''}"}])
-            else:
-                call = owed.calls[position]
-                owed.parts[position].update(_function_response(call, message, send_call_ids))
-                owed.filled[position] = True
-    _settle(owed, send_call_ids)
+            add("user", [_function_response(owed.popleft(), message, send_call_ids)])
     if not contents or contents[0]["role"] != "user":
         contents.insert(0, {"role": "user", "parts": [{"text": CONTINUE_TEXT}]})
     return system, contents
-
-
-def _settle(owed: _Owed | None, send_call_ids: bool) -> None:
-    """Answers the calls of ``owed`` that got no result: Gemini needs one response per call."""
-    if owed is None:
-        return
-    for position, call in enumerate(owed.calls):
-        if not owed.filled[position]:
-            missing = Message(
-                role="tool", tool_call_id=call.id, content="No result was recorded for this call.", is_error=True
-            )
-            owed.parts[position].update(_function_response(call, missing, send_call_ids))
-            owed.filled[position] = True
 
 
 def _model_parts(message: Message, *, provider: str, send_call_ids: bool) -> list[dict[str, Any]]:
@@ -487,6 +446,7 @@ class StreamAssembler:
         self.model = model
         self.provider = provider
         self.finish_reason: str | None = None
+        self.ended = False  # Gemini's stream has no last event of its own: it ends with the body
         self._finish_detail: Any = None
         self._blocked = False
         self._usage = Usage()
@@ -725,7 +685,7 @@ _LOCATION = re.compile(r"[a-z0-9-]+")
 _PROJECT = re.compile(r"[a-z0-9][a-z0-9.:-]*")
 
 
-class GeminiProvider:
+class GeminiProvider(HttpAdapter):
     """Calls ``generateContent`` through the service's shared ``httpx.AsyncClient``: on the Gemini API
     (``GeminiProvider(...)``) or on Vertex AI (``GeminiProvider.vertex(...)``)."""
 
@@ -778,51 +738,33 @@ class GeminiProvider:
         self._max_retries = max_retries
         self._include_thoughts = include_thoughts
 
-    def _body(self, request: CompletionRequest) -> dict[str, Any]:
-        return build_request_body(
+    def _parse(self, body: Any, model: str) -> CompletionResponse:
+        return parse_response(body, model, provider=self.name)
+
+    def _decoder(self, model: str) -> StreamAssembler:
+        return StreamAssembler(model=model, provider=self.name)
+
+    async def _whole_stream(
+        self, upstream: Upstream, response: httpx.Response, deadline: CallDeadline, model: str
+    ) -> list[CompletionEvent]:
+        # Some servers answer ``alt=sse`` with JSON: one GenerateContentResponse, or the array of them that
+        # streamGenerateContent gives without ``alt=sse``. Both are whole answers, folded as a stream is.
+        assembler = self._decoder(model)
+        with upstream.scrubbed():
+            whole = await upstream.read_json(response, deadline)
+            chunks = whole if isinstance(whole, list) else [whole]
+            events = [event for chunk in chunks for event in assembler.feed(chunk)]
+            return [*events, *assembler.finish()]
+
+    async def _outbound(self, request: CompletionRequest, upstream_model: str, *, stream: bool) -> Outbound:
+        endpoint = self._endpoint
+        body = build_request_body(
             request,
             provider=self.name,
-            send_call_ids=self._endpoint.sends_call_ids,
+            send_call_ids=endpoint.sends_call_ids,
             include_thoughts=self._include_thoughts,
         )
-
-    async def complete(
-        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
-    ) -> CompletionResponse:
-        deadline = CallDeadline.start(timeout_seconds)
-        upstream, response = await self._open(self._body(request), upstream_model, deadline, stream=False)
-        body = await upstream.read_json(response, deadline)
-        return parse_response(body, request.model, provider=self.name)
-
-    async def stream(
-        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
-    ) -> AsyncIterator[CompletionEvent]:
-        deadline = CallDeadline.start(timeout_seconds)
-        upstream, response = await self._open(self._body(request), upstream_model, deadline, stream=True)
-        assembler = StreamAssembler(model=request.model, provider=self.name)
-        with upstream.scrubbed():
-            if media_type(response) == "application/json":
-                # Some servers answer ``alt=sse`` with JSON: one GenerateContentResponse, or the array of
-                # them that streamGenerateContent gives without ``alt=sse``. Both are whole answers.
-                whole = await upstream.read_json(response, deadline)
-                for chunk in whole if isinstance(whole, list) else [whole]:
-                    for event in assembler.feed(chunk):
-                        yield event
-            else:
-                async with aclosing(upstream.iter_sse(response, deadline)) as events:
-                    async for sse in events:
-                        data = sse.data.strip()
-                        if data:
-                            for event in assembler.feed(parse_json(data)):
-                                yield event
-            for event in assembler.finish():
-                yield event
-
-    async def _open(
-        self, body: dict[str, Any], model: str, deadline: CallDeadline, *, stream: bool
-    ) -> tuple[Upstream, httpx.Response]:
-        endpoint = self._endpoint
-        url = endpoint.url(model, stream=stream)
+        url = endpoint.url(upstream_model, stream=stream)
         headers, secret = endpoint.credentials()
         headers["Accept"] = "text/event-stream" if stream else "application/json"
         # One per call: a Vertex token changes, and every message that leaves must be scrubbed of it.
@@ -838,9 +780,9 @@ class GeminiProvider:
                 status,
                 content,
                 response_headers,
-                upstream_model=model,
+                upstream_model=upstream_model,
                 provider_label=endpoint.label,
                 credentials_hint=endpoint.credentials_hint,
             )
 
-        return upstream, await upstream.open(build, translate, deadline)
+        return Outbound(upstream, build, translate)

@@ -1,23 +1,22 @@
 """OpenAI Chat Completions, which every OpenAI-compatible server (vLLM, Ollama, LM Studio) speaks.
 
 The first half is pure translation between the neutral wire models and the Chat Completions
-JSON, tested on exact bodies. The second half, ``OpenAIProvider``, is the only I/O: it posts,
-retries what may be retried, reads the event stream and turns every foreign failure into an
-``ApiError`` once, here at the edge.
+JSON, tested on exact bodies. The second half, ``OpenAIProvider``, says how a call is made; the
+shared ``HttpAdapter`` makes it (retries, deadline, the event stream read).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
-from contextlib import aclosing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
+from completion_service.providers._adapter import HttpAdapter, Outbound
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
-from completion_service.providers._transport import CallDeadline, Upstream, media_type, parse_json
+from completion_service.providers._transport import Upstream
 from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
 from suite_common.wire import (
@@ -239,6 +238,8 @@ class StreamAssembler:
         self.model = model
         self.provider = provider
         self.finish_reason: str | None = None
+        self.ended = False
+        """``[DONE]`` arrived."""
         self._usage = Usage()
         self._calls: dict[int, _PartialCall] = {}
         self._last_index: int | None = None
@@ -310,6 +311,8 @@ class StreamAssembler:
 
     def finish(self) -> list[CompletionEvent]:
         """The reasoning block, the assembled tool calls, then ``done``; call it once the stream has ended."""
+        if not self.ended and self.finish_reason is None:
+            raise bad_response("the stream ended before the model finished")
         events: list[CompletionEvent] = []
         if self._reasoning:
             block = ReasoningBlock(text="".join(self._reasoning), provider=self.provider)
@@ -379,10 +382,11 @@ def translate_error(status: int, content: bytes, headers: Mapping[str, str], *, 
 # --- I/O ---------------------------------------------------------------------------------------
 
 
-class OpenAIProvider:
+class OpenAIProvider(HttpAdapter):
     """Calls ``{base_url}/chat/completions`` through the service's shared ``httpx.AsyncClient``."""
 
     tool_names = TOOL_NAMES
+    sse_end = "[DONE]"
 
     def __init__(
         self,
@@ -402,62 +406,26 @@ class OpenAIProvider:
         self._max_tokens_field = max_tokens_field
         self._upstream = Upstream(http, provider=name, base_url=base_url, secrets=[api_key], max_retries=max_retries)
 
-    async def complete(
-        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
-    ) -> CompletionResponse:
-        deadline = CallDeadline.start(timeout_seconds)
-        response = await self._open(
-            build_request_body(request, upstream_model, stream=False, max_tokens_field=self._max_tokens_field), deadline
-        )
-        body = await self._upstream.read_json(response, deadline)
-        return parse_response(body, request.model, provider=self.name)
+    def _parse(self, body: Any, model: str) -> CompletionResponse:
+        return parse_response(body, model, provider=self.name)
 
-    async def stream(
-        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
-    ) -> AsyncIterator[CompletionEvent]:
-        deadline = CallDeadline.start(timeout_seconds)
-        response = await self._open(
-            build_request_body(request, upstream_model, stream=True, max_tokens_field=self._max_tokens_field), deadline
-        )
-        if media_type(response) == "application/json":
-            # Some compatible servers (vLLM and others, when tools are offered) answer a stream with one
-            # chat.completion: it is the whole answer, so it is passed on as the events of one.
-            whole = await self._upstream.whole_answer(
-                response, deadline, lambda body: parse_response(body, request.model, provider=self.name)
-            )
-            for event in whole:
-                yield event
-            return
-        assembler = StreamAssembler(model=request.model, provider=self.name)
-        ended = False
-        # aclosing: the response goes back to the pool at once, even after the break below.
-        with self._upstream.scrubbed():
-            async with aclosing(self._upstream.iter_sse(response, deadline)) as events:
-                async for sse in events:
-                    data = sse.data.strip()
-                    if data == "[DONE]":
-                        ended = True
-                        break
-                    if data:
-                        for event in assembler.feed(parse_json(data)):
-                            yield event
-            if not ended and assembler.finish_reason is None:
-                raise bad_response("the stream ended before the model finished")
-            for event in assembler.finish():
-                yield event
+    def _decoder(self, model: str) -> StreamAssembler:
+        # Some compatible servers (vLLM and others, when tools are offered) answer a stream with one
+        # chat.completion: ``HttpAdapter`` passes it on as the events of one.
+        return StreamAssembler(model=model, provider=self.name)
 
-    async def _open(self, body: dict[str, Any], deadline: CallDeadline) -> httpx.Response:
-        headers = {"Accept": "text/event-stream" if body.get("stream") else "application/json"}
+    async def _outbound(self, request: CompletionRequest, upstream_model: str, *, stream: bool) -> Outbound:
+        body = build_request_body(request, upstream_model, stream=stream, max_tokens_field=self._max_tokens_field)
+        headers = {"Accept": "text/event-stream" if stream else "application/json"}
         if self._api_key:
             # Azure OpenAI takes its keys bare, in ``api-key``; everyone else as a bearer token.
             bearer = self._auth_header.lower() == "authorization"
             headers[self._auth_header] = f"Bearer {self._api_key}" if bearer else self._api_key
-        model = str(body["model"])
 
         def build() -> httpx.Request:
             return self._upstream.http.build_request("POST", self._url, json=body, headers=headers)
 
         def translate(status: int, content: bytes, response_headers: httpx.Headers) -> ApiError:
-            return translate_error(status, content, response_headers, upstream_model=model)
+            return translate_error(status, content, response_headers, upstream_model=upstream_model)
 
-        return await self._upstream.open(build, translate, deadline)
+        return Outbound(self._upstream, build, translate)

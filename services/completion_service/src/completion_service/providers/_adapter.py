@@ -1,0 +1,139 @@
+"""What every HTTP provider adapter does around its wire format, written once.
+
+A call goes: the conversation repaired (``tool_turns``) and tool names made ones the provider
+accepts (``tool_names``); one deadline for the whole call; the request opened through
+``Upstream`` (retries, ``Retry-After``, secrets scrubbed); then the whole answer read and parsed,
+or the stream read piece by piece and assembled, the model's calls back under the caller's
+names. A subclass is only its wire translation: ``_outbound`` (the request), ``_parse`` (a whole
+answer), ``_decoder`` (a stream's assembler), and its error translation inside ``_outbound``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+import httpx
+
+from completion_service.providers._transport import CallDeadline, ErrorTranslator, Upstream, media_type, parse_json
+from completion_service.providers.tool_names import NameRule, ToolNames
+from completion_service.providers.tool_turns import repaired
+from suite_common.wire import CompletionEvent, CompletionRequest, CompletionResponse
+
+__all__ = ["SSE", "HttpAdapter", "Outbound", "StreamDecoder"]
+
+SSE = "text/event-stream"
+
+
+@dataclass(frozen=True)
+class Outbound:
+    """One call's request as ``Upstream.open`` sends it: ``build`` makes each attempt afresh (a signature may
+    depend on the time), ``translate`` reads the provider's error bodies, ``upstream`` scrubs the call's secrets."""
+
+    upstream: Upstream
+    build: Callable[[], httpx.Request]
+    translate: ErrorTranslator
+
+
+class StreamDecoder(Protocol):
+    """One streamed answer's wire events (decoded JSON for SSE, raw chunks otherwise) as neutral events."""
+
+    ended: bool
+    """The answer is complete and nothing more is read: set from the wire's own last event, or by the
+    adapter at ``SSE_END`` (OpenAI's ``[DONE]``)."""
+
+    def feed(self, piece: Any) -> list[CompletionEvent]: ...
+
+    def finish(self) -> list[CompletionEvent]:
+        """What is still held, then ``done``; raises when the stream ended before the answer did."""
+        ...
+
+
+class HttpAdapter:
+    """The neutral ``Provider`` of one HTTP wire format; see the module."""
+
+    name: str
+    tool_names: NameRule
+    """The tool names the provider accepts; others go out under safe names and come back under the caller's."""
+    stream_media_type: ClassVar[str] = SSE
+    """The Content-Type of a streamed answer: server-sent events, or a binary framing the decoder reads."""
+    sse_end: ClassVar[str | None] = None
+    """An SSE ``data`` that ends the stream without being an event (OpenAI's ``[DONE]``)."""
+
+    async def _outbound(self, request: CompletionRequest, upstream_model: str, *, stream: bool) -> Outbound:
+        raise NotImplementedError
+
+    def _parse(self, body: Any, model: str) -> CompletionResponse:
+        raise NotImplementedError
+
+    def _decoder(self, model: str) -> StreamDecoder:
+        raise NotImplementedError
+
+    async def _whole_stream(
+        self, upstream: Upstream, response: httpx.Response, deadline: CallDeadline, model: str
+    ) -> list[CompletionEvent]:
+        """A stream answered with one JSON body (compatible servers do): the events of that whole answer."""
+        return await upstream.whole_answer(response, deadline, lambda body: self._parse(body, model))
+
+    # --- the neutral Provider ---------------------------------------------------------------------
+
+    async def complete(
+        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
+    ) -> CompletionResponse:
+        request = repaired(request)
+        names = ToolNames.plan(request, self.tool_names)
+        deadline = CallDeadline.start(timeout_seconds)
+        upstream, response = await self._open(
+            request if names is None else names.outbound(request), upstream_model, deadline, stream=False
+        )
+        answer = self._parse(await upstream.read_json(response, deadline), request.model)
+        return answer if names is None else names.inbound(answer)
+
+    async def stream(
+        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
+    ) -> AsyncIterator[CompletionEvent]:
+        request = repaired(request)
+        names = ToolNames.plan(request, self.tool_names)
+        deadline = CallDeadline.start(timeout_seconds)
+        upstream, response = await self._open(
+            request if names is None else names.outbound(request), upstream_model, deadline, stream=True
+        )
+        if self.stream_media_type == SSE and media_type(response) == "application/json":
+            for event in await self._whole_stream(upstream, response, deadline, request.model):
+                yield event if names is None else names.inbound_event(event)
+            return
+        decoder = self._decoder(request.model)
+        # Written out rather than in a helper generator: one layer fewer for every event of every stream.
+        # ``aclosing``: the connection goes back to the pool at once, even after a ``break``.
+        with upstream.scrubbed():
+            if self.stream_media_type != SSE:
+                media = self.stream_media_type
+                async with aclosing(upstream.iter_bytes(response, deadline, content_type=media)) as chunks:
+                    async for chunk in chunks:
+                        for event in decoder.feed(chunk):
+                            yield event if names is None else names.inbound_event(event)
+                        if decoder.ended:
+                            break
+            else:
+                async with aclosing(upstream.iter_sse(response, deadline)) as sse_events:
+                    async for sse in sse_events:
+                        data = sse.data.strip()
+                        if not data:
+                            continue
+                        if data == self.sse_end:
+                            decoder.ended = True
+                            break
+                        for event in decoder.feed(parse_json(data)):
+                            yield event if names is None else names.inbound_event(event)
+                        if decoder.ended:
+                            break  # the answer is complete: nothing more belongs to it
+            for event in decoder.finish():
+                yield event if names is None else names.inbound_event(event)
+
+    async def _open(
+        self, request: CompletionRequest, upstream_model: str, deadline: CallDeadline, *, stream: bool
+    ) -> tuple[Upstream, httpx.Response]:
+        call = await self._outbound(request, upstream_model, stream=stream)
+        return call.upstream, await call.upstream.open(call.build, call.translate, deadline)
