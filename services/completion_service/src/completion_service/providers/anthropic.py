@@ -19,8 +19,9 @@ from typing import Any, Literal
 import httpx
 
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
-from completion_service.providers._transport import CallDeadline, Upstream, media_type, parse_json
+from completion_service.providers._transport import Upstream, media_type, parse_json
 from completion_service.providers.tool_names import NameRule
+from suite_common.deadline import Deadline
 from suite_common.errors import ApiError
 from suite_common.logging import get_logger
 from suite_common.wire import (
@@ -805,7 +806,7 @@ class AnthropicProvider:
     async def complete(
         self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
     ) -> CompletionResponse:
-        deadline = CallDeadline.start(timeout_seconds)
+        deadline = Deadline.after(timeout_seconds)
         response = await self._open(self.request_body(request, upstream_model, stream=False), deadline)
         body = await self._upstream.read_json(response, deadline)
         return parse_response(body, request.model, provider=self.name)
@@ -813,7 +814,7 @@ class AnthropicProvider:
     async def stream(
         self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
     ) -> AsyncIterator[CompletionEvent]:
-        deadline = CallDeadline.start(timeout_seconds)
+        deadline = Deadline.after(timeout_seconds)
         response = await self._open(self.request_body(request, upstream_model, stream=True), deadline)
         if media_type(response) == "application/json":
             # A compatible server that answers a stream with one message object: that is the whole answer.
@@ -841,7 +842,7 @@ class AnthropicProvider:
         for event in assembler.finish():
             yield event
 
-    async def _open(self, body: dict[str, Any], deadline: CallDeadline) -> httpx.Response:
+    async def _open(self, body: dict[str, Any], deadline: Deadline) -> httpx.Response:
         headers = {
             "anthropic-version": ANTHROPIC_VERSION,
             "accept": "text/event-stream" if body.get("stream") else "application/json",

@@ -24,10 +24,11 @@ from botocore.credentials import Credentials, ReadOnlyCredentials
 from botocore.eventstream import EventStreamBuffer, ParserError
 
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
-from completion_service.providers._transport import CallDeadline, Upstream, parse_json
+from completion_service.providers._transport import Upstream, parse_json
 from completion_service.providers.anthropic import MAX_TEMPERATURE
 from completion_service.providers.openai import parse_arguments
 from completion_service.providers.tool_names import NameRule
+from suite_common.deadline import Deadline
 from suite_common.errors import ApiError
 from suite_common.wire import (
     CompletionDone,
@@ -514,7 +515,7 @@ class BedrockProvider:
     async def complete(
         self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
     ) -> CompletionResponse:
-        deadline = CallDeadline.start(timeout_seconds)
+        deadline = Deadline.after(timeout_seconds)
         response = await self._open(request, upstream_model, "converse", deadline)
         body = await self._upstream.read_json(response, deadline)
         return parse_response(body, request.model, provider=self.name)
@@ -522,7 +523,7 @@ class BedrockProvider:
     async def stream(
         self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
     ) -> AsyncIterator[CompletionEvent]:
-        deadline = CallDeadline.start(timeout_seconds)
+        deadline = Deadline.after(timeout_seconds)
         response = await self._open(request, upstream_model, "converse-stream", deadline)
         assembler = ConverseStreamAssembler(model=request.model, provider=self.name)
         frames = EventStreamBuffer()
@@ -553,7 +554,7 @@ class BedrockProvider:
             yield from assembler.feed(str(headers.get(":event-type", "")), parse_json(message.payload or b"{}"))
 
     async def _open(
-        self, request: CompletionRequest, upstream_model: str, action: str, deadline: CallDeadline
+        self, request: CompletionRequest, upstream_model: str, action: str, deadline: Deadline
     ) -> httpx.Response:
         # Credentials may come from a role: botocore fetches and refreshes them with blocking I/O.
         credentials = await anyio.to_thread.run_sync(self._credentials)

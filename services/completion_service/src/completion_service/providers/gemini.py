@@ -31,9 +31,10 @@ from typing import Any, Protocol
 import httpx
 
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
-from completion_service.providers._transport import CallDeadline, Upstream, media_type, parse_json
+from completion_service.providers._transport import Upstream, media_type, parse_json
 from completion_service.providers.gemini_schema import to_gemini_parameters
 from completion_service.providers.tool_names import NameRule
+from suite_common.deadline import Deadline
 from suite_common.echo import clip
 from suite_common.errors import ApiError
 from suite_common.wire import (
@@ -789,7 +790,7 @@ class GeminiProvider:
     async def complete(
         self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
     ) -> CompletionResponse:
-        deadline = CallDeadline.start(timeout_seconds)
+        deadline = Deadline.after(timeout_seconds)
         upstream, response = await self._open(self._body(request), upstream_model, deadline, stream=False)
         body = await upstream.read_json(response, deadline)
         return parse_response(body, request.model, provider=self.name)
@@ -797,7 +798,7 @@ class GeminiProvider:
     async def stream(
         self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
     ) -> AsyncIterator[CompletionEvent]:
-        deadline = CallDeadline.start(timeout_seconds)
+        deadline = Deadline.after(timeout_seconds)
         upstream, response = await self._open(self._body(request), upstream_model, deadline, stream=True)
         assembler = StreamAssembler(model=request.model, provider=self.name)
         with upstream.scrubbed():
@@ -819,7 +820,7 @@ class GeminiProvider:
                 yield event
 
     async def _open(
-        self, body: dict[str, Any], model: str, deadline: CallDeadline, *, stream: bool
+        self, body: dict[str, Any], model: str, deadline: Deadline, *, stream: bool
     ) -> tuple[Upstream, httpx.Response]:
         endpoint = self._endpoint
         url = endpoint.url(model, stream=stream)

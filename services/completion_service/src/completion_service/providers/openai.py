@@ -17,8 +17,9 @@ from typing import Any
 import httpx
 
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
-from completion_service.providers._transport import CallDeadline, Upstream, media_type, parse_json
+from completion_service.providers._transport import Upstream, media_type, parse_json
 from completion_service.providers.tool_names import NameRule
+from suite_common.deadline import Deadline
 from suite_common.errors import ApiError
 from suite_common.wire import (
     CompletionDone,
@@ -405,7 +406,7 @@ class OpenAIProvider:
     async def complete(
         self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
     ) -> CompletionResponse:
-        deadline = CallDeadline.start(timeout_seconds)
+        deadline = Deadline.after(timeout_seconds)
         response = await self._open(
             build_request_body(request, upstream_model, stream=False, max_tokens_field=self._max_tokens_field), deadline
         )
@@ -415,7 +416,7 @@ class OpenAIProvider:
     async def stream(
         self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
     ) -> AsyncIterator[CompletionEvent]:
-        deadline = CallDeadline.start(timeout_seconds)
+        deadline = Deadline.after(timeout_seconds)
         response = await self._open(
             build_request_body(request, upstream_model, stream=True, max_tokens_field=self._max_tokens_field), deadline
         )
@@ -446,7 +447,7 @@ class OpenAIProvider:
             for event in assembler.finish():
                 yield event
 
-    async def _open(self, body: dict[str, Any], deadline: CallDeadline) -> httpx.Response:
+    async def _open(self, body: dict[str, Any], deadline: Deadline) -> httpx.Response:
         headers = {"Accept": "text/event-stream" if body.get("stream") else "application/json"}
         if self._api_key:
             # Azure OpenAI takes its keys bare, in ``api-key``; everyone else as a bearer token.
