@@ -7,6 +7,7 @@ with ``Deadline.from_header``, shortened to its own limit, and hands a child dea
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,6 +18,16 @@ from suite_common.errors import ApiError
 from suite_common.wire import DEADLINE_HEADER
 
 __all__ = ["Deadline"]
+
+
+def _now() -> float:
+    """``anyio.current_time()``: read from the running asyncio loop directly when there is one, as anyio's
+    asyncio backend does, without its detection of the backend (a tenth of the cost; the loop reads the
+    clock a few times per round)."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:  # another backend (trio): ask anyio
+        return anyio.current_time()
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +49,7 @@ class Deadline:
     @classmethod
     def after(cls, seconds: float) -> Deadline:
         """``seconds`` from now."""
-        return cls(anyio.current_time() + seconds, seconds)
+        return cls(_now() + seconds, seconds)
 
     @classmethod
     def never(cls) -> Deadline:
@@ -64,19 +75,20 @@ class Deadline:
 
     def remaining(self) -> float:
         """Seconds left, never below 0 (``inf`` for ``never()``)."""
-        return max(0.0, self.at - anyio.current_time())
+        return max(0.0, self.at - _now())
 
     def expired(self) -> bool:
-        return anyio.current_time() >= self.at
+        return _now() >= self.at
 
     def capped(self, seconds: float) -> Deadline:
         """A child deadline: this one, or ``seconds`` from now when that comes first."""
-        now = anyio.current_time()
+        now = _now()
         at = min(self.at, now + seconds)
         return Deadline(at, max(0.0, at - now))
 
     def header(self) -> dict[str, str]:
         """``X-Deadline-Ms`` with the whole milliseconds left, for a call to another service; none for ``never()``."""
-        if self.at == math.inf:
+        left = self.at - _now()
+        if left == math.inf:
             return {}
-        return {DEADLINE_HEADER: str(int(self.remaining() * 1000))}
+        return {DEADLINE_HEADER: str(int(left * 1000)) if left > 0 else "0"}
