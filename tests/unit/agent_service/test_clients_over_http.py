@@ -9,8 +9,9 @@ import anyio
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from agent_service.clients import CompletionClient, Deadline, UpstreamError
+from agent_service.clients import CompletionClient, UpstreamError
 from suite_common import wire
+from suite_common.deadline import Deadline
 from suite_common.peer_client import AiohttpPeerClient
 from suite_common.sse import encode_event
 from suite_common.wire import CompletionDone, CompletionRequest, Message, ReasoningDelta, TextDelta, Usage, dump
@@ -67,7 +68,7 @@ async def _turn(client: CompletionClient, deltas: list[str]) -> str | None:
         deltas.append(delta.delta)
 
     request = CompletionRequest(model="m", messages=[Message(role="user", content="hi")])
-    response = await client.complete(request, Deadline(10), on_delta)
+    response = await client.complete(request, Deadline.after(10), on_delta)
     return response.message.content
 
 
@@ -99,7 +100,7 @@ async def test_a_model_name_that_cannot_go_into_a_url_is_a_400_without_asking(na
     app = _StreamingCompletions()
     async with _client(app) as client:
         with pytest.raises(UpstreamError) as caught:
-            await client.check_model(name, Deadline(5))
+            await client.check_model(name, Deadline.after(5))
     assert (caught.value.status, caught.value.code) == (400, "invalid_request")
     assert caught.value.message.startswith("model: ")
     assert app.clients == []

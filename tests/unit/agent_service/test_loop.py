@@ -9,8 +9,9 @@ import anyio
 import httpx
 import pytest
 
-from agent_service.clients import Deadline
+from agent_service.limits import RunLimits
 from agent_service.loop import RunPlan
+from suite_common.deadline import Deadline
 from suite_common.wire import (
     CallToolProgress,
     Message,
@@ -44,8 +45,7 @@ def plan(*tools: str, max_iterations: int = 15, deadline: float = 10.0, tool_cho
         messages=[Message(role="user", content="question")],
         tools=[tool(name) for name in tools],
         tool_choice=tool_choice,
-        max_iterations=max_iterations,
-        deadline=Deadline(deadline),
+        limits=RunLimits(max_iterations=max_iterations, deadline=Deadline.after(deadline)),
     )
 
 

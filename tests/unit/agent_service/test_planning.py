@@ -8,9 +8,10 @@ import anyio
 import pytest
 from pydantic import SecretStr
 
-from agent_service.clients import Deadline, UpstreamError
+from agent_service.clients import UpstreamError
 from agent_service.planning import ModelCheck, ToolCatalog, plan_run
 from agent_service.settings import AgentSettings
+from suite_common.deadline import Deadline
 from suite_common.errors import ApiError
 from suite_common.wire import AgentRunRequest, ToolInfo, ToolSpec, ToolUnavailable
 
@@ -72,7 +73,7 @@ async def test_omitted_tools_means_every_available_tool() -> None:
     tools, _ = catalog("search_documents", "web_search")
     plan = await plan_run(request(), SETTINGS, tools, MODELS)
     assert [t.name for t in plan.tools] == ["search_documents", "web_search"]
-    assert plan.max_iterations == 15
+    assert plan.limits.max_iterations == 15
 
 
 async def test_requested_tools_are_filtered_in_request_order() -> None:
@@ -130,7 +131,7 @@ async def test_a_run_whose_tools_are_all_unavailable_is_a_503_with_retry_after()
 async def test_a_cached_list_saying_all_are_unavailable_is_asked_again_before_refusing() -> None:
     tools, client = catalog("web_search", ttl=60)
     client.unavailable["web_search"] = RESTARTING
-    await tools.tools(Deadline(5))  # cached while the server was restarting
+    await tools.tools(Deadline.after(5))  # cached while the server was restarting
     tools._fetched_at -= 2  # two seconds ago
     client.unavailable.clear()  # back since
 
@@ -159,8 +160,8 @@ async def test_more_iterations_than_the_cap_is_refused() -> None:
 async def test_fewer_iterations_and_a_shorter_deadline_are_honoured() -> None:
     tools, _ = catalog()
     plan = await plan_run(request(maxIterations=3, deadlineSeconds=5), SETTINGS, tools, MODELS)
-    assert plan.max_iterations == 3
-    assert 4.5 < plan.deadline.remaining() <= 5
+    assert plan.limits.max_iterations == 3
+    assert 4.5 < plan.limits.deadline.remaining() <= 5
 
 
 async def test_a_longer_deadline_than_the_setting_is_refused() -> None:

@@ -14,7 +14,8 @@ from httpx_sse import EventSource
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from completion_service.providers._transport import CallDeadline, Upstream
+from completion_service.providers._transport import Upstream
+from suite_common.deadline import Deadline
 from suite_common.errors import ApiError
 from suite_common.sse_parser import EventStreamParser
 
@@ -107,7 +108,7 @@ def _translate(status: int, content: bytes, headers: httpx.Headers) -> ApiError:
     return ApiError(status, "upstream_error", content.decode(), retryable=status == 429 or status >= 500)
 
 
-async def _events(upstream: Upstream, deadline: CallDeadline, into: list[str]) -> None:
+async def _events(upstream: Upstream, deadline: Deadline, into: list[str]) -> None:
     response = await upstream.open(lambda: _request(upstream), _translate, deadline)
     async for event in upstream.iter_sse(response, deadline):
         into.append(event.data)
@@ -120,7 +121,7 @@ async def test_a_stream_that_stalls_after_some_events_ends_with_a_504_at_the_dea
     received: list[str] = []
     started = anyio.current_time()
     with anyio.fail_after(5), pytest.raises(ApiError) as caught:
-        await _events(upstream, CallDeadline.start(0.3), received)
+        await _events(upstream, Deadline.after(0.3), received)
     assert received == ['{"n": 1}', '{"n": 2}']
     assert (caught.value.status, caught.value.code) == (504, "upstream_timeout")
     assert 0.25 <= anyio.current_time() - started < 2
@@ -133,7 +134,7 @@ async def test_a_connection_lost_mid_stream_is_a_503_after_the_events_before_it(
     upstream = _upstream(httpx.Response(200, headers=_SSE_HEADERS, stream=body))
     received: list[str] = []
     with anyio.fail_after(5), pytest.raises(ApiError) as caught:
-        await _events(upstream, CallDeadline.start(5), received)
+        await _events(upstream, Deadline.after(5), received)
     assert received == ["one"]
     assert (caught.value.status, caught.value.code) == (503, "upstream_unavailable")
     assert body.closed
@@ -143,7 +144,7 @@ async def test_a_connection_lost_mid_stream_is_a_503_after_the_events_before_it(
 async def test_a_consumer_that_takes_its_time_between_events_is_not_cut_by_the_read_deadline() -> None:
     # The deadline bounds the reads, never the consumer's own work between two events.
     upstream = _upstream(httpx.Response(200, headers=_SSE_HEADERS, stream=_Body(b"data: a\n\n", b"data: b\n\n")))
-    deadline = CallDeadline.start(5)
+    deadline = Deadline.after(5)
     response = await upstream.open(lambda: _request(upstream), _translate, deadline)
     received = []
     with anyio.fail_after(5):
@@ -159,7 +160,7 @@ async def test_a_consumer_that_takes_its_time_between_events_is_not_cut_by_the_r
 async def test_a_first_attempt_that_succeeds_is_the_only_request() -> None:
     seen: list[httpx.Request] = []
     upstream = _upstream(httpx.Response(200, json={"ok": True}), seen=seen)
-    deadline = CallDeadline.start(5)
+    deadline = Deadline.after(5)
     response = await upstream.open(lambda: _request(upstream), _translate, deadline)
     assert await upstream.read_json(response, deadline) == {"ok": True}
     assert len(seen) == 1
@@ -171,7 +172,7 @@ async def test_retries_after_a_failed_first_attempt_stay_bounded() -> None:
     busy = [httpx.Response(503, headers={"retry-after": "0"}, content=b"busy") for _ in range(4)]
     upstream = _upstream(*busy, seen=seen)
     with anyio.fail_after(5), pytest.raises(ApiError) as caught:
-        await upstream.open(lambda: _request(upstream), _translate, CallDeadline.start(5))
+        await upstream.open(lambda: _request(upstream), _translate, Deadline.after(5))
     assert caught.value.status == 503
     assert len(seen) == 3  # the first attempt and max_retries=2 more
 
@@ -184,7 +185,7 @@ async def test_a_retry_after_the_first_attempt_returns_the_second_answer() -> No
         httpx.Response(200, content=json.dumps({"second": True}).encode()),
         seen=seen,
     )
-    deadline = CallDeadline.start(5)
+    deadline = Deadline.after(5)
     with anyio.fail_after(5):
         response = await upstream.open(lambda: _request(upstream), _translate, deadline)
         assert await upstream.read_json(response, deadline) == {"second": True}

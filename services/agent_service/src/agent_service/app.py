@@ -75,7 +75,7 @@ async def _stream_run(plan: RunPlan, loop: AgentLoop, lifecycle: Lifecycle, send
             run_id=plan.run_id,
             model=plan.model,
             tools=[tool.name for tool in plan.tools],
-            max_iterations=plan.max_iterations,
+            max_iterations=plan.limits.max_iterations,
         )
     )
     try:

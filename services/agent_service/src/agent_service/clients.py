@@ -7,7 +7,6 @@ failure becomes an ``UpstreamError`` with a code the loop can report.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
@@ -16,13 +15,13 @@ import anyio
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
+from suite_common.deadline import Deadline
 from suite_common.errors import ApiError
 from suite_common.http import check_model_name
 from suite_common.peer_client import PeerClient, PeerReply, PeerStream
 from suite_common.sse_parser import EventStreamParser
 from suite_common.tracing import trace_headers
 from suite_common.wire import (
-    DEADLINE_HEADER,
     CallToolProgress,
     CallToolRequest,
     CallToolResponse,
@@ -43,7 +42,7 @@ from suite_common.wire import (
     dump,
 )
 
-__all__ = ["CompletionClient", "Deadline", "DeltaSink", "ProgressSink", "ToolsClient", "UpstreamError"]
+__all__ = ["CompletionClient", "DeltaSink", "ProgressSink", "ToolsClient", "UpstreamError"]
 
 _completion_event = TypeAdapter[CompletionEvent](CompletionEvent)
 
@@ -52,19 +51,6 @@ DeltaSink = Callable[[TextDelta | ReasoningDelta], Awaitable[None]]
 
 ProgressSink = Callable[[CallToolProgress], Awaitable[None]]
 """Where a tool call answered as SSE hands each progress event of the tool."""
-
-
-class Deadline:
-    """The absolute end of a run on the monotonic clock."""
-
-    def __init__(self, seconds: float) -> None:
-        self.at = time.monotonic() + seconds
-
-    def remaining(self) -> float:
-        return max(0.0, self.at - time.monotonic())
-
-    def header(self) -> dict[str, str]:
-        return {DEADLINE_HEADER: str(int(self.remaining() * 1000))}
 
 
 class UpstreamError(Exception):

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import anyio
 import structlog
 
-from agent_service.clients import CompletionClient, Deadline, ProgressSink, ToolsClient, UpstreamError
+from agent_service.clients import CompletionClient, ProgressSink, ToolsClient, UpstreamError
+from agent_service.limits import RunLimits
 from agent_service.results import render_tool_result
 from agent_service.telemetry import RunTelemetry
 from suite_common.echo import clip
@@ -46,10 +47,6 @@ __all__ = ["AgentLoop", "Emit", "RunOutcome", "RunPlan"]
 
 _log = get_logger("agent_service.loop")
 
-_DEADLINE_SLACK_SECONDS = 0.25
-"""A callee told "X ms left" gives up at about the moment the run does; a failure this close
-to the deadline is the deadline, not an error of the callee."""
-
 Emit = Callable[[RunEvent], Awaitable[None]]
 
 
@@ -62,9 +59,7 @@ class RunPlan:
     messages: list[Message]
     tools: list[ToolInfo]
     tool_choice: ToolChoice
-    max_iterations: int
-    deadline: Deadline
-    """Started when the request arrived: tool discovery counts against it too."""
+    limits: RunLimits
     max_tokens: int | None = None
     temperature: float | None = None
     client_tools: list[ToolSpec] = field(default_factory=list)
@@ -151,15 +146,14 @@ class AgentLoop:
             telemetry.run_ended(outcome, state.iterations, failed=failed)
 
     async def _run(self, plan: RunPlan, state: _RunState, emit: Emit, stream_text: bool) -> RunOutcome:
-        deadline = plan.deadline
         started = time.perf_counter()
         try:
-            with anyio.move_on_after(deadline.remaining()) as deadline_scope:
+            with anyio.CancelScope(deadline=plan.limits.deadline.at) as deadline_scope:
                 finish = await self._rounds(plan, state, emit, stream_text)
             if deadline_scope.cancelled_caught:
                 finish = "deadline"
         except UpstreamError as error:
-            if deadline.remaining() > _DEADLINE_SLACK_SECONDS:
+            if not plan.limits.out_of_time():
                 state.close_round(f"The run failed before this tool call finished: {error.message}")
                 _log.warning("run_failed", code=error.code, message=error.message, iterations=state.iterations)
                 await emit(RunError(run_id=plan.run_id, code=error.code, message=error.message))
@@ -183,10 +177,8 @@ class AgentLoop:
         specs = [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema) for t in plan.tools]
         specs += plan.client_tools
         tool_choice = plan.tool_choice
-        for iteration in range(1, plan.max_iterations + 1):
-            if plan.deadline.remaining() <= 0:
-                return "deadline"
-            state.iterations = iteration
+        while (finish := plan.limits.stop_before_call(state.iterations)) is None:
+            iteration = state.iterations = state.iterations + 1
             with (
                 structlog.contextvars.bound_contextvars(round=iteration),
                 self.telemetry.tracer.start_as_current_span("agent_round", attributes={"agent.round.index": iteration}),
@@ -205,7 +197,7 @@ class AgentLoop:
             # A forced choice ("required" or a named tool) applies to the first round only;
             # forcing it again would keep the model from ever answering.
             tool_choice = "auto"
-        return "max_iterations"
+        return finish
 
     async def _round(
         self, plan: RunPlan, state: _RunState, emit: Emit, request: CompletionRequest, stream_text: bool
@@ -220,7 +212,7 @@ class AgentLoop:
                 await emit(RunReasoning(run_id=plan.run_id, iteration=iteration, delta=delta.delta))
 
         with self.telemetry.tracer.start_as_current_span("llm_call", attributes={"llm.model": plan.model}) as span:
-            response = await self.completions.complete(request, plan.deadline, forward if stream_text else None)
+            response = await self.completions.complete(request, plan.limits.deadline, forward if stream_text else None)
             span.set_attribute("llm.provider", response.provider)
             span.set_attribute("llm.finish_reason", response.finish_reason)
         state.usage += response.usage
@@ -302,10 +294,13 @@ class AgentLoop:
                 try:
                     if streamed:
                         result = await self.tools.call_tool_streamed(
-                            call.name, call.arguments, plan.deadline, _progress_reporter(plan, iteration, call, emit)
+                            call.name,
+                            call.arguments,
+                            plan.limits.deadline,
+                            _progress_reporter(plan, iteration, call, emit),
                         )
                     else:  # the cheaper JSON answer: nobody would see the progress
-                        result = await self.tools.call_tool(call.name, call.arguments, plan.deadline)
+                        result = await self.tools.call_tool(call.name, call.arguments, plan.limits.deadline)
                 except UpstreamError as error:
                     failures.append(error)
                     span.set_attributes({"tool.server": server, "tool.status": "failed"})

@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
-from agent_service.clients import CompletionClient, Deadline, UpstreamError
+from agent_service.clients import CompletionClient, UpstreamError
 from agent_service.loop import AgentLoop, RunPlan
 from agent_service.openai_wire import (
     AgentInfo,
@@ -45,6 +45,7 @@ from agent_service.openai_wire import (
 )
 from agent_service.planning import ModelCheck, ToolCatalog, plan_run
 from agent_service.settings import AgentSettings
+from suite_common.deadline import Deadline
 from suite_common.echo import clip
 from suite_common.errors import ApiError
 from suite_common.http import ModelResponse, read_model, run_for_client
@@ -175,8 +176,10 @@ async def _single_completion(completions: CompletionClient, plan: RunPlan, on_te
             await on_text(1, delta.delta)
 
     try:
-        with anyio.move_on_after(plan.deadline.remaining()):
-            response = await completions.complete(request, plan.deadline, forward if on_text is not None else None)
+        with anyio.CancelScope(deadline=plan.limits.deadline.at):
+            response = await completions.complete(
+                request, plan.limits.deadline, forward if on_text is not None else None
+            )
             message = response.message
             agent = AgentInfo(finish_reason=response.finish_reason, iterations=1)
             return _Answer(message.content, message.tool_calls, agent, response.usage)
@@ -351,7 +354,7 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
 async def list_models(request: Request) -> Response:
     services = _services(request)
     try:
-        models = await services.loop.completions.list_models(Deadline(services.settings.connect_timeout_seconds))
+        models = await services.loop.completions.list_models(Deadline.after(services.settings.connect_timeout_seconds))
     except UpstreamError as error:
         return _error(error.status, error.code, error.message, error.headers)
     return ModelResponse(model_list(models))

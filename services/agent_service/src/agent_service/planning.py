@@ -11,9 +11,11 @@ import uuid
 
 import anyio
 
-from agent_service.clients import CompletionClient, Deadline, ToolsClient, UpstreamError
-from agent_service.loop import _DEADLINE_SLACK_SECONDS, RunPlan
+from agent_service.clients import CompletionClient, ToolsClient, UpstreamError
+from agent_service.limits import RunLimits
+from agent_service.loop import RunPlan
 from agent_service.settings import AgentSettings
+from suite_common.deadline import Deadline
 from suite_common.echo import clip, clip_names
 from suite_common.errors import ApiError
 from suite_common.wire import AgentRunRequest, NamedToolChoice, ToolChoice, ToolInfo, ToolSpec
@@ -90,7 +92,8 @@ class ModelCheck:
         self._known[model] = now
 
 
-def _check_limits(request: AgentRunRequest, settings: AgentSettings) -> tuple[int, float]:
+def _check_limits(request: AgentRunRequest, settings: AgentSettings) -> RunLimits:
+    """The run's limits; its clock starts now, so discovery counts against its deadline."""
     max_iterations = request.max_iterations or settings.max_iterations
     if max_iterations > settings.max_iterations:
         raise ApiError(
@@ -103,7 +106,7 @@ def _check_limits(request: AgentRunRequest, settings: AgentSettings) -> tuple[in
             "invalid_request",
             f"deadlineSeconds may be at most {settings.run_deadline_seconds:g} (got {deadline:g}).",
         )
-    return max_iterations, deadline
+    return RunLimits(max_iterations=max_iterations, deadline=Deadline.after(deadline))
 
 
 _RECHECK_UNAVAILABLE_SECONDS = 1.0
@@ -158,9 +161,8 @@ async def plan_run(
 ) -> RunPlan:
     """``client_tools``: tools the caller runs itself (see ``RunPlan.client_tools``); one of ours with the same
     name is left out of the run, since the caller, who declared it, expects to run it."""
-    max_iterations, deadline_seconds = _check_limits(request, settings)
-    # The run's clock starts now: discovery counts against its deadline.
-    deadline = Deadline(deadline_seconds)
+    limits = _check_limits(request, settings)
+    deadline = limits.deadline
     tools: list[ToolInfo] = []
     out_of_time = False
     try:
@@ -173,7 +175,7 @@ async def plan_run(
                 if _all_unavailable(tools):
                     raise _unavailable_error(tools)
     except UpstreamError as error:
-        if deadline.remaining() > _DEADLINE_SLACK_SECONDS:
+        if not limits.out_of_time():
             raise ApiError(error.status, error.code, error.message, headers=error.headers) from None
         # The run's own deadline ran out, not the peer: the loop ends the run as "deadline", as it
         # does when the deadline passes in any round (a 504 here blamed the peer; found by fuzzing).
@@ -191,8 +193,7 @@ async def plan_run(
         messages=request.messages,
         tools=tools,
         tool_choice=choice,
-        max_iterations=max_iterations,
-        deadline=deadline,
+        limits=limits,
         max_tokens=request.max_tokens,
         temperature=request.temperature,
         client_tools=client_tools,

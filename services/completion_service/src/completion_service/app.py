@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
-import anyio
 import httpx
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Span, Tracer
@@ -22,7 +21,7 @@ from completion_service.routing import ModelRoute, ModelRouter
 from completion_service.settings import CompletionSettings
 from completion_service.telemetry import LlmTelemetry, provider_call_span, set_provider_outcome
 from completion_service.wiring import build_router
-from suite_common.deadline import time_budget
+from suite_common.deadline import Deadline
 from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes
 from suite_common.http import ModelResponse, check_model_name, read_model, run_for_client
@@ -68,12 +67,12 @@ def _services(request: Request) -> _Services:
     return services
 
 
-def _budget(request: Request, settings: CompletionSettings) -> float:
-    """Seconds the upstream call may take: the setting, shortened by the caller's ``X-Deadline-Ms``."""
-    budget = time_budget(request.headers, settings.request_timeout_seconds)
-    if budget <= 0:
+def _deadline(request: Request, settings: CompletionSettings) -> Deadline:
+    """When the upstream calls must be over: the setting, shortened by the caller's ``X-Deadline-Ms``."""
+    deadline = Deadline.from_header(request.headers, cap=settings.request_timeout_seconds)
+    if deadline.expired():
         raise ApiError(504, "upstream_timeout", f"The caller's deadline ({DEADLINE_HEADER}) has already passed.")
-    return budget
+    return deadline
 
 
 def _encode(event: CompletionEvent) -> bytes:
@@ -109,7 +108,7 @@ def _falls_back(error: ApiError, route: ModelRoute, chain: list[ModelRoute], tel
 
 
 async def _complete(
-    body: CompletionRequest, route: ModelRoute, deadline: float, services: _Services
+    body: CompletionRequest, route: ModelRoute, deadline: Deadline, services: _Services
 ) -> CompletionResponse:
     chain = route.chain()
     for candidate in chain:
@@ -161,7 +160,9 @@ def _end_span(span: Span, outcome: str) -> None:
     span.end()
 
 
-async def _open_stream(body: CompletionRequest, route: ModelRoute, deadline: float, services: _Services) -> _OpenStream:
+async def _open_stream(
+    body: CompletionRequest, route: ModelRoute, deadline: Deadline, services: _Services
+) -> _OpenStream:
     """The first route whose stream starts, with its first event; nothing reached the caller before it."""
     chain = route.chain()
     for candidate in chain:
@@ -202,8 +203,8 @@ async def _until_answered(request: Request, lifecycle: Lifecycle, work: Awaitabl
     return True, outcome.result
 
 
-def _left(deadline: float) -> float:
-    left = deadline - anyio.current_time()
+def _left(deadline: Deadline) -> float:
+    left = deadline.remaining()
     if left <= 0:
         raise ApiError(504, "upstream_timeout", "The request's time ran out before a model answered.", retryable=True)
     return left
@@ -213,7 +214,7 @@ async def completions(request: Request) -> Response | EventStreamResponse:
     services = _services(request)
     body = await read_model(request, CompletionRequest)
     route = services.router.route(body.model)
-    deadline = anyio.current_time() + _budget(request, services.settings)
+    deadline = _deadline(request, services.settings)
     lifecycle = services.lifecycle
     if not body.stream:
         answered, response = await _until_answered(request, lifecycle, _complete(body, route, deadline, services))

@@ -44,7 +44,7 @@ from mcp_client_service.servers.registry import ReloadResult, ServerRegistry, Se
 from mcp_client_service.settings import MCPClientSettings
 from mcp_client_service.transport.ssrf_guard import EgressPolicy
 from suite_common.auth import SharedSecretMiddleware
-from suite_common.deadline import time_budget
+from suite_common.deadline import Deadline
 from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes, readiness_operation
 from suite_common.http import ModelResponse, cancel_on_disconnect, read_model
@@ -130,7 +130,7 @@ def _wants_event_stream(request: Request) -> bool:
     return "text/event-stream" in request.headers.get("accept", "")
 
 
-async def _stream_call(router: ToolRouter, body: CallToolRequest, caller_budget: float, send: Emit) -> None:
+async def _stream_call(router: ToolRouter, body: CallToolRequest, deadline: Deadline, send: Emit) -> None:
     """``call-tool`` as SSE: the server's progress as ``progress`` events, then one ``result`` or ``error``.
 
     ``EventStreamResponse`` cancels this when the caller goes away, which cancels the call.
@@ -143,7 +143,7 @@ async def _stream_call(router: ToolRouter, body: CallToolRequest, caller_budget:
     relay = ProgressRelay(forward)
     try:
         response = await router.call(
-            body.name, body.arguments, caller_budget=caller_budget, raise_unavailable=True, on_progress=relay
+            body.name, body.arguments, deadline=deadline, raise_unavailable=True, on_progress=relay
         )
     except ToolUnavailableError as unavailable:
         await relay.close()
@@ -161,16 +161,16 @@ async def _stream_call(router: ToolRouter, body: CallToolRequest, caller_budget:
 async def call_tool_route(request: Request) -> Response | EventStreamResponse:
     services = _services(request)
     body = await read_model(request, CallToolRequest)
-    caller_budget = time_budget(request.headers, math.inf)
+    deadline = Deadline.from_header(request.headers, cap=math.inf)
     if _wants_event_stream(request):
-        return EventStreamResponse(functools.partial(_stream_call, services.router, body, caller_budget))
+        return EventStreamResponse(functools.partial(_stream_call, services.router, body, deadline))
     # A caller that goes away (agent-service cancelling a run, a deadline) cancels the call: the
     # SDK then sends the server `notifications/cancelled` (or, over streamable HTTP at protocol
     # 2026, aborts the request's POST), so the tool stops instead of running to the call timeout.
     try:
         answered, response = await cancel_on_disconnect(
             request,
-            services.router.call(body.name, body.arguments, caller_budget=caller_budget, raise_unavailable=True),
+            services.router.call(body.name, body.arguments, deadline=deadline, raise_unavailable=True),
         )
     except ToolNotFoundError as error:
         raise _tool_not_found(error) from None

@@ -17,9 +17,10 @@ from typing import Any, ClassVar, Protocol
 
 import httpx
 
-from completion_service.providers._transport import CallDeadline, ErrorTranslator, Upstream, media_type, parse_json
+from completion_service.providers._transport import ErrorTranslator, Upstream, media_type, parse_json
 from completion_service.providers.tool_names import NameRule, ToolNames
 from completion_service.providers.tool_turns import repaired
+from suite_common.deadline import Deadline
 from suite_common.wire import CompletionEvent, CompletionRequest, CompletionResponse
 
 __all__ = ["SSE", "HttpAdapter", "Outbound", "StreamDecoder"]
@@ -72,7 +73,7 @@ class HttpAdapter:
         raise NotImplementedError
 
     async def _whole_stream(
-        self, upstream: Upstream, response: httpx.Response, deadline: CallDeadline, model: str
+        self, upstream: Upstream, response: httpx.Response, deadline: Deadline, model: str
     ) -> list[CompletionEvent]:
         """A stream answered with one JSON body (compatible servers do): the events of that whole answer."""
         return await upstream.whole_answer(response, deadline, lambda body: self._parse(body, model))
@@ -84,7 +85,7 @@ class HttpAdapter:
     ) -> CompletionResponse:
         request = repaired(request)
         names = ToolNames.plan(request, self.tool_names)
-        deadline = CallDeadline.start(timeout_seconds)
+        deadline = Deadline.after(timeout_seconds)
         upstream, response = await self._open(
             request if names is None else names.outbound(request), upstream_model, deadline, stream=False
         )
@@ -96,7 +97,7 @@ class HttpAdapter:
     ) -> AsyncIterator[CompletionEvent]:
         request = repaired(request)
         names = ToolNames.plan(request, self.tool_names)
-        deadline = CallDeadline.start(timeout_seconds)
+        deadline = Deadline.after(timeout_seconds)
         upstream, response = await self._open(
             request if names is None else names.outbound(request), upstream_model, deadline, stream=True
         )
@@ -133,7 +134,7 @@ class HttpAdapter:
                 yield event if names is None else names.inbound_event(event)
 
     async def _open(
-        self, request: CompletionRequest, upstream_model: str, deadline: CallDeadline, *, stream: bool
+        self, request: CompletionRequest, upstream_model: str, deadline: Deadline, *, stream: bool
     ) -> tuple[Upstream, httpx.Response]:
         call = await self._outbound(request, upstream_model, stream=stream)
         return call.upstream, await call.upstream.open(call.build, call.translate, deadline)

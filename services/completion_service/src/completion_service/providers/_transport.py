@@ -31,6 +31,7 @@ from tenacity.stop import stop_base
 
 from completion_service.providers._errors import bad_response, retry_after_seconds
 from completion_service.providers.base import events_of
+from suite_common.deadline import Deadline
 from suite_common.errors import ApiError
 from suite_common.http_client import send_streamed
 from suite_common.logging import get_logger
@@ -39,7 +40,6 @@ from suite_common.wire import CompletionEvent, CompletionResponse
 
 __all__ = [
     "RETRY_AFTER_CAP_SECONDS",
-    "CallDeadline",
     "CallStats",
     "ErrorTranslator",
     "Upstream",
@@ -73,24 +73,10 @@ class CallStats:
 call_stats: ContextVar[CallStats | None] = ContextVar("call_stats", default=None)
 
 
-@dataclass(frozen=True)
-class CallDeadline:
-    """When one completion must be over (``anyio.current_time()`` clock), and its whole budget for messages."""
-
-    at: float
-    budget: float
-
-    @classmethod
-    def start(cls, budget: float) -> CallDeadline:
-        return cls(anyio.current_time() + budget, budget)
-
-    def remaining(self) -> float:
-        return self.at - anyio.current_time()
-
-    def timed_out(self) -> ApiError:
-        return ApiError(
-            504, "upstream_timeout", f"The provider did not finish within {self.budget:g} s.", retryable=True
-        )
+def _timed_out(deadline: Deadline) -> ApiError:
+    return ApiError(
+        504, "upstream_timeout", f"The provider did not finish within {deadline.seconds:g} s.", retryable=True
+    )
 
 
 class _RetryableFailure(Exception):
@@ -182,7 +168,7 @@ class Upstream:
     # --- sending ------------------------------------------------------------------------------
 
     async def open(
-        self, build: Callable[[], httpx.Request], translate: ErrorTranslator, deadline: CallDeadline
+        self, build: Callable[[], httpx.Request], translate: ErrorTranslator, deadline: Deadline
     ) -> httpx.Response:
         """A successful response with its body unread, after at most ``max_retries`` retries.
 
@@ -202,7 +188,7 @@ class Upstream:
         self,
         build: Callable[[], httpx.Request],
         translate: ErrorTranslator,
-        deadline: CallDeadline,
+        deadline: Deadline,
         first: _RetryableFailure,
     ) -> httpx.Response:
         """The attempts after the first one failed with ``first``: tenacity decides as if it had made that one."""
@@ -228,7 +214,7 @@ class Upstream:
         raise AssertionError("tenacity returns or raises")  # pragma: no cover
 
     async def _send(
-        self, build: Callable[[], httpx.Request], translate: ErrorTranslator, deadline: CallDeadline
+        self, build: Callable[[], httpx.Request], translate: ErrorTranslator, deadline: Deadline
     ) -> httpx.Response:
         remaining = max(deadline.remaining(), 0.001)
         connect = min(self.http.timeout.connect or remaining, remaining)
@@ -272,7 +258,7 @@ class Upstream:
 
     # --- reading ------------------------------------------------------------------------------
 
-    async def read_json(self, response: httpx.Response, deadline: CallDeadline) -> Any:
+    async def read_json(self, response: httpx.Response, deadline: Deadline) -> Any:
         """The whole JSON body, then the connection back to the pool."""
         try:
             content = await self.before(deadline, response.aread())
@@ -283,7 +269,7 @@ class Upstream:
         return parse_json(content)
 
     async def whole_answer(
-        self, response: httpx.Response, deadline: CallDeadline, parse: Callable[[Any], CompletionResponse]
+        self, response: httpx.Response, deadline: Deadline, parse: Callable[[Any], CompletionResponse]
     ) -> list[CompletionEvent]:
         """A stream answered with one JSON body (``media_type`` says so): the events of the whole answer
         ``parse`` reads from it, as a stream of it would have given them."""
@@ -291,7 +277,7 @@ class Upstream:
         with self.scrubbed():
             return events_of(parse(body))
 
-    async def iter_sse(self, response: httpx.Response, deadline: CallDeadline) -> AsyncGenerator[ServerSentEvent, None]:
+    async def iter_sse(self, response: httpx.Response, deadline: Deadline) -> AsyncGenerator[ServerSentEvent, None]:
         """The response's server-sent events.
 
         The deadline and the translation of failures apply to each read from the network, however
@@ -311,7 +297,7 @@ class Upstream:
             await _release(response)
 
     async def iter_bytes(
-        self, response: httpx.Response, deadline: CallDeadline, *, content_type: str
+        self, response: httpx.Response, deadline: Deadline, *, content_type: str
     ) -> AsyncGenerator[bytes, None]:
         """The raw body as it arrives (binary framings such as AWS event streams), within the deadline; a body
         of another Content-Type than ``content_type`` is a ``bad_upstream_response`` that says which it was."""
@@ -323,7 +309,7 @@ class Upstream:
         finally:
             await _release(response)
 
-    async def _next_chunk(self, chunks: AsyncIterator[bytes], deadline: CallDeadline) -> bytes | None:
+    async def _next_chunk(self, chunks: AsyncIterator[bytes], deadline: Deadline) -> bytes | None:
         """The body's next chunk (``None`` at its end) unless the deadline passes first, failures translated.
 
         Its cancel scope is entered and left around this one read: an async generator must never
@@ -334,25 +320,25 @@ class Upstream:
                 return await anext(chunks, None)
         except httpx.TransportError as error:
             raise self._failure(error, deadline) from None
-        raise deadline.timed_out()
+        raise _timed_out(deadline)
 
     @staticmethod
     async def release(response: httpx.Response) -> None:
         await _release(response)
 
     @staticmethod
-    async def before(deadline: CallDeadline, awaitable: Awaitable[T]) -> T:
+    async def before(deadline: Deadline, awaitable: Awaitable[T]) -> T:
         """Await ``awaitable`` unless the deadline passes first. The scope never spans a ``yield``."""
         with anyio.CancelScope(deadline=deadline.at):
             return await awaitable
-        raise deadline.timed_out()
+        raise _timed_out(deadline)
 
     # --- errors -------------------------------------------------------------------------------
 
-    def _failure(self, error: httpx.TransportError, deadline: CallDeadline) -> ApiError:
+    def _failure(self, error: httpx.TransportError, deadline: Deadline) -> ApiError:
         """An httpx failure as the caller's error (``ApiError`` needs none: it passes through)."""
         if isinstance(error, httpx.TimeoutException):
-            return deadline.timed_out()
+            return _timed_out(deadline)
         return self._connection_failed(error)
 
     @contextmanager

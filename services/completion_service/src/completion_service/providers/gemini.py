@@ -32,9 +32,10 @@ import httpx
 
 from completion_service.providers._adapter import HttpAdapter, Outbound
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
-from completion_service.providers._transport import CallDeadline, Upstream
+from completion_service.providers._transport import Upstream
 from completion_service.providers.gemini_schema import to_gemini_parameters
 from completion_service.providers.tool_names import NameRule
+from suite_common.deadline import Deadline
 from suite_common.echo import clip
 from suite_common.errors import ApiError
 from suite_common.wire import (
@@ -745,7 +746,7 @@ class GeminiProvider(HttpAdapter):
         return StreamAssembler(model=model, provider=self.name)
 
     async def _whole_stream(
-        self, upstream: Upstream, response: httpx.Response, deadline: CallDeadline, model: str
+        self, upstream: Upstream, response: httpx.Response, deadline: Deadline, model: str
     ) -> list[CompletionEvent]:
         # Some servers answer ``alt=sse`` with JSON: one GenerateContentResponse, or the array of them that
         # streamGenerateContent gives without ``alt=sse``. Both are whole answers, folded as a stream is.

@@ -7,7 +7,6 @@ told of every call that reached a server (``record_call``: latency, circuit brea
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ from mcp_client_service.calls.call import CallRecord, RoutedTool, call_routed_to
 from mcp_client_service.calls.results import error_result
 from mcp_client_service.calls.validation import SchemaValidators
 from mcp_client_service.servers.registry import ServerRegistry
+from suite_common.deadline import Deadline
 from suite_common.echo import clip
 from suite_common.logging import get_logger
 from suite_common.wire import CallToolResponse
@@ -28,6 +28,8 @@ from suite_common.wire import CallToolResponse
 __all__ = ["ToolNotFoundError", "ToolRouter", "ToolUnavailableError"]
 
 _log = get_logger("mcp_client_service.calls.router")
+
+_NO_DEADLINE = Deadline.never()
 
 
 class ToolNotFoundError(LookupError):
@@ -107,9 +109,13 @@ class ToolRouter:
     def find(self, name: str) -> RoutedTool | None:
         return self._current().routes.get(name)
 
-    def time_limit(self, server: str, caller_budget: float = math.inf) -> float:
-        """The server's call timeout (or the service's), never beyond what the caller has left."""
-        return min(self._server_limit(server), caller_budget)
+    def time_limit(self, server: str, deadline: Deadline) -> float:
+        """The server's call timeout (or the service's), never beyond the caller's deadline.
+
+        The caller's as it stated it (``deadline.seconds``, read on arrival): the call starts at once,
+        and a timeout then names the figure the caller sent ("within 0.3 s"), not what was left of it.
+        """
+        return min(self._server_limit(server), deadline.seconds)
 
     def _server_limit(self, server: str) -> float:
         return self._registry.call_timeout(server) or self.call_timeout
@@ -125,19 +131,19 @@ class ToolRouter:
         name: str,
         arguments: dict[str, Any],
         *,
-        caller_budget: float = math.inf,
+        deadline: Deadline = _NO_DEADLINE,
         raise_unavailable: bool = False,
         on_progress: ProgressFnT | None = None,
     ) -> CallToolResponse:
         """Call the tool listed as ``name``; ``ToolNotFoundError`` if no server offers it.
 
-        ``caller_budget`` is the seconds the caller has left (its ``X-Deadline-Ms``). A tool whose
+        ``deadline`` is the caller's (its ``X-Deadline-Ms``). A tool whose
         server cannot take calls now gets an error result saying why, or with ``raise_unavailable``
         raises ``ToolUnavailableError`` (the REST API answers 503 with ``Retry-After``).
         ``on_progress`` gets the server's progress notifications for the call.
         """
         with self._tracer.start_as_current_span("mcp_tool_call", attributes={"tool.name": name}) as span:
-            response = await self._call(name, arguments, caller_budget, raise_unavailable, on_progress)
+            response = await self._call(name, arguments, deadline, raise_unavailable, on_progress)
             span.set_attribute("tool.server", response.server)
             span.set_attribute("tool.is_error", response.is_error)
             return response
@@ -146,7 +152,7 @@ class ToolRouter:
         self,
         name: str,
         arguments: dict[str, Any],
-        caller_budget: float,
+        deadline: Deadline,
         raise_unavailable: bool,
         on_progress: ProgressFnT | None,
     ) -> CallToolResponse:
@@ -178,8 +184,8 @@ class ToolRouter:
             session,
             tool,
             arguments,
-            time_limit=self.time_limit(tool.server, caller_budget),
-            callers_deadline=caller_budget < self._server_limit(tool.server),
+            time_limit=self.time_limit(tool.server, deadline),
+            callers_deadline=deadline.seconds < self._server_limit(tool.server),
             max_chars=self.max_chars,
             validators=self.validators,
             on_finished=self._record,

@@ -57,7 +57,7 @@ from mcp_client_service.calls.progress import ProgressRelay
 from mcp_client_service.calls.router import ToolNotFoundError, ToolRouter
 from mcp_client_service.mcp_server.features import FeatureRouter
 from suite_common.auth import secrets_match
-from suite_common.deadline import time_budget
+from suite_common.deadline import Deadline
 from suite_common.errors import ApiError, error_response
 from suite_common.wire import CallToolResponse
 
@@ -106,10 +106,10 @@ def to_call_tool_result(response: CallToolResponse, tool: RoutedTool | None) -> 
     )
 
 
-def _caller_budget(ctx: ServerRequestContext[Any]) -> float:
+def _caller_deadline(ctx: ServerRequestContext[Any]) -> Deadline:
     headers: Mapping[str, str] = getattr(ctx.request, "headers", None) or {}
     try:
-        return time_budget(headers, math.inf)
+        return Deadline.from_header(headers, cap=math.inf)
     except ApiError as error:
         raise MCPError(INVALID_REQUEST, error.message) from None
 
@@ -190,14 +190,14 @@ class McpFace:
         return ListToolsResult(tools=self._router.tools())
 
     async def _call_tool(self, ctx: ServerRequestContext[Any], params: CallToolRequestParams) -> CallToolResult:
-        budget = _caller_budget(ctx)
+        deadline = _caller_deadline(ctx)
         # Progress is asked of the upstream server only for a client that asked for it.
         relay = (
             ProgressRelay(ctx.session.report_progress) if progress_token_from_params(ctx.params) is not None else None
         )
         try:
             response = await self._router.call(
-                params.name, dict(params.arguments or {}), caller_budget=budget, on_progress=relay
+                params.name, dict(params.arguments or {}), deadline=deadline, on_progress=relay
             )
         except ToolNotFoundError as error:
             raise MCPError(INVALID_PARAMS, f"{error} tools/list lists them.") from None
@@ -223,13 +223,13 @@ class McpFace:
     async def _read_resource(
         self, ctx: ServerRequestContext[Any], params: ReadResourceRequestParams
     ) -> ReadResourceResult:
-        return await self._feature_router().read_resource(str(params.uri), caller_budget=_caller_budget(ctx))
+        return await self._feature_router().read_resource(str(params.uri), deadline=_caller_deadline(ctx))
 
     async def _list_prompts(self, _: ServerRequestContext[Any], __: PaginatedRequestParams | None) -> ListPromptsResult:
         return ListPromptsResult(prompts=await self._feature_router().list_prompts())
 
     async def _get_prompt(self, ctx: ServerRequestContext[Any], params: GetPromptRequestParams) -> GetPromptResult:
-        return await self._feature_router().get_prompt(params.name, params.arguments, caller_budget=_caller_budget(ctx))
+        return await self._feature_router().get_prompt(params.name, params.arguments, deadline=_caller_deadline(ctx))
 
     def _authorized(self, scope: Scope) -> bool:
         headers = Headers(scope=scope)

@@ -43,6 +43,7 @@ from mcp_client_service.connection.failures import ServerUnavailableError, descr
 from mcp_client_service.connection.server_connection import ServerConnection
 from mcp_client_service.servers.catalog import NameCollision, prefixed_name
 from mcp_client_service.servers.registry import ServerRegistry
+from suite_common.deadline import Deadline
 from suite_common.logging import get_logger
 
 __all__ = ["Feature", "FeatureRouter"]
@@ -120,9 +121,9 @@ class FeatureRouter:
         *,
         collision: NameCollision,
         list_timeout: float,
-        time_limit: Callable[[str, float], float],
+        time_limit: Callable[[str, Deadline], float],
     ) -> None:
-        """``time_limit(server, caller_budget)``: the limit of one read or get (the router's, as for calls)."""
+        """``time_limit(server, deadline)``: the limit of one read or get (the router's, as for calls)."""
         self._registry = registry
         self._collision: NameCollision = collision
         self._list_timeout = list_timeout
@@ -203,13 +204,13 @@ class FeatureRouter:
             data={"uri": uri},
         )
 
-    async def read_resource(self, uri: str, *, caller_budget: float) -> ReadResourceResult:
+    async def read_resource(self, uri: str, *, deadline: Deadline) -> ReadResourceResult:
         connection = await self._resource_server(uri)
 
         async def read(client: Client) -> ReadResourceResult:
             return await client.read_resource(uri)
 
-        return await self._forward(connection, read, caller_budget, f'reading "{uri}"')
+        return await self._forward(connection, read, deadline, f'reading "{uri}"')
 
     # --- prompts -------------------------------------------------------------------------------
 
@@ -231,7 +232,7 @@ class FeatureRouter:
             for name, (_, prompt) in (await self._prompt_routes()).items()
         ]
 
-    async def get_prompt(self, name: str, arguments: dict[str, str] | None, *, caller_budget: float) -> GetPromptResult:
+    async def get_prompt(self, name: str, arguments: dict[str, str] | None, *, deadline: Deadline) -> GetPromptResult:
         route = (await self._prompt_routes()).get(name)
         if route is None:
             raise MCPError(INVALID_PARAMS, f'No MCP server offers a prompt named "{name}". prompts/list lists them.')
@@ -240,7 +241,7 @@ class FeatureRouter:
         async def get(client: Client) -> GetPromptResult:
             return await client.get_prompt(prompt.name, arguments)
 
-        return await self._forward(connection, get, caller_budget, f'getting the prompt "{name}"')
+        return await self._forward(connection, get, deadline, f'getting the prompt "{name}"')
 
     # --- one request ---------------------------------------------------------------------------
 
@@ -248,11 +249,11 @@ class FeatureRouter:
         self,
         connection: ServerConnection,
         send: Callable[[Client], Awaitable[T]],
-        caller_budget: float,
+        deadline: Deadline,
         what: str,
     ) -> T:
         """The server's answer, or its error as the client's JSON-RPC error (redacted)."""
-        time_limit = self._time_limit(connection.name, caller_budget)
+        time_limit = self._time_limit(connection.name, deadline)
         try:
             return await connection.request(send, time_limit)
         except MCPError as error:
