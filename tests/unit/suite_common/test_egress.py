@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import httpcore
 import httpcore2
+import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -42,9 +43,7 @@ def _pool(core: ModuleType, policy: EgressPolicy, resolver: Resolver) -> Any:
         policy,
         resolver=resolver,
         ssl_context=ssl.create_default_context(),
-        max_connections=4,
-        max_keepalive_connections=4,
-        keepalive_expiry=5.0,
+        limits=httpx.Limits(max_connections=4, max_keepalive_connections=4, keepalive_expiry=5.0),
     )
 
 

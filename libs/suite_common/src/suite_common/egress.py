@@ -99,13 +99,13 @@ def guarded_pool(
     policy: EgressPolicy,
     *,
     ssl_context: ssl.SSLContext,
-    max_connections: int | None,
-    max_keepalive_connections: int | None,
-    keepalive_expiry: float | None,
+    limits: Any,
     http2: bool = False,
     resolver: Resolver | None = None,
 ) -> Any:
     """``core.AsyncConnectionPool`` whose connections only reach addresses ``policy`` allows.
+
+    ``limits`` is the client's ``httpx.Limits`` or ``httpx2.Limits`` (the same fields).
 
     httpx and httpx2 have no parameter for the network backend: their transports build this pool
     in place of their own (request handling and error mapping stay theirs). Never give it a proxy:
@@ -113,9 +113,9 @@ def guarded_pool(
     """
     return core.AsyncConnectionPool(
         ssl_context=ssl_context,
-        max_connections=max_connections,
-        max_keepalive_connections=max_keepalive_connections,
-        keepalive_expiry=keepalive_expiry,
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry,
         http1=True,
         http2=http2,
         network_backend=GuardedNetworkBackend(core, policy, resolver=resolver),

@@ -49,9 +49,7 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
             policy,
             resolver=resolver,
             ssl_context=ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
+            limits=limits,
             http2=http2,
         )
 

@@ -64,9 +64,7 @@ class _GuardedTransport(httpx2.AsyncHTTPTransport):
             policy,
             resolver=resolver,
             ssl_context=ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
+            limits=limits,
         )
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:

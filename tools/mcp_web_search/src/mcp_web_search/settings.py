@@ -102,22 +102,34 @@ class WebSearchSettings(ServiceSettings):
     ssrf_allow_loopback: bool = Field(
         default=False,
         validation_alias=renamed("WEB_SEARCH_SSRF_ALLOW_LOOPBACK", "WEB_SEARCH_FETCH_ALLOW_LOOPBACK"),
-        description="Let fetch_url reach loopback addresses (127.0.0.0/8, ::1): local mode and tests only.",
+        description=(
+            "Let fetch_url reach loopback addresses (127.0.0.0/8, ::1): local mode and tests only. "
+            "Formerly `WEB_SEARCH_FETCH_ALLOW_LOOPBACK` (still read, deprecated)."
+        ),
     )
     ssrf_allow_private: bool = Field(
         default=False,
         validation_alias=renamed("WEB_SEARCH_SSRF_ALLOW_PRIVATE", "WEB_SEARCH_FETCH_ALLOW_PRIVATE"),
-        description="Let fetch_url reach private networks (RFC 1918, CGNAT 100.64.0.0/10, ULA fc00::/7).",
+        description=(
+            "Let fetch_url reach private networks (RFC 1918, CGNAT 100.64.0.0/10, ULA fc00::/7). "
+            "Formerly `WEB_SEARCH_FETCH_ALLOW_PRIVATE` (still read, deprecated)."
+        ),
     )
     ssrf_allowed_networks: CidrList = Field(
         default_factory=list,
         validation_alias=renamed("WEB_SEARCH_SSRF_ALLOWED_NETWORKS", "WEB_SEARCH_FETCH_ALLOWED_NETWORKS"),
-        description="CIDRs fetch_url may reach whatever their kind (JSON list or comma-separated), e.g. `10.1.0.0/16`.",
+        description=(
+            "CIDRs fetch_url may reach whatever their kind (JSON list or comma-separated), e.g. `10.1.0.0/16`. "
+            "Formerly `WEB_SEARCH_FETCH_ALLOWED_NETWORKS` (still read, deprecated)."
+        ),
     )
     ssrf_allowed_hosts: StringList = Field(
         default_factory=list,
         validation_alias=renamed("WEB_SEARCH_SSRF_ALLOWED_HOSTS", "WEB_SEARCH_FETCH_ALLOWED_HOSTS"),
-        description="Host names fetch_url may reach whatever they resolve to (JSON list or comma-separated).",
+        description=(
+            "Host names fetch_url may reach whatever they resolve to (JSON list or comma-separated). "
+            "Formerly `WEB_SEARCH_FETCH_ALLOWED_HOSTS` (still read, deprecated)."
+        ),
     )
 
     def egress_policy(self) -> EgressPolicy:
