@@ -98,7 +98,7 @@ async def test_stdio_session_searches_brave_then_fetches_a_result_through_the_ss
                 "WEB_SEARCH_BACKENDS": "brave",
                 "WEB_SEARCH_BRAVE_API_KEY": brave.api_key,
                 "WEB_SEARCH_BRAVE_URL": brave_url + BRAVE_PATH,
-                "WEB_SEARCH_FETCH_ALLOWED_NETWORKS": '["127.0.0.1/32"]',
+                "WEB_SEARCH_SSRF_ALLOWED_NETWORKS": '["127.0.0.1/32"]',
             }
             async with Client(_stdio_server(env)) as client:
                 found = await client.call_tool("web_search", {"query": "pinning addresses", "max_results": 3})
@@ -127,7 +127,7 @@ async def test_streamable_http_serves_web_search_at_mcp_and_health_at_healthz() 
     with anyio.fail_after(_BOUND):
         async with serve_app(searxng.app) as searxng_url:
             settings = WebSearchSettings(
-                searxng_url=searxng_url, backends=["searxng"], fetch_allowed_networks=["127.0.0.1/32"]
+                searxng_url=searxng_url, backends=["searxng"], ssrf_allowed_networks=["127.0.0.1/32"]
             )
             server = build_server(settings)
             async with serve_app(server.streamable_http_app(streamable_http_path="/mcp")) as base_url:

@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from completion_service.providers._errors import retry_after_seconds
 from completion_service.providers.openai import (
     StreamAssembler,
     build_request_body,
@@ -429,21 +428,6 @@ def test_a_429_for_a_spent_quota_is_not_retryable() -> None:
     body = json.dumps({"error": {"message": "You exceeded your current quota", "type": "insufficient_quota"}})
     error = translate_error(429, body.encode(), {"retry-after": "1"}, upstream_model="m")
     assert (error.status, error.code, error.retryable) == (429, "quota_exhausted", False)
-
-
-@pytest.mark.parametrize(
-    ("headers", "expected"),
-    [
-        ({"retry-after": "2"}, 2.0),
-        ({"retry-after": "0.5"}, 0.5),
-        ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),
-        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),  # a date in the past
-        ({"retry-after": "soon"}, None),
-        ({}, None),
-    ],
-)
-def test_retry_after_is_read_in_its_three_forms(headers: dict[str, str], expected: float | None) -> None:
-    assert retry_after_seconds(headers) == expected
 
 
 # --- round trip --------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from suite_common.ssrf import Resolver
 from support.fake_web_pages import ScriptedSite
 from support.servers import serve_app
 
-_ONLY_127_0_0_1: dict[str, Any] = {"fetch_allowed_networks": ["127.0.0.1/32"]}
+_ONLY_127_0_0_1: dict[str, Any] = {"ssrf_allowed_networks": ["127.0.0.1/32"]}
 
 
 def _settings(**overrides: Any) -> WebSearchSettings:
@@ -166,7 +166,7 @@ async def test_loopback_is_refused_by_default_before_any_request() -> None:
 
 @pytest.mark.anyio
 async def test_the_loopback_setting_opens_loopback() -> None:
-    _, result = await _fetch(ScriptedSite(), "/plain.txt", fetch_allow_loopback=True)
+    _, result = await _fetch(ScriptedSite(), "/plain.txt", ssrf_allow_loopback=True)
 
     assert not result.is_error, _text(result)
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import json
+
 import pydantic
 import pytest
 
 from mcp_web_search.settings import WebSearchSettings
 from suite_common.ssrf import EgressPolicy
+from suite_common.startup import start
 
 
 def test_defaults_listen_on_8102_with_every_backend_in_order_and_a_strict_fetch_policy(
@@ -56,9 +60,9 @@ def test_api_keys_are_secrets_and_blank_means_unset(monkeypatch: pytest.MonkeyPa
 
 
 def test_the_fetch_policy_comes_from_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WEB_SEARCH_FETCH_ALLOW_LOOPBACK", "true")
-    monkeypatch.setenv("WEB_SEARCH_FETCH_ALLOWED_NETWORKS", "10.1.0.0/16, fd00:1::/64")
-    monkeypatch.setenv("WEB_SEARCH_FETCH_ALLOWED_HOSTS", '["Wiki.Internal"]')
+    monkeypatch.setenv("WEB_SEARCH_SSRF_ALLOW_LOOPBACK", "true")
+    monkeypatch.setenv("WEB_SEARCH_SSRF_ALLOWED_NETWORKS", "10.1.0.0/16, fd00:1::/64")
+    monkeypatch.setenv("WEB_SEARCH_SSRF_ALLOWED_HOSTS", '["Wiki.Internal"]')
 
     policy = WebSearchSettings().egress_policy()
 
@@ -67,9 +71,43 @@ def test_the_fetch_policy_comes_from_its_settings(monkeypatch: pytest.MonkeyPatc
     )
 
 
+def test_the_former_fetch_names_still_set_the_policy_and_are_logged_as_deprecated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("WEB_SEARCH_FETCH_ALLOW_LOOPBACK", "true")
+    monkeypatch.setenv("WEB_SEARCH_FETCH_ALLOW_PRIVATE", "true")
+    monkeypatch.setenv("WEB_SEARCH_FETCH_ALLOWED_NETWORKS", "10.1.0.0/16, fd00:1::/64")
+    monkeypatch.setenv("WEB_SEARCH_FETCH_ALLOWED_HOSTS", '["Wiki.Internal"]')
+
+    log = io.StringIO()
+    settings, _ = start(WebSearchSettings, lambda settings: None, prog="mcp-web-search", log_stream=log)
+    logs = [json.loads(line) for line in log.getvalue().splitlines()]
+
+    assert settings.egress_policy() == EgressPolicy.create(
+        allow_loopback=True,
+        allow_private=True,
+        allowed_cidrs=["10.1.0.0/16", "fd00:1::/64"],
+        allowed_hosts=["wiki.internal"],
+    )
+    deprecated = {entry["setting"]: entry["replaced_by"] for entry in logs if entry["event"] == "deprecated_setting"}
+    assert deprecated == {
+        "WEB_SEARCH_FETCH_ALLOW_LOOPBACK": "WEB_SEARCH_SSRF_ALLOW_LOOPBACK",
+        "WEB_SEARCH_FETCH_ALLOW_PRIVATE": "WEB_SEARCH_SSRF_ALLOW_PRIVATE",
+        "WEB_SEARCH_FETCH_ALLOWED_NETWORKS": "WEB_SEARCH_SSRF_ALLOWED_NETWORKS",
+        "WEB_SEARCH_FETCH_ALLOWED_HOSTS": "WEB_SEARCH_SSRF_ALLOWED_HOSTS",
+    }
+
+
+def test_the_new_name_wins_over_the_former_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WEB_SEARCH_FETCH_ALLOW_LOOPBACK", "true")
+    monkeypatch.setenv("WEB_SEARCH_SSRF_ALLOW_LOOPBACK", "false")
+
+    assert WebSearchSettings().ssrf_allow_loopback is False
+
+
 def test_a_malformed_allowed_network_is_refused() -> None:
     with pytest.raises(pydantic.ValidationError, match="does not appear to be an IPv4 or IPv6 network"):
-        WebSearchSettings(fetch_allowed_networks=["10.0.0.0/40"])
+        WebSearchSettings(ssrf_allowed_networks=["10.0.0.0/40"])
 
 
 def test_values_come_from_prefixed_variables(monkeypatch: pytest.MonkeyPatch) -> None:

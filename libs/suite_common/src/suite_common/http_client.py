@@ -10,6 +10,10 @@ that inject ``httpx.AsyncClient(transport=httpx.MockTransport(...))`` stay as th
 failures into the httpx exceptions httpcore would raise (httpx-aiohttp 0.2 reports a refused
 connection, a TLS failure or a server that hung up as ``ConnectTimeout``, and lets others escape as
 aiohttp exceptions), sends exactly the headers httpx built, and keeps no cookies of its own.
+
+The aiohttp side is shared with ``peer_client``'s ``AiohttpPeerClient``: one session factory
+(``LazySession``), one translation of aiohttp's failures (``translated_error``, ``raise_translated``)
+and one chunk reader (``iter_chunks``).
 """
 
 from __future__ import annotations
@@ -17,16 +21,27 @@ from __future__ import annotations
 import ssl
 import urllib.request
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, NoReturn
 
 import aiohttp
 import httpx
 from yarl import URL
 
-__all__ = ["AiohttpTransport", "PooledClient", "pooled_client", "send_streamed", "translated_error"]
+__all__ = [
+    "AiohttpTransport",
+    "LazySession",
+    "PooledClient",
+    "iter_chunks",
+    "pooled_client",
+    "raise_translated",
+    "send_streamed",
+    "translated_error",
+]
 
 _AUTO_HEADERS = ("Accept", "Accept-Encoding", "Content-Type", "User-Agent")
-"""aiohttp adds these when a request lacks them; httpx already chose, so it adds none."""
+"""aiohttp adds these when a request lacks them; the caller (httpx, or a peer call) already chose, so it
+adds none: no Accept-Encoding (nothing in between compresses an answer that is read undecoded), no
+User-Agent, no guessed Content-Type."""
 
 
 def translated_error(error: Exception) -> httpx.TransportError | None:
@@ -56,19 +71,69 @@ def translated_error(error: Exception) -> httpx.TransportError | None:
     return None
 
 
+def raise_translated(error: Exception) -> NoReturn:
+    """Raise ``error`` as the httpx exception httpcore would raise, or as it is when there is none."""
+    translated = translated_error(error)
+    if translated is None:
+        raise error
+    raise translated from error
+
+
+async def iter_chunks(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The body's chunks as they arrive (SSE), failures as httpx exceptions."""
+    try:
+        async for chunk in response.content.iter_any():
+            yield chunk
+    except Exception as error:
+        raise_translated(error)
+
+
+class LazySession:
+    """The one way the suite opens an aiohttp session: made on first use (inside the event loop, which
+    aiohttp requires), pooled up to ``max_connections`` (0: no limit), idle connections dropped after
+    ``keepalive_seconds``; no cookies, no headers of its own, bodies left as they came, no proxies
+    from the environment. ``session()`` after ``aclose()`` raises ``RuntimeError``."""
+
+    __slots__ = ("_closed", "_keepalive_seconds", "_max_connections", "_session", "_ssl")
+
+    def __init__(self, *, max_connections: int, keepalive_seconds: float, verify: ssl.SSLContext | bool) -> None:
+        self._max_connections = max_connections
+        self._keepalive_seconds = keepalive_seconds
+        self._ssl = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify=verify)
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+
+    def session(self) -> aiohttp.ClientSession:
+        session = self._session
+        if session is not None:
+            return session
+        if self._closed:
+            raise RuntimeError("The client has been closed.")
+        connector = aiohttp.TCPConnector(
+            limit=self._max_connections, keepalive_timeout=self._keepalive_seconds, ssl=self._ssl
+        )
+        self._session = session = aiohttp.ClientSession(
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),  # the suite's peers set no cookies; httpx keeps its own
+            skip_auto_headers=_AUTO_HEADERS,
+            auto_decompress=False,
+            trust_env=False,
+        )
+        return session
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
 class _ResponseStream(httpx.AsyncByteStream):
     def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._response = response
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._response.content.iter_any():  # each chunk as it arrives (SSE)
-                yield chunk
-        except Exception as error:
-            translated = translated_error(error)
-            if translated is None:
-                raise
-            raise translated from error
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return iter_chunks(self._response)
 
     async def aclose(self) -> None:
         # Back to the pool when the body was read to its end; closed otherwise (cancelled, abandoned),
@@ -85,24 +150,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     """
 
     def __init__(self, *, limits: httpx.Limits, verify: ssl.SSLContext | bool = True) -> None:
-        self._limits = limits
-        self._ssl = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify=verify)
-        self._session: aiohttp.ClientSession | None = None
-        self._closed = False
-
-    def _open(self) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(
-            limit=self._limits.max_connections or 0,
-            keepalive_timeout=self._limits.keepalive_expiry if self._limits.keepalive_expiry is not None else 5.0,
-            ssl=self._ssl,
-        )
         # httpx already handled redirects, cookies, decompression, proxies and headers.
-        return aiohttp.ClientSession(
-            connector=connector,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            skip_auto_headers=_AUTO_HEADERS,
-            auto_decompress=False,
-            trust_env=False,
+        keepalive = limits.keepalive_expiry if limits.keepalive_expiry is not None else 5.0
+        self._sessions = LazySession(
+            max_connections=limits.max_connections or 0, keepalive_seconds=keepalive, verify=verify
         )
 
     @staticmethod
@@ -115,17 +166,14 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if self._session is None:
-            if self._closed:
-                raise RuntimeError("The transport has been closed.")
-            self._session = self._open()
+        session = self._sessions.session()
         try:
             body: bytes | httpx.AsyncByteStream | None = request.content or None
         except httpx.RequestNotRead:  # a streamed body: aiohttp frames it itself
             body = request.stream if isinstance(request.stream, httpx.AsyncByteStream) else None
             request.headers.pop("transfer-encoding", None)
         try:
-            response = await self._session.request(
+            response = await session.request(
                 request.method,
                 URL(str(request.url), encoded=True),
                 headers=request.headers.multi_items(),
@@ -134,10 +182,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 timeout=self._timeout(request.extensions.get("timeout", {})),
             )
         except Exception as error:
-            translated = translated_error(error)
-            if translated is None:
-                raise
-            raise translated from error
+            raise_translated(error)
         extensions: dict[str, Any] = {"http_version": b"HTTP/1.1"}
         if response.reason:
             extensions["reason_phrase"] = response.reason.encode("ascii", "replace")
@@ -149,10 +194,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         )
 
     async def aclose(self) -> None:
-        self._closed = True
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._sessions.aclose()
 
 
 class PooledClient(httpx.AsyncClient):

@@ -5,7 +5,8 @@ even on ``AiohttpTransport``, each one pays for work a call to a sibling service
 URL merging, cookie extraction (through ``urllib.request`` and ``http.cookiejar``), redirect and
 auth handling, two layers of response objects. A py-spy profile of ``make bench`` with agent-service alone on its
 core put httpx and its cookie code at about 30% of the service's CPU. ``AiohttpPeerClient`` sends
-straight through one aiohttp session instead.
+straight through one aiohttp session instead (``http_client``'s ``LazySession``, with its error
+translation: the same as under the services' pooled httpx client).
 
 ``HttpxPeerClient`` offers the same calls over any ``httpx.AsyncClient``: what a test injects (a
 ``MockTransport``), or a deployment that must go through an HTTP proxy.
@@ -21,13 +22,12 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import NoReturn
 
 import aiohttp
 import httpx
 from yarl import URL
 
-from suite_common.http_client import translated_error
+from suite_common.http_client import LazySession, iter_chunks, raise_translated
 
 __all__ = ["AiohttpPeerClient", "HttpxPeerClient", "PeerClient", "PeerReply", "PeerStream"]
 
@@ -92,26 +92,14 @@ class _AiohttpStream(PeerStream):
         self.status = response.status
         self.headers = response.headers
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._response.content.iter_any():
-                yield chunk
-        except Exception as error:
-            _raise_translated(error)
+    def chunks(self) -> AsyncIterator[bytes]:
+        return iter_chunks(self._response)
 
     async def read(self) -> bytes:
         try:
             return await self._response.read()
         except Exception as error:
-            _raise_translated(error)
-
-
-def _raise_translated(error: Exception) -> NoReturn:
-    """Raise ``error`` as the httpx exception httpcore would raise, or as it is when there is none."""
-    translated = translated_error(error)
-    if translated is None:
-        raise error
-    raise translated from error
+            raise_translated(error)
 
 
 def _check_time_left(time_limit: float | None) -> None:
@@ -137,26 +125,10 @@ class AiohttpPeerClient(PeerClient):
         verify: ssl.SSLContext | bool = True,
     ) -> None:
         self._connect_timeout = connect_timeout
-        self._max_connections = max_connections
-        self._keepalive_seconds = keepalive_seconds
-        self._ssl = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify=verify)
-        self._session: aiohttp.ClientSession | None = None
-        self._closed = False
+        self._sessions = LazySession(
+            max_connections=max_connections, keepalive_seconds=keepalive_seconds, verify=verify
+        )
         self._no_limit = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
-
-    def _open(self) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(
-            limit=self._max_connections, keepalive_timeout=self._keepalive_seconds, ssl=self._ssl
-        )
-        return aiohttp.ClientSession(
-            connector=connector,
-            cookie_jar=aiohttp.DummyCookieJar(),  # the suite's services set no cookies
-            # Only the headers the caller gives: no Accept-Encoding (so nothing in between compresses an
-            # answer that is read undecoded), no User-Agent, no guessed Content-Type.
-            skip_auto_headers=("Accept", "Accept-Encoding", "Content-Type", "User-Agent"),
-            auto_decompress=False,
-            trust_env=False,
-        )
 
     def _timeout(self, seconds: float | None) -> aiohttp.ClientTimeout:
         if seconds is None:
@@ -169,12 +141,9 @@ class AiohttpPeerClient(PeerClient):
         self, method: str, url: str, headers: Mapping[str, str], content: bytes | None, time_limit: float | None
     ) -> aiohttp.ClientResponse:
         _check_time_left(time_limit)
-        if self._session is None:
-            if self._closed:
-                raise RuntimeError("The client has been closed.")
-            self._session = self._open()
+        session = self._sessions.session()
         try:
-            return await self._session.request(
+            return await session.request(
                 method,
                 URL(url, encoded=True),
                 headers=headers,
@@ -183,7 +152,7 @@ class AiohttpPeerClient(PeerClient):
                 timeout=self._timeout(time_limit),
             )
         except Exception as error:
-            _raise_translated(error)
+            raise_translated(error)
 
     async def request(
         self,
@@ -198,7 +167,7 @@ class AiohttpPeerClient(PeerClient):
         try:
             body = await response.read()
         except Exception as error:
-            _raise_translated(error)
+            raise_translated(error)
         finally:
             response.release()
         return PeerReply(response.status, response.headers, body)
@@ -221,10 +190,7 @@ class AiohttpPeerClient(PeerClient):
             response.release()
 
     async def aclose(self) -> None:
-        self._closed = True
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._sessions.aclose()
 
 
 class _HttpxStream(PeerStream):

@@ -2,17 +2,34 @@
 
 Validators for the field shapes that recur across services live here too; use them as
 ``Annotated[SecretStr | None, BeforeValidator(blank_as_none)]`` or
-``Annotated[str, AfterValidator(http_url)]``.
+``Annotated[str, AfterValidator(http_url)]``. Lists (``StringList``, ``CidrList``) are read the same way in
+every service: a JSON array or a comma-separated string. A renamed setting keeps its old
+environment name as a deprecated alias (``renamed``); ``deprecated_names_in_use`` lists those
+still set, which start-up logs.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import json
+import os
+from collections.abc import Mapping
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AfterValidator, AliasChoices, BeforeValidator, Field
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-__all__ = ["ServiceSettings", "blank_as_none", "http_url"]
+__all__ = [
+    "CidrList",
+    "ServiceSettings",
+    "StringList",
+    "blank_as_none",
+    "cidrs",
+    "deprecated_names_in_use",
+    "http_url",
+    "renamed",
+    "split_list",
+]
 
 
 def blank_as_none(value: object) -> object:
@@ -30,6 +47,54 @@ def http_url(value: str | None) -> str | None:
     if not value.startswith(("http://", "https://")):
         raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
     return value
+
+
+def split_list(value: object) -> object:
+    """A list from a JSON array (``'["a","b"]'``) or from a comma-separated string (``a, b``); blanks dropped."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        return json.loads(text)
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def cidrs(values: list[str]) -> list[str]:
+    """Each entry a network in CIDR notation (a single address counts as its /32 or /128)."""
+    for value in values:
+        try:
+            ipaddress.ip_network(value, strict=False)
+        except ValueError as error:
+            raise ValueError(f"{value!r} is not a network in CIDR notation (10.20.0.0/16): {error}") from None
+    return values
+
+
+StringList = Annotated[list[str], NoDecode, BeforeValidator(split_list)]
+"""A list of strings, from the environment as a JSON array or comma-separated."""
+
+CidrList = Annotated[StringList, AfterValidator(cidrs)]
+"""A list of networks in CIDR notation (``10.1.0.0/16, fd00:1::/64``), checked at start-up."""
+
+
+def renamed(new: str, *old: str) -> AliasChoices:
+    """The ``validation_alias`` of a renamed setting: its environment name ``new`` first, then the ``old``
+    names it had, still read (deprecated; start-up logs each one that is set). Set ``populate_by_name`` on
+    the settings class so that code can still pass the field by its name."""
+    return AliasChoices(new, *old)
+
+
+def deprecated_names_in_use(
+    settings_type: type[BaseSettings], environ: Mapping[str, str] | None = None
+) -> list[tuple[str, str]]:
+    """``(old, new)`` for each deprecated environment name (see ``renamed``) set in ``environ``."""
+    present = {name.upper() for name in (os.environ if environ is None else environ)}
+    found: list[tuple[str, str]] = []
+    for field in settings_type.model_fields.values():
+        alias = field.validation_alias
+        if isinstance(alias, AliasChoices) and len(alias.choices) > 1:
+            new, *olds = (str(choice) for choice in alias.choices)
+            found.extend((old, new) for old in olds if old.upper() in present)
+    return found
 
 
 class ServiceSettings(BaseSettings):

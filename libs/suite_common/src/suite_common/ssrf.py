@@ -4,9 +4,9 @@ Outbound HTTP to a URL a user or a model chose (``fetch_url``, a configured tool
 not reach the machine's own services, the private network, or a cloud metadata endpoint. The
 decision is taken on the *resolved* addresses, never on the host name: a name can point
 anywhere. ``blocked_reason`` is the pure rule; ``resolve_allowed`` and ``check_url`` apply it
-to every address a name resolves to. Nothing here depends on an HTTP client: the httpx
-integration that pins the checked address for the connection lives in ``suite_common.ssrf_httpx``,
-and a client built on another library (``httpx2``) can reuse this core the same way.
+to every address a name resolves to. Nothing here depends on an HTTP client: the guard that pins
+the checked address for the connection is ``suite_common.egress`` (one network backend for httpcore
+and httpcore2), put under httpx by ``suite_common.ssrf_httpx`` and under httpx2 by mcp-client-service.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The SSRF guard for httpx: every connection goes to an address checked when it is opened.
 
-Checking a URL and then letting the HTTP client resolve the name again leaves a gap: the DNS
-answer may change in between (DNS rebinding) and the second lookup may point inside. So the
-check happens *in* the connection: ``GuardedTransport`` gives httpcore a network backend
-whose ``connect_tcp`` resolves the name, refuses the connection if any address is blocked, and
-connects to one of the checked addresses. httpcore still starts TLS with the URL's host name
-(SNI and certificate verification unchanged) and the request keeps its ``Host`` header, so
-only the address lookup is replaced. Redirects are followed by ``stream_following_redirects``,
+``GuardedTransport`` is httpx's transport over ``suite_common.egress``'s guarded pool (the same
+guard mcp-client-service puts under httpx2): the name is resolved and checked at each connect and
+the connection goes to a checked address. Redirects are followed by ``stream_following_redirects``,
 one hop at a time, each hop a new check (a pooled connection was checked when it was opened).
 
 httpx is a dependency of the packages that import this module, not of suite_common.
@@ -15,71 +11,16 @@ httpx is a dependency of the packages that import this module, not of suite_comm
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
-import anyio
 import httpcore
 import httpx
 
-from suite_common.ssrf import EgressBlocked, EgressPolicy, Resolver, parse_http_url, resolve_allowed
+from suite_common.egress import guarded_pool
+from suite_common.ssrf import EgressPolicy, Resolver, parse_http_url
 
-__all__ = ["GuardedNetworkBackend", "GuardedTransport", "guarded_client", "stream_following_redirects"]
-
-# A name with many addresses is tried on its first few only, so one connect stays bounded.
-_MAX_ADDRESSES_TRIED = 4
-_SocketOption = tuple[int, int, int] | tuple[int, int, bytes | bytearray] | tuple[int, int, None, int]
-
-
-class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
-    """httpcore's network backend, with the name resolved and checked against a policy at each connect."""
-
-    def __init__(
-        self,
-        policy: EgressPolicy,
-        *,
-        resolver: Resolver | None = None,
-        inner: httpcore.AsyncNetworkBackend | None = None,
-    ) -> None:
-        self._policy = policy
-        self._resolver = resolver
-        self._inner = inner or httpcore.AnyIOBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
-        local_address: str | None = None,
-        socket_options: Iterable[_SocketOption] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        try:
-            with anyio.fail_after(timeout):
-                addresses = await resolve_allowed(host, port, self._policy, resolver=self._resolver)
-        except TimeoutError as exc:
-            raise httpcore.ConnectTimeout(f"resolving {host} took longer than {timeout} s") from exc
-        last_error: Exception | None = None
-        for address in addresses[:_MAX_ADDRESSES_TRIED]:
-            try:
-                # The checked address, never the name: a second lookup could answer differently.
-                return await self._inner.connect_tcp(
-                    address, port, timeout=timeout, local_address=local_address, socket_options=socket_options
-                )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
-                last_error = exc
-        assert last_error is not None  # resolve_allowed never returns an empty list
-        raise last_error
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
-        socket_options: Iterable[_SocketOption] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise EgressBlocked(path, "a Unix socket", message="Refused: connections through Unix sockets are not allowed.")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
+__all__ = ["GuardedTransport", "guarded_client", "stream_following_redirects"]
 
 
 class GuardedTransport(httpx.AsyncHTTPTransport):
@@ -102,15 +43,14 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
         limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
         super().__init__(verify=ssl_context, limits=limits, http2=http2, trust_env=False)
         # httpx has no parameter for the network backend: the pool it built is replaced by the same
-        # pool with the guarded backend (request and error mapping stay httpx's own).
-        self._pool = httpcore.AsyncConnectionPool(
+        # pool over the guarded backend (request handling and error mapping stay httpx's own).
+        self._pool = guarded_pool(
+            httpcore,
+            policy,
+            resolver=resolver,
             ssl_context=ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            http1=True,
+            limits=limits,
             http2=http2,
-            network_backend=GuardedNetworkBackend(policy, resolver=resolver),
         )
 
 

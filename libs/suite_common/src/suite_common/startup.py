@@ -22,9 +22,9 @@ from typing import Any, TextIO, TypeVar
 from pydantic import ValidationError
 from starlette.types import ASGIApp
 
-from suite_common.logging import configure_logging
+from suite_common.logging import configure_logging, get_logger
 from suite_common.serve import serve
-from suite_common.settings import ServiceSettings
+from suite_common.settings import ServiceSettings, deprecated_names_in_use
 
 __all__ = ["build_or_exit", "describe_settings_error", "env_prefix", "load_settings", "run_service", "start"]
 
@@ -32,6 +32,8 @@ SettingsT = TypeVar("SettingsT", bound=ServiceSettings)
 BuiltT = TypeVar("BuiltT")
 
 _MAX_REPORTED_ERRORS = 10
+
+_log = get_logger("suite_common.startup")
 
 _PYDANTIC_PREFIXES = ("Value error, ", "Assertion failed, ")
 """What pydantic puts before a validator's own message; the message reads better without it."""
@@ -96,6 +98,8 @@ def start(
     service and tool starts with."""
     settings = load_settings(settings_type, prog=prog, overrides=overrides)
     configure_logging(settings.log_level, settings.log_format, stream=log_stream)
+    for old, new in deprecated_names_in_use(settings_type):
+        _log.warning("deprecated_setting", setting=old, replaced_by=new)
     return settings, build_or_exit(lambda: build(settings), prog=prog, refusals=refusals)
 
 

@@ -2,34 +2,20 @@
 
 from __future__ import annotations
 
-import ipaddress
-import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import NoDecode, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from mcp_client_service.servers.options import DEFAULT_INHERITED_ENV
 from mcp_client_service.servers.schemas import DEFAULT_MAX_TOOLS
 from mcp_client_service.transport.response_limits import DEFAULT_MAX_RESPONSE_BYTES
 from mcp_client_service.transport.ssrf_guard import DEFAULT_MAX_CONNECTIONS
 from mcp_client_service.transport.stdio import DEFAULT_MAX_LINE_BYTES
-from suite_common.settings import ServiceSettings
+from suite_common.settings import CidrList, ServiceSettings, StringList
 
 __all__ = ["MCPClientSettings"]
-
-_NameList = Annotated[list[str], NoDecode]
-"""A list given as ``a,b,c`` (or a JSON list) in the environment."""
-
-
-def _split_list(value: object) -> object:
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("["):
-            return json.loads(text)
-        return [item.strip() for item in text.split(",") if item.strip()]
-    return value
 
 
 class MCPClientSettings(ServiceSettings):
@@ -138,7 +124,7 @@ class MCPClientSettings(ServiceSettings):
         gt=0,
         description="How long a circuit stays open before the server is tried again (half-open).",
     )
-    stdio_inherit_env: _NameList = Field(
+    stdio_inherit_env: StringList = Field(
         default_factory=lambda: list(DEFAULT_INHERITED_ENV),
         description=(
             "Names of the gateway's environment variables a stdio server inherits (comma-separated); anything "
@@ -177,7 +163,7 @@ class MCPClientSettings(ServiceSettings):
         default=False,
         description="Let HTTP MCP servers be on private networks (RFC 1918, CGNAT 100.64.0.0/10, ULA fc00::/7).",
     )
-    ssrf_allowed_networks: _NameList = Field(
+    ssrf_allowed_networks: CidrList = Field(
         default_factory=list,
         description=(
             "CIDRs HTTP MCP servers may be in whatever their kind (comma-separated), such as the one subnet of a "
@@ -192,11 +178,6 @@ class MCPClientSettings(ServiceSettings):
             raise ValueError("MCP_CLIENT_SERVICE_SECRET must be set to a non-empty shared secret")
         return secret
 
-    @field_validator("stdio_inherit_env", "ssrf_allowed_networks", mode="before")
-    @classmethod
-    def _comma_separated(cls, value: object) -> object:
-        return _split_list(value)
-
     @field_validator("stdio_inherit_env")
     @classmethod
     def _never_the_gateways_own(cls, names: list[str]) -> list[str]:
@@ -204,13 +185,3 @@ class MCPClientSettings(ServiceSettings):
         if own:
             raise ValueError(f"the gateway's own settings are never passed to MCP servers: {', '.join(own)}")
         return names
-
-    @field_validator("ssrf_allowed_networks")
-    @classmethod
-    def _check_networks(cls, networks: list[str]) -> list[str]:
-        for network in networks:
-            try:
-                ipaddress.ip_network(network, strict=False)
-            except ValueError:
-                raise ValueError(f"{network!r} is not a network in CIDR notation (10.20.0.0/16)") from None
-        return networks

@@ -4,28 +4,30 @@ Request: ``{"model", "input": [texts], "encoding_format": "float", "dimensions"?
 ``Authorization: Bearer <key>``; response: ``{"object": "list", "data": [{"object": "embedding",
 "index", "embedding"}], "model", "usage"}``, ``data`` put back in ``index`` order. A connection
 error, timeout, 429 or 5xx is retried a bounded number of times with exponential backoff and
-jitter (a ``Retry-After`` of up to ``MAX_RETRY_AFTER_SECONDS`` is honoured); anything else is
-an ``EmbeddingError`` carrying the endpoint's own message. The key is never logged.
+jitter (a ``Retry-After`` of up to ``MAX_RETRY_AFTER_SECONDS`` is honoured; the suite's one policy,
+``suite_common.retry``); anything else is an ``EmbeddingError`` carrying the endpoint's own message.
+The key is never logged.
 """
 
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Sequence
 from typing import Any
 
-import anyio
 import httpx
+from tenacity import RetryCallState
 
 from mcp_rag_tool.settings import RagSettings
 from suite_common.logging import get_logger
+from suite_common.retry import RetryableFailure, retry_after_seconds, retry_policy
 
 __all__ = ["MAX_RETRY_AFTER_SECONDS", "EmbeddingError", "OpenAIEmbedder"]
 
 MAX_RETRY_AFTER_SECONDS = 20.0
 _RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 _PROBE_TEXT = "dimension probe"
+_MAX_BACKOFF_SECONDS = 8.0
 
 _log = get_logger("mcp_rag_tool.openai_embeddings")
 
@@ -104,32 +106,48 @@ class OpenAIEmbedder:
         body: dict[str, Any] = {"model": self._model, "input": texts, "encoding_format": "float"}
         if self._dimensions is not None:
             body["dimensions"] = self._dimensions
-        for attempt in range(self._max_retries + 1):
-            last_attempt = attempt == self._max_retries
-            try:
-                response = await self._client.post("/embeddings", json=body)
-            except httpx.TransportError as exc:  # timeouts included
-                if last_attempt:
-                    raise EmbeddingError(
-                        f"the embeddings endpoint {self._client.base_url} could not be reached "
-                        f"({type(exc).__name__}) after {attempt + 1} attempts"
-                    ) from exc
-                await self._back_off(attempt, None, reason=type(exc).__name__)
-                continue
-            if response.status_code == 200:
-                return _vectors(response, len(texts))
-            if response.status_code in _RETRYABLE_STATUS and not last_attempt:
-                retry_after = _retry_after_seconds(response)
-                if retry_after is None or retry_after <= MAX_RETRY_AFTER_SECONDS:
-                    await self._back_off(attempt, retry_after, reason=str(response.status_code))
-                    continue
-            raise EmbeddingError(f"the embeddings endpoint answered {response.status_code}: {_error_message(response)}")
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        retrying = retry_policy(
+            max_retries=self._max_retries,
+            max_retry_after=MAX_RETRY_AFTER_SECONDS,
+            max_backoff=_MAX_BACKOFF_SECONDS,
+            before_sleep=_log_retry,
+        )
+        attempts = 0
+        try:
+            async for attempt in retrying:
+                attempts = attempt.retry_state.attempt_number
+                with attempt:
+                    return await self._post(body, len(texts))
+        except RetryableFailure as failure:
+            if isinstance(failure.error.__cause__, httpx.TransportError):
+                raise EmbeddingError(f"{failure.error} after {attempts} attempts") from failure.error.__cause__
+            raise failure.error from None
+        raise AssertionError("tenacity returns or raises")  # pragma: no cover
 
-    async def _back_off(self, attempt: int, retry_after: float | None, *, reason: str) -> None:
-        delay = retry_after if retry_after is not None else min(8.0, 0.5 * 2**attempt) * random.uniform(0.5, 1.0)
-        _log.warning("embeddings_retry", attempt=attempt + 1, reason=reason, delay_seconds=round(delay, 2))
-        await anyio.sleep(delay)
+    async def _post(self, body: dict[str, Any], expected: int) -> list[list[float]]:
+        """One attempt; a failure worth another is a ``RetryableFailure``."""
+        try:
+            response = await self._client.post("/embeddings", json=body)
+        except httpx.TransportError as exc:  # timeouts included
+            unreachable = EmbeddingError(
+                f"the embeddings endpoint {self._client.base_url} could not be reached ({type(exc).__name__})"
+            )
+            unreachable.__cause__ = exc
+            raise RetryableFailure(unreachable, reason=type(exc).__name__) from exc
+        if response.status_code == 200:
+            return _vectors(response, expected)
+        refused = EmbeddingError(f"the embeddings endpoint answered {response.status_code}: {_error_message(response)}")
+        if response.status_code in _RETRYABLE_STATUS:
+            raise RetryableFailure(refused, retry_after_seconds(response.headers), reason=str(response.status_code))
+        raise refused
+
+
+def _log_retry(state: RetryCallState) -> None:
+    failure = state.outcome.exception() if state.outcome else None
+    reason = failure.reason if isinstance(failure, RetryableFailure) else repr(failure)
+    _log.warning(
+        "embeddings_retry", attempt=state.attempt_number, reason=reason, delay_seconds=round(state.upcoming_sleep, 2)
+    )
 
 
 def _vectors(response: httpx.Response, expected: int) -> list[list[float]]:
@@ -150,16 +168,6 @@ def _unit(vector: list[float]) -> list[float]:
     # OpenAI's vectors are unit length already; other servers' may not be, and MMR compares by dot product.
     norm = math.sqrt(sum(value * value for value in vector))
     return [value / norm for value in vector] if norm > 0 else vector
-
-
-def _retry_after_seconds(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None  # an HTTP date: rare for these APIs; fall back to backoff
 
 
 def _error_message(response: httpx.Response) -> str:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, SecretStr, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, SecretStr, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
-from suite_common.settings import ServiceSettings, blank_as_none, http_url
+from suite_common.settings import ServiceSettings, blank_as_none, http_url, split_list
 
 __all__ = ["DEFAULT_QDRANT_PATH", "IN_MEMORY", "RagSettings"]
 
@@ -32,7 +31,7 @@ class RagSettings(ServiceSettings):
     port: int = Field(default=8101, description="Port of the streamable HTTP transport (MCP at /mcp).")
 
     # --- documents ---------------------------------------------------------------------------
-    docs_paths: Annotated[list[Path], NoDecode] = Field(
+    docs_paths: Annotated[list[Path], NoDecode, BeforeValidator(split_list)] = Field(
         default_factory=lambda: [Path("docs")],
         description=(
             "Files or folders ingested at start-up; folders are walked recursively for .md, .markdown, .txt, "
@@ -172,16 +171,6 @@ class RagSettings(ServiceSettings):
             "with an error asking to retry."
         ),
     )
-
-    @field_validator("docs_paths", mode="before")
-    @classmethod
-    def _split_path_list(cls, value: object) -> object:
-        if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                return json.loads(text)
-            return [part.strip() for part in text.split(",") if part.strip()]
-        return value
 
     @model_validator(mode="after")
     def _check_consistency(self) -> RagSettings:

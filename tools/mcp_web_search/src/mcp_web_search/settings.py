@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import ipaddress
-import json
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, SecretStr
 from pydantic_settings import NoDecode, SettingsConfigDict
 
-from suite_common.settings import ServiceSettings, blank_as_none, http_url
+from suite_common.settings import CidrList, ServiceSettings, StringList, blank_as_none, http_url, renamed, split_list
 from suite_common.ssrf import EgressPolicy
 
 __all__ = ["BACKEND_NAMES", "BackendName", "WebSearchSettings"]
@@ -18,27 +16,8 @@ BackendName = Literal["searxng", "brave", "tavily", "ddgs"]
 BACKEND_NAMES: tuple[BackendName, ...] = ("searxng", "brave", "tavily", "ddgs")
 
 
-def _json_or_comma_list(value: object) -> object:
-    """A list from JSON (``'["brave","ddgs"]'``) or from a comma-separated string (``brave,ddgs``)."""
-    if not isinstance(value, str):
-        return value
-    text = value.strip()
-    if text.startswith("["):
-        return json.loads(text)
-    return [item.strip() for item in text.split(",") if item.strip()]
-
-
 def _unique(values: list[BackendName]) -> list[BackendName]:
     return list(dict.fromkeys(values))
-
-
-def _cidrs(values: list[str]) -> list[str]:
-    for value in values:
-        ipaddress.ip_network(value, strict=False)  # a ValueError names the bad entry
-    return values
-
-
-StringList = Annotated[list[str], NoDecode, BeforeValidator(_json_or_comma_list)]
 
 
 class WebSearchSettings(ServiceSettings):
@@ -47,19 +26,17 @@ class WebSearchSettings(ServiceSettings):
     Every field is an environment variable: ``WEB_SEARCH_SEARXNG_URL``, ``WEB_SEARCH_PORT`` ...
     """
 
-    model_config = SettingsConfigDict(env_prefix="WEB_SEARCH_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="WEB_SEARCH_", extra="ignore", populate_by_name=True)
 
     port: int = Field(default=8102, description="Port of the streamable HTTP transport (MCP at /mcp).")
 
-    backends: Annotated[list[BackendName], NoDecode, BeforeValidator(_json_or_comma_list), AfterValidator(_unique)] = (
-        Field(
-            default=list(BACKEND_NAMES),
-            min_length=1,
-            description=(
-                'The order in which web_search tries its backends, as JSON (`["brave","ddgs"]`) or '
-                "comma-separated. A backend without its URL or key is skipped; `ddgs` needs none."
-            ),
-        )
+    backends: Annotated[list[BackendName], NoDecode, BeforeValidator(split_list), AfterValidator(_unique)] = Field(
+        default=list(BACKEND_NAMES),
+        min_length=1,
+        description=(
+            'The order in which web_search tries its backends, as JSON (`["brave","ddgs"]`) or '
+            "comma-separated. A backend without its URL or key is skipped; `ddgs` needs none."
+        ),
     )
     searxng_url: Annotated[str | None, BeforeValidator(blank_as_none), AfterValidator(http_url)] = Field(
         default=None,
@@ -120,28 +97,46 @@ class WebSearchSettings(ServiceSettings):
     fetch_max_chars_cap: int = Field(
         default=100_000, ge=1000, description="The largest `max_chars` a caller may ask of fetch_url."
     )
-    fetch_allow_loopback: bool = Field(
+    # The egress guard's settings are named as in mcp-client-service (``*_SSRF_ALLOW_*``); the
+    # ``WEB_SEARCH_FETCH_ALLOW*`` names they had are still read, deprecated.
+    ssrf_allow_loopback: bool = Field(
         default=False,
-        description="Let fetch_url reach loopback addresses (127.0.0.0/8, ::1): local mode and tests only.",
+        validation_alias=renamed("WEB_SEARCH_SSRF_ALLOW_LOOPBACK", "WEB_SEARCH_FETCH_ALLOW_LOOPBACK"),
+        description=(
+            "Let fetch_url reach loopback addresses (127.0.0.0/8, ::1): local mode and tests only. "
+            "Formerly `WEB_SEARCH_FETCH_ALLOW_LOOPBACK` (still read, deprecated)."
+        ),
     )
-    fetch_allow_private: bool = Field(
+    ssrf_allow_private: bool = Field(
         default=False,
-        description="Let fetch_url reach private networks (RFC 1918, CGNAT 100.64.0.0/10, ULA fc00::/7).",
+        validation_alias=renamed("WEB_SEARCH_SSRF_ALLOW_PRIVATE", "WEB_SEARCH_FETCH_ALLOW_PRIVATE"),
+        description=(
+            "Let fetch_url reach private networks (RFC 1918, CGNAT 100.64.0.0/10, ULA fc00::/7). "
+            "Formerly `WEB_SEARCH_FETCH_ALLOW_PRIVATE` (still read, deprecated)."
+        ),
     )
-    fetch_allowed_networks: Annotated[StringList, AfterValidator(_cidrs)] = Field(
+    ssrf_allowed_networks: CidrList = Field(
         default_factory=list,
-        description="CIDRs fetch_url may reach whatever their kind (JSON list or comma-separated), e.g. `10.1.0.0/16`.",
+        validation_alias=renamed("WEB_SEARCH_SSRF_ALLOWED_NETWORKS", "WEB_SEARCH_FETCH_ALLOWED_NETWORKS"),
+        description=(
+            "CIDRs fetch_url may reach whatever their kind (JSON list or comma-separated), e.g. `10.1.0.0/16`. "
+            "Formerly `WEB_SEARCH_FETCH_ALLOWED_NETWORKS` (still read, deprecated)."
+        ),
     )
-    fetch_allowed_hosts: StringList = Field(
+    ssrf_allowed_hosts: StringList = Field(
         default_factory=list,
-        description="Host names fetch_url may reach whatever they resolve to (JSON list or comma-separated).",
+        validation_alias=renamed("WEB_SEARCH_SSRF_ALLOWED_HOSTS", "WEB_SEARCH_FETCH_ALLOWED_HOSTS"),
+        description=(
+            "Host names fetch_url may reach whatever they resolve to (JSON list or comma-separated). "
+            "Formerly `WEB_SEARCH_FETCH_ALLOWED_HOSTS` (still read, deprecated)."
+        ),
     )
 
     def egress_policy(self) -> EgressPolicy:
         """What fetch_url may connect to: the public internet, plus what these settings open."""
         return EgressPolicy.create(
-            allow_loopback=self.fetch_allow_loopback,
-            allow_private=self.fetch_allow_private,
-            allowed_cidrs=self.fetch_allowed_networks,
-            allowed_hosts=self.fetch_allowed_hosts,
+            allow_loopback=self.ssrf_allow_loopback,
+            allow_private=self.ssrf_allow_private,
+            allowed_cidrs=self.ssrf_allowed_networks,
+            allowed_hosts=self.ssrf_allowed_hosts,
         )

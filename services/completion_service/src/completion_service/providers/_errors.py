@@ -7,15 +7,14 @@ flag the transport retries on are the same for all of them.
 
 from __future__ import annotations
 
-import email.utils
 import math
-import time
 from collections.abc import Mapping
 
 from suite_common.echo import clip
 from suite_common.errors import ApiError
+from suite_common.retry import retry_after_seconds
 
-__all__ = ["MAX_MESSAGE_CHARS", "bad_response", "provider_error", "retry_after_header", "retry_after_seconds"]
+__all__ = ["MAX_MESSAGE_CHARS", "bad_response", "provider_error", "retry_after_header"]
 
 MAX_MESSAGE_CHARS = 1000
 
@@ -94,25 +93,3 @@ def retry_after_header(headers: Mapping[str, str]) -> dict[str, str] | None:
     """The provider's wait as the caller's ``Retry-After``: whole seconds, rounded up, whatever form it came in."""
     seconds = retry_after_seconds(headers)
     return None if seconds is None else {"Retry-After": str(math.ceil(seconds))}
-
-
-def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
-    """How long the provider asked us to wait: ``retry-after-ms``, or ``Retry-After`` in seconds or as a date."""
-    milliseconds = headers.get("retry-after-ms")
-    if milliseconds is not None:
-        try:
-            return max(0.0, float(milliseconds) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())

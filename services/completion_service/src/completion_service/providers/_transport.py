@@ -19,22 +19,15 @@ from typing import Any, TypeVar
 import anyio
 import httpx
 from httpx_sse import ServerSentEvent
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception_type,
-    stop_after_attempt,
-    stop_any,
-    wait_exponential_jitter,
-)
-from tenacity.stop import stop_base
+from tenacity import RetryCallState
 
-from completion_service.providers._errors import bad_response, retry_after_seconds
+from completion_service.providers._errors import bad_response
 from completion_service.providers.base import events_of
 from suite_common.deadline import Deadline
 from suite_common.errors import ApiError
 from suite_common.http_client import send_streamed
 from suite_common.logging import get_logger
+from suite_common.retry import RetryableFailure, retry_after_seconds, retry_policy
 from suite_common.sse_parser import EventStreamParser
 from suite_common.wire import CompletionEvent, CompletionResponse
 
@@ -60,7 +53,6 @@ _log = get_logger("completion_service.transport")
 T = TypeVar("T")
 
 _BACKOFF_SECONDS, _JITTER_SECONDS = 0.5, 0.5
-_backoff = wait_exponential_jitter(multiplier=_BACKOFF_SECONDS, max=4.0, jitter=_JITTER_SECONDS)
 
 
 @dataclass
@@ -77,35 +69,6 @@ def _timed_out(deadline: Deadline) -> ApiError:
     return ApiError(
         504, "upstream_timeout", f"The provider did not finish within {deadline.seconds:g} s.", retryable=True
     )
-
-
-class _RetryableFailure(Exception):
-    """A failure after which the same request may be sent again (never after streaming began)."""
-
-    def __init__(self, error: ApiError, retry_after: float | None = None) -> None:
-        super().__init__(error.message)
-        self.error = error
-        self.retry_after = retry_after
-
-
-def _wait(state: RetryCallState) -> float:
-    failure = state.outcome.exception() if state.outcome else None
-    if isinstance(failure, _RetryableFailure) and failure.retry_after is not None:
-        # Exactly what the provider asked for: ``_send`` never lets a longer wait than the cap through,
-        # and ``_StopBefore`` stops when it would end past the deadline.
-        return failure.retry_after
-    return float(_backoff(state))
-
-
-class _StopBefore(stop_base):
-    """Stop when the next wait would end past the deadline: sleeping only to time out would hide
-    the real reason (a 429, a 503) behind a timeout."""
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
-
-    def __call__(self, retry_state: RetryCallState) -> bool:
-        return anyio.current_time() + retry_state.upcoming_sleep >= self.deadline
 
 
 def _come_back_after(error: ApiError, wait: float | None) -> ApiError:
@@ -179,7 +142,7 @@ class Upstream:
             try:
                 # Most calls succeed at once: the retrying machinery is built only for those that do not.
                 return await self.before(deadline, self._send(build, translate, deadline))
-            except _RetryableFailure as failure:
+            except RetryableFailure as failure:
                 return await self._retry(build, translate, deadline, failure)
         except httpx.TransportError as error:
             raise self._failure(error, deadline) from None
@@ -189,16 +152,16 @@ class Upstream:
         build: Callable[[], httpx.Request],
         translate: ErrorTranslator,
         deadline: Deadline,
-        first: _RetryableFailure,
+        first: RetryableFailure[ApiError],
     ) -> httpx.Response:
         """The attempts after the first one failed with ``first``: tenacity decides as if it had made that one."""
-        retrying = AsyncRetrying(
-            retry=retry_if_exception_type(_RetryableFailure),
-            stop=stop_any(stop_after_attempt(self.max_retries + 1), _StopBefore(deadline.at)),
-            wait=_wait,
-            sleep=anyio.sleep,
+        retrying = retry_policy(
+            max_retries=self.max_retries,
+            max_retry_after=RETRY_AFTER_CAP_SECONDS,
+            deadline=deadline.at,
+            backoff=_BACKOFF_SECONDS,
+            jitter=_JITTER_SECONDS,
             before_sleep=self._log_retry,
-            reraise=True,
         )
         state: RetryCallState | None = None
         try:
@@ -208,7 +171,7 @@ class Upstream:
                     if state.attempt_number == 1:
                         raise first  # already made, in ``open``: tenacity waits, stops or retries after it
                     return await self.before(deadline, self._send(build, translate, deadline))
-        except _RetryableFailure as failure:
+        except RetryableFailure as failure:
             # tenacity computes the next wait before it decides to stop: that wait is the one given up on.
             raise _come_back_after(failure.error, state.upcoming_sleep if state is not None else None) from None
         raise AssertionError("tenacity returns or raises")  # pragma: no cover
@@ -223,13 +186,13 @@ class Upstream:
         try:
             response = await send_streamed(self.http, request)
         except httpx.ConnectTimeout:
-            raise _RetryableFailure(self._unreachable("no connection within the connect timeout", 504)) from None
+            raise RetryableFailure(self._unreachable("no connection within the connect timeout", 504)) from None
         except httpx.ConnectError as error:
-            raise _RetryableFailure(self._unreachable(str(error) or type(error).__name__, 503)) from None
+            raise RetryableFailure(self._unreachable(str(error) or type(error).__name__, 503)) from None
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
             # Before any response: most often a pooled keep-alive connection the server had closed.
             # Nothing reached the caller, so sending again is safe.
-            raise _RetryableFailure(self._connection_failed(error)) from None
+            raise RetryableFailure(self._connection_failed(error)) from None
         if response.is_success:
             return response
         try:
@@ -251,10 +214,9 @@ class Upstream:
         if retry_after is None:
             # A wait the adapter found in the body (Gemini's RetryInfo.retryDelay) counts the same.
             retry_after = retry_after_seconds(httpx.Headers(failure.headers))
-        if retry_after is not None and retry_after > RETRY_AFTER_CAP_SECONDS:
-            # Retrying sooner would ignore the provider; waiting would hold the caller for that long.
-            raise failure
-        raise _RetryableFailure(failure, retry_after)
+        # A wait past RETRY_AFTER_CAP_SECONDS is not made (the policy gives up at once): retrying sooner
+        # would ignore the provider; waiting would hold the caller for that long.
+        raise RetryableFailure(failure, retry_after)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -385,5 +347,5 @@ class Upstream:
             provider=self.provider,
             attempt=state.attempt_number,
             wait_seconds=round(state.upcoming_sleep, 3),
-            reason=failure.error.code if isinstance(failure, _RetryableFailure) else repr(failure),
+            reason=failure.error.code if isinstance(failure, RetryableFailure) else repr(failure),
         )

@@ -1,11 +1,12 @@
 """The SSRF guard on the gateway's HTTP to MCP servers (the SDK's ``httpx2`` client).
 
-The address rules are the shared core's (``suite_common.ssrf``); this module applies them the way
-``suite_common.ssrf_httpx`` does for httpx, on httpx2's connection pool: every new connection
-resolves the server's name, refuses if any address is blocked, and connects to a checked address,
-never to the name again (no DNS rebinding between check and connect). TLS still verifies the URL's
-host name, and requests keep their ``Host`` header. The SDK follows only redirects that stay on
-the endpoint's origin; a redirect that needs a new connection is checked like any other.
+The address rules are the shared core's (``suite_common.ssrf``) and so is the guard in the
+connection (``suite_common.egress``, the one fetch_url's httpx client uses too), here under
+httpx2's connection pool: every new connection resolves the server's name, refuses if any address
+is blocked, and connects to a checked address, never to the name again (no DNS rebinding between
+check and connect). TLS still verifies the URL's host name, and requests keep their ``Host``
+header. The SDK follows only redirects that stay on the endpoint's origin; a redirect that needs a
+new connection is checked like any other.
 
 Before a session opens, ``check_endpoint`` checks the URL the same way, so a refused server says
 why on its status at once, with the setting that would allow it.
@@ -17,20 +18,19 @@ response body is bounded by ``max_response_bytes`` (``response_limits``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
-import anyio
 import httpcore2
 import httpx2
 
 from mcp_client_service.transport.response_limits import DEFAULT_MAX_RESPONSE_BYTES, limit_response
-from suite_common.ssrf import EgressBlocked, EgressError, EgressPolicy, Resolver, check_url, resolve_allowed
+from suite_common.egress import guarded_pool
+from suite_common.ssrf import EgressBlocked, EgressError, EgressPolicy, Resolver, check_url
 
 __all__ = [
     "DEFAULT_MAX_CONNECTIONS",
     "EgressError",
     "EgressPolicy",
-    "GuardedNetworkBackend",
     "check_endpoint",
     "guarded_http_client",
 ]
@@ -40,65 +40,10 @@ DEFAULT_MAX_CONNECTIONS = 1000
 _MAX_IDLE_CONNECTIONS = 100
 """Connections kept open while idle, beyond which a finished one is closed."""
 
-_MAX_ADDRESSES_TRIED = 4
-"""A name with many addresses is tried on its first few only, so one connect stays bounded."""
-
-_SocketOption = tuple[int, int, int] | tuple[int, int, bytes | bytearray] | tuple[int, int, None, int]
-
 _HINT = (
     " Loopback is allowed by MCP_CLIENT_SSRF_ALLOW_LOOPBACK, private networks by MCP_CLIENT_SSRF_ALLOW_PRIVATE, "
     "chosen networks by MCP_CLIENT_SSRF_ALLOWED_NETWORKS."
 )
-
-
-class GuardedNetworkBackend(httpcore2.AsyncNetworkBackend):
-    """httpcore2's network backend, with the name resolved and checked against a policy at each connect."""
-
-    def __init__(
-        self,
-        policy: EgressPolicy,
-        *,
-        resolver: Resolver | None = None,
-        inner: httpcore2.AsyncNetworkBackend | None = None,
-    ) -> None:
-        self._policy = policy
-        self._resolver = resolver
-        self._inner = inner or httpcore2.AnyIOBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,  # noqa: ASYNC109 (httpcore2's interface)
-        local_address: str | None = None,
-        socket_options: Iterable[_SocketOption] | None = None,
-    ) -> httpcore2.AsyncNetworkStream:
-        try:
-            with anyio.fail_after(timeout):
-                addresses = await resolve_allowed(host, port, self._policy, resolver=self._resolver)
-        except TimeoutError as exc:
-            raise httpcore2.ConnectTimeout(f"resolving {host} took longer than {timeout} s") from exc
-        last_error: Exception | None = None
-        for address in addresses[:_MAX_ADDRESSES_TRIED]:
-            try:
-                return await self._inner.connect_tcp(
-                    address, port, timeout=timeout, local_address=local_address, socket_options=socket_options
-                )
-            except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
-                last_error = exc
-        assert last_error is not None  # resolve_allowed never returns an empty list
-        raise last_error
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109 (httpcore2's interface)
-        socket_options: Iterable[_SocketOption] | None = None,
-    ) -> httpcore2.AsyncNetworkStream:
-        raise EgressBlocked(path, "a Unix socket", message="Refused: connections through Unix sockets are not allowed.")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
 
 
 class _GuardedTransport(httpx2.AsyncHTTPTransport):
@@ -114,12 +59,12 @@ class _GuardedTransport(httpx2.AsyncHTTPTransport):
         super().__init__(verify=ssl_context, limits=limits, trust_env=False)
         # httpx2 has no parameter for the network backend: its pool is replaced by the same pool
         # over the guarded backend (request handling and error mapping stay httpx2's own).
-        self._pool = httpcore2.AsyncConnectionPool(
+        self._pool = guarded_pool(
+            httpcore2,
+            policy,
+            resolver=resolver,
             ssl_context=ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            network_backend=GuardedNetworkBackend(policy, resolver=resolver),
+            limits=limits,
         )
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
