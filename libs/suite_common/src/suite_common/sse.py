@@ -7,7 +7,7 @@ cancel scope in an async generator is unsafe, so the producer instead *pushes* e
 cancels the producer when it does, which in turn cancels every in-flight upstream call.
 
 Kept rather than ``sse-starlette`` (named in the design card's package list, not a dependency of
-any package here; issue 13 checked it again): its ``EventSourceResponse`` takes an async
+any package here; checked again in the redesign pass): its ``EventSourceResponse`` takes an async
 iterator, which is exactly the generator-across-cancel-scope shape above; we would still need the
 producer task, the disconnect watch and the ping timer around it, so it would replace only
 ``encode_event``. And there it costs more on every event of every stream: encoding a typical
