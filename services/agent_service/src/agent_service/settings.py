@@ -48,6 +48,23 @@ class AgentSettings(ServiceSettings):
     """How long the tool catalog and the known model names are reused between runs (0: every run asks)."""
     connect_timeout_seconds: float = Field(default=5.0, gt=0)
     """Timeout to open a connection to completion-service or mcp-client-service."""
+    database_url: str = "sqlite:///.data/agent.db"
+    """Where runs, their messages and events, and conversations are stored: ``sqlite:///path`` (one replica; the
+    folder is created) or ``postgresql://user:password@host:port/database`` (any number of replicas). Empty: runs
+    are not stored (nothing to read back, resume or re-attach to)."""
+    database_migrate: bool = True
+    """Bring the database schema to the newest revision at start (replicas take turns). Off: run
+    ``python -m agent_service.store.migrate`` before starting."""
+    lease_seconds: float = Field(default=15.0, ge=1)
+    """A replica holds each run it executes for this long, renewed every third of it; when a replica dies, another
+    takes its runs over once their lease has expired."""
+    abandon_after_seconds: float = Field(default=300.0, gt=0)
+    """An active run whose lease has expired for this long is marked failed (``abandoned``), no longer resumed."""
+    max_resumes: int = Field(default=3, ge=0)
+    """How many times a run is taken over after a crash before it is failed: a run that kills its replica
+    every time must not take down the next one too."""
+    events_poll_seconds: float = Field(default=0.5, gt=0)
+    """How often a client following a run that another replica executes is sent the newly stored events."""
     openai_stream_mode: Literal["live", "final_only", "disabled"] = "live"
     """How ``POST /v1/chat/completions`` answers ``stream: true`` (header ``X-Agent-Stream-Mode`` per request): the
     answer's text as it is generated, the final answer in pieces once the run has ended, or one JSON object."""

@@ -1,0 +1,29 @@
+"""Where runs live: their messages, their events, their leases; SQLite or PostgreSQL behind one interface."""
+
+from agent_service.store.records import (
+    ACTIVE_STATUSES,
+    ConversationBusy,
+    ConversationRecord,
+    LeaseLost,
+    NewRun,
+    RunRecord,
+    RunStatus,
+    Step,
+    StoredEvent,
+    StoreError,
+)
+from agent_service.store.run_store import RunStore
+
+__all__ = [
+    "ACTIVE_STATUSES",
+    "ConversationBusy",
+    "ConversationRecord",
+    "LeaseLost",
+    "NewRun",
+    "RunRecord",
+    "RunStatus",
+    "RunStore",
+    "Step",
+    "StoreError",
+    "StoredEvent",
+]

@@ -1,0 +1,122 @@
+"""What the run store keeps, as plain values: the store's API speaks these, never table rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from suite_common.wire import Message, RunErrorDetail, RunFinishReason, Usage
+
+__all__ = [
+    "ACTIVE_STATUSES",
+    "ConversationBusy",
+    "ConversationRecord",
+    "LeaseLost",
+    "NewRun",
+    "RunRecord",
+    "RunStatus",
+    "Step",
+    "StoredEvent",
+    "StoreError",
+]
+
+RunStatus = Literal["processing", "tool_loop", "completed", "failed", "cancelled"]
+"""``processing``: waiting for the model; ``tool_loop``: the model's tool calls are running (the assistant turn
+that asked for them is stored); then one of the three final states."""
+
+ACTIVE_STATUSES: tuple[RunStatus, ...] = ("processing", "tool_loop")
+
+
+class StoreError(Exception):
+    """The database could not be read or written; a run that cannot be stored fails with this."""
+
+
+class LeaseLost(StoreError):
+    """Another replica owns the run now (this one's lease expired): stop working on it, write nothing more."""
+
+
+class ConversationBusy(StoreError):
+    """A run of the conversation is still active; a conversation takes one run at a time."""
+
+    def __init__(self, conversation_id: str, run_id: str) -> None:
+        super().__init__(f"Conversation {conversation_id} has a run in progress ({run_id}).")
+        self.conversation_id = conversation_id
+        self.run_id = run_id
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """One SSE event of a run: ``data`` is the JSON text sent to the client, byte for byte."""
+
+    seq: int
+    type: str
+    data: str
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    run_id: str
+    model: str
+    plan: dict[str, Any]
+    """What a replica needs to resume the run: the loop's settings and tools (see ``agent_service.runs``)."""
+    input_messages: list[Message]
+    """The request's messages; stored at positions 0..n-1 of the run."""
+    conversation_id: str | None = None
+    caller: str | None = None
+    tenant: str | None = None
+
+
+@dataclass(slots=True)
+class Step:
+    """What one step of a run changes, written in one transaction: messages, events, the run's counters."""
+
+    messages: list[tuple[int, Message]] = field(default_factory=list)
+    """``(position, message)``: the position within the run (the input messages are 0..n-1). Writing a
+    position again replaces its message (a resumed run rewrites what it finishes)."""
+    events: list[StoredEvent] = field(default_factory=list)
+    status: RunStatus | None = None
+    """``None`` leaves the status as it is."""
+    iterations: int | None = None
+    usage: Usage | None = None
+    finish_reason: RunFinishReason | None = None
+    error: RunErrorDetail | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    run_id: str
+    conversation_id: str | None
+    caller: str | None
+    tenant: str | None
+    model: str
+    status: RunStatus
+    iterations: int
+    usage: Usage
+    finish_reason: RunFinishReason | None
+    error: RunErrorDetail | None
+    plan: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    resumes: int
+    """How many times another lease took the run over (0 for a run that never crashed)."""
+    cancel_requested: bool
+    last_seq: int
+    """The highest stored event sequence number (0: none)."""
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationRecord:
+    conversation_id: str
+    created_at: datetime
+    updated_at: datetime
+    messages: list[Message]
+    """Every run's messages, run after run, in order."""
+    runs: list[RunRecord]
+    """Oldest first."""
