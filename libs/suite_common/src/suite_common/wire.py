@@ -25,6 +25,8 @@ __all__ = [
     "CompletionEvent",
     "CompletionRequest",
     "CompletionResponse",
+    "ConversationId",
+    "ConversationView",
     "ErrorDetail",
     "ErrorResponse",
     "FinishReason",
@@ -45,11 +47,14 @@ __all__ = [
     "RunEvent",
     "RunFinishReason",
     "RunReasoning",
+    "RunResumed",
     "RunStarted",
+    "RunStatus",
     "RunText",
     "RunToolCall",
     "RunToolProgress",
     "RunToolResult",
+    "RunView",
     "StreamError",
     "TextDelta",
     "ToolCall",
@@ -340,6 +345,10 @@ OpenAI front); the run stops and hands the call back. ``error``: the run failed 
 service it needs); the error says why."""
 
 
+ConversationId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
+"""A conversation's id, chosen by the caller: 1 to 128 letters, digits and ``. _ : -``."""
+
+
 class AgentRunRequest(WireModel):
     model: ModelName
     messages: list[Message] = Field(min_length=1)
@@ -353,6 +362,12 @@ class AgentRunRequest(WireModel):
     """Shorter than the service's deadline to stop sooner; longer is refused."""
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
+    conversation_id: ConversationId | None = None
+    """Continue this stored conversation: its messages come before ``messages``, and the run's are appended to it.
+    An id not known yet starts a conversation. One run at a time per conversation."""
+    on_disconnect: Literal["cancel", "continue"] = "cancel"
+    """What happens to the run when the client's connection drops: ``continue`` lets it run on, to be read or
+    followed later (``GET /api/v1/agent/runs/{runId}`` and ``.../events``)."""
 
 
 class _RunEventBase(WireModel):
@@ -364,6 +379,16 @@ class RunStarted(_RunEventBase):
     model: str
     tools: list[str]
     max_iterations: int
+
+
+class RunResumed(_RunEventBase):
+    """The run was taken over after the replica running it stopped; it goes on from its last stored step."""
+
+    type: Literal["run_resumed"] = "run_resumed"
+    iterations: int
+    """Rounds done before the takeover."""
+    resumes: int
+    """How many times the run has been taken over so far."""
 
 
 class RunToolCall(_RunEventBase):
@@ -421,7 +446,15 @@ class RunError(_RunEventBase):
 
 
 RunEvent = Annotated[
-    RunStarted | RunToolCall | RunToolProgress | RunToolResult | RunText | RunReasoning | RunDone | RunError,
+    RunStarted
+    | RunResumed
+    | RunToolCall
+    | RunToolProgress
+    | RunToolResult
+    | RunText
+    | RunReasoning
+    | RunDone
+    | RunError,
     Field(discriminator="type"),
 ]
 
@@ -457,3 +490,41 @@ class AgentRunFailure(WireModel):
     finish_reason: Literal["error"] = "error"
     iterations: int
     usage: Usage
+
+
+RunStatus = Literal["processing", "tool_loop", "completed", "failed", "cancelled"]
+"""``processing``: waiting for the model; ``tool_loop``: the model's tool calls are running; then final."""
+
+
+class RunView(WireModel):
+    """A stored run, as ``GET /api/v1/agent/runs/{runId}`` answers it."""
+
+    run_id: str
+    conversation_id: str | None = None
+    model: str
+    status: RunStatus
+    finish_reason: RunFinishReason | None = None
+    """Set once the run has ended."""
+    iterations: int
+    usage: Usage
+    error: RunErrorDetail | None = None
+    messages: list[Message] = Field(default_factory=list)
+    """The run's own messages: the request's, then what the run added (in a conversation, the earlier runs' are
+    not repeated)."""
+    created_at: str
+    updated_at: str
+    resumes: int = 0
+    """How many times another replica took the run over after a crash."""
+    cancel_requested: bool = False
+
+
+class ConversationView(WireModel):
+    """A stored conversation, as ``GET /api/v1/agent/conversations/{conversationId}`` answers it."""
+
+    conversation_id: str
+    created_at: str
+    updated_at: str
+    messages: list[Message]
+    """Every run's messages, run after run: what a next run continues."""
+    runs: list[RunView]
+    """Oldest first, without their messages (they are above)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import anyio
 import structlog
@@ -43,7 +44,7 @@ from suite_common.wire import (
     Usage,
 )
 
-__all__ = ["AgentLoop", "Emit", "RunOutcome", "RunPlan"]
+__all__ = ["AgentLoop", "Emit", "ResumePoint", "RunOutcome", "RunPlan", "RunRecorder"]
 
 _log = get_logger("agent_service.loop")
 
@@ -67,6 +68,43 @@ class RunPlan:
     calls one ends the run with finish reason ``tool_calls``, handing those calls back."""
 
 
+class RunRecorder(Protocol):
+    """Where the loop reports each step, before it goes on: the run store's journal (``agent_service.runs``).
+
+    Positions are indices into the run's conversation (``RunPlan.messages`` first). A failure to record
+    raises ``UpstreamError``, and the run fails with it: a step that cannot be stored is not taken.
+    """
+
+    async def turn(self, position: int, message: Message, *, iterations: int, usage: Usage) -> None:
+        """An assistant turn, before any of its tool calls runs."""
+
+    async def result(self, position: int, message: Message) -> None:
+        """A tool result, as soon as its call has finished."""
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a run taken over after a crash picks up: its stored counters and the last round's loose ends."""
+
+    iterations: int
+    usage: Usage
+    turn_position: int = 0
+    """The position of the last assistant turn, whose tool calls follow."""
+    calls: list[ToolCall] = field(default_factory=list)
+    """That turn's tool calls, in the model's order; empty when the last round was complete."""
+    results: dict[str, Message] = field(default_factory=dict)
+    """The stored results among them, by tool call id."""
+    redispatch: set[str] = field(default_factory=set)
+    """The ids of the calls without a result that may run again (their tools say they are idempotent); each other
+    one gets a result saying its outcome is unknown."""
+
+
+UNKNOWN_OUTCOME = (
+    "The service running this conversation restarted while this tool call was in progress, so whether it took "
+    "effect is unknown. The tool does not say that calling it again is safe: check its effect before calling it again."
+)
+
+
 @dataclass
 class RunOutcome:
     finish_reason: RunFinishReason
@@ -74,6 +112,8 @@ class RunOutcome:
     usage: Usage
     appended: list[Message]
     error: UpstreamError | None = None
+    appended_from: int = 0
+    """The position of ``appended[0]`` in the run's conversation."""
 
 
 @dataclass
@@ -86,6 +126,12 @@ class _RunState:
     """Tool calls of the current round, in the order the model made them."""
     finished: dict[str, Message] = field(default_factory=dict)
     """Result messages of the current round's calls that have finished, by tool call id."""
+    turn_position: int = 0
+    """The position in ``conversation`` of the current round's assistant turn."""
+
+    @property
+    def appended_from(self) -> int:
+        return len(self.conversation) - len(self.appended)
 
     def append(self, message: Message) -> None:
         self.conversation.append(message)
@@ -116,10 +162,23 @@ class AgentLoop:
         self.tool_result_max_chars = tool_result_max_chars
         self.telemetry = telemetry or RunTelemetry.disabled()
 
-    async def run(self, plan: RunPlan, emit: Emit, *, stream_text: bool) -> RunOutcome:
-        """Run to the end; emits ``done`` or ``error`` last. Raises only when cancelled."""
+    async def run(
+        self,
+        plan: RunPlan,
+        emit: Emit,
+        *,
+        stream_text: bool,
+        recorder: RunRecorder | None = None,
+        resume: ResumePoint | None = None,
+    ) -> RunOutcome:
+        """Run to the end; emits ``done`` or ``error`` last. Raises only when cancelled.
+
+        ``resume``: a run taken over after a crash, whose stored conversation is ``plan.messages``; its last round's
+        tool calls are finished first."""
         telemetry = self.telemetry
         state = _RunState(conversation=list(plan.messages))
+        if resume is not None:
+            state.iterations, state.usage = resume.iterations, resume.usage
         outcome = "cancelled"
         telemetry.run_started()
         attributes = {"agent.run_id": plan.run_id, "agent.model": plan.model}
@@ -130,7 +189,7 @@ class AgentLoop:
                 telemetry.tracer.start_as_current_span("agent_run", attributes=attributes) as span,
             ):
                 try:
-                    result = await self._run(plan, state, emit, stream_text)
+                    result = await self._run(plan, state, emit, stream_text, recorder, resume)
                 except anyio.get_cancelled_exc_class():
                     telemetry.run_outcome(span, "cancelled", "cancelled")
                     raise
@@ -145,11 +204,21 @@ class AgentLoop:
         finally:
             telemetry.run_ended(outcome, state.iterations, failed=failed)
 
-    async def _run(self, plan: RunPlan, state: _RunState, emit: Emit, stream_text: bool) -> RunOutcome:
+    async def _run(
+        self,
+        plan: RunPlan,
+        state: _RunState,
+        emit: Emit,
+        stream_text: bool,
+        recorder: RunRecorder | None,
+        resume: ResumePoint | None,
+    ) -> RunOutcome:
         started = time.perf_counter()
         try:
             with anyio.CancelScope(deadline=plan.limits.deadline.at) as deadline_scope:
-                finish = await self._rounds(plan, state, emit, stream_text)
+                if resume is not None and resume.calls:
+                    await self._finish_round(plan, state, emit, resume, recorder, stream_text)
+                finish = await self._rounds(plan, state, emit, stream_text, recorder)
             if deadline_scope.cancelled_caught:
                 finish = "deadline"
         except UpstreamError as error:
@@ -157,7 +226,7 @@ class AgentLoop:
                 state.close_round(f"The run failed before this tool call finished: {error.message}")
                 _log.warning("run_failed", code=error.code, message=error.message, iterations=state.iterations)
                 await emit(RunError(run_id=plan.run_id, code=error.code, message=error.message))
-                return RunOutcome("error", state.iterations, state.usage, state.appended, error)
+                return RunOutcome("error", state.iterations, state.usage, state.appended, error, state.appended_from)
             finish = "deadline"
         except anyio.get_cancelled_exc_class():
             _log.info("run_cancelled", iterations=state.iterations)
@@ -171,9 +240,34 @@ class AgentLoop:
             "run_finished", finish_reason=finish, iterations=state.iterations, duration_ms=round(elapsed * 1000, 1)
         )
         await emit(RunDone(run_id=plan.run_id, finish_reason=finish, iterations=state.iterations, usage=state.usage))
-        return RunOutcome(finish, state.iterations, state.usage, state.appended)
+        return RunOutcome(finish, state.iterations, state.usage, state.appended, appended_from=state.appended_from)
 
-    async def _rounds(self, plan: RunPlan, state: _RunState, emit: Emit, stream_text: bool) -> RunFinishReason:
+    async def _finish_round(
+        self,
+        plan: RunPlan,
+        state: _RunState,
+        emit: Emit,
+        resume: ResumePoint,
+        recorder: RunRecorder | None,
+        stream_text: bool,
+    ) -> None:
+        """The interrupted round of a resumed run: its stored results kept, the idempotent calls that have none
+        made again, the others answered with an unknown outcome; then the round closes as any other."""
+        state.conversation = state.conversation[: resume.turn_position + 1]
+        state.turn_position, state.pending = resume.turn_position, list(resume.calls)
+        state.finished = dict(resume.results)
+        again = [call for call in resume.calls if call.id not in resume.results and call.id in resume.redispatch]
+        for call in resume.calls:
+            if call.id not in resume.results and call.id not in resume.redispatch:
+                message = Message(role="tool", tool_call_id=call.id, content=UNKNOWN_OUTCOME, is_error=True)
+                await self._finished(plan, state, emit, recorder, call, message, duration_ms=0.0)
+        if again:
+            await self._dispatch(plan, state, emit, again, recorder, stream_text)
+        state.close_round("The tool call did not finish.")
+
+    async def _rounds(
+        self, plan: RunPlan, state: _RunState, emit: Emit, stream_text: bool, recorder: RunRecorder | None
+    ) -> RunFinishReason:
         specs = [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema) for t in plan.tools]
         specs += plan.client_tools
         tool_choice = plan.tool_choice
@@ -191,7 +285,7 @@ class AgentLoop:
                     max_tokens=plan.max_tokens,
                     temperature=plan.temperature,
                 )
-                finish = await self._round(plan, state, emit, request, stream_text)
+                finish = await self._round(plan, state, emit, request, stream_text, recorder)
             if finish is not None:
                 return finish
             # A forced choice ("required" or a named tool) applies to the first round only;
@@ -200,7 +294,13 @@ class AgentLoop:
         return finish
 
     async def _round(
-        self, plan: RunPlan, state: _RunState, emit: Emit, request: CompletionRequest, stream_text: bool
+        self,
+        plan: RunPlan,
+        state: _RunState,
+        emit: Emit,
+        request: CompletionRequest,
+        stream_text: bool,
+        recorder: RunRecorder | None,
     ) -> RunFinishReason | None:
         """One LLM call and the tool calls it asks for; a finish reason when the run ends with this round."""
         iteration = state.iterations
@@ -224,11 +324,14 @@ class AgentLoop:
             if handed_back:
                 # The caller runs these and continues the conversation; our tools asked for in the same turn are
                 # dropped unrun (their results could not reach the caller): the model asks again if it needs them.
-                state.append(message.model_copy(update={"tool_calls": handed_back}))
-                return "tool_calls"
+                message = message.model_copy(update={"tool_calls": handed_back})
+                calls = []
+        state.turn_position = len(state.conversation)
         state.append(message)
         if not calls:
-            return "stop"
+            if recorder is not None:
+                await recorder.turn(state.turn_position, message, iterations=iteration, usage=state.usage)
+            return "tool_calls" if message.tool_calls else "stop"
         state.pending = list(calls)
         for call in calls:
             await emit(
@@ -236,32 +339,46 @@ class AgentLoop:
                     run_id=plan.run_id, iteration=iteration, id=call.id, name=call.name, arguments=call.arguments
                 )
             )
-        allowed = {tool.name for tool in plan.tools}
-        failures: list[UpstreamError] = []
-        if len(calls) == 1:  # the common case: no task group to pay for
-            await self._call_tool(plan, 0, calls[0], allowed, emit, state, failures, None, stream_text)
-        else:
-            async with anyio.create_task_group() as tg:
-                scope = tg.cancel_scope
-                for position, call in enumerate(calls):
-                    tg.start_soon(
-                        self._call_tool, plan, position, call, allowed, emit, state, failures, scope, stream_text
-                    )
-        if failures:
-            # The tool service itself failed (not a tool): the run cannot go on.
-            raise failures[0]
+        if recorder is not None:  # stored before any tool runs: a crash from here on resumes these calls
+            await recorder.turn(state.turn_position, message, iterations=iteration, usage=state.usage)
+        await self._dispatch(plan, state, emit, calls, recorder, stream_text)
         # Results go back in the order the model asked for them, whatever order they finished in.
         state.close_round("The tool call did not finish.")
         return None
 
+    async def _dispatch(
+        self,
+        plan: RunPlan,
+        state: _RunState,
+        emit: Emit,
+        calls: list[ToolCall],
+        recorder: RunRecorder | None,
+        stream_text: bool,
+    ) -> None:
+        """Run ``calls``, in parallel when there are several; raises the tool service's own failure."""
+        allowed = {tool.name for tool in plan.tools}
+        failures: list[UpstreamError] = []
+        if len(calls) == 1:  # the common case: no task group to pay for
+            await self._call_tool(plan, calls[0], allowed, emit, state, recorder, failures, None, stream_text)
+        else:
+            async with anyio.create_task_group() as tg:
+                scope = tg.cancel_scope
+                for call in calls:
+                    tg.start_soon(
+                        self._call_tool, plan, call, allowed, emit, state, recorder, failures, scope, stream_text
+                    )
+        if failures:
+            # The tool service itself failed (not a tool): the run cannot go on.
+            raise failures[0]
+
     async def _call_tool(
         self,
         plan: RunPlan,
-        position: int,
         call: ToolCall,
         allowed: set[str],
         emit: Emit,
         state: _RunState,
+        recorder: RunRecorder | None,
         failures: list[UpstreamError],
         siblings: anyio.CancelScope | None,
         streamed: bool,
@@ -269,6 +386,7 @@ class AgentLoop:
         """``siblings``: the scope of the round's other calls, when there are any. ``streamed``: the run
         is streamed, so the tool's progress is reported as ``tool_progress`` events."""
         iteration = state.iterations
+        position = next(index for index, pending in enumerate(state.pending) if pending.id == call.id)
         started = time.perf_counter()
         # The catalog's server of the tool, "-" for a name the run does not list (the model's invention).
         server = next((tool.server for tool in plan.tools if tool.name == call.name), "-")
@@ -321,18 +439,36 @@ class AgentLoop:
                 mark_span_failed(span, status)
             # Inside the binding, so that the audit line carries the tool_call_id the stream reported.
             seconds = self._audit(plan, iteration, position, call, server, status, started)
-        state.finished[call.id] = Message(role="tool", tool_call_id=call.id, content=content, is_error=is_error or None)
+        message = Message(role="tool", tool_call_id=call.id, content=content, is_error=is_error or None)
+        await self._finished(plan, state, emit, recorder, call, message, duration_ms=round(seconds * 1000, 2))
+
+    async def _finished(
+        self,
+        plan: RunPlan,
+        state: _RunState,
+        emit: Emit,
+        recorder: RunRecorder | None,
+        call: ToolCall,
+        message: Message,
+        *,
+        duration_ms: float,
+    ) -> None:
+        """A call of the current round has its result: kept for the round's end, told, recorded."""
+        state.finished[call.id] = message
         await emit(
             RunToolResult(
                 run_id=plan.run_id,
-                iteration=iteration,
+                iteration=state.iterations,
                 tool_call_id=call.id,
                 name=call.name,
-                content=content,
-                is_error=is_error,
-                duration_ms=round(seconds * 1000, 2),
+                content=message.content or "",
+                is_error=bool(message.is_error),
+                duration_ms=duration_ms,
             )
         )
+        if recorder is not None:
+            position = next(index for index, pending in enumerate(state.pending) if pending.id == call.id)
+            await recorder.result(state.turn_position + 1 + position, message)
 
     def _audit(
         self, plan: RunPlan, iteration: int, position: int, call: ToolCall, server: str, status: str, started: float

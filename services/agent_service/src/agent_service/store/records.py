@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
-from suite_common.wire import Message, RunErrorDetail, RunFinishReason, Usage
+from suite_common.wire import Message, RunErrorDetail, RunFinishReason, RunStatus, Usage
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -17,13 +17,9 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "Step",
-    "StoredEvent",
     "StoreError",
+    "StoredEvent",
 ]
-
-RunStatus = Literal["processing", "tool_loop", "completed", "failed", "cancelled"]
-"""``processing``: waiting for the model; ``tool_loop``: the model's tool calls are running (the assistant turn
-that asked for them is stored); then one of the three final states."""
 
 ACTIVE_STATUSES: tuple[RunStatus, ...] = ("processing", "tool_loop")
 
