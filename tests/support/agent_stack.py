@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from pydantic import SecretStr
 
@@ -22,13 +23,15 @@ __all__ = ["running_agent"]
 
 
 @asynccontextmanager
-async def running_agent(completion_url: str, gateway: Gateway) -> AsyncIterator[str]:
-    """agent-service over ``completion_url`` and ``gateway``, asking for the tool list on every run; yields its URL."""
+async def running_agent(completion_url: str, gateway: Gateway, **overrides: Any) -> AsyncIterator[str]:
+    """agent-service over ``completion_url`` and ``gateway``, asking for the tool list on every run; yields its URL.
+    ``overrides``: other settings (``database_url``, ...)."""
     settings = AgentSettings(
         completion_url=completion_url,
         mcp_client_url=gateway.url,
         mcp_service_secret=SecretStr(GATEWAY_SECRET),
         catalog_cache_seconds=0,
+        **overrides,
     )
     async with serve_app(create_app(settings)) as url:
         yield url

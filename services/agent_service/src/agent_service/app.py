@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -14,10 +13,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from agent_service.clients import CompletionClient, ToolsClient
-from agent_service.loop import AgentLoop, RunPlan
+from agent_service.loop import AgentLoop, RunOutcome
 from agent_service.openai_front import openai_routes
 from agent_service.planning import ModelCheck, ToolCatalog, plan_run
+from agent_service.runs import AgentRuns, EventSink, LiveSink, StartedRun
+from agent_service.runs_api import runs_routes
 from agent_service.settings import AgentSettings
+from agent_service.store import RunStore, StoredEvent, StoreError
 from agent_service.telemetry import RunTelemetry
 from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes
@@ -37,7 +39,6 @@ from suite_common.wire import (
     RunError,
     RunErrorDetail,
     RunEvent,
-    RunStarted,
     dump,
 )
 
@@ -54,6 +55,7 @@ class _Services:
     catalog: ToolCatalog
     models: ModelCheck
     lifecycle: Lifecycle
+    runs: AgentRuns
 
 
 def _services(request: Request) -> _Services:
@@ -62,57 +64,52 @@ def _services(request: Request) -> _Services:
 
 
 _SHUTTING_DOWN = "The service is shutting down; the run was stopped. Start it again: another instance will take it."
+_HANDED_OVER = (
+    "The service is shutting down; another instance takes this run over from its last stored step: "
+    "follow it at GET /api/v1/agent/runs/{run_id}/events."
+)
 
 
-async def _stream_run(plan: RunPlan, loop: AgentLoop, lifecycle: Lifecycle, send: SendChunk) -> None:
-    sequence = itertools.count(1)
+def _sender(send: SendChunk) -> EventSink:
+    async def send_event(event: StoredEvent) -> None:
+        await send(encode_event(event.data, event=event.type, id=event.seq))
 
-    async def emit(event: RunEvent) -> None:
-        await send(encode_event(dump(event), event=event.type, id=next(sequence)))
+    return send_event
 
-    await emit(
-        RunStarted(
-            run_id=plan.run_id,
-            model=plan.model,
-            tools=[tool.name for tool in plan.tools],
-            max_iterations=plan.limits.max_iterations,
-        )
-    )
+
+def _live_sender(send: SendChunk) -> LiveSink:
+    async def send_event(_: RunEvent, event: StoredEvent) -> None:
+        await send(encode_event(event.data, event=event.type, id=event.seq))
+
+    return send_event
+
+
+async def _stream_run(run: StartedRun, runs: AgentRuns, lifecycle: Lifecycle, send: SendChunk) -> None:
+    journal = run.journal
+    journal.send = _live_sender(send)
+    run_id = run.plan.run_id
     try:
-        finished, _ = await until_interrupted(lifecycle, loop.run(plan, emit, stream_text=True))
+        finished, _ = await until_interrupted(lifecycle, runs.execute(run, stream_text=True))
     except Exception as error:  # a bug, not an upstream failure: still end the stream with an event
-        _log.error("run_crashed", run_id=plan.run_id, exc_info=error)
-        await emit(RunError(run_id=plan.run_id, code="internal_error", message="The run failed unexpectedly."))
+        _log.error("run_crashed", run_id=run_id, exc_info=error)
+        await journal.emit(RunError(run_id=run_id, code="internal_error", message="The run failed unexpectedly."))
         return
     if not finished:
-        # Not a silent cut: the caller learns why the stream ends, and that trying again will work.
-        _log.warning("run_interrupted_by_shutdown", run_id=plan.run_id)
-        await emit(RunError(run_id=plan.run_id, code="shutting_down", message=_SHUTTING_DOWN))
+        # Not a silent cut: the caller learns why the stream ends, and where the run goes on. Told to this client
+        # only: the run's own events go on where it is taken over.
+        _log.warning("run_interrupted_by_shutdown", run_id=run_id)
+        message = _HANDED_OVER.format(run_id=run_id) if journal.store is not None else _SHUTTING_DOWN
+        notice = RunError(run_id=run_id, code="shutting_down", message=message)
+        await journal.send(notice, StoredEvent(journal.next_seq, notice.type, dump(notice)))
 
 
-async def _ignore(_: RunEvent) -> None:
-    return None
+async def _follow_detached(run: StartedRun, runs: AgentRuns, send: SendChunk) -> None:
+    await runs.follow(run.plan.run_id, 0, _sender(send))
 
 
-async def run_agent(request: Request) -> Response | EventStreamResponse:
-    services = _services(request)
-    lifecycle = services.lifecycle
-    try:
-        if lifecycle.draining:
-            raise ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"})
-        body = await read_model(request, AgentRunRequest)
-        plan = await plan_run(body, services.settings, services.catalog, services.models)
-    except ApiError as refusal:  # counted and logged: a run refused is a run an operator should see
-        services.loop.telemetry.run_refused(code=refusal.code, status=refusal.status, message=refusal.message)
-        raise
-    if body.stream:
-        return EventStreamResponse(lambda send: _stream_run(plan, services.loop, lifecycle, send))
-    run = await run_for_client(request, services.loop.run(plan, _ignore, stream_text=False), lifecycle=lifecycle)
-    if run.client_gone:
-        return Response(status_code=499)  # the client has gone; nobody reads this
-    outcome = run.result
-    if not run.finished or outcome is None:
-        raise ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"})
+def _answer(run: StartedRun, outcome: RunOutcome) -> Response:
+    plan = run.plan
+    headers = {"X-Agent-Run-Id": plan.run_id}
     error = outcome.error
     if error is not None:
         # The error shape, plus what the run did before it failed: tools may have run, with effects.
@@ -123,18 +120,52 @@ async def run_agent(request: Request) -> Response | EventStreamResponse:
             iterations=outcome.iterations,
             usage=outcome.usage,
         )
-        return ModelResponse(failure, status_code=error.status, headers=error.headers)
+        return ModelResponse(failure, status_code=error.status, headers={**error.headers, **headers})
     final = next((m for m in reversed(outcome.appended) if m.role == "assistant"), Message(role="assistant"))
-    return ModelResponse(
-        AgentRunResult(
-            run_id=plan.run_id,
-            message=final,
-            messages=outcome.appended,
-            finish_reason=outcome.finish_reason,
-            iterations=outcome.iterations,
-            usage=outcome.usage,
-        )
+    result = AgentRunResult(
+        run_id=plan.run_id,
+        message=final,
+        messages=outcome.appended,
+        finish_reason=outcome.finish_reason,
+        iterations=outcome.iterations,
+        usage=outcome.usage,
     )
+    return ModelResponse(result, headers=headers)
+
+
+async def run_agent(request: Request) -> Response | EventStreamResponse:
+    services = _services(request)
+    lifecycle = services.lifecycle
+    runs = services.runs
+    try:
+        if lifecycle.draining:
+            raise ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"})
+        body = await read_model(request, AgentRunRequest)
+        plan = await plan_run(body, services.settings, services.catalog, services.models)
+        run = await runs.begin(plan, body, send=None)
+    except ApiError as refusal:  # counted and logged: a run refused is a run an operator should see
+        services.loop.telemetry.run_refused(code=refusal.code, status=refusal.status, message=refusal.message)
+        raise
+    headers = {"X-Agent-Run-Id": plan.run_id}
+    if run.detached:  # executed apart from this request, which only follows it
+        runs.detach(run, stream_text=body.stream)
+        if body.stream:
+            return EventStreamResponse(lambda send: _follow_detached(run, runs, send), headers=headers)
+        waited = await run_for_client(request, run.journal.ended.wait(), lifecycle=lifecycle)
+        if waited.client_gone:
+            return Response(status_code=499)  # the run goes on; nobody reads this
+        if run.outcome is None:
+            raise ApiError(503, "shutting_down", _HANDED_OVER.format(run_id=plan.run_id), headers={"Retry-After": "1"})
+        return _answer(run, run.outcome)
+    if body.stream:
+        return EventStreamResponse(lambda send: _stream_run(run, runs, lifecycle, send), headers=headers)
+    outcome = await run_for_client(request, runs.execute(run, stream_text=False), lifecycle=lifecycle)
+    if outcome.client_gone:
+        return Response(status_code=499)  # the client has gone; nobody reads this
+    if not outcome.finished or outcome.result is None:
+        message = _HANDED_OVER.format(run_id=plan.run_id) if run.journal.store is not None else _SHUTTING_DOWN
+        raise ApiError(503, "shutting_down", message, headers={"Retry-After": "1", **headers})
+    return _answer(run, outcome.result)
 
 
 _RUN = Operation(
@@ -142,7 +173,10 @@ _RUN = Operation(
     body=AgentRunRequest,
     answer=AgentRunResult,
     events=RunEvent,
-    errors={503: "The service is shutting down (Retry-After); another instance will take the run."},
+    errors={
+        409: "The conversation (conversationId) has a run in progress.",
+        503: "The service is shutting down, or the run store is unavailable (Retry-After).",
+    },
     example={"model": "demo", "messages": [{"role": "user", "content": "What time is it?"}], "stream": False},
 )
 
@@ -159,6 +193,12 @@ async def _readiness(request: Request) -> dict[str, str]:
         ),
     }
     checks = {}
+    if services.runs.store is not None:
+        try:
+            await services.runs.store.ping()
+            checks["run-store"] = "ok"
+        except StoreError as error:
+            checks["run-store"] = f"unavailable ({error})"
     for name, (url, headers) in probes.items():
         try:
             response = await services.http.request("GET", url, headers=headers, time_limit=2.0)
@@ -209,11 +249,18 @@ def create_app(
             catalog = ToolCatalog(tools, settings.catalog_cache_seconds)
             models = ModelCheck(completions, settings.catalog_cache_seconds)
             stack.push_async_callback(observability.aclose)
-            yield {"services": _Services(settings, http, loop, catalog, models, observability.lifecycle)}
+            store = None
+            if settings.database_url:
+                store = await RunStore.open(settings.database_url, migrate=settings.database_migrate)
+                stack.push_async_callback(store.aclose)
+            runs = AgentRuns(loop, store, settings, observability.lifecycle)
+            await stack.enter_async_context(runs.running())
+            yield {"services": _Services(settings, http, loop, catalog, models, observability.lifecycle, runs)}
 
     app = Starlette(
         routes=[
             ApiRoute("/api/v1/agent/run", run_agent, method="POST", operation=_RUN),
+            *runs_routes(),
             *openai_routes(),
             *health_routes(_readiness, observability.lifecycle),
             *observability.routes(),

@@ -44,7 +44,9 @@ from agent_service.openai_wire import (
     utf8_pieces,
 )
 from agent_service.planning import ModelCheck, ToolCatalog, plan_run
+from agent_service.runs import AgentRuns, StartedRun
 from agent_service.settings import AgentSettings
+from agent_service.store import StoredEvent
 from suite_common.deadline import Deadline
 from suite_common.echo import clip
 from suite_common.errors import ApiError
@@ -78,7 +80,7 @@ EVENTS_HEADER = "X-Agent-Events"
 
 _TRUE, _FALSE = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no", ""})
 _STREAM_MODES: frozenset[str] = frozenset({"live", "final_only", "disabled"})
-_NOT_FORWARDED = frozenset({"text", "reasoning", "done", "error"})
+_NOT_FORWARDED = frozenset({"run_started", "text", "reasoning", "done", "error"})
 """Run events that are not extra frames: the answer's own frames say what they say."""
 
 _SHUTTING_DOWN = (
@@ -99,6 +101,8 @@ class FrontServices(Protocol):
     def models(self) -> ModelCheck: ...
     @property
     def lifecycle(self) -> Lifecycle: ...
+    @property
+    def runs(self) -> AgentRuns: ...
 
 
 def _services(request: Request) -> FrontServices:
@@ -150,8 +154,13 @@ TextSink = Callable[[int, str], Awaitable[None]]
 EventSink = Callable[[RunEvent], Awaitable[None]]
 
 
-async def _run(loop: AgentLoop, plan: RunPlan, on_event: EventSink, stream_text: bool) -> _Answer:
-    outcome = await loop.run(plan, on_event, stream_text=stream_text)
+async def _run(runs: AgentRuns, run: StartedRun, on_event: EventSink, stream_text: bool) -> _Answer:
+    async def forward(event: RunEvent, _: StoredEvent) -> None:
+        await on_event(event)
+
+    run.journal.send = forward
+    plan = run.plan
+    outcome = await runs.execute(run, stream_text=stream_text)
     last = outcome.appended[-1] if outcome.appended else None
     handed_back = last.tool_calls if outcome.finish_reason == "tool_calls" and last is not None else None
     agent = AgentInfo(run_id=plan.run_id, finish_reason=outcome.finish_reason, iterations=outcome.iterations)
@@ -193,21 +202,30 @@ class _Request:
     """One chat completion request, planned: how it runs and how it is answered."""
 
     def __init__(
-        self, services: FrontServices, body: ChatCompletionRequest, plan: RunPlan, *, mode: StreamMode, events: bool
+        self,
+        services: FrontServices,
+        body: ChatCompletionRequest,
+        plan: RunPlan,
+        run: StartedRun | None,
+        *,
+        mode: StreamMode,
+        events: bool,
     ):
+        """``run``: the stored run of an agentic request (``None``: one plain completion)."""
         self.services = services
         self.body = body
         self.plan = plan
+        self.run = run
         self.mode = mode
         self.events = events
-        self.agentic = bool(plan.tools)
+        self.agentic = run is not None
         self.created = int(time.time())
         self.id = "chatcmpl-" + (plan.run_id.removeprefix("run_") if self.agentic else uuid.uuid4().hex)
         self.headers = {"X-Agent-Run-Id": plan.run_id} if self.agentic else {}
 
     def work(self, on_event: EventSink, on_text: TextSink | None) -> Awaitable[_Answer]:
-        if self.agentic:
-            return _run(self.services.loop, self.plan, on_event, stream_text=on_text is not None)
+        if self.run is not None:
+            return _run(self.services.runs, self.run, on_event, stream_text=on_text is not None)
         return _single_completion(self.services.loop.completions, self.plan, on_text)
 
     def failure(self, error: UpstreamError | ApiError) -> JSONResponse:
@@ -271,8 +289,8 @@ class _Request:
             if event.type == "text":
                 await on_text(event.iteration, event.delta)
                 return
-            if event.type == "error":
-                return  # said by the outcome, as an HTTP error if nothing was sent yet
+            if event.type in ("error", "run_started"):
+                return  # an error is said by the outcome, as an HTTP error if nothing was sent yet
             if not started:
                 await start()
             if self.events and event.type not in _NOT_FORWARDED:
@@ -345,7 +363,8 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
         temperature=body.temperature,
     )
     plan = await plan_run(run_request, settings, services.catalog, services.models, client_tools)
-    front = _Request(services, body, plan, mode=mode, events=events)
+    run = await services.runs.begin(plan, run_request, send=None) if plan.tools else None
+    front = _Request(services, body, plan, run, mode=mode, events=events)
     if body.stream and mode != "disabled":
         return EventStreamResponse(front.stream, headers=front.headers, defer_start=True)
     return await front.answer_json(request)

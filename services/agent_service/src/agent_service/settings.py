@@ -52,6 +52,15 @@ class AgentSettings(ServiceSettings):
     """Where runs, their messages and events, and conversations are stored: ``sqlite:///path`` (one replica; the
     folder is created) or ``postgresql://user:password@host:port/database`` (any number of replicas). Empty: runs
     are not stored (nothing to read back, resume or re-attach to)."""
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_database(cls, url: str) -> str:
+        url = url.strip()
+        if url and not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
+            raise ValueError("must be empty, sqlite:///path or postgresql://user:password@host:port/database")
+        return url
+
     database_migrate: bool = True
     """Bring the database schema to the newest revision at start (replicas take turns). Off: run
     ``python -m agent_service.store.migrate`` before starting."""

@@ -1,0 +1,197 @@
+"""One run's journal: its events numbered, handed to the attached client, and stored with each step.
+
+The loop reports its steps here (``RunRecorder``); each step is one store transaction carrying the step's
+messages and every event emitted since the previous one. Events not stored yet stay readable here, so a
+client following the run on this replica sees text as it is generated, not a step later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from agent_service.clients import UpstreamError
+from agent_service.loop import RunOutcome
+from agent_service.store import LeaseLost, RunStore, Step, StoredEvent, StoreError
+from suite_common.wire import (
+    Message,
+    RunErrorDetail,
+    RunEvent,
+    RunStatus,
+    ToolCall,
+    Usage,
+    dump,
+)
+
+__all__ = ["TERMINAL_EVENTS", "EventSink", "LiveSink", "RunJournal", "RunMoved"]
+
+EventSink = Callable[[StoredEvent], Awaitable[None]]
+"""Where a follower's events go, as stored."""
+LiveSink = Callable[[RunEvent, StoredEvent], Awaitable[None]]
+"""Where the attached client's events go, as emitted and as stored (numbered and encoded)."""
+
+TERMINAL_EVENTS = frozenset({"done", "error"})
+"""A run's last stored event is one of these."""
+
+
+class RunMoved(UpstreamError):
+    """Another replica took the run over (this one's lease had expired): this one stops and writes nothing more."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(
+            "run_moved",
+            f"Another instance took this run over; follow it at GET /api/v1/agent/runs/{run_id}/events.",
+            status=409,
+        )
+
+
+class RunJournal:
+    """Implements the loop's ``RunRecorder``. Without a store, it only numbers events and hands them on."""
+
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        store: RunStore | None,
+        owner: str,
+        base: int,
+        next_seq: int = 1,
+        send: LiveSink | None = None,
+    ) -> None:
+        """``base``: the position in the loop's conversation of the run's first own message (the earlier runs'
+        messages of its conversation come before it). ``send``: the client attached to the run, if any."""
+        self.run_id = run_id
+        self.store = store
+        self.owner = owner
+        self.base = base
+        self.next_seq = next_seq
+        self.send = send
+        self.flushed_seq = next_seq - 1
+        self.unflushed: list[StoredEvent] = []
+        """Emitted, not stored yet, in order; removed from the front once stored."""
+        self.recorded: set[int] = set()
+        """The run's own positions stored so far."""
+        self.open_calls: dict[str, tuple[int, ToolCall]] = {}
+        """The last assistant turn's calls still without a stored result: id → (position, call)."""
+        self.iterations = 0
+        self.usage = Usage()
+        self.ended = anyio.Event()
+        self._write_lock = anyio.Lock()
+        self._changed: anyio.Event | None = None
+
+    # --- events ---------------------------------------------------------------------------------------
+
+    async def emit(self, event: RunEvent) -> None:
+        stored = StoredEvent(self.next_seq, event.type, dump(event))
+        self.next_seq += 1
+        if self.store is not None:
+            self.unflushed.append(stored)
+            self._wake()
+        if self.send is not None:
+            await self.send(event, stored)
+
+    def snapshot(self, after: int) -> tuple[int, list[StoredEvent]]:
+        """``(flushed_seq, events after ``after`` not stored yet)``, taken at one instant: together with the store's
+        events up to ``flushed_seq`` they are every event after ``after``."""
+        return self.flushed_seq, [event for event in self.unflushed if event.seq > after]
+
+    async def wait_changed(self) -> None:
+        """Returns when an event is emitted or stored (bound the wait with a cancel scope)."""
+        if self._changed is None:
+            self._changed = anyio.Event()
+        await self._changed.wait()
+
+    def _wake(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    # --- the loop's RunRecorder -----------------------------------------------------------------------
+
+    async def turn(self, position: int, message: Message, *, iterations: int, usage: Usage) -> None:
+        local = position - self.base
+        calls = message.tool_calls or []
+        self.open_calls = {call.id: (local + 1 + index, call) for index, call in enumerate(calls)}
+        self.iterations, self.usage = iterations, usage
+        status: RunStatus = "tool_loop" if calls else "processing"
+        await self._write(Step(messages=[(local, message)], status=status, iterations=iterations, usage=usage))
+
+    async def result(self, position: int, message: Message) -> None:
+        if message.tool_call_id is not None:
+            self.open_calls.pop(message.tool_call_id, None)
+        await self._write(Step(messages=[(position - self.base, message)]))
+
+    # --- the end --------------------------------------------------------------------------------------
+
+    async def finish(self, outcome: RunOutcome) -> None:
+        """The loop's outcome stored: whatever it appended that no step stored (the results a failed round closed
+        with), its last events, and its final status."""
+        messages = []
+        for index, message in enumerate(outcome.appended):
+            local = outcome.appended_from + index - self.base
+            if local not in self.recorded:
+                messages.append((local, message))
+        error = outcome.error
+        step = Step(
+            messages=messages,
+            status="failed" if error is not None else "completed",
+            iterations=outcome.iterations,
+            usage=outcome.usage,
+            finish_reason="error" if error is not None else outcome.finish_reason,
+            error=RunErrorDetail(code=error.code, message=error.message) if error is not None else None,
+        )
+        await self._write(step, final=True)
+
+    async def finish_cancelled(self, done: RunEvent, reason: str) -> None:
+        """A run cancelled midway: its open tool calls answered with ``reason``, ``done`` stored last."""
+        messages = [
+            (position, Message(role="tool", tool_call_id=call_id, content=reason, is_error=True))
+            for call_id, (position, _) in self.open_calls.items()
+        ]
+        await self.emit(done)
+        step = Step(
+            messages=messages,
+            status="cancelled",
+            iterations=self.iterations,
+            usage=self.usage,
+            finish_reason="cancelled",
+        )
+        await self._write(step, final=True)
+
+    async def finish_failed(self, error: RunEvent, detail: RunErrorDetail) -> None:
+        """A run failed without running (a takeover refused): ``error`` stored as its last event."""
+        await self.emit(error)
+        step = Step(status="failed", finish_reason="error", error=detail)
+        await self._write(step, final=True)
+
+    # --- writing --------------------------------------------------------------------------------------
+
+    async def _write(self, step: Step, *, final: bool = False) -> None:
+        store = self.store
+        if store is None:
+            return
+        # One write at a time, in emission order: parallel tool calls finish at once, and a follower must
+        # never find event N+1 stored before event N.
+        async with self._write_lock:
+            events = list(self.unflushed)
+            step.events = events
+            try:
+                if final:
+                    await store.finish(self.run_id, step, owner=self.owner)
+                else:
+                    await store.record(self.run_id, step, owner=self.owner)
+            except LeaseLost:
+                raise RunMoved(self.run_id) from None
+            except StoreError as error:
+                raise UpstreamError(
+                    "store_unavailable",
+                    f"The run could not be stored: {error}",
+                    status=503,
+                    headers={"Retry-After": "1"},
+                ) from None
+            del self.unflushed[: len(events)]
+            if events:
+                self.flushed_seq = events[-1].seq
+            self.recorded.update(position for position, _ in step.messages)
+            self._wake()

@@ -1,0 +1,107 @@
+"""A run's plan as the store keeps it, and what a replica taking the run over rebuilds from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from agent_service.limits import RunLimits
+from agent_service.loop import ResumePoint, RunPlan
+from agent_service.store import RunRecord
+from suite_common.deadline import Deadline
+from suite_common.wire import Message, RunFinishReason, ToolChoice, ToolInfo, ToolSpec
+
+__all__ = ["Takeover", "plan_from_record", "stored_plan", "takeover"]
+
+_TOOL_CHOICE: TypeAdapter[ToolChoice] = TypeAdapter(ToolChoice)
+
+
+def stored_plan(plan: RunPlan) -> dict[str, Any]:
+    """What a replica needs to run ``plan`` on, the conversation apart (that is stored message by message).
+
+    The tools are kept as the run saw them, annotations included: whether a call may be made again after a
+    crash is decided by what its tool said when the run started.
+    """
+    return {
+        "tools": [tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in plan.tools],
+        "toolChoice": _TOOL_CHOICE.dump_python(plan.tool_choice, mode="json", by_alias=True),
+        "maxIterations": plan.limits.max_iterations,
+        "deadlineSeconds": round(plan.limits.deadline.remaining(), 3),
+        "maxTokens": plan.max_tokens,
+        "temperature": plan.temperature,
+        "clientTools": [spec.model_dump(mode="json", by_alias=True) for spec in plan.client_tools],
+    }
+
+
+def plan_from_record(record: RunRecord, messages: list[Message]) -> RunPlan:
+    """The plan of a run taken over: its own settings, a fresh deadline of the length it started with (the time
+    the crash took is not the run's), and ``messages`` as its conversation."""
+    stored = record.plan
+    return RunPlan(
+        run_id=record.run_id,
+        model=record.model,
+        messages=messages,
+        tools=[ToolInfo.model_validate(tool) for tool in stored["tools"]],
+        # A forced choice applied to the first round only, which a stored turn means has happened.
+        tool_choice=_TOOL_CHOICE.validate_python(stored["toolChoice"]) if record.iterations == 0 else "auto",
+        limits=RunLimits(
+            max_iterations=int(stored["maxIterations"]), deadline=Deadline.after(float(stored["deadlineSeconds"]))
+        ),
+        max_tokens=stored.get("maxTokens"),
+        temperature=stored.get("temperature"),
+        client_tools=[ToolSpec.model_validate(spec) for spec in stored.get("clientTools", [])],
+    )
+
+
+def may_call_again(tool: ToolInfo | None) -> bool:
+    """A call whose outcome a crash hid is made again only when its tool says that is harmless (MCP annotations:
+    ``readOnlyHint`` or ``idempotentHint``)."""
+    annotations = (tool.annotations or {}) if tool is not None else {}
+    return annotations.get("readOnlyHint") is True or annotations.get("idempotentHint") is True
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """How a run taken over goes on: the loop from ``resume``, or, when its final answer was already stored, no
+    further call at all (``finished``)."""
+
+    plan: RunPlan
+    resume: ResumePoint
+    finished: RunFinishReason | None = None
+
+
+def takeover(record: RunRecord, earlier: list[Message], own: list[Message]) -> Takeover:
+    """``earlier``: the conversation's messages before the run; ``own``: the run's stored messages, by position."""
+    base = len(earlier)
+    last_turn = next((index for index in range(len(own) - 1, -1, -1) if own[index].role == "assistant"), None)
+    resume = ResumePoint(iterations=record.iterations, usage=record.usage)
+    if last_turn is None:  # the crash came before the first answer was stored: the run starts over
+        return Takeover(plan_from_record(record, earlier + own), resume)
+    turn = own[last_turn]
+    calls = turn.tool_calls or []
+    plan = plan_from_record(record, earlier + own[: last_turn + 1])
+    client_names = {spec.name for spec in plan.client_tools}
+    if not calls:
+        return Takeover(plan, resume, finished="stop")
+    if all(call.name in client_names for call in calls):
+        return Takeover(plan, resume, finished="tool_calls")
+    results = {
+        message.tool_call_id: message
+        for message in own[last_turn + 1 :]
+        if message.role == "tool" and message.tool_call_id is not None
+    }
+    tools = {tool.name: tool for tool in plan.tools}
+    again = {call.id for call in calls if call.id not in results and may_call_again(tools.get(call.name))}
+    return Takeover(
+        plan,
+        ResumePoint(
+            iterations=record.iterations,
+            usage=record.usage,
+            turn_position=base + last_turn,
+            calls=list(calls),
+            results=results,
+            redispatch=again,
+        ),
+    )

@@ -1,0 +1,458 @@
+"""Runs as this replica executes them: stored as they begin, followed, cancelled, and taken over after a crash.
+
+A run is executed by one replica at a time, the owner of its lease. The owner renews the leases of its runs every
+third of ``lease_seconds``; a replica that stops renewing (killed, frozen, cut off) loses its runs to whichever
+replica's keeper claims them first, which resumes each from its last stored step (``plans.takeover``).
+Without a store (``AGENT_DATABASE_URL`` empty) runs are executed the same way and simply not kept.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+
+import anyio
+from anyio.abc import TaskGroup
+
+from agent_service.clients import UpstreamError
+from agent_service.loop import AgentLoop, ResumePoint, RunOutcome, RunPlan
+from agent_service.runs.journal import TERMINAL_EVENTS, EventSink, LiveSink, RunJournal, RunMoved
+from agent_service.runs.plans import stored_plan, takeover
+from agent_service.settings import AgentSettings
+from agent_service.store import (
+    ConversationBusy,
+    ConversationRecord,
+    NewRun,
+    RunRecord,
+    RunStore,
+    StoredEvent,
+    StoreError,
+)
+from suite_common.errors import ApiError
+from suite_common.lifecycle import Lifecycle
+from suite_common.logging import get_logger
+from suite_common.wire import (
+    AgentRunRequest,
+    Message,
+    RunDone,
+    RunError,
+    RunErrorDetail,
+    RunResumed,
+    RunStarted,
+    dump,
+)
+
+__all__ = ["RESUMED_SEQ_GAP", "AgentRuns", "StartedRun"]
+
+_log = get_logger("agent_service.runs")
+
+RESUMED_SEQ_GAP = 100_000
+"""A run taken over numbers its events from its last stored one plus this: the crashed replica may have sent events
+it never stored (text of an unfinished answer), and a client re-attaching after those must still get every new one."""
+
+_CANCELLED = "The run was cancelled before this tool call finished."
+_WAIT_FOR_CANCEL_SECONDS = 2.0
+
+
+def _not_stored() -> ApiError:
+    return ApiError(404, "runs_not_stored", "Runs are not stored by this service (AGENT_DATABASE_URL is empty).")
+
+
+def _unavailable(error: StoreError) -> ApiError:
+    return ApiError(503, "store_unavailable", f"The run store is unavailable: {error}", headers={"Retry-After": "1"})
+
+
+@dataclass
+class StartedRun:
+    """A run stored and about to be executed here."""
+
+    plan: RunPlan
+    journal: RunJournal
+    detached: bool
+    resume: ResumePoint | None = None
+    scope: anyio.CancelScope | None = None
+    outcome: RunOutcome | None = None
+    """Set once the run has ended here."""
+    stop_reason: str | None = None
+    """Why this replica stopped it: ``cancelled`` (asked to), ``moved`` (the lease was lost); ``None``: its client
+    left or the service is shutting down."""
+
+    def stop(self, reason: str) -> None:
+        self.stop_reason = reason
+        if self.scope is not None:
+            self.scope.cancel()
+
+
+class AgentRuns:
+    def __init__(self, loop: AgentLoop, store: RunStore | None, settings: AgentSettings, lifecycle: Lifecycle) -> None:
+        self.loop = loop
+        self.store = store
+        self.settings = settings
+        self.lifecycle = lifecycle
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.active: dict[str, StartedRun] = {}
+        self._task_group: TaskGroup | None = None
+
+    # --- the service's lifetime ------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Within it: detached and resumed runs execute, and the keeper renews and claims leases."""
+        async with anyio.create_task_group() as task_group:
+            self._task_group = task_group
+            if self.store is not None:
+                task_group.start_soon(self._keep)
+            try:
+                yield
+            finally:
+                task_group.cancel_scope.cancel()
+                await self._release_all()
+                self._task_group = None
+
+    async def _release_all(self) -> None:
+        """Runs still here at shutdown go to another replica at once, not after their lease."""
+        if self.store is None or not self.active:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
+            try:
+                await self.store.release(self.owner, list(self.active))
+            except StoreError as error:
+                _log.warning("run_release_failed", error=str(error))
+
+    # --- beginning and executing -----------------------------------------------------------------------
+
+    async def begin(self, plan: RunPlan, request: AgentRunRequest, *, send: LiveSink | None) -> StartedRun:
+        """Store the run before the response starts (a busy conversation is still a plain 409); ``send``: the
+        client that stays attached (``None``: the run is detached and followed through its journal)."""
+        detached = request.on_disconnect == "continue"
+        store = self.store
+        if store is None:
+            if request.conversation_id is not None:
+                raise ApiError(
+                    400, "runs_not_stored", "conversationId needs stored runs (AGENT_DATABASE_URL is empty)."
+                )
+            journal = RunJournal(plan.run_id, store=None, owner=self.owner, base=0, send=send)
+            return StartedRun(plan, journal, detached)
+        new = NewRun(
+            run_id=plan.run_id,
+            model=plan.model,
+            plan=stored_plan(plan),
+            input_messages=plan.messages,
+            conversation_id=request.conversation_id,
+        )
+        try:
+            earlier = await store.create_run(new, owner=self.owner, lease_seconds=self.settings.lease_seconds)
+        except ConversationBusy as busy:
+            raise ApiError(
+                409,
+                "conversation_busy",
+                f"Conversation {busy.conversation_id} has a run in progress ({busy.run_id}); "
+                "wait for it to end or cancel it.",
+            ) from None
+        except StoreError as error:
+            raise _unavailable(error) from None
+        if earlier:
+            plan = replace(plan, messages=[*earlier, *plan.messages])
+        journal = RunJournal(plan.run_id, store=store, owner=self.owner, base=len(earlier), send=send)
+        started = StartedRun(plan, journal, detached)
+        self.active[plan.run_id] = started
+        return started
+
+    async def execute(self, run: StartedRun, *, stream_text: bool) -> RunOutcome:
+        """Run to the end here, in the calling task; ``run_started`` first, unless the run is resumed. A run stopped
+        through ``StartedRun.stop`` ends with finish reason ``cancelled``, or the error ``run_moved``. Raises only
+        when cancelled from outside: its client left (the run is stored as cancelled) or the service is shutting
+        down (the run is released to another replica)."""
+        plan, journal = run.plan, run.journal
+        try:
+            with anyio.CancelScope() as scope:
+                run.scope = scope
+                if run.resume is None:
+                    await journal.emit(
+                        RunStarted(
+                            run_id=plan.run_id,
+                            model=plan.model,
+                            tools=[tool.name for tool in plan.tools],
+                            max_iterations=plan.limits.max_iterations,
+                        )
+                    )
+                outcome = await self.loop.run(
+                    plan,
+                    journal.emit,
+                    stream_text=stream_text,
+                    recorder=journal if journal.store is not None else None,
+                    resume=run.resume,
+                )
+                await self._store_outcome(run, outcome)
+                run.outcome = outcome
+                return outcome
+            run.outcome = await self._stopped(run)  # only ``run.stop`` cancels this scope
+            return run.outcome
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                if self.lifecycle.interrupted:
+                    await self._release(plan.run_id)
+                elif run.stop_reason is None:  # its client left
+                    journal.send = None
+                    run.stop_reason = "cancelled"
+                    await self._stored_cancel(run)
+            raise
+        finally:
+            self.active.pop(plan.run_id, None)
+            journal.ended.set()
+
+    async def _stopped(self, run: StartedRun) -> RunOutcome:
+        journal = run.journal
+        if run.stop_reason == "moved":
+            moved = RunMoved(run.plan.run_id)
+            if journal.send is not None:  # told to its client only: the run's stored events go on elsewhere
+                error = RunError(run_id=run.plan.run_id, code=moved.code, message=moved.message)
+                await journal.send(error, StoredEvent(journal.next_seq, error.type, dump(error)))
+            return RunOutcome("error", journal.iterations, journal.usage, [], moved)
+        await self._stored_cancel(run)
+        return RunOutcome("cancelled", journal.iterations, journal.usage, [])
+
+    async def _release(self, run_id: str) -> None:
+        if self.store is None:
+            return
+        with anyio.move_on_after(2.0):
+            try:
+                await self.store.release(self.owner, [run_id])
+            except StoreError as error:
+                _log.warning("run_release_failed", run_id=run_id, error=str(error))
+
+    async def _store_outcome(self, run: StartedRun, outcome: RunOutcome) -> None:
+        if isinstance(outcome.error, RunMoved):
+            run.stop_reason = "moved"
+            return
+        try:
+            await run.journal.finish(outcome)
+        except RunMoved:
+            run.stop_reason = "moved"
+        except UpstreamError as error:  # the store is down: the lease lapses and another replica finishes it
+            _log.error("run_outcome_not_stored", run_id=run.plan.run_id, error=error.message)
+
+    async def _stored_cancel(self, run: StartedRun) -> None:
+        if run.journal.store is None:
+            return
+        done = RunDone(
+            run_id=run.plan.run_id,
+            finish_reason="cancelled",
+            iterations=run.journal.iterations,
+            usage=run.journal.usage,
+        )
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5.0):
+            try:
+                await run.journal.finish_cancelled(done, _CANCELLED)
+            except UpstreamError as error:
+                _log.error("run_cancel_not_stored", run_id=run.plan.run_id, error=error.message)
+
+    def detach(self, run: StartedRun, *, stream_text: bool) -> None:
+        """Execute ``run`` in the background: its client may leave, the run goes on until it ends or the service
+        stops (then another replica takes it over)."""
+        if self._task_group is None:
+            raise RuntimeError("AgentRuns.running() is not entered")
+        self._task_group.start_soon(self._execute_tracked, run, stream_text)
+
+    async def _execute_tracked(self, run: StartedRun, stream_text: bool) -> None:
+        # Counted as work in flight, so that a draining service waits for it as for a request.
+        with self.lifecycle.track(), anyio.CancelScope() as scope, self.lifecycle.cancels(scope):
+            try:
+                await self.execute(run, stream_text=stream_text)
+            except Exception as error:  # a bug: logged; the lease lapses and the run is taken over
+                _log.error("run_crashed", run_id=run.plan.run_id, exc_info=error)
+
+    # --- following, reading, cancelling ----------------------------------------------------------------
+
+    def _store(self) -> RunStore:
+        if self.store is None:
+            raise _not_stored()
+        return self.store
+
+    async def get(self, run_id: str) -> RunRecord | None:
+        """The stored run; one whose lease lapsed longer ago than ``abandon_after_seconds`` is failed first, so
+        that it says what happened to it."""
+        store = self._store()
+        try:
+            record = await store.get_run(run_id)
+            if record is not None and record.active and self._abandoned(record):
+                await store.fail_abandoned(abandon_before=self._abandon_before())
+                record = await store.get_run(run_id)
+        except StoreError as error:
+            raise _unavailable(error) from None
+        return record
+
+    def _abandon_before(self) -> datetime:
+        return datetime.now(UTC) - timedelta(seconds=self.settings.abandon_after_seconds)
+
+    def _abandoned(self, record: RunRecord) -> bool:
+        expires = record.lease_expires_at
+        return expires is None or expires < self._abandon_before()
+
+    async def follow(self, run_id: str, after: int, send: EventSink) -> None:
+        """Send the run's events after ``after``, stored ones first, then live ones until its last; from whichever
+        replica executes it (here: as they are emitted; elsewhere: as they are stored, polled)."""
+        store = self._store()
+        poll = self.settings.events_poll_seconds
+        while True:
+            local = self.active.get(run_id)
+            flushed, tail = local.journal.snapshot(after) if local is not None else (None, [])
+            events: list[StoredEvent] = []
+            try:
+                if flushed is None or after < flushed:
+                    while True:
+                        page = await store.events_after(run_id, after if not events else events[-1].seq)
+                        events += page if flushed is None else [event for event in page if event.seq <= flushed]
+                        if len(page) < 1000 or (flushed is not None and page[-1].seq >= flushed):
+                            break
+            except StoreError as error:
+                raise _unavailable(error) from None
+            events += tail
+            for event in events:
+                await send(event)
+                after = event.seq
+                if event.type in TERMINAL_EVENTS:
+                    return
+            if events:
+                continue
+            if local is not None:
+                with anyio.move_on_after(poll):
+                    await local.journal.wait_changed()
+                continue
+            record = await self.get(run_id)
+            if record is None:
+                return
+            if not record.active:  # ended: once its last stored event is sent, nothing more will come
+                if not await self._events_after(run_id, after):
+                    return
+                continue
+            await anyio.sleep(poll)
+
+    async def messages(self, run_id: str) -> list[Message]:
+        try:
+            return await self._store().run_messages(run_id)
+        except StoreError as error:
+            raise _unavailable(error) from None
+
+    async def conversation(self, conversation_id: str) -> ConversationRecord | None:
+        try:
+            return await self._store().get_conversation(conversation_id)
+        except StoreError as error:
+            raise _unavailable(error) from None
+
+    async def _events_after(self, run_id: str, after: int) -> list[StoredEvent]:
+        try:
+            return await self._store().events_after(run_id, after, limit=1)
+        except StoreError as error:
+            raise _unavailable(error) from None
+
+    async def cancel(self, run_id: str) -> RunRecord | None:
+        """Stop the run wherever it executes: here at once, on another replica when it next renews its lease."""
+        store = self._store()
+        local = self.active.get(run_id)
+        try:
+            record = await store.request_cancel(run_id)
+        except StoreError as error:
+            raise _unavailable(error) from None
+        if local is not None:
+            local.stop("cancelled")
+            with anyio.move_on_after(_WAIT_FOR_CANCEL_SECONDS):
+                await local.journal.ended.wait()
+            record = await self.get(run_id)
+        return record
+
+    # --- leases and takeovers --------------------------------------------------------------------------
+
+    async def _keep(self) -> None:
+        interval = self.settings.lease_seconds / 3
+        while True:
+            try:
+                await self._renew()
+                if not self.lifecycle.draining:
+                    await self._claim()
+            except StoreError as error:
+                _log.warning("run_leases_not_renewed", error=str(error))
+            await anyio.sleep(interval)
+
+    async def _renew(self) -> None:
+        assert self.store is not None
+        local = [run_id for run_id, run in self.active.items() if run.journal.store is not None]
+        if not local:
+            return
+        stop = await self.store.renew_leases(self.owner, local, lease_seconds=self.settings.lease_seconds)
+        for run_id in stop:
+            run = self.active.get(run_id)
+            if run is None:
+                continue
+            record = await self.store.get_run(run_id)
+            lost = record is None or record.lease_owner != self.owner or not record.active
+            _log.info("run_stopped_by_lease", run_id=run_id, reason="moved" if lost else "cancelled")
+            run.stop("moved" if lost else "cancelled")
+
+    async def _claim(self) -> None:
+        assert self.store is not None
+        assert self._task_group is not None
+        claimed = await self.store.claim_expired(
+            self.owner,
+            lease_seconds=self.settings.lease_seconds,
+            abandon_before=self._abandon_before(),
+            limit=16,
+        )
+        for record in claimed:
+            self._task_group.start_soon(self._take_over, record)
+
+    async def _take_over(self, record: RunRecord) -> None:
+        """Resume a run whose replica stopped renewing its lease; this replica holds the lease now."""
+        store = self.store
+        assert store is not None
+        run_id = record.run_id
+        journal = RunJournal(run_id, store=store, owner=self.owner, base=0, next_seq=record.last_seq + RESUMED_SEQ_GAP)
+        try:
+            if record.cancel_requested:
+                done = RunDone(
+                    run_id=run_id, finish_reason="cancelled", iterations=record.iterations, usage=record.usage
+                )
+                journal.iterations, journal.usage = record.iterations, record.usage
+                await journal.finish_cancelled(done, _CANCELLED)
+                return
+            if record.resumes > self.settings.max_resumes:
+                message = (
+                    f"The run was taken over {record.resumes - 1} times after the service running it stopped, and "
+                    "is not resumed again: it may be what stops the service."
+                )
+                detail = RunErrorDetail(code="resumed_too_often", message=message)
+                await journal.finish_failed(RunError(run_id=run_id, code=detail.code, message=message), detail)
+                return
+            earlier = await store.earlier_messages(run_id)
+            own = await store.run_messages(run_id)
+        except (StoreError, UpstreamError) as error:
+            _log.warning("run_takeover_failed", run_id=run_id, error=str(error))
+            return
+        plan_of = takeover(record, earlier, own)
+        journal.base = len(earlier)
+        journal.iterations, journal.usage = record.iterations, record.usage
+        run = StartedRun(plan_of.plan, journal, detached=True, resume=plan_of.resume)
+        self.active[run_id] = run
+        _log.info("run_taken_over", run_id=run_id, resumes=record.resumes, iterations=record.iterations)
+        try:
+            await journal.emit(RunResumed(run_id=run_id, iterations=record.iterations, resumes=record.resumes))
+            if plan_of.finished is not None:  # its final answer was stored; only the end was not
+                done = RunDone(
+                    run_id=run_id, finish_reason=plan_of.finished, iterations=record.iterations, usage=record.usage
+                )
+                await journal.emit(done)
+                outcome = RunOutcome(plan_of.finished, record.iterations, record.usage, [])
+                await self._store_outcome(run, outcome)
+                self.active.pop(run_id, None)
+                journal.ended.set()
+                return
+        except UpstreamError as error:
+            _log.warning("run_takeover_failed", run_id=run_id, error=error.message)
+            self.active.pop(run_id, None)
+            return
+        await self._execute_tracked(run, stream_text=True)

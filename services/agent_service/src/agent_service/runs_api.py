@@ -1,0 +1,159 @@
+"""The stored runs' API: read a run, follow or re-attach to its events, cancel it, read a conversation."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute
+
+from agent_service.runs import AgentRuns
+from agent_service.store import RunRecord, StoredEvent
+from suite_common.echo import clip
+from suite_common.errors import ApiError
+from suite_common.http import ModelResponse
+from suite_common.openapi import ApiRoute, Operation
+from suite_common.sse import Emit as SendChunk
+from suite_common.sse import EventStreamResponse, encode_event
+from suite_common.wire import ConversationView, Message, RunErrorDetail, RunEvent, RunView
+
+__all__ = ["run_view", "runs_routes"]
+
+_MAX_ID_CHARS = 128
+
+
+def _runs(request: Request) -> AgentRuns:
+    runs: AgentRuns = request.state.services.runs
+    return runs
+
+
+def run_view(record: RunRecord, messages: list[Message] | None = None) -> RunView:
+    return RunView(
+        run_id=record.run_id,
+        conversation_id=record.conversation_id,
+        model=record.model,
+        status=record.status,
+        finish_reason=record.finish_reason,
+        iterations=record.iterations,
+        usage=record.usage,
+        error=RunErrorDetail(code=record.error.code, message=record.error.message) if record.error else None,
+        messages=messages or [],
+        created_at=record.created_at.isoformat(),
+        updated_at=record.updated_at.isoformat(),
+        resumes=record.resumes,
+        cancel_requested=record.cancel_requested,
+    )
+
+
+def _path_id(request: Request, name: str) -> str:
+    value: str = request.path_params[name]
+    if len(value) > _MAX_ID_CHARS:
+        raise ApiError(404, "not_found", f"No such {name}: {clip(value)}.")
+    return value
+
+
+async def _record(runs: AgentRuns, run_id: str) -> RunRecord:
+    record = await runs.get(run_id)
+    if record is None:
+        raise ApiError(404, "run_not_found", f"No run {clip(run_id)} is stored.")
+    return record
+
+
+async def get_run(request: Request) -> Response:
+    runs = _runs(request)
+    record = await _record(runs, _path_id(request, "runId"))
+    messages = await runs.messages(record.run_id)
+    return ModelResponse(run_view(record, messages))
+
+
+def _after(request: Request) -> int:
+    """Where a re-attaching client resumes: ``Last-Event-ID`` (what an ``EventSource`` sends), else ``?after=``."""
+    raw = request.headers.get("last-event-id")
+    source = "The Last-Event-ID header"
+    if raw is None:
+        raw, source = request.query_params.get("after", "0"), "after"
+    try:
+        after = int(raw.strip())
+    except ValueError:
+        after = -1
+    if after < 0:
+        raise ApiError(400, "invalid_request", f"{source} must be a whole number of 0 or more (got {clip(raw)!r}).")
+    return after
+
+
+async def get_events(request: Request) -> EventStreamResponse:
+    runs = _runs(request)
+    run_id = _path_id(request, "runId")
+    after = _after(request)
+    await _record(runs, run_id)
+
+    async def stream(send: SendChunk) -> None:
+        async def send_event(event: StoredEvent) -> None:
+            await send(encode_event(event.data, event=event.type, id=event.seq))
+
+        await runs.follow(run_id, after, send_event)
+
+    return EventStreamResponse(stream, headers={"X-Agent-Run-Id": run_id})
+
+
+async def cancel_run(request: Request) -> Response:
+    runs = _runs(request)
+    run_id = _path_id(request, "runId")
+    record = await runs.cancel(run_id)
+    if record is None:
+        raise ApiError(404, "run_not_found", f"No run {clip(run_id)} is stored.")
+    return ModelResponse(run_view(record), status_code=202 if record.active else 200)
+
+
+async def get_conversation(request: Request) -> Response:
+    runs = _runs(request)
+    conversation_id = _path_id(request, "conversationId")
+    conversation = await runs.conversation(conversation_id)
+    if conversation is None:
+        raise ApiError(404, "conversation_not_found", f"No conversation {clip(conversation_id)} is stored.")
+    return ModelResponse(
+        ConversationView(
+            conversation_id=conversation.conversation_id,
+            created_at=conversation.created_at.isoformat(),
+            updated_at=conversation.updated_at.isoformat(),
+            messages=conversation.messages,
+            runs=[run_view(record) for record in conversation.runs],
+        )
+    )
+
+
+_NOT_STORED = "Runs are not stored (AGENT_DATABASE_URL is empty), or no such run is stored."
+_GET_RUN = Operation(
+    "A stored run: status, finish reason, iterations, usage, its messages, the error if any",
+    answer=RunView,
+    errors={404: _NOT_STORED, 503: "The run store is unavailable (Retry-After)."},
+)
+_GET_EVENTS = Operation(
+    "The run's events: those after Last-Event-ID (or ?after=N) first, then live ones until the run ends",
+    events=RunEvent,
+    errors={400: "Last-Event-ID or after is not a whole number.", 404: _NOT_STORED},
+)
+_CANCEL = Operation(
+    "Cancel a run wherever it executes (202 while it is still stopping, 200 once it has ended)",
+    answer=RunView,
+    status=202,
+    errors={404: _NOT_STORED},
+)
+_GET_CONVERSATION = Operation(
+    "A stored conversation: its messages, run after run, and its runs",
+    answer=ConversationView,
+    errors={404: "No such conversation is stored, or runs are not stored."},
+)
+
+
+def runs_routes() -> list[BaseRoute]:
+    return [
+        ApiRoute("/api/v1/agent/runs/{runId}", get_run, method="GET", operation=_GET_RUN),
+        ApiRoute("/api/v1/agent/runs/{runId}/events", get_events, method="GET", operation=_GET_EVENTS),
+        ApiRoute("/api/v1/agent/runs/{runId}/cancel", cancel_run, method="POST", operation=_CANCEL),
+        ApiRoute(
+            "/api/v1/agent/conversations/{conversationId}",
+            get_conversation,
+            method="GET",
+            operation=_GET_CONVERSATION,
+        ),
+    ]

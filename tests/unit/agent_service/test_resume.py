@@ -1,0 +1,172 @@
+"""A run taken over after a crash: what is called again, what is answered as unknown, and where the loop goes on."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import pytest
+
+from agent_service.limits import RunLimits
+from agent_service.loop import UNKNOWN_OUTCOME, RunPlan
+from agent_service.runs.plans import stored_plan, takeover
+from agent_service.store import RunRecord
+from suite_common.deadline import Deadline
+from suite_common.wire import Message, RunToolResult, ToolCall, ToolInfo, Usage
+from unit.agent_service.scripted import Scripted, answer
+from unit.agent_service.test_loop import Recorder
+
+pytestmark = pytest.mark.anyio
+
+NOW = datetime(2026, 11, 26, tzinfo=UTC)
+
+
+def tool(name: str, **annotations: bool) -> ToolInfo:
+    return ToolInfo(
+        name=name, input_schema={"type": "object"}, server="s", annotations={**annotations} if annotations else None
+    )
+
+
+TOOLS = [
+    tool("lookup", readOnlyHint=True),
+    tool("set_flag", idempotentHint=True),
+    tool("send_email"),
+    tool("charge_card", readOnlyHint=False, idempotentHint=False),
+]
+
+
+def record(**fields: Any) -> RunRecord:
+    plan = RunPlan(
+        run_id="run_1",
+        model="scripted",
+        messages=[],
+        tools=TOOLS,
+        tool_choice="required",
+        limits=RunLimits(max_iterations=15, deadline=Deadline.after(60)),
+    )
+    values: dict[str, Any] = {
+        "run_id": "run_1",
+        "conversation_id": None,
+        "caller": None,
+        "tenant": None,
+        "model": "scripted",
+        "status": "tool_loop",
+        "iterations": 1,
+        "usage": Usage(input_tokens=10, output_tokens=5),
+        "finish_reason": None,
+        "error": None,
+        "plan": stored_plan(plan),
+        "created_at": NOW,
+        "updated_at": NOW,
+        "lease_owner": "replica-b",
+        "lease_expires_at": NOW,
+        "resumes": 1,
+        "cancel_requested": False,
+        "last_seq": 4,
+        **fields,
+    }
+    return RunRecord(**values)
+
+
+def turn(*names: str) -> Message:
+    return Message(
+        role="assistant", tool_calls=[ToolCall(id=f"call_{name}", name=name, arguments={}) for name in names]
+    )
+
+
+def result(name: str, content: str) -> Message:
+    return Message(role="tool", tool_call_id=f"call_{name}", content=content)
+
+
+USER = Message(role="user", content="do things")
+
+
+async def test_only_calls_whose_tools_say_they_are_safe_to_repeat_are_made_again() -> None:
+    own = [USER, turn("lookup", "set_flag", "send_email", "charge_card")]
+    resumed = takeover(record(), [], own).resume
+    assert resumed.redispatch == {"call_lookup", "call_set_flag"}
+    assert resumed.results == {}
+    assert resumed.turn_position == 1
+    assert [call.id for call in resumed.calls] == [
+        "call_lookup",
+        "call_set_flag",
+        "call_send_email",
+        "call_charge_card",
+    ]
+
+
+async def test_a_call_whose_result_was_stored_is_neither_made_again_nor_unknown() -> None:
+    own = [USER, turn("lookup", "send_email"), result("send_email", "sent")]
+    resumed = takeover(record(), [], own).resume
+    assert resumed.results == {"call_send_email": own[2]}
+    assert resumed.redispatch == {"call_lookup"}
+
+
+async def test_a_takeover_continues_after_the_conversations_earlier_messages() -> None:
+    earlier = [Message(role="user", content="hi"), Message(role="assistant", content="hello")]
+    taken = takeover(record(), earlier, [USER, turn("lookup")])
+    assert taken.resume.turn_position == 3
+    assert taken.plan.messages == [*earlier, USER, turn("lookup")]
+
+
+async def test_a_run_whose_final_answer_was_stored_is_finished_without_another_call() -> None:
+    taken = takeover(record(), [], [USER, Message(role="assistant", content="All done.")])
+    assert taken.finished == "stop"
+
+
+async def test_a_run_that_crashed_before_its_first_answer_starts_over_with_its_forced_tool_choice() -> None:
+    taken = takeover(record(iterations=0, status="processing"), [], [USER])
+    assert taken.finished is None
+    assert taken.resume.calls == []
+    assert taken.plan.messages == [USER]
+    assert taken.plan.tool_choice == "required"
+
+
+async def test_a_run_past_its_first_round_is_resumed_with_tool_choice_auto() -> None:
+    assert takeover(record(), [], [USER, turn("lookup")]).plan.tool_choice == "auto"
+
+
+class Steps:
+    """The loop's recorder: what it reports, in order."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, int, Message]] = []
+
+    async def turn(self, position: int, message: Message, *, iterations: int, usage: Usage) -> None:
+        self.steps.append(("turn", position, message))
+
+    async def result(self, position: int, message: Message) -> None:
+        self.steps.append(("result", position, message))
+
+
+async def test_a_resumed_round_repeats_the_safe_calls_answers_the_others_unknown_and_the_run_goes_on() -> None:
+    calls: list[str] = []
+
+    async def run_tool(arguments: dict[str, Any]) -> str:
+        calls.append("lookup")
+        return "found it"
+
+    own = [USER, turn("lookup", "send_email", "set_flag"), result("set_flag", "flag set")]
+    taken = takeover(record(), [], own)
+    scripted = Scripted([answer("Here is what happened.")], {"lookup": run_tool})
+    events, steps = Recorder(), Steps()
+    with anyio.fail_after(5):
+        outcome = await scripted.loop().run(taken.plan, events, stream_text=True, recorder=steps, resume=taken.resume)
+    assert calls == ["lookup"]
+    assert outcome.finish_reason == "stop"
+    assert outcome.iterations == 2  # the round before the crash counts
+    assert outcome.usage.input_tokens == 20
+    sent = scripted.completion_requests[0]["messages"]
+    assert [(m["role"], m.get("toolCallId"), m.get("content")) for m in sent[2:]] == [
+        ("tool", "call_lookup", "found it"),
+        ("tool", "call_send_email", UNKNOWN_OUTCOME),
+        ("tool", "call_set_flag", "flag set"),
+    ]
+    # Results are recorded where they belong (after the turn, in call order), then the new turn.
+    assert sorted((kind, position) for kind, position, _ in steps.steps) == [
+        ("result", 2),
+        ("result", 3),
+        ("turn", 5),
+    ]
+    assert {event.tool_call_id for event in events.of(RunToolResult)} == {"call_lookup", "call_send_email"}
