@@ -57,6 +57,22 @@ class RunTelemetry:
             registry=registry,
         )
 
+        self._store_writes = Histogram(
+            "agent_run_store_write_duration_seconds",
+            "Time of one write of a run's step to the run store (its messages and events, one transaction), by "
+            "result (ok, error).",
+            ["result"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self._takeovers = Counter(
+            "agent_run_takeovers",
+            "Runs this replica took over after the replica running them stopped, by what it did with them "
+            "(resumed, finished, cancelled, resumed_too_often, failed).",
+            ["outcome"],
+            registry=registry,
+        )
+
     @classmethod
     def disabled(cls) -> RunTelemetry:
         return cls(CollectorRegistry(), trace.NoOpTracer())
@@ -113,6 +129,13 @@ class RunTelemetry:
             status=status,
             latency_ms=round(seconds * 1000, 2),
         )
+
+    def store_write(self, seconds: float, *, ok: bool) -> None:
+        self._store_writes.labels("ok" if ok else "error").observe(seconds)
+
+    def run_taken_over(self, *, run_id: str, outcome: str, resumes: int) -> None:
+        self._takeovers.labels(outcome).inc()
+        _log.info("run_taken_over", run_id=run_id, outcome=outcome, resumes=resumes)
 
     def budget_exhausted(self, *, run_id: str, budget: str, rounds: int, seconds: float) -> None:
         """A run stopped by its limits rather than by an answer: worth an operator's look."""

@@ -7,6 +7,7 @@ client following the run on this replica sees text as it is generated, not a ste
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -14,6 +15,7 @@ import anyio
 from agent_service.clients import UpstreamError
 from agent_service.loop import RunOutcome
 from agent_service.store import LeaseLost, RunStore, Step, StoredEvent, StoreError
+from agent_service.telemetry import RunTelemetry
 from suite_common.wire import (
     Message,
     RunErrorDetail,
@@ -58,6 +60,7 @@ class RunJournal:
         base: int,
         next_seq: int = 1,
         send: LiveSink | None = None,
+        telemetry: RunTelemetry | None = None,
     ) -> None:
         """``base``: the position in the loop's conversation of the run's first own message (the earlier runs'
         messages of its conversation come before it). ``send``: the client attached to the run, if any."""
@@ -67,6 +70,7 @@ class RunJournal:
         self.base = base
         self.next_seq = next_seq
         self.send = send
+        self.telemetry = telemetry or RunTelemetry.disabled()
         self.flushed_seq = next_seq - 1
         self.unflushed: list[StoredEvent] = []
         """Emitted, not stored yet, in order; removed from the front once stored."""
@@ -176,6 +180,7 @@ class RunJournal:
         async with self._write_lock:
             events = list(self.unflushed)
             step.events = events
+            started = time.perf_counter()
             try:
                 if final:
                     await store.finish(self.run_id, step, owner=self.owner)
@@ -184,12 +189,14 @@ class RunJournal:
             except LeaseLost:
                 raise RunMoved(self.run_id) from None
             except StoreError as error:
+                self.telemetry.store_write(time.perf_counter() - started, ok=False)
                 raise UpstreamError(
                     "store_unavailable",
                     f"The run could not be stored: {error}",
                     status=503,
                     headers={"Retry-After": "1"},
                 ) from None
+            self.telemetry.store_write(time.perf_counter() - started, ok=True)
             del self.unflushed[: len(events)]
             if events:
                 self.flushed_seq = events[-1].seq

@@ -132,10 +132,9 @@ class AgentRuns:
         detached = request.on_disconnect == "continue"
         store = self.store
         if store is None:
-            if request.conversation_id is not None:
-                raise ApiError(
-                    400, "runs_not_stored", "conversationId needs stored runs (AGENT_DATABASE_URL is empty)."
-                )
+            if request.conversation_id is not None or detached:
+                field = "conversationId" if request.conversation_id is not None else 'onDisconnect "continue"'
+                raise ApiError(400, "runs_not_stored", f"{field} needs stored runs (AGENT_DATABASE_URL is empty).")
             journal = RunJournal(plan.run_id, store=None, owner=self.owner, base=0, send=send)
             return StartedRun(plan, journal, detached)
         new = NewRun(
@@ -158,7 +157,9 @@ class AgentRuns:
             raise _unavailable(error) from None
         if earlier:
             plan = replace(plan, messages=[*earlier, *plan.messages])
-        journal = RunJournal(plan.run_id, store=store, owner=self.owner, base=len(earlier), send=send)
+        journal = RunJournal(
+            plan.run_id, store=store, owner=self.owner, base=len(earlier), send=send, telemetry=self.loop.telemetry
+        )
         started = StartedRun(plan, journal, detached)
         self.active[plan.run_id] = started
         return started
@@ -172,6 +173,8 @@ class AgentRuns:
         try:
             with anyio.CancelScope() as scope:
                 run.scope = scope
+                if run.stop_reason is not None:  # stopped before it started
+                    scope.cancel()
                 if run.resume is None:
                     await journal.emit(
                         RunStarted(
@@ -408,51 +411,52 @@ class AgentRuns:
 
     async def _take_over(self, record: RunRecord) -> None:
         """Resume a run whose replica stopped renewing its lease; this replica holds the lease now."""
+        outcome = "failed"
+        try:
+            outcome = await self._resume(record)
+        except (StoreError, UpstreamError) as error:  # the lease lapses again: another sweep retries
+            _log.warning("run_takeover_failed", run_id=record.run_id, error=str(error))
+        finally:
+            self.loop.telemetry.run_taken_over(run_id=record.run_id, outcome=outcome, resumes=record.resumes)
+
+    async def _resume(self, record: RunRecord) -> str:
         store = self.store
         assert store is not None
         run_id = record.run_id
-        journal = RunJournal(run_id, store=store, owner=self.owner, base=0, next_seq=record.last_seq + RESUMED_SEQ_GAP)
-        try:
-            if record.cancel_requested:
-                done = RunDone(
-                    run_id=run_id, finish_reason="cancelled", iterations=record.iterations, usage=record.usage
-                )
-                journal.iterations, journal.usage = record.iterations, record.usage
-                await journal.finish_cancelled(done, _CANCELLED)
-                return
-            if record.resumes > self.settings.max_resumes:
-                message = (
-                    f"The run was taken over {record.resumes - 1} times after the service running it stopped, and "
-                    "is not resumed again: it may be what stops the service."
-                )
-                detail = RunErrorDetail(code="resumed_too_often", message=message)
-                await journal.finish_failed(RunError(run_id=run_id, code=detail.code, message=message), detail)
-                return
-            earlier = await store.earlier_messages(run_id)
-            own = await store.run_messages(run_id)
-        except (StoreError, UpstreamError) as error:
-            _log.warning("run_takeover_failed", run_id=run_id, error=str(error))
-            return
-        plan_of = takeover(record, earlier, own)
-        journal.base = len(earlier)
+        journal = RunJournal(
+            run_id,
+            store=store,
+            owner=self.owner,
+            base=0,
+            next_seq=record.last_seq + RESUMED_SEQ_GAP,
+            telemetry=self.loop.telemetry,
+        )
         journal.iterations, journal.usage = record.iterations, record.usage
-        run = StartedRun(plan_of.plan, journal, detached=True, resume=plan_of.resume)
+        if record.cancel_requested:
+            done = RunDone(run_id=run_id, finish_reason="cancelled", iterations=record.iterations, usage=record.usage)
+            await journal.finish_cancelled(done, _CANCELLED)
+            return "cancelled"
+        if record.resumes > self.settings.max_resumes:
+            message = (
+                f"The run was taken over {record.resumes - 1} times after the service running it stopped, and is not "
+                "resumed again: it may be what stops the service."
+            )
+            detail = RunErrorDetail(code="resumed_too_often", message=message)
+            await journal.finish_failed(RunError(run_id=run_id, code=detail.code, message=message), detail)
+            return "resumed_too_often"
+        earlier = await store.earlier_messages(run_id)
+        taken = takeover(record, earlier, await store.run_messages(run_id))
+        journal.base = len(earlier)
+        await journal.emit(RunResumed(run_id=run_id, iterations=record.iterations, resumes=record.resumes))
+        if taken.finished is not None:  # its final answer was stored; only its end was not
+            await journal.emit(
+                RunDone(run_id=run_id, finish_reason=taken.finished, iterations=record.iterations, usage=record.usage)
+            )
+            await journal.finish(RunOutcome(taken.finished, record.iterations, record.usage, []))
+            return "finished"
+        run = StartedRun(taken.plan, journal, detached=True, resume=taken.resume)
         self.active[run_id] = run
-        _log.info("run_taken_over", run_id=run_id, resumes=record.resumes, iterations=record.iterations)
-        try:
-            await journal.emit(RunResumed(run_id=run_id, iterations=record.iterations, resumes=record.resumes))
-            if plan_of.finished is not None:  # its final answer was stored; only the end was not
-                done = RunDone(
-                    run_id=run_id, finish_reason=plan_of.finished, iterations=record.iterations, usage=record.usage
-                )
-                await journal.emit(done)
-                outcome = RunOutcome(plan_of.finished, record.iterations, record.usage, [])
-                await self._store_outcome(run, outcome)
-                self.active.pop(run_id, None)
-                journal.ended.set()
-                return
-        except UpstreamError as error:
-            _log.warning("run_takeover_failed", run_id=run_id, error=error.message)
-            self.active.pop(run_id, None)
-            return
-        await self._execute_tracked(run, stream_text=True)
+        if self._task_group is None:
+            raise RuntimeError("AgentRuns.running() is not entered")
+        self._task_group.start_soon(self._execute_tracked, run, True)
+        return "resumed"
