@@ -466,6 +466,17 @@ def test_dev_runs_its_own_single_postgres_on_a_volume_claim() -> None:
     assert objects("prod", "StatefulSet") == [], "prod's database is a managed one"
 
 
+def test_dev_postgres_stops_fast_within_its_grace_period() -> None:
+    # SIGTERM alone waits for agent-service's pooled sessions to end: the SIGKILL after the grace period
+    # would leave crash recovery for the next start.
+    pod = named("dev", "StatefulSet", "postgres")["spec"]["template"]["spec"]
+    command = pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[:2] == ["pg_ctl", "stop"]
+    assert "--mode=fast" in command
+    (timeout,) = [int(arg.split("=")[1]) for arg in command if arg.startswith("--timeout=")]
+    assert pod["terminationGracePeriodSeconds"] > timeout
+
+
 def test_in_dev_only_agent_service_reaches_postgres() -> None:
     policies = objects("dev", "NetworkPolicy")
     template = named("dev", "StatefulSet", "postgres")["spec"]["template"]
