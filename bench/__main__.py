@@ -6,7 +6,8 @@ agent-service. The services run on one core; this process (the load client, the 
 clients) and the fakes on the other (agent-service's concurrent runs are measured a second time
 with it alone on its core and the other two services moved to the other one, as its upstreams).
 Then, in order: the load client check, the floor, and the completion-service, mcp-client-service
-and agent-service benchmarks, then agent-service's OpenAI front against its agent API, then (the
+and agent-service benchmarks, then agent-service's OpenAI front against its agent API, then what
+storing runs costs agent-service (not stored, SQLite, PostgreSQL: ``bench/persistence.py``), then (the
 services stopped) mcp_rag_tool's search latency at 10,000 and 100,000 synthetic chunks
 (``bench/rag_scale.py``); each prints its tables as it ends, and a summary of the targets closes the
 run. The summary is also written to ``.data/bench/summary.json`` and ``summary.md``.
@@ -37,6 +38,7 @@ from bench.floor import run_floor
 from bench.mcp_client import run_mcp_client
 from bench.measure import Rounds
 from bench.openai_front import run_openai_front
+from bench.persistence import run_persistence
 from bench.processes import ROOT, Cores
 from bench.profiling import profiling
 from bench.rag_scale import run_rag
@@ -45,13 +47,16 @@ from bench.suite import running_suite
 
 __all__ = ["main"]
 
-BENCHMARKS = ("client", "floor", "completion", "mcp", "agent", "openai", "rag")
+BENCHMARKS = ("client", "floor", "completion", "mcp", "agent", "openai", "persistence", "rag")
 
 
 @dataclass(frozen=True)
 class Plan:
     sequential: Rounds
     agent_sequential: Rounds
+    persistence_sequential: Rounds
+    """Three agent-services (not stored, SQLite, PostgreSQL) interleaved: an even count of rounds, so that
+    each mode goes first as often as last."""
     agent_rounds: int
     single_runs: int
     min_concurrent_runs: int
@@ -66,6 +71,7 @@ class Plan:
         return cls(
             sequential=Rounds(rounds=5, per_round=200, warmup=100, max_seconds=4.0),
             agent_sequential=Rounds(rounds=5, per_round=200, warmup=20, max_seconds=8.0),
+            persistence_sequential=Rounds(rounds=6, per_round=150, warmup=20, max_seconds=6.0),
             agent_rounds=3,
             single_runs=20,
             min_concurrent_runs=96,
@@ -78,6 +84,7 @@ class Plan:
         return cls(
             sequential=Rounds(rounds=3, per_round=60, warmup=30, max_seconds=1.5),
             agent_sequential=Rounds(rounds=3, per_round=30, warmup=5, max_seconds=3.0),
+            persistence_sequential=Rounds(rounds=4, per_round=40, warmup=10, max_seconds=2.0),
             agent_rounds=3,
             single_runs=8,
             min_concurrent_runs=32,
@@ -149,6 +156,8 @@ async def _run(options: argparse.Namespace, plan: Plan, cores: Cores, data: Path
         if "openai" in options.only:
             with profiling([suite.agent], profiles, "openai", enabled=options.profile):
                 done(await run_openai_front(suite, plan.sequential, rounds=0))
+        if "persistence" in options.only:
+            done(await run_persistence(suite, plan.persistence_sequential, rounds=plan.agent_rounds))
     if "rag" in options.only:  # needs none of the services: run once they are down
         section_started = time.monotonic()
         done(await run_rag(plan.rag_sizes, searches=60))

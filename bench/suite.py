@@ -21,7 +21,7 @@ from mcp import Client, StdioServerParameters
 
 from bench.processes import ROOT, Cores, Service, free_port, pin_descendants, start
 
-__all__ = ["HTTP_TOOL", "SECRET_HEADER", "STDIO_TOOL", "Suite", "running_suite"]
+__all__ = ["HTTP_TOOL", "SECRET_HEADER", "STDIO_TOOL", "Suite", "running_suite", "start_agent"]
 
 STDIO_TOOL = "s_echo"
 """The echo tool of the stdio server (prefix ``s_``)."""
@@ -45,6 +45,39 @@ class Suite:
     direct_http: Client
     """The SDK client straight to the same echo server mcp-client-service uses over streamable HTTP."""
     logs: Path
+    agent_env: dict[str, str]
+    """The environment ``agent`` was started with but its port: to start more agent-services alike."""
+
+
+def _agent_env(completion: Service, mcp: Service, secret: str, log_level: str) -> dict[str, str]:
+    return {
+        "AGENT_COMPLETION_URL": completion.url,
+        "AGENT_MCP_CLIENT_URL": mcp.url,
+        "AGENT_MCP_SERVICE_SECRET": secret,
+        "AGENT_MCP_SECRET_HEADER": SECRET_HEADER,
+        # Runs not stored: the agent benchmarks measure the loop itself, comparable across commits, and
+        # never write into the SQLite file of `make run` (the default, .data/agent.db). What storing costs
+        # is the persistence benchmark's (bench/persistence.py).
+        "AGENT_DATABASE_URL": "",
+        "AGENT_LOG_LEVEL": log_level,
+        "AGENT_LOG_FORMAT": "json",
+    }
+
+
+def start_agent(stack: ExitStack, suite: Suite, name: str, env: dict[str, str]) -> Service:
+    """Another agent-service on the system-under-test core, configured as the suite's but for ``env``; it
+    stops when ``stack`` closes. Its log: ``<logs>/<name>.log``."""
+    port = free_port()
+    return start(
+        stack,
+        name,
+        ["python", "-m", "agent_service"],
+        port=port,
+        cpus=suite.cores.system,
+        logs=suite.logs,
+        ready_path="/readyz",
+        env={**suite.agent_env, **env, "AGENT_PORT": str(port)},
+    )
 
 
 def _stdio_echo() -> StdioServerParameters:
@@ -142,11 +175,7 @@ def _start_processes(stack: ExitStack, cores: Cores, data: Path, secret: str, lo
         ready_path="/readyz",
         env={
             "AGENT_PORT": str(ports["agent"]),
-            "AGENT_COMPLETION_URL": services["completion"].url,
-            "AGENT_MCP_CLIENT_URL": services["mcp"].url,
-            "AGENT_MCP_SERVICE_SECRET": secret,
-            "AGENT_MCP_SECRET_HEADER": SECRET_HEADER,
-            **logging_env("AGENT_"),
+            **_agent_env(services["completion"], services["mcp"], secret, log_level),
         },
     )
     return services
@@ -171,5 +200,6 @@ async def running_suite(cores: Cores, data: Path, *, log_level: str = "info") ->
                 direct_stdio=direct_stdio,
                 direct_http=direct_http,
                 logs=data / "logs",
+                agent_env=_agent_env(services["completion"], services["mcp"], secret, log_level),
                 **services,
             )

@@ -40,9 +40,12 @@ ENV VIRTUAL_ENV=/opt/venv \
     HOME=/tmp \
     AGENT_HOST=0.0.0.0
 
+# /app/.data: where runs are stored by default (AGENT_DATABASE_URL=sqlite:///.data/agent.db, one replica)
+# when the container's filesystem is writable; compose and Kubernetes point at PostgreSQL instead.
 RUN groupadd --system --gid 10001 loopsuite \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
-        --shell /usr/sbin/nologin loopsuite
+        --shell /usr/sbin/nologin loopsuite \
+    && install -d -o 10001 -g 10001 /app/.data
 COPY --from=builder /opt/venv /opt/venv
 WORKDIR /app
 USER 10001:10001

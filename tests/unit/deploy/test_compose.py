@@ -33,7 +33,7 @@ SERVICES: dict[str, Any] = COMPOSE["services"]
 
 # Who must be healthy before whom: the order in which a request travels, backwards.
 STARTUP_ORDER = {
-    "agent-service": {"completion-service", "mcp-client-service"},
+    "agent-service": {"completion-service", "mcp-client-service", "postgres"},
     "mcp-client-service": {"mcp-rag-tool", "mcp-web-search"},
     "mcp-rag-tool": {"qdrant"},
 }
@@ -168,6 +168,31 @@ def test_agent_service_calls_the_other_services_by_their_compose_names_and_ports
         url = urlsplit(environment[setting])
         target_port = _environment(component(target))[component(target).env("port")]
         assert (url.hostname, str(url.port)) == (target, target_port)
+
+
+def test_agent_service_stores_its_runs_in_the_postgres_container_with_the_credentials_it_was_created_with() -> None:
+    for shell in ({}, {"POSTGRES_USER": "runs", "POSTGRES_PASSWORD": "from-the-shell", "POSTGRES_DB": "agent"}):
+        url = urlsplit(_environment(component("agent-service"), shell)["AGENT_DATABASE_URL"])
+        postgres = {name: interpolate(str(value), shell) for name, value in SERVICES["postgres"]["environment"].items()}
+        assert url.scheme == "postgresql"
+        assert (url.hostname, url.port) == ("postgres", 5432)
+        assert (url.username, url.password, url.path) == (
+            postgres["POSTGRES_USER"],
+            postgres["POSTGRES_PASSWORD"],
+            f"/{postgres['POSTGRES_DB']}",
+        )
+        assert url.password, "a password, from the shell or the laptop default"
+    assert SERVICES["postgres"]["image"].startswith("postgres:")
+
+
+def test_postgres_counts_as_healthy_only_once_it_accepts_connections_over_tcp() -> None:
+    # The image's first start runs a temporary server on the Unix socket only; over TCP pg_isready waits for
+    # the real one. $$ leaves the variables to the container's shell.
+    command = SERVICES["postgres"]["healthcheck"]["test"]
+    assert command[0] == "CMD-SHELL"
+    assert "pg_isready" in command[1]
+    assert "--host=127.0.0.1" in command[1]
+    assert "$$POSTGRES_USER" in command[1]
 
 
 def test_mcp_client_service_reaches_both_tool_servers_over_streamable_http_by_compose_name() -> None:

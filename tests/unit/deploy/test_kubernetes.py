@@ -37,6 +37,14 @@ OLDEST_SUPPORTED = "1.30.0"
 """matchLabelKeys in topology spread constraints (prod) is on by default from 1.27; 1.30 is the oldest still patched."""
 SECRET = "loopsuite-secrets"
 SHARED_SECRET_KEY = "mcp-service-secret"
+DATABASE_URL_KEY = "database-url"
+REQUIRED_SECRET_KEYS = {SHARED_SECRET_KEY, DATABASE_URL_KEY}
+"""Without these a pod cannot start: the others (provider keys and the like) are optional."""
+CREDENTIAL_SETTINGS = {"agent-service": ["AGENT_DATABASE_URL"]}
+"""Settings that are no ``SecretStr`` but hold a password all the same: from the Secret, never a ConfigMap."""
+BACKING_SERVICES = {"dev": {"postgres"}, "prod": set()}
+"""What an overlay runs beside the suite's components (prod's database is a managed one, outside the cluster)."""
+POSTGRES_PORT = 5432
 
 # Values of the base ConfigMaps that differ from the code's defaults, on purpose: listen on the pod's
 # address, find the other services by name, and what the containers' filesystem and network need.
@@ -164,8 +172,11 @@ def test_the_schema_check_would_catch_a_misspelt_field() -> None:
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_service_and_tool_has_a_deployment_service_autoscaler_and_disruption_budget(overlay: str) -> None:
-    for kind in ("Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"):
+    for kind in ("Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget"):
         assert sorted(item["metadata"]["name"] for item in objects(overlay, kind)) == sorted(c.name for c in COMPONENTS)
+    assert sorted(item["metadata"]["name"] for item in objects(overlay, "Service")) == sorted(
+        [c.name for c in COMPONENTS] + list(BACKING_SERVICES[overlay])
+    )
     for item in COMPONENTS:
         deployment = named(overlay, "Deployment", item.name)
         labels = deployment["spec"]["template"]["metadata"]["labels"]
@@ -276,12 +287,13 @@ def test_no_secret_value_is_in_the_manifests_only_references_to_the_operators_se
     assert objects(overlay, "Secret") == []
     for item in COMPONENTS:
         refs = secret_refs(overlay, item)
-        assert sorted(refs) == sorted(item.secret_env), f"{item.name}: each secret setting from the Secret"
+        secret_settings = item.secret_env + CREDENTIAL_SETTINGS.get(item.name, [])
+        assert sorted(refs) == sorted(secret_settings), f"{item.name}: each secret setting from the Secret"
         assert {ref["name"] for ref in refs.values()} <= {SECRET}
-        assert set(item.secret_env) & set(config(overlay, item)) == set(), "no secret setting in a ConfigMap"
+        assert set(secret_settings) & set(config(overlay, item)) == set(), "no secret setting in a ConfigMap"
         for name, ref in refs.items():
-            assert ref.get("optional", False) is (ref["key"] != SHARED_SECRET_KEY), (
-                f"{name}: only the shared secret is required"
+            assert ref.get("optional", False) is (ref["key"] not in REQUIRED_SECRET_KEYS), (
+                f"{name}: only the shared secret and the database URL are required"
             )
     shared = {
         secret_refs(overlay, component("agent-service"))["AGENT_MCP_SERVICE_SECRET"]["key"],
@@ -291,7 +303,16 @@ def test_no_secret_value_is_in_the_manifests_only_references_to_the_operators_se
 
 
 def test_the_operations_guide_tells_the_operator_every_key_of_the_secret() -> None:
-    keys = {ref["key"] for item in COMPONENTS for ref in secret_refs("prod", item).values()}
+    keys = {
+        env["valueFrom"]["secretKeyRef"]["key"]
+        for overlay in OVERLAYS
+        for item in rendered(overlay)
+        if item["kind"] in ("Deployment", "StatefulSet")
+        for spec in item["spec"]["template"]["spec"]["containers"]
+        for env in spec.get("env", [])
+        if "secretKeyRef" in env.get("valueFrom", {})
+    }
+    assert keys >= REQUIRED_SECRET_KEYS
     guide = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
     assert sorted(key for key in keys if f"`{key}`" not in guide) == []
     assert "kubectl apply -k deploy/k8s/overlays/dev" in guide
@@ -399,6 +420,87 @@ def test_in_prod_the_rag_tool_uses_the_qdrant_server_which_its_network_policy_le
     source = _pod("prod", rag.name)
     assert _egress_allowed(objects("prod", "NetworkPolicy"), source, qdrant, url.port or 80, "TCP")
     assert not _egress_allowed(objects("dev", "NetworkPolicy"), _pod("dev", rag.name), qdrant, url.port or 80, "TCP")
+
+
+# --- the run store --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_agent_service_stores_its_runs_in_postgresql_with_the_url_from_the_secret(overlay: str) -> None:
+    agent = component("agent-service")
+    ref = secret_refs(overlay, agent)["AGENT_DATABASE_URL"]
+    assert (ref["name"], ref["key"], ref.get("optional", False)) == (SECRET, DATABASE_URL_KEY, False)
+    assert "AGENT_DATABASE_URL" not in config(overlay, agent), "a ConfigMap value would hide nothing: env wins"
+    assert _base_config_file(agent)[1].get("AGENT_DATABASE_URL") == "", "named for the operator, unset"
+    assert config(overlay, agent)["AGENT_DATABASE_MIGRATE"] == "true", "no Job migrates the schema: the pods do"
+
+
+def test_production_runs_agent_service_on_several_pods_that_share_the_runs() -> None:
+    autoscaler = named("prod", "HorizontalPodAutoscaler", "agent-service")
+    assert autoscaler["spec"]["minReplicas"] >= 2
+    assert named("prod", "PodDisruptionBudget", "agent-service")["spec"]["maxUnavailable"] == 1
+
+
+def test_dev_runs_its_own_single_postgres_on_a_volume_claim() -> None:
+    (statefulset,) = objects("dev", "StatefulSet")
+    assert statefulset["metadata"]["name"] == "postgres"
+    assert statefulset["spec"]["replicas"] == 1
+    pod = statefulset["spec"]["template"]["spec"]
+    (spec,) = pod["containers"]
+    assert spec["image"].startswith("postgres:")
+    env = {item["name"]: item for item in spec["env"]}
+    assert env["POSTGRES_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": SECRET, "key": "postgres-password"}
+    (claim,) = statefulset["spec"]["volumeClaimTemplates"]
+    (data,) = [mount for mount in spec["volumeMounts"] if mount["name"] == claim["metadata"]["name"]]
+    assert PurePosixPath(env["PGDATA"]["value"]).is_relative_to(data["mountPath"])
+    assert PurePosixPath(env["PGDATA"]["value"]) != PurePosixPath(data["mountPath"]), "initdb wants its own folder"
+    assert spec["readinessProbe"]["exec"]["command"][0] == "pg_isready"
+    service = named("dev", "Service", statefulset["spec"]["serviceName"])
+    assert _selects(service["spec"]["selector"], statefulset["spec"]["template"]["metadata"]["labels"])
+    assert [port["port"] for port in service["spec"]["ports"]] == [POSTGRES_PORT]
+    # The namespace enforces the restricted Pod Security Standard on this pod too.
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert spec["securityContext"]["allowPrivilegeEscalation"] is False
+    assert spec["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert objects("prod", "StatefulSet") == [], "prod's database is a managed one"
+
+
+def test_dev_postgres_stops_fast_within_its_grace_period() -> None:
+    # SIGTERM alone waits for agent-service's pooled sessions to end: the SIGKILL after the grace period
+    # would leave crash recovery for the next start.
+    pod = named("dev", "StatefulSet", "postgres")["spec"]["template"]["spec"]
+    command = pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[:2] == ["pg_ctl", "stop"]
+    assert "--mode=fast" in command
+    (timeout,) = [int(arg.split("=")[1]) for arg in command if arg.startswith("--timeout=")]
+    assert pod["terminationGracePeriodSeconds"] > timeout
+
+
+def test_in_dev_only_agent_service_reaches_postgres() -> None:
+    policies = objects("dev", "NetworkPolicy")
+    template = named("dev", "StatefulSet", "postgres")["spec"]["template"]
+    postgres = {"namespace": named("dev", "StatefulSet", "postgres")["metadata"]["namespace"], **template["metadata"]}
+    callers = {
+        item.name for item in COMPONENTS if _call_allowed(policies, _pod("dev", item.name), postgres, POSTGRES_PORT)
+    }
+    assert callers == {"agent-service"}
+    outsider = {"namespace": "llm-core", "labels": {"app": "llm-core"}}
+    assert not _ingress_allowed(policies, outsider, postgres, POSTGRES_PORT, "TCP")
+
+
+def test_in_prod_only_agent_service_reaches_a_managed_postgres_on_a_private_address() -> None:
+    policies = objects("prod", "NetworkPolicy")
+    callers = {
+        item.name
+        for item in COMPONENTS
+        if _egress_to_ip(policies, _pod("prod", item.name), "10.20.30.40", POSTGRES_PORT)
+    }
+    assert callers == {"agent-service"}
+    agent = _pod("prod", "agent-service")
+    assert not _egress_to_ip(policies, agent, "10.20.30.40", 22), "the database port only"
+    assert not _egress_to_ip(policies, agent, "169.254.169.254", POSTGRES_PORT)
+    assert not _egress_to_ip(policies, agent, PUBLIC_ADDRESS, POSTGRES_PORT)
 
 
 # --- network policies ----------------------------------------------------------------------------------
