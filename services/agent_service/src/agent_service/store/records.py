@@ -17,8 +17,8 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "Step",
-    "StoredEvent",
     "StoreError",
+    "StoredEvent",
 ]
 
 RunStatus = Literal["processing", "tool_loop", "completed", "failed", "cancelled"]
