@@ -31,8 +31,8 @@ from agent_service.store import (
     StoredEvent,
     StoreError,
 )
-from agent_service.store._engine import database_url, open_database
-from agent_service.store._migrations import head_revision, upgrade
+from agent_service.store._engine import Database, database_url, open_database
+from agent_service.store._migrations import current_revision, head_revision, upgrade
 from agent_service.store.schema import metadata
 from suite_common.wire import (
     Message,
@@ -506,6 +506,52 @@ async def test_the_migrated_schema_is_the_schema_the_store_declares(
     else:
         with fresh_postgres_database("agent_migrate") as url:
             await migrate_and_compare(url)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_replicas_starting_together_on_an_empty_database_migrate_it_once(backend: str, tmp_path: Path) -> None:
+    async def start_together(url: str) -> None:
+        replicas = [open_database(database_url(url)) for _ in range(4)]
+        revisions: list[str] = []
+
+        async def start(replica: Database) -> None:
+            revisions.append(await upgrade(replica))
+
+        try:
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as group:
+                    for replica in replicas:
+                        group.start_soon(start, replica)
+            assert revisions == [head_revision()] * 4
+            assert await current_revision(replicas[0]) == head_revision()
+        finally:
+            for replica in replicas:
+                await replica.dispose()
+
+    if backend == "sqlite":
+        await start_together(f"sqlite:///{tmp_path}/together.db")
+    else:
+        with fresh_postgres_database("agent_migrate") as url:
+            await start_together(url)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_store_opened_without_migrating_refuses_a_schema_behind(backend: str, tmp_path: Path) -> None:
+    async def check(url: str) -> None:
+        with pytest.raises(StoreError, match=re.escape("python -m agent_service.store.migrate")):
+            await RunStore.open(url, migrate=False)
+        await (await RunStore.open(url)).aclose()
+        store = await RunStore.open(url, migrate=False)
+        try:
+            await store.ping()
+        finally:
+            await store.aclose()
+
+    if backend == "sqlite":
+        await check(f"sqlite:///{tmp_path}/unmigrated.db")
+    else:
+        with fresh_postgres_database("agent_migrate") as url:
+            await check(url)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -15,7 +15,7 @@ from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 
 from agent_service.store._engine import Database, database_url, open_database
-from agent_service.store._migrations import upgrade
+from agent_service.store._migrations import current_revision, head_revision, upgrade
 from agent_service.store.records import (
     ACTIVE_STATUSES,
     ConversationBusy,
@@ -25,6 +25,7 @@ from agent_service.store.records import (
     RunRecord,
     Step,
     StoredEvent,
+    StoreError,
 )
 from agent_service.store.schema import conversations, run_events, run_messages, runs
 from suite_common.wire import Message, RunError, RunErrorDetail, Usage, dump
@@ -73,11 +74,13 @@ class RunStore:
     async def open(cls, url: str, *, migrate: bool = True) -> RunStore:
         """``url``: ``sqlite:///path`` (the folder is created) or ``postgresql://...``; the drivers are chosen
         here. ``migrate``: bring the schema to the newest revision first (Alembic; several replicas starting at
-        once take turns)."""
+        once take turns); without, a schema at another revision is a ``StoreError`` that says what to run."""
         database = open_database(database_url(url))
         try:
             if migrate:
                 await upgrade(database)
+            else:
+                await _check_revision(database)
         except BaseException:
             await database.dispose()
             raise
@@ -367,6 +370,15 @@ class RunStore:
             "fail abandoned runs",
             lambda connection: _fail_abandoned(connection, abandon_before=abandon_before, now=_now()),
             write=True,
+        )
+
+
+async def _check_revision(database: Database) -> None:
+    current, head = await current_revision(database), head_revision()
+    if current != head:
+        raise StoreError(
+            f"The run store's database schema is at revision {current or 'none (empty database)'}, this version "
+            f"needs {head}: run python -m agent_service.store.migrate, or start with AGENT_DATABASE_MIGRATE=true."
         )
 
 
