@@ -154,13 +154,16 @@ class _SqliteDatabase(Database):
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False},
         )
         _set_up_sqlite(self._engine)
-        self._threads = anyio.CapacityLimiter(_SQLITE_THREADS)
+        self._threads: anyio.CapacityLimiter | None = None
+        """Made at the first transaction: a limiter needs the running event loop."""
 
     async def run(self, what: str, body: Callable[[sa.Connection], T], *, write: bool) -> T:
         def transaction() -> T:
             with self._engine.connect() as connection:
                 return _in_transaction(connection, body, write)
 
+        if self._threads is None:
+            self._threads = anyio.CapacityLimiter(_SQLITE_THREADS)
         async with translate_errors(what):
             # Not abandoned when the caller is cancelled: the transaction ends (committed or not) first.
             return await anyio.to_thread.run_sync(transaction, limiter=self._threads)
