@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -15,17 +17,35 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _runs_stored_apart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """agent-service stores its runs in one SQLite file of this session's, never in the checkout's ``.data``;
-    a test that needs another database says so in its own settings."""
+@contextmanager
+def _runs_stored_in(folder: Path) -> Iterator[None]:
     previous = os.environ.get("AGENT_DATABASE_URL")
-    os.environ["AGENT_DATABASE_URL"] = f"sqlite:///{tmp_path_factory.mktemp('agent-store')}/agent.db"
-    yield
-    if previous is None:
-        os.environ.pop("AGENT_DATABASE_URL", None)
-    else:
-        os.environ["AGENT_DATABASE_URL"] = previous
+    os.environ["AGENT_DATABASE_URL"] = f"sqlite:///{folder}/agent.db"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("AGENT_DATABASE_URL", None)
+        else:
+            os.environ["AGENT_DATABASE_URL"] = previous
+
+
+# agent-service stores its runs in a SQLite file of the test's own, never in the checkout's ``.data``: any
+# agent-service on a database takes over the runs another one left behind (a test that shut one down midway),
+# and would run them against this test's scripted LLM. A service made by a module's fixture gets the module's
+# file, one made during a test the test's. A test that needs another database says so in its own settings.
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_runs_stored_apart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    with _runs_stored_in(tmp_path_factory.mktemp("agent-store")):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _test_runs_stored_apart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    with _runs_stored_in(tmp_path_factory.mktemp("agent-store")):
+        yield
 
 
 @pytest.fixture(scope="session")

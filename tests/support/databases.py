@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-import asyncpg  # type: ignore[import-untyped]
+import asyncpg
 
 __all__ = ["ADMIN_DSN", "POSTGRES_HOST", "fresh_postgres_database"]
 

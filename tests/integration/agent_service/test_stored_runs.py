@@ -40,10 +40,10 @@ class Stack:
     http: httpx.AsyncClient
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def stack(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[Stack]:
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+async def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
     if request.param == "sqlite":
-        database_url = f"sqlite:///{tmp_path}/runs.db"
+        database_url = f"sqlite:///{tmp_path_factory.mktemp('runs')}/runs.db"
     else:
         database_url = request.getfixturevalue("postgres_url")
     llm = ScriptedOpenAI()
@@ -68,16 +68,34 @@ def _run(content: str, **extra: Any) -> dict[str, Any]:
     return {"model": "gpt-4o", "messages": [{"role": "user", "content": content}], "tools": ["echo", "gate"], **extra}
 
 
-async def _events(response: httpx.Response, *, until: str | None = None) -> list[Event]:
-    """The events of a streamed answer, to its end or to the first event of type ``until``."""
-    parser = EventStreamParser()
-    events: list[Event] = []
-    async for chunk in response.aiter_bytes():
-        for event in parser.feed(chunk):
-            events.append((int(event.id or 0), event.event or "message", json.loads(event.data)))
-            if until is not None and event.event == until:
+class EventReader:
+    """A streamed answer's events, read in parts without closing the stream in between."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.chunks = response.aiter_bytes()
+        self.parser = EventStreamParser()
+        self.ready: list[Event] = []
+
+    async def read(self, *, until: str | None = None) -> list[Event]:
+        """Events up to the first of type ``until`` (to the stream's end without one)."""
+        events: list[Event] = []
+        while True:
+            while self.ready:
+                event = self.ready.pop(0)
+                events.append(event)
+                if until is not None and event[1] == until:
+                    return events
+            chunk = await anext(self.chunks, None)
+            if chunk is None:
                 return events
-    return events
+            for parsed in self.parser.feed(chunk):
+                self.ready.append((int(parsed.id or 0), parsed.event or "message", json.loads(parsed.data)))
+
+
+async def _events(response: httpx.Response, *, until: str | None = None) -> list[Event]:
+    """The events of a streamed answer, to its end or to the first event of type ``until`` (the stream then closes:
+    a client leaving)."""
+    return await EventReader(response).read(until=until)
 
 
 async def _gate_started(stack: Stack, tag: str) -> None:
@@ -97,7 +115,7 @@ async def _open_gate(stack: Stack, tag: str) -> None:
 async def _wait_for_status(stack: Stack, run_id: str, *statuses: str) -> dict[str, Any]:
     with anyio.fail_after(20):
         while True:
-            run = (await stack.http.get(f"/api/v1/agent/runs/{run_id}")).json()
+            run: dict[str, Any] = (await stack.http.get(f"/api/v1/agent/runs/{run_id}")).json()
             if run["status"] in statuses:
                 return run
             await anyio.sleep(0.05)
@@ -160,7 +178,8 @@ async def test_a_client_that_lost_its_stream_re_attaches_and_gets_every_later_ev
                 rest = await _events(again)
     everything = seen + rest
     assert [seq for seq, _, _ in everything] == list(range(1, len(everything) + 1))
-    assert [kind for _, kind, _ in everything] == ["run_started", "tool_call", "tool_result", "done"]
+    assert [kind for _, kind, _ in everything if kind != "text"] == ["run_started", "tool_call", "tool_result", "done"]
+    assert "".join(data["delta"] for _, kind, data in everything if kind == "text") == "The gate opened."
     assert rest[0][2]["content"] == "reattach passed"
     run = (await stack.http.get(f"/api/v1/agent/runs/{run_id}")).json()
     assert run["status"] == "completed"
@@ -183,7 +202,6 @@ async def test_a_run_whose_client_leaves_is_cancelled_and_stored_so(stack: Stack
     stack.llm.push(fake_openai.tool_calls(("call_gate", "gate", {"tag": "left"})))
     async with stack.http.stream("POST", "/api/v1/agent/run", json=_run("wait", stream=True)) as response:
         run_id = (await _events(response, until="tool_call"))[0][2]["runId"]
-        await _gate_started(stack, "left")
     run = await _wait_for_status(stack, run_id, "cancelled", "completed", "failed")
     assert run["status"] == "cancelled"
     assert run["finishReason"] == "cancelled"
@@ -195,13 +213,14 @@ async def test_a_run_whose_client_leaves_is_cancelled_and_stored_so(stack: Stack
 async def test_cancel_stops_a_run_in_its_tool_loop_and_its_stream_ends_with_done_cancelled(stack: Stack) -> None:
     stack.llm.push(fake_openai.tool_calls(("call_gate", "gate", {"tag": "cancel"})))
     async with stack.http.stream("POST", "/api/v1/agent/run", json=_run("wait", stream=True)) as response:
-        seen = await _events(response, until="tool_call")
+        reader = EventReader(response)
+        seen = await reader.read(until="tool_call")
         run_id = seen[0][2]["runId"]
         await _gate_started(stack, "cancel")
         cancelled = await stack.http.post(f"/api/v1/agent/runs/{run_id}/cancel")
         assert cancelled.status_code in (200, 202), cancelled.text
         with anyio.fail_after(20):
-            rest = await _events(response)
+            rest = await reader.read()
     assert rest[-1][1] == "done"
     assert rest[-1][2]["finishReason"] == "cancelled"
     run = await _wait_for_status(stack, run_id, "cancelled")
@@ -237,13 +256,14 @@ async def test_a_conversation_takes_one_run_at_a_time(stack: Stack) -> None:
     stack.llm.push(fake_openai.tool_calls(("call_gate", "gate", {"tag": "busy"})), fake_openai.text("Done."))
     body = _run("wait", stream=True, conversationId="conv-busy")
     async with stack.http.stream("POST", "/api/v1/agent/run", json=body) as response:
-        await _events(response, until="tool_call")
+        reader = EventReader(response)
+        await reader.read(until="tool_call")
         await _gate_started(stack, "busy")
         refused = await stack.http.post("/api/v1/agent/run", json=_run("me too", conversationId="conv-busy"))
         assert refused.status_code == 409
         assert refused.json()["error"]["code"] == "conversation_busy"
         await _open_gate(stack, "busy")
-        assert (await _events(response))[-1][1] == "done"
+        assert (await reader.read())[-1][1] == "done"
 
 
 @pytest.mark.parametrize(

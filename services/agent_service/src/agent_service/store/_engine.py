@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
-import asyncpg  # type: ignore[import-untyped]
+import asyncpg
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
