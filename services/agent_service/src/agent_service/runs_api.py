@@ -101,7 +101,7 @@ async def cancel_run(request: Request) -> Response:
     record = await runs.cancel(run_id)
     if record is None:
         raise ApiError(404, "run_not_found", f"No run {clip(run_id)} is stored.")
-    return ModelResponse(run_view(record), status_code=202 if record.active else 200)
+    return ModelResponse(run_view(record))
 
 
 async def get_conversation(request: Request) -> Response:
@@ -133,9 +133,8 @@ _GET_EVENTS = Operation(
     errors={400: "Last-Event-ID or after is not a whole number.", 404: _NOT_STORED},
 )
 _CANCEL = Operation(
-    "Cancel a run wherever it executes (202 while it is still stopping, 200 once it has ended)",
+    "Cancel a run wherever it executes; answers the run as it is then (status: ended yet or still stopping)",
     answer=RunView,
-    status=202,
     errors={404: _NOT_STORED},
 )
 _GET_CONVERSATION = Operation(
