@@ -20,7 +20,6 @@ from suite_common.wire import (
     Message,
     RunErrorDetail,
     RunEvent,
-    RunStatus,
     ToolCall,
     Usage,
     dump,
@@ -118,8 +117,11 @@ class RunJournal:
         calls = message.tool_calls or []
         self.open_calls = {call.id: (local + 1 + index, call) for index, call in enumerate(calls)}
         self.iterations, self.usage = iterations, usage
-        status: RunStatus = "tool_loop" if calls else "processing"
-        await self._write(Step(messages=[(local, message)], status=status, iterations=iterations, usage=usage))
+        if not calls:
+            # The final answer: written with the run's end (``finish``), which comes right after; one write
+            # less per run. A crash in between makes the replica that takes over ask the model again.
+            return
+        await self._write(Step(messages=[(local, message)], status="tool_loop", iterations=iterations, usage=usage))
 
     async def result(self, position: int, message: Message) -> None:
         if message.tool_call_id is not None:

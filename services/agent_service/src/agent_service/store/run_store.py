@@ -185,7 +185,7 @@ class RunStore:
         run's lease or the run is no longer active."""
 
         def write(connection: Connection) -> None:
-            _write_step(connection, run_id, step, owner=owner, values={})
+            _write_step(connection, run_id, step, owner=owner, release=False)
 
         await self._db.run(f"store a step of run {run_id}", write, write=True)
 
@@ -197,9 +197,7 @@ class RunStore:
             raise ValueError(f"finish() takes a final status (completed, failed or cancelled), not {step.status!r}.")
 
         def write(connection: Connection) -> None:
-            now = _write_step(
-                connection, run_id, step, owner=owner, values={"lease_owner": None, "lease_expires_at": None}
-            )
+            now = _write_step(connection, run_id, step, owner=owner, release=True)
             conversation_of_run = sa.select(runs.c.conversation_id).where(runs.c.run_id == run_id).scalar_subquery()
             connection.execute(
                 conversations.update()
@@ -385,31 +383,62 @@ async def _check_revision(database: Database) -> None:
 # --- the transactions' parts ----------------------------------------------------------------------------
 
 
-def _write_step(
-    connection: Connection, run_id: str, step: Step, *, owner: str | None, values: dict[str, Any]
-) -> datetime:
+def _step_update(*, owned: bool, release: bool) -> sa.TextClause:
+    """The guard of a step: it updates the run only while ``owner`` (when ``owned``) holds it and it is active, and
+    locks its row (PostgreSQL). Text, built once, for the same reason as ``_UPSERT_MESSAGES``: a step is written
+    on every turn and tool result, and building and caching a Core statement cost most of the step's CPU."""
+    sql = (
+        "UPDATE runs SET updated_at = :updated_at, status = COALESCE(:status, status), "
+        "iterations = COALESCE(:iterations, iterations), input_tokens = COALESCE(:input_tokens, input_tokens), "
+        "output_tokens = COALESCE(:output_tokens, output_tokens), "
+        "finish_reason = COALESCE(:finish_reason, finish_reason), error_code = COALESCE(:error_code, error_code), "
+        "error_message = COALESCE(:error_message, error_message), "
+        "last_seq = CASE WHEN :last_seq > last_seq THEN :last_seq ELSE last_seq END"
+    )
+    if release:
+        sql += ", lease_owner = NULL, lease_expires_at = NULL"
+    sql += " WHERE run_id = :run_id AND status IN ('processing', 'tool_loop')"
+    if owned:
+        sql += " AND lease_owner = :owner"
+    return sa.text(sql).bindparams(
+        sa.bindparam("updated_at", type_=runs.c.updated_at.type),
+        sa.bindparam("status", type_=sa.Text()),
+        sa.bindparam("iterations", type_=sa.Integer()),
+        sa.bindparam("input_tokens", type_=sa.Integer()),
+        sa.bindparam("output_tokens", type_=sa.Integer()),
+        sa.bindparam("finish_reason", type_=sa.Text()),
+        sa.bindparam("error_code", type_=sa.Text()),
+        sa.bindparam("error_message", type_=sa.Text()),
+        sa.bindparam("last_seq", type_=sa.Integer()),
+    )
+
+
+_STEP_UPDATES = {
+    (owned, release): _step_update(owned=owned, release=release) for owned in (True, False) for release in (True, False)
+}
+_INSERT_EVENTS = sa.text("INSERT INTO run_events (run_id, seq, type, data) VALUES (:run_id, :seq, :type, :data)")
+
+
+def _write_step(connection: Connection, run_id: str, step: Step, *, owner: str | None, release: bool) -> datetime:
     now = _now()
-    values = {**values, "updated_at": now}
-    if step.status is not None:
-        values["status"] = step.status
-    if step.iterations is not None:
-        values["iterations"] = step.iterations
-    if step.usage is not None:
-        values["input_tokens"] = step.usage.input_tokens
-        values["output_tokens"] = step.usage.output_tokens
-    if step.finish_reason is not None:
-        values["finish_reason"] = step.finish_reason
-    if step.error is not None:
-        values["error_code"] = step.error.code
-        values["error_message"] = step.error.message
-    if step.events:
-        highest = max(event.seq for event in step.events)
-        values["last_seq"] = sa.case((runs.c.last_seq > highest, runs.c.last_seq), else_=highest)
-    # The guard first: it locks the run's row (PostgreSQL) and tells whether this owner may write at all.
-    guard = runs.update().where(runs.c.run_id == run_id, runs.c.status.in_(ACTIVE_STATUSES))
+    usage = step.usage
+    error = step.error
+    parameters: dict[str, Any] = {
+        "run_id": run_id,
+        "updated_at": now,
+        "status": step.status,
+        "iterations": step.iterations,
+        "input_tokens": usage.input_tokens if usage is not None else None,
+        "output_tokens": usage.output_tokens if usage is not None else None,
+        "finish_reason": step.finish_reason,
+        "error_code": error.code if error is not None else None,
+        "error_message": error.message if error is not None else None,
+        "last_seq": max(event.seq for event in step.events) if step.events else None,
+    }
     if owner is not None:
-        guard = guard.where(runs.c.lease_owner == owner)
-    if connection.execute(guard.values(**values)).rowcount == 0:
+        parameters["owner"] = owner
+    # The guard first: it locks the run's row (PostgreSQL) and tells whether this owner may write at all.
+    if connection.execute(_STEP_UPDATES[owner is not None, release], parameters).rowcount == 0:
         raise LeaseLost(
             f"Run {run_id} is no longer held by {owner}: another replica took it over, or it has ended."
             if owner is not None
@@ -425,7 +454,7 @@ def _write_step(
         )
     if step.events:
         connection.execute(
-            run_events.insert(),
+            _INSERT_EVENTS,
             [{"run_id": run_id, "seq": event.seq, "type": event.type, "data": event.data} for event in step.events],
         )
     return now
