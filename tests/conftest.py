@@ -7,6 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from support.databases import fresh_postgres_database
+
 
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
@@ -24,3 +26,11 @@ def _runs_stored_apart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
         os.environ.pop("AGENT_DATABASE_URL", None)
     else:
         os.environ["AGENT_DATABASE_URL"] = previous
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL database of this test session's (created empty, dropped at the end); fails when PostgreSQL
+    is unreachable."""
+    with fresh_postgres_database() as url:
+        yield url

@@ -1,4 +1,4 @@
-"""The run store: one class over SQLAlchemy Core, for SQLite (aiosqlite) and PostgreSQL (asyncpg).
+"""The run store: one class over SQLAlchemy Core, for SQLite and PostgreSQL (asyncpg).
 
 Every method is one short transaction. Every failure of the database surfaces as ``StoreError``
 (``LeaseLost`` and ``ConversationBusy`` are its kinds), never as a driver's own exception.
@@ -7,33 +7,97 @@ Times are the replica's wall clock, in UTC.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from agent_service.store.records import ConversationRecord, NewRun, RunRecord, Step, StoredEvent
-from suite_common.wire import Message
+import sqlalchemy as sa
+from sqlalchemy import Connection
+from sqlalchemy.dialects import postgresql, sqlite
+
+from agent_service.store._engine import Database, database_url, open_database
+from agent_service.store._migrations import upgrade
+from agent_service.store.records import (
+    ACTIVE_STATUSES,
+    ConversationBusy,
+    ConversationRecord,
+    LeaseLost,
+    NewRun,
+    RunRecord,
+    Step,
+    StoredEvent,
+)
+from agent_service.store.schema import conversations, run_events, run_messages, runs
+from suite_common.wire import Message, RunError, RunErrorDetail, Usage, dump
 
 __all__ = ["RunStore"]
 
+_FINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
+
+# Written as text because SQLAlchemy does not cache the dialects' ``insert().on_conflict_do_update()`` (it compiled
+# it again on every step); the statement reads the same on SQLite and PostgreSQL.
+_UPSERT_MESSAGES = sa.text(
+    "INSERT INTO run_messages (run_id, position, message) VALUES (:run_id, :position, :message) "
+    "ON CONFLICT (run_id, position) DO UPDATE SET message = excluded.message"
+).bindparams(sa.bindparam("message", type_=run_messages.c.message.type))
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _message_json(message: Message) -> dict[str, Any]:
+    return message.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _abandoned_message(abandoned_for: timedelta) -> str:
+    seconds = max(0, round(abandoned_for.total_seconds()))
+    return (
+        f"The run was abandoned: no replica of agent-service held it for more than {seconds} seconds (the one "
+        "running it stopped and no other took it over in time). Start the run again."
+    )
+
 
 class RunStore:
+    """The durable runs of agent-service: their messages, events, leases, and the conversations they belong to.
+
+    Each method runs one transaction, written as a plain function of a ``Connection`` (``_engine.Database`` runs
+    it on the backend's terms)."""
+
+    def __init__(self, database: Database) -> None:
+        """Use ``RunStore.open``."""
+        self._db = database
+        # Creating a conversation only when new needs the dialect's own INSERT (ON CONFLICT DO NOTHING).
+        self._insert = postgresql.insert if database.backend == "postgresql" else sqlite.insert
+
     @classmethod
     async def open(cls, url: str, *, migrate: bool = True) -> RunStore:
-        """``url``: ``sqlite:///path`` (the folder is created) or ``postgresql://...``; the async drivers are chosen
+        """``url``: ``sqlite:///path`` (the folder is created) or ``postgresql://...``; the drivers are chosen
         here. ``migrate``: bring the schema to the newest revision first (Alembic; several replicas starting at
         once take turns)."""
-        raise NotImplementedError
+        database = open_database(database_url(url))
+        try:
+            if migrate:
+                await upgrade(database)
+        except BaseException:
+            await database.dispose()
+            raise
+        return cls(database)
 
     @property
     def backend(self) -> str:
         """``sqlite`` or ``postgresql``."""
-        raise NotImplementedError
+        return self._db.backend
 
     async def aclose(self) -> None:
-        raise NotImplementedError
+        await self._db.dispose()
 
     async def ping(self) -> None:
         """Raises ``StoreError`` when the database does not answer (readiness)."""
-        raise NotImplementedError
+
+        def select_one(connection: Connection) -> None:
+            connection.execute(sa.text("SELECT 1"))
+
+        await self._db.run("reach the database", select_one, write=False)
 
     # --- a run's life ---------------------------------------------------------------------------------
 
@@ -41,50 +105,218 @@ class RunStore:
         """Store a new run, status ``processing``, leased to ``owner``, with its input messages; creates its
         conversation when the id is new. Returns the conversation's earlier messages (every earlier run's, in
         order; empty without a conversation). Raises ``ConversationBusy`` when the conversation has an active run."""
-        raise NotImplementedError
+
+        def create(connection: Connection) -> list[Message]:
+            now = _now()
+            earlier: list[Message] = []
+            if run.conversation_id is not None:
+                self._take_conversation(connection, run, run.conversation_id, now)
+                earlier = _conversation_messages(connection, run.conversation_id)
+            connection.execute(
+                runs.insert().values(
+                    run_id=run.run_id,
+                    conversation_id=run.conversation_id,
+                    caller=run.caller,
+                    tenant=run.tenant,
+                    model=run.model,
+                    status="processing",
+                    iterations=0,
+                    input_tokens=0,
+                    output_tokens=0,
+                    plan=run.plan,
+                    created_at=now,
+                    updated_at=now,
+                    lease_owner=owner,
+                    lease_expires_at=now + timedelta(seconds=lease_seconds),
+                    resumes=0,
+                    cancel_requested=False,
+                    last_seq=0,
+                )
+            )
+            if run.input_messages:
+                connection.execute(
+                    run_messages.insert(),
+                    [
+                        {"run_id": run.run_id, "position": position, "message": _message_json(message)}
+                        for position, message in enumerate(run.input_messages)
+                    ],
+                )
+            return earlier
+
+        return await self._db.run(f"store the new run {run.run_id}", create, write=True)
+
+    def _take_conversation(self, connection: Connection, run: NewRun, conversation_id: str, now: datetime) -> None:
+        """Create the conversation if new, lock its row (PostgreSQL), and check that no run of it is active."""
+        connection.execute(
+            self._insert(conversations)
+            .values(
+                conversation_id=conversation_id,
+                caller=run.caller,
+                tenant=run.tenant,
+                created_at=now,
+                updated_at=now,
+            )
+            .on_conflict_do_nothing(index_elements=[conversations.c.conversation_id])
+        )
+        # Two creates for one conversation queue here on PostgreSQL (SQLite: the writing transaction holds the
+        # database's one write lock already), so the second sees the first's run below.
+        connection.execute(
+            sa.select(conversations.c.conversation_id)
+            .where(conversations.c.conversation_id == conversation_id)
+            .with_for_update()
+        )
+        active = connection.execute(
+            sa.select(runs.c.run_id)
+            .where(runs.c.conversation_id == conversation_id, runs.c.status.in_(ACTIVE_STATUSES))
+            .limit(1)
+        ).scalar_one_or_none()
+        if active is not None:
+            raise ConversationBusy(conversation_id, active)
+        connection.execute(
+            conversations.update().where(conversations.c.conversation_id == conversation_id).values(updated_at=now)
+        )
 
     async def record(self, run_id: str, step: Step, *, owner: str) -> None:
         """Write one step in one transaction: upsert its messages, insert its events, update the run's status and
         counters (and ``updated_at``). Raises ``LeaseLost`` (writing nothing) when ``owner`` no longer holds the
         run's lease or the run is no longer active."""
-        raise NotImplementedError
+
+        def write(connection: Connection) -> None:
+            _write_step(connection, run_id, step, owner=owner, values={})
+
+        await self._db.run(f"store a step of run {run_id}", write, write=True)
+
+    async def finish(self, run_id: str, step: Step, *, owner: str | None) -> None:
+        """``record`` for a final step; with ``owner=None`` whatever holds the lease (a run failed by the sweeper,
+        a cancel for a run nobody runs). Clears the lease. Raises ``LeaseLost`` (writing nothing) when ``owner``
+        no longer holds the run, or when the run has ended already (a final run is left as it is)."""
+        if step.status not in _FINAL_STATUSES:
+            raise ValueError(f"finish() takes a final status (completed, failed or cancelled), not {step.status!r}.")
+
+        def write(connection: Connection) -> None:
+            now = _write_step(
+                connection, run_id, step, owner=owner, values={"lease_owner": None, "lease_expires_at": None}
+            )
+            conversation_of_run = sa.select(runs.c.conversation_id).where(runs.c.run_id == run_id).scalar_subquery()
+            connection.execute(
+                conversations.update()
+                .where(conversations.c.conversation_id == conversation_of_run)
+                .values(updated_at=now)
+            )
+
+        await self._db.run(f"store the end of run {run_id}", write, write=True)
 
     # --- reading --------------------------------------------------------------------------------------
 
     async def get_run(self, run_id: str) -> RunRecord | None:
-        raise NotImplementedError
+        return await self._db.run(f"read run {run_id}", lambda connection: _get_run(connection, run_id), write=False)
 
     async def run_messages(self, run_id: str) -> list[Message]:
         """The run's own messages (input, then what the run added), by position."""
-        raise NotImplementedError
+        query = (
+            sa.select(run_messages.c.message).where(run_messages.c.run_id == run_id).order_by(run_messages.c.position)
+        )
+        return await self._db.run(
+            f"read the messages of run {run_id}", lambda connection: _messages(connection, query), write=False
+        )
 
     async def earlier_messages(self, run_id: str) -> list[Message]:
         """The messages of the run's conversation that came before it (empty without a conversation)."""
-        raise NotImplementedError
+        this_run = sa.select(runs.c.conversation_id, runs.c.id).where(runs.c.run_id == run_id).subquery()
+        query = (
+            sa.select(run_messages.c.message)
+            .join(runs, runs.c.run_id == run_messages.c.run_id)
+            .join(this_run, sa.and_(runs.c.conversation_id == this_run.c.conversation_id, runs.c.id < this_run.c.id))
+            .order_by(runs.c.id, run_messages.c.position)
+        )
+        return await self._db.run(
+            f"read the conversation before run {run_id}", lambda connection: _messages(connection, query), write=False
+        )
 
     async def events_after(self, run_id: str, after: int, *, limit: int = 1000) -> list[StoredEvent]:
         """Stored events with ``seq > after``, in order, at most ``limit``."""
-        raise NotImplementedError
+        query = (
+            sa.select(run_events.c.seq, run_events.c.type, run_events.c.data)
+            .where(run_events.c.run_id == run_id, run_events.c.seq > after)
+            .order_by(run_events.c.seq)
+            .limit(limit)
+        )
+
+        def read(connection: Connection) -> list[StoredEvent]:
+            return [StoredEvent(seq=row.seq, type=row.type, data=row.data) for row in connection.execute(query)]
+
+        return await self._db.run(f"read the events of run {run_id}", read, write=False)
 
     async def get_conversation(self, conversation_id: str) -> ConversationRecord | None:
-        raise NotImplementedError
+        def read(connection: Connection) -> ConversationRecord | None:
+            row = connection.execute(
+                sa.select(conversations).where(conversations.c.conversation_id == conversation_id)
+            ).one_or_none()
+            if row is None:
+                return None
+            run_rows = connection.execute(
+                sa.select(runs).where(runs.c.conversation_id == conversation_id).order_by(runs.c.id)
+            )
+            records = [_run_record(run_row) for run_row in run_rows]
+            return ConversationRecord(
+                conversation_id=row.conversation_id,
+                created_at=row.created_at,
+                updated_at=row.updated_at,
+                messages=_conversation_messages(connection, conversation_id),
+                runs=records,
+            )
+
+        return await self._db.run(f"read conversation {conversation_id}", read, write=False)
 
     # --- leases ---------------------------------------------------------------------------------------
 
     async def request_cancel(self, run_id: str) -> RunRecord | None:
         """Mark the run's cancel request (the owner sees it when it renews its leases); ``None`` for an unknown id.
         A run already final is returned unchanged."""
-        raise NotImplementedError
+
+        def mark(connection: Connection) -> RunRecord | None:
+            connection.execute(
+                runs.update()
+                .where(runs.c.run_id == run_id, runs.c.status.in_(ACTIVE_STATUSES), runs.c.cancel_requested.is_(False))
+                .values(cancel_requested=True, updated_at=_now())
+            )
+            return _get_run(connection, run_id)
+
+        return await self._db.run(f"request the cancel of run {run_id}", mark, write=True)
 
     async def renew_leases(self, owner: str, run_ids: list[str], *, lease_seconds: float) -> set[str]:
         """Push the lease of ``owner``'s active runs among ``run_ids`` to now + ``lease_seconds``. Returns the ids
         among them whose cancel was requested, and those ``owner`` no longer holds (taken over, or no longer
         active): both stop."""
-        raise NotImplementedError
+        if not run_ids:
+            return set()
+
+        def renew(connection: Connection) -> dict[str, bool]:
+            # A run being cancelled keeps its lease too: its owner still has to finish it.
+            result = connection.execute(
+                runs.update()
+                .where(runs.c.run_id.in_(run_ids), runs.c.lease_owner == owner, runs.c.status.in_(ACTIVE_STATUSES))
+                .values(lease_expires_at=_now() + timedelta(seconds=lease_seconds))
+                .returning(runs.c.run_id, runs.c.cancel_requested)
+            )
+            return {row.run_id: bool(row.cancel_requested) for row in result}
+
+        held = await self._db.run(f"renew the leases of {owner}", renew, write=True)
+        return {run_id for run_id in run_ids if held.get(run_id, True)}
 
     async def release(self, owner: str, run_ids: list[str]) -> None:
         """Let another replica take these runs at once (the lease expires now): a replica shutting down."""
-        raise NotImplementedError
+        if not run_ids:
+            return
+
+        def release(connection: Connection) -> None:
+            connection.execute(
+                runs.update()
+                .where(runs.c.run_id.in_(run_ids), runs.c.lease_owner == owner, runs.c.status.in_(ACTIVE_STATUSES))
+                .values(lease_expires_at=_now())
+            )
+
+        await self._db.run(f"release the runs of {owner}", release, write=True)
 
     async def claim_expired(
         self, owner: str, *, lease_seconds: float, abandon_before: datetime, limit: int
@@ -93,14 +325,180 @@ class RunStore:
         replicas claim at once without taking the same run twice (``FOR UPDATE SKIP LOCKED`` on PostgreSQL).
         A run whose lease expired before ``abandon_before`` is not claimed but marked ``failed`` with the error
         ``abandoned`` (see ``fail_abandoned``)."""
-        raise NotImplementedError
+
+        def claim(connection: Connection) -> list[RunRecord]:
+            now = _now()
+            _fail_abandoned(connection, abandon_before=abandon_before, now=now)
+            expired = (
+                connection.execute(
+                    sa.select(runs.c.run_id)
+                    .where(runs.c.status.in_(ACTIVE_STATUSES), runs.c.lease_expires_at < now)
+                    .order_by(runs.c.lease_expires_at)
+                    .limit(limit)
+                    # Rows another replica is claiming right now are skipped, not waited for nor taken twice.
+                    .with_for_update(skip_locked=True)
+                )
+                .scalars()
+                .all()
+            )
+            if not expired:
+                return []
+            result = connection.execute(
+                runs.update()
+                # The same conditions again: a run is never taken over unless it is still active and expired.
+                .where(runs.c.run_id.in_(expired), runs.c.status.in_(ACTIVE_STATUSES), runs.c.lease_expires_at < now)
+                .values(
+                    lease_owner=owner,
+                    lease_expires_at=now + timedelta(seconds=lease_seconds),
+                    resumes=runs.c.resumes + 1,
+                    updated_at=now,
+                )
+                .returning(*runs.c)
+            )
+            claimed = {row.run_id: _run_record(row) for row in result}
+            return [claimed[run_id] for run_id in expired if run_id in claimed]
+
+        return await self._db.run(f"claim expired runs for {owner}", claim, write=True)
 
     async def fail_abandoned(self, *, abandon_before: datetime) -> int:
         """Mark ``failed`` (error ``abandoned``: no replica held the run's lease for too long) every active run whose
         lease expired before ``abandon_before``, with an ``error`` event appended; returns how many."""
-        raise NotImplementedError
+        return await self._db.run(
+            "fail abandoned runs",
+            lambda connection: _fail_abandoned(connection, abandon_before=abandon_before, now=_now()),
+            write=True,
+        )
 
-    async def finish(self, run_id: str, step: Step, *, owner: str | None) -> None:
-        """``record`` for a final step; with ``owner=None`` whatever holds the lease (a run failed by the sweeper,
-        a cancel for a run nobody runs). Clears the lease."""
-        raise NotImplementedError
+
+# --- the transactions' parts ----------------------------------------------------------------------------
+
+
+def _write_step(
+    connection: Connection, run_id: str, step: Step, *, owner: str | None, values: dict[str, Any]
+) -> datetime:
+    now = _now()
+    values = {**values, "updated_at": now}
+    if step.status is not None:
+        values["status"] = step.status
+    if step.iterations is not None:
+        values["iterations"] = step.iterations
+    if step.usage is not None:
+        values["input_tokens"] = step.usage.input_tokens
+        values["output_tokens"] = step.usage.output_tokens
+    if step.finish_reason is not None:
+        values["finish_reason"] = step.finish_reason
+    if step.error is not None:
+        values["error_code"] = step.error.code
+        values["error_message"] = step.error.message
+    if step.events:
+        highest = max(event.seq for event in step.events)
+        values["last_seq"] = sa.case((runs.c.last_seq > highest, runs.c.last_seq), else_=highest)
+    # The guard first: it locks the run's row (PostgreSQL) and tells whether this owner may write at all.
+    guard = runs.update().where(runs.c.run_id == run_id, runs.c.status.in_(ACTIVE_STATUSES))
+    if owner is not None:
+        guard = guard.where(runs.c.lease_owner == owner)
+    if connection.execute(guard.values(**values)).rowcount == 0:
+        raise LeaseLost(
+            f"Run {run_id} is no longer held by {owner}: another replica took it over, or it has ended."
+            if owner is not None
+            else f"Run {run_id} has already ended."
+        )
+    if step.messages:
+        connection.execute(
+            _UPSERT_MESSAGES,
+            [
+                {"run_id": run_id, "position": position, "message": _message_json(message)}
+                for position, message in step.messages
+            ],
+        )
+    if step.events:
+        connection.execute(
+            run_events.insert(),
+            [{"run_id": run_id, "seq": event.seq, "type": event.type, "data": event.data} for event in step.events],
+        )
+    return now
+
+
+def _fail_abandoned(connection: Connection, *, abandon_before: datetime, now: datetime) -> int:
+    # SKIP LOCKED: a run another replica is claiming or failing right now is left to it (no waiting, and no
+    # deadlock between two sweepers that would lock the same runs in another order).
+    abandoned = connection.execute(
+        sa.select(runs.c.run_id, runs.c.last_seq)
+        .where(runs.c.status.in_(ACTIVE_STATUSES), runs.c.lease_expires_at < abandon_before)
+        .with_for_update(skip_locked=True)
+    ).all()
+    if not abandoned:
+        return 0
+    message = _abandoned_message(now - abandon_before)
+    for run_id, last_seq in abandoned:
+        connection.execute(
+            runs.update()
+            .where(runs.c.run_id == run_id)
+            .values(
+                status="failed",
+                finish_reason="error",
+                error_code="abandoned",
+                error_message=message,
+                lease_owner=None,
+                lease_expires_at=None,
+                last_seq=last_seq + 1,
+                updated_at=now,
+            )
+        )
+    # The run's last event, so that a client following the stream sees it end.
+    connection.execute(
+        run_events.insert(),
+        [
+            {
+                "run_id": run_id,
+                "seq": last_seq + 1,
+                "type": "error",
+                "data": dump(RunError(run_id=run_id, code="abandoned", message=message)),
+            }
+            for run_id, last_seq in abandoned
+        ],
+    )
+    return len(abandoned)
+
+
+def _get_run(connection: Connection, run_id: str) -> RunRecord | None:
+    row = connection.execute(sa.select(runs).where(runs.c.run_id == run_id)).one_or_none()
+    return None if row is None else _run_record(row)
+
+
+def _messages(connection: Connection, query: sa.Select[tuple[Any]]) -> list[Message]:
+    return [Message.model_validate(message) for message in connection.execute(query).scalars()]
+
+
+def _conversation_messages(connection: Connection, conversation_id: str) -> list[Message]:
+    return _messages(
+        connection,
+        sa.select(run_messages.c.message)
+        .join(runs, runs.c.run_id == run_messages.c.run_id)
+        .where(runs.c.conversation_id == conversation_id)
+        .order_by(runs.c.id, run_messages.c.position),
+    )
+
+
+def _run_record(row: sa.Row[Any]) -> RunRecord:
+    error = RunErrorDetail(code=row.error_code, message=row.error_message or "") if row.error_code is not None else None
+    return RunRecord(
+        run_id=row.run_id,
+        conversation_id=row.conversation_id,
+        caller=row.caller,
+        tenant=row.tenant,
+        model=row.model,
+        status=row.status,
+        iterations=row.iterations,
+        usage=Usage(input_tokens=row.input_tokens, output_tokens=row.output_tokens),
+        finish_reason=row.finish_reason,
+        error=error,
+        plan=row.plan,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        lease_owner=row.lease_owner,
+        lease_expires_at=row.lease_expires_at,
+        resumes=row.resumes,
+        cancel_requested=bool(row.cancel_requested),
+        last_seq=row.last_seq,
+    )

@@ -1,0 +1,213 @@
+"""The store's database: which URLs it takes, how each backend's connections are set up and its transactions run,
+how failures read.
+
+A transaction of the store is a plain function of a SQLAlchemy ``Connection``, run whole:
+
+- PostgreSQL (``postgresql://``, ``postgres://``): asyncpg, through SQLAlchemy's asyncio engine
+  (``AsyncConnection.run_sync``); a bounded pool, timeouts on connecting, on each statement and on waiting for a
+  pooled connection.
+- SQLite (``sqlite:///path``): the standard library's driver, the whole transaction on a worker thread (one thread
+  hop per transaction). An asyncio driver (aiosqlite) hops threads for every cursor call, three or more per
+  statement: it made a step's write 2.5 times slower (measured: ``python -m bench.run_store``).
+
+Every failure of the database or its driver becomes one ``StoreError`` here, at the edge, saying what the store
+was doing and what the database answered (never the URL, which may hold a password, nor the SQL's parameters,
+which hold the messages).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import asyncpg  # type: ignore[import-untyped]
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from agent_service.store.records import StoreError
+
+__all__ = [
+    "SQLITE_BUSY_TIMEOUT_SECONDS",
+    "STATEMENT_TIMEOUT_SECONDS",
+    "Database",
+    "database_url",
+    "open_database",
+    "translate_errors",
+]
+
+T = TypeVar("T")
+
+SQLITE_BUSY_TIMEOUT_SECONDS = 10.0
+"""How long a SQLite writer waits for another to finish (SQLite has one writer at a time)."""
+STATEMENT_TIMEOUT_SECONDS = 10.0
+"""How long PostgreSQL may take for one statement (asyncpg's ``command_timeout``) or to connect."""
+_SQLITE_THREADS = 4
+"""SQLite transactions running at once (each on a thread with its own connection): one writes, the others read."""
+_POOL_SIZE = 10
+_POOL_OVERFLOW = 10
+_POOL_TIMEOUT_SECONDS = 10.0
+"""How long a caller waits for a free pooled connection before the store reports itself unavailable."""
+
+_WRITE_OPTION = "agent_store_write"
+"""Execution option of a connection whose transaction writes: SQLite starts it with ``BEGIN IMMEDIATE``."""
+
+
+def database_url(url: str) -> URL:
+    """The SQLAlchemy URL with the store's driver; ``ValueError`` for anything the store does not take."""
+    try:
+        parsed = make_url(url.strip())
+    except ArgumentError:
+        parsed = None
+    if parsed is None:
+        raise ValueError(_unsupported(url))
+    if parsed.drivername in ("sqlite", "sqlite+pysqlite"):
+        database = parsed.database or ""
+        if not database or database == ":memory:" or database.startswith("file:"):
+            raise ValueError(
+                "The run store's SQLite URL must name a database file, e.g. sqlite:///.data/agent.db "
+                "(relative) or sqlite:////var/lib/agent/agent.db (absolute)."
+            )
+        return parsed.set(drivername="sqlite+pysqlite")
+    if parsed.drivername in ("postgresql", "postgres", "postgresql+asyncpg"):
+        return parsed.set(drivername="postgresql+asyncpg")
+    raise ValueError(_unsupported(url))
+
+
+def _unsupported(url: str) -> str:
+    scheme = url.split(":", 1)[0] if ":" in url else url
+    return (
+        f"The run store's database URL must start with sqlite:/// or postgresql:// (got {scheme!r}: "
+        "e.g. sqlite:///.data/agent.db or postgresql://user:password@host:5432/agent)."
+    )
+
+
+class Database:
+    """One database of the store's: runs its transactions, each a function of a ``Connection``, to the end."""
+
+    def __init__(self, url: URL) -> None:
+        self.url = url
+        self.backend = url.get_backend_name()
+
+    async def run(self, what: str, body: Callable[[sa.Connection], T], *, write: bool) -> T:
+        """Run ``body`` in one transaction (committed when it returns, rolled back when it raises); ``what`` names
+        it in a ``StoreError``. ``write``: the transaction writes (SQLite takes its write lock at once)."""
+        raise NotImplementedError
+
+    async def dispose(self) -> None:
+        raise NotImplementedError
+
+
+def open_database(url: URL) -> Database:
+    """The database at ``url`` (from ``database_url``); connections are opened when first needed."""
+    if url.get_backend_name() == "sqlite":
+        return _SqliteDatabase(url)
+    return _PostgresDatabase(url)
+
+
+def _in_transaction(connection: sa.Connection, body: Callable[[sa.Connection], T], write: bool) -> T:
+    if write:
+        connection = connection.execution_options(**{_WRITE_OPTION: True})
+    with connection.begin():
+        return body(connection)
+
+
+class _PostgresDatabase(Database):
+    def __init__(self, url: URL) -> None:
+        super().__init__(url)
+        self._engine: AsyncEngine = create_async_engine(
+            url,
+            pool_size=_POOL_SIZE,
+            max_overflow=_POOL_OVERFLOW,
+            pool_timeout=_POOL_TIMEOUT_SECONDS,
+            # Connections are replaced before proxies' idle timeouts close them under the store's feet.
+            pool_recycle=1800,
+            connect_args={
+                "timeout": STATEMENT_TIMEOUT_SECONDS,
+                "command_timeout": STATEMENT_TIMEOUT_SECONDS,
+                "server_settings": {"application_name": "agent-service"},
+            },
+        )
+
+    async def run(self, what: str, body: Callable[[sa.Connection], T], *, write: bool) -> T:
+        async with translate_errors(what), self._engine.connect() as connection:
+            return await connection.run_sync(_in_transaction, body, write)
+
+    async def dispose(self) -> None:
+        await self._engine.dispose()
+
+
+class _SqliteDatabase(Database):
+    def __init__(self, url: URL) -> None:
+        super().__init__(url)
+        Path(url.database or "").expanduser().parent.mkdir(parents=True, exist_ok=True)
+        # Each connection is used by one thread at a time (checked out for one transaction), never shared.
+        self._engine = sa.create_engine(
+            url,
+            pool_size=_SQLITE_THREADS,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False},
+        )
+        _set_up_sqlite(self._engine)
+        self._threads = anyio.CapacityLimiter(_SQLITE_THREADS)
+
+    async def run(self, what: str, body: Callable[[sa.Connection], T], *, write: bool) -> T:
+        def transaction() -> T:
+            with self._engine.connect() as connection:
+                return _in_transaction(connection, body, write)
+
+        async with translate_errors(what):
+            # Not abandoned when the caller is cancelled: the transaction ends (committed or not) first.
+            return await anyio.to_thread.run_sync(transaction, limiter=self._threads)
+
+    async def dispose(self) -> None:
+        await anyio.to_thread.run_sync(self._engine.dispose)
+
+
+def _set_up_sqlite(engine: sa.Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # The driver's own implicit transactions are off: the store says BEGIN itself (below), so that a writing
+        # transaction takes SQLite's write lock at once and two writers cannot both read and then both write.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        # WAL: readers do not block the writer nor the writer readers; NORMAL: WAL's commits are not synced to
+        # disk one by one, yet a crash of the process (not of the machine) loses nothing.
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_SECONDS * 1000)}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: sa.Connection) -> None:
+        immediate = connection.get_execution_options().get(_WRITE_OPTION, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+@asynccontextmanager
+async def translate_errors(what: str) -> AsyncIterator[None]:
+    """Turn a failure of the database or its driver into ``StoreError("The run store could not <what>: ...")``.
+    A ``StoreError`` raised inside (``LeaseLost``, ``ConversationBusy``) passes as it is."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except (SQLAlchemyError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+        raise StoreError(f"The run store could not {what}: {_describe(exc)}") from exc
+
+
+def _describe(exc: BaseException) -> str:
+    # A DBAPIError's text carries the SQL and its parameters (message contents); the driver's own error is enough.
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        exc = exc.orig
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
+        return "the database did not answer in time."
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name

@@ -1,0 +1,115 @@
+"""The run store's tables, as SQLAlchemy Core metadata: one schema for SQLite and PostgreSQL.
+
+The Alembic migrations in ``agent_service.store.migrations`` build exactly this schema (a test compares them);
+a change here needs a new revision there.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+
+__all__ = ["UtcDateTime", "conversations", "metadata", "run_events", "run_messages", "runs"]
+
+
+class UtcDateTime(sa.TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on both backends.
+
+    PostgreSQL keeps ``timestamptz``; SQLite has no time zones and would hand back naive datetimes, so values are
+    stored there as naive UTC (the same text format throughout, so comparisons and ordering hold) and read back
+    as UTC.
+    """
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("The run store takes timezone-aware datetimes only.")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# Constraint names are fixed so that the migrations and the metadata name them alike on both backends.
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+conversations = sa.Table(
+    "conversations",
+    metadata,
+    sa.Column("conversation_id", sa.Text, primary_key=True),
+    sa.Column("caller", sa.Text, nullable=True),
+    sa.Column("tenant", sa.Text, nullable=True),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("updated_at", UtcDateTime, nullable=False),
+)
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    # The order runs were created in: a conversation's runs are read back in this order.
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("run_id", sa.Text, nullable=False, unique=True),
+    sa.Column(
+        "conversation_id",
+        sa.Text,
+        sa.ForeignKey("conversations.conversation_id", ondelete="CASCADE"),
+        nullable=True,
+    ),
+    sa.Column("caller", sa.Text, nullable=True),
+    sa.Column("tenant", sa.Text, nullable=True),
+    sa.Column("model", sa.Text, nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("iterations", sa.Integer, nullable=False),
+    sa.Column("input_tokens", sa.Integer, nullable=False),
+    sa.Column("output_tokens", sa.Integer, nullable=False),
+    sa.Column("finish_reason", sa.Text, nullable=True),
+    sa.Column("error_code", sa.Text, nullable=True),
+    sa.Column("error_message", sa.Text, nullable=True),
+    sa.Column("plan", sa.JSON, nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("updated_at", UtcDateTime, nullable=False),
+    sa.Column("lease_owner", sa.Text, nullable=True),
+    sa.Column("lease_expires_at", UtcDateTime, nullable=True),
+    sa.Column("resumes", sa.Integer, nullable=False),
+    sa.Column("cancel_requested", sa.Boolean, nullable=False),
+    sa.Column("last_seq", sa.Integer, nullable=False),
+    # The sweeper's question: which active runs have an expired lease, oldest first.
+    sa.Index(None, "status", "lease_expires_at"),
+    # A conversation's runs in order.
+    sa.Index(None, "conversation_id", "id"),
+)
+
+run_messages = sa.Table(
+    "run_messages",
+    metadata,
+    sa.Column("run_id", sa.Text, sa.ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("position", sa.Integer, primary_key=True),
+    # The wire JSON of ``suite_common.wire.Message`` (camelCase, no ``None`` fields).
+    sa.Column("message", sa.JSON, nullable=False),
+)
+
+run_events = sa.Table(
+    "run_events",
+    metadata,
+    sa.Column("run_id", sa.Text, sa.ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("type", sa.Text, nullable=False),
+    # The SSE event's JSON text, byte for byte as sent.
+    sa.Column("data", sa.Text, nullable=False),
+)

@@ -1,0 +1,563 @@
+"""The run store on both backends: SQLite (a file of the test's) and PostgreSQL (this session's database).
+
+Every test runs against both; PostgreSQL being unreachable fails them (see ``support.databases``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from agent_service.store import (
+    ConversationBusy,
+    LeaseLost,
+    NewRun,
+    RunStore,
+    Step,
+    StoredEvent,
+    StoreError,
+)
+from agent_service.store._engine import database_url, open_database
+from agent_service.store._migrations import head_revision, upgrade
+from agent_service.store.schema import metadata
+from suite_common.wire import (
+    Message,
+    ReasoningBlock,
+    RunErrorDetail,
+    ToolCall,
+    Usage,
+)
+from support.databases import fresh_postgres_database
+
+pytestmark = pytest.mark.anyio
+
+BACKENDS = ["sqlite", "postgresql"]
+LEASE = 30.0
+LONG_AGO = datetime(2000, 1, 1, tzinfo=UTC)
+"""An ``abandon_before`` that abandons nothing."""
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/store/agent.db"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+@pytest.fixture
+async def open_store(store_url: str) -> AsyncIterator[Callable[[], Awaitable[RunStore]]]:
+    """Opens stores on the test's database (each its own engine and connections, like replicas); closes them."""
+    opened: list[RunStore] = []
+
+    async def open_one() -> RunStore:
+        store = await RunStore.open(store_url)
+        opened.append(store)
+        return store
+
+    cleaner = await open_one()
+    if cleaner.backend == "postgresql":
+        # The session's database is shared: each test starts from empty tables (claims see every run).
+        truncate = sa.text("TRUNCATE run_events, run_messages, runs, conversations")
+        await cleaner._db.run("empty the tables", lambda connection: connection.execute(truncate), write=True)
+    try:
+        yield open_one
+    finally:
+        for store in opened:
+            await store.aclose()
+
+
+@pytest.fixture
+async def store(open_store: Callable[[], Awaitable[RunStore]]) -> RunStore:
+    return await open_store()
+
+
+def new_run(
+    *, conversation_id: str | None = None, messages: list[Message] | None = None, plan: dict[str, Any] | None = None
+) -> NewRun:
+    return NewRun(
+        run_id=f"run_{uuid.uuid4().hex}",
+        model="fake/model",
+        plan=plan if plan is not None else {"tools": ["search"], "limits": {"max_iterations": 5}},
+        input_messages=messages if messages is not None else [Message(role="user", content="Hello?")],
+        conversation_id=conversation_id,
+        caller="alice",
+    )
+
+
+def event(seq: int, text: str = "x") -> StoredEvent:
+    return StoredEvent(seq=seq, type="text", data=json.dumps({"type": "text", "delta": text}))
+
+
+async def test_a_created_run_reads_back_exactly_as_stored(store: RunStore) -> None:
+    messages = [
+        Message(role="system", content="Be brief."),
+        Message(role="user", content="Wetter in Zürich? 🌦"),
+        Message(
+            role="assistant",
+            reasoning=[ReasoningBlock(text="Look it up.", signature="sig-1")],
+            tool_calls=[ToolCall(id="call_1", name="search", arguments={"q": "Zürich", "n": 3, "deep": {"a": [1]}})],
+        ),
+        Message(role="tool", tool_call_id="call_1", content="sunny", is_error=False),
+    ]
+    plan = {"tools": ["search"], "limits": {"max_iterations": 5, "deadline": 12.5}, "nested": [None, True, "é"]}
+    run = new_run(messages=messages, plan=plan)
+    before = datetime.now(UTC)
+
+    assert await store.create_run(run, owner="replica-a", lease_seconds=LEASE) == []
+    await store.record(
+        run.run_id, Step(iterations=2, usage=Usage(input_tokens=120, output_tokens=34)), owner="replica-a"
+    )
+
+    record = await store.get_run(run.run_id)
+    assert record is not None
+    assert (record.model, record.status, record.caller, record.conversation_id) == (
+        "fake/model",
+        "processing",
+        "alice",
+        None,
+    )
+    assert record.plan == plan
+    assert record.iterations == 2
+    assert record.usage == Usage(input_tokens=120, output_tokens=34)
+    assert record.lease_owner == "replica-a"
+    assert record.lease_expires_at is not None
+    assert record.lease_expires_at.tzinfo is not None
+    assert before - timedelta(seconds=1) <= record.created_at <= datetime.now(UTC)
+    assert record.created_at.utcoffset() == timedelta(0)
+    assert record.lease_expires_at - record.created_at == pytest.approx(
+        timedelta(seconds=LEASE), abs=timedelta(seconds=1)
+    )
+    assert (record.resumes, record.cancel_requested, record.last_seq, record.error, record.finish_reason) == (
+        0,
+        False,
+        0,
+        None,
+        None,
+    )
+    assert await store.run_messages(run.run_id) == messages
+    assert await store.get_run("run_unknown") is None
+    await store.ping()
+
+
+async def test_a_step_writes_its_messages_events_and_counters_together(store: RunStore) -> None:
+    run = new_run()
+    await store.create_run(run, owner="replica-a", lease_seconds=LEASE)
+    answer = Message(role="assistant", content="Hi!")
+
+    await store.record(
+        run.run_id,
+        Step(messages=[(1, answer)], events=[event(1), event(2), event(3)], status="tool_loop", iterations=1),
+        owner="replica-a",
+    )
+
+    record = await store.get_run(run.run_id)
+    assert record is not None
+    assert (record.status, record.iterations, record.last_seq) == ("tool_loop", 1, 3)
+    assert await store.run_messages(run.run_id) == [run.input_messages[0], answer]
+    assert [stored.seq for stored in await store.events_after(run.run_id, 0)] == [1, 2, 3]
+
+
+async def test_a_step_of_an_owner_that_lost_the_lease_writes_nothing(store: RunStore) -> None:
+    run = new_run()
+    await store.create_run(run, owner="replica-a", lease_seconds=LEASE)
+    step = Step(messages=[(1, Message(role="assistant", content="late"))], events=[event(1)], status="tool_loop")
+
+    with pytest.raises(LeaseLost):
+        await store.record(run.run_id, step, owner="replica-b")
+
+    record = await store.get_run(run.run_id)
+    assert record is not None
+    assert (record.status, record.last_seq, record.lease_owner) == ("processing", 0, "replica-a")
+    assert await store.run_messages(run.run_id) == run.input_messages
+    assert await store.events_after(run.run_id, 0) == []
+
+    await store.finish(run.run_id, Step(status="completed", finish_reason="stop"), owner="replica-a")
+    with pytest.raises(LeaseLost):
+        await store.record(run.run_id, step, owner="replica-a")
+    assert await store.events_after(run.run_id, 0) == []
+
+
+async def test_a_failed_step_rolls_back_everything_it_wrote(store: RunStore) -> None:
+    run = new_run()
+    await store.create_run(run, owner="replica-a", lease_seconds=LEASE)
+    await store.record(run.run_id, Step(events=[event(1)]), owner="replica-a")
+
+    # Sequence number 1 again: the events' insert fails after the run and the message were written.
+    with pytest.raises(StoreError) as failure:
+        await store.record(
+            run.run_id,
+            Step(messages=[(1, Message(role="assistant", content="x"))], events=[event(2), event(1)], iterations=4),
+            owner="replica-a",
+        )
+
+    assert not isinstance(failure.value, LeaseLost)
+    assert f"store a step of run {run.run_id}" in str(failure.value)
+    assert "INSERT" not in str(failure.value)  # the driver's message, not the statement and its parameters
+    record = await store.get_run(run.run_id)
+    assert record is not None
+    assert (record.iterations, record.last_seq) == (0, 1)
+    assert await store.run_messages(run.run_id) == run.input_messages
+
+
+async def test_writing_a_position_again_replaces_its_message(store: RunStore) -> None:
+    run = new_run()
+    await store.create_run(run, owner="replica-a", lease_seconds=LEASE)
+    await store.record(run.run_id, Step(messages=[(1, Message(role="assistant", content="draft"))]), owner="replica-a")
+
+    final = Message(role="assistant", content="final", tool_calls=[ToolCall(id="c1", name="search")])
+    await store.record(
+        run.run_id,
+        Step(messages=[(1, final), (2, Message(role="tool", tool_call_id="c1", content="r"))]),
+        owner="replica-a",
+    )
+
+    assert await store.run_messages(run.run_id) == [
+        run.input_messages[0],
+        final,
+        Message(role="tool", tool_call_id="c1", content="r"),
+    ]
+
+
+async def test_events_are_read_after_a_sequence_number_at_most_a_limit(store: RunStore) -> None:
+    run = new_run()
+    await store.create_run(run, owner="replica-a", lease_seconds=LEASE)
+    await store.record(run.run_id, Step(events=[event(seq, f"d{seq}") for seq in range(1, 6)]), owner="replica-a")
+    await store.record(run.run_id, Step(events=[event(6, "d6")]), owner="replica-a")
+
+    assert [stored.seq for stored in await store.events_after(run.run_id, 2)] == [3, 4, 5, 6]
+    assert await store.events_after(run.run_id, 1, limit=2) == [event(2, "d2"), event(3, "d3")]
+    assert await store.events_after(run.run_id, 6) == []
+    assert await store.events_after("run_unknown", 0) == []
+    record = await store.get_run(run.run_id)
+    assert record is not None
+    assert record.last_seq == 6
+
+
+async def test_a_conversation_gives_each_run_the_messages_of_the_runs_before_it(store: RunStore) -> None:
+    conversation = f"conv_{uuid.uuid4().hex}"
+    first = new_run(conversation_id=conversation, messages=[Message(role="user", content="one")])
+    assert await store.create_run(first, owner="replica-a", lease_seconds=LEASE) == []
+    first_answer = Message(role="assistant", content="first answer")
+    await store.finish(
+        first.run_id, Step(messages=[(1, first_answer)], status="completed", finish_reason="stop"), owner="replica-a"
+    )
+    second = new_run(conversation_id=conversation, messages=[Message(role="user", content="two")])
+
+    earlier = await store.create_run(second, owner="replica-b", lease_seconds=LEASE)
+
+    assert earlier == [Message(role="user", content="one"), first_answer]
+    assert await store.earlier_messages(second.run_id) == earlier
+    assert await store.earlier_messages(first.run_id) == []
+    await store.finish(
+        second.run_id,
+        Step(messages=[(1, Message(role="assistant", content="second answer"))], status="completed"),
+        owner="replica-b",
+    )
+    record = await store.get_conversation(conversation)
+    assert record is not None
+    assert [run.run_id for run in record.runs] == [first.run_id, second.run_id]
+    assert [message.content for message in record.messages] == ["one", "first answer", "two", "second answer"]
+    assert record.created_at <= record.updated_at
+    assert await store.get_conversation("conv_unknown") is None
+    without = new_run()
+    await store.create_run(without, owner="replica-a", lease_seconds=LEASE)
+    assert await store.earlier_messages(without.run_id) == []
+
+
+async def test_a_conversation_takes_one_active_run_at_a_time(store: RunStore) -> None:
+    conversation = f"conv_{uuid.uuid4().hex}"
+    first = new_run(conversation_id=conversation)
+    await store.create_run(first, owner="replica-a", lease_seconds=LEASE)
+    second = new_run(conversation_id=conversation)
+
+    with pytest.raises(ConversationBusy) as busy:
+        await store.create_run(second, owner="replica-a", lease_seconds=LEASE)
+
+    assert (busy.value.conversation_id, busy.value.run_id) == (conversation, first.run_id)
+    assert await store.get_run(second.run_id) is None
+    await store.finish(first.run_id, Step(status="failed", error=RunErrorDetail(code="x", message="y")), owner=None)
+    await store.create_run(second, owner="replica-a", lease_seconds=LEASE)
+    record = await store.get_conversation(conversation)
+    assert record is not None
+    assert len(record.runs) == 2
+
+
+async def test_two_replicas_starting_a_run_of_one_conversation_at_once_start_one(
+    open_store: Callable[[], Awaitable[RunStore]],
+) -> None:
+    replicas = [await open_store(), await open_store()]
+    for attempt in range(6):
+        conversation = f"conv_{attempt}_{uuid.uuid4().hex}"
+        if attempt % 2:  # a conversation that exists, its earlier run ended; otherwise a new one
+            earlier = new_run(conversation_id=conversation)
+            await replicas[0].create_run(earlier, owner="r", lease_seconds=LEASE)
+            await replicas[0].finish(earlier.run_id, Step(status="completed"), owner="r")
+        outcomes: list[str] = []
+
+        async def start(replica: RunStore, conversation: str = conversation, outcomes: list[str] = outcomes) -> None:
+            try:
+                await replica.create_run(new_run(conversation_id=conversation), owner="r", lease_seconds=LEASE)
+                outcomes.append("started")
+            except ConversationBusy:
+                outcomes.append("busy")
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                for replica in replicas:
+                    group.start_soon(start, replica)
+
+        assert sorted(outcomes) == ["busy", "started"], f"attempt {attempt}"
+
+
+async def test_two_replicas_claiming_at_once_never_take_the_same_run(
+    open_store: Callable[[], Awaitable[RunStore]],
+) -> None:
+    first, second = await open_store(), await open_store()
+    run_ids = set()
+    for _ in range(40):
+        run = new_run()
+        await first.create_run(run, owner="dead-replica", lease_seconds=-1)
+        run_ids.add(run.run_id)
+    claims: dict[str, list[str]] = {"first": [], "second": []}
+
+    async def claim_until_none(name: str, replica: RunStore) -> None:
+        while claimed := await replica.claim_expired(name, lease_seconds=LEASE, abandon_before=LONG_AGO, limit=3):
+            claims[name].extend(record.run_id for record in claimed)
+            assert all(record.lease_owner == name and record.resumes == 1 for record in claimed)
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as group:
+            group.start_soon(claim_until_none, "first", first)
+            group.start_soon(claim_until_none, "second", second)
+
+    assert not set(claims["first"]) & set(claims["second"])
+    assert sorted(claims["first"] + claims["second"]) == sorted(run_ids)
+    assert await first.claim_expired("third", lease_seconds=LEASE, abandon_before=LONG_AGO, limit=100) == []
+
+
+async def test_a_claimed_run_moves_to_its_new_owner(store: RunStore) -> None:
+    run = new_run()
+    await store.create_run(run, owner="dead-replica", lease_seconds=-1)
+    fresh = new_run()
+    await store.create_run(fresh, owner="replica-a", lease_seconds=LEASE)
+
+    [claimed] = await store.claim_expired("replica-b", lease_seconds=LEASE, abandon_before=LONG_AGO, limit=10)
+
+    assert (claimed.run_id, claimed.lease_owner, claimed.resumes, claimed.status) == (
+        run.run_id,
+        "replica-b",
+        1,
+        "processing",
+    )
+    assert claimed.lease_expires_at is not None
+    assert claimed.lease_expires_at > datetime.now(UTC)
+    with pytest.raises(LeaseLost):
+        await store.record(run.run_id, Step(events=[event(1)]), owner="dead-replica")
+    await store.record(run.run_id, Step(events=[event(1)]), owner="replica-b")
+
+
+async def test_runs_nobody_held_for_too_long_fail_with_an_error_event(store: RunStore) -> None:
+    abandoned = new_run()
+    await store.create_run(abandoned, owner="dead-replica", lease_seconds=-600)
+    await store.record(abandoned.run_id, Step(events=[event(1), event(2)]), owner="dead-replica")
+    recent = new_run()
+    await store.create_run(recent, owner="dead-replica", lease_seconds=-1)
+    alive = new_run()
+    await store.create_run(alive, owner="replica-a", lease_seconds=LEASE)
+    abandon_before = datetime.now(UTC) - timedelta(seconds=300)
+
+    claimed = await store.claim_expired("replica-b", lease_seconds=LEASE, abandon_before=abandon_before, limit=10)
+
+    assert [record.run_id for record in claimed] == [recent.run_id]
+    record = await store.get_run(abandoned.run_id)
+    assert record is not None
+    assert (record.status, record.finish_reason, record.lease_owner, record.lease_expires_at, record.last_seq) == (
+        "failed",
+        "error",
+        None,
+        None,
+        3,
+    )
+    assert record.error is not None
+    assert record.error.code == "abandoned"
+    assert "300 seconds" in record.error.message
+    [error] = await store.events_after(abandoned.run_id, 2)
+    assert (error.seq, error.type) == (3, "error")
+    assert json.loads(error.data) == {
+        "type": "error",
+        "runId": abandoned.run_id,
+        "code": "abandoned",
+        "message": record.error.message,
+    }
+
+    # Then the sweeper alone: the claimed run, whose lease is fresh, stays; a new abandoned one fails.
+    other = new_run()
+    await store.create_run(other, owner="dead-replica", lease_seconds=-600)
+    assert await store.fail_abandoned(abandon_before=abandon_before) == 1
+    assert await store.fail_abandoned(abandon_before=abandon_before) == 0
+    other_record, recent_record = await store.get_run(other.run_id), await store.get_run(recent.run_id)
+    assert other_record is not None
+    assert other_record.status == "failed"
+    assert other_record.last_seq == 1
+    assert recent_record is not None
+    assert recent_record.status == "processing"
+
+
+async def test_renewing_returns_the_runs_to_stop(store: RunStore) -> None:
+    kept, cancelled, taken, ended = new_run(), new_run(), new_run(), new_run()
+    for run in (kept, cancelled, taken, ended):
+        await store.create_run(run, owner="replica-a", lease_seconds=5)
+    assert await store.request_cancel(cancelled.run_id) is not None
+    await store.release("replica-a", [taken.run_id])
+    await store.claim_expired("replica-b", lease_seconds=LEASE, abandon_before=LONG_AGO, limit=10)
+    await store.finish(ended.run_id, Step(status="completed"), owner="replica-a")
+    before = await store.get_run(kept.run_id)
+
+    to_stop = await store.renew_leases(
+        "replica-a", [kept.run_id, cancelled.run_id, taken.run_id, ended.run_id, "run_unknown"], lease_seconds=LEASE
+    )
+
+    assert to_stop == {cancelled.run_id, taken.run_id, ended.run_id, "run_unknown"}
+    after = await store.get_run(kept.run_id)
+    assert before is not None
+    assert after is not None
+    assert before.lease_expires_at is not None
+    assert after.lease_expires_at is not None
+    assert after.lease_expires_at > before.lease_expires_at + timedelta(seconds=20)
+    assert await store.renew_leases("replica-a", [], lease_seconds=LEASE) == set()
+
+
+async def test_a_cancel_request_marks_an_active_run_and_leaves_a_final_one(store: RunStore) -> None:
+    active, final = new_run(), new_run()
+    await store.create_run(active, owner="replica-a", lease_seconds=LEASE)
+    await store.create_run(final, owner="replica-a", lease_seconds=LEASE)
+    await store.finish(final.run_id, Step(status="completed", finish_reason="stop"), owner="replica-a")
+
+    marked = await store.request_cancel(active.run_id)
+    unchanged = await store.request_cancel(final.run_id)
+
+    assert marked is not None
+    assert marked.cancel_requested
+    assert marked.status == "processing"
+    assert unchanged is not None
+    assert not unchanged.cancel_requested
+    assert unchanged.status == "completed"
+    assert await store.request_cancel("run_unknown") is None
+    await store.finish(active.run_id, Step(status="cancelled", finish_reason="cancelled"), owner=None)
+    ended = await store.get_run(active.run_id)
+    assert ended is not None
+    assert (ended.status, ended.finish_reason, ended.lease_owner, ended.lease_expires_at) == (
+        "cancelled",
+        "cancelled",
+        None,
+        None,
+    )
+    with pytest.raises(LeaseLost):
+        await store.finish(active.run_id, Step(status="failed"), owner=None)
+    with pytest.raises(ValueError, match="final status"):
+        await store.finish(active.run_id, Step(status="tool_loop"), owner=None)
+
+
+async def test_released_runs_can_be_claimed_at_once(store: RunStore) -> None:
+    released, kept = new_run(), new_run()
+    await store.create_run(released, owner="replica-a", lease_seconds=LEASE)
+    await store.create_run(kept, owner="replica-a", lease_seconds=LEASE)
+    assert await store.claim_expired("replica-b", lease_seconds=LEASE, abandon_before=LONG_AGO, limit=10) == []
+
+    await store.release("replica-a", [released.run_id])
+    await store.release("replica-c", [kept.run_id])  # not its run: nothing happens
+
+    claimed = await store.claim_expired("replica-b", lease_seconds=LEASE, abandon_before=LONG_AGO, limit=10)
+    assert [record.run_id for record in claimed] == [released.run_id]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_the_migrated_schema_is_the_schema_the_store_declares(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    def differences(connection: sa.Connection) -> list[Any]:
+        return list(compare_metadata(MigrationContext.configure(connection), metadata))
+
+    async def migrate_and_compare(url: str) -> None:
+        database = open_database(database_url(url))
+        try:
+            assert await upgrade(database) == head_revision()
+            assert await database.run("compare the schema", differences, write=False) == []
+        finally:
+            await database.dispose()
+
+    if backend == "sqlite":
+        await migrate_and_compare(f"sqlite:///{tmp_path}/fresh.db")
+    else:
+        with fresh_postgres_database("agent_migrate") as url:
+            await migrate_and_compare(url)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_migrate_command_brings_a_database_to_the_newest_revision(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    def migrate(url: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "AGENT_DATABASE_URL": url}
+        env.pop("AGENT_MCP_SERVICE_SECRET", None)  # a migration job needs only the database
+        return subprocess.run(
+            [sys.executable, "-m", "agent_service.store.migrate"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def check(url: str) -> None:
+        done = migrate(url)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"The run store's schema is at revision {head_revision()}."
+        assert migrate(url).returncode == 0  # again: nothing to do
+
+    if backend == "sqlite":
+        check("sqlite:///data/agent.db")  # relative to the working directory; the folder is created
+        assert (tmp_path / "data" / "agent.db").is_file()
+    else:
+        with fresh_postgres_database("agent_migrate") as url:
+            check(url)
+    failed = migrate("mysql://root@localhost/agent")
+    assert failed.returncode == 1
+    assert "sqlite:///" in failed.stderr
+    assert "Traceback" not in failed.stderr
+
+
+@pytest.mark.parametrize(
+    "url", ["mysql://root@localhost/agent", "sqlite://", "sqlite:///:memory:", "not a url", "postgresql+psycopg://x/y"]
+)
+async def test_a_database_url_the_store_does_not_take_is_refused_in_one_sentence(url: str) -> None:
+    with pytest.raises(ValueError, match=r"^The run store's") as refused:
+        await RunStore.open(url)
+    message = str(refused.value)
+    assert message.endswith(".")
+    assert re.search(r"[.:]\s+[A-Z]", message) is None
+    assert "\n" not in message
+
+
+async def test_an_unreachable_postgresql_is_a_store_error_that_keeps_the_password_out() -> None:
+    with anyio.fail_after(15):
+        with pytest.raises(StoreError) as failure:
+            await RunStore.open("postgresql://postgres:hunter2secret@127.0.0.1:1/agent")
+    assert "schema" in str(failure.value)
+    assert "hunter2secret" not in str(failure.value)

@@ -1,0 +1,49 @@
+"""Throwaway PostgreSQL databases for tests: created on the local server (127.0.0.1:5432, user postgres, trust
+auth) and dropped afterwards. PostgreSQL being unreachable fails the test: CI has it, and a skip would hide
+that the PostgreSQL half of the store was never tested."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+
+__all__ = ["ADMIN_DSN", "POSTGRES_HOST", "fresh_postgres_database"]
+
+POSTGRES_HOST = "127.0.0.1:5432"
+ADMIN_DSN = f"postgresql://postgres@{POSTGRES_HOST}/test"
+"""Where databases are created and dropped from (the server's ``test`` database)."""
+_CONNECT_TIMEOUT_SECONDS = 5.0
+
+
+async def _admin(statement: str) -> None:
+    try:
+        connection = await asyncpg.connect(ADMIN_DSN, timeout=_CONNECT_TIMEOUT_SECONDS)
+    except (OSError, asyncpg.PostgresError) as exc:
+        raise RuntimeError(f"PostgreSQL at {POSTGRES_HOST} is needed by this test and is unreachable: {exc}") from exc
+    try:
+        await connection.execute(statement, timeout=30)
+    finally:
+        await connection.close()
+
+
+def _run_apart(statement: Coroutine[Any, Any, None]) -> None:
+    # On a thread of its own, so that the helper works in sync fixtures and inside a running event loop alike.
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        thread.submit(asyncio.run, statement).result()
+
+
+@contextmanager
+def fresh_postgres_database(prefix: str = "agent") -> Iterator[str]:
+    """Create an empty database, yield its ``postgresql://`` URL, drop it (with any connection left to it)."""
+    name = f"{prefix}_{secrets.token_hex(6)}"
+    _run_apart(_admin(f'CREATE DATABASE "{name}"'))
+    try:
+        yield f"postgresql://postgres@{POSTGRES_HOST}/{name}"
+    finally:
+        _run_apart(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
