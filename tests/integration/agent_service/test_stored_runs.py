@@ -97,7 +97,7 @@ async def _open_gate(stack: Stack, tag: str) -> None:
 async def _wait_for_status(stack: Stack, run_id: str, *statuses: str) -> dict[str, Any]:
     with anyio.fail_after(20):
         while True:
-            run = (await stack.http.get(f"/api/v1/agent/runs/{run_id}")).json()
+            run: dict[str, Any] = (await stack.http.get(f"/api/v1/agent/runs/{run_id}")).json()
             if run["status"] in statuses:
                 return run
             await anyio.sleep(0.05)
