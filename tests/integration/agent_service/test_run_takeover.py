@@ -307,7 +307,8 @@ async def test_the_surviving_replica_takes_a_killed_replicas_run_over_and_a_re_a
     assert run["status"] == "completed"
     assert run["resumes"] == 1
     assert ledger.completed("set_status") == [PACKED_1]
-    assert ledger.state("set_status", PACKED_1, 1) == "cancelled"
+    with anyio.fail_after(10):
+        await ledger.wait_for_state("set_status", PACKED_1, 1, "cancelled")
     assert len(llm.requests) == 2
 
 
@@ -346,6 +347,42 @@ async def test_a_client_that_saw_text_never_stored_still_gets_every_event_of_the
     assert "".join(data["delta"] for _, kind, data in rest if kind == "text") == "The answer is 42."
     assert run["status"] == "completed"
     assert [message["content"] for message in run["messages"]] == ["Think.", "The answer is 42."]
+    assert len(llm.requests) == 2
+
+
+async def test_a_run_killed_again_after_its_takeover_is_taken_over_again_and_counts_its_resumes(
+    upstreams: Upstreams, tmp_path: Path
+) -> None:
+    ledger, llm = upstreams.ledger, upstreams.llm
+    llm.push(tool_calls(("call_packed", "set_status", PACKED_1)), text("The order is packed."))
+    database_url = f"sqlite:///{tmp_path}/runs.db"
+    log = tmp_path / "agent.log"
+
+    async with replica(upstreams, database_url, log) as first:
+        run_id = await start_detached(first.http, "Pack the order.")
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            await ledger.wait_for_state("set_status", PACKED_1, 1, "started")
+        await first.kill()
+    async with replica(upstreams, database_url, log) as second:
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            await ledger.wait_for_state("set_status", PACKED_1, 2, "started")
+        await second.kill()
+    async with replica(upstreams, database_url, log) as third:
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            await ledger.wait_for_state("set_status", PACKED_1, 3, "started")
+        ledger.open("set_status", PACKED_1, attempt=3)
+        run = await wait_for_run(third.http, run_id, ended)
+        async with third.http.stream("GET", f"/api/v1/agent/runs/{run_id}/events") as replay:
+            events = await EventStream(replay).read()
+
+    assert run["status"] == "completed"
+    assert run["resumes"] == 2
+    assert ledger.completed("set_status") == [PACKED_1]
+    resumed = [data for _, kind, data in events if kind == "run_resumed"]
+    assert [data["resumes"] for data in resumed] == [1, 2]
+    seqs = [seq for seq, _, _ in events]
+    assert seqs == sorted(set(seqs))
+    assert events[-1][1] == "done"
     assert len(llm.requests) == 2
 
 

@@ -122,6 +122,10 @@ class RunJournal:
             self.open_calls.pop(message.tool_call_id, None)
         await self._write(Step(messages=[(position - self.base, message)]))
 
+    async def flush(self) -> None:
+        """Store the events emitted since the last step now, changing nothing else."""
+        await self._write(Step())
+
     # --- the end --------------------------------------------------------------------------------------
 
     async def finish(self, outcome: RunOutcome) -> None:

@@ -441,6 +441,9 @@ class AgentRuns:
         _log.info("run_taken_over", run_id=run_id, resumes=record.resumes, iterations=record.iterations)
         try:
             await journal.emit(RunResumed(run_id=run_id, iterations=record.iterations, resumes=record.resumes))
+            # Stored at once, not with the next step: followers on other replicas learn of the takeover now, and a
+            # crash of this replica before that step (a slow tool call) does not erase it from the run's events.
+            await journal.flush()
             if plan_of.finished is not None:  # its final answer was stored; only the end was not
                 done = RunDone(
                     run_id=run_id, finish_reason=plan_of.finished, iterations=record.iterations, usage=record.usage
