@@ -390,12 +390,12 @@ async def test_a_run_taken_over_more_often_than_max_resumes_is_failed_and_not_ru
     upstreams: Upstreams, tmp_path: Path
 ) -> None:
     ledger, llm = upstreams.ledger, upstreams.llm
-    llm.push(tool_calls(("call_packed", "set_status", PACKED_1)), text("Never asked for."))
+    llm.push(tool_calls(("call_packed", "set_status", PACKED_1)), text("What next?"))
     database_url = f"sqlite:///{tmp_path}/runs.db"
     log = tmp_path / "agent.log"
 
     async with replica(upstreams, database_url, log, max_resumes=0) as first:
-        run_id = await start_detached(first.http, "Pack the order.")
+        run_id = await start_detached(first.http, "Pack the order.", conversationId="conv-failed")
         with anyio.fail_after(TAKEOVER_SECONDS):
             await ledger.wait_for_state("set_status", PACKED_1, 1, "started")
         await first.kill()
@@ -404,6 +404,9 @@ async def test_a_run_taken_over_more_often_than_max_resumes_is_failed_and_not_ru
         run = await wait_for_run(restarted.http, run_id, ended)
         async with restarted.http.stream("GET", f"/api/v1/agent/runs/{run_id}/events") as replay:
             events = await EventStream(replay).read()
+        following = await restarted.http.post(
+            "/api/v1/agent/run", json=run_body("Is it packed?", conversationId="conv-failed", stream=False)
+        )
 
     assert run["status"] == "failed"
     assert run["error"]["code"] == "resumed_too_often"
@@ -411,7 +414,11 @@ async def test_a_run_taken_over_more_often_than_max_resumes_is_failed_and_not_ru
     assert events[-1][2]["code"] == "resumed_too_often"
     assert "run_resumed" not in [kind for _, kind, _ in events]
     assert ledger.started("set_status") == 1  # not made again
-    assert len(llm.requests) == 1
+    # Its open call was answered, so the conversation goes on.
+    assert run["messages"][-1]["toolCallId"] == "call_packed"
+    assert following.status_code == 200, following.text
+    assert len(llm.requests) == 2
+    assert "The run failed before this tool call finished" in tool_messages(llm.requests[1]["messages"])["call_packed"]
 
 
 async def test_cancel_through_one_replica_stops_a_run_executing_on_another(
@@ -446,3 +453,68 @@ async def test_cancel_through_one_replica_stops_a_run_executing_on_another(
         await ledger.wait_for_state("send_payment", PAYMENT, 1, "cancelled")
     assert ledger.completed("send_payment") == []
     assert len(llm.requests) == 1
+
+
+async def test_a_run_cancelled_while_no_replica_holds_it_answers_its_open_tool_calls_and_its_conversation_goes_on(
+    upstreams: Upstreams, tmp_path: Path, postgres_url: str
+) -> None:
+    ledger, llm = upstreams.ledger, upstreams.llm
+    llm.push(tool_calls(("call_pay", "send_payment", PAYMENT)), text("What next?"))
+
+    async with (
+        replica(upstreams, postgres_url, tmp_path / "a.log") as a,
+        replica(upstreams, postgres_url, tmp_path / "b.log") as b,
+    ):
+        run_id = await start_detached(a.http, "Pay.", conversationId="conv-orphan")
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            await ledger.wait_for_state("send_payment", PAYMENT, 1, "started")
+        await a.kill()
+        # Before the lease expires: the run is A's still, and nobody executes it.
+        cancelled = await b.http.post(f"/api/v1/agent/runs/{run_id}/cancel")
+        assert cancelled.status_code in (200, 202), cancelled.text
+        run = await wait_for_run(b.http, run_id, ended)
+        following = await b.http.post(
+            "/api/v1/agent/run", json=run_body("Did it go through?", conversationId="conv-orphan", stream=False)
+        )
+
+    assert run["status"] == "cancelled"
+    assert run["resumes"] == 1
+    # Every tool call has its result, so the conversation can go on.
+    assert run["messages"][-1]["toolCallId"] == "call_pay"
+    assert run["messages"][-1]["isError"] is True
+    assert following.status_code == 200, following.text
+    assert tool_messages(llm.requests[-1]["messages"]).keys() == {"call_pay"}
+    assert ledger.started("send_payment") == 1
+
+
+async def test_a_run_cancelled_during_a_call_made_again_after_its_takeover_answers_that_call(
+    upstreams: Upstreams, tmp_path: Path, postgres_url: str
+) -> None:
+    ledger, llm = upstreams.ledger, upstreams.llm
+    llm.push(tool_calls(("call_packed", "set_status", PACKED_1)), text("What next?"))
+
+    async with (
+        replica(upstreams, postgres_url, tmp_path / "a.log") as a,
+        replica(upstreams, postgres_url, tmp_path / "b.log") as b,
+    ):
+        run_id = await start_detached(a.http, "Pack the order.", conversationId="conv-again")
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            await ledger.wait_for_state("set_status", PACKED_1, 1, "started")
+        await a.kill()
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            await ledger.wait_for_state("set_status", PACKED_1, 2, "started")
+        cancelled = await b.http.post(f"/api/v1/agent/runs/{run_id}/cancel")
+        assert cancelled.status_code in (200, 202), cancelled.text
+        run = await wait_for_run(b.http, run_id, ended)
+        following = await b.http.post(
+            "/api/v1/agent/run", json=run_body("Is it packed?", conversationId="conv-again", stream=False)
+        )
+
+    assert run["status"] == "cancelled"
+    assert run["messages"][-1]["toolCallId"] == "call_packed"
+    assert run["messages"][-1]["isError"] is True
+    assert following.status_code == 200, following.text
+    assert tool_messages(llm.requests[-1]["messages"]).keys() == {"call_packed"}
+    with anyio.fail_after(10):
+        await ledger.wait_for_state("set_status", PACKED_1, 2, "cancelled")
+    assert ledger.completed("set_status") == []

@@ -413,11 +413,23 @@ class AgentRuns:
         run_id = record.run_id
         journal = RunJournal(run_id, store=store, owner=self.owner, base=0, next_seq=record.last_seq + RESUMED_SEQ_GAP)
         try:
+            earlier = await store.earlier_messages(run_id)
+            own = await store.run_messages(run_id)
+            plan_of = takeover(record, earlier, own)
+            journal.base = len(earlier)
+            journal.iterations, journal.usage = record.iterations, record.usage
+            # The interrupted round's calls without a stored result: a run that ends here, cancelled or failed, still
+            # answers each (as the replica that made them would have), so that its conversation can go on.
+            resume = plan_of.resume
+            journal.open_calls = {
+                call.id: (resume.turn_position - journal.base + 1 + index, call)
+                for index, call in enumerate(resume.calls)
+                if call.id not in resume.results
+            }
             if record.cancel_requested:
                 done = RunDone(
                     run_id=run_id, finish_reason="cancelled", iterations=record.iterations, usage=record.usage
                 )
-                journal.iterations, journal.usage = record.iterations, record.usage
                 await journal.finish_cancelled(done, _CANCELLED)
                 return
             if record.resumes > self.settings.max_resumes:
@@ -428,14 +440,9 @@ class AgentRuns:
                 detail = RunErrorDetail(code="resumed_too_often", message=message)
                 await journal.finish_failed(RunError(run_id=run_id, code=detail.code, message=message), detail)
                 return
-            earlier = await store.earlier_messages(run_id)
-            own = await store.run_messages(run_id)
         except (StoreError, UpstreamError) as error:
             _log.warning("run_takeover_failed", run_id=run_id, error=str(error))
             return
-        plan_of = takeover(record, earlier, own)
-        journal.base = len(earlier)
-        journal.iterations, journal.usage = record.iterations, record.usage
         run = StartedRun(plan_of.plan, journal, detached=True, resume=plan_of.resume)
         self.active[run_id] = run
         _log.info("run_taken_over", run_id=run_id, resumes=record.resumes, iterations=record.iterations)
