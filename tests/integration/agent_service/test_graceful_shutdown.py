@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,19 +25,11 @@ from pydantic import SecretStr
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from support.fake_openai import ScriptedOpenAI, hang, text, text_then_hang, tool_calls
-from support.mcp_gateway import (
-    GATEWAY_SECRET,
-    Gateway,
-    echo_stdio_server,
-    leaves_no_child_processes,
-    running_gateway,
-)
+from support.mcp_gateway import GATEWAY_SECRET, Gateway, echo_stdio_server, running_gateway
+from support.processes import spawned
 from support.servers import free_port, serve_app
 
 pytestmark = pytest.mark.anyio
-
-START_SECONDS = 30.0
-"""Bound of the wait for a spawned service to answer /healthz (imports take a few seconds on a busy machine)."""
 
 _gate_tags = itertools.count(1)
 
@@ -49,33 +39,6 @@ async def gateway() -> AsyncIterator[Gateway]:
     async with running_gateway({"local": echo_stdio_server("local")}) as gateway:
         await gateway.wait_until_ready("local")
         yield gateway
-
-
-@asynccontextmanager
-async def spawned(module: str, env: dict[str, str], port: int, log: Path) -> AsyncIterator[anyio.abc.Process]:
-    """``python -m module`` with ``env`` added to ours, once /healthz answers; killed if still running at the end."""
-    with leaves_no_child_processes(), log.open("wb") as output:
-        process = await anyio.open_process(
-            [sys.executable, "-m", module], env={**os.environ, **env}, stdout=output, stderr=output
-        )
-        try:
-            async with httpx.AsyncClient(timeout=2) as http:
-                with anyio.fail_after(START_SECONDS):
-                    while True:
-                        if process.returncode is not None:
-                            pytest.fail(f"{module} exited at start:\n{await anyio.Path(log).read_text()}")
-                        try:
-                            if (await http.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200:
-                                break
-                        except httpx.TransportError:
-                            pass
-                        await anyio.sleep(0.05)  # polling a separate process: there is nothing to await
-            yield process
-        finally:
-            if process.returncode is None:
-                process.kill()
-            with anyio.CancelScope(shield=True):
-                await process.wait()
 
 
 async def until_answered(http: httpx.AsyncClient, path: str, status: int) -> httpx.Response:

@@ -128,6 +128,10 @@ class RunJournal:
             self.open_calls.pop(message.tool_call_id, None)
         await self._write(Step(messages=[(position - self.base, message)]))
 
+    async def flush(self) -> None:
+        """Store the events emitted since the last step now, changing nothing else."""
+        await self._write(Step())
+
     # --- the end --------------------------------------------------------------------------------------
 
     async def finish(self, outcome: RunOutcome) -> None:
@@ -151,13 +155,9 @@ class RunJournal:
 
     async def finish_cancelled(self, done: RunEvent, reason: str) -> None:
         """A run cancelled midway: its open tool calls answered with ``reason``, ``done`` stored last."""
-        messages = [
-            (position, Message(role="tool", tool_call_id=call_id, content=reason, is_error=True))
-            for call_id, (position, _) in self.open_calls.items()
-        ]
         await self.emit(done)
         step = Step(
-            messages=messages,
+            messages=self._open_calls_answered(reason),
             status="cancelled",
             iterations=self.iterations,
             usage=self.usage,
@@ -166,10 +166,18 @@ class RunJournal:
         await self._write(step, final=True)
 
     async def finish_failed(self, error: RunEvent, detail: RunErrorDetail) -> None:
-        """A run failed without running (a takeover refused): ``error`` stored as its last event."""
+        """A run failed without running (a takeover refused): its open tool calls answered with the reason, ``error``
+        stored as its last event."""
         await self.emit(error)
-        step = Step(status="failed", finish_reason="error", error=detail)
+        reason = f"The run failed before this tool call finished: {detail.message}"
+        step = Step(messages=self._open_calls_answered(reason), status="failed", finish_reason="error", error=detail)
         await self._write(step, final=True)
+
+    def _open_calls_answered(self, reason: str) -> list[tuple[int, Message]]:
+        return [
+            (position, Message(role="tool", tool_call_id=call_id, content=reason, is_error=True))
+            for call_id, (position, _) in self.open_calls.items()
+        ]
 
     # --- writing --------------------------------------------------------------------------------------
 

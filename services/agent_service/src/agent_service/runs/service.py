@@ -431,23 +431,34 @@ class AgentRuns:
             next_seq=record.last_seq + RESUMED_SEQ_GAP,
             telemetry=self.loop.telemetry,
         )
+        earlier = await store.earlier_messages(run_id)
+        taken = takeover(record, earlier, await store.run_messages(run_id))
+        journal.base = len(earlier)
         journal.iterations, journal.usage = record.iterations, record.usage
+        # The interrupted round's calls without a stored result: a run that ends here, cancelled or failed, still
+        # answers each (as the replica that made them would have), so that its conversation can go on.
+        resume = taken.resume
+        journal.open_calls = {
+            call.id: (resume.turn_position - journal.base + 1 + index, call)
+            for index, call in enumerate(resume.calls)
+            if call.id not in resume.results
+        }
         if record.cancel_requested:
             done = RunDone(run_id=run_id, finish_reason="cancelled", iterations=record.iterations, usage=record.usage)
             await journal.finish_cancelled(done, _CANCELLED)
             return "cancelled"
         if record.resumes > self.settings.max_resumes:
             message = (
-                f"The run was taken over {record.resumes - 1} times after the service running it stopped, and is not "
-                "resumed again: it may be what stops the service."
+                f"The service running this run stopped {record.resumes} times while it ran (AGENT_MAX_RESUMES is "
+                f"{self.settings.max_resumes}); it is not resumed again: it may be what stops the service."
             )
             detail = RunErrorDetail(code="resumed_too_often", message=message)
             await journal.finish_failed(RunError(run_id=run_id, code=detail.code, message=message), detail)
             return "resumed_too_often"
-        earlier = await store.earlier_messages(run_id)
-        taken = takeover(record, earlier, await store.run_messages(run_id))
-        journal.base = len(earlier)
         await journal.emit(RunResumed(run_id=run_id, iterations=record.iterations, resumes=record.resumes))
+        # Stored at once, not with the next step: followers on other replicas learn of the takeover now, and a
+        # crash of this replica before that step (a slow tool call) does not erase it from the run's events.
+        await journal.flush()
         if taken.finished is not None:  # its final answer was stored; only its end was not
             await journal.emit(
                 RunDone(run_id=run_id, finish_reason=taken.finished, iterations=record.iterations, usage=record.usage)

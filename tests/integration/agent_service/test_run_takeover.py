@@ -1,0 +1,520 @@
+"""Crashes, for real: agent-service processes get SIGKILL in the middle of a tool call, and their runs go on.
+
+agent-service runs as real processes (``python -m agent_service``) with a one-second lease; everything else runs in
+the test's process and so outlives the kill: the scripted LLM behind an in-test completion-service, and the ledger
+MCP server (an idempotent ``set_status``, a non-idempotent ``send_payment``, each call held at a gate the test
+opens) behind an in-test mcp-client-service. After a kill, a restarted process on the same SQLite file, or the
+other replica on the same PostgreSQL database, takes the run over once its lease has expired and resumes it from
+its last stored step: the idempotent calls left without a result are made again, the others are answered with
+``UNKNOWN_OUTCOME`` for the model to decide.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from agent_service.loop import UNKNOWN_OUTCOME
+from completion_service.app import create_app as create_completion_app
+from completion_service.settings import CompletionSettings
+from suite_common.sse_parser import EventStreamParser
+from support.fake_openai import ScriptedOpenAI, text, text_then_hang, tool_calls
+from support.ledger_mcp_server import Ledger
+from support.mcp_gateway import Gateway, running_gateway
+from support.processes import agent_env, spawned
+from support.servers import free_port, serve_app
+
+pytestmark = pytest.mark.anyio
+
+Event = tuple[int, str, dict[str, Any]]
+
+_log = logging.getLogger(__name__)
+"""How long takeovers took, for a reader of the test log (``-o log_cli=true``)."""
+
+LEASE_SECONDS = 1.0
+"""The shortest lease there is: a run is taken over about a second after its replica died."""
+TAKEOVER_SECONDS = 15.0
+"""Bound of the wait for a run to be taken over and to end (a restart imports the service first)."""
+
+PACKED_1 = {"key": "order-1", "value": "packed"}
+PACKED_2 = {"key": "order-2", "value": "packed"}
+PAYMENT = {"amount": 42}
+
+
+@dataclass
+class Upstreams:
+    """What the agent-service processes use, all in the test's process: it survives their kills."""
+
+    ledger: Ledger
+    llm: ScriptedOpenAI
+    gateway: Gateway
+    completion_url: str
+
+
+@dataclass
+class Replica:
+    process: anyio.abc.Process
+    http: httpx.AsyncClient
+
+    async def kill(self) -> float:
+        """SIGKILL: no shutdown, no lease released, connections cut by the kernel; returns when it happened."""
+        self.process.kill()
+        killed_at = time.monotonic()
+        with anyio.fail_after(10):
+            await self.process.wait()
+        return killed_at
+
+
+@pytest.fixture
+async def upstreams() -> AsyncIterator[Upstreams]:
+    ledger = Ledger()
+    llm = ScriptedOpenAI()
+    async with (
+        serve_app(llm.app) as llm_url,
+        ledger.serving() as ledger_url,
+        running_gateway({"ledger": {"url": ledger_url}}) as gateway,
+    ):
+        settings = CompletionSettings(
+            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
+        )
+        async with serve_app(create_completion_app(settings)) as completion_url:
+            await gateway.wait_until_ready("ledger")
+            yield Upstreams(ledger, llm, gateway, completion_url)
+
+
+@asynccontextmanager
+async def replica(upstreams: Upstreams, database_url: str, log: Path, **settings: object) -> AsyncIterator[Replica]:
+    """An agent-service process on ``database_url``, with a one-second lease; killed and reaped at the end."""
+    port = free_port()
+    env = agent_env(
+        port,
+        upstreams.completion_url,
+        upstreams.gateway,
+        database_url=database_url,
+        lease_seconds=LEASE_SECONDS,
+        **settings,
+    )
+    async with (
+        spawned("agent_service", env, port, log) as process,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http,
+    ):
+        yield Replica(process, http)
+
+
+def run_body(content: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "model": "gpt-4o",
+        "messages": [{"role": "user", "content": content}],
+        "tools": ["set_status", "send_payment"],
+        "stream": True,
+        **fields,
+    }
+
+
+class EventStream:
+    """The events of a streamed answer, read in as many parts as a test needs."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._chunks = response.aiter_bytes()
+        self._parser = EventStreamParser()
+        self._parsed: list[Event] = []
+
+    async def read(self, *, until: Callable[[list[Event]], bool] | None = None) -> list[Event]:
+        """The next events, to the stream's end or until ``until(events read by this call)`` holds."""
+        events: list[Event] = []
+        while True:
+            while self._parsed:
+                events.append(self._parsed.pop(0))
+                if until is not None and until(events):
+                    return events
+            chunk = await anext(self._chunks, None)
+            if chunk is None:
+                return events
+            for event in self._parser.feed(chunk):
+                self._parsed.append((int(event.id or 0), event.event or "message", json.loads(event.data)))
+
+
+def tool_calls_seen(count: int) -> Callable[[list[Event]], bool]:
+    return lambda events: sum(kind == "tool_call" for _, kind, _ in events) >= count
+
+
+async def start_detached(http: httpx.AsyncClient, content: str, **fields: Any) -> str:
+    """Starts a run that goes on without its client (``onDisconnect: continue``); returns its id."""
+    async with http.stream("POST", "/api/v1/agent/run", json=run_body(content, onDisconnect="continue", **fields)) as r:
+        assert r.status_code == 200
+        [(_, kind, started)] = await EventStream(r).read(until=lambda events: True)
+    assert kind == "run_started"
+    run_id: str = started["runId"]
+    return run_id
+
+
+async def wait_for_run(
+    http: httpx.AsyncClient, run_id: str, condition: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """Polls the stored run (another process changes it: there is nothing to await) until ``condition`` holds."""
+    with anyio.fail_after(TAKEOVER_SECONDS):
+        while True:
+            response = await http.get(f"/api/v1/agent/runs/{run_id}")
+            assert response.status_code == 200, response.text
+            run: dict[str, Any] = response.json()
+            if condition(run):
+                return run
+            await anyio.sleep(0.05)
+
+
+def ended(run: dict[str, Any]) -> bool:
+    return run["status"] in ("completed", "failed", "cancelled")
+
+
+def result_stored(call_id: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda run: any(message.get("toolCallId") == call_id for message in run["messages"])
+
+
+def tool_messages(messages: list[dict[str, Any]]) -> dict[str, str]:
+    """The tool results of an OpenAI request's messages, by tool call id."""
+    return {message["tool_call_id"]: message["content"] for message in messages if message["role"] == "tool"}
+
+
+async def test_a_run_killed_mid_tool_call_resumes_on_restart_redoing_only_its_idempotent_calls(
+    upstreams: Upstreams, tmp_path: Path
+) -> None:
+    ledger, llm = upstreams.ledger, upstreams.llm
+    llm.push(
+        tool_calls(
+            ("call_packed_1", "set_status", PACKED_1),
+            ("call_packed_2", "set_status", PACKED_2),
+            ("call_pay", "send_payment", PAYMENT),
+        ),
+        text("Both orders are packed; the payment needs checking."),
+    )
+    ledger.open("set_status", PACKED_1)  # finishes before the crash; the other two are in flight when it comes
+    ledger.open("send_payment", PAYMENT, attempt=2)  # were it made again, it would pay twice (and the test says so)
+    database_url = f"sqlite:///{tmp_path}/runs.db"
+    log = tmp_path / "agent.log"
+
+    async with replica(upstreams, database_url, log) as first:
+        run_id = await start_detached(first.http, "Pack both orders and pay.")
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            await ledger.wait_for_state("set_status", PACKED_2, 1, "started")
+            await ledger.wait_for_state("send_payment", PAYMENT, 1, "started")
+        await wait_for_run(first.http, run_id, result_stored("call_packed_1"))
+        killed_at = await first.kill()
+
+    # The gateway abandons the calls of a caller whose connection is gone: neither completes behind the run's back.
+    with anyio.fail_after(10):
+        await ledger.wait_for_state("set_status", PACKED_2, 1, "cancelled")
+        await ledger.wait_for_state("send_payment", PAYMENT, 1, "cancelled")
+
+    async with replica(upstreams, database_url, log) as restarted:
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            await ledger.wait_for_state("set_status", PACKED_2, 2, "started")
+        _log.info("killed_to_call_made_again_seconds: %.2f", time.monotonic() - killed_at)
+        ledger.open("set_status", PACKED_2, attempt=2)
+        run = await wait_for_run(restarted.http, run_id, ended)
+
+    assert run["status"] == "completed", run
+    assert run["resumes"] == 1
+    assert run["messages"][-1]["content"] == "Both orders are packed; the payment needs checking."
+    # Each idempotent call completed exactly once: the stored one was not made again, the lost one was.
+    assert ledger.completed("set_status") == [PACKED_1, PACKED_2]
+    assert [call.attempt for call in ledger.of("set_status")] == [1, 1, 2]
+    # The payment started once and never again; the model was told its outcome is unknown.
+    assert ledger.started("send_payment") == 1
+    assert ledger.completed("send_payment") == []
+    assert len(llm.requests) == 2
+    results = tool_messages(llm.requests[1]["messages"])
+    assert results["call_packed_1"] == "order-1 is packed"
+    assert results["call_packed_2"] == "order-2 is packed"
+    assert UNKNOWN_OUTCOME in results["call_pay"]
+    stored = {message["toolCallId"]: message for message in run["messages"] if message["role"] == "tool"}
+    assert stored["call_pay"]["content"] == UNKNOWN_OUTCOME
+    assert stored["call_pay"]["isError"] is True
+
+
+async def test_the_surviving_replica_takes_a_killed_replicas_run_over_and_a_re_attached_client_gets_the_rest_once(
+    upstreams: Upstreams, tmp_path: Path, postgres_url: str
+) -> None:
+    ledger, llm = upstreams.ledger, upstreams.llm
+    llm.push(tool_calls(("call_packed", "set_status", PACKED_1)), text("The order is packed."))
+
+    async with (
+        replica(upstreams, postgres_url, tmp_path / "a.log") as a,
+        replica(upstreams, postgres_url, tmp_path / "b.log") as b,
+    ):
+        body = run_body("Pack the order.", onDisconnect="continue")
+        async with a.http.stream("POST", "/api/v1/agent/run", json=body) as response:
+            assert response.status_code == 200
+            stream = EventStream(response)
+            seen = await stream.read(until=tool_calls_seen(1))
+            with anyio.fail_after(TAKEOVER_SECONDS):
+                await ledger.wait_for_state("set_status", PACKED_1, 1, "started")
+            killed_at = await a.kill()
+            with pytest.raises(httpx.TransportError):  # the stream is cut, not ended
+                seen += await stream.read()
+        run_id = seen[0][2]["runId"]
+        assert "done" not in [kind for _, kind, _ in seen]
+        last_seen = seen[-1][0]
+
+        rest: list[Event] = []
+        resumed_after: list[float] = []
+
+        def resumed(events: list[Event]) -> bool:
+            if events[-1][1] == "run_resumed" and not resumed_after:
+                resumed_after.append(time.monotonic() - killed_at)
+            return False
+
+        async def open_the_call_made_again() -> None:
+            await ledger.wait_for_state("set_status", PACKED_1, 2, "started")
+            ledger.open("set_status", PACKED_1, attempt=2)
+
+        headers = {"Last-Event-ID": str(last_seen)}
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            async with (
+                b.http.stream("GET", f"/api/v1/agent/runs/{run_id}/events", headers=headers) as again,
+                anyio.create_task_group() as tg,
+            ):
+                assert again.status_code == 200
+                tg.start_soon(open_the_call_made_again)
+                rest = await EventStream(again).read(until=resumed)
+        run = (await b.http.get(f"/api/v1/agent/runs/{run_id}")).json()
+        async with b.http.stream("GET", f"/api/v1/agent/runs/{run_id}/events", headers=headers) as replay:
+            stored = await EventStream(replay).read()
+
+    _log.info("killed_to_run_resumed_seconds: %.2f", resumed_after[0])
+    kinds = [kind for _, kind, _ in rest]
+    assert kinds[0] == "run_resumed"
+    assert kinds[-1] == "done"
+    assert kinds.count("run_resumed") == kinds.count("done") == 1
+    assert "tool_result" in kinds
+    seqs = [seq for seq, _, _ in rest]
+    assert seqs == sorted(set(seqs))  # in order, each once
+    assert seqs[0] > last_seen
+    assert rest[-1][2]["finishReason"] == "stop"
+    assert rest == stored  # what the re-attached client got live is what was stored, no more, no less
+    assert "".join(data["delta"] for _, kind, data in rest if kind == "text") == "The order is packed."
+    assert run["status"] == "completed"
+    assert run["resumes"] == 1
+    assert ledger.completed("set_status") == [PACKED_1]
+    with anyio.fail_after(10):
+        await ledger.wait_for_state("set_status", PACKED_1, 1, "cancelled")
+    assert len(llm.requests) == 2
+
+
+async def test_a_client_that_saw_text_never_stored_still_gets_every_event_of_the_run_taken_over(
+    upstreams: Upstreams, tmp_path: Path, postgres_url: str
+) -> None:
+    """Text is stored with the step that ends the answer: A streamed events it never stored, and B's events must still
+    come after them (B numbers on past a gap), or a client re-attaching with the last id it saw would miss them."""
+    llm = upstreams.llm
+    llm.push(text_then_hang("Let me think"), text("The answer is 42."))
+
+    async with (
+        replica(upstreams, postgres_url, tmp_path / "a.log") as a,
+        replica(upstreams, postgres_url, tmp_path / "b.log") as b,
+    ):
+        body = run_body("Think.", onDisconnect="continue")
+        async with a.http.stream("POST", "/api/v1/agent/run", json=body) as response:
+            stream = EventStream(response)
+            seen = await stream.read(
+                until=lambda events: "".join(d.get("delta", "") for _, _, d in events) == "Let me think"
+            )
+            await a.kill()
+            with pytest.raises(httpx.TransportError):
+                seen += await stream.read()
+        run_id = seen[0][2]["runId"]
+        headers = {"Last-Event-ID": str(seen[-1][0])}
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            async with b.http.stream("GET", f"/api/v1/agent/runs/{run_id}/events", headers=headers) as again:
+                rest = await EventStream(again).read()
+        run = (await b.http.get(f"/api/v1/agent/runs/{run_id}")).json()
+
+    assert (rest[0][1], rest[-1][1]) == ("run_resumed", "done")
+    assert [seq for seq, _, _ in rest] == sorted({seq for seq, _, _ in rest})
+    assert rest[0][0] > seen[-1][0]
+    # The unfinished answer is not part of the run: the resumed run asked the model again and kept its answer only.
+    assert "".join(data["delta"] for _, kind, data in rest if kind == "text") == "The answer is 42."
+    assert run["status"] == "completed"
+    assert [message["content"] for message in run["messages"]] == ["Think.", "The answer is 42."]
+    assert len(llm.requests) == 2
+
+
+async def test_a_run_killed_again_after_its_takeover_is_taken_over_again_and_counts_its_resumes(
+    upstreams: Upstreams, tmp_path: Path
+) -> None:
+    ledger, llm = upstreams.ledger, upstreams.llm
+    llm.push(tool_calls(("call_packed", "set_status", PACKED_1)), text("The order is packed."))
+    database_url = f"sqlite:///{tmp_path}/runs.db"
+    log = tmp_path / "agent.log"
+
+    async with replica(upstreams, database_url, log) as first:
+        run_id = await start_detached(first.http, "Pack the order.")
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            await ledger.wait_for_state("set_status", PACKED_1, 1, "started")
+        await first.kill()
+    async with replica(upstreams, database_url, log) as second:
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            await ledger.wait_for_state("set_status", PACKED_1, 2, "started")
+        await second.kill()
+    async with replica(upstreams, database_url, log) as third:
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            await ledger.wait_for_state("set_status", PACKED_1, 3, "started")
+        ledger.open("set_status", PACKED_1, attempt=3)
+        run = await wait_for_run(third.http, run_id, ended)
+        async with third.http.stream("GET", f"/api/v1/agent/runs/{run_id}/events") as replay:
+            events = await EventStream(replay).read()
+
+    assert run["status"] == "completed"
+    assert run["resumes"] == 2
+    assert ledger.completed("set_status") == [PACKED_1]
+    resumed = [data for _, kind, data in events if kind == "run_resumed"]
+    assert [data["resumes"] for data in resumed] == [1, 2]
+    seqs = [seq for seq, _, _ in events]
+    assert seqs == sorted(set(seqs))
+    assert events[-1][1] == "done"
+    assert len(llm.requests) == 2
+
+
+async def test_a_run_taken_over_more_often_than_max_resumes_is_failed_and_not_run_again(
+    upstreams: Upstreams, tmp_path: Path
+) -> None:
+    ledger, llm = upstreams.ledger, upstreams.llm
+    llm.push(tool_calls(("call_packed", "set_status", PACKED_1)), text("What next?"))
+    database_url = f"sqlite:///{tmp_path}/runs.db"
+    log = tmp_path / "agent.log"
+
+    async with replica(upstreams, database_url, log, max_resumes=0) as first:
+        run_id = await start_detached(first.http, "Pack the order.", conversationId="conv-failed")
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            await ledger.wait_for_state("set_status", PACKED_1, 1, "started")
+        await first.kill()
+
+    async with replica(upstreams, database_url, log, max_resumes=0) as restarted:
+        run = await wait_for_run(restarted.http, run_id, ended)
+        async with restarted.http.stream("GET", f"/api/v1/agent/runs/{run_id}/events") as replay:
+            events = await EventStream(replay).read()
+        following = await restarted.http.post(
+            "/api/v1/agent/run", json=run_body("Is it packed?", conversationId="conv-failed", stream=False)
+        )
+
+    assert run["status"] == "failed"
+    assert run["error"]["code"] == "resumed_too_often"
+    assert events[-1][1] == "error"
+    assert events[-1][2]["code"] == "resumed_too_often"
+    assert "run_resumed" not in [kind for _, kind, _ in events]
+    assert ledger.started("set_status") == 1  # not made again
+    # Its open call was answered, so the conversation goes on.
+    assert run["messages"][-1]["toolCallId"] == "call_packed"
+    assert following.status_code == 200, following.text
+    assert len(llm.requests) == 2
+    assert "The run failed before this tool call finished" in tool_messages(llm.requests[1]["messages"])["call_packed"]
+
+
+async def test_cancel_through_one_replica_stops_a_run_executing_on_another(
+    upstreams: Upstreams, tmp_path: Path, postgres_url: str
+) -> None:
+    ledger, llm = upstreams.ledger, upstreams.llm
+    llm.push(tool_calls(("call_pay", "send_payment", PAYMENT)), text("Never asked for."))
+
+    async with (
+        replica(upstreams, postgres_url, tmp_path / "a.log") as a,
+        replica(upstreams, postgres_url, tmp_path / "b.log") as b,
+    ):
+        async with a.http.stream("POST", "/api/v1/agent/run", json=run_body("Pay.")) as response:
+            assert response.status_code == 200
+            stream = EventStream(response)
+            seen = await stream.read(until=tool_calls_seen(1))
+            run_id = seen[0][2]["runId"]
+            with anyio.fail_after(TAKEOVER_SECONDS):
+                await ledger.wait_for_state("send_payment", PAYMENT, 1, "started")
+            cancelled = await b.http.post(f"/api/v1/agent/runs/{run_id}/cancel")
+            assert cancelled.status_code in (200, 202), cancelled.text
+            with anyio.fail_after(TAKEOVER_SECONDS):
+                rest = await stream.read()
+        run = await wait_for_run(b.http, run_id, ended)
+
+    assert rest[-1][1] == "done"
+    assert rest[-1][2]["finishReason"] == "cancelled"
+    assert run["status"] == "cancelled"
+    assert run["cancelRequested"] is True
+    assert run["resumes"] == 0
+    with anyio.fail_after(10):  # the call was abandoned, not left to complete
+        await ledger.wait_for_state("send_payment", PAYMENT, 1, "cancelled")
+    assert ledger.completed("send_payment") == []
+    assert len(llm.requests) == 1
+
+
+async def test_a_run_cancelled_while_no_replica_holds_it_answers_its_open_tool_calls_and_its_conversation_goes_on(
+    upstreams: Upstreams, tmp_path: Path, postgres_url: str
+) -> None:
+    ledger, llm = upstreams.ledger, upstreams.llm
+    llm.push(tool_calls(("call_pay", "send_payment", PAYMENT)), text("What next?"))
+
+    async with (
+        replica(upstreams, postgres_url, tmp_path / "a.log") as a,
+        replica(upstreams, postgres_url, tmp_path / "b.log") as b,
+    ):
+        run_id = await start_detached(a.http, "Pay.", conversationId="conv-orphan")
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            await ledger.wait_for_state("send_payment", PAYMENT, 1, "started")
+        await a.kill()
+        # Before the lease expires: the run is A's still, and nobody executes it.
+        cancelled = await b.http.post(f"/api/v1/agent/runs/{run_id}/cancel")
+        assert cancelled.status_code in (200, 202), cancelled.text
+        run = await wait_for_run(b.http, run_id, ended)
+        following = await b.http.post(
+            "/api/v1/agent/run", json=run_body("Did it go through?", conversationId="conv-orphan", stream=False)
+        )
+
+    assert run["status"] == "cancelled"
+    assert run["resumes"] == 1
+    # Every tool call has its result, so the conversation can go on.
+    assert run["messages"][-1]["toolCallId"] == "call_pay"
+    assert run["messages"][-1]["isError"] is True
+    assert following.status_code == 200, following.text
+    assert tool_messages(llm.requests[-1]["messages"]).keys() == {"call_pay"}
+    assert ledger.started("send_payment") == 1
+
+
+async def test_a_run_cancelled_during_a_call_made_again_after_its_takeover_answers_that_call(
+    upstreams: Upstreams, tmp_path: Path, postgres_url: str
+) -> None:
+    ledger, llm = upstreams.ledger, upstreams.llm
+    llm.push(tool_calls(("call_packed", "set_status", PACKED_1)), text("What next?"))
+
+    async with (
+        replica(upstreams, postgres_url, tmp_path / "a.log") as a,
+        replica(upstreams, postgres_url, tmp_path / "b.log") as b,
+    ):
+        run_id = await start_detached(a.http, "Pack the order.", conversationId="conv-again")
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            await ledger.wait_for_state("set_status", PACKED_1, 1, "started")
+        await a.kill()
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            await ledger.wait_for_state("set_status", PACKED_1, 2, "started")
+        cancelled = await b.http.post(f"/api/v1/agent/runs/{run_id}/cancel")
+        assert cancelled.status_code in (200, 202), cancelled.text
+        run = await wait_for_run(b.http, run_id, ended)
+        following = await b.http.post(
+            "/api/v1/agent/run", json=run_body("Is it packed?", conversationId="conv-again", stream=False)
+        )
+
+    assert run["status"] == "cancelled"
+    assert run["messages"][-1]["toolCallId"] == "call_packed"
+    assert run["messages"][-1]["isError"] is True
+    assert following.status_code == 200, following.text
+    assert tool_messages(llm.requests[-1]["messages"]).keys() == {"call_packed"}
+    with anyio.fail_after(10):
+        await ledger.wait_for_state("set_status", PACKED_1, 2, "cancelled")
+    assert ledger.completed("set_status") == []
