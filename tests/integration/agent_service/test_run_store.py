@@ -197,11 +197,12 @@ async def test_a_failed_step_rolls_back_everything_it_wrote(store: RunStore) -> 
     await store.create_run(run, owner="replica-a", lease_seconds=LEASE)
     await store.record(run.run_id, Step(events=[event(1)]), owner="replica-a")
 
-    # Sequence number 1 again: the events' insert fails after the run and the message were written.
+    # An event without a type: the events' insert fails after the run and the message were written.
+    broken = StoredEvent(seq=3, type=None, data="{}")  # type: ignore[arg-type]  # what the database refuses
     with pytest.raises(StoreError) as failure:
         await store.record(
             run.run_id,
-            Step(messages=[(1, Message(role="assistant", content="x"))], events=[event(2), event(1)], iterations=4),
+            Step(messages=[(1, Message(role="assistant", content="x"))], events=[event(2), broken], iterations=4),
             owner="replica-a",
         )
 
@@ -212,6 +213,15 @@ async def test_a_failed_step_rolls_back_everything_it_wrote(store: RunStore) -> 
     assert record is not None
     assert (record.iterations, record.last_seq) == (0, 1)
     assert await store.run_messages(run.run_id) == run.input_messages
+
+
+async def test_an_event_written_again_is_kept_once_as_it_was(store: RunStore) -> None:
+    """A write that committed unseen (its caller cut off) may be sent again: the events it carried stay as stored."""
+    run = new_run()
+    await store.create_run(run, owner="replica-a", lease_seconds=LEASE)
+    await store.record(run.run_id, Step(events=[event(1), event(2)]), owner="replica-a")
+    await store.record(run.run_id, Step(events=[event(1), event(2), event(3)]), owner="replica-a")
+    assert [stored.seq for stored in await store.events_after(run.run_id, 0)] == [1, 2, 3]
 
 
 async def test_writing_a_position_again_replaces_its_message(store: RunStore) -> None:

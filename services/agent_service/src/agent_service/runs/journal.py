@@ -192,10 +192,13 @@ class RunJournal:
             step.events = events
             started = time.perf_counter()
             try:
-                if final:
-                    await store.finish(self.run_id, step, owner=self.owner)
-                else:
-                    await store.record(self.run_id, step, owner=self.owner)
+                # Shielded: a write cut off midway may still commit (on PostgreSQL a step is one statement), and the
+                # journal would then write its events twice. It is short, and bounded by the store's own timeouts.
+                with anyio.CancelScope(shield=True):
+                    if final:
+                        await store.finish(self.run_id, step, owner=self.owner)
+                    else:
+                        await store.record(self.run_id, step, owner=self.owner)
             except LeaseLost:
                 raise RunMoved(self.run_id) from None
             except StoreError as error:

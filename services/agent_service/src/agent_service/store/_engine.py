@@ -18,6 +18,7 @@ which hold the messages).
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -31,7 +32,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from agent_service.store.records import StoreError
+from agent_service.store._steps import postgres_step, sqlite_step
+from agent_service.store.records import Step, StoreError
 
 __all__ = [
     "SQLITE_BUSY_TIMEOUT_SECONDS",
@@ -100,6 +102,10 @@ class Database:
         it in a ``StoreError``. ``write``: the transaction writes (SQLite takes its write lock at once)."""
         raise NotImplementedError
 
+    async def write_step(self, what: str, run_id: str, step: Step, *, owner: str | None, release: bool) -> bool:
+        """Write one step of a run (``_steps``); ``False`` when its guard refused it (nothing written)."""
+        raise NotImplementedError
+
     async def dispose(self) -> None:
         raise NotImplementedError
 
@@ -139,6 +145,11 @@ class _PostgresDatabase(Database):
         async with translate_errors(what), self._engine.connect() as connection:
             return await connection.run_sync(_in_transaction, body, write)
 
+    async def write_step(self, what: str, run_id: str, step: Step, *, owner: str | None, release: bool) -> bool:
+        async with translate_errors(what), self._engine.connect() as connection:
+            raw = await connection.get_raw_connection()
+            return await postgres_step(raw.driver_connection, run_id, step, owner=owner, release=release)
+
     async def dispose(self) -> None:
         await self._engine.dispose()
 
@@ -162,11 +173,25 @@ class _SqliteDatabase(Database):
             with self._engine.connect() as connection:
                 return _in_transaction(connection, body, write)
 
+        return await self._in_thread(what, transaction)
+
+    async def _in_thread(self, what: str, transaction: Callable[[], T]) -> T:
         if self._threads is None:
             self._threads = anyio.CapacityLimiter(_SQLITE_THREADS)
         async with translate_errors(what):
             # Not abandoned when the caller is cancelled: the transaction ends (committed or not) first.
             return await anyio.to_thread.run_sync(transaction, limiter=self._threads)
+
+    async def write_step(self, what: str, run_id: str, step: Step, *, owner: str | None, release: bool) -> bool:
+        def transaction() -> bool:
+            raw = self._engine.raw_connection()
+            try:
+                driver: sqlite3.Connection = raw.driver_connection  # type: ignore[assignment]  # pysqlite's own
+                return sqlite_step(driver, run_id, step, owner=owner, release=release)
+            finally:
+                raw.close()
+
+        return await self._in_thread(what, transaction)
 
     async def dispose(self) -> None:
         await anyio.to_thread.run_sync(self._engine.dispose)
@@ -201,7 +226,14 @@ async def translate_errors(what: str) -> AsyncIterator[None]:
         yield
     except StoreError:
         raise
-    except (SQLAlchemyError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+    except (
+        SQLAlchemyError,
+        sqlite3.Error,
+        OSError,
+        asyncpg.PostgresError,
+        asyncpg.InterfaceError,
+        TimeoutError,
+    ) as exc:
         raise StoreError(f"The run store could not {what}: {_describe(exc)}") from exc
 
 

@@ -34,12 +34,9 @@ __all__ = ["RunStore"]
 
 _FINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 
-# Written as text because SQLAlchemy does not cache the dialects' ``insert().on_conflict_do_update()`` (it compiled
-# it again on every step); the statement reads the same on SQLite and PostgreSQL.
-_UPSERT_MESSAGES = sa.text(
-    "INSERT INTO run_messages (run_id, position, message) VALUES (:run_id, :position, :message) "
-    "ON CONFLICT (run_id, position) DO UPDATE SET message = excluded.message"
-).bindparams(sa.bindparam("message", type_=run_messages.c.message.type))
+
+_INSERT_RUN = runs.insert()
+_INSERT_MESSAGES = run_messages.insert()
 
 
 def _now() -> datetime:
@@ -115,30 +112,33 @@ class RunStore:
             if run.conversation_id is not None:
                 self._take_conversation(connection, run, run.conversation_id, now)
                 earlier = _conversation_messages(connection, run.conversation_id)
+            # The values as parameters of one statement made once, not in ``values()``: a statement that holds
+            # its values is built and its cache key computed again for every run.
             connection.execute(
-                runs.insert().values(
-                    run_id=run.run_id,
-                    conversation_id=run.conversation_id,
-                    caller=run.caller,
-                    tenant=run.tenant,
-                    model=run.model,
-                    status="processing",
-                    iterations=0,
-                    input_tokens=0,
-                    output_tokens=0,
-                    plan=run.plan,
-                    created_at=now,
-                    updated_at=now,
-                    lease_owner=owner,
-                    lease_expires_at=now + timedelta(seconds=lease_seconds),
-                    resumes=0,
-                    cancel_requested=False,
-                    last_seq=0,
-                )
+                _INSERT_RUN,
+                {
+                    "run_id": run.run_id,
+                    "conversation_id": run.conversation_id,
+                    "caller": run.caller,
+                    "tenant": run.tenant,
+                    "model": run.model,
+                    "status": "processing",
+                    "iterations": 0,
+                    "input_tokens": 0,
+                    "output_tokens": 0,
+                    "plan": run.plan,
+                    "created_at": now,
+                    "updated_at": now,
+                    "lease_owner": owner,
+                    "lease_expires_at": now + timedelta(seconds=lease_seconds),
+                    "resumes": 0,
+                    "cancel_requested": False,
+                    "last_seq": 0,
+                },
             )
             if run.input_messages:
                 connection.execute(
-                    run_messages.insert(),
+                    _INSERT_MESSAGES,
                     [
                         {"run_id": run.run_id, "position": position, "message": _message_json(message)}
                         for position, message in enumerate(run.input_messages)
@@ -183,11 +183,8 @@ class RunStore:
         """Write one step in one transaction: upsert its messages, insert its events, update the run's status and
         counters (and ``updated_at``). Raises ``LeaseLost`` (writing nothing) when ``owner`` no longer holds the
         run's lease or the run is no longer active."""
-
-        def write(connection: Connection) -> None:
-            _write_step(connection, run_id, step, owner=owner, release=False)
-
-        await self._db.run(f"store a step of run {run_id}", write, write=True)
+        if not await self._db.write_step(f"store a step of run {run_id}", run_id, step, owner=owner, release=False):
+            raise _lease_lost(run_id, owner)
 
     async def finish(self, run_id: str, step: Step, *, owner: str | None) -> None:
         """``record`` for a final step; with ``owner=None`` whatever holds the lease (a run failed by the sweeper,
@@ -195,17 +192,8 @@ class RunStore:
         no longer holds the run, or when the run has ended already (a final run is left as it is)."""
         if step.status not in _FINAL_STATUSES:
             raise ValueError(f"finish() takes a final status (completed, failed or cancelled), not {step.status!r}.")
-
-        def write(connection: Connection) -> None:
-            now = _write_step(connection, run_id, step, owner=owner, release=True)
-            conversation_of_run = sa.select(runs.c.conversation_id).where(runs.c.run_id == run_id).scalar_subquery()
-            connection.execute(
-                conversations.update()
-                .where(conversations.c.conversation_id == conversation_of_run)
-                .values(updated_at=now)
-            )
-
-        await self._db.run(f"store the end of run {run_id}", write, write=True)
+        if not await self._db.write_step(f"store the end of run {run_id}", run_id, step, owner=owner, release=True):
+            raise _lease_lost(run_id, owner)
 
     # --- reading --------------------------------------------------------------------------------------
 
@@ -383,81 +371,12 @@ async def _check_revision(database: Database) -> None:
 # --- the transactions' parts ----------------------------------------------------------------------------
 
 
-def _step_update(*, owned: bool, release: bool) -> sa.TextClause:
-    """The guard of a step: it updates the run only while ``owner`` (when ``owned``) holds it and it is active, and
-    locks its row (PostgreSQL). Text, built once, for the same reason as ``_UPSERT_MESSAGES``: a step is written
-    on every turn and tool result, and building and caching a Core statement cost most of the step's CPU."""
-    sql = (
-        "UPDATE runs SET updated_at = :updated_at, status = COALESCE(:status, status), "
-        "iterations = COALESCE(:iterations, iterations), input_tokens = COALESCE(:input_tokens, input_tokens), "
-        "output_tokens = COALESCE(:output_tokens, output_tokens), "
-        "finish_reason = COALESCE(:finish_reason, finish_reason), error_code = COALESCE(:error_code, error_code), "
-        "error_message = COALESCE(:error_message, error_message), "
-        "last_seq = CASE WHEN :last_seq > last_seq THEN :last_seq ELSE last_seq END"
+def _lease_lost(run_id: str, owner: str | None) -> LeaseLost:
+    return LeaseLost(
+        f"Run {run_id} is no longer held by {owner}: another replica took it over, or it has ended."
+        if owner is not None
+        else f"Run {run_id} has already ended."
     )
-    if release:
-        sql += ", lease_owner = NULL, lease_expires_at = NULL"
-    sql += " WHERE run_id = :run_id AND status IN ('processing', 'tool_loop')"
-    if owned:
-        sql += " AND lease_owner = :owner"
-    return sa.text(sql).bindparams(
-        sa.bindparam("updated_at", type_=runs.c.updated_at.type),
-        sa.bindparam("status", type_=sa.Text()),
-        sa.bindparam("iterations", type_=sa.Integer()),
-        sa.bindparam("input_tokens", type_=sa.Integer()),
-        sa.bindparam("output_tokens", type_=sa.Integer()),
-        sa.bindparam("finish_reason", type_=sa.Text()),
-        sa.bindparam("error_code", type_=sa.Text()),
-        sa.bindparam("error_message", type_=sa.Text()),
-        sa.bindparam("last_seq", type_=sa.Integer()),
-    )
-
-
-_STEP_UPDATES = {
-    (owned, release): _step_update(owned=owned, release=release) for owned in (True, False) for release in (True, False)
-}
-_INSERT_EVENTS = sa.text("INSERT INTO run_events (run_id, seq, type, data) VALUES (:run_id, :seq, :type, :data)")
-
-
-def _write_step(connection: Connection, run_id: str, step: Step, *, owner: str | None, release: bool) -> datetime:
-    now = _now()
-    usage = step.usage
-    error = step.error
-    parameters: dict[str, Any] = {
-        "run_id": run_id,
-        "updated_at": now,
-        "status": step.status,
-        "iterations": step.iterations,
-        "input_tokens": usage.input_tokens if usage is not None else None,
-        "output_tokens": usage.output_tokens if usage is not None else None,
-        "finish_reason": step.finish_reason,
-        "error_code": error.code if error is not None else None,
-        "error_message": error.message if error is not None else None,
-        "last_seq": max(event.seq for event in step.events) if step.events else None,
-    }
-    if owner is not None:
-        parameters["owner"] = owner
-    # The guard first: it locks the run's row (PostgreSQL) and tells whether this owner may write at all.
-    if connection.execute(_STEP_UPDATES[owner is not None, release], parameters).rowcount == 0:
-        raise LeaseLost(
-            f"Run {run_id} is no longer held by {owner}: another replica took it over, or it has ended."
-            if owner is not None
-            else f"Run {run_id} has already ended."
-        )
-    if step.messages:
-        connection.execute(
-            _UPSERT_MESSAGES,
-            [
-                {"run_id": run_id, "position": position, "message": _message_json(message)}
-                for position, message in step.messages
-            ],
-        )
-    if step.events:
-        connection.execute(
-            _INSERT_EVENTS,
-            [{"run_id": run_id, "seq": event.seq, "type": event.type, "data": event.data} for event in step.events],
-        )
-    return now
 
 
 def _fail_abandoned(connection: Connection, *, abandon_before: datetime, now: datetime) -> int:
