@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -617,3 +618,33 @@ async def test_an_unreachable_postgresql_is_a_store_error_that_keeps_the_passwor
             await RunStore.open("postgresql://postgres:hunter2secret@127.0.0.1:1/agent")
     assert "schema" in str(failure.value)
     assert "hunter2secret" not in str(failure.value)
+
+
+async def test_a_step_on_sqlite_waits_for_another_writer_of_the_file_then_is_written(tmp_path: Path) -> None:
+    """A step is written on the event loop when SQLite's write lock is free, and waits for it on a worker thread
+    when another writer holds it (here: another process's connection, as a migration would)."""
+    path = tmp_path / "agent.db"
+    store = await RunStore.open(f"sqlite:///{path}")
+    try:
+        run = new_run()
+        await store.create_run(run, owner="replica-a", lease_seconds=LEASE)
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        written = anyio.Event()
+
+        async def write_step() -> None:
+            await store.record(run.run_id, Step(events=[event(1)], iterations=1), owner="replica-a")
+            written.set()
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(write_step)
+                await anyio.wait_all_tasks_blocked()
+                assert not written.is_set()  # waiting for the other writer, without blocking the event loop
+                other.execute("COMMIT")
+        other.close()
+        record = await store.get_run(run.run_id)
+        assert record is not None
+        assert (record.iterations, record.last_seq) == (1, 1)
+    finally:
+        await store.aclose()

@@ -7,6 +7,7 @@ client following the run on this replica sees text as it is generated, not a ste
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
@@ -80,6 +81,8 @@ class RunJournal:
         self.iterations = 0
         self.usage = Usage()
         self.ended = anyio.Event()
+        self._writing: list[asyncio.Task[None]] = []
+        """Result writes under way (``result``)."""
         self._write_lock = anyio.Lock()
         self._changed: anyio.Event | None = None
 
@@ -126,7 +129,24 @@ class RunJournal:
     async def result(self, position: int, message: Message) -> None:
         if message.tool_call_id is not None:
             self.open_calls.pop(message.tool_call_id, None)
-        await self._write(Step(messages=[(position - self.base, message)]))
+        # Not awaited: the run goes on (to its next LLM call) while the result is written. The next step's write
+        # and the run's end wait for it first, so that a result that could not be stored still fails the run
+        # before any other tool runs; a crash before it is stored makes the call one without a stored result.
+        step = Step(messages=[(position - self.base, message)])
+        write = asyncio.get_running_loop().create_task(self._write(step, settle=False))
+        self._writing.append(write)
+
+    async def _settle(self, *, raise_failure: bool = True) -> None:
+        """Wait for the results being written; raise the first failure among them (``raise_failure``)."""
+        writing, self._writing = self._writing, []
+        failure: BaseException | None = None
+        for write in writing:
+            try:
+                await write
+            except Exception as error:
+                failure = failure or error
+        if failure is not None and raise_failure:
+            raise failure
 
     async def flush(self) -> None:
         """Store the events emitted since the last step now, changing nothing else."""
@@ -137,6 +157,7 @@ class RunJournal:
     async def finish(self, outcome: RunOutcome) -> None:
         """The loop's outcome stored: whatever it appended that no step stored (the results a failed round closed
         with), its last events, and its final status."""
+        await self._settle(raise_failure=False)  # a result not stored is written here, as any other left over
         messages = []
         for index, message in enumerate(outcome.appended):
             local = outcome.appended_from + index - self.base
@@ -181,10 +202,12 @@ class RunJournal:
 
     # --- writing --------------------------------------------------------------------------------------
 
-    async def _write(self, step: Step, *, final: bool = False) -> None:
+    async def _write(self, step: Step, *, final: bool = False, settle: bool = True) -> None:
         store = self.store
         if store is None:
             return
+        if settle:
+            await self._settle()
         # One write at a time, in emission order: parallel tool calls finish at once, and a follower must
         # never find event N+1 stored before event N.
         async with self._write_lock:
