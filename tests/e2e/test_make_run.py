@@ -26,6 +26,7 @@ pytestmark = pytest.mark.e2e
 def suite() -> Iterator[str]:
     ports = {"AGENT_PORT": free_port(), "COMPLETION_PORT": free_port(), "MCP_CLIENT_PORT": free_port()}
     env = {**os.environ, **{name: str(port) for name, port in ports.items()}}
+    env.pop("AGENT_DATABASE_URL", None)  # make run's own default: SQLite under .data/, no setup
     process = subprocess.Popen(
         ["make", "--no-print-directory", "run"],
         cwd=ROOT,
@@ -111,3 +112,24 @@ def test_make_run_serves_a_whole_json_answer_too(suite: str) -> None:
     assert result["finishReason"] == "stop"
     assert result["message"]["role"] == "assistant"
     assert result["message"]["content"]
+
+
+def test_make_run_stores_runs_and_conversations_with_no_setup(suite: str) -> None:
+    conversation = f"e2e-{os.getpid()}-{free_port()}"
+    body = {
+        "model": "demo",
+        "messages": [{"role": "user", "content": "hello"}],
+        "tools": [],
+        "conversationId": conversation,
+    }
+    first = httpx.post(f"{suite}/api/v1/agent/run", json=body, timeout=60)
+    second = httpx.post(f"{suite}/api/v1/agent/run", json=body, timeout=60)
+    assert first.status_code == second.status_code == 200
+
+    run = httpx.get(f"{suite}/api/v1/agent/runs/{first.json()['runId']}", timeout=10).json()
+    assert run["status"] == "completed"
+    assert run["conversationId"] == conversation
+    assert [message["role"] for message in run["messages"]] == ["user", "assistant"]
+    stored = httpx.get(f"{suite}/api/v1/agent/conversations/{conversation}", timeout=10).json()
+    assert [message["role"] for message in stored["messages"]] == ["user", "assistant", "user", "assistant"]
+    assert [r["runId"] for r in stored["runs"]] == [first.json()["runId"], second.json()["runId"]]
