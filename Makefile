@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := $(wildcard libs/*/pyproject.toml services/*/pyproject.toml tools/*/pyproject.toml)
 
-.PHONY: run test lint typecheck rules unit integration e2e bench docs venv clean
+.PHONY: run test lint typecheck rules browser unit integration e2e bench docs venv clean
 
 venv: $(STAMP)
 
@@ -24,7 +24,7 @@ $(STAMP): requirements-dev.txt $(PACKAGES) tests/support/node_servers/package-lo
 run: $(STAMP)
 	$(BIN)/python deploy/local/run_suite.py
 
-test: lint typecheck rules
+test: lint typecheck rules browser
 	$(BIN)/python -m pytest
 
 # The Prometheus config and alert rules of deploy/observability, checked and unit-tested against recorded
@@ -40,6 +40,16 @@ rules:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 	$(PROMTOOL) check config deploy/observability/prometheus.yml
 	$(PROMTOOL) test rules deploy/observability/alerts_test.yml
+
+# The agent console's browser tests (tests/integration/agent_service/test_console_browser.py) drive Debian's
+# Chromium through Playwright (Playwright's own browser download is not used): installed when missing.
+CHROMIUM ?= /usr/bin/chromium
+
+browser:
+	@test -x $(CHROMIUM) || { \
+		echo "Chromium is missing: installing the Debian package chromium"; \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,0 +1,791 @@
+// The agent console: a chat over agent-service's own API (same origin), no build step, no libraries.
+// Everything shown from the model, the tools or the store goes in through textContent or createTextNode:
+// no string from them is ever parsed as HTML (see renderMarkdown).
+"use strict";
+
+(() => {
+  const KEY_STORE = "console.apiKey"; // sessionStorage only: the key never outlives the tab
+  const INFLIGHT_STORE = "console.inflight"; // {runId, conversationId} while a run streams
+  const CONVERSATION_STORE = "console.conversation";
+  const TOOLS_STORE = "console.disabledTools";
+  const MODEL_STORE = "console.model";
+  const LONG_RESULT_CHARS = 800;
+  const LONG_RESULT_LINES = 16;
+  const MAX_REATTACHES = 5;
+
+  const $ = (id) => document.getElementById(id);
+  const ui = {
+    side: $("side"),
+    toggleSide: $("toggle-side"),
+    model: $("model"),
+    newConversation: $("new-conversation"),
+    conversations: $("conversations"),
+    conversationsNote: $("conversations-note"),
+    tools: $("tools"),
+    toolsNote: $("tools-note"),
+    transcript: $("transcript"),
+    composer: $("composer"),
+    message: $("message"),
+    send: $("send"),
+    stop: $("stop"),
+    keyDialog: $("key-dialog"),
+    keyForm: $("key-form"),
+    keyInput: $("key-input"),
+  };
+
+  const state = {
+    conversationId: sessionStorage.getItem(CONVERSATION_STORE) || newConversationId(),
+    runId: null, // the run in flight, if any
+    tools: [], // [{name, description, server, title, unavailable}]
+    disabledTools: new Set(JSON.parse(sessionStorage.getItem(TOOLS_STORE) || "[]")),
+  };
+
+  // --- small DOM helpers --------------------------------------------------------------------------
+
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  function scrollToEnd() {
+    ui.transcript.scrollTop = ui.transcript.scrollHeight;
+  }
+
+  function newConversationId() {
+    const bytes = new Uint8Array(8);
+    crypto.getRandomValues(bytes);
+    return "console-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
+
+  // --- Markdown, safely ---------------------------------------------------------------------------
+  // A small subset (paragraphs, headings, lists, fenced and inline code, bold, italics, http(s) links),
+  // built as DOM nodes whose text is set with createTextNode: model or tool output that contains HTML is
+  // shown as the characters it is, never interpreted.
+
+  const INLINE = /(`[^`\n]+`)|(\*\*[^*\n]+\*\*)|(\*[^*\s][^*\n]*\*)|(\[[^\]\n]+\]\((https?:\/\/[^\s)]+)\))/;
+
+  function renderInline(text, parent) {
+    let rest = text;
+    while (rest) {
+      const match = INLINE.exec(rest);
+      if (!match) {
+        parent.appendChild(document.createTextNode(rest));
+        return;
+      }
+      if (match.index > 0) parent.appendChild(document.createTextNode(rest.slice(0, match.index)));
+      const token = match[0];
+      if (match[1]) {
+        parent.appendChild(el("code", null, token.slice(1, -1)));
+      } else if (match[2]) {
+        const strong = el("strong");
+        renderInline(token.slice(2, -2), strong);
+        parent.appendChild(strong);
+      } else if (match[3]) {
+        const em = el("em");
+        renderInline(token.slice(1, -1), em);
+        parent.appendChild(em);
+      } else {
+        const link = el("a", null, token.slice(1, token.indexOf("](")));
+        link.href = match[5]; // only http(s): the pattern admits no other scheme
+        link.rel = "noopener noreferrer";
+        link.target = "_blank";
+        parent.appendChild(link);
+      }
+      rest = rest.slice(match.index + token.length);
+    }
+  }
+
+  function renderMarkdown(source) {
+    const root = el("div", "markdown");
+    const lines = String(source).replace(/\r\n?/g, "\n").split("\n");
+    let paragraph = [];
+    let list = null;
+    const flushParagraph = () => {
+      if (paragraph.length) {
+        const p = el("p");
+        paragraph.forEach((line, index) => {
+          if (index) p.appendChild(el("br"));
+          renderInline(line, p);
+        });
+        root.appendChild(p);
+        paragraph = [];
+      }
+    };
+    const flushList = () => {
+      list = null;
+    };
+    for (let i = 0; i < lines.length; i++) {
+      const line = lines[i];
+      const fence = /^```(\S*)\s*$/.exec(line);
+      if (fence) {
+        flushParagraph();
+        flushList();
+        const code = [];
+        i++;
+        while (i < lines.length && !/^```\s*$/.test(lines[i])) code.push(lines[i++]);
+        const pre = el("pre");
+        pre.appendChild(el("code", null, code.join("\n")));
+        root.appendChild(pre);
+        continue;
+      }
+      const heading = /^(#{1,6})\s+(.*)$/.exec(line);
+      const bullet = /^\s*[-*+]\s+(.*)$/.exec(line);
+      const numbered = /^\s*\d+[.)]\s+(.*)$/.exec(line);
+      if (heading) {
+        flushParagraph();
+        flushList();
+        const h = el("h" + Math.min(heading[1].length + 2, 6));
+        renderInline(heading[2], h);
+        root.appendChild(h);
+      } else if (bullet || numbered) {
+        flushParagraph();
+        const tag = bullet ? "ul" : "ol";
+        if (!list || list.tagName.toLowerCase() !== tag) {
+          list = el(tag);
+          root.appendChild(list);
+        }
+        const item = el("li");
+        renderInline((bullet || numbered)[1], item);
+        list.appendChild(item);
+      } else if (!line.trim()) {
+        flushParagraph();
+        flushList();
+      } else {
+        flushList();
+        paragraph.push(line);
+      }
+    }
+    flushParagraph();
+    return root;
+  }
+
+  // --- the API ------------------------------------------------------------------------------------
+
+  class ApiFailure extends Error {
+    constructor(status, code, message) {
+      super(message);
+      this.status = status;
+      this.code = code;
+    }
+  }
+
+  let keyPrompt = null;
+
+  function askForKey() {
+    // One dialog at a time: requests that meet a 401 together wait for the same answer.
+    if (!keyPrompt) {
+      keyPrompt = new Promise((resolve) => {
+        ui.keyInput.value = "";
+        ui.keyDialog.addEventListener(
+          "close",
+          () => {
+            const key = ui.keyInput.value.trim();
+            if (key) sessionStorage.setItem(KEY_STORE, key);
+            keyPrompt = null;
+            resolve(Boolean(key));
+          },
+          { once: true },
+        );
+        ui.keyDialog.showModal();
+        ui.keyInput.focus();
+      });
+    }
+    return keyPrompt;
+  }
+
+  async function api(path, options = {}) {
+    for (let attempt = 0; ; attempt++) {
+      const headers = new Headers(options.headers || {});
+      const key = sessionStorage.getItem(KEY_STORE);
+      if (key) headers.set("Authorization", "Bearer " + key);
+      if (options.body !== undefined) headers.set("Content-Type", "application/json");
+      const response = await fetch(path, {
+        method: options.method || "GET",
+        headers,
+        body: options.body === undefined ? undefined : JSON.stringify(options.body),
+        signal: options.signal,
+      });
+      if (response.status === 401 && attempt < 3) {
+        sessionStorage.removeItem(KEY_STORE);
+        if (await askForKey()) continue;
+      }
+      if (!response.ok) throw await failureOf(response);
+      return response;
+    }
+  }
+
+  async function failureOf(response) {
+    let code = "http_" + response.status;
+    let message = response.status + " " + response.statusText;
+    try {
+      const body = await response.json();
+      const error = body.error || body;
+      if (error.code) code = error.code;
+      if (error.message) message = error.message;
+    } catch {
+      // not JSON: the status line says enough
+    }
+    return new ApiFailure(response.status, code, message);
+  }
+
+  async function json(path, options) {
+    return (await api(path, options)).json();
+  }
+
+  // Server-sent events over fetch (EventSource cannot send Authorization or Last-Event-ID itself).
+  async function* readEvents(response) {
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += decoder.decode(value, { stream: true }).replace(/\r\n?/g, "\n");
+      let end;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        const event = { id: null, event: "message", data: [] };
+        for (const line of block.split("\n")) {
+          if (!line || line.startsWith(":")) continue;
+          const colon = line.indexOf(":");
+          const field = colon < 0 ? line : line.slice(0, colon);
+          const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+          if (field === "id") event.id = Number(value);
+          else if (field === "event") event.event = value;
+          else if (field === "data") event.data.push(value);
+        }
+        if (event.data.length) yield { id: event.id, event: event.event, data: JSON.parse(event.data.join("\n")) };
+      }
+    }
+  }
+
+  // --- a turn: one run's view -----------------------------------------------------------------------
+
+  function addUserMessage(text) {
+    const bubble = el("div", "message user");
+    bubble.appendChild(el("div", "role", "You"));
+    bubble.appendChild(el("div", "user-text", text));
+    ui.transcript.appendChild(bubble);
+    scrollToEnd();
+  }
+
+  class Turn {
+    constructor() {
+      this.root = el("div", "message assistant");
+      this.root.appendChild(el("div", "role", "Agent"));
+      this.body = el("div", "turn-body");
+      this.root.appendChild(this.body);
+      this.cards = new Map(); // tool call id -> card parts
+      this.texts = new Map(); // iteration -> {node, text}
+      this.reasonings = new Map(); // iteration -> {pre, text}
+      this.lastSeq = 0;
+      this.ended = false;
+      ui.transcript.appendChild(this.root);
+    }
+
+    // Applies one event; events already shown (a re-attach sends them again) are skipped.
+    apply(id, type, data) {
+      if (id !== null && id <= this.lastSeq) return;
+      if (id !== null) this.lastSeq = id;
+      switch (type) {
+        case "run_started":
+          this.root.dataset.runId = data.runId;
+          break;
+        case "run_resumed":
+          this.body.appendChild(el("div", "note", "The run was taken over by another instance and goes on."));
+          break;
+        case "reasoning":
+          this.reasoning(data.iteration, data.delta);
+          break;
+        case "text":
+          this.text(data.iteration, data.delta);
+          break;
+        case "tool_call":
+          this.toolCall(data.id, data.name, data.arguments);
+          break;
+        case "tool_progress":
+          this.toolProgress(data);
+          break;
+        case "tool_result":
+          this.toolResult(data.toolCallId, data.content, data.isError, data.durationMs);
+          break;
+        case "done":
+          this.finish(data.finishReason, data.iterations, data.usage);
+          break;
+        case "error":
+          this.error(data.code, data.message);
+          break;
+        default:
+          break; // an event this page does not know yet: nothing to show
+      }
+      scrollToEnd();
+    }
+
+    reasoning(iteration, delta) {
+      let block = this.reasonings.get(iteration);
+      if (!block) {
+        const details = el("details", "reasoning");
+        details.appendChild(el("summary", null, "Reasoning"));
+        const pre = el("pre", "reasoning-text");
+        details.appendChild(pre);
+        this.body.appendChild(details);
+        block = { pre, text: "" };
+        this.reasonings.set(iteration, block);
+      }
+      block.text += delta;
+      block.pre.textContent = block.text;
+    }
+
+    text(iteration, delta) {
+      let part = this.texts.get(iteration);
+      if (!part) {
+        part = { node: el("div", "answer"), text: "" };
+        this.body.appendChild(part.node);
+        this.texts.set(iteration, part);
+      }
+      part.text += delta;
+      part.node.replaceChildren(renderMarkdown(part.text));
+    }
+
+    toolCall(id, name, args) {
+      const card = el("details", "tool-card running");
+      card.open = true;
+      card.dataset.toolCallId = id;
+      const summary = el("summary");
+      summary.appendChild(el("span", "tool-name", name));
+      const status = el("span", "tool-status", "running…");
+      summary.appendChild(status);
+      card.appendChild(summary);
+      card.appendChild(el("div", "tool-label", "Arguments"));
+      card.appendChild(el("pre", "tool-arguments", JSON.stringify(args ?? {}, null, 2)));
+      const progress = el("div", "tool-progress");
+      progress.hidden = true;
+      card.appendChild(progress);
+      const result = el("div", "tool-result-slot");
+      card.appendChild(result);
+      this.body.appendChild(card);
+      this.cards.set(id, { card, status, progress, result });
+      return this.cards.get(id);
+    }
+
+    toolProgress(data) {
+      const parts = this.cards.get(data.toolCallId);
+      if (!parts) return;
+      parts.progress.hidden = false;
+      const amount = data.total ? `${data.progress} / ${data.total}` : String(data.progress);
+      parts.progress.textContent = "Progress: " + amount + (data.message ? " — " + data.message : "");
+    }
+
+    toolResult(toolCallId, content, isError, durationMs) {
+      const parts = this.cards.get(toolCallId) || this.toolCall(toolCallId, "tool", {});
+      parts.card.classList.remove("running");
+      parts.card.classList.add(isError ? "failed" : "succeeded");
+      parts.progress.hidden = true;
+      const seconds = typeof durationMs === "number" ? ` · ${formatDuration(durationMs)}` : "";
+      parts.status.textContent = (isError ? "error" : "done") + seconds;
+      const text = String(content ?? "");
+      const pre = el("pre", "tool-result" + (isError ? " error" : ""), text);
+      const long = text.length > LONG_RESULT_CHARS || text.split("\n").length > LONG_RESULT_LINES;
+      if (long) {
+        const details = el("details", "long-result");
+        details.appendChild(el("summary", null, `Result (${text.length.toLocaleString()} characters)`));
+        details.appendChild(pre);
+        parts.result.replaceChildren(details);
+      } else {
+        parts.result.replaceChildren(el("div", "tool-label", isError ? "Error" : "Result"), pre);
+      }
+    }
+
+    // Calls still open when the run ends got no result event (a cancelled run answers them in its store only).
+    closeOpenCards(why) {
+      for (const parts of this.cards.values()) {
+        if (!parts.card.classList.contains("running")) continue;
+        parts.card.classList.replace("running", "failed");
+        parts.progress.hidden = true;
+        parts.status.textContent = why;
+      }
+    }
+
+    finish(finishReason, iterations, usage) {
+      this.ended = true;
+      this.closeOpenCards(finishReason === "cancelled" ? "cancelled" : "no result");
+      const footer = el("div", "run-footer");
+      const pieces = [`finish: ${finishReason}`];
+      if (iterations !== undefined) pieces.push(`${iterations} iteration${iterations === 1 ? "" : "s"}`);
+      if (usage) pieces.push(`${usage.inputTokens ?? 0} in / ${usage.outputTokens ?? 0} out tokens`);
+      footer.textContent = pieces.join(" · ");
+      if (finishReason === "cancelled") footer.classList.add("cancelled");
+      this.root.appendChild(footer);
+    }
+
+    error(code, message) {
+      this.ended = true;
+      this.closeOpenCards("no result");
+      const box = el("div", "run-error");
+      box.setAttribute("role", "alert");
+      box.appendChild(el("strong", null, `Error (${code}): `));
+      box.appendChild(document.createTextNode(message || "the run failed."));
+      this.root.appendChild(box);
+    }
+  }
+
+  function formatDuration(ms) {
+    return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(1)} s`;
+  }
+
+  function showError(text) {
+    const box = el("div", "run-error standalone", text);
+    box.setAttribute("role", "alert");
+    ui.transcript.appendChild(box);
+    scrollToEnd();
+  }
+
+  // --- stored conversations -------------------------------------------------------------------------
+
+  // Renders stored messages as turns: a user message opens one; the assistant's reasoning, tool calls and
+  // answer fill it; each tool message fills its call's card. ``runs`` (oldest first) give the footers.
+  function renderStored(messages, runs) {
+    let turn = null;
+    let runIndex = -1;
+    const closeTurn = () => {
+      const run = runs[runIndex];
+      if (turn && run) {
+        if (run.error) turn.error(run.error.code, run.error.message);
+        else if (run.finishReason) turn.finish(run.finishReason, run.iterations, run.usage);
+      }
+      turn = null;
+    };
+    for (const message of messages) {
+      if (message.role === "user") {
+        closeTurn();
+        runIndex++;
+        addUserMessage(message.content || "");
+        continue;
+      }
+      if (message.role === "system") continue;
+      if (!turn) turn = new Turn();
+      if (message.role === "assistant") {
+        const iteration = turn.texts.size + turn.cards.size + 1;
+        for (const block of message.reasoning || []) if (block.text) turn.reasoning(iteration, block.text);
+        for (const call of message.toolCalls || []) turn.toolCall(call.id, call.name, call.arguments);
+        if (message.content) turn.text(iteration, message.content);
+      } else if (message.role === "tool") {
+        turn.toolResult(message.toolCallId, message.content, Boolean(message.isError), undefined);
+      }
+    }
+    closeTurn();
+  }
+
+  async function loadConversation(conversationId, { skipRun = null } = {}) {
+    ui.transcript.replaceChildren();
+    state.conversationId = conversationId;
+    sessionStorage.setItem(CONVERSATION_STORE, conversationId);
+    markCurrentConversation();
+    let conversation;
+    try {
+      conversation = await json(`/api/v1/agent/conversations/${encodeURIComponent(conversationId)}`);
+    } catch (failure) {
+      if (failure.status === 404) return null; // nothing stored yet: a new conversation
+      showError(`Could not load the conversation: ${failure.message}`);
+      return null;
+    }
+    let messages = conversation.messages || [];
+    let runs = conversation.runs || [];
+    if (skipRun) {
+      // The run in flight is replayed from its events: leave its stored messages out so each step shows once.
+      runs = runs.filter((run) => run.runId !== skipRun.runId);
+      messages = messages.slice(0, Math.max(0, messages.length - skipRun.messages.length));
+    }
+    renderStored(messages, runs);
+    return conversation;
+  }
+
+  async function refreshConversations() {
+    try {
+      const body = await json("/api/v1/agent/conversations?limit=50");
+      const items = body.conversations || [];
+      ui.conversations.replaceChildren(
+        ...items.map((conversation) => {
+          const item = el("li");
+          const button = el("button", "conversation", conversation.title || conversation.conversationId);
+          button.type = "button";
+          button.dataset.conversationId = conversation.conversationId;
+          button.title = `${conversation.runs ?? "?"} runs · ${conversation.updatedAt || ""}`;
+          button.addEventListener("click", () => openConversation(conversation.conversationId));
+          item.appendChild(button);
+          return item;
+        }),
+      );
+      ui.conversationsNote.hidden = items.length > 0;
+      ui.conversationsNote.textContent = "No conversation yet.";
+      markCurrentConversation();
+    } catch (failure) {
+      ui.conversationsNote.hidden = false;
+      ui.conversationsNote.textContent = `Conversations unavailable: ${failure.message}`;
+    }
+  }
+
+  function markCurrentConversation() {
+    for (const button of ui.conversations.querySelectorAll("button.conversation")) {
+      button.classList.toggle("current", button.dataset.conversationId === state.conversationId);
+      button.setAttribute("aria-current", button.dataset.conversationId === state.conversationId ? "true" : "false");
+    }
+  }
+
+  async function openConversation(conversationId) {
+    if (state.runId) return; // one run at a time; Stop it first
+    closeSideOnPhone();
+    await loadConversation(conversationId);
+  }
+
+  // --- models and tools -----------------------------------------------------------------------------
+
+  async function loadModels() {
+    try {
+      const body = await json("/v1/models");
+      const ids = (body.data || []).map((model) => model.id);
+      const wanted = localStorage.getItem(MODEL_STORE);
+      ui.model.replaceChildren(...ids.map((id) => Object.assign(el("option", null, id), { value: id })));
+      ui.model.value = ids.includes(wanted) ? wanted : ids.includes("demo") ? "demo" : ids[0] || "";
+    } catch (failure) {
+      showError(`Could not list the models: ${failure.message}`);
+    }
+  }
+
+  async function loadTools() {
+    try {
+      const body = await json("/api/v1/agent/tools");
+      state.tools = body.tools || [];
+    } catch (failure) {
+      ui.toolsNote.hidden = false;
+      ui.toolsNote.textContent = `Tools unavailable: ${failure.message}`;
+      return;
+    }
+    const servers = new Map();
+    for (const tool of state.tools) {
+      const server = tool.server || "tools";
+      if (!servers.has(server)) servers.set(server, []);
+      servers.get(server).push(tool);
+    }
+    const groups = [];
+    for (const [server, tools] of servers) {
+      const group = el("fieldset", "tool-group");
+      group.dataset.server = server;
+      const legend = el("legend");
+      const all = el("input");
+      all.type = "checkbox";
+      all.className = "server-switch";
+      all.setAttribute("aria-label", `All tools of ${server}`);
+      legend.append(all, document.createTextNode(" " + server));
+      group.appendChild(legend);
+      const switches = tools.map((tool) => {
+        const label = el("label", "tool-switch" + (tool.unavailable ? " unavailable" : ""));
+        label.title = tool.description + (tool.unavailable ? " (unavailable for now)" : "");
+        const box = el("input");
+        box.type = "checkbox";
+        box.name = "tool";
+        box.value = tool.name;
+        box.checked = !state.disabledTools.has(tool.name);
+        box.addEventListener("change", () => {
+          setTool(tool.name, box.checked);
+          syncServerSwitch(all, switches);
+        });
+        label.append(box, document.createTextNode(" " + (tool.title || tool.name)));
+        group.appendChild(label);
+        return box;
+      });
+      all.addEventListener("change", () => {
+        for (const box of switches) {
+          box.checked = all.checked;
+          setTool(box.value, all.checked);
+        }
+        syncServerSwitch(all, switches);
+      });
+      syncServerSwitch(all, switches);
+      groups.push(group);
+    }
+    ui.tools.replaceChildren(...groups);
+    ui.toolsNote.hidden = state.tools.length > 0;
+    ui.toolsNote.textContent = "No tools are configured.";
+  }
+
+  function syncServerSwitch(all, switches) {
+    const on = switches.filter((box) => box.checked).length;
+    all.checked = on === switches.length;
+    all.indeterminate = on > 0 && on < switches.length;
+  }
+
+  function setTool(name, on) {
+    if (on) state.disabledTools.delete(name);
+    else state.disabledTools.add(name);
+    sessionStorage.setItem(TOOLS_STORE, JSON.stringify([...state.disabledTools]));
+  }
+
+  // The run's ``tools``: omitted when every tool is on (the service then offers what is available now).
+  function chosenTools() {
+    const names = state.tools.map((tool) => tool.name);
+    if (!names.some((name) => state.disabledTools.has(name))) return undefined;
+    return names.filter((name) => !state.disabledTools.has(name));
+  }
+
+  // --- running ------------------------------------------------------------------------------------
+
+  function setRunning(runId, conversationId) {
+    state.runId = runId;
+    if (runId) sessionStorage.setItem(INFLIGHT_STORE, JSON.stringify({ runId, conversationId }));
+    else sessionStorage.removeItem(INFLIGHT_STORE);
+    ui.stop.hidden = !runId;
+    ui.send.disabled = Boolean(runId);
+    ui.newConversation.disabled = Boolean(runId);
+    document.body.classList.toggle("running", Boolean(runId));
+  }
+
+  async function follow(turn, response, runId) {
+    // Reads the stream; if it breaks before the run's end, re-attaches after the last event shown.
+    for (let attempt = 0; ; attempt++) {
+      try {
+        for await (const event of readEvents(response)) turn.apply(event.id, event.event, event.data);
+      } catch (failure) {
+        if (attempt >= MAX_REATTACHES) throw failure;
+      }
+      if (turn.ended || attempt >= MAX_REATTACHES) return;
+      response = await api(`/api/v1/agent/runs/${encodeURIComponent(runId)}/events`, {
+        headers: { "Last-Event-ID": String(turn.lastSeq) },
+      });
+    }
+  }
+
+  async function send(text) {
+    if (state.runId || !text.trim()) return;
+    const conversationId = state.conversationId;
+    sessionStorage.setItem(CONVERSATION_STORE, conversationId);
+    addUserMessage(text);
+    ui.message.value = "";
+    const body = {
+      model: ui.model.value,
+      messages: [{ role: "user", content: text }],
+      stream: true,
+      conversationId,
+      onDisconnect: "continue",
+    };
+    const tools = chosenTools();
+    if (tools !== undefined) body.tools = tools;
+    setRunning("pending", conversationId);
+    let response;
+    try {
+      response = await api("/api/v1/agent/run", { method: "POST", body });
+    } catch (failure) {
+      setRunning(null);
+      showError(`Error (${failure.code || "network"}): ${failure.message}`);
+      return;
+    }
+    const runId = response.headers.get("X-Agent-Run-Id");
+    setRunning(runId, conversationId);
+    const turn = new Turn();
+    try {
+      await follow(turn, response, runId);
+      if (!turn.ended) turn.error("stream_ended", "The stream ended before the run did; reload to follow it.");
+    } catch (failure) {
+      turn.error(failure.code || "network", failure.message);
+    } finally {
+      setRunning(null);
+      refreshConversations();
+    }
+  }
+
+  async function reattach(inflight) {
+    let run;
+    try {
+      run = await json(`/api/v1/agent/runs/${encodeURIComponent(inflight.runId)}`);
+    } catch (failure) {
+      sessionStorage.removeItem(INFLIGHT_STORE);
+      await loadConversation(inflight.conversationId);
+      document.body.dataset.ready = "true";
+      return;
+    }
+    await loadConversation(inflight.conversationId, { skipRun: run });
+    const question = (run.messages || []).filter((message) => message.role === "user").pop();
+    if (question) addUserMessage(question.content || "");
+    setRunning(inflight.runId, inflight.conversationId);
+    const turn = new Turn();
+    document.body.dataset.ready = "true";
+    try {
+      // From the first event: the stored conversation above stops before this run, so each step shows once.
+      const response = await api(`/api/v1/agent/runs/${encodeURIComponent(inflight.runId)}/events`, {
+        headers: { "Last-Event-ID": "0" },
+      });
+      await follow(turn, response, inflight.runId);
+    } catch (failure) {
+      turn.error(failure.code || "network", failure.message);
+    } finally {
+      setRunning(null);
+      refreshConversations();
+    }
+  }
+
+  async function stop() {
+    const runId = state.runId;
+    if (!runId || runId === "pending") return;
+    ui.stop.disabled = true;
+    try {
+      await api(`/api/v1/agent/runs/${encodeURIComponent(runId)}/cancel`, { method: "POST" });
+    } catch (failure) {
+      showError(`Could not stop the run: ${failure.message}`);
+    } finally {
+      ui.stop.disabled = false;
+    }
+  }
+
+  // --- wiring -----------------------------------------------------------------------------------------
+
+  function closeSideOnPhone() {
+    document.body.classList.remove("side-open");
+    ui.toggleSide.setAttribute("aria-expanded", "false");
+  }
+
+  ui.composer.addEventListener("submit", (event) => {
+    event.preventDefault();
+    send(ui.message.value);
+  });
+  ui.message.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      send(ui.message.value);
+    }
+  });
+  ui.stop.addEventListener("click", stop);
+  ui.model.addEventListener("change", () => localStorage.setItem(MODEL_STORE, ui.model.value));
+  ui.newConversation.addEventListener("click", () => {
+    if (state.runId) return;
+    state.conversationId = newConversationId();
+    sessionStorage.setItem(CONVERSATION_STORE, state.conversationId);
+    ui.transcript.replaceChildren();
+    markCurrentConversation();
+    closeSideOnPhone();
+    ui.message.focus();
+  });
+  ui.toggleSide.addEventListener("click", () => {
+    const open = document.body.classList.toggle("side-open");
+    ui.toggleSide.setAttribute("aria-expanded", String(open));
+  });
+  ui.keyForm.addEventListener("submit", () => {
+    // method="dialog" closes the dialog; the close handler reads the key
+  });
+
+  async function start() {
+    await Promise.all([loadModels(), loadTools(), refreshConversations()]);
+    const inflight = JSON.parse(sessionStorage.getItem(INFLIGHT_STORE) || "null");
+    if (inflight && inflight.runId && inflight.runId !== "pending") {
+      await reattach(inflight); // marks the page ready once the run's replay starts
+    } else {
+      sessionStorage.removeItem(INFLIGHT_STORE);
+      await loadConversation(state.conversationId);
+      document.body.dataset.ready = "true"; // for tests and scripts: the page has loaded what it needs
+    }
+  }
+
+  start();
+})();
