@@ -26,17 +26,11 @@ import anyio
 import httpx
 import pytest
 from playwright.async_api import Browser, Page, Request, async_playwright, expect
-from pydantic import SecretStr
-from starlette.applications import Starlette
-from starlette.requests import Request as HttpRequest
-from starlette.responses import FileResponse, JSONResponse, Response
-from starlette.routing import Route
 
-from agent_service.app import create_app as create_agent_app
-from agent_service.settings import AgentSettings
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
-from support.mcp_gateway import GATEWAY_SECRET, Gateway, echo_http_server, running_gateway
+from support.agent_stack import running_agent
+from support.mcp_gateway import Gateway, echo_http_server, running_gateway
 from support.servers import serve_app
 
 pytestmark = pytest.mark.anyio
@@ -80,7 +74,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
         echo_http_server("tools") as tools_url,
         running_gateway({"rag": rag, "tools": {"url": tools_url}}) as gateway,
         serve_app(create_completion_app(CompletionSettings())) as completion_url,
-        serve_app(_agent_app(completion_url, gateway, f"sqlite:///{root}/runs.db")) as agent_url,
+        running_agent(completion_url, gateway, database_url=f"sqlite:///{root}/runs.db") as agent_url,
         async_playwright() as playwright,
     ):
         with anyio.fail_after(60):
@@ -90,44 +84,6 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
             yield Stack(agent_url, gateway, browser)
         finally:
             await browser.close()
-
-
-CONSOLE_FOLDER = Path(__file__).parents[3] / "services/agent_service/src/agent_service/console"
-
-
-def _agent_app(completion_url: str, gateway: Gateway, database_url: str) -> Starlette:
-    settings = AgentSettings(
-        completion_url=completion_url,
-        mcp_client_url=gateway.url,
-        mcp_service_secret=SecretStr(GATEWAY_SECRET),
-        catalog_cache_seconds=0,
-        database_url=database_url,
-    )
-    app = create_agent_app(settings)
-    if not any(getattr(route, "path", "") == "/console" for route in app.routes):
-        _provisional_console_routes(app, gateway)
-    return app
-
-
-def _provisional_console_routes(app: Starlette, gateway: Gateway) -> None:
-    # THROWAWAY until r-console-api lands (it serves /console and the two lists itself).
-    async def console(request: HttpRequest) -> Response:
-        name = request.path_params.get("name", "index.html")
-        return FileResponse(CONSOLE_FOLDER / name)
-
-    async def tools(request: HttpRequest) -> Response:
-        listed = (await gateway.http.get("/mcp/v1/tools/list-tools")).json()
-        return JSONResponse({"tools": listed["tools"]})
-
-    async def conversations(request: HttpRequest) -> Response:
-        return JSONResponse({"conversations": []})
-
-    app.router.routes[:0] = [
-        Route("/console", console),
-        Route("/console/{name}", console),
-        Route("/api/v1/agent/tools", tools),
-        Route("/api/v1/agent/conversations", conversations),
-    ]
 
 
 @pytest.fixture

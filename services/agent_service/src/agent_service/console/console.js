@@ -583,7 +583,8 @@
       group.appendChild(legend);
       const switches = tools.map((tool) => {
         const label = el("label", "tool-switch" + (tool.unavailable ? " unavailable" : ""));
-        label.title = tool.description + (tool.unavailable ? " (unavailable for now)" : "");
+        const heading = tool.title && tool.title !== tool.name ? tool.title + ": " : "";
+        label.title = heading + (tool.description || "") + (tool.unavailable ? " (unavailable for now)" : "");
         const box = el("input");
         box.type = "checkbox";
         box.name = "tool";
@@ -593,7 +594,7 @@
           setTool(tool.name, box.checked);
           syncServerSwitch(all, switches);
         });
-        label.append(box, document.createTextNode(" " + (tool.title || tool.name)));
+        label.append(box, document.createTextNode(" " + tool.name));
         group.appendChild(label);
         return box;
       });
