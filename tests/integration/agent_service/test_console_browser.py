@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from playwright.async_api import Browser, Page, Request, async_playwright, expect
+from playwright.async_api import Browser, Page, Request, Route, async_playwright, expect
 
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
@@ -181,8 +181,12 @@ async def test_a_search_shows_the_tool_card_its_result_and_the_answer(stack: Sta
 
     folder = os.environ.get("CONSOLE_SCREENSHOTS")
     if folder:
+        await expect(page.locator("#conversations button.current")).to_have_count(1, timeout=WAIT_MS)
+        await page.set_viewport_size({"width": 1280, "height": 1160})
+        await page.locator(".message.user").evaluate("message => message.scrollIntoView({block: 'start'})")
         await page.screenshot(path=f"{folder}/console-wide.png")
         await page.set_viewport_size({"width": 390, "height": 844})
+        await page.locator(".message.user").evaluate("message => message.scrollIntoView({block: 'start'})")
         await page.screenshot(path=f"{folder}/console-narrow.png")
 
 
@@ -250,8 +254,8 @@ async def test_a_reload_mid_run_re_attaches_and_shows_every_step_once(stack: Sta
     await expect(page.locator(".answer").last).to_contain_text(f"gate: {tag} passed")
 
 
-async def test_html_in_a_tool_result_is_shown_as_text(stack: Stack, page: Page) -> None:
-    injected = "echo <img src=x onerror=\"document.body.dataset.pwned='yes'\"> and <b>bold</b>"
+async def test_html_in_a_tool_result_is_shown_as_text_and_markdown_is_rendered(stack: Stack, page: Page) -> None:
+    injected = "echo <img src=x onerror=\"document.body.dataset.pwned='yes'\"> and <b>bold</b>, **strong** `code`"
     await only_tools(page, "echo")
     await send(page, injected)
 
@@ -259,6 +263,9 @@ async def test_html_in_a_tool_result_is_shown_as_text(stack: Stack, page: Page) 
     await expect(page.locator(".answer")).to_contain_text("<img src=x onerror=", timeout=WAIT_MS)
     await expect(page.locator("#transcript img")).to_have_count(0)
     await expect(page.locator("#transcript b")).to_have_count(0)
+    # The answer quotes the result, and its Markdown is rendered after the escaping.
+    await expect(page.locator(".answer strong")).to_have_text("strong")
+    await expect(page.locator(".answer code")).to_have_text("code")
     assert await page.evaluate("document.body.dataset.pwned") is None
 
 
@@ -283,3 +290,59 @@ async def test_a_stored_conversation_is_listed_and_continued(stack: Stack, page:
     await expect(page.locator(".run-footer")).to_have_count(2, timeout=WAIT_MS)
     await expect(page.locator(".message.user")).to_have_count(2)
     assert bodies[1]["conversationId"] == conversation_id
+
+
+async def test_a_failing_tool_is_shown_in_red(stack: Stack, page: Page) -> None:
+    await only_tools(page, "fail")
+    await send(page, "always fail please")
+
+    card = page.locator(".tool-card", has=page.locator(".tool-name", has_text="fail"))
+    await expect(card).to_have_class("tool-card failed", timeout=WAIT_MS)
+    await expect(card.locator(".tool-result.error")).to_contain_text("always fail please")
+    await expect(card.locator(".tool-result.error")).to_have_css("color", "rgb(179, 38, 30)")
+    await expect(page.locator(".run-footer")).to_contain_text("finish: stop", timeout=WAIT_MS)
+
+
+async def test_a_refused_run_shows_its_error(stack: Stack, page: Page) -> None:
+    await page.locator("#model").evaluate("select => { select.add(new Option('no-such-model')); }")
+    await page.locator("#model").select_option("no-such-model")
+    await send(page, "hello")
+
+    await expect(page.locator("[role=alert]")).to_contain_text("Error (model_not_found)", timeout=WAIT_MS)
+    await expect(page.locator("#send")).to_be_enabled()
+    await expect(page.locator("#stop")).to_be_hidden()
+
+
+async def test_the_key_is_asked_once_on_a_401_and_kept_in_the_tab_only(stack: Stack) -> None:
+    # agent-service has no caller keys yet: the browser plays an API that wants one (every call but the page's own
+    # files answers 401 without ``Authorization: Bearer <key>``), in front of the real one.
+    context = await stack.browser.new_context()
+    page = await context.new_page()
+    refused: list[str] = []
+
+    async def guard(route: Route) -> None:
+        if route.request.headers.get("authorization") == "Bearer caller-key-1":
+            await route.continue_()
+        else:
+            refused.append(route.request.url)
+            await route.fulfill(
+                status=401, json={"error": {"code": "unauthorized", "message": "A caller key is required."}}
+            )
+
+    await page.route("**/api/**", guard)
+    await page.route("**/v1/models", guard)
+    await page.goto(f"{stack.agent_url}/console")
+    await expect(page.locator("#key-dialog")).to_be_visible(timeout=WAIT_MS)
+    await page.locator("#key-input").fill("caller-key-1")
+    await page.locator("#key-input").press("Enter")
+    await expect(page.locator("body[data-ready=true]")).to_have_count(1, timeout=WAIT_MS)
+    await expect(page.locator("#model")).to_have_value("demo")
+    await only_tools(page)
+    await send(page, "hello with a key")
+    await expect(page.locator(".run-footer")).to_contain_text("finish: stop", timeout=WAIT_MS)
+
+    await expect(page.locator("#key-dialog")).to_be_hidden()
+    assert refused  # the first calls were refused, the dialog came up once for all of them
+    assert await page.evaluate("sessionStorage.getItem('console.apiKey')") == "caller-key-1"
+    assert "caller-key-1" not in await page.evaluate("JSON.stringify(localStorage)")
+    await context.close()
