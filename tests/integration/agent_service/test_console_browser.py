@@ -18,6 +18,7 @@ import os
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,10 +27,13 @@ import anyio
 import httpx
 import pytest
 from playwright.async_api import Browser, Page, Request, Route, async_playwright, expect
+from pydantic import SecretStr
 
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
+from support import fake_openai
 from support.agent_stack import running_agent
+from support.fake_openai import ScriptedOpenAI
 from support.mcp_gateway import Gateway, echo_http_server, running_gateway
 from support.servers import serve_app
 
@@ -56,6 +60,7 @@ class Stack:
     agent_url: str
     gateway: Gateway
     browser: Browser
+    llm: ScriptedOpenAI
 
 
 @pytest.fixture(scope="module")
@@ -70,10 +75,23 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
         "args": ["-m", "mcp_rag_tool", "--transport", "stdio"],
         "env": {"RAG_DOCS_PATHS": json.dumps([str(docs)]), "HOME": os.environ.get("HOME", "/")},
     }
+    llm = ScriptedOpenAI()  # a model completion-service routes but does not list: picked with "Other…"
+    async with serve_app(llm.app) as llm_url:
+        completion_settings = CompletionSettings(
+            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
+        )
+        async with _services(root, rag, completion_settings, llm) as stack:
+            yield stack
+
+
+@asynccontextmanager
+async def _services(
+    root: Path, rag: dict[str, Any], completion_settings: CompletionSettings, llm: ScriptedOpenAI
+) -> AsyncIterator[Stack]:
     async with (
         echo_http_server("tools") as tools_url,
         running_gateway({"rag": rag, "tools": {"url": tools_url}}) as gateway,
-        serve_app(create_completion_app(CompletionSettings())) as completion_url,
+        serve_app(create_completion_app(completion_settings)) as completion_url,
         running_agent(completion_url, gateway, database_url=f"sqlite:///{root}/runs.db") as agent_url,
         async_playwright() as playwright,
     ):
@@ -81,7 +99,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
             await gateway.wait_until_ready("rag", "tools")
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
-            yield Stack(agent_url, gateway, browser)
+            yield Stack(agent_url, gateway, browser, llm)
         finally:
             await browser.close()
 
@@ -304,13 +322,27 @@ async def test_a_failing_tool_is_shown_in_red(stack: Stack, page: Page) -> None:
 
 
 async def test_a_refused_run_shows_its_error(stack: Stack, page: Page) -> None:
-    await page.locator("#model").evaluate("select => { select.add(new Option('no-such-model')); }")
-    await page.locator("#model").select_option("no-such-model")
+    await page.locator("#model").select_option(label="Other…")
+    await page.locator("#model-other").fill("m" * 300)  # longer than any model name may be: a 400
     await send(page, "hello")
 
-    await expect(page.locator("[role=alert]")).to_contain_text("Error (model_not_found)", timeout=WAIT_MS)
+    await expect(page.locator("[role=alert]")).to_contain_text("Error (invalid_request)", timeout=WAIT_MS)
+    await expect(page.locator(".message.assistant")).to_have_count(0)
     await expect(page.locator("#send")).to_be_enabled()
     await expect(page.locator("#stop")).to_be_hidden()
+
+
+async def test_an_error_event_ends_the_run_with_its_message(stack: Stack, page: Page) -> None:
+    stack.llm.push(fake_openai.error(401))
+    await page.locator("#model").select_option(label="Other…")
+    await page.locator("#model-other").fill("gpt-4o")
+    await only_tools(page)
+    await send(page, "hello")
+
+    alert = page.locator(".message.assistant [role=alert]")
+    await expect(alert).to_contain_text("Error (auth_failed)", timeout=WAIT_MS)
+    await expect(page.locator(".run-footer")).to_have_count(0)
+    await expect(page.locator("#send")).to_be_enabled()
 
 
 async def test_the_key_is_asked_once_on_a_401_and_kept_in_the_tab_only(stack: Stack) -> None:
@@ -346,3 +378,54 @@ async def test_the_key_is_asked_once_on_a_401_and_kept_in_the_tab_only(stack: St
     assert await page.evaluate("sessionStorage.getItem('console.apiKey')") == "caller-key-1"
     assert "caller-key-1" not in await page.evaluate("JSON.stringify(localStorage)")
     await context.close()
+
+
+def _reasoning_then_text(reasoning: list[str], text: list[str]) -> fake_openai.Reply:
+    """A streamed Chat Completions answer whose deltas carry ``reasoning_content`` (vLLM, DeepSeek), then text."""
+    frames = [{"role": "assistant", "content": ""}]
+    frames += [{"reasoning_content": piece} for piece in reasoning]
+    frames += [{"content": piece} for piece in text]
+    chunks = [
+        {
+            "id": "chatcmpl-r",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "gpt-4o",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+        }
+        for delta in frames
+    ]
+    chunks.append(
+        {
+            "id": "chatcmpl-r",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "gpt-4o",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        }
+    )
+    body = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
+    return fake_openai.raw(body.encode(), content_type="text/event-stream")
+
+
+async def test_a_typed_model_streams_its_reasoning_folded_and_its_answer(stack: Stack, page: Page) -> None:
+    stack.llm.push(
+        _reasoning_then_text(["The user wants ", "a list."], ["Two things:\n\n", "- **one**\n", "- `two`\n"])
+    )
+    bodies = run_bodies(page)
+    await page.locator("#model").select_option(label="Other…")
+    await page.locator("#model-other").fill("gpt-4o")
+    await only_tools(page)
+    await send(page, "list two things")
+
+    await expect(page.locator(".run-footer")).to_contain_text("finish: stop", timeout=WAIT_MS)
+    reasoning = page.locator("details.reasoning")
+    await expect(reasoning).to_have_count(1)
+    await expect(reasoning).not_to_have_attribute("open", "")
+    await expect(reasoning.locator(".reasoning-text")).to_be_hidden()
+    await reasoning.locator("summary").click()
+    await expect(reasoning.locator(".reasoning-text")).to_have_text("The user wants a list.")
+    await expect(page.locator(".answer li")).to_have_count(2)
+    await expect(page.locator(".answer li strong")).to_have_text("one")
+    await expect(page.locator(".answer li code")).to_have_text("two")
+    assert bodies[0]["model"] == "gpt-4o"

@@ -12,12 +12,14 @@
   const LONG_RESULT_CHARS = 800;
   const LONG_RESULT_LINES = 16;
   const MAX_REATTACHES = 5;
+  const OTHER_MODEL = "\u0000other"; // the picker's "Other…" entry: a name typed in (the list omits patterns)
 
   const $ = (id) => document.getElementById(id);
   const ui = {
     side: $("side"),
     toggleSide: $("toggle-side"),
     model: $("model"),
+    modelOther: $("model-other"),
     newConversation: $("new-conversation"),
     conversations: $("conversations"),
     conversationsNote: $("conversations-note"),
@@ -547,12 +549,29 @@
     try {
       const body = await json("/v1/models");
       const ids = (body.data || []).map((model) => model.id);
-      const wanted = localStorage.getItem(MODEL_STORE);
-      ui.model.replaceChildren(...ids.map((id) => Object.assign(el("option", null, id), { value: id })));
-      ui.model.value = ids.includes(wanted) ? wanted : ids.includes("demo") ? "demo" : ids[0] || "";
+      const wanted = localStorage.getItem(MODEL_STORE) || "";
+      const options = ids.map((id) => Object.assign(el("option", null, id), { value: id }));
+      options.push(Object.assign(el("option", null, "Other…"), { value: OTHER_MODEL }));
+      ui.model.replaceChildren(...options);
+      if (ids.includes(wanted)) ui.model.value = wanted;
+      else if (wanted) {
+        ui.model.value = OTHER_MODEL;
+        ui.modelOther.value = wanted;
+      } else ui.model.value = ids.includes("demo") ? "demo" : ids[0] || OTHER_MODEL;
     } catch (failure) {
       showError(`Could not list the models: ${failure.message}`);
     }
+    ui.modelOther.hidden = ui.model.value !== OTHER_MODEL;
+  }
+
+  // Completion-service routes more names than it lists (``openai/<model>``, bare names): "Other…" takes one.
+  function chosenModel() {
+    return ui.model.value === OTHER_MODEL ? ui.modelOther.value.trim() : ui.model.value;
+  }
+
+  function rememberModel() {
+    ui.modelOther.hidden = ui.model.value !== OTHER_MODEL;
+    localStorage.setItem(MODEL_STORE, chosenModel());
   }
 
   async function loadTools() {
@@ -661,12 +680,17 @@
 
   async function send(text) {
     if (state.runId || !text.trim()) return;
+    if (!chosenModel()) {
+      showError("Type a model name first (the picker's Other… entry).");
+      ui.modelOther.focus();
+      return;
+    }
     const conversationId = state.conversationId;
     sessionStorage.setItem(CONVERSATION_STORE, conversationId);
     addUserMessage(text);
     ui.message.value = "";
     const body = {
-      model: ui.model.value,
+      model: chosenModel(),
       messages: [{ role: "user", content: text }],
       stream: true,
       conversationId,
@@ -758,7 +782,11 @@
     }
   });
   ui.stop.addEventListener("click", stop);
-  ui.model.addEventListener("change", () => localStorage.setItem(MODEL_STORE, ui.model.value));
+  ui.model.addEventListener("change", () => {
+    rememberModel();
+    if (!ui.modelOther.hidden) ui.modelOther.focus();
+  });
+  ui.modelOther.addEventListener("change", rememberModel);
   ui.newConversation.addEventListener("click", () => {
     if (state.runId) return;
     state.conversationId = newConversationId();
