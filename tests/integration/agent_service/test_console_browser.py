@@ -111,12 +111,17 @@ async def page(stack: Stack) -> AsyncIterator[Page]:
     page = await context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
+    # The page runs under agent-service's Content-Security-Policy: anything inline would be refused, and said so.
+    page.on(
+        "console",
+        lambda message: errors.append(message.text) if "Content Security Policy" in message.text else None,
+    )
     await page.goto(f"{stack.agent_url}/console")
     await expect(page.locator("body[data-ready=true]")).to_have_count(1, timeout=WAIT_MS)
     await expect(page.locator("#model")).to_have_value("demo")
     yield page
     await context.close()
-    assert not errors, f"the page threw: {errors}"
+    assert not errors, f"the page threw or broke its policy: {errors}"
 
 
 async def only_tools(page: Page, *names: str) -> None:
@@ -429,3 +434,61 @@ async def test_a_typed_model_streams_its_reasoning_folded_and_its_answer(stack: 
     await expect(page.locator(".answer li strong")).to_have_text("one")
     await expect(page.locator(".answer li code")).to_have_text("two")
     assert bodies[0]["model"] == "gpt-4o"
+
+
+async def test_a_finished_run_comes_back_from_the_store_after_a_reload(stack: Stack, page: Page) -> None:
+    await send(page, SEARCH)
+    await expect(page.locator(".run-footer")).to_contain_text("finish: stop", timeout=WAIT_MS)
+    shown = await page.locator("#transcript").inner_text()
+
+    await page.reload()
+    await expect(page.locator("body[data-ready=true]")).to_have_count(1, timeout=WAIT_MS)
+
+    card = page.locator(".tool-card", has=page.locator(".tool-name", has_text="search_documents"))
+    await expect(card.locator(".tool-result")).to_contain_text("wall-clock deadline of 120 seconds")
+    await expect(page.locator(".message.user")).to_have_count(1)
+    await expect(page.locator(".answer")).to_have_count(1)
+    await expect(page.locator(".run-footer")).to_have_text("finish: stop · 2 iterations · " + shown.split(" · ")[-1])
+
+
+async def test_a_long_result_is_folded_and_the_tool_description_is_on_hover(stack: Stack, page: Page) -> None:
+    label = page.locator("label.tool-switch", has=page.locator("input[value=echo]"))
+    await expect(label).to_have_attribute("title", "Return the text unchanged.")
+    await only_tools(page, "echo")
+    long_text = "echo " + " ".join(f"word{number}" for number in range(300))
+    await send(page, long_text)
+
+    folded = page.locator(".tool-card details.long-result")
+    await expect(folded).to_have_count(1, timeout=WAIT_MS)
+    await expect(folded.locator("summary")).to_contain_text(f"Result ({len(long_text):,} characters)")
+    await expect(folded.locator(".tool-result")).to_be_hidden()
+    await folded.locator("summary").click()
+    await expect(folded.locator(".tool-result")).to_have_text(long_text)
+
+
+async def test_enter_sends_and_shift_enter_starts_a_new_line(stack: Stack, page: Page) -> None:
+    await only_tools(page)
+    box = page.locator("#message")
+    await box.press_sequentially("first line")
+    await box.press("Shift+Enter")
+    await box.press_sequentially("second line")
+    await expect(page.locator(".message.user")).to_have_count(0)
+    await box.press("Enter")
+
+    await expect(page.locator(".message.user .user-text")).to_have_text("first line\nsecond line")
+    await expect(box).to_have_value("")
+    await expect(page.locator(".run-footer")).to_contain_text("finish: stop", timeout=WAIT_MS)
+
+
+async def test_a_phone_width_screen_folds_the_side_and_fits_the_width(stack: Stack, page: Page) -> None:
+    await page.set_viewport_size({"width": 390, "height": 844})
+    await expect(page.locator("#side")).to_be_hidden()
+    await page.locator("#toggle-side").click()
+    await expect(page.locator("#side")).to_be_visible()
+    await only_tools(page)
+    await page.locator("#toggle-side").click()
+    await expect(page.locator("#side")).to_be_hidden()
+    await send(page, SEARCH + " " + "x" * 200)  # a long word must wrap, not widen the page
+
+    await expect(page.locator(".run-footer")).to_contain_text("finish: stop", timeout=WAIT_MS)
+    assert await page.evaluate("document.documentElement.scrollWidth") <= 390

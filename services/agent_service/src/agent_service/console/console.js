@@ -470,7 +470,8 @@
       if (message.role === "system") continue;
       if (!turn) turn = new Turn();
       if (message.role === "assistant") {
-        const iteration = turn.texts.size + turn.cards.size + 1;
+        turn.storedTurns = (turn.storedTurns || 0) + 1; // each stored assistant message: its own blocks
+        const iteration = turn.storedTurns;
         for (const block of message.reasoning || []) if (block.text) turn.reasoning(iteration, block.text);
         for (const call of message.toolCalls || []) turn.toolCall(call.id, call.name, call.arguments);
         if (message.content) turn.text(iteration, message.content);
@@ -811,7 +812,8 @@
       await reattach(inflight); // marks the page ready once the run's replay starts
     } else {
       sessionStorage.removeItem(INFLIGHT_STORE);
-      await loadConversation(state.conversationId);
+      // A conversation this tab has not sent to yet is not stored: nothing to load.
+      if (sessionStorage.getItem(CONVERSATION_STORE)) await loadConversation(state.conversationId);
       document.body.dataset.ready = "true"; // for tests and scripts: the page has loaded what it needs
     }
   }
