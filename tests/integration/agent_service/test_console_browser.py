@@ -7,8 +7,7 @@ holds a call open until the test opens it: a run stays in flight for as long as 
 The demo model calls the tools whose name or description shares a word with the message, with the message as
 their string arguments; so ``gate`` is called with the message as its tag.
 
-With ``CONSOLE_SCREENSHOTS=<folder>`` set, the search test also writes ``console-wide.png`` and
-``console-narrow.png`` there (``docs/`` keeps the ones the README shows).
+The README's screenshots come from ``docs/console_screenshots.py``, against ``make run``.
 """
 
 from __future__ import annotations
@@ -201,16 +200,6 @@ async def test_a_search_shows_the_tool_card_its_result_and_the_answer(stack: Sta
     assert bodies[0]["onDisconnect"] == "continue"
     assert "tools" not in bodies[0]
     assert bodies[0]["conversationId"].startswith("console-")
-
-    folder = os.environ.get("CONSOLE_SCREENSHOTS")
-    if folder:
-        await expect(page.locator("#conversations button.current")).to_have_count(1, timeout=WAIT_MS)
-        await page.set_viewport_size({"width": 1280, "height": 1160})
-        await page.locator(".message.user").evaluate("message => message.scrollIntoView({block: 'start'})")
-        await page.screenshot(path=f"{folder}/console-wide.png")
-        await page.set_viewport_size({"width": 390, "height": 844})
-        await page.locator(".message.user").evaluate("message => message.scrollIntoView({block: 'start'})")
-        await page.screenshot(path=f"{folder}/console-narrow.png")
 
 
 async def test_a_tool_switched_off_is_not_called(stack: Stack, page: Page) -> None:
