@@ -481,3 +481,34 @@ async def test_a_phone_width_screen_folds_the_side_and_fits_the_width(stack: Sta
 
     await expect(page.locator(".run-footer")).to_contain_text("finish: stop", timeout=WAIT_MS)
     assert await page.evaluate("document.documentElement.scrollWidth") <= 390
+
+
+async def test_a_conversation_opened_from_the_list_mid_run_follows_its_run(stack: Stack, page: Page) -> None:
+    # The run was started elsewhere (another tab, a script): the page finds it in progress in the store.
+    tag = f"wait at the gate {uuid.uuid4().hex}"
+    conversation_id = f"elsewhere-{uuid.uuid4().hex}"
+    body = {
+        "model": "demo",
+        "stream": True,
+        "onDisconnect": "continue",
+        "conversationId": conversation_id,
+        "tools": ["gate"],
+        "messages": [{"role": "user", "content": tag}],
+    }
+    async with (
+        httpx.AsyncClient(base_url=stack.agent_url, timeout=30) as http,
+        http.stream("POST", "/api/v1/agent/run", json=body) as response,
+    ):
+        assert response.status_code == 200
+    await gate_started(stack, tag)
+
+    await page.reload()
+    await page.locator(f"#conversations button[data-conversation-id='{conversation_id}']").click()
+    await expect(page.locator(".tool-card.running")).to_have_count(1, timeout=WAIT_MS)
+    await expect(page.locator(".message.user")).to_have_text(["You" + tag])
+    await expect(page.locator("#stop")).to_be_visible()
+    await open_gate(stack, tag)
+
+    await expect(page.locator(".run-footer")).to_contain_text("finish: stop", timeout=WAIT_MS)
+    await expect(page.locator(".tool-card")).to_have_count(1)
+    await expect(page.locator(".answer")).to_have_count(1)

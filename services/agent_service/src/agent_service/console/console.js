@@ -12,6 +12,7 @@
   const LONG_RESULT_CHARS = 800;
   const LONG_RESULT_LINES = 16;
   const MAX_REATTACHES = 5;
+  const MOVED_RUN_CODES = new Set(["shutting_down", "run_moved"]); // the run goes on on another instance
   const OTHER_MODEL = "\u0000other"; // the picker's "Other…" entry: a name typed in (the list omits patterns)
 
   const $ = (id) => document.getElementById(id);
@@ -290,6 +291,12 @@
 
     // Applies one event; events already shown (a re-attach sends them again) are skipped.
     apply(id, type, data) {
+      if (type === "error" && MOVED_RUN_CODES.has(data.code)) {
+        // Sent by the instance this stream came from only, not a step of the run (which goes on elsewhere):
+        // follow() re-attaches after the last event shown.
+        this.body.appendChild(el("div", "note", `${data.message} Re-attaching…`));
+        return;
+      }
       if (id !== null && id <= this.lastSeq) return;
       if (id !== null) this.lastSeq = id;
       switch (type) {
@@ -482,7 +489,13 @@
     closeTurn();
   }
 
-  async function loadConversation(conversationId, { skipRun = null } = {}) {
+  const ACTIVE_STATUSES = new Set(["processing", "tool_loop"]);
+
+  // Shows a stored conversation; answers its run still in progress, if any (a conversation takes one at a
+  // time, so it is the last), which the caller replays from its events. That run's messages start at its
+  // question, the conversation's last user message: everything before it is shown from the store, the rest
+  // from the run's events from the first, so that each step shows once whatever the run did meanwhile.
+  async function loadConversation(conversationId) {
     ui.transcript.replaceChildren();
     state.conversationId = conversationId;
     sessionStorage.setItem(CONVERSATION_STORE, conversationId);
@@ -497,13 +510,41 @@
     }
     let messages = conversation.messages || [];
     let runs = conversation.runs || [];
-    if (skipRun) {
-      // The run in flight is replayed from its events: leave its stored messages out so each step shows once.
-      runs = runs.filter((run) => run.runId !== skipRun.runId);
-      messages = messages.slice(0, Math.max(0, messages.length - skipRun.messages.length));
+    const last = runs[runs.length - 1];
+    if (!last || !ACTIVE_STATUSES.has(last.status)) {
+      renderStored(messages, runs);
+      return null;
     }
+    const questionAt = messages.map((message) => message.role).lastIndexOf("user");
+    const question = questionAt >= 0 ? messages[questionAt].content || "" : "";
+    messages = questionAt >= 0 ? messages.slice(0, questionAt) : messages;
+    runs = runs.slice(0, -1);
     renderStored(messages, runs);
-    return conversation;
+    return { runId: last.runId, question };
+  }
+
+  // Follows a run already under way (started before a reload, or in another tab) from its first event.
+  async function replay(active, conversationId) {
+    addUserMessage(active.question);
+    setRunning(active.runId, conversationId);
+    const turn = new Turn();
+    try {
+      const response = await api(`/api/v1/agent/runs/${encodeURIComponent(active.runId)}/events`, {
+        headers: { "Last-Event-ID": "0" },
+      });
+      await follow(turn, response, active.runId);
+    } catch (failure) {
+      turn.error(failure.code || "network", failure.message);
+    } finally {
+      setRunning(null);
+      refreshConversations();
+    }
+  }
+
+  async function showConversation(conversationId) {
+    const active = await loadConversation(conversationId);
+    document.body.dataset.ready = "true"; // for tests and scripts: the page shows what is stored
+    if (active) await replay(active, conversationId);
   }
 
   async function refreshConversations() {
@@ -541,7 +582,7 @@
   async function openConversation(conversationId) {
     if (state.runId) return; // one run at a time; Stop it first
     closeSideOnPhone();
-    await loadConversation(conversationId);
+    await showConversation(conversationId);
   }
 
   // --- models and tools -----------------------------------------------------------------------------
@@ -722,36 +763,6 @@
     }
   }
 
-  async function reattach(inflight) {
-    let run;
-    try {
-      run = await json(`/api/v1/agent/runs/${encodeURIComponent(inflight.runId)}`);
-    } catch (failure) {
-      sessionStorage.removeItem(INFLIGHT_STORE);
-      await loadConversation(inflight.conversationId);
-      document.body.dataset.ready = "true";
-      return;
-    }
-    await loadConversation(inflight.conversationId, { skipRun: run });
-    const question = (run.messages || []).filter((message) => message.role === "user").pop();
-    if (question) addUserMessage(question.content || "");
-    setRunning(inflight.runId, inflight.conversationId);
-    const turn = new Turn();
-    document.body.dataset.ready = "true";
-    try {
-      // From the first event: the stored conversation above stops before this run, so each step shows once.
-      const response = await api(`/api/v1/agent/runs/${encodeURIComponent(inflight.runId)}/events`, {
-        headers: { "Last-Event-ID": "0" },
-      });
-      await follow(turn, response, inflight.runId);
-    } catch (failure) {
-      turn.error(failure.code || "network", failure.message);
-    } finally {
-      setRunning(null);
-      refreshConversations();
-    }
-  }
-
   async function stop() {
     const runId = state.runId;
     if (!runId || runId === "pending") return;
@@ -807,15 +818,13 @@
 
   async function start() {
     await Promise.all([loadModels(), loadTools(), refreshConversations()]);
+    // A run in flight when the page was left (reloaded): its conversation shows it, re-attached.
     const inflight = JSON.parse(sessionStorage.getItem(INFLIGHT_STORE) || "null");
-    if (inflight && inflight.runId && inflight.runId !== "pending") {
-      await reattach(inflight); // marks the page ready once the run's replay starts
-    } else {
-      sessionStorage.removeItem(INFLIGHT_STORE);
-      // A conversation this tab has not sent to yet is not stored: nothing to load.
-      if (sessionStorage.getItem(CONVERSATION_STORE)) await loadConversation(state.conversationId);
-      document.body.dataset.ready = "true"; // for tests and scripts: the page has loaded what it needs
-    }
+    sessionStorage.removeItem(INFLIGHT_STORE);
+    if (inflight && inflight.conversationId) state.conversationId = inflight.conversationId;
+    // A conversation this tab has not sent to yet is not stored: nothing to load.
+    if (inflight || sessionStorage.getItem(CONVERSATION_STORE)) await showConversation(state.conversationId);
+    else document.body.dataset.ready = "true";
   }
 
   start();
