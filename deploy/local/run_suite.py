@@ -62,6 +62,8 @@ def _banner(agent: int, completion: int, mcp: int) -> str:
    completion-service  http://127.0.0.1:{completion}   OpenAI: {openai}
    mcp-client-service  http://127.0.0.1:{mcp}   tools: search_documents, web_search (stdio)
 
+ Open the console (a chat page):  http://127.0.0.1:{agent}/console
+
  Run an agent (the `demo` model is a deterministic stand-in, not an LLM):
 
    curl -N http://127.0.0.1:{agent}/api/v1/agent/run \\

@@ -47,6 +47,8 @@ def suite() -> Iterator[str]:
         else:
             pytest.fail("make run ended before it was ready:\n" + "".join(banner))
         assert "curl -N http://127.0.0.1:{}/api/v1/agent/run".format(ports["AGENT_PORT"]) in "".join(banner)
+        console_line = " Open the console (a chat page):  http://127.0.0.1:{}/console\n".format(ports["AGENT_PORT"])
+        assert console_line in banner
         # The services log to stdout, this pipe: keep reading it, or a full pipe would block them.
         threading.Thread(target=collections.deque, args=(process.stdout, 0), daemon=True).start()
         yield f"http://127.0.0.1:{ports['AGENT_PORT']}"
@@ -133,3 +135,10 @@ def test_make_run_stores_runs_and_conversations_with_no_setup(suite: str) -> Non
     stored = httpx.get(f"{suite}/api/v1/agent/conversations/{conversation}", timeout=10).json()
     assert [message["role"] for message in stored["messages"]] == ["user", "assistant", "user", "assistant"]
     assert [r["runId"] for r in stored["runs"]] == [first.json()["runId"], second.json()["runId"]]
+
+
+def test_make_run_serves_the_console_the_banner_names(suite: str) -> None:
+    response = httpx.get(f"{suite}/console", timeout=10)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    assert "<html" in response.text.lower()

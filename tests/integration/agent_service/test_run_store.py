@@ -290,6 +290,46 @@ async def test_a_conversation_gives_each_run_the_messages_of_the_runs_before_it(
     assert await store.earlier_messages(without.run_id) == []
 
 
+async def test_conversations_are_listed_newest_first_with_their_title_run_count_and_latest_status(
+    store: RunStore,
+) -> None:
+    older, newer = f"conv_{uuid.uuid4().hex}", f"conv_{uuid.uuid4().hex}"
+    first = new_run(
+        conversation_id=older,
+        messages=[Message(role="system", content="Be brief."), Message(role="user", content="Weather in Zürich? 🌦")],
+    )
+    await store.create_run(first, owner="replica-a", lease_seconds=LEASE)
+    await store.finish(first.run_id, Step(status="completed", finish_reason="stop"), owner="replica-a")
+    second = new_run(conversation_id=older, messages=[Message(role="user", content="And tomorrow?")])
+    await store.create_run(second, owner="replica-a", lease_seconds=LEASE)
+    only = new_run(conversation_id=newer, messages=[Message(role="user", content="Hi")])
+    await store.create_run(only, owner="replica-a", lease_seconds=LEASE)
+    await store.finish(
+        only.run_id, Step(status="failed", error=RunErrorDetail(code="x", message="y")), owner="replica-a"
+    )
+    await store.create_run(new_run(), owner="replica-a", lease_seconds=LEASE)  # no conversation: not listed
+
+    listed = await store.list_conversations(10)
+
+    assert [(c.conversation_id, c.first_user_text, c.runs, c.latest_status) for c in listed] == [
+        (newer, "Hi", 1, "failed"),
+        (older, "Weather in Zürich? 🌦", 2, "processing"),
+    ]
+    assert listed[0].updated_at >= listed[1].updated_at
+    assert listed[1].created_at <= listed[1].updated_at
+    assert [c.conversation_id for c in await store.list_conversations(1)] == [newer]
+
+
+async def test_a_conversation_without_a_user_message_is_listed_without_a_title(store: RunStore) -> None:
+    conversation = f"conv_{uuid.uuid4().hex}"
+    run = new_run(conversation_id=conversation, messages=[Message(role="system", content="Say hello.")])
+    await store.create_run(run, owner="replica-a", lease_seconds=LEASE)
+
+    [listed] = await store.list_conversations(5)
+
+    assert (listed.conversation_id, listed.first_user_text, listed.runs) == (conversation, None, 1)
+
+
 async def test_a_conversation_takes_one_active_run_at_a_time(store: RunStore) -> None:
     conversation = f"conv_{uuid.uuid4().hex}"
     first = new_run(conversation_id=conversation)

@@ -26,6 +26,8 @@ __all__ = [
     "CompletionRequest",
     "CompletionResponse",
     "ConversationId",
+    "ConversationList",
+    "ConversationSummaryView",
     "ConversationView",
     "ErrorDetail",
     "ErrorResponse",
@@ -61,7 +63,9 @@ __all__ = [
     "ToolCallEvent",
     "ToolChoice",
     "ToolInfo",
+    "ToolList",
     "ToolSpec",
+    "ToolSummary",
     "ToolUnavailable",
     "Usage",
     "WireModel",
@@ -528,3 +532,43 @@ class ConversationView(WireModel):
     """Every run's messages, run after run: what a next run continues."""
     runs: list[RunView]
     """Oldest first, without their messages (they are above)."""
+
+
+class ConversationSummaryView(WireModel):
+    """One conversation in ``GET /api/v1/agent/conversations``: what names and describes it, no messages."""
+
+    conversation_id: str
+    title: str
+    """Its first user message's text on one line, cut to 80 characters (ending in ``…`` when cut); empty
+    when it has none."""
+    created_at: str
+    updated_at: str
+    """When its newest run started."""
+    runs: int
+    """How many runs it has."""
+    status: RunStatus
+    """Its newest run's status."""
+
+
+class ConversationList(WireModel):
+    """``GET /api/v1/agent/conversations``: the conversations updated last, newest first."""
+
+    conversations: list[ConversationSummaryView]
+
+
+class ToolSummary(WireModel):
+    """A tool a run may use, as ``GET /api/v1/agent/tools`` lists it (no input schema)."""
+
+    name: str
+    description: str = ""
+    server: str
+    """The MCP server that provides it."""
+    title: str | None = None
+    unavailable: ToolUnavailable | None = None
+    """Set while its server cannot take calls (a run naming it is still accepted; see ``ToolInfo``)."""
+
+
+class ToolList(WireModel):
+    """``GET /api/v1/agent/tools``: sorted by server, then name."""
+
+    tools: list[ToolSummary]

@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from agent_service.clients import CompletionClient, ToolsClient
+from agent_service.console_api import console_routes
 from agent_service.loop import AgentLoop, RunOutcome
 from agent_service.openai_front import openai_routes
 from agent_service.planning import ModelCheck, ToolCatalog, plan_run
@@ -261,6 +262,7 @@ def create_app(
         routes=[
             ApiRoute("/api/v1/agent/run", run_agent, method="POST", operation=_RUN),
             *runs_routes(),
+            *console_routes(),
             *openai_routes(),
             *health_routes(_readiness, observability.lifecycle),
             *observability.routes(),

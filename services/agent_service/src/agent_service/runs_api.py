@@ -7,18 +7,29 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from agent_service.runs import AgentRuns
-from agent_service.store import RunRecord, StoredEvent
+from agent_service.store import ConversationSummary, RunRecord, StoredEvent
 from suite_common.echo import clip
 from suite_common.errors import ApiError
 from suite_common.http import ModelResponse
 from suite_common.openapi import ApiRoute, Operation
 from suite_common.sse import Emit as SendChunk
 from suite_common.sse import EventStreamResponse, encode_event
-from suite_common.wire import ConversationView, Message, RunErrorDetail, RunEvent, RunView
+from suite_common.wire import (
+    ConversationList,
+    ConversationSummaryView,
+    ConversationView,
+    Message,
+    RunErrorDetail,
+    RunEvent,
+    RunView,
+)
 
 __all__ = ["run_view", "runs_routes"]
 
 _MAX_ID_CHARS = 128
+_DEFAULT_CONVERSATIONS = 50
+_MAX_CONVERSATIONS = 200
+_TITLE_CHARS = 80
 
 
 def _runs(request: Request) -> AgentRuns:
@@ -121,6 +132,42 @@ async def get_conversation(request: Request) -> Response:
     )
 
 
+def _limit(request: Request) -> int:
+    raw = request.query_params.get("limit", str(_DEFAULT_CONVERSATIONS))
+    try:
+        limit = int(raw.strip())
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= _MAX_CONVERSATIONS:
+        raise ApiError(
+            400, "invalid_request", f"limit must be a whole number from 1 to {_MAX_CONVERSATIONS} (got {clip(raw)!r})."
+        )
+    return limit
+
+
+def _title(text: str | None) -> str:
+    """The first user message on one line (a title, not the message), clipped."""
+    return clip(" ".join((text or "").split()), _TITLE_CHARS)
+
+
+def _summary_view(summary: ConversationSummary) -> ConversationSummaryView:
+    return ConversationSummaryView(
+        conversation_id=summary.conversation_id,
+        title=_title(summary.first_user_text),
+        created_at=summary.created_at.isoformat(),
+        updated_at=summary.updated_at.isoformat(),
+        runs=summary.runs,
+        status=summary.latest_status,
+    )
+
+
+async def list_conversations(request: Request) -> Response:
+    runs = _runs(request)
+    limit = _limit(request)
+    listed = await runs.conversations(limit)
+    return ModelResponse(ConversationList(conversations=[_summary_view(summary) for summary in listed]))
+
+
 _NOT_STORED = "Runs are not stored (AGENT_DATABASE_URL is empty), or no such run is stored."
 _GET_RUN = Operation(
     "A stored run: status, finish reason, iterations, usage, its messages, the error if any",
@@ -143,12 +190,23 @@ _GET_CONVERSATION = Operation(
     errors={404: "No such conversation is stored, or runs are not stored."},
 )
 
+_LIST_CONVERSATIONS = Operation(
+    "The stored conversations updated last, newest first (?limit=1..200, 50 by default): title, run count, status",
+    answer=ConversationList,
+    errors={
+        400: "limit is not a whole number from 1 to 200.",
+        404: "Runs are not stored (AGENT_DATABASE_URL is empty).",
+        503: "The run store is unavailable (Retry-After).",
+    },
+)
+
 
 def runs_routes() -> list[BaseRoute]:
     return [
         ApiRoute("/api/v1/agent/runs/{runId}", get_run, method="GET", operation=_GET_RUN),
         ApiRoute("/api/v1/agent/runs/{runId}/events", get_events, method="GET", operation=_GET_EVENTS),
         ApiRoute("/api/v1/agent/runs/{runId}/cancel", cancel_run, method="POST", operation=_CANCEL),
+        ApiRoute("/api/v1/agent/conversations", list_conversations, method="GET", operation=_LIST_CONVERSATIONS),
         ApiRoute(
             "/api/v1/agent/conversations/{conversationId}",
             get_conversation,

@@ -27,6 +27,7 @@ from agent_service.settings import AgentSettings
 from agent_service.store import (
     ConversationBusy,
     ConversationRecord,
+    ConversationSummary,
     NewRun,
     RunRecord,
     RunStore,
@@ -345,6 +346,14 @@ class AgentRuns:
     async def conversation(self, conversation_id: str) -> ConversationRecord | None:
         try:
             return await self._store().get_conversation(conversation_id)
+        except StoreError as error:
+            raise _unavailable(error) from None
+
+    async def conversations(self, limit: int) -> list[ConversationSummary]:
+        """The conversations updated last, newest first. Read only: a run abandoned long ago shows as it was
+        stored until a replica's keeper fails it (its sweep does, every ``lease_seconds / 3``)."""
+        try:
+            return await self._store().list_conversations(limit)
         except StoreError as error:
             raise _unavailable(error) from None
 

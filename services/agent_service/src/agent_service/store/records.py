@@ -12,6 +12,7 @@ __all__ = [
     "ACTIVE_STATUSES",
     "ConversationBusy",
     "ConversationRecord",
+    "ConversationSummary",
     "LeaseLost",
     "NewRun",
     "RunRecord",
@@ -116,3 +117,18 @@ class ConversationRecord:
     """Every run's messages, run after run, in order."""
     runs: list[RunRecord]
     """Oldest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationSummary:
+    """A conversation as a list of them shows it: no messages, only what names and describes it."""
+
+    conversation_id: str
+    created_at: datetime
+    updated_at: datetime
+    """When its newest run was started."""
+    first_user_text: str | None
+    """The text of its first user message (``None``: it has none)."""
+    runs: int
+    latest_status: RunStatus
+    """The status of its newest run."""

@@ -20,6 +20,7 @@ from agent_service.store.records import (
     ACTIVE_STATUSES,
     ConversationBusy,
     ConversationRecord,
+    ConversationSummary,
     LeaseLost,
     NewRun,
     RunRecord,
@@ -256,6 +257,54 @@ class RunStore:
             )
 
         return await self._db.run(f"read conversation {conversation_id}", read, write=False)
+
+    async def list_conversations(self, limit: int) -> list[ConversationSummary]:
+        """The ``limit`` conversations updated last, newest first: each with its run count, its newest run's
+        status and its first user message's text, in one query (correlated subqueries that the index on
+        ``runs (conversation_id, id)`` answers; the message's ``content`` is read out of its JSON by the database,
+        so no message is loaded whole)."""
+        of_conversation = runs.c.conversation_id == conversations.c.conversation_id
+        run_count = sa.select(sa.func.count()).select_from(runs).where(of_conversation).scalar_subquery()
+        latest_status = (
+            sa.select(runs.c.status).where(of_conversation).order_by(runs.c.id.desc()).limit(1).scalar_subquery()
+        )
+        first_user_text = (
+            sa.select(run_messages.c.message["content"].as_string())
+            .join(runs, runs.c.run_id == run_messages.c.run_id)
+            .where(of_conversation, run_messages.c.message["role"].as_string() == "user")
+            .order_by(runs.c.id, run_messages.c.position)
+            .limit(1)
+            .scalar_subquery()
+        )
+        query = (
+            sa.select(
+                conversations.c.conversation_id,
+                conversations.c.created_at,
+                conversations.c.updated_at,
+                run_count.label("run_count"),
+                latest_status.label("latest_status"),
+                first_user_text.label("first_user_text"),
+            )
+            .order_by(conversations.c.updated_at.desc(), conversations.c.conversation_id.desc())
+            .limit(limit)
+        )
+
+        def read(connection: Connection) -> list[ConversationSummary]:
+            return [
+                ConversationSummary(
+                    conversation_id=row.conversation_id,
+                    created_at=row.created_at,
+                    updated_at=row.updated_at,
+                    first_user_text=row.first_user_text,
+                    runs=row.run_count,
+                    latest_status=row.latest_status,
+                )
+                for row in connection.execute(query)
+                # A conversation is created with its first run, in one transaction: never without a run.
+                if row.latest_status is not None
+            ]
+
+        return await self._db.run("list the conversations", read, write=False)
 
     # --- leases ---------------------------------------------------------------------------------------
 

@@ -1,0 +1,1 @@
+// agent console (placeholder: the page replaces this file)

@@ -1,0 +1,118 @@
+"""What the web console needs from agent-service: the tools a run may use, and the console's own files.
+
+The console is plain HTML, CSS and JavaScript in the package folder ``agent_service/console`` (no build step),
+served at ``/console`` with a strict Content-Security-Policy: everything from this origin, nothing inline.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from agent_service.clients import UpstreamError
+from agent_service.planning import ToolCatalog
+from suite_common.deadline import Deadline
+from suite_common.echo import clip
+from suite_common.errors import ApiError
+from suite_common.http import ModelResponse
+from suite_common.openapi import ApiRoute, Operation
+from suite_common.wire import ToolInfo, ToolList, ToolSummary
+
+__all__ = ["CONSOLE_DIR", "CONSOLE_HEADERS", "console_routes"]
+
+CONSOLE_DIR = Path(__file__).parent / "console"
+"""The console's files; shipped inside the package (the wheel takes everything under ``agent_service``)."""
+
+CONSOLE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    # Always revalidated: a console changed by a deploy is never run from a stale cache.
+    "Cache-Control": "no-cache",
+}
+"""Sent with every console file (the policy only matters on the HTML, but costs nothing on the others)."""
+
+_CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".json": "application/json",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".ico": "image/x-icon",
+}
+"""The only kinds of file served: anything else in the folder (a ``.py``, an editor's backup) is not."""
+
+_FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
+"""A plain file name of the folder: no ``/``, no leading dot (so neither ``..`` nor hidden files)."""
+
+_LIST_TOOLS_SECONDS = 10.0
+"""How long listing the tools may wait for mcp-client-service."""
+
+
+def _catalog(request: Request) -> ToolCatalog:
+    catalog: ToolCatalog = request.state.services.catalog
+    return catalog
+
+
+def _summary(tool: ToolInfo) -> ToolSummary:
+    return ToolSummary(
+        name=tool.name, description=tool.description, server=tool.server, title=tool.title, unavailable=tool.unavailable
+    )
+
+
+async def list_tools(request: Request) -> Response:
+    """The gateway's tool list as runs see it (cached for ``AGENT_CATALOG_CACHE_SECONDS``), sorted by server,
+    then name; a tool whose server cannot take calls now is listed with ``unavailable``."""
+    try:
+        tools = await _catalog(request).tools(Deadline.after(_LIST_TOOLS_SECONDS))
+    except UpstreamError as error:
+        raise ApiError(error.status, error.code, error.message, headers=error.headers) from None
+    ordered = sorted(tools, key=lambda tool: (tool.server, tool.name))
+    return ModelResponse(ToolList(tools=[_summary(tool) for tool in ordered]))
+
+
+def _not_found(name: str) -> ApiError:
+    return ApiError(404, "not_found", f"The console has no file {clip(name)!r}.")
+
+
+async def console_file(request: Request) -> Response:
+    name: str = request.path_params.get("file", "") or "index.html"
+    content_type = _CONTENT_TYPES.get(Path(name).suffix.lower())
+    if content_type is None or not _FILE_NAME.fullmatch(name):
+        raise _not_found(name)
+    path = anyio.Path(CONSOLE_DIR / name)
+    try:
+        body = await path.read_bytes()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise _not_found(name) from None
+    return Response(body, headers={**CONSOLE_HEADERS, "Content-Type": content_type})
+
+
+_LIST_TOOLS = Operation(
+    "The tools a run may use (the gateway's list, no input schemas), sorted by server then name",
+    answer=ToolList,
+    errors={
+        502: "mcp-client-service answered with an error, or something that is not a tool list.",
+        503: "mcp-client-service is unreachable or unavailable (Retry-After when it says).",
+        504: "mcp-client-service did not answer in time.",
+    },
+)
+
+
+def console_routes() -> list[BaseRoute]:
+    # The console's files are not part of the JSON API: left out of /openapi.json.
+    return [
+        ApiRoute("/api/v1/agent/tools", list_tools, method="GET", operation=_LIST_TOOLS),
+        Route("/console", console_file, methods=["GET"], include_in_schema=False),
+        Route("/console/", console_file, methods=["GET"], include_in_schema=False),
+        Route("/console/{file:path}", console_file, methods=["GET"], include_in_schema=False),
+    ]
