@@ -54,3 +54,11 @@ def postgres_url() -> Iterator[str]:
     is unreachable."""
     with fresh_postgres_database() as url:
         yield url
+
+
+@pytest.fixture
+def own_postgres_url() -> Iterator[str]:
+    """A PostgreSQL database of this test's alone (created empty, dropped after). An agent-service takes over every
+    run it finds in its database whose lease has expired: on one shared with other tests it would run theirs."""
+    with fresh_postgres_database() as url:
+        yield url

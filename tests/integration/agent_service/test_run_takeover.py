@@ -244,14 +244,14 @@ async def test_a_run_killed_mid_tool_call_resumes_on_restart_redoing_only_its_id
 
 
 async def test_the_surviving_replica_takes_a_killed_replicas_run_over_and_a_re_attached_client_gets_the_rest_once(
-    upstreams: Upstreams, tmp_path: Path, postgres_url: str
+    upstreams: Upstreams, tmp_path: Path, own_postgres_url: str
 ) -> None:
     ledger, llm = upstreams.ledger, upstreams.llm
     llm.push(tool_calls(("call_packed", "set_status", PACKED_1)), text("The order is packed."))
 
     async with (
-        replica(upstreams, postgres_url, tmp_path / "a.log") as a,
-        replica(upstreams, postgres_url, tmp_path / "b.log") as b,
+        replica(upstreams, own_postgres_url, tmp_path / "a.log") as a,
+        replica(upstreams, own_postgres_url, tmp_path / "b.log") as b,
     ):
         body = run_body("Pack the order.", onDisconnect="continue")
         async with a.http.stream("POST", "/api/v1/agent/run", json=body) as response:
@@ -313,7 +313,7 @@ async def test_the_surviving_replica_takes_a_killed_replicas_run_over_and_a_re_a
 
 
 async def test_a_client_that_saw_text_never_stored_still_gets_every_event_of_the_run_taken_over(
-    upstreams: Upstreams, tmp_path: Path, postgres_url: str
+    upstreams: Upstreams, tmp_path: Path, own_postgres_url: str
 ) -> None:
     """Text is stored with the step that ends the answer: A streamed events it never stored, and B's events must still
     come after them (B numbers on past a gap), or a client re-attaching with the last id it saw would miss them."""
@@ -321,8 +321,8 @@ async def test_a_client_that_saw_text_never_stored_still_gets_every_event_of_the
     llm.push(text_then_hang("Let me think"), text("The answer is 42."))
 
     async with (
-        replica(upstreams, postgres_url, tmp_path / "a.log") as a,
-        replica(upstreams, postgres_url, tmp_path / "b.log") as b,
+        replica(upstreams, own_postgres_url, tmp_path / "a.log") as a,
+        replica(upstreams, own_postgres_url, tmp_path / "b.log") as b,
     ):
         body = run_body("Think.", onDisconnect="continue")
         async with a.http.stream("POST", "/api/v1/agent/run", json=body) as response:
@@ -422,14 +422,14 @@ async def test_a_run_taken_over_more_often_than_max_resumes_is_failed_and_not_ru
 
 
 async def test_cancel_through_one_replica_stops_a_run_executing_on_another(
-    upstreams: Upstreams, tmp_path: Path, postgres_url: str
+    upstreams: Upstreams, tmp_path: Path, own_postgres_url: str
 ) -> None:
     ledger, llm = upstreams.ledger, upstreams.llm
     llm.push(tool_calls(("call_pay", "send_payment", PAYMENT)), text("Never asked for."))
 
     async with (
-        replica(upstreams, postgres_url, tmp_path / "a.log") as a,
-        replica(upstreams, postgres_url, tmp_path / "b.log") as b,
+        replica(upstreams, own_postgres_url, tmp_path / "a.log") as a,
+        replica(upstreams, own_postgres_url, tmp_path / "b.log") as b,
     ):
         async with a.http.stream("POST", "/api/v1/agent/run", json=run_body("Pay.")) as response:
             assert response.status_code == 200
@@ -456,14 +456,14 @@ async def test_cancel_through_one_replica_stops_a_run_executing_on_another(
 
 
 async def test_a_run_cancelled_while_no_replica_holds_it_answers_its_open_tool_calls_and_its_conversation_goes_on(
-    upstreams: Upstreams, tmp_path: Path, postgres_url: str
+    upstreams: Upstreams, tmp_path: Path, own_postgres_url: str
 ) -> None:
     ledger, llm = upstreams.ledger, upstreams.llm
     llm.push(tool_calls(("call_pay", "send_payment", PAYMENT)), text("What next?"))
 
     async with (
-        replica(upstreams, postgres_url, tmp_path / "a.log") as a,
-        replica(upstreams, postgres_url, tmp_path / "b.log") as b,
+        replica(upstreams, own_postgres_url, tmp_path / "a.log") as a,
+        replica(upstreams, own_postgres_url, tmp_path / "b.log") as b,
     ):
         run_id = await start_detached(a.http, "Pay.", conversationId="conv-orphan")
         with anyio.fail_after(TAKEOVER_SECONDS):
@@ -488,14 +488,14 @@ async def test_a_run_cancelled_while_no_replica_holds_it_answers_its_open_tool_c
 
 
 async def test_a_run_cancelled_during_a_call_made_again_after_its_takeover_answers_that_call(
-    upstreams: Upstreams, tmp_path: Path, postgres_url: str
+    upstreams: Upstreams, tmp_path: Path, own_postgres_url: str
 ) -> None:
     ledger, llm = upstreams.ledger, upstreams.llm
     llm.push(tool_calls(("call_packed", "set_status", PACKED_1)), text("What next?"))
 
     async with (
-        replica(upstreams, postgres_url, tmp_path / "a.log") as a,
-        replica(upstreams, postgres_url, tmp_path / "b.log") as b,
+        replica(upstreams, own_postgres_url, tmp_path / "a.log") as a,
+        replica(upstreams, own_postgres_url, tmp_path / "b.log") as b,
     ):
         run_id = await start_detached(a.http, "Pack the order.", conversationId="conv-again")
         with anyio.fail_after(TAKEOVER_SECONDS):

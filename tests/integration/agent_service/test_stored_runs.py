@@ -9,7 +9,9 @@ a test needs, without sleeping.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
+from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,11 +20,14 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
+from agent_service.store import NewRun, RunStore
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from suite_common.sse_parser import EventStreamParser
+from suite_common.wire import Message
 from support import fake_openai
 from support.agent_stack import running_agent
+from support.databases import fresh_postgres_database
 from support.fake_openai import ScriptedOpenAI
 from support.mcp_gateway import Gateway, echo_http_server, running_gateway
 from support.servers import serve_app
@@ -34,6 +39,7 @@ Event = tuple[int, str, dict[str, Any]]
 
 @dataclass
 class Stack:
+    database_url: str
     agent_url: str
     gateway: Gateway
     llm: ScriptedOpenAI
@@ -42,10 +48,17 @@ class Stack:
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 async def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
-    if request.param == "sqlite":
-        database_url = f"sqlite:///{tmp_path_factory.mktemp('runs')}/runs.db"
-    else:
-        database_url = request.getfixturevalue("postgres_url")
+    with ExitStack() as databases:
+        if request.param == "sqlite":
+            database_url = f"sqlite:///{tmp_path_factory.mktemp('runs')}/runs.db"
+        else:  # the module's own: an agent-service takes over the runs it finds, other tests' included
+            database_url = databases.enter_context(fresh_postgres_database())
+        async with _stack(database_url) as stack:
+            yield stack
+
+
+@asynccontextmanager
+async def _stack(database_url: str) -> AsyncIterator[Stack]:
     llm = ScriptedOpenAI()
     async with (
         serve_app(llm.app) as llm_url,
@@ -61,7 +74,7 @@ async def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
             httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
         ):
             await gateway.wait_until_ready("tools")
-            yield Stack(agent_url, gateway, llm, http)
+            yield Stack(database_url, agent_url, gateway, llm, http)
 
 
 def _run(content: str, **extra: Any) -> dict[str, Any]:
@@ -287,3 +300,24 @@ async def test_reading_what_is_not_stored_is_a_clear_4xx(
 async def test_a_conversation_id_that_is_not_an_id_is_refused(stack: Stack) -> None:
     response = await stack.http.post("/api/v1/agent/run", json=_run("hi", conversationId="no spaces allowed"))
     assert response.status_code == 400
+
+
+async def test_a_run_left_behind_that_cannot_be_resumed_is_failed_once_and_says_so(stack: Stack) -> None:
+    """A run another version left (its plan unreadable to this one) is failed, not retried forever; the keeper
+    goes on taking over other runs."""
+    store = await RunStore.open(stack.database_url)
+    try:
+        run = NewRun(
+            run_id=f"run_{uuid.uuid4().hex}",
+            model="gpt-4o",
+            plan={"tools": ["not a tool description"]},
+            input_messages=[Message(role="user", content="hi")],
+        )
+        await store.create_run(run, owner="a-replica-long-gone", lease_seconds=0.001)
+    finally:
+        await store.aclose()
+    failed = await _wait_for_status(stack, run.run_id, "failed")
+    assert failed["error"]["code"] == "not_resumable"
+    stack.llm.push(fake_openai.text("Still taking runs."))
+    answer = await stack.http.post("/api/v1/agent/run", json=_run("hello"))
+    assert answer.json()["message"]["content"] == "Still taking runs."

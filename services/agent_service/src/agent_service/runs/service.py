@@ -425,12 +425,30 @@ class AgentRuns:
             outcome = await self._resume(record)
         except (StoreError, UpstreamError) as error:  # the lease lapses again: another sweep retries
             _log.warning("run_takeover_failed", run_id=record.run_id, error=str(error))
+        except Exception as error:  # a run this version cannot resume (a bug, a plan it cannot read): failed, once
+            _log.error("run_takeover_failed", run_id=record.run_id, exc_info=error)
+            await self._fail_unresumable(record)
         finally:
             self.loop.telemetry.run_taken_over(run_id=record.run_id, outcome=outcome, resumes=record.resumes)
+
+    async def _fail_unresumable(self, record: RunRecord) -> None:
+        assert self.store is not None
+        message = "The run could not be resumed after the service running it stopped; start it again."
+        detail = RunErrorDetail(code="not_resumable", message=message)
+        journal = RunJournal(
+            record.run_id, store=self.store, owner=self.owner, base=0, next_seq=record.last_seq + RESUMED_SEQ_GAP
+        )
+        try:
+            await journal.finish_failed(RunError(run_id=record.run_id, code=detail.code, message=message), detail)
+        except UpstreamError as error:
+            _log.warning("run_takeover_failed", run_id=record.run_id, error=error.message)
 
     async def _resume(self, record: RunRecord) -> str:
         store = self.store
         assert store is not None
+        task_group = self._task_group
+        if task_group is None:  # shutting down: the lease lapses again and another replica takes the run
+            return "failed"
         run_id = record.run_id
         journal = RunJournal(
             run_id,
@@ -476,7 +494,5 @@ class AgentRuns:
             return "finished"
         run = StartedRun(taken.plan, journal, detached=True, resume=taken.resume)
         self.active[run_id] = run
-        if self._task_group is None:
-            raise RuntimeError("AgentRuns.running() is not entered")
-        self._task_group.start_soon(self._execute_tracked, run, True)
+        task_group.start_soon(self._execute_tracked, run, True)
         return "resumed"
