@@ -60,6 +60,8 @@ class Stack:
     gateway: Gateway
     browser: Browser
     llm: ScriptedOpenAI
+    unstored_agent_url: str
+    """An agent-service that keeps no runs (``AGENT_DATABASE_URL`` empty), over the same services."""
 
 
 @pytest.fixture(scope="module")
@@ -92,13 +94,14 @@ async def _services(
         running_gateway({"rag": rag, "tools": {"url": tools_url}}) as gateway,
         serve_app(create_completion_app(completion_settings)) as completion_url,
         running_agent(completion_url, gateway, database_url=f"sqlite:///{root}/runs.db") as agent_url,
+        running_agent(completion_url, gateway, database_url="") as unstored_agent_url,
         async_playwright() as playwright,
     ):
         with anyio.fail_after(60):
             await gateway.wait_until_ready("rag", "tools")
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
-            yield Stack(agent_url, gateway, browser, llm)
+            yield Stack(agent_url, gateway, browser, llm, unstored_agent_url)
         finally:
             await browser.close()
 
@@ -157,6 +160,7 @@ async def open_gate(stack: Stack, tag: str) -> None:
 
 
 async def gate_started(stack: Stack, tag: str) -> None:
+    """Returns once the ``gate`` (or ``hold``) call of ``tag`` has started on the echo server."""
     with anyio.fail_after(WAIT_MS / 1000):
         reply = await stack.gateway.http.post(
             "/mcp/v1/tools/call-tool", json={"name": "await_hold", "arguments": {"tag": tag, "event": "started"}}
@@ -512,3 +516,31 @@ async def test_a_conversation_opened_from_the_list_mid_run_follows_its_run(stack
     await expect(page.locator(".run-footer")).to_contain_text("finish: stop", timeout=WAIT_MS)
     await expect(page.locator(".tool-card")).to_have_count(1)
     await expect(page.locator(".answer")).to_have_count(1)
+
+
+async def test_without_a_run_store_a_message_runs_on_its_own(stack: Stack, page: Page) -> None:
+    bodies = run_bodies(page)
+    await page.goto(f"{stack.unstored_agent_url}/console")
+    await expect(page.locator("body[data-ready=true]")).to_have_count(1, timeout=WAIT_MS)
+    await expect(page.locator("#conversations-note")).to_contain_text("Conversations unavailable")
+    await send(page, SEARCH)
+
+    await expect(page.locator(".tool-name", has_text="search_documents")).to_have_count(1, timeout=WAIT_MS)
+    await expect(page.locator(".run-footer")).to_contain_text("finish: stop", timeout=WAIT_MS)
+    await expect(page.locator(".note.standalone")).to_contain_text("Runs are not stored")
+    await send(page, "hello again")
+    await expect(page.locator(".run-footer")).to_have_count(2, timeout=WAIT_MS)
+    assert [("conversationId" in body) for body in bodies] == [True, False, False]
+
+    # Stop closes the run's stream, which cancels a run that is not stored, and its tool call with it.
+    tag = f"hold on {uuid.uuid4().hex}"  # the echo server's ``hold`` never returns, and records its cancellation
+    await only_tools(page, "hold")
+    await send(page, tag)
+    await gate_started(stack, tag)
+    await page.locator("#stop").click()
+    await expect(page.locator(".run-footer").last).to_have_text("finish: cancelled", timeout=WAIT_MS)
+    with anyio.fail_after(WAIT_MS / 1000):
+        reply = await stack.gateway.http.post(
+            "/mcp/v1/tools/call-tool", json={"name": "await_hold", "arguments": {"tag": tag, "event": "cancelled"}}
+        )
+    assert reply.status_code == 200, reply.text

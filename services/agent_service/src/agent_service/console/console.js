@@ -39,6 +39,8 @@
   const state = {
     conversationId: sessionStorage.getItem(CONVERSATION_STORE) || newConversationId(),
     runId: null, // the run in flight, if any
+    abort: null, // closes the run's own stream: how a run that is not stored is stopped
+    unstored: false, // agent-service keeps no runs (AGENT_DATABASE_URL empty): no conversations, no re-attach
     tools: [], // [{name, description, server, title, unavailable}]
     disabledTools: new Set(JSON.parse(sessionStorage.getItem(TOOLS_STORE) || "[]")),
   };
@@ -445,6 +447,11 @@
     return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(1)} s`;
   }
 
+  function showNote(text) {
+    ui.transcript.appendChild(el("div", "note standalone", text));
+    scrollToEnd();
+  }
+
   function showError(text) {
     const box = el("div", "run-error standalone", text);
     box.setAttribute("role", "alert");
@@ -711,7 +718,7 @@
       try {
         for await (const event of readEvents(response)) turn.apply(event.id, event.event, event.data);
       } catch (failure) {
-        if (attempt >= MAX_REATTACHES) throw failure;
+        if (attempt >= MAX_REATTACHES || failure.name === "AbortError") throw failure;
       }
       if (turn.ended || attempt >= MAX_REATTACHES) return;
       response = await api(`/api/v1/agent/runs/${encodeURIComponent(runId)}/events`, {
@@ -731,19 +738,26 @@
     sessionStorage.setItem(CONVERSATION_STORE, conversationId);
     addUserMessage(text);
     ui.message.value = "";
-    const body = {
-      model: chosenModel(),
-      messages: [{ role: "user", content: text }],
-      stream: true,
-      conversationId,
-      onDisconnect: "continue",
-    };
+    const body = { model: chosenModel(), messages: [{ role: "user", content: text }], stream: true };
+    if (!state.unstored) Object.assign(body, { conversationId, onDisconnect: "continue" });
     const tools = chosenTools();
     if (tools !== undefined) body.tools = tools;
     setRunning("pending", conversationId);
+    const abort = new AbortController();
+    state.abort = abort;
     let response;
     try {
-      response = await api("/api/v1/agent/run", { method: "POST", body });
+      try {
+        response = await api("/api/v1/agent/run", { method: "POST", body, signal: abort.signal });
+      } catch (failure) {
+        if (failure.code !== "runs_not_stored" || state.unstored) throw failure;
+        // Without a run store the run is this one message, tied to this page: it cannot outlive a reload.
+        state.unstored = true;
+        showNote("Runs are not stored by this agent-service: each message starts afresh, and a reload ends the run.");
+        delete body.conversationId;
+        delete body.onDisconnect;
+        response = await api("/api/v1/agent/run", { method: "POST", body, signal: abort.signal });
+      }
     } catch (failure) {
       setRunning(null);
       showError(`Error (${failure.code || "network"}): ${failure.message}`);
@@ -756,8 +770,10 @@
       await follow(turn, response, runId);
       if (!turn.ended) turn.error("stream_ended", "The stream ended before the run did; reload to follow it.");
     } catch (failure) {
-      turn.error(failure.code || "network", failure.message);
+      if (abort.signal.aborted) turn.finish("cancelled");
+      else turn.error(failure.code || "network", failure.message);
     } finally {
+      state.abort = null;
       setRunning(null);
       refreshConversations();
     }
@@ -766,6 +782,10 @@
   async function stop() {
     const runId = state.runId;
     if (!runId || runId === "pending") return;
+    if (state.unstored) {
+      state.abort?.abort(); // a run that is not stored belongs to its connection: closing it cancels the run
+      return;
+    }
     ui.stop.disabled = true;
     try {
       await api(`/api/v1/agent/runs/${encodeURIComponent(runId)}/cancel`, { method: "POST" });
