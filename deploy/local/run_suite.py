@@ -4,6 +4,10 @@ Starts completion-service, mcp-client-service (which spawns the two tool servers
 and agent-service as child processes, waits until each says it is ready, prints where they
 listen and a ``curl`` that runs an agent, and stops them all on Ctrl-C.
 
+agent-service asks for a caller key: the first start makes one (``.data/caller-key``, 0600) and the callers
+file that names it (``.data/callers.toml``, tenant ``local``, the key as its sha256); later starts reuse
+them, so a key once copied keeps working. The banner prints the key, and its ``curl`` sends it.
+
 Ports come from AGENT_PORT, COMPLETION_PORT and MCP_CLIENT_PORT (8000, 8001, 8002 by default).
 WEB_SEARCH_SEARXNG_URL, if set, is handed to the web search tool. Every other setting of the
 services is read from the environment as usual (for example COMPLETION_OPENAI_API_KEY).
@@ -11,6 +15,7 @@ services is read from the environment as usual (for example COMPLETION_OPENAI_AP
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -42,7 +47,27 @@ def _mcp_config(data_dir: Path) -> Path:
     return path
 
 
-def _banner(agent: int, completion: int, mcp: int) -> str:
+def _caller_key(data_dir: Path) -> tuple[str, Path]:
+    """The local caller key (made on the first start, then reused) and the callers file that names it."""
+    key_file, callers = data_dir / "caller-key", data_dir / "callers.toml"
+    if key_file.is_file():
+        key = key_file.read_text().strip()
+    else:
+        key = "local-" + secrets.token_urlsafe(32)
+        # Created readable by its owner only, before the key is written into it.
+        descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as output:
+            output.write(key + "\n")
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    callers.write_text(
+        "# Written by make run (deploy/local/run_suite.py) from .data/caller-key; see docs/callers.md.\n"
+        "[tenants.local]\n\n"
+        f'[[keys]]\nname = "local"\ntenant = "local"\nsha256 = "{digest}"\ntrusted = true\n'
+    )
+    return key, callers
+
+
+def _banner(agent: int, completion: int, mcp: int, key: str) -> str:
     body = json.dumps(
         {
             "model": "demo",
@@ -63,11 +88,13 @@ def _banner(agent: int, completion: int, mcp: int) -> str:
    mcp-client-service  http://127.0.0.1:{mcp}   tools: search_documents, web_search (stdio)
 
  Open the console (a chat page):  http://127.0.0.1:{agent}/console
+ Caller key (.data/caller-key; the console asks for it once):  {key}
 
  Run an agent (the `demo` model is a deterministic stand-in, not an LLM):
 
    curl -N http://127.0.0.1:{agent}/api/v1/agent/run \\
      -H 'content-type: application/json' \\
+     -H "Authorization: Bearer {key}" \\
      -d '{body}'
 
  Ctrl-C stops everything.
@@ -110,6 +137,7 @@ def main() -> int:
     agent, completion, mcp = _port("AGENT_PORT", 8000), _port("COMPLETION_PORT", 8001), _port("MCP_CLIENT_PORT", 8002)
     data_dir = ROOT / ".data" / "local"
     data_dir.mkdir(parents=True, exist_ok=True)
+    key, callers = _caller_key(ROOT / ".data")
     secret = os.environ.get("MCP_CLIENT_SERVICE_SECRET") or secrets.token_urlsafe(32)
     venv_bin = str(Path(sys.executable).parent)
     base = {
@@ -139,6 +167,7 @@ def main() -> int:
                 "AGENT_COMPLETION_URL": f"http://127.0.0.1:{completion}",
                 "AGENT_MCP_CLIENT_URL": f"http://127.0.0.1:{mcp}",
                 "AGENT_MCP_SERVICE_SECRET": secret,
+                "AGENT_CALLERS_FILE": str(callers),
             },
             agent,
         ),
@@ -154,7 +183,7 @@ def main() -> int:
         for name, (module, env, _port_number) in services.items():
             processes[name] = subprocess.Popen([sys.executable, "-m", module], cwd=ROOT, env={**base, **env})
         _wait_ready(processes, {name: f"http://127.0.0.1:{port}/readyz" for name, (_, _, port) in services.items()})
-        print(_banner(agent, completion, mcp), flush=True)
+        print(_banner(agent, completion, mcp, key), flush=True)
         while all(process.poll() is None for process in processes.values()):
             time.sleep(0.5)
         failed = next(name for name, process in processes.items() if process.poll() is not None)

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -22,8 +23,15 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
 
 
+@dataclass(frozen=True)
+class Suite:
+    url: str
+    auth: dict[str, str]
+    """The caller key the banner prints, as its curl sends it."""
+
+
 @pytest.fixture(scope="module")
-def suite() -> Iterator[str]:
+def suite() -> Iterator[Suite]:
     ports = {"AGENT_PORT": free_port(), "COMPLETION_PORT": free_port(), "MCP_CLIENT_PORT": free_port()}
     env = {**os.environ, **{name: str(port) for name, port in ports.items()}}
     env.pop("AGENT_DATABASE_URL", None)  # make run's own default: SQLite under .data/, no setup
@@ -47,11 +55,13 @@ def suite() -> Iterator[str]:
         else:
             pytest.fail("make run ended before it was ready:\n" + "".join(banner))
         assert "curl -N http://127.0.0.1:{}/api/v1/agent/run".format(ports["AGENT_PORT"]) in "".join(banner)
+        [key] = re.findall(r'-H "Authorization: Bearer ([^"]+)"', "".join(banner))
+        assert f" Caller key (.data/caller-key; the console asks for it once):  {key}\n" in banner
         console_line = " Open the console (a chat page):  http://127.0.0.1:{}/console\n".format(ports["AGENT_PORT"])
         assert console_line in banner
         # The services log to stdout, this pipe: keep reading it, or a full pipe would block them.
         threading.Thread(target=collections.deque, args=(process.stdout, 0), daemon=True).start()
-        yield f"http://127.0.0.1:{ports['AGENT_PORT']}"
+        yield Suite(f"http://127.0.0.1:{ports['AGENT_PORT']}", {"Authorization": f"Bearer {key}"})
     finally:
         os.killpg(process.pid, signal.SIGINT)
         try:
@@ -72,7 +82,7 @@ def _events(response: httpx.Response) -> list[tuple[str, dict[str, object]]]:
 
 
 @pytest.mark.timeout(300)
-def test_make_run_answers_from_the_demo_corpus_with_the_demo_model_and_no_api_key(suite: str) -> None:
+def test_make_run_answers_from_the_demo_corpus_with_the_demo_model_and_no_api_key(suite: Suite) -> None:
     body = {
         "model": "demo",
         "stream": True,
@@ -81,7 +91,7 @@ def test_make_run_answers_from_the_demo_corpus_with_the_demo_model_and_no_api_ke
             {"role": "user", "content": "Search the documents: what happens when a run reaches its deadline?"}
         ],
     }
-    with httpx.stream("POST", f"{suite}/api/v1/agent/run", json=body, timeout=60) as response:
+    with httpx.stream("POST", f"{suite.url}/api/v1/agent/run", json=body, headers=suite.auth, timeout=60) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         events = _events(response)
@@ -106,9 +116,9 @@ def test_make_run_answers_from_the_demo_corpus_with_the_demo_model_and_no_api_ke
     assert done["iterations"] == 2
 
 
-def test_make_run_serves_a_whole_json_answer_too(suite: str) -> None:
+def test_make_run_serves_a_whole_json_answer_too(suite: Suite) -> None:
     body = {"model": "demo", "messages": [{"role": "user", "content": "hello"}], "tools": []}
-    response = httpx.post(f"{suite}/api/v1/agent/run", json=body, timeout=60)
+    response = httpx.post(f"{suite.url}/api/v1/agent/run", json=body, headers=suite.auth, timeout=60)
     assert response.status_code == 200
     result = response.json()
     assert result["finishReason"] == "stop"
@@ -116,7 +126,7 @@ def test_make_run_serves_a_whole_json_answer_too(suite: str) -> None:
     assert result["message"]["content"]
 
 
-def test_make_run_stores_runs_and_conversations_with_no_setup(suite: str) -> None:
+def test_make_run_stores_runs_and_conversations_with_no_setup(suite: Suite) -> None:
     conversation = f"e2e-{os.getpid()}-{free_port()}"
     body = {
         "model": "demo",
@@ -124,21 +134,28 @@ def test_make_run_stores_runs_and_conversations_with_no_setup(suite: str) -> Non
         "tools": [],
         "conversationId": conversation,
     }
-    first = httpx.post(f"{suite}/api/v1/agent/run", json=body, timeout=60)
-    second = httpx.post(f"{suite}/api/v1/agent/run", json=body, timeout=60)
+    first = httpx.post(f"{suite.url}/api/v1/agent/run", json=body, headers=suite.auth, timeout=60)
+    second = httpx.post(f"{suite.url}/api/v1/agent/run", json=body, headers=suite.auth, timeout=60)
     assert first.status_code == second.status_code == 200
 
-    run = httpx.get(f"{suite}/api/v1/agent/runs/{first.json()['runId']}", timeout=10).json()
+    run = httpx.get(f"{suite.url}/api/v1/agent/runs/{first.json()['runId']}", headers=suite.auth, timeout=10).json()
     assert run["status"] == "completed"
     assert run["conversationId"] == conversation
     assert [message["role"] for message in run["messages"]] == ["user", "assistant"]
-    stored = httpx.get(f"{suite}/api/v1/agent/conversations/{conversation}", timeout=10).json()
+    stored = httpx.get(f"{suite.url}/api/v1/agent/conversations/{conversation}", headers=suite.auth, timeout=10).json()
     assert [message["role"] for message in stored["messages"]] == ["user", "assistant", "user", "assistant"]
     assert [r["runId"] for r in stored["runs"]] == [first.json()["runId"], second.json()["runId"]]
 
 
-def test_make_run_serves_the_console_the_banner_names(suite: str) -> None:
-    response = httpx.get(f"{suite}/console", timeout=10)
+def test_make_run_serves_the_console_the_banner_names(suite: Suite) -> None:
+    response = httpx.get(f"{suite.url}/console", timeout=10)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
     assert "<html" in response.text.lower()
+
+
+def test_make_run_asks_for_the_caller_key_the_banner_prints(suite: Suite) -> None:
+    body = {"model": "demo", "messages": [{"role": "user", "content": "hello"}], "tools": []}
+    refused = httpx.post(f"{suite.url}/api/v1/agent/run", json=body, timeout=10)
+    assert refused.status_code == 401
+    assert refused.json()["error"]["code"] == "unauthorized"

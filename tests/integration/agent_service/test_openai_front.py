@@ -54,7 +54,8 @@ class Stack:
     """Opened by the current test; closed after it, in its event loop."""
 
     def client(self, url: str | None = None) -> openai.AsyncOpenAI:
-        # No caller auth yet: any key is accepted. No retries: each test sees the first answer.
+        # An open API (no AGENT_CALLERS_FILE, see test_callers.py): any key is accepted. No retries: each test sees
+        # the first answer.
         client = openai.AsyncOpenAI(base_url=f"{url or self.agent_url}/v1", api_key="any", max_retries=0)
         self.clients.append(client)
         return client

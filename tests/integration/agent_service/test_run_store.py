@@ -5,6 +5,7 @@ Every test runs against both; PostgreSQL being unreachable fails them (see ``sup
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -24,7 +25,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from agent_service.store import (
+    DEFAULT_TENANT,
     ConversationBusy,
+    ConversationTaken,
     LeaseLost,
     NewRun,
     RunStore,
@@ -318,6 +321,42 @@ async def test_conversations_are_listed_newest_first_with_their_title_run_count_
     assert listed[0].updated_at >= listed[1].updated_at
     assert listed[1].created_at <= listed[1].updated_at
     assert [c.conversation_id for c in await store.list_conversations(1)] == [newer]
+
+
+async def test_a_conversation_is_read_and_listed_by_its_own_tenant_only(store: RunStore) -> None:
+    acme_conversation, legacy_conversation = f"conv_{uuid.uuid4().hex}", f"conv_{uuid.uuid4().hex}"
+    acme = dataclasses.replace(new_run(conversation_id=acme_conversation), tenant="acme")
+    legacy = new_run(conversation_id=legacy_conversation)  # stored without a tenant: the default tenant's
+    await store.create_run(acme, owner="replica-a", lease_seconds=LEASE)
+    await store.create_run(legacy, owner="replica-a", lease_seconds=LEASE)
+
+    assert await store.get_conversation(acme_conversation, tenant="globex") is None
+    assert await store.get_conversation(acme_conversation, tenant=DEFAULT_TENANT) is None
+    found = await store.get_conversation(acme_conversation, tenant="acme")
+    assert found is not None
+    assert [run.tenant for run in found.runs] == ["acme"]
+    assert await store.get_conversation(legacy_conversation, tenant=DEFAULT_TENANT) is not None
+    assert [c.conversation_id for c in await store.list_conversations(10, tenant="acme")] == [acme_conversation]
+    assert [c.conversation_id for c in await store.list_conversations(10, tenant=DEFAULT_TENANT)] == [
+        legacy_conversation
+    ]
+    assert await store.list_conversations(10, tenant="globex") == []
+    assert len(await store.list_conversations(10)) == 2  # no tenant: every tenant's
+
+
+async def test_a_conversation_of_another_tenant_is_not_continued(store: RunStore) -> None:
+    conversation = f"conv_{uuid.uuid4().hex}"
+    first = dataclasses.replace(new_run(conversation_id=conversation), tenant="acme")
+    await store.create_run(first, owner="replica-a", lease_seconds=LEASE)
+    await store.finish(first.run_id, Step(status="completed", finish_reason="stop"), owner="replica-a")
+    intruder = dataclasses.replace(new_run(conversation_id=conversation), tenant="globex")
+
+    with pytest.raises(ConversationTaken):
+        await store.create_run(intruder, owner="replica-a", lease_seconds=LEASE)
+
+    assert await store.get_run(intruder.run_id) is None
+    again = dataclasses.replace(new_run(conversation_id=conversation), tenant="acme")
+    assert await store.create_run(again, owner="replica-a", lease_seconds=LEASE) == first.input_messages
 
 
 async def test_a_conversation_without_a_user_message_is_listed_without_a_title(store: RunStore) -> None:

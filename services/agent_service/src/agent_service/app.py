@@ -12,6 +12,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 
+from agent_service.callers import CallerMiddleware, Callers, caller_of, load_callers
 from agent_service.clients import CompletionClient, ToolsClient
 from agent_service.console_api import console_routes
 from agent_service.loop import AgentLoop, RunOutcome
@@ -143,7 +144,7 @@ async def run_agent(request: Request) -> Response | EventStreamResponse:
             raise ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"})
         body = await read_model(request, AgentRunRequest)
         plan = await plan_run(body, services.settings, services.catalog, services.models)
-        run = await runs.begin(plan, body, send=None)
+        run = await runs.begin(plan, body, send=None, caller=caller_of(request))
     except ApiError as refusal:  # counted and logged: a run refused is a run an operator should see
         services.loop.telemetry.run_refused(code=refusal.code, status=refusal.status, message=refusal.message)
         raise
@@ -213,6 +214,19 @@ async def _readiness(request: Request) -> dict[str, str]:
     return checks
 
 
+def _callers(settings: AgentSettings) -> Callers | None:
+    """The callers file (a bad one refuses the start, in one line), or None: an open API, said in the log."""
+    if settings.callers_file is None:
+        _log.warning(
+            "api_open",
+            detail="AGENT_CALLERS_FILE is not set: every request is served as the caller anonymous of tenant default",
+        )
+        return None
+    callers = load_callers(settings.callers_file)
+    _log.info("callers_loaded", keys=[key.name for key in callers.keys], tenants=sorted(callers.tenants))
+    return callers
+
+
 def create_app(
     settings: AgentSettings,
     *,
@@ -224,6 +238,7 @@ def create_app(
     secret = settings.mcp_service_secret.get_secret_value()
     if not secret:
         raise ValueError("AGENT_MCP_SERVICE_SECRET is required: the shared secret of mcp-client-service")
+    callers = _callers(settings)
     observability = Observability.create("agent-service", settings, tracer_provider=tracer_provider)
     telemetry = RunTelemetry(observability.registry, observability.tracer)
 
@@ -270,6 +285,7 @@ def create_app(
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    app.add_middleware(CallerMiddleware, callers=callers)
     observability.install(app)
     add_openapi(app, title="agent-service")
     return app

@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
+from agent_service.callers import caller_of
 from agent_service.clients import CompletionClient, UpstreamError
 from agent_service.loop import AgentLoop, RunPlan
 from agent_service.openai_wire import (
@@ -363,7 +364,7 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
         temperature=body.temperature,
     )
     plan = await plan_run(run_request, settings, services.catalog, services.models, client_tools)
-    run = await services.runs.begin(plan, run_request, send=None) if plan.tools else None
+    run = await services.runs.begin(plan, run_request, send=None, caller=caller_of(request)) if plan.tools else None
     front = _Request(services, body, plan, run, mode=mode, events=events)
     if body.stream and mode != "disabled":
         return EventStreamResponse(front.stream, headers=front.headers, defer_start=True)

@@ -6,6 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
+from agent_service.callers import caller_of
 from agent_service.runs import AgentRuns
 from agent_service.store import ConversationSummary, RunRecord, StoredEvent
 from suite_common.echo import clip
@@ -62,8 +63,9 @@ def _path_id(request: Request, name: str) -> str:
     return value
 
 
-async def _record(runs: AgentRuns, run_id: str) -> RunRecord:
-    record = await runs.get(run_id)
+async def _record(request: Request, runs: AgentRuns, run_id: str) -> RunRecord:
+    """The caller's tenant's run; another tenant's is answered exactly as an unknown one."""
+    record = await runs.get(run_id, tenant=caller_of(request).tenant)
     if record is None:
         raise ApiError(404, "run_not_found", f"No run {clip(run_id)} is stored.")
     return record
@@ -71,7 +73,7 @@ async def _record(runs: AgentRuns, run_id: str) -> RunRecord:
 
 async def get_run(request: Request) -> Response:
     runs = _runs(request)
-    record = await _record(runs, _path_id(request, "runId"))
+    record = await _record(request, runs, _path_id(request, "runId"))
     messages = await runs.messages(record.run_id)
     return ModelResponse(run_view(record, messages))
 
@@ -95,7 +97,7 @@ async def get_events(request: Request) -> EventStreamResponse:
     runs = _runs(request)
     run_id = _path_id(request, "runId")
     after = _after(request)
-    await _record(runs, run_id)
+    await _record(request, runs, run_id)
 
     async def stream(send: SendChunk) -> None:
         async def send_event(event: StoredEvent) -> None:
@@ -109,7 +111,7 @@ async def get_events(request: Request) -> EventStreamResponse:
 async def cancel_run(request: Request) -> Response:
     runs = _runs(request)
     run_id = _path_id(request, "runId")
-    record = await runs.cancel(run_id)
+    record = await runs.cancel(run_id, tenant=caller_of(request).tenant)
     if record is None:
         raise ApiError(404, "run_not_found", f"No run {clip(run_id)} is stored.")
     return ModelResponse(run_view(record))
@@ -118,7 +120,7 @@ async def cancel_run(request: Request) -> Response:
 async def get_conversation(request: Request) -> Response:
     runs = _runs(request)
     conversation_id = _path_id(request, "conversationId")
-    conversation = await runs.conversation(conversation_id)
+    conversation = await runs.conversation(conversation_id, tenant=caller_of(request).tenant)
     if conversation is None:
         raise ApiError(404, "conversation_not_found", f"No conversation {clip(conversation_id)} is stored.")
     return ModelResponse(
@@ -164,7 +166,7 @@ def _summary_view(summary: ConversationSummary) -> ConversationSummaryView:
 async def list_conversations(request: Request) -> Response:
     runs = _runs(request)
     limit = _limit(request)
-    listed = await runs.conversations(limit)
+    listed = await runs.conversations(limit, tenant=caller_of(request).tenant)
     return ModelResponse(ConversationList(conversations=[_summary_view(summary) for summary in listed]))
 
 

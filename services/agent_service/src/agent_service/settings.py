@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, SecretStr, field_validator
@@ -74,6 +75,10 @@ class AgentSettings(ServiceSettings):
     every time must not take down the next one too."""
     events_poll_seconds: float = Field(default=0.5, gt=0)
     """How often a client following a run that another replica executes is sent the newly stored events."""
+    callers_file: Path | None = None
+    """The callers file (TOML): the caller keys (as sha256, or the name of the variable that holds each), their
+    tenants, and which may name the end user (``X-User-Id``); see docs/callers.md. Unset: the API is open, every
+    request is the caller ``anonymous`` of the tenant ``default`` (a laptop)."""
     openai_stream_mode: Literal["live", "final_only", "disabled"] = "live"
     """How ``POST /v1/chat/completions`` answers ``stream: true`` (header ``X-Agent-Stream-Mode`` per request): the
     answer's text as it is generated, the final answer in pieces once the run has ended, or one JSON object."""

@@ -19,15 +19,18 @@ from datetime import UTC, datetime, timedelta
 import anyio
 from anyio.abc import TaskGroup
 
+from agent_service.callers import Caller
 from agent_service.clients import UpstreamError
 from agent_service.loop import AgentLoop, ResumePoint, RunOutcome, RunPlan
 from agent_service.runs.journal import TERMINAL_EVENTS, EventSink, LiveSink, RunJournal, RunMoved
 from agent_service.runs.plans import stored_plan, takeover
 from agent_service.settings import AgentSettings
 from agent_service.store import (
+    DEFAULT_TENANT,
     ConversationBusy,
     ConversationRecord,
     ConversationSummary,
+    ConversationTaken,
     NewRun,
     RunRecord,
     RunStore,
@@ -127,9 +130,12 @@ class AgentRuns:
 
     # --- beginning and executing -----------------------------------------------------------------------
 
-    async def begin(self, plan: RunPlan, request: AgentRunRequest, *, send: LiveSink | None) -> StartedRun:
-        """Store the run before the response starts (a busy conversation is still a plain 409); ``send``: the
-        client that stays attached (``None``: the run is detached and followed through its journal)."""
+    async def begin(
+        self, plan: RunPlan, request: AgentRunRequest, *, send: LiveSink | None, caller: Caller
+    ) -> StartedRun:
+        """Store the run, as ``caller``'s, before the response starts (a busy conversation is still a plain 409);
+        ``send``: the client that stays attached (``None``: the run is detached and followed through its
+        journal)."""
         detached = request.on_disconnect == "continue"
         store = self.store
         if store is None:
@@ -144,6 +150,8 @@ class AgentRuns:
             plan=stored_plan(plan),
             input_messages=plan.messages,
             conversation_id=request.conversation_id,
+            caller=caller.name,
+            tenant=caller.tenant,
         )
         try:
             earlier = await store.create_run(new, owner=self.owner, lease_seconds=self.settings.lease_seconds)
@@ -153,6 +161,13 @@ class AgentRuns:
                 "conversation_busy",
                 f"Conversation {busy.conversation_id} has a run in progress ({busy.run_id}); "
                 "wait for it to end or cancel it.",
+            ) from None
+        except ConversationTaken:
+            # Said without saying whose: the id is taken, nothing more (see docs/callers.md).
+            raise ApiError(
+                409,
+                "conversation_unavailable",
+                f"conversationId {request.conversation_id} cannot be used; choose another one.",
             ) from None
         except StoreError as error:
             raise _unavailable(error) from None
@@ -278,12 +293,15 @@ class AgentRuns:
             raise _not_stored()
         return self.store
 
-    async def get(self, run_id: str) -> RunRecord | None:
-        """The stored run; one whose lease lapsed longer ago than ``abandon_after_seconds`` is failed first, so
-        that it says what happened to it."""
+    async def get(self, run_id: str, *, tenant: str | None = None) -> RunRecord | None:
+        """The stored run (``None`` if unknown, or of another tenant than ``tenant``: ``None`` is any tenant); one
+        whose lease lapsed longer ago than ``abandon_after_seconds`` is failed first, so that it says what
+        happened to it."""
         store = self._store()
         try:
             record = await store.get_run(run_id)
+            if record is not None and tenant is not None and (record.tenant or DEFAULT_TENANT) != tenant:
+                return None  # exactly as an unknown run: whether another tenant's exists is not said
             if record is not None and record.active and self._abandoned(record):
                 await store.fail_abandoned(abandon_before=self._abandon_before())
                 record = await store.get_run(run_id)
@@ -343,17 +361,17 @@ class AgentRuns:
         except StoreError as error:
             raise _unavailable(error) from None
 
-    async def conversation(self, conversation_id: str) -> ConversationRecord | None:
+    async def conversation(self, conversation_id: str, *, tenant: str) -> ConversationRecord | None:
         try:
-            return await self._store().get_conversation(conversation_id)
+            return await self._store().get_conversation(conversation_id, tenant=tenant)
         except StoreError as error:
             raise _unavailable(error) from None
 
-    async def conversations(self, limit: int) -> list[ConversationSummary]:
-        """The conversations updated last, newest first. Read only: a run abandoned long ago shows as it was
+    async def conversations(self, limit: int, *, tenant: str) -> list[ConversationSummary]:
+        """The tenant's conversations updated last, newest first. Read only: a run abandoned long ago shows as it was
         stored until a replica's keeper fails it (its sweep does, every ``lease_seconds / 3``)."""
         try:
-            return await self._store().list_conversations(limit)
+            return await self._store().list_conversations(limit, tenant=tenant)
         except StoreError as error:
             raise _unavailable(error) from None
 
@@ -363,9 +381,12 @@ class AgentRuns:
         except StoreError as error:
             raise _unavailable(error) from None
 
-    async def cancel(self, run_id: str) -> RunRecord | None:
-        """Stop the run wherever it executes: here at once, on another replica when it next renews its lease."""
+    async def cancel(self, run_id: str, *, tenant: str) -> RunRecord | None:
+        """Stop the run wherever it executes: here at once, on another replica when it next renews its lease.
+        ``None``: no such run of ``tenant`` (a run's tenant never changes, so checking first is enough)."""
         store = self._store()
+        if await self.get(run_id, tenant=tenant) is None:
+            return None
         local = self.active.get(run_id)
         try:
             record = await store.request_cancel(run_id)

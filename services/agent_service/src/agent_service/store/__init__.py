@@ -2,9 +2,11 @@
 
 from agent_service.store.records import (
     ACTIVE_STATUSES,
+    DEFAULT_TENANT,
     ConversationBusy,
     ConversationRecord,
     ConversationSummary,
+    ConversationTaken,
     LeaseLost,
     NewRun,
     RunRecord,
@@ -17,9 +19,11 @@ from agent_service.store.run_store import RunStore
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "DEFAULT_TENANT",
     "ConversationBusy",
     "ConversationRecord",
     "ConversationSummary",
+    "ConversationTaken",
     "LeaseLost",
     "NewRun",
     "RunRecord",

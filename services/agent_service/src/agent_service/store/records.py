@@ -10,9 +10,11 @@ from suite_common.wire import Message, RunErrorDetail, RunFinishReason, RunStatu
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "DEFAULT_TENANT",
     "ConversationBusy",
     "ConversationRecord",
     "ConversationSummary",
+    "ConversationTaken",
     "LeaseLost",
     "NewRun",
     "RunRecord",
@@ -31,6 +33,18 @@ class StoreError(Exception):
 
 class LeaseLost(StoreError):
     """Another replica owns the run now (this one's lease expired): stop working on it, write nothing more."""
+
+
+DEFAULT_TENANT = "default"
+"""The tenant of a run or conversation stored without one (before callers were configured, or by an open API)."""
+
+
+class ConversationTaken(StoreError):
+    """The conversation id belongs to another tenant: not to be used, nor said whose it is."""
+
+    def __init__(self, conversation_id: str) -> None:
+        super().__init__(f"Conversation {conversation_id} belongs to another tenant.")
+        self.conversation_id = conversation_id
 
 
 class ConversationBusy(StoreError):

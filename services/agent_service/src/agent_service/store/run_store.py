@@ -18,9 +18,11 @@ from agent_service.store._engine import Database, database_url, open_database
 from agent_service.store._migrations import current_revision, head_revision, upgrade
 from agent_service.store.records import (
     ACTIVE_STATUSES,
+    DEFAULT_TENANT,
     ConversationBusy,
     ConversationRecord,
     ConversationSummary,
+    ConversationTaken,
     LeaseLost,
     NewRun,
     RunRecord,
@@ -38,6 +40,11 @@ _FINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 
 _INSERT_RUN = runs.insert()
 _INSERT_MESSAGES = run_messages.insert()
+
+
+def _of_tenant(column: sa.ColumnElement[str | None], tenant: str) -> sa.ColumnElement[bool]:
+    """A row of ``tenant``; a row stored without a tenant is the default tenant's."""
+    return sa.func.coalesce(column, DEFAULT_TENANT) == tenant
 
 
 def _now() -> datetime:
@@ -150,7 +157,8 @@ class RunStore:
         return await self._db.run(f"store the new run {run.run_id}", create, write=True)
 
     def _take_conversation(self, connection: Connection, run: NewRun, conversation_id: str, now: datetime) -> None:
-        """Create the conversation if new, lock its row (PostgreSQL), and check that no run of it is active."""
+        """Create the conversation if new, lock its row (PostgreSQL), and check that it is the run's tenant's
+        (``ConversationTaken``) and that no run of it is active (``ConversationBusy``)."""
         connection.execute(
             self._insert(conversations)
             .values(
@@ -164,11 +172,13 @@ class RunStore:
         )
         # Two creates for one conversation queue here on PostgreSQL (SQLite: the writing transaction holds the
         # database's one write lock already), so the second sees the first's run below.
-        connection.execute(
-            sa.select(conversations.c.conversation_id)
+        owner = connection.execute(
+            sa.select(conversations.c.tenant)
             .where(conversations.c.conversation_id == conversation_id)
             .with_for_update()
-        )
+        ).scalar_one()
+        if (owner or DEFAULT_TENANT) != (run.tenant or DEFAULT_TENANT):
+            raise ConversationTaken(conversation_id)
         active = connection.execute(
             sa.select(runs.c.run_id)
             .where(runs.c.conversation_id == conversation_id, runs.c.status.in_(ACTIVE_STATUSES))
@@ -237,11 +247,15 @@ class RunStore:
 
         return await self._db.run(f"read the events of run {run_id}", read, write=False)
 
-    async def get_conversation(self, conversation_id: str) -> ConversationRecord | None:
+    async def get_conversation(self, conversation_id: str, *, tenant: str | None = None) -> ConversationRecord | None:
+        """The conversation with its messages and runs; ``None`` for an unknown id, or one of another tenant than
+        ``tenant`` (``None``: any tenant)."""
+
         def read(connection: Connection) -> ConversationRecord | None:
-            row = connection.execute(
-                sa.select(conversations).where(conversations.c.conversation_id == conversation_id)
-            ).one_or_none()
+            query = sa.select(conversations).where(conversations.c.conversation_id == conversation_id)
+            if tenant is not None:
+                query = query.where(_of_tenant(conversations.c.tenant, tenant))
+            row = connection.execute(query).one_or_none()
             if row is None:
                 return None
             run_rows = connection.execute(
@@ -258,11 +272,11 @@ class RunStore:
 
         return await self._db.run(f"read conversation {conversation_id}", read, write=False)
 
-    async def list_conversations(self, limit: int) -> list[ConversationSummary]:
-        """The ``limit`` conversations updated last, newest first: each with its run count, its newest run's
-        status and its first user message's text, in one query (correlated subqueries that the index on
-        ``runs (conversation_id, id)`` answers; the message's ``content`` is read out of its JSON by the database,
-        so no message is loaded whole)."""
+    async def list_conversations(self, limit: int, *, tenant: str | None = None) -> list[ConversationSummary]:
+        """The ``limit`` conversations updated last (of ``tenant`` only, unless ``None``), newest first: each with
+        its run count, its newest run's status and its first user message's text, in one query (correlated
+        subqueries that the index on ``runs (conversation_id, id)`` answers; the message's ``content`` is read out
+        of its JSON by the database, so no message is loaded whole)."""
         of_conversation = runs.c.conversation_id == conversations.c.conversation_id
         run_count = sa.select(sa.func.count()).select_from(runs).where(of_conversation).scalar_subquery()
         latest_status = (
@@ -288,6 +302,8 @@ class RunStore:
             .order_by(conversations.c.updated_at.desc(), conversations.c.conversation_id.desc())
             .limit(limit)
         )
+        if tenant is not None:
+            query = query.where(_of_tenant(conversations.c.tenant, tenant))
 
         def read(connection: Connection) -> list[ConversationSummary]:
             return [

@@ -1,0 +1,264 @@
+"""Who is calling: caller keys (``Authorization: Bearer``), their tenant, and the end user a trusted caller names.
+
+The keys come from the callers file (``AGENT_CALLERS_FILE``, TOML)::
+
+    [tenants.acme]            # what the tenant may do (more fields come later: limits, budgets, models, tools)
+
+    [[keys]]
+    name = "acme-platform"    # shown in logs, never the key
+    tenant = "acme"
+    sha256 = "<hex sha256 of the key>"   # or: key_env = "ACME_PLATFORM_KEY" (the key itself, from the environment)
+    trusted = true            # may name the end user with X-User-Id (default false)
+
+A presented key is hashed and compared with every known key's hash in constant time (``hmac.compare_digest``),
+all of them whichever matches, so the answer's timing says nothing about the keys. Without a callers file the API
+is open, as on a laptop: every request is the caller ``anonymous`` of the tenant ``default``, which may name a user.
+
+``CallerMiddleware`` is the one place that checks: ``/api/v1/agent/*`` and ``/v1/*`` need a key; the health,
+metrics, OpenAPI and console page routes stay open. Handlers (and the limiter) read the caller with ``caller_of``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from agent_service.openai_wire import error_body
+from agent_service.store import DEFAULT_TENANT
+from suite_common.errors import error_response
+from suite_common.logging import get_logger
+
+__all__ = [
+    "ANONYMOUS",
+    "DEFAULT_TENANT",
+    "Caller",
+    "CallerKey",
+    "CallerMiddleware",
+    "Callers",
+    "CallersFileError",
+    "caller_of",
+    "hash_key",
+    "load_callers",
+    "parse_callers",
+]
+
+_log = get_logger("agent_service.callers")
+
+_SETTING = "AGENT_CALLERS_FILE"
+_PROTECTED_PREFIXES = ("/api/v1/agent/", "/v1/")
+_OPENAI_PREFIX = "/v1/"
+_USER_HEADER = b"x-user-id"
+_MAX_USER_CHARS = 128
+_USER_ID = re.compile(r"[\x21-\x7e]{1,128}")  # printable ASCII, no spaces: an id, not a name for display
+_SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request: the key's ``name``, its ``tenant``, and the end user a trusted caller named (or None)."""
+
+    name: str
+    tenant: str
+    user: str | None = None
+
+
+ANONYMOUS = Caller("anonymous", DEFAULT_TENANT)
+
+
+class CallersFileError(ValueError):
+    """The callers file cannot be used; the message names the setting and the problem (one line)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallerKey:
+    name: str
+    tenant: str
+    digest: bytes = field(repr=False)
+    """The sha256 of the key (never the key itself)."""
+    trusted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Callers:
+    """The callers file, parsed: its tenants and keys."""
+
+    tenants: frozenset[str]
+    keys: tuple[CallerKey, ...]
+
+    def identify(self, presented: str) -> CallerKey | None:
+        """The key ``presented`` is, or None; compares with every key, in constant time each."""
+        digest = hash_key(presented)
+        found = None
+        for key in self.keys:
+            if hmac.compare_digest(digest, key.digest):
+                found = key
+        return found
+
+
+def hash_key(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8")).digest()
+
+
+def _fail(source: str, problem: str) -> CallersFileError:
+    return CallersFileError(f"{_SETTING}: {source}: {problem}")
+
+
+def _key(entry: Any, index: int, tenants: frozenset[str], source: str, environ: Mapping[str, str]) -> CallerKey:
+    where = f"keys[{index}]"
+    if not isinstance(entry, dict):
+        raise _fail(source, f"{where} must be a table")
+    unknown = sorted(set(entry) - {"name", "tenant", "sha256", "key_env", "trusted"})
+    if unknown:
+        raise _fail(source, f"{where}: unknown field {unknown[0]!r}")
+    name = entry.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise _fail(source, f"{where}: name must be letters, digits, '.', '_' or '-' (at most 64)")
+    where = f"key {name!r}"
+    tenant = entry.get("tenant")
+    if not isinstance(tenant, str) or tenant not in tenants:
+        raise _fail(source, f"{where}: tenant {tenant!r} is not one of [tenants.*]")
+    trusted = entry.get("trusted", False)
+    if not isinstance(trusted, bool):
+        raise _fail(source, f"{where}: trusted must be true or false")
+    sha256, key_env = entry.get("sha256"), entry.get("key_env")
+    if (sha256 is None) == (key_env is None):
+        raise _fail(source, f"{where}: give either sha256 or key_env (one source of the key)")
+    if sha256 is not None:
+        if not isinstance(sha256, str) or not _SHA256_HEX.fullmatch(sha256):
+            raise _fail(source, f"{where}: sha256 must be 64 hex digits (the sha256 of the key)")
+        digest = bytes.fromhex(sha256)
+    else:
+        if not isinstance(key_env, str) or not key_env:
+            raise _fail(source, f"{where}: key_env must name an environment variable")
+        value = environ.get(key_env, "").strip()
+        if not value:
+            raise _fail(source, f"{where}: the environment variable {key_env} is not set")
+        digest = hash_key(value)
+    return CallerKey(name=name, tenant=tenant, digest=digest, trusted=trusted)
+
+
+def parse_callers(text: str, *, source: str = "callers file", environ: Mapping[str, str] | None = None) -> Callers:
+    """The callers file's content; every way it can be wrong is a ``CallersFileError`` (one line)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise _fail(source, f"not valid TOML: {error}") from None
+    unknown = sorted(set(data) - {"tenants", "keys"})
+    if unknown:
+        raise _fail(source, f"unknown table {unknown[0]!r} (expected [tenants.*] and [[keys]])")
+    tenant_tables = data.get("tenants", {})
+    if not isinstance(tenant_tables, dict) or not all(isinstance(t, dict) for t in tenant_tables.values()):
+        raise _fail(source, "tenants must be tables: [tenants.<name>]")
+    for tenant in tenant_tables:
+        if not _NAME.fullmatch(tenant):
+            raise _fail(source, f"tenant {tenant!r}: a name is letters, digits, '.', '_' or '-' (at most 64)")
+    tenants = frozenset(tenant_tables)
+    entries = data.get("keys", [])
+    if not isinstance(entries, list) or not entries:
+        raise _fail(source, "no [[keys]]: at least one caller key is needed")
+    keys = tuple(
+        _key(entry, index, tenants, source, os.environ if environ is None else environ)
+        for index, entry in enumerate(entries)
+    )
+    names = [key.name for key in keys]
+    duplicate = next((name for name in names if names.count(name) > 1), None)
+    if duplicate is not None:
+        raise _fail(source, f"two keys are named {duplicate!r}; a name tells keys apart in logs")
+    digests = [key.digest for key in keys]
+    if len(set(digests)) != len(digests):
+        raise _fail(source, "two keys are the same key; give each caller its own")
+    return Callers(tenants=tenants, keys=keys)
+
+
+def load_callers(path: Path, *, environ: Mapping[str, str] | None = None) -> Callers:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        problem = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise _fail(str(path), f"cannot read it: {problem}") from None
+    return parse_callers(text, source=str(path), environ=environ)
+
+
+def caller_of(request: Request) -> Caller:
+    """The request's caller, as ``CallerMiddleware`` identified it."""
+    caller = request.scope.get("state", {}).get("caller")
+    if not isinstance(caller, Caller):
+        raise RuntimeError("no caller on the request: CallerMiddleware is not installed")
+    return caller
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    return next((value.decode("latin-1") for key, value in scope["headers"] if key == name), None)
+
+
+def _bearer(scope: Scope) -> str | None:
+    value = _header(scope, b"authorization")
+    if value is None:
+        return None
+    scheme, _, token = value.strip().partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+class CallerMiddleware:
+    """Identifies the caller of every HTTP request (``scope["state"]["caller"]``); refuses a protected path without
+    a known key (401), and ``X-User-Id`` from a key that may not name users (403)."""
+
+    def __init__(self, app: ASGIApp, *, callers: Callers | None) -> None:
+        self.app = app
+        self.callers = callers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        protected = path.startswith(_PROTECTED_PREFIXES)
+        user = _header(scope, _USER_HEADER)
+        if self.callers is None:
+            caller, trusted = ANONYMOUS, True  # an open API: whoever can reach it is trusted, as on a laptop
+        else:
+            presented = _bearer(scope)
+            key = self.callers.identify(presented) if presented is not None else None
+            if key is None:
+                if protected:
+                    reason = "Missing" if presented is None else "Unknown"
+                    message = f"{reason} caller key: send Authorization: Bearer <key>."
+                    await self._refuse(path, 401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})(
+                        scope, receive, send
+                    )
+                    return
+                caller, trusted = ANONYMOUS, False
+            else:
+                caller, trusted = Caller(key.name, key.tenant), key.trusted
+        if user is not None and protected:
+            if not trusted:
+                message = f"The caller {caller.name} may not name the end user (X-User-Id): its key is not trusted."
+                await self._refuse(path, 403, "user_not_allowed", message)(scope, receive, send)
+                return
+            if not _USER_ID.fullmatch(user):
+                message = f"X-User-Id must be 1 to {_MAX_USER_CHARS} printable ASCII characters without spaces."
+                await self._refuse(path, 400, "invalid_request", message)(scope, receive, send)
+                return
+            caller = Caller(caller.name, caller.tenant, user)
+        scope.setdefault("state", {})["caller"] = caller
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def _refuse(path: str, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        _log.info("caller_refused", path=path, status=status, code=code)
+        if path.startswith(_OPENAI_PREFIX):  # the OpenAI SDK reads its own error shape
+            return JSONResponse(error_body(status, code, message), status_code=status, headers=headers)
+        return error_response(status, code, message, headers)

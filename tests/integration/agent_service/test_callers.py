@@ -1,0 +1,259 @@
+"""Caller keys and tenants through the real services (AGENT_CALLERS_FILE).
+
+agent-service stores in SQLite; the tools are the echo MCP server's behind a real mcp-client-service; only the
+LLM is scripted. Two tenants, ``acme`` (a trusted key from the file's hash, and an untrusted one from an
+environment variable) and ``globex``: each sees its own runs and conversations, and another's exactly as
+an unknown id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from pydantic import SecretStr
+
+from completion_service.app import create_app as create_completion_app
+from completion_service.settings import CompletionSettings
+from support import fake_openai
+from support.agent_stack import running_agent
+from support.fake_openai import ScriptedOpenAI
+from support.mcp_gateway import Gateway, echo_http_server, running_gateway
+from support.servers import serve_app
+
+pytestmark = pytest.mark.anyio
+
+ACME_KEY = "acme-" + uuid.uuid4().hex
+ACME_ENV_KEY = "acme-env-" + uuid.uuid4().hex
+GLOBEX_KEY = "globex-" + uuid.uuid4().hex
+_KEY_ENV = "TEST_CALLERS_ACME_APP_KEY"
+
+
+def _sha(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+CALLERS_FILE = f"""
+[tenants.acme]
+[tenants.globex]
+
+[[keys]]
+name = "acme-platform"
+tenant = "acme"
+sha256 = "{_sha(ACME_KEY)}"
+trusted = true
+
+[[keys]]
+name = "acme-app"
+tenant = "acme"
+key_env = "{_KEY_ENV}"
+
+[[keys]]
+name = "globex-app"
+tenant = "globex"
+sha256 = "{_sha(GLOBEX_KEY)}"
+"""
+
+
+@dataclass
+class Stack:
+    agent_url: str
+    llm: ScriptedOpenAI
+    http: httpx.AsyncClient
+
+
+def _as(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture(scope="module")
+def key_in_environment() -> Iterator[None]:
+    os.environ[_KEY_ENV] = ACME_ENV_KEY
+    try:
+        yield
+    finally:
+        del os.environ[_KEY_ENV]
+
+
+@pytest.fixture(scope="module")
+async def stack(tmp_path_factory: pytest.TempPathFactory, key_in_environment: None) -> AsyncIterator[Stack]:
+    folder = tmp_path_factory.mktemp("callers")
+    callers = folder / "callers.toml"
+    callers.write_text(CALLERS_FILE)
+    llm = ScriptedOpenAI()
+    async with (
+        serve_app(llm.app) as llm_url,
+        echo_http_server("tools") as tools_url,
+        running_gateway({"tools": {"url": tools_url}}) as gateway,
+    ):
+        completion_settings = CompletionSettings(
+            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
+        )
+        async with (
+            serve_app(create_completion_app(completion_settings)) as completion_url,
+            _agent(completion_url, gateway, folder, callers) as agent_url,
+            httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
+        ):
+            await gateway.wait_until_ready("tools")
+            yield Stack(agent_url, llm, http)
+
+
+def _agent(completion_url: str, gateway: Gateway, folder: Path, callers: Path) -> Any:
+    return running_agent(completion_url, gateway, database_url=f"sqlite:///{folder}/runs.db", callers_file=callers)
+
+
+def _run(content: str, **extra: Any) -> dict[str, Any]:
+    return {"model": "gpt-4o", "messages": [{"role": "user", "content": content}], "tools": ["echo"], **extra}
+
+
+async def _finished_run(stack: Stack, key: str, **extra: Any) -> dict[str, Any]:
+    stack.llm.push(fake_openai.text("done"))
+    response = await stack.http.post("/api/v1/agent/run", json=_run("hello", **extra), headers=_as(key))
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+@pytest.mark.parametrize("headers", [{}, _as("not-a-key"), {"Authorization": f"Basic {ACME_KEY}"}])
+async def test_the_agent_api_refuses_a_request_without_a_known_key(stack: Stack, headers: dict[str, str]) -> None:
+    for method, path in [
+        ("POST", "/api/v1/agent/run"),
+        ("GET", "/api/v1/agent/runs/run_x"),
+        ("GET", "/api/v1/agent/conversations"),
+        ("GET", "/api/v1/agent/tools"),
+    ]:
+        response = await stack.http.request(method, path, json=_run("hi"), headers=headers)
+        assert response.status_code == 401, (path, response.text)
+        assert response.headers["www-authenticate"] == "Bearer"
+        assert response.json()["error"]["code"] == "unauthorized"
+        assert ACME_KEY not in response.text
+
+
+async def test_health_metrics_openapi_and_the_console_page_stay_open(stack: Stack) -> None:
+    for path in ["/healthz", "/metrics", "/openapi.json", "/console"]:
+        response = await stack.http.get(path)
+        assert response.status_code == 200, path
+
+
+async def test_a_key_from_the_file_and_a_key_from_the_environment_both_work(stack: Stack) -> None:
+    for key in (ACME_KEY, ACME_ENV_KEY, GLOBEX_KEY):
+        run = await _finished_run(stack, key)
+        assert run["message"]["content"] == "done"
+
+
+async def test_the_openai_front_refuses_a_wrong_key_in_openais_shape(stack: Stack) -> None:
+    async with openai.AsyncOpenAI(base_url=f"{stack.agent_url}/v1", api_key="wrong", max_retries=0) as client:
+        with pytest.raises(openai.AuthenticationError) as refused:
+            await client.models.list()
+        assert refused.value.code == "unauthorized"
+        with pytest.raises(openai.AuthenticationError):
+            await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+
+
+async def test_the_openai_front_serves_the_right_key(stack: Stack) -> None:
+    stack.llm.push(fake_openai.text("hello from the front"))
+    async with openai.AsyncOpenAI(base_url=f"{stack.agent_url}/v1", api_key=ACME_KEY, max_retries=0) as client:
+        completion = await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    assert completion.choices[0].message.content == "hello from the front"
+
+
+async def test_only_a_trusted_key_may_name_the_end_user(stack: Stack) -> None:
+    trusted = await _finished_run_with_user(stack, ACME_KEY, "user-42")
+    assert trusted.status_code == 200, trusted.text
+    untrusted = await stack.http.post(
+        "/api/v1/agent/run", json=_run("hi"), headers={**_as(ACME_ENV_KEY), "X-User-Id": "user-42"}
+    )
+    assert untrusted.status_code == 403
+    assert untrusted.json()["error"]["code"] == "user_not_allowed"
+    malformed = await stack.http.post(
+        "/api/v1/agent/run", json=_run("hi"), headers={**_as(ACME_KEY), "X-User-Id": "two words"}
+    )
+    assert malformed.status_code == 400
+
+
+async def _finished_run_with_user(stack: Stack, key: str, user: str) -> httpx.Response:
+    stack.llm.push(fake_openai.text("done"))
+    return await stack.http.post("/api/v1/agent/run", json=_run("hi"), headers={**_as(key), "X-User-Id": user})
+
+
+def _without_id(response: httpx.Response, unknown: str, known: str) -> tuple[int, str]:
+    """The answer with the id it names replaced: an unknown id's and another tenant's must then be equal."""
+    return response.status_code, response.text.replace(unknown, "ID").replace(known, "ID")
+
+
+async def test_another_tenants_run_is_answered_exactly_as_an_unknown_one(stack: Stack) -> None:
+    run_id = (await _finished_run(stack, ACME_KEY))["runId"]
+    unknown = "run_" + uuid.uuid4().hex
+    assert (await stack.http.get(f"/api/v1/agent/runs/{run_id}", headers=_as(ACME_ENV_KEY))).status_code == 200
+    for method, path in [
+        ("GET", "/api/v1/agent/runs/{}"),
+        ("GET", "/api/v1/agent/runs/{}/events"),
+        ("POST", "/api/v1/agent/runs/{}/cancel"),
+    ]:
+        theirs = await stack.http.request(method, path.format(run_id), headers=_as(GLOBEX_KEY))
+        nobodys = await stack.http.request(method, path.format(unknown), headers=_as(GLOBEX_KEY))
+        assert theirs.status_code == 404, (path, theirs.text)
+        assert _without_id(theirs, run_id, unknown) == _without_id(nobodys, unknown, run_id)
+
+
+async def test_conversations_belong_to_their_tenant(stack: Stack) -> None:
+    conversation = "conv_" + uuid.uuid4().hex
+    await _finished_run(stack, ACME_KEY, conversationId=conversation)
+    await _finished_run(stack, ACME_ENV_KEY, conversationId=conversation)  # same tenant, another key: continues
+
+    mine = await stack.http.get(f"/api/v1/agent/conversations/{conversation}", headers=_as(ACME_KEY))
+    assert mine.status_code == 200
+    assert len(mine.json()["runs"]) == 2
+    unknown = "conv_" + uuid.uuid4().hex
+    theirs = await stack.http.get(f"/api/v1/agent/conversations/{conversation}", headers=_as(GLOBEX_KEY))
+    nobodys = await stack.http.get(f"/api/v1/agent/conversations/{unknown}", headers=_as(GLOBEX_KEY))
+    assert theirs.status_code == 404
+    assert _without_id(theirs, conversation, unknown) == _without_id(nobodys, unknown, conversation)
+
+    listed = await stack.http.get("/api/v1/agent/conversations", headers=_as(GLOBEX_KEY))
+    assert conversation not in {c["conversationId"] for c in listed.json()["conversations"]}
+    listed = await stack.http.get("/api/v1/agent/conversations", headers=_as(ACME_ENV_KEY))
+    assert conversation in {c["conversationId"] for c in listed.json()["conversations"]}
+
+
+async def test_a_conversation_id_of_another_tenant_cannot_be_continued(stack: Stack) -> None:
+    conversation = "conv_" + uuid.uuid4().hex
+    await _finished_run(stack, ACME_KEY, conversationId=conversation)
+    taken = await stack.http.post(
+        "/api/v1/agent/run", json=_run("hi", conversationId=conversation), headers=_as(GLOBEX_KEY)
+    )
+    assert taken.status_code == 409
+    assert taken.json()["error"]["code"] == "conversation_unavailable"
+    assert "acme" not in taken.text
+    mine = await stack.http.get(f"/api/v1/agent/conversations/{conversation}", headers=_as(ACME_KEY))
+    assert len(mine.json()["runs"]) == 1  # nothing of globex's was added to it
+
+
+def test_a_callers_file_that_cannot_be_used_ends_the_start_with_one_line(tmp_path: Path) -> None:
+    callers = tmp_path / "callers.toml"
+    callers.write_text('[tenants.acme]\n[[keys]]\nname = "k"\ntenant = "nobody"\nkey_env = "X"\n')
+    env = {name: value for name, value in os.environ.items() if not name.startswith("AGENT_")}
+    env.update(AGENT_PORT="0", AGENT_MCP_SERVICE_SECRET="s3cret", AGENT_CALLERS_FILE=str(callers), HOME=str(tmp_path))
+    finished = subprocess.run(
+        [sys.executable, "-m", "agent_service"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert finished.returncode == 1
+    assert finished.stderr.splitlines() == [
+        f"agent-service: AGENT_CALLERS_FILE: {callers}: key 'k': tenant 'nobody' is not one of [tenants.*]"
+    ]

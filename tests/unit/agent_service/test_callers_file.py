@@ -1,0 +1,100 @@
+"""The callers file (AGENT_CALLERS_FILE): its keys, tenants and trust, and every way it can be wrong."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from agent_service.callers import CallersFileError, load_callers, parse_callers
+
+
+def _sha(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+_GOOD = f"""
+[tenants.acme]
+[tenants.globex]
+
+[[keys]]
+name = "acme-platform"
+tenant = "acme"
+sha256 = "{_sha("acme-secret")}"
+trusted = true
+
+[[keys]]
+name = "globex-app"
+tenant = "globex"
+key_env = "GLOBEX_KEY"
+"""
+
+
+def test_keys_are_identified_by_their_hash_or_their_environment_variable() -> None:
+    callers = parse_callers(_GOOD, environ={"GLOBEX_KEY": "globex-secret"})
+    assert callers.tenants == {"acme", "globex"}
+    acme = callers.identify("acme-secret")
+    globex = callers.identify("globex-secret")
+    assert acme is not None
+    assert (acme.name, acme.tenant, acme.trusted) == ("acme-platform", "acme", True)
+    assert globex is not None
+    assert (globex.name, globex.tenant, globex.trusted) == ("globex-app", "globex", False)
+    assert callers.identify("acme-secret ") is None
+    assert callers.identify("") is None
+
+
+def test_a_key_never_appears_in_its_representation() -> None:
+    callers = parse_callers(_GOOD, environ={"GLOBEX_KEY": "globex-secret"})
+    assert "globex-secret" not in repr(callers)
+    assert _sha("acme-secret") not in repr(callers)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[tenants.acme\n", "not valid TOML"),
+        ("[tenants.acme]\n", "no [[keys]]"),
+        (f'[tenants.a]\n[[keys]]\nname = "k"\ntenant = "b"\nsha256 = "{_sha("x")}"\n', "tenant 'b' is not one of"),
+        ('[tenants.a]\n[[keys]]\nname = "k"\ntenant = "a"\n', "give either sha256 or key_env"),
+        (
+            f'[tenants.a]\n[[keys]]\nname = "k"\ntenant = "a"\nsha256 = "{_sha("x")}"\nkey_env = "X"\n',
+            "give either sha256 or key_env",
+        ),
+        ('[tenants.a]\n[[keys]]\nname = "k"\ntenant = "a"\nsha256 = "abc"\n', "sha256 must be 64 hex digits"),
+        (
+            '[tenants.a]\n[[keys]]\nname = "k"\ntenant = "a"\nkey_env = "NOT_SET_ANYWHERE"\n',
+            "NOT_SET_ANYWHERE is not set",
+        ),
+        (
+            f'[tenants.a]\n[[keys]]\nname = "k"\ntenant = "a"\nsha256 = "{_sha("x")}"\n'
+            f'[[keys]]\nname = "k"\ntenant = "a"\nsha256 = "{_sha("y")}"\n',
+            "two keys are named 'k'",
+        ),
+        (
+            f'[tenants.a]\n[[keys]]\nname = "k"\ntenant = "a"\nsha256 = "{_sha("x")}"\n'
+            f'[[keys]]\nname = "j"\ntenant = "a"\nsha256 = "{_sha("x")}"\n',
+            "two keys are the same key",
+        ),
+        (f'[tenants.a]\n[[keys]]\nname = "k"\ntenant = "a"\nsha256 = "{_sha("x")}"\ntrusted = "yes"\n', "trusted must"),
+        (
+            f'[tenants.a]\n[[keys]]\nname = "k"\ntenant = "a"\nsha256 = "{_sha("x")}"\nkey = "x"\n',
+            "unknown field 'key'",
+        ),
+        ("[tenant.a]\n", "unknown table 'tenant'"),
+        (f'[tenants.a]\n[[keys]]\nname = "a key"\ntenant = "a"\nsha256 = "{_sha("x")}"\n', "name must be"),
+    ],
+)
+def test_a_file_that_cannot_be_used_is_refused_in_one_line_naming_the_setting(text: str, problem: str) -> None:
+    with pytest.raises(CallersFileError) as refused:
+        parse_callers(text, source="callers.toml", environ={})
+    message = str(refused.value)
+    assert message.startswith("AGENT_CALLERS_FILE: callers.toml: ")
+    assert problem in message
+    assert "\n" not in message
+
+
+def test_a_missing_file_is_refused_naming_it(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.toml"
+    with pytest.raises(CallersFileError, match=f"AGENT_CALLERS_FILE: {missing}: cannot read it"):
+        load_callers(missing)
