@@ -21,7 +21,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import structlog
 from pydantic import SecretStr
+from structlog.testing import capture_logs
 
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
@@ -184,6 +186,15 @@ async def test_only_a_trusted_key_may_name_the_end_user(stack: Stack) -> None:
 async def _finished_run_with_user(stack: Stack, key: str, user: str) -> httpx.Response:
     stack.llm.push(fake_openai.text("done"))
     return await stack.http.post("/api/v1/agent/run", json=_run("hi"), headers={**_as(key), "X-User-Id": user})
+
+
+async def test_the_lines_a_run_logs_name_its_caller_tenant_and_user_never_the_key(stack: Stack) -> None:
+    with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        response = await _finished_run_with_user(stack, ACME_KEY, "user-7")
+    assert response.status_code == 200, response.text
+    [finished] = [line for line in logs if line["event"] == "run_finished"]
+    assert (finished["caller"], finished["tenant"], finished["user"]) == ("acme-platform", "acme", "user-7")
+    assert ACME_KEY not in str(logs)
 
 
 def _without_id(response: httpx.Response, unknown: str, known: str) -> tuple[int, str]:

@@ -15,7 +15,8 @@ all of them whichever matches, so the answer's timing says nothing about the key
 is open, as on a laptop: every request is the caller ``anonymous`` of the tenant ``default``, which may name a user.
 
 ``CallerMiddleware`` is the one place that checks: ``/api/v1/agent/*`` and ``/v1/*`` need a key; the health,
-metrics, OpenAPI and console page routes stay open. Handlers (and the limiter) read the caller with ``caller_of``.
+metrics, OpenAPI and console page routes stay open. With keys, the lines logged while serving a request carry
+``caller``, ``tenant`` and ``user``. Handlers (and the limiter) read the caller with ``caller_of``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import structlog
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -254,7 +256,13 @@ class CallerMiddleware:
                 return
             caller = Caller(caller.name, caller.tenant, user)
         scope.setdefault("state", {})["caller"] = caller
-        await self.app(scope, receive, send)
+        if self.callers is None or caller is ANONYMOUS:
+            await self.app(scope, receive, send)
+            return
+        # Every line logged while serving the request says whose it is (names only, never the key).
+        context = {"caller": caller.name, "tenant": caller.tenant} | ({"user": caller.user} if caller.user else {})
+        with structlog.contextvars.bound_contextvars(**context):
+            await self.app(scope, receive, send)
 
     @staticmethod
     def _refuse(path: str, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
