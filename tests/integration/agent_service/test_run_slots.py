@@ -8,6 +8,7 @@ progress without sleeping.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -357,3 +358,57 @@ async def test_a_cap_of_zero_counts_nothing_and_refuses_nothing(upstreams: Upstr
         _runs_at_once(clients, upstreams.llm, 20) as held,
     ):
         assert held.refused == []
+
+
+async def test_with_stored_runs_a_refused_run_is_never_stored_and_a_refused_conversation_gives_its_slot_back(
+    upstreams: Upstreams, tmp_path: Path
+) -> None:
+    database = tmp_path / "runs.db"
+    async with (
+        running_agent(
+            upstreams.completion_url,
+            upstreams.gateway,
+            database_url=f"sqlite:///{database}",
+            max_concurrent_runs_per_tenant=2,
+        ) as agent_url,
+        httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
+    ):
+        upstreams.llm.push(fake_openai.hang())
+        conversation = f"conv-{uuid.uuid4().hex}"
+        busy = {**_body("holds its conversation"), "onDisconnect": "continue", "conversationId": conversation}
+        async with http.stream("POST", "/api/v1/agent/run", json={**busy, "stream": True}) as started:
+            assert started.status_code == 200
+            run_id = started.headers["x-agent-run-id"]
+        with anyio.fail_after(10):
+            await upstreams.llm.wait_for_request(1)
+        # The conversation is busy (409): its slot, taken first, is given back, else the cap of 2 would be reached.
+        for _ in range(3):
+            refused = await http.post("/api/v1/agent/run", json={**_body("again"), "conversationId": conversation})
+            assert refused.status_code == 409, refused.text
+        async with _clients([agent_url] * 2) as clients, _runs_at_once(clients, upstreams.llm, 1) as held:
+            _assert_refused_with_retry_after(held.refused, 1)
+        stored = sqlite3.connect(database)
+        try:
+            [(count,)] = stored.execute("SELECT count(*) FROM runs").fetchall()
+        finally:
+            stored.close()
+        assert count == 2, "the detached run and the one admitted beside it; never the refused ones"
+        await http.post(f"/api/v1/agent/runs/{run_id}/cancel")
+
+
+async def test_the_openai_front_refuses_an_agentic_run_over_the_cap_with_429_and_retry_after(
+    upstreams: Upstreams,
+) -> None:
+    async with running_agent(
+        upstreams.completion_url, upstreams.gateway, database_url="", max_concurrent_runs_per_tenant=1
+    ) as agent_url:
+        async with (
+            _clients([agent_url]) as clients,
+            _runs_at_once(clients, upstreams.llm, 1),
+            httpx.AsyncClient(base_url=agent_url, timeout=10) as http,
+        ):
+            body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+            refused = await http.post("/v1/chat/completions", json=body)
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "too_many_runs"
+        assert int(refused.headers["Retry-After"]) >= 1
