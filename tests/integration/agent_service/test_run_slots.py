@@ -280,20 +280,22 @@ async def test_twenty_runs_of_one_tenant_at_once_with_cap_16_give_exactly_four_4
             await client.aclose()
 
 
+def _replica_env(upstreams: Upstreams, prefix: str, port: int, **settings: object) -> dict[str, str]:
+    """An agent-service process sharing the test's Redis slots, with a one-second lease (and slot TTL)."""
+    defaults: dict[str, object] = {
+        "database_url": "",
+        "redis_url": REDIS_URL,
+        "redis_key_prefix": prefix,
+        "max_concurrent_runs_per_tenant": CAP,
+        "lease_seconds": 1,
+    }
+    return agent_env(port, upstreams.completion_url, upstreams.gateway, **{**defaults, **settings})
+
+
 @asynccontextmanager
-async def _replica(upstreams: Upstreams, prefix: str, log: Path) -> AsyncIterator[str]:
+async def _replica(upstreams: Upstreams, prefix: str, log: Path, **settings: object) -> AsyncIterator[str]:
     port = free_port()
-    env = agent_env(
-        port,
-        upstreams.completion_url,
-        upstreams.gateway,
-        database_url="",
-        redis_url=REDIS_URL,
-        redis_key_prefix=prefix,
-        max_concurrent_runs_per_tenant=CAP,
-        lease_seconds=1,
-    )
-    async with spawned("agent_service", env, port, log):
+    async with spawned("agent_service", _replica_env(upstreams, prefix, port, **settings), port, log):
         yield f"http://127.0.0.1:{port}"
 
 
@@ -313,19 +315,9 @@ async def test_the_slots_of_a_killed_process_come_back_within_their_ttl(
     upstreams: Upstreams, redis_prefix: str, tmp_path: Path
 ) -> None:
     port = free_port()
-    env = agent_env(
-        port,
-        upstreams.completion_url,
-        upstreams.gateway,
-        database_url="",
-        redis_url=REDIS_URL,
-        redis_key_prefix=redis_prefix,
-        max_concurrent_runs_per_tenant=CAP,
-        lease_seconds=1,
-    )
     async with (
         _replica(upstreams, redis_prefix, tmp_path / "b.log") as url_b,
-        spawned("agent_service", env, port, tmp_path / "a.log") as process_a,
+        spawned("agent_service", _replica_env(upstreams, redis_prefix, port), port, tmp_path / "a.log") as process_a,
     ):
         async with (
             _clients([f"http://127.0.0.1:{port}"] * CAP) as clients,
@@ -412,3 +404,38 @@ async def test_the_openai_front_refuses_an_agentic_run_over_the_cap_with_429_and
         assert refused.status_code == 429, refused.text
         assert refused.json()["error"]["code"] == "too_many_runs"
         assert int(refused.headers["Retry-After"]) >= 1
+
+
+async def test_a_run_taken_over_after_a_kill_takes_its_slot_on_the_replica_that_resumes_it(
+    upstreams: Upstreams, redis_prefix: str, tmp_path: Path, own_postgres_url: str
+) -> None:
+    upstreams.llm.push(fake_openai.hang(), fake_openai.hang())  # the run's first LLM call on A, then on B
+    key = f"{redis_prefix}run-slots:default"
+    client = aioredis.Redis.from_url(REDIS_URL)
+    port_a = free_port()
+    env_a = _replica_env(upstreams, redis_prefix, port_a, database_url=own_postgres_url)
+    url_a = f"http://127.0.0.1:{port_a}"
+    async with (
+        spawned("agent_service", env_a, port_a, tmp_path / "a.log") as process_a,
+        _replica(upstreams, redis_prefix, tmp_path / "b.log", database_url=own_postgres_url) as url_b,
+        httpx.AsyncClient(timeout=10) as http,
+    ):
+        body = {**_body("survive a kill"), "onDisconnect": "continue", "stream": True}
+        async with http.stream("POST", f"{url_a}/api/v1/agent/run", json=body) as started:
+            assert started.status_code == 200
+            run_id = started.headers["x-agent-run-id"]
+        with anyio.fail_after(10):
+            await upstreams.llm.wait_for_request(1)
+        assert await client.zrange(key, 0, -1) == [run_id.encode()]
+        process_a.kill()  # SIGKILL: its lease and its slot lapse unrenewed
+        with anyio.fail_after(10):
+            await process_a.wait()
+        with anyio.fail_after(15):
+            await upstreams.llm.wait_for_request(2)  # B resumed it: its first LLM call again
+        # The same slot (named by the run), now renewed by B: it outlives A's last renewal by far.
+        await anyio.sleep(1.5)  # not a wait for an event: longer than the one-second TTL
+        assert await client.zrange(key, 0, -1) == [run_id.encode()]
+        cancelled = await http.post(f"{url_b}/api/v1/agent/runs/{run_id}/cancel")
+        assert cancelled.json()["status"] == "cancelled"
+        assert await client.zcard(key) == 0, "released when the resumed run ended"
+    await client.aclose()
