@@ -7,7 +7,8 @@ clients) and the fakes on the other (agent-service's concurrent runs are measure
 with it alone on its core and the other two services moved to the other one, as its upstreams).
 Then, in order: the load client check, the floor, and the completion-service, mcp-client-service
 and agent-service benchmarks, then agent-service's OpenAI front against its agent API, then what
-storing runs costs agent-service (not stored, SQLite, PostgreSQL: ``bench/persistence.py``), then (the
+storing runs costs agent-service (not stored, SQLite, PostgreSQL: ``bench/persistence.py``) and what the
+per-tenant run slot costs a run (none, in memory, Redis: ``bench/limits.py``), then (the
 services stopped) mcp_rag_tool's search latency at 10,000 and 100,000 synthetic chunks
 (``bench/rag_scale.py``); each prints its tables as it ends, and a summary of the targets closes the
 run. The summary is also written to ``.data/bench/summary.json`` and ``summary.md``.
@@ -35,6 +36,7 @@ from bench.agent import run_agent
 from bench.clients import run_clients
 from bench.completion import run_completion
 from bench.floor import run_floor
+from bench.limits import run_limits
 from bench.mcp_client import run_mcp_client
 from bench.measure import Rounds
 from bench.openai_front import run_openai_front
@@ -47,7 +49,7 @@ from bench.suite import running_suite
 
 __all__ = ["main"]
 
-BENCHMARKS = ("client", "floor", "completion", "mcp", "agent", "openai", "persistence", "rag")
+BENCHMARKS = ("client", "floor", "completion", "mcp", "agent", "openai", "persistence", "limits", "rag")
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,8 @@ async def _run(options: argparse.Namespace, plan: Plan, cores: Cores, data: Path
                 done(await run_openai_front(suite, plan.sequential, rounds=0))
         if "persistence" in options.only:
             done(await run_persistence(suite, plan.persistence_sequential, rounds=plan.agent_rounds))
+        if "limits" in options.only:
+            done(await run_limits(suite, plan.persistence_sequential))
     if "rag" in options.only:  # needs none of the services: run once they are down
         section_started = time.monotonic()
         done(await run_rag(plan.rag_sizes, searches=60))

@@ -33,7 +33,7 @@ SERVICES: dict[str, Any] = COMPOSE["services"]
 
 # Who must be healthy before whom: the order in which a request travels, backwards.
 STARTUP_ORDER = {
-    "agent-service": {"completion-service", "mcp-client-service", "postgres"},
+    "agent-service": {"completion-service", "mcp-client-service", "postgres", "redis"},
     "mcp-client-service": {"mcp-rag-tool", "mcp-web-search"},
     "mcp-rag-tool": {"qdrant"},
 }
@@ -183,6 +183,14 @@ def test_agent_service_stores_its_runs_in_the_postgres_container_with_the_creden
         )
         assert url.password, "a password, from the shell or the laptop default"
     assert SERVICES["postgres"]["image"].startswith("postgres:")
+
+
+def test_agent_service_counts_its_runs_per_tenant_in_the_redis_container() -> None:
+    url = urlsplit(_environment(component("agent-service"))["AGENT_REDIS_URL"])
+    assert url.scheme == "redis"
+    assert (url.hostname, url.port) == ("redis", 6379)
+    assert SERVICES["redis"]["image"].startswith("redis:7")
+    assert "redis-cli ping" in SERVICES["redis"]["healthcheck"]["test"][1]
 
 
 def test_postgres_counts_as_healthy_only_once_it_accepts_connections_over_tcp() -> None:

@@ -38,13 +38,15 @@ OLDEST_SUPPORTED = "1.30.0"
 SECRET = "loopsuite-secrets"
 SHARED_SECRET_KEY = "mcp-service-secret"
 DATABASE_URL_KEY = "database-url"
-REQUIRED_SECRET_KEYS = {SHARED_SECRET_KEY, DATABASE_URL_KEY}
+REDIS_URL_KEY = "redis-url"
+REQUIRED_SECRET_KEYS = {SHARED_SECRET_KEY, DATABASE_URL_KEY, REDIS_URL_KEY}
 """Without these a pod cannot start: the others (provider keys and the like) are optional."""
-CREDENTIAL_SETTINGS = {"agent-service": ["AGENT_DATABASE_URL"]}
+CREDENTIAL_SETTINGS = {"agent-service": ["AGENT_DATABASE_URL", "AGENT_REDIS_URL"]}
 """Settings that are no ``SecretStr`` but hold a password all the same: from the Secret, never a ConfigMap."""
-BACKING_SERVICES = {"dev": {"postgres"}, "prod": set()}
+BACKING_SERVICES = {"dev": {"postgres", "redis"}, "prod": set()}
 """What an overlay runs beside the suite's components (prod's database is a managed one, outside the cluster)."""
 POSTGRES_PORT = 5432
+REDIS_PORT = 6379
 
 # Values of the base ConfigMaps that differ from the code's defaults, on purpose: listen on the pod's
 # address, find the other services by name, and what the containers' filesystem and network need.
@@ -172,8 +174,12 @@ def test_the_schema_check_would_catch_a_misspelt_field() -> None:
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_service_and_tool_has_a_deployment_service_autoscaler_and_disruption_budget(overlay: str) -> None:
-    for kind in ("Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget"):
+    for kind in ("HorizontalPodAutoscaler", "PodDisruptionBudget"):
         assert sorted(item["metadata"]["name"] for item in objects(overlay, kind)) == sorted(c.name for c in COMPONENTS)
+    # A backing service the overlay runs may be a Deployment too (dev's Redis): one pod, no autoscaler.
+    assert sorted(item["metadata"]["name"] for item in objects(overlay, "Deployment")) == sorted(
+        [c.name for c in COMPONENTS] + [name for name in BACKING_SERVICES[overlay] if name != "postgres"]
+    )
     assert sorted(item["metadata"]["name"] for item in objects(overlay, "Service")) == sorted(
         [c.name for c in COMPONENTS] + list(BACKING_SERVICES[overlay])
     )
@@ -293,7 +299,7 @@ def test_no_secret_value_is_in_the_manifests_only_references_to_the_operators_se
         assert set(secret_settings) & set(config(overlay, item)) == set(), "no secret setting in a ConfigMap"
         for name, ref in refs.items():
             assert ref.get("optional", False) is (ref["key"] not in REQUIRED_SECRET_KEYS), (
-                f"{name}: only the shared secret and the database URL are required"
+                f"{name}: only the shared secret and the database and Redis URLs are required"
             )
     shared = {
         secret_refs(overlay, component("agent-service"))["AGENT_MCP_SERVICE_SECRET"]["key"],
@@ -501,6 +507,60 @@ def test_in_prod_only_agent_service_reaches_a_managed_postgres_on_a_private_addr
     assert not _egress_to_ip(policies, agent, "10.20.30.40", 22), "the database port only"
     assert not _egress_to_ip(policies, agent, "169.254.169.254", POSTGRES_PORT)
     assert not _egress_to_ip(policies, agent, PUBLIC_ADDRESS, POSTGRES_PORT)
+
+
+# --- the run slots (Redis) -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_agent_service_shares_its_run_slots_in_redis_with_the_url_from_the_secret(overlay: str) -> None:
+    agent = component("agent-service")
+    ref = secret_refs(overlay, agent)["AGENT_REDIS_URL"]
+    assert (ref["name"], ref["key"], ref.get("optional", False)) == (SECRET, REDIS_URL_KEY, False)
+    assert "AGENT_REDIS_URL" not in config(overlay, agent), "a ConfigMap value would hide nothing: env wins"
+    assert _base_config_file(agent)[1].get("AGENT_REDIS_URL") == "", "named for the operator, unset"
+    assert config(overlay, agent)["AGENT_MAX_CONCURRENT_RUNS_PER_TENANT"] == "16"
+
+
+def test_dev_runs_its_own_single_redis_in_memory_under_the_restricted_pod_security_standard() -> None:
+    deployment = named("dev", "Deployment", "redis")
+    assert deployment["spec"]["replicas"] == 1
+    pod = deployment["spec"]["template"]["spec"]
+    (spec,) = pod["containers"]
+    assert spec["image"].startswith("redis:7")
+    assert spec["readinessProbe"]["exec"]["command"] == ["redis-cli", "ping"]
+    service = named("dev", "Service", "redis")
+    assert _selects(service["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"])
+    assert [port["port"] for port in service["spec"]["ports"]] == [REDIS_PORT]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert spec["securityContext"]["allowPrivilegeEscalation"] is False
+    assert spec["securityContext"]["readOnlyRootFilesystem"] is True
+    assert spec["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert [item for item in objects("prod", "Deployment") if item["metadata"]["name"] == "redis"] == [], (
+        "prod's Redis is a managed one"
+    )
+
+
+def test_in_dev_only_agent_service_reaches_redis() -> None:
+    policies = objects("dev", "NetworkPolicy")
+    deployment = named("dev", "Deployment", "redis")
+    redis = {"namespace": deployment["metadata"]["namespace"], **deployment["spec"]["template"]["metadata"]}
+    callers = {item.name for item in COMPONENTS if _call_allowed(policies, _pod("dev", item.name), redis, REDIS_PORT)}
+    assert callers == {"agent-service"}
+    outsider = {"namespace": "llm-core", "labels": {"app": "llm-core"}}
+    assert not _ingress_allowed(policies, outsider, redis, REDIS_PORT, "TCP")
+
+
+def test_in_prod_only_agent_service_reaches_a_managed_redis_on_a_private_address() -> None:
+    policies = objects("prod", "NetworkPolicy")
+    callers = {
+        item.name for item in COMPONENTS if _egress_to_ip(policies, _pod("prod", item.name), "10.20.30.50", REDIS_PORT)
+    }
+    assert callers == {"agent-service"}
+    agent = _pod("prod", "agent-service")
+    assert not _egress_to_ip(policies, agent, "169.254.169.254", REDIS_PORT)
+    assert not _egress_to_ip(policies, agent, PUBLIC_ADDRESS, REDIS_PORT)
 
 
 # --- network policies ----------------------------------------------------------------------------------

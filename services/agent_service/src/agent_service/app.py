@@ -18,6 +18,7 @@ from agent_service.console_api import console_routes
 from agent_service.loop import AgentLoop, RunOutcome
 from agent_service.openai_front import openai_routes
 from agent_service.planning import ModelCheck, ToolCatalog, plan_run
+from agent_service.run_slots import open_run_slots
 from agent_service.runs import AgentRuns, EventSink, LiveSink, StartedRun
 from agent_service.runs_api import runs_routes
 from agent_service.settings import AgentSettings
@@ -177,7 +178,8 @@ _RUN = Operation(
     events=RunEvent,
     errors={
         409: "The conversation (conversationId) has a run in progress.",
-        503: "The service is shutting down, or the run store is unavailable (Retry-After).",
+        429: "The tenant has AGENT_MAX_CONCURRENT_RUNS_PER_TENANT runs in progress (too_many_runs, Retry-After).",
+        503: "The service is shutting down, or the run store or the run limits (Redis) are unavailable (Retry-After).",
     },
     example={"model": "demo", "messages": [{"role": "user", "content": "What time is it?"}], "stream": False},
 )
@@ -269,7 +271,14 @@ def create_app(
             if settings.database_url:
                 store = await RunStore.open(settings.database_url, migrate=settings.database_migrate)
                 stack.push_async_callback(store.aclose)
-            runs = AgentRuns(loop, store, settings, observability.lifecycle)
+            slots = open_run_slots(
+                settings.redis_url,
+                settings.lease_seconds,
+                key_prefix=settings.redis_key_prefix,
+                cap=settings.max_concurrent_runs_per_tenant,
+            )
+            stack.push_async_callback(slots.aclose)
+            runs = AgentRuns(loop, store, settings, observability.lifecycle, slots)
             await stack.enter_async_context(runs.running())
             yield {"services": _Services(settings, http, loop, catalog, models, observability.lifecycle, runs)}
 

@@ -73,6 +73,25 @@ class AgentSettings(ServiceSettings):
     max_resumes: int = Field(default=3, ge=0)
     """How many times a run is taken over after a crash before it is failed: a run that kills its replica
     every time must not take down the next one too."""
+    redis_url: str = ""
+    """Redis that the replicas share for the per-tenant run slots (``redis://host:6379/0``, ``rediss://`` for TLS).
+    Empty: each replica counts its own runs in memory (right for one replica, ``make run``)."""
+
+    @field_validator("redis_url")
+    @classmethod
+    def _known_redis(cls, url: str) -> str:
+        url = url.strip()
+        if url and not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must be empty, redis://host:port/db, rediss://host:port/db or unix:///path")
+        return url
+
+    redis_key_prefix: str = "agent:"
+    """Prefix of the Redis keys of the run slots (``<prefix>run-slots:<tenant>``): deployments sharing one Redis
+    keep apart by it."""
+    max_concurrent_runs_per_tenant: int = Field(default=16, ge=0)
+    """Runs of one tenant in progress at once, over all replicas; one more is refused with 429 ``too_many_runs``
+    and ``Retry-After``. A run's slot lasts ``AGENT_LEASE_SECONDS`` and is renewed with its lease, so the slots
+    of a replica that died come back by themselves. 0: no cap, nothing counted (Redis unused)."""
     events_poll_seconds: float = Field(default=0.5, gt=0)
     """How often a client following a run that another replica executes is sent the newly stored events."""
     callers_file: Path | None = None

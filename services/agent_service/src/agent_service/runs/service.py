@@ -4,6 +4,9 @@ A run is executed by one replica at a time, the owner of its lease. The owner re
 third of ``lease_seconds``; a replica that stops renewing (killed, frozen, cut off) loses its runs to whichever
 replica's keeper claims them first, which resumes each from its last stored step (``plans.takeover``).
 Without a store (``AGENT_DATABASE_URL`` empty) runs are executed the same way and simply not kept.
+
+Each run also holds one of its tenant's slots (``run_slots``) from ``begin`` to the end of ``execute``; the keeper
+renews the slots of the runs here with their leases, so a dead replica's slots expire like its leases.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from anyio.abc import TaskGroup
 from agent_service.callers import Caller
 from agent_service.clients import UpstreamError
 from agent_service.loop import AgentLoop, ResumePoint, RunOutcome, RunPlan
+from agent_service.run_slots import UNCAPPED, LocalRunSlots, RunSlots
 from agent_service.runs.journal import TERMINAL_EVENTS, EventSink, LiveSink, RunJournal, RunMoved
 from agent_service.runs.plans import stored_plan, takeover
 from agent_service.settings import AgentSettings
@@ -93,13 +97,23 @@ class StartedRun:
 
 
 class AgentRuns:
-    def __init__(self, loop: AgentLoop, store: RunStore | None, settings: AgentSettings, lifecycle: Lifecycle) -> None:
+    def __init__(
+        self,
+        loop: AgentLoop,
+        store: RunStore | None,
+        settings: AgentSettings,
+        lifecycle: Lifecycle,
+        slots: RunSlots | None = None,
+    ) -> None:
         self.loop = loop
         self.store = store
         self.settings = settings
         self.lifecycle = lifecycle
+        self.slots = slots if slots is not None else LocalRunSlots(settings.lease_seconds)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.active: dict[str, StartedRun] = {}
+        self.slots_held: dict[str, str] = {}
+        """Run id → tenant, for each run holding a slot taken here (renewed by the keeper, released at its end)."""
         self._task_group: TaskGroup | None = None
 
     # --- the service's lifetime ------------------------------------------------------------------------
@@ -109,8 +123,7 @@ class AgentRuns:
         """Within it: detached and resumed runs execute, and the keeper renews and claims leases."""
         async with anyio.create_task_group() as task_group:
             self._task_group = task_group
-            if self.store is not None:
-                task_group.start_soon(self._keep)
+            task_group.start_soon(self._keep)
             try:
                 yield
             finally:
@@ -133,15 +146,30 @@ class AgentRuns:
     async def begin(
         self, plan: RunPlan, request: AgentRunRequest, *, send: LiveSink | None, caller: Caller
     ) -> StartedRun:
-        """Store the run, as ``caller``'s, before the response starts (a busy conversation is still a plain 409);
-        ``send``: the client that stays attached (``None``: the run is detached and followed through its
-        journal)."""
+        """Take a slot of ``caller``'s tenant (429 ``too_many_runs`` over its cap), then store the run, as
+        ``caller``'s, before the response starts (a busy conversation is still a plain 409); ``send``: the client
+        that stays attached (``None``: the run is detached and followed through its journal). A refused run is
+        never stored."""
+        detached = request.on_disconnect == "continue"
+        store = self.store
+        if store is None and (request.conversation_id is not None or detached):
+            field = "conversationId" if request.conversation_id is not None else 'onDisconnect "continue"'
+            raise ApiError(400, "runs_not_stored", f"{field} needs stored runs (AGENT_DATABASE_URL is empty).")
+        tenant = caller.tenant
+        await self.slots.acquire(tenant, plan.run_id, self.settings.max_concurrent_runs_per_tenant)
+        self.slots_held[plan.run_id] = tenant
+        try:
+            return await self._begin(plan, request, send=send, caller=caller)
+        except BaseException:
+            await self._release_slot(plan.run_id)
+            raise
+
+    async def _begin(
+        self, plan: RunPlan, request: AgentRunRequest, *, send: LiveSink | None, caller: Caller
+    ) -> StartedRun:
         detached = request.on_disconnect == "continue"
         store = self.store
         if store is None:
-            if request.conversation_id is not None or detached:
-                field = "conversationId" if request.conversation_id is not None else 'onDisconnect "continue"'
-                raise ApiError(400, "runs_not_stored", f"{field} needs stored runs (AGENT_DATABASE_URL is empty).")
             journal = RunJournal(plan.run_id, store=None, owner=self.owner, base=0, send=send)
             return StartedRun(plan, journal, detached)
         new = NewRun(
@@ -223,7 +251,17 @@ class AgentRuns:
             raise
         finally:
             self.active.pop(plan.run_id, None)
+            if run.stop_reason != "moved":  # moved: the slot (same run id) is the new owner's now
+                await self._release_slot(plan.run_id)
+            else:
+                self.slots_held.pop(plan.run_id, None)
             journal.ended.set()
+
+    async def _release_slot(self, run_id: str) -> None:
+        tenant = self.slots_held.pop(run_id, None)
+        if tenant is not None:
+            with anyio.CancelScope(shield=True):
+                await self.slots.release(tenant, run_id)
 
     async def _stopped(self, run: StartedRun) -> RunOutcome:
         journal = run.journal
@@ -404,13 +442,22 @@ class AgentRuns:
     async def _keep(self) -> None:
         interval = self.settings.lease_seconds / 3
         while True:
-            try:
-                await self._renew()
-                if not self.lifecycle.draining:
-                    await self._claim()
-            except StoreError as error:
-                _log.warning("run_leases_not_renewed", error=str(error))
+            await self._renew_slots()
+            if self.store is not None:
+                try:
+                    await self._renew()
+                    if not self.lifecycle.draining:
+                        await self._claim()
+                except StoreError as error:
+                    _log.warning("run_leases_not_renewed", error=str(error))
             await anyio.sleep(interval)
+
+    async def _renew_slots(self) -> None:
+        by_tenant: dict[str, list[str]] = {}
+        for run_id, tenant in self.slots_held.items():
+            by_tenant.setdefault(tenant, []).append(run_id)
+        for tenant, run_ids in by_tenant.items():
+            await self.slots.renew(tenant, run_ids)
 
     async def _renew(self) -> None:
         assert self.store is not None
@@ -442,8 +489,9 @@ class AgentRuns:
     async def _take_over(self, record: RunRecord) -> None:
         """Resume a run whose replica stopped renewing its lease; this replica holds the lease now."""
         outcome = "failed"
+        tenant = record.tenant or DEFAULT_TENANT
         try:
-            outcome = await self._resume(record)
+            outcome = await self._resume(record, tenant)
         except (StoreError, UpstreamError) as error:  # the lease lapses again: another sweep retries
             _log.warning("run_takeover_failed", run_id=record.run_id, error=str(error))
         except Exception as error:  # a run this version cannot resume (a bug, a plan it cannot read): failed, once
@@ -451,6 +499,9 @@ class AgentRuns:
             await self._fail_unresumable(record)
         finally:
             self.loop.telemetry.run_taken_over(run_id=record.run_id, outcome=outcome, resumes=record.resumes)
+            if outcome != "resumed":  # ended here, or left: the dead replica's slot for it (same run id) goes too
+                with anyio.CancelScope(shield=True):
+                    await self.slots.release(tenant, record.run_id)
 
     async def _fail_unresumable(self, record: RunRecord) -> None:
         assert self.store is not None
@@ -464,7 +515,7 @@ class AgentRuns:
         except UpstreamError as error:
             _log.warning("run_takeover_failed", run_id=record.run_id, error=error.message)
 
-    async def _resume(self, record: RunRecord) -> str:
+    async def _resume(self, record: RunRecord, tenant: str) -> str:
         store = self.store
         assert store is not None
         task_group = self._task_group
@@ -513,6 +564,13 @@ class AgentRuns:
             )
             await journal.finish(RunOutcome(taken.finished, record.iterations, record.usage, []))
             return "finished"
+        # Admitted once already: over its tenant's cap it still goes on (refusing it now would fail a run its
+        # client was told had started), but it counts, so new runs wait. Redis down: it goes on uncounted.
+        try:
+            await self.slots.acquire(tenant, run_id, UNCAPPED)
+            self.slots_held[run_id] = tenant
+        except ApiError as error:
+            _log.warning("run_slot_not_taken", run_id=run_id, error=error.message)
         run = StartedRun(taken.plan, journal, detached=True, resume=taken.resume)
         self.active[run_id] = run
         task_group.start_soon(self._execute_tracked, run, True)

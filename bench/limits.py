@@ -1,0 +1,175 @@
+"""7. agent-service's run limits: what the per-tenant run slot costs a run, in Redis and in memory, against none.
+
+Three agent-services, alike but for their slots, run side by side on the system-under-test core behind the
+suite's completion-service and mcp-client-service, none storing runs (``AGENT_DATABASE_URL=""``, so that the slot
+is the only difference): no cap (``AGENT_MAX_CONCURRENT_RUNS_PER_TENANT=0``: nothing counted), the in-process
+slots, and the Redis slots on ``BENCH_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``, keys under a prefix of
+this run's own, deleted at the end). Each gets the same run (``rounds-1``: one tool call, then the answer;
+``stream: false``), one at a time (the cap is never reached: this is the cost of admitting and releasing), in
+rounds interleaved A, B, C then C, B, A. Per mode: p50, p99, agent-service's CPU per run, what it adds per run
+against no cap, and the ratios. Redis out of reach: that mode is left out, with a note saying why.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from contextlib import AsyncExitStack, ExitStack
+from dataclasses import dataclass, replace
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from bench.agent import MESSAGES
+from bench.httpload import HttpConnection
+from bench.measure import Rounds, interleave
+from bench.probes import HttpCall, http_call
+from bench.processes import Service
+from bench.report import Section, Table, Target, ms
+from bench.suite import STDIO_TOOL, Suite, start_agent
+
+__all__ = ["ADDED_PER_RUN_TARGET", "REDIS_URL_VARIABLE", "run_limits"]
+
+REDIS_URL_VARIABLE = "BENCH_REDIS_URL"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+ADDED_PER_RUN_TARGET = 0.0005
+"""What the Redis slot may add to a run (seconds of p50 latency) against no cap, Redis on loopback."""
+_ROUNDS = 1
+
+
+@dataclass
+class _Mode:
+    key: str
+    label: str
+    env: dict[str, str]
+    service: Service | None = None
+
+
+def _run_call(service: Service) -> HttpCall:
+    body = {"model": f"openai/rounds-{_ROUNDS}", "messages": MESSAGES, "tools": [STDIO_TOOL], "stream": False}
+    return http_call(service, "POST", "/api/v1/agent/run", body, must_contain=f'"iterations":{_ROUNDS + 1}'.encode())
+
+
+async def _redis_reachable(url: str) -> str | None:
+    """Why Redis cannot be used, or ``None``."""
+    client = aioredis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        await client.ping()
+    except (OSError, aioredis.RedisError) as error:
+        return f"Redis not reachable at {url}: {type(error).__name__}: {error}"
+    finally:
+        await client.aclose()
+    return None
+
+
+async def _delete_keys(url: str, prefix: str) -> None:
+    client = aioredis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
+        if keys:
+            await client.delete(*keys)
+    finally:
+        await client.aclose()
+
+
+async def run_limits(suite: Suite, plan: Rounds) -> Section:
+    """The section ``make bench`` prints (``--only limits``), with the Redis target. The suite's own agent-service
+    takes no part: three more are started, alike but for their run slots, and stopped at the end."""
+    redis_url = os.environ.get(REDIS_URL_VARIABLE) or DEFAULT_REDIS_URL
+    prefix = f"bench-{secrets.token_hex(4)}:"
+    unstored = {"AGENT_DATABASE_URL": "", "AGENT_REDIS_URL": ""}
+    modes = [
+        _Mode("none", "no cap (AGENT_MAX_CONCURRENT_RUNS_PER_TENANT=0)", {**unstored, **_cap(0)}),
+        _Mode("memory", "in-process slots (AGENT_REDIS_URL empty)", {**unstored, **_cap(16)}),
+    ]
+    skipped = await _redis_reachable(redis_url)
+    if skipped is None:
+        redis_env = {**unstored, **_cap(16), "AGENT_REDIS_URL": redis_url, "AGENT_REDIS_KEY_PREFIX": prefix}
+        modes.append(_Mode("redis", "Redis slots (loopback)", redis_env))
+    try:
+        with ExitStack() as stack:
+            for mode in modes:
+                mode.service = start_agent(stack, suite, f"agent-service-limits-{mode.key}", mode.env)
+            figures = await _measure(modes, plan)
+    finally:
+        if skipped is None:
+            await _delete_keys(redis_url, prefix)
+    return _section(modes, figures, plan, skipped)
+
+
+def _cap(cap: int) -> dict[str, str]:
+    return {"AGENT_MAX_CONCURRENT_RUNS_PER_TENANT": str(cap)}
+
+
+async def _measure(modes: list[_Mode], plan: Rounds) -> dict[str, Any]:
+    services = {mode.key: mode.service for mode in modes if mode.service is not None}
+    async with AsyncExitStack() as stack:
+        arms = {
+            key: _run_call(service).probe(await stack.enter_async_context(HttpConnection("127.0.0.1", service.port)))
+            for key, service in services.items()
+        }
+        await interleave(arms, replace(plan, rounds=0))  # warm-up apart: Redis connected, scripts loaded
+        return await interleave(
+            arms, replace(plan, warmup=0), cpu_pids={key: [service.pid] for key, service in services.items()}
+        )
+
+
+def _section(modes: list[_Mode], figures: dict[str, Any], plan: Rounds, skipped: str | None) -> Section:
+    table = Table(
+        f"7. agent-service's run limits: the same run ({_ROUNDS} round, one tool call, stream: false, not stored) "
+        f"through three agent-services alike but for their run slots; {plan.rounds} interleaved rounds x "
+        f"{plan.per_round} runs",
+        ["", "runs/round", "p50 ms", "p99 ms", "agent CPU ms/run", "added ms/run", "added CPU ms/run", "p50 ratio"],
+    )
+    base = figures["none"]
+    base_pid = _pid(modes, "none")
+    base_cpu = base.cpu_per_request_of(base_pid)
+    targets: list[Target] = []
+    result: dict[str, Any] = {"modes": {}}
+    for mode in modes:
+        arm = figures[mode.key]
+        cpu = arm.cpu_per_request_of(_pid(modes, mode.key))
+        added, added_cpu = arm.p50 - base.p50, cpu - base_cpu
+        is_base = mode.key == "none"
+        table.add(
+            mode.label,
+            f"{arm.per_round:.0f}",
+            ms(arm.p50),
+            ms(arm.p99),
+            ms(cpu),
+            "" if is_base else ms(added),
+            "" if is_base else ms(added_cpu),
+            "1.00" if is_base else f"{arm.p50 / base.p50:.3f}",
+        )
+        result["modes"][mode.key] = {
+            "p50_ms": arm.p50 * 1000,
+            "p99_ms": arm.p99 * 1000,
+            "agent_cpu_ms_per_run": cpu * 1000,
+            "added_ms_per_run": added * 1000,
+            "added_agent_cpu_ms_per_run": added_cpu * 1000,
+            "p50_ratio": arm.p50 / base.p50,
+        }
+        if mode.key == "redis":
+            targets.append(
+                Target(
+                    "limits: Redis run slot, added p50 per run",
+                    f"<= {ADDED_PER_RUN_TARGET * 1000:g} ms",
+                    f"{ms(added)} ms (agent CPU {ms(added_cpu)} ms/run; a run {arm.p50 / base.p50:.3f}x the run "
+                    "without a cap)",
+                    added <= ADDED_PER_RUN_TARGET,
+                )
+            )
+    if skipped is not None:
+        table.notes.append(f"Redis left out: {skipped} (set {REDIS_URL_VARIABLE})")
+        result["redis_skipped"] = skipped
+    table.notes.append(
+        "added = this mode - no cap, per run (p50 of runs, median of round p50s); CPU: agent-service's own, from "
+        "/proc (Redis's own CPU not included); a run takes its slot (one Lua script) and gives it back (ZREM)"
+    )
+    return Section("limits", tables=[table], targets=targets, figures=result)
+
+
+def _pid(modes: list[_Mode], key: str) -> int:
+    (service,) = [mode.service for mode in modes if mode.key == key]
+    assert service is not None
+    return service.pid

@@ -1,0 +1,234 @@
+"""Concurrency per tenant: a run holds one of its tenant's slots from the moment it is admitted to its end.
+
+A slot is a lease, not a counter: it carries an expiry (``AGENT_LEASE_SECONDS`` ahead), renewed with the run's own
+lease by the replica executing it, and released on every way out of the run. A replica that dies renews nothing, so
+its slots expire by themselves; nothing can leak.
+
+Two backends behind one interface, ``RunSlots``:
+
+- ``LocalRunSlots``: in this process's memory (``AGENT_REDIS_URL`` empty): one replica, or each replica its own cap;
+- ``RedisRunSlots``: shared by every replica, one sorted set per tenant (``<prefix>run-slots:<tenant>``; member: the
+  run id, score: its slot's expiry in Redis's own clock, milliseconds), so replicas' clocks need not agree.
+  Admission is one Lua script (drop expired slots, count, add under the cap), atomic across replicas.
+
+Redis unreachable or slow: a new run is refused with 503 ``limits_unavailable`` (fail closed: a cap that silently
+stops holding would let one tenant take every replica); a renewal or release that fails is logged, and the slot
+expires on its own.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from suite_common.errors import ApiError
+from suite_common.logging import get_logger
+
+__all__ = ["UNCAPPED", "LocalRunSlots", "NoRunSlots", "RedisRunSlots", "RunSlots", "open_run_slots"]
+
+_log = get_logger("agent_service.run_slots")
+
+UNCAPPED = 2**31
+"""A cap no tenant reaches: a run taken over after a crash was admitted once and is not refused again, but its slot
+still counts against its tenant's cap (see ``AgentRuns._resume``)."""
+
+REDIS_TIMEOUT_SECONDS = 1.0
+"""Bound of every Redis call: past it, a new run is refused (503) rather than waiting on Redis."""
+
+
+def too_many_runs(tenant: str, cap: int, retry_after_seconds: float) -> ApiError:
+    """429 ``too_many_runs``; ``Retry-After``: when the soonest slot expires at the latest (a whole second, ≥ 1)."""
+    seconds = max(1, math.ceil(retry_after_seconds))
+    return ApiError(
+        429,
+        "too_many_runs",
+        f"Tenant {tenant!r} has {cap} runs in progress, its cap (AGENT_MAX_CONCURRENT_RUNS_PER_TENANT); "
+        "retry once one has ended.",
+        headers={"Retry-After": str(seconds)},
+    )
+
+
+def limits_unavailable(error: Exception) -> ApiError:
+    return ApiError(
+        503,
+        "limits_unavailable",
+        f"The run limits cannot be checked (Redis: {type(error).__name__}: {error}); the run was not started.",
+        headers={"Retry-After": "1"},
+    )
+
+
+class RunSlots(ABC):
+    """Slots of runs in progress, per tenant; a slot lasts ``ttl_seconds`` unless renewed."""
+
+    def __init__(self, ttl_seconds: float) -> None:
+        self.ttl_seconds = ttl_seconds
+
+    @abstractmethod
+    async def acquire(self, tenant: str, run_id: str, cap: int) -> None:
+        """Take a slot for ``run_id`` (again, if it holds one: renewed); raises the 429 ``too_many_runs`` when the
+        tenant holds ``cap`` unexpired slots already, or the 503 ``limits_unavailable``."""
+
+    @abstractmethod
+    async def renew(self, tenant: str, run_ids: Sequence[str]) -> None:
+        """Push the expiry of these runs' slots ``ttl_seconds`` ahead; a slot that has expired is not taken again."""
+
+    @abstractmethod
+    async def release(self, tenant: str, run_id: str) -> None:
+        """Give the slot back (none held: nothing happens)."""
+
+    async def aclose(self) -> None:  # noqa: B027 (optional: only a backend with connections closes them)
+        """Close connections, if any."""
+
+
+class NoRunSlots(RunSlots):
+    """No cap at all (``AGENT_MAX_CONCURRENT_RUNS_PER_TENANT=0``): nothing is counted, nothing refused."""
+
+    async def acquire(self, tenant: str, run_id: str, cap: int) -> None:
+        return None
+
+    async def renew(self, tenant: str, run_ids: Sequence[str]) -> None:
+        return None
+
+    async def release(self, tenant: str, run_id: str) -> None:
+        return None
+
+
+class LocalRunSlots(RunSlots):
+    """Slots in this process: tenant → {run id: expiry on the monotonic clock}."""
+
+    def __init__(self, ttl_seconds: float) -> None:
+        super().__init__(ttl_seconds)
+        self._slots: dict[str, dict[str, float]] = {}
+
+    def _live(self, tenant: str, now: float) -> dict[str, float]:
+        slots = self._slots.setdefault(tenant, {})
+        for run_id in [run_id for run_id, expiry in slots.items() if expiry <= now]:
+            del slots[run_id]
+        return slots
+
+    async def acquire(self, tenant: str, run_id: str, cap: int) -> None:
+        now = time.monotonic()
+        slots = self._live(tenant, now)
+        if run_id not in slots and len(slots) >= cap:
+            raise too_many_runs(tenant, cap, min(slots.values()) - now)
+        slots[run_id] = now + self.ttl_seconds
+
+    async def renew(self, tenant: str, run_ids: Sequence[str]) -> None:
+        now = time.monotonic()
+        slots = self._live(tenant, now)
+        for run_id in run_ids:
+            if run_id in slots:
+                slots[run_id] = now + self.ttl_seconds
+
+    async def release(self, tenant: str, run_id: str) -> None:
+        slots = self._slots.get(tenant)
+        if slots is not None:
+            slots.pop(run_id, None)
+            if not slots:
+                del self._slots[tenant]
+
+
+# KEYS[1]: the tenant's sorted set. ARGV: run id, TTL (ms), cap. Returns 0 when admitted, otherwise the milliseconds
+# until the soonest slot expires. The key itself expires with its last slot, so idle tenants leave nothing behind.
+_ACQUIRE = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
+  local soonest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  return math.max(1, tonumber(soonest[2]) - now)
+end
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ttl)
+return 0
+"""
+
+# KEYS[1]: the tenant's sorted set. ARGV[1]: TTL (ms), ARGV[2..]: run ids. ``XX``: an expired (dropped) slot stays
+# dropped: its run may already count elsewhere, or the cap was given to another run meanwhile.
+_RENEW = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+for index = 2, #ARGV do
+  redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[index])
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+end
+return 0
+"""
+
+
+class RedisRunSlots(RunSlots):
+    """Slots shared by every replica in Redis: ``<prefix>run-slots:<tenant>`` sorted sets."""
+
+    def __init__(self, client: aioredis.Redis, ttl_seconds: float, *, key_prefix: str = "agent:") -> None:
+        super().__init__(ttl_seconds)
+        self.client = client
+        self.key_prefix = key_prefix
+        self._acquire = client.register_script(_ACQUIRE)
+        self._renew = client.register_script(_RENEW)
+
+    @classmethod
+    def from_url(cls, url: str, ttl_seconds: float, *, key_prefix: str = "agent:") -> RedisRunSlots:
+        client = aioredis.Redis.from_url(
+            url, socket_timeout=REDIS_TIMEOUT_SECONDS, socket_connect_timeout=REDIS_TIMEOUT_SECONDS
+        )
+        return cls(client, ttl_seconds, key_prefix=key_prefix)
+
+    def key(self, tenant: str) -> str:
+        return f"{self.key_prefix}run-slots:{tenant}"
+
+    @property
+    def _ttl_ms(self) -> int:
+        return max(1, round(self.ttl_seconds * 1000))
+
+    async def _call(self, call: Any) -> Any:
+        # The socket timeouts bound each read and connect; this bounds the whole call (a pool wait included).
+        with anyio.fail_after(REDIS_TIMEOUT_SECONDS * 2):
+            return await call
+
+    async def acquire(self, tenant: str, run_id: str, cap: int) -> None:
+        try:
+            wait_ms = await self._call(self._acquire(keys=[self.key(tenant)], args=[run_id, self._ttl_ms, cap]))
+        except (RedisError, OSError, TimeoutError) as error:
+            _log.warning("run_slots_unavailable", tenant=tenant, error=str(error))
+            raise limits_unavailable(error) from None
+        if int(wait_ms) > 0:
+            raise too_many_runs(tenant, cap, int(wait_ms) / 1000)
+
+    async def renew(self, tenant: str, run_ids: Sequence[str]) -> None:
+        if not run_ids:
+            return
+        try:
+            await self._call(self._renew(keys=[self.key(tenant)], args=[self._ttl_ms, *run_ids]))
+        except (RedisError, OSError, TimeoutError) as error:  # the slots expire on their own if this goes on
+            _log.warning("run_slots_not_renewed", tenant=tenant, runs=len(run_ids), error=str(error))
+
+    async def release(self, tenant: str, run_id: str) -> None:
+        try:
+            await self._call(self.client.zrem(self.key(tenant), run_id))
+        except (RedisError, OSError, TimeoutError) as error:  # the slot expires on its own
+            _log.warning("run_slot_not_released", tenant=tenant, run_id=run_id, error=str(error))
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def open_run_slots(redis_url: str, ttl_seconds: float, *, key_prefix: str = "agent:", cap: int = 1) -> RunSlots:
+    """Redis-backed slots when ``redis_url`` is set, in-process ones otherwise, none when ``cap`` is 0 (nothing is
+    connected yet: a Redis that is down refuses runs, it does not stop the service from starting)."""
+    if cap == 0:
+        return NoRunSlots(ttl_seconds)
+    if redis_url:
+        return RedisRunSlots.from_url(redis_url, ttl_seconds, key_prefix=key_prefix)
+    return LocalRunSlots(ttl_seconds)
