@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_service.callers import CallersFileError, load_callers, parse_callers
+from agent_service.callers import CallersFileError, TenantRules, load_callers, parse_callers
 
 
 def _sha(key: str) -> str:
@@ -98,3 +98,67 @@ def test_a_missing_file_is_refused_naming_it(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere.toml"
     with pytest.raises(CallersFileError, match=f"AGENT_CALLERS_FILE: {missing}: cannot read it"):
         load_callers(missing)
+
+
+def _with_tenant_fields(fields: str) -> str:
+    return f'[tenants.acme]\n{fields}\n[[keys]]\nname = "k"\ntenant = "acme"\nsha256 = "{_sha("x")}"\n'
+
+
+def test_a_tenant_without_fields_has_no_rules() -> None:
+    rules = parse_callers(_with_tenant_fields("")).rules["acme"]
+    assert rules == TenantRules()
+    assert rules.allows_model("anything")
+    assert rules.allows_tool("rag", "add_documents")
+
+
+def test_a_tenants_rules_allow_models_by_glob_and_tools_by_name_or_server_then_deny() -> None:
+    fields = (
+        "max_concurrent_runs = 4\n"
+        'models = ["gpt-4o*", "demo"]\n'
+        'tools = ["search_documents", "web:*", "rag:add_documents"]\n'
+        'deny_tools = ["rag:add_documents", "web:fetch"]\n'
+    )
+    callers = parse_callers(_with_tenant_fields(fields))
+    rules = callers.rules["acme"]
+    assert rules.max_concurrent_runs == 4
+    assert callers.any_run_cap()
+    assert [rules.allows_model(model) for model in ("gpt-4o", "gpt-4o-mini", "demo", "demo-2", "gpt-4")] == [
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert rules.allows_tool("rag", "search_documents")  # a bare name: whichever server has it
+    assert rules.allows_tool("web", "search")  # the whole server
+    assert not rules.allows_tool("web", "fetch")  # denied after the allow list
+    assert not rules.allows_tool("rag", "add_documents")
+    assert not rules.allows_tool("rag", "list_documents")  # not allowed at all
+
+
+def test_model_globs_are_kept_and_without_a_cap_no_slots_are_needed() -> None:
+    callers = parse_callers(_with_tenant_fields('models = ["demo"]'))
+    assert callers.rules["acme"].models == ("demo",)
+    assert not parse_callers(_with_tenant_fields("")).any_run_cap()
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ("budget = 3", "tenant 'acme': unknown field 'budget'"),
+        ('max_concurrent_runs = "4"', "max_concurrent_runs must be a whole number"),
+        ("max_concurrent_runs = -1", "max_concurrent_runs must be a whole number"),
+        ("max_concurrent_runs = true", "max_concurrent_runs must be a whole number"),
+        ('models = "demo"', "models must be a list of non-empty strings"),
+        ("models = [1]", "models must be a list of non-empty strings"),
+        ('tools = [""]', "tools must be a list of non-empty strings"),
+        ('tools = ["a:b:c"]', "tools: 'a:b:c' is not a tool name"),
+        ('deny_tools = ["web:"]', "deny_tools: 'web:' is not a tool name"),
+    ],
+)
+def test_a_wrong_tenant_field_is_one_line_naming_it(fields: str, problem: str) -> None:
+    with pytest.raises(CallersFileError) as refused:
+        parse_callers(_with_tenant_fields(fields), source="callers.toml")
+    message = str(refused.value)
+    assert problem in message
+    assert "\n" not in message

@@ -144,8 +144,9 @@ async def run_agent(request: Request) -> Response | EventStreamResponse:
         if lifecycle.draining:
             raise ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"})
         body = await read_model(request, AgentRunRequest)
-        plan = await plan_run(body, services.settings, services.catalog, services.models)
-        run = await runs.begin(plan, body, send=None, caller=caller_of(request))
+        caller = caller_of(request)
+        plan = await plan_run(body, services.settings, services.catalog, services.models, rules=caller.rules)
+        run = await runs.begin(plan, body, send=None, caller=caller)
     except ApiError as refusal:  # counted and logged: a run refused is a run an operator should see
         services.loop.telemetry.run_refused(code=refusal.code, status=refusal.status, message=refusal.message)
         raise
@@ -177,8 +178,9 @@ _RUN = Operation(
     answer=AgentRunResult,
     events=RunEvent,
     errors={
+        403: "The tenant may not run this model (model_not_allowed) or use a tool the run names (tool_not_allowed).",
         409: "The conversation (conversationId) has a run in progress.",
-        429: "The tenant has AGENT_MAX_CONCURRENT_RUNS_PER_TENANT runs in progress (too_many_runs, Retry-After).",
+        429: "The tenant has its cap of runs in progress (too_many_runs, Retry-After).",
         503: "The service is shutting down, or the run store or the run limits (Redis) are unavailable (Retry-After).",
     },
     example={"model": "demo", "messages": [{"role": "user", "content": "What time is it?"}], "stream": False},
@@ -275,7 +277,8 @@ def create_app(
                 settings.redis_url,
                 settings.lease_seconds,
                 key_prefix=settings.redis_key_prefix,
-                cap=settings.max_concurrent_runs_per_tenant,
+                # Counted when some tenant has a cap of its own, even with no cap for the others.
+                cap=settings.max_concurrent_runs_per_tenant or int(callers is not None and callers.any_run_cap()),
             )
             stack.push_async_callback(slots.aclose)
             runs = AgentRuns(loop, store, settings, observability.lifecycle, slots)

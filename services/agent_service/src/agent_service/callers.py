@@ -2,7 +2,11 @@
 
 The keys come from the callers file (``AGENT_CALLERS_FILE``, TOML)::
 
-    [tenants.acme]            # what the tenant may do (more fields come later: limits, budgets, models, tools)
+    [tenants.acme]            # what the tenant may do; every field is optional (omitted: no rule)
+    max_concurrent_runs = 4   # runs in progress at once (overrides AGENT_MAX_CONCURRENT_RUNS_PER_TENANT; 0: no cap)
+    models = ["gpt-4o*"]      # the models it may run (fnmatch globs)
+    tools = ["search_documents", "web:*"]   # the tools it may use: names, "<server>:<tool>" or "<server>:*"
+    deny_tools = ["rag:add_documents"]      # never these, even when allowed above (same forms)
 
     [[keys]]
     name = "acme-platform"    # shown in logs, never the key
@@ -27,7 +31,8 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +49,13 @@ from suite_common.logging import get_logger
 __all__ = [
     "ANONYMOUS",
     "DEFAULT_TENANT",
+    "NO_RULES",
     "Caller",
     "CallerKey",
     "CallerMiddleware",
     "Callers",
     "CallersFileError",
+    "TenantRules",
     "caller_of",
     "hash_key",
     "load_callers",
@@ -67,13 +74,48 @@ _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
+def _tool_matches(pattern: str, server: str, tool: str) -> bool:
+    """``pattern``: a tool's name, ``<server>:<tool>``, or ``<server>:*`` (every tool of that MCP server)."""
+    pattern_server, colon, pattern_tool = pattern.partition(":")
+    if not colon:
+        return pattern == tool
+    return pattern_server == server and pattern_tool in ("*", tool)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRules:
+    """What a tenant may use (its ``[tenants.<name>]`` table); ``None``: no rule, everything is allowed."""
+
+    max_concurrent_runs: int | None = None
+    """Overrides ``AGENT_MAX_CONCURRENT_RUNS_PER_TENANT`` for this tenant (0: no cap)."""
+    models: tuple[str, ...] | None = None
+    """fnmatch globs of the model names it may run."""
+    tools: tuple[str, ...] | None = None
+    """The tools it may use: names, ``<server>:<tool>`` or ``<server>:*``."""
+    deny_tools: tuple[str, ...] = ()
+    """Tools it may never use, even when ``tools`` allows them (same forms)."""
+
+    def allows_model(self, model: str) -> bool:
+        return self.models is None or any(fnmatchcase(model, pattern) for pattern in self.models)
+
+    def allows_tool(self, server: str, tool: str) -> bool:
+        if self.tools is not None and not any(_tool_matches(pattern, server, tool) for pattern in self.tools):
+            return False
+        return not any(_tool_matches(pattern, server, tool) for pattern in self.deny_tools)
+
+
+NO_RULES = TenantRules()
+
+
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who sent a request: the key's ``name``, its ``tenant``, and the end user a trusted caller named (or None)."""
+    """Who sent a request: the key's ``name``, its ``tenant``, the end user a trusted caller named (or None), and
+    the tenant's ``rules`` (an open API has none)."""
 
     name: str
     tenant: str
     user: str | None = None
+    rules: TenantRules = field(default=NO_RULES, repr=False)
 
 
 ANONYMOUS = Caller("anonymous", DEFAULT_TENANT)
@@ -94,10 +136,18 @@ class CallerKey:
 
 @dataclass(frozen=True, slots=True)
 class Callers:
-    """The callers file, parsed: its tenants and keys."""
+    """The callers file, parsed: its tenants (with their rules) and keys."""
 
-    tenants: frozenset[str]
+    rules: Mapping[str, TenantRules]
     keys: tuple[CallerKey, ...]
+
+    @property
+    def tenants(self) -> frozenset[str]:
+        return frozenset(self.rules)
+
+    def any_run_cap(self) -> bool:
+        """Whether some tenant has a cap of its own on runs in progress (then slots are counted)."""
+        return any(rules.max_concurrent_runs for rules in self.rules.values())
 
     def identify(self, presented: str) -> CallerKey | None:
         """The key ``presented`` is, or None; compares with every key, in constant time each."""
@@ -151,6 +201,41 @@ def _key(entry: Any, index: int, tenants: frozenset[str], source: str, environ: 
     return CallerKey(name=name, tenant=tenant, digest=digest, trusted=trusted)
 
 
+_RULE_FIELDS = ("max_concurrent_runs", "models", "tools", "deny_tools")
+_TOOL_PATTERN = re.compile(r"[^:\s]+(:[^:\s]+)?")
+
+
+def _names(
+    table: dict[str, Any], key: str, where: str, source: str, pattern: re.Pattern[str] | None
+) -> tuple[str, ...] | None:
+    value = table.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise _fail(source, f"{where}: {key} must be a list of non-empty strings")
+    if pattern is not None:
+        bad = next((item for item in value if not pattern.fullmatch(item)), None)
+        if bad is not None:
+            raise _fail(source, f"{where}: {key}: {bad!r} is not a tool name, '<server>:<tool>' or '<server>:*'")
+    return tuple(value)
+
+
+def _rules(name: str, table: dict[str, Any], source: str) -> TenantRules:
+    where = f"tenant {name!r}"
+    unknown = sorted(set(table) - set(_RULE_FIELDS))
+    if unknown:
+        raise _fail(source, f"{where}: unknown field {unknown[0]!r} (expected {', '.join(_RULE_FIELDS)})")
+    cap = table.get("max_concurrent_runs")
+    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 0):
+        raise _fail(source, f"{where}: max_concurrent_runs must be a whole number, 0 or more (0: no cap)")
+    return TenantRules(
+        max_concurrent_runs=cap,
+        models=_names(table, "models", where, source, None),
+        tools=_names(table, "tools", where, source, _TOOL_PATTERN),
+        deny_tools=_names(table, "deny_tools", where, source, _TOOL_PATTERN) or (),
+    )
+
+
 def parse_callers(text: str, *, source: str = "callers file", environ: Mapping[str, str] | None = None) -> Callers:
     """The callers file's content; every way it can be wrong is a ``CallersFileError`` (one line)."""
     try:
@@ -166,7 +251,8 @@ def parse_callers(text: str, *, source: str = "callers file", environ: Mapping[s
     for tenant in tenant_tables:
         if not _NAME.fullmatch(tenant):
             raise _fail(source, f"tenant {tenant!r}: a name is letters, digits, '.', '_' or '-' (at most 64)")
-    tenants = frozenset(tenant_tables)
+    rules = {tenant: _rules(tenant, table, source) for tenant, table in tenant_tables.items()}
+    tenants = frozenset(rules)
     entries = data.get("keys", [])
     if not isinstance(entries, list) or not entries:
         raise _fail(source, "no [[keys]]: at least one caller key is needed")
@@ -181,7 +267,7 @@ def parse_callers(text: str, *, source: str = "callers file", environ: Mapping[s
     digests = [key.digest for key in keys]
     if len(set(digests)) != len(digests):
         raise _fail(source, "two keys are the same key; give each caller its own")
-    return Callers(tenants=tenants, keys=keys)
+    return Callers(rules=rules, keys=keys)
 
 
 def load_callers(path: Path, *, environ: Mapping[str, str] | None = None) -> Callers:
@@ -244,7 +330,7 @@ class CallerMiddleware:
                     return
                 caller, trusted = ANONYMOUS, False
             else:
-                caller, trusted = Caller(key.name, key.tenant), key.trusted
+                caller, trusted = Caller(key.name, key.tenant, rules=self.callers.rules[key.tenant]), key.trusted
         if user is not None and protected:
             if not trusted:
                 message = f"The caller {caller.name} may not name the end user (X-User-Id): its key is not trusted."
@@ -254,7 +340,7 @@ class CallerMiddleware:
                 message = f"X-User-Id must be 1 to {_MAX_USER_CHARS} printable ASCII characters without spaces."
                 await self._refuse(path, 400, "invalid_request", message)(scope, receive, send)
                 return
-            caller = Caller(caller.name, caller.tenant, user)
+            caller = replace(caller, user=user)
         scope.setdefault("state", {})["caller"] = caller
         if self.callers is None or caller is ANONYMOUS:
             await self.app(scope, receive, send)

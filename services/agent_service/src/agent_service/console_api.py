@@ -14,8 +14,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from agent_service.callers import caller_of
 from agent_service.clients import UpstreamError
-from agent_service.planning import ToolCatalog
+from agent_service.planning import ToolCatalog, allowed_tools
 from suite_common.deadline import Deadline
 from suite_common.echo import clip
 from suite_common.errors import ApiError
@@ -70,13 +71,14 @@ def _summary(tool: ToolInfo) -> ToolSummary:
 
 
 async def list_tools(request: Request) -> Response:
-    """The gateway's tool list as runs see it (cached for ``AGENT_CATALOG_CACHE_SECONDS``), sorted by server,
-    then name; a tool whose server cannot take calls now is listed with ``unavailable``."""
+    """The gateway's tool list as the caller's runs see it (cached for ``AGENT_CATALOG_CACHE_SECONDS``): only the
+    tools its tenant may use, sorted by server, then name; a tool whose server cannot take calls now is listed
+    with ``unavailable``."""
     try:
         tools = await _catalog(request).tools(Deadline.after(_LIST_TOOLS_SECONDS))
     except UpstreamError as error:
         raise ApiError(error.status, error.code, error.message, headers=error.headers) from None
-    ordered = sorted(tools, key=lambda tool: (tool.server, tool.name))
+    ordered = sorted(allowed_tools(tools, caller_of(request).rules), key=lambda tool: (tool.server, tool.name))
     return ModelResponse(ToolList(tools=[_summary(tool) for tool in ordered]))
 
 
@@ -98,7 +100,8 @@ async def console_file(request: Request) -> Response:
 
 
 _LIST_TOOLS = Operation(
-    "The tools a run may use (the gateway's list, no input schemas), sorted by server then name",
+    "The tools the caller's runs may use (the gateway's list less what its tenant may not use, no input schemas), "
+    "sorted by server then name",
     answer=ToolList,
     errors={
         502: "mcp-client-service answered with an error, or something that is not a tool list.",

@@ -363,8 +363,9 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
         max_tokens=body.max_completion_tokens or body.max_tokens,
         temperature=body.temperature,
     )
-    plan = await plan_run(run_request, settings, services.catalog, services.models, client_tools)
-    run = await services.runs.begin(plan, run_request, send=None, caller=caller_of(request)) if plan.tools else None
+    caller = caller_of(request)
+    plan = await plan_run(run_request, settings, services.catalog, services.models, client_tools, rules=caller.rules)
+    run = await services.runs.begin(plan, run_request, send=None, caller=caller) if plan.tools else None
     front = _Request(services, body, plan, run, mode=mode, events=events)
     if body.stream and mode != "disabled":
         return EventStreamResponse(front.stream, headers=front.headers, defer_start=True)

@@ -1,4 +1,4 @@
-"""From a run request to a ``RunPlan``: limits checked, tools discovered and filtered.
+"""From a run request to a ``RunPlan``: limits checked, the tenant's rules applied, tools discovered and filtered.
 
 Everything here happens before the response starts, so every problem is still a plain 4xx/5xx.
 """
@@ -11,6 +11,7 @@ import uuid
 
 import anyio
 
+from agent_service.callers import NO_RULES, TenantRules
 from agent_service.clients import CompletionClient, ToolsClient, UpstreamError
 from agent_service.limits import RunLimits
 from agent_service.loop import RunPlan
@@ -20,7 +21,7 @@ from suite_common.echo import clip, clip_names
 from suite_common.errors import ApiError
 from suite_common.wire import AgentRunRequest, NamedToolChoice, ToolChoice, ToolInfo, ToolSpec
 
-__all__ = ["ModelCheck", "ToolCatalog", "plan_run"]
+__all__ = ["ModelCheck", "ToolCatalog", "allowed_tools", "plan_run"]
 
 
 class ToolCatalog:
@@ -113,13 +114,30 @@ _RECHECK_UNAVAILABLE_SECONDS = 1.0
 """Before refusing a run because all its tools are unavailable, a tool list older than this is fetched again."""
 
 
-def _select_tools(request: AgentRunRequest, listed: list[ToolInfo]) -> list[ToolInfo]:
-    """The run's tools. Omitted: every tool that is available now. Named: each must be listed,
-    available or not: a tool whose server is restarting is not an unknown name (its calls fail
-    with a tool result saying why and when to retry)."""
+def allowed_tools(listed: list[ToolInfo], rules: TenantRules) -> list[ToolInfo]:
+    """The tools of ``listed`` the tenant may use: the only ones it is ever offered or shown."""
+    return [tool for tool in listed if rules.allows_tool(tool.server, tool.name)]
+
+
+def _check_model(model: str, rules: TenantRules) -> None:
+    if not rules.allows_model(model):
+        raise ApiError(403, "model_not_allowed", f"The model '{clip(model)}' is not allowed to this caller's tenant.")
+
+
+def _select_tools(request: AgentRunRequest, listed: list[ToolInfo], rules: TenantRules) -> list[ToolInfo]:
+    """The run's tools, among those the tenant may use. Omitted: every tool that is available now. Named: each
+    must be listed, available or not: a tool whose server is restarting is not an unknown name (its calls fail
+    with a tool result saying why and when to retry). A listed tool the tenant may not use is refused by name
+    (403 ``tool_not_allowed``): the suite's tool list is the deployment's, not a tenant's secret."""
+    allowed = allowed_tools(listed, rules)
     if request.tools is None:
-        return [tool for tool in listed if tool.unavailable is None]
-    by_name = {tool.name: tool for tool in listed}
+        return [tool for tool in allowed if tool.unavailable is None]
+    by_name = {tool.name: tool for tool in allowed}
+    listed_names = {tool.name for tool in listed}
+    refused = [name for name in request.tools if name not in by_name and name in listed_names]
+    if refused:
+        message = f"Tools not allowed to this caller's tenant: {clip_names(refused)}."
+        raise ApiError(403, "tool_not_allowed", message)
     unknown = [name for name in request.tools if name not in by_name]
     if unknown:
         names = ", ".join(sorted(by_name)) or "none"
@@ -158,9 +176,14 @@ async def plan_run(
     catalog: ToolCatalog,
     models: ModelCheck,
     client_tools: list[ToolSpec] | None = None,
+    *,
+    rules: TenantRules = NO_RULES,
 ) -> RunPlan:
     """``client_tools``: tools the caller runs itself (see ``RunPlan.client_tools``); one of ours with the same
-    name is left out of the run, since the caller, who declared it, expects to run it."""
+    name is left out of the run, since the caller, who declared it, expects to run it. ``rules``: the caller's
+    tenant's; a model it may not run is refused before anything else (403 ``model_not_allowed``), and a tool it
+    may not use is never in the run."""
+    _check_model(request.model, rules)
     limits = _check_limits(request, settings)
     deadline = limits.deadline
     tools: list[ToolInfo] = []
@@ -169,9 +192,11 @@ async def plan_run(
         await models.check(request.model, deadline)
         # The plain path: no tool discovery when the caller wants no tools.
         if request.tool_choice != "none" and request.tools != []:
-            tools = _select_tools(request, await catalog.tools(deadline))
+            tools = _select_tools(request, await catalog.tools(deadline), rules)
             if _all_unavailable(tools):  # maybe back already: asked again before refusing
-                tools = _select_tools(request, await catalog.tools(deadline, max_age=_RECHECK_UNAVAILABLE_SECONDS))
+                tools = _select_tools(
+                    request, await catalog.tools(deadline, max_age=_RECHECK_UNAVAILABLE_SECONDS), rules
+                )
                 if _all_unavailable(tools):
                     raise _unavailable_error(tools)
     except UpstreamError as error:

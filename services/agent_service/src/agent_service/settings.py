@@ -91,7 +91,8 @@ class AgentSettings(ServiceSettings):
     max_concurrent_runs_per_tenant: int = Field(default=16, ge=0)
     """Runs of one tenant in progress at once, over all replicas; one more is refused with 429 ``too_many_runs``
     and ``Retry-After``. A run's slot lasts ``AGENT_LEASE_SECONDS`` and is renewed with its lease, so the slots
-    of a replica that died come back by themselves. 0: no cap, nothing counted (Redis unused)."""
+    of a replica that died come back by themselves. A tenant's ``max_concurrent_runs`` in the callers file
+    overrides it for that tenant. 0: no cap, nothing counted (Redis unused) unless some tenant has a cap."""
     events_poll_seconds: float = Field(default=0.5, gt=0)
     """How often a client following a run that another replica executes is sent the newly stored events."""
     callers_file: Path | None = None

@@ -156,7 +156,10 @@ class AgentRuns:
             field = "conversationId" if request.conversation_id is not None else 'onDisconnect "continue"'
             raise ApiError(400, "runs_not_stored", f"{field} needs stored runs (AGENT_DATABASE_URL is empty).")
         tenant = caller.tenant
-        await self.slots.acquire(tenant, plan.run_id, self.settings.max_concurrent_runs_per_tenant)
+        cap = caller.rules.max_concurrent_runs
+        if cap is None:
+            cap = self.settings.max_concurrent_runs_per_tenant
+        await self.slots.acquire(tenant, plan.run_id, cap or UNCAPPED)  # 0: no cap
         self.slots_held[plan.run_id] = tenant
         try:
             return await self._begin(plan, request, send=send, caller=caller)

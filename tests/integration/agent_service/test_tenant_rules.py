@@ -1,0 +1,211 @@
+"""What a tenant may use ([tenants.<name>] in AGENT_CALLERS_FILE), through the real services.
+
+Two echo MCP servers behind a real mcp-client-service (``tools``: echo, add, ...; ``other``: other_echo, ...);
+only the LLM is scripted. ``acme`` may run ``gpt-4o*`` models with ``echo`` and the whole ``other`` server less
+``other_fail``; ``globex`` has no rules; ``initech`` may have one run in progress at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx
+import openai
+import pytest
+from pydantic import SecretStr
+
+from completion_service.app import create_app as create_completion_app
+from completion_service.settings import CompletionSettings
+from support import fake_openai
+from support.agent_stack import running_agent
+from support.fake_openai import ScriptedOpenAI
+from support.mcp_gateway import echo_http_server, running_gateway
+from support.servers import serve_app
+
+pytestmark = pytest.mark.anyio
+
+ACME_KEY = "acme-" + uuid.uuid4().hex
+GLOBEX_KEY = "globex-" + uuid.uuid4().hex
+INITECH_KEY = "initech-" + uuid.uuid4().hex
+
+
+def _sha(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+CALLERS_FILE = f"""
+[tenants.acme]
+models = ["gpt-4o*"]
+tools = ["echo", "other:*"]
+deny_tools = ["other:other_fail"]
+
+[tenants.globex]
+
+[tenants.initech]
+max_concurrent_runs = 1
+
+[[keys]]
+name = "acme-app"
+tenant = "acme"
+sha256 = "{_sha(ACME_KEY)}"
+
+[[keys]]
+name = "globex-app"
+tenant = "globex"
+sha256 = "{_sha(GLOBEX_KEY)}"
+
+[[keys]]
+name = "initech-app"
+tenant = "initech"
+sha256 = "{_sha(INITECH_KEY)}"
+"""
+
+
+@dataclass
+class Stack:
+    agent_url: str
+    llm: ScriptedOpenAI
+    http: httpx.AsyncClient
+
+
+def _as(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture(scope="module")
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+    folder = tmp_path_factory.mktemp("tenant-rules")
+    callers = folder / "callers.toml"
+    callers.write_text(CALLERS_FILE)
+    llm = ScriptedOpenAI()
+    async with (
+        serve_app(llm.app) as llm_url,
+        echo_http_server("tools") as tools_url,
+        echo_http_server("other", tool_prefix="other_") as other_url,
+        running_gateway({"tools": {"url": tools_url}, "other": {"url": other_url}}) as gateway,
+    ):
+        completion_settings = CompletionSettings(
+            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
+        )
+        async with (
+            serve_app(create_completion_app(completion_settings)) as completion_url,
+            running_agent(
+                completion_url, gateway, database_url=f"sqlite:///{folder}/runs.db", callers_file=callers
+            ) as agent_url,
+            httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
+        ):
+            await gateway.wait_until_ready("tools")
+            await gateway.wait_until_ready("other")
+            yield Stack(agent_url, llm, http)
+
+
+def _run(model: str = "gpt-4o", **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": "hello"}], **extra}
+
+
+def _offered(body: dict[str, Any]) -> set[str]:
+    return {tool["function"]["name"] for tool in body.get("tools") or []}
+
+
+async def _tools_offered(stack: Stack, key: str) -> set[str]:
+    stack.llm.push(fake_openai.text("done"))
+    asked = len(stack.llm.requests)
+    response = await stack.http.post("/api/v1/agent/run", json=_run(), headers=_as(key))
+    assert response.status_code == 200, response.text
+    [request] = stack.llm.requests[asked:]
+    return _offered(request)
+
+
+async def test_a_model_the_tenant_may_not_run_is_refused_before_anything_runs(stack: Stack) -> None:
+    asked = len(stack.llm.requests)
+    refused = await stack.http.post("/api/v1/agent/run", json=_run("demo"), headers=_as(ACME_KEY))
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["error"]["code"] == "model_not_allowed"
+    async with openai.AsyncOpenAI(base_url=f"{stack.agent_url}/v1", api_key=ACME_KEY, max_retries=0) as client:
+        with pytest.raises(openai.PermissionDeniedError) as denied:
+            await client.chat.completions.create(model="demo", messages=[{"role": "user", "content": "hi"}])
+    assert denied.value.code == "model_not_allowed"
+    assert len(stack.llm.requests) == asked  # nothing reached the LLM
+
+
+async def _every_tool(stack: Stack) -> list[dict[str, Any]]:
+    """The whole tool list, as globex (no rules) sees it."""
+    listed = await stack.http.get("/api/v1/agent/tools", headers=_as(GLOBEX_KEY))
+    assert listed.status_code == 200
+    tools: list[dict[str, Any]] = listed.json()["tools"]
+    return tools
+
+
+async def _acme_tools(stack: Stack) -> set[str]:
+    """What acme's rules allow: echo, and the whole other server but other_fail."""
+    every = await _every_tool(stack)
+    allowed = {tool["name"] for tool in every if tool["server"] == "other" and tool["name"] != "other_fail"}
+    assert len(allowed) > 1
+    return allowed | {"echo"}
+
+
+async def test_a_tenant_is_offered_only_its_allowed_tools_and_others_all(stack: Stack) -> None:
+    acme = await _tools_offered(stack, ACME_KEY)
+    assert acme == await _acme_tools(stack)  # "add" is not allowed; "other_fail" is denied after "other:*"
+    globex = await _tools_offered(stack, GLOBEX_KEY)
+    assert globex == {tool["name"] for tool in await _every_tool(stack)}
+    assert {"add", "other_fail"} <= globex
+
+
+async def test_the_tool_list_shows_a_tenant_only_its_allowed_tools(stack: Stack) -> None:
+    acme = await stack.http.get("/api/v1/agent/tools", headers=_as(ACME_KEY))
+    assert acme.status_code == 200
+    assert {tool["name"] for tool in acme.json()["tools"]} == await _acme_tools(stack)
+
+
+@pytest.mark.parametrize("tool", ["add", "other_fail"])
+async def test_a_run_naming_a_tool_the_tenant_may_not_use_is_refused_naming_it(stack: Stack, tool: str) -> None:
+    refused = await stack.http.post("/api/v1/agent/run", json=_run(tools=["echo", tool]), headers=_as(ACME_KEY))
+    assert refused.status_code == 403, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "tool_not_allowed"
+    assert tool in error["message"]
+
+
+async def test_a_tool_nobody_has_is_still_unknown(stack: Stack) -> None:
+    refused = await stack.http.post("/api/v1/agent/run", json=_run(tools=["nope"]), headers=_as(ACME_KEY))
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "unknown_tools"
+    available = refused.json()["error"]["message"].split("Available tools: ")[1].rstrip(".")
+    assert set(available.split(", ")) == await _acme_tools(stack)  # only its own are named
+
+
+async def test_a_model_call_to_a_tool_outside_the_tenants_rules_is_refused_without_dispatch(stack: Stack) -> None:
+    stack.llm.push(fake_openai.tool_calls(("call_1", "other_fail", {"message": "boom"})), fake_openai.text("ok"))
+    asked = len(stack.llm.requests)
+    response = await stack.http.post("/api/v1/agent/run", json=_run(), headers=_as(ACME_KEY))
+    assert response.status_code == 200, response.text
+    second = stack.llm.requests[asked + 1]
+    [result] = [message for message in second["messages"] if message["role"] == "tool"]
+    assert "not available in this run" in result["content"]
+    assert "boom" not in result["content"]
+
+
+async def test_a_tenants_own_cap_refuses_its_second_run_while_another_tenant_runs(stack: Stack) -> None:
+    stack.llm.push(fake_openai.hang())
+    asked = len(stack.llm.requests)
+    async with (
+        httpx.AsyncClient(base_url=stack.agent_url, timeout=30) as held,
+        anyio.create_task_group() as task_group,
+    ):
+        task_group.start_soon(lambda: held.post("/api/v1/agent/run", json=_run(), headers=_as(INITECH_KEY)))
+        with anyio.fail_after(20):
+            await stack.llm.wait_for_request(asked + 1)
+        second = await stack.http.post("/api/v1/agent/run", json=_run(), headers=_as(INITECH_KEY))
+        assert second.status_code == 429, second.text
+        assert second.json()["error"]["code"] == "too_many_runs"
+        stack.llm.push(fake_openai.text("still served"))
+        other = await stack.http.post("/api/v1/agent/run", json=_run(), headers=_as(GLOBEX_KEY))
+        assert other.status_code == 200, other.text
+        assert other.json()["message"]["content"] == "still served"
+        task_group.cancel_scope.cancel()
