@@ -149,6 +149,17 @@ async def _acme_tools(stack: Stack) -> set[str]:
     return allowed | {"echo"}
 
 
+async def test_the_openai_model_list_shows_a_tenant_only_its_models(stack: Stack) -> None:
+    async with (
+        openai.AsyncOpenAI(base_url=f"{stack.agent_url}/v1", api_key=ACME_KEY, max_retries=0) as acme,
+        openai.AsyncOpenAI(base_url=f"{stack.agent_url}/v1", api_key=GLOBEX_KEY, max_retries=0) as globex,
+    ):
+        every = [model.id async for model in globex.models.list()]
+        mine = [model.id async for model in acme.models.list()]
+    assert "demo" in every  # completion-service's demo model, which acme may not run
+    assert mine == [name for name in every if name.startswith("gpt-4o")]
+
+
 async def test_a_tenant_is_offered_only_its_allowed_tools_and_others_all(stack: Stack) -> None:
     acme = await _tools_offered(stack, ACME_KEY)
     assert acme == await _acme_tools(stack)  # "add" is not allowed; "other_fail" is denied after "other:*"

@@ -378,7 +378,8 @@ async def list_models(request: Request) -> Response:
         models = await services.loop.completions.list_models(Deadline.after(services.settings.connect_timeout_seconds))
     except UpstreamError as error:
         return _error(error.status, error.code, error.message, error.headers)
-    return ModelResponse(model_list(models))
+    rules = caller_of(request).rules  # only the models the caller's tenant may run
+    return ModelResponse(model_list([entry for entry in models if rules.allows_model(str(entry.get("id", "")))]))
 
 
 async def _not_found(request: Request) -> Response:
@@ -394,7 +395,11 @@ _CHAT_COMPLETIONS = Operation(
     error=OpenAIError,
     example={"model": "demo", "messages": [{"role": "user", "content": "What time is it?"}]},
 )
-_MODELS = Operation("OpenAI's model list: the models completion-service routes", answer=ModelList, error=OpenAIError)
+_MODELS = Operation(
+    "OpenAI's model list: the models completion-service routes that the caller's tenant may run",
+    answer=ModelList,
+    error=OpenAIError,
+)
 
 
 def openai_routes() -> list[BaseRoute]:
