@@ -58,6 +58,32 @@ async def redis_prefix() -> AsyncIterator[str]:
         await client.aclose()
 
 
+async def _redis_now_ms() -> int:
+    """Redis's clock, which the slots' expiries are scored on."""
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        seconds, micros = await client.time()
+    finally:
+        await client.aclose()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def _renewed_after(key: str, moment_ms: int, ttl_ms: int = 1000) -> None:
+    """Wait (bounded) until every slot of ``key`` was renewed after ``moment_ms``: each expires later than a slot
+    taken or renewed by then could. A process polled from outside: there is no event to await."""
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        with anyio.fail_after(10):
+            while True:
+                held: list[Any] = await client.zrange(key, 0, -1, withscores=True)
+                scores = [float(score) for _, score in held]
+                if scores and min(scores) > moment_ms + ttl_ms:
+                    return
+                await anyio.sleep(0.05)
+    finally:
+        await client.aclose()
+
+
 async def _redis_slots(prefix: str, ttl: float) -> RedisRunSlots:
     return RedisRunSlots.from_url(REDIS_URL, ttl, key_prefix=prefix)
 
@@ -325,8 +351,8 @@ async def test_the_slots_of_a_killed_process_come_back_within_their_ttl(
         ):
             assert held.refused == []
             async with httpx.AsyncClient(base_url=url_b, timeout=10) as http:
-                # A holds all 16 (renewed past its one-second TTL while the runs started): B refuses.
-                await anyio.sleep(1.2)  # not a wait for an event: longer than the TTL, so only renewal keeps them
+                # A holds all 16, each renewed past the one-second TTL it was taken with: B refuses.
+                await _renewed_after(f"{redis_prefix}run-slots:default", await _redis_now_ms())
                 refused = await http.post("/api/v1/agent/run", json=_body("one too many"))
                 _assert_refused_with_retry_after([refused], 1)
             process_a.kill()  # SIGKILL: nothing is released
@@ -428,12 +454,13 @@ async def test_a_run_taken_over_after_a_kill_takes_its_slot_on_the_replica_that_
             await upstreams.llm.wait_for_request(1)
         assert await client.zrange(key, 0, -1) == [run_id.encode()]
         process_a.kill()  # SIGKILL: its lease and its slot lapse unrenewed
+        killed_at_ms = await _redis_now_ms()
         with anyio.fail_after(10):
             await process_a.wait()
         with anyio.fail_after(15):
             await upstreams.llm.wait_for_request(2)  # B resumed it: its first LLM call again
-        # The same slot (named by the run), now renewed by B: it outlives A's last renewal by far.
-        await anyio.sleep(1.5)  # not a wait for an event: longer than the one-second TTL
+        # The same slot (named by the run), now renewed by B: it expires later than A could have kept it.
+        await _renewed_after(key, killed_at_ms)
         assert await client.zrange(key, 0, -1) == [run_id.encode()]
         cancelled = await http.post(f"{url_b}/api/v1/agent/runs/{run_id}/cancel")
         assert cancelled.json()["status"] == "cancelled"

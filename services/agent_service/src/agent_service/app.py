@@ -19,8 +19,8 @@ from agent_service.loop import AgentLoop, RunOutcome
 from agent_service.openai_front import openai_routes
 from agent_service.planning import ModelCheck, ToolCatalog, plan_run
 from agent_service.run_slots import open_run_slots
-from agent_service.runs import AgentRuns, EventSink, LiveSink, StartedRun
-from agent_service.runs_api import runs_routes
+from agent_service.runs import AgentRuns, LiveSink, StartedRun
+from agent_service.runs_api import event_sender, runs_routes
 from agent_service.settings import AgentSettings
 from agent_service.store import RunStore, StoredEvent, StoreError
 from agent_service.telemetry import RunTelemetry
@@ -33,7 +33,7 @@ from suite_common.observability import Observability
 from suite_common.openapi import ApiRoute, Operation, add_openapi
 from suite_common.peer_client import AiohttpPeerClient, HttpxPeerClient, PeerClient
 from suite_common.sse import Emit as SendChunk
-from suite_common.sse import EventStreamResponse, encode_event
+from suite_common.sse import EventStreamResponse
 from suite_common.wire import (
     AgentRunFailure,
     AgentRunRequest,
@@ -73,16 +73,11 @@ _HANDED_OVER = (
 )
 
 
-def _sender(send: SendChunk) -> EventSink:
-    async def send_event(event: StoredEvent) -> None:
-        await send(encode_event(event.data, event=event.type, id=event.seq))
-
-    return send_event
-
-
 def _live_sender(send: SendChunk) -> LiveSink:
+    to_stream = event_sender(send)
+
     async def send_event(_: RunEvent, event: StoredEvent) -> None:
-        await send(encode_event(event.data, event=event.type, id=event.seq))
+        await to_stream(event)
 
     return send_event
 
@@ -107,7 +102,7 @@ async def _stream_run(run: StartedRun, runs: AgentRuns, lifecycle: Lifecycle, se
 
 
 async def _follow_detached(run: StartedRun, runs: AgentRuns, send: SendChunk) -> None:
-    await runs.follow(run.plan.run_id, 0, _sender(send))
+    await runs.follow(run.plan.run_id, 0, event_sender(send))
 
 
 def _answer(run: StartedRun, outcome: RunOutcome) -> Response:

@@ -7,7 +7,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from agent_service.callers import caller_of
-from agent_service.runs import AgentRuns
+from agent_service.runs import AgentRuns, EventSink
 from agent_service.store import ConversationSummary, RunRecord, StoredEvent
 from suite_common.echo import clip
 from suite_common.errors import ApiError
@@ -25,12 +25,21 @@ from suite_common.wire import (
     RunView,
 )
 
-__all__ = ["run_view", "runs_routes"]
+__all__ = ["event_sender", "run_view", "runs_routes"]
 
 _MAX_ID_CHARS = 128
 _DEFAULT_CONVERSATIONS = 50
 _MAX_CONVERSATIONS = 200
 _TITLE_CHARS = 80
+
+
+def event_sender(send: SendChunk) -> EventSink:
+    """Where a followed run's events go: the SSE stream, each as stored (its sequence number as the event id)."""
+
+    async def send_event(event: StoredEvent) -> None:
+        await send(encode_event(event.data, event=event.type, id=event.seq))
+
+    return send_event
 
 
 def _runs(request: Request) -> AgentRuns:
@@ -100,10 +109,7 @@ async def get_events(request: Request) -> EventStreamResponse:
     await _record(request, runs, run_id)
 
     async def stream(send: SendChunk) -> None:
-        async def send_event(event: StoredEvent) -> None:
-            await send(encode_event(event.data, event=event.type, id=event.seq))
-
-        await runs.follow(run_id, after, send_event)
+        await runs.follow(run_id, after, event_sender(send))
 
     return EventStreamResponse(stream, headers={"X-Agent-Run-Id": run_id})
 
