@@ -18,6 +18,7 @@ __all__ = [
     "AgentRunFailure",
     "AgentRunRequest",
     "AgentRunResult",
+    "BudgetName",
     "CallToolProgress",
     "CallToolRequest",
     "CallToolResponse",
@@ -176,11 +177,23 @@ ModelName = Annotated[str, Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS),
 class Usage(WireModel):
     input_tokens: int = 0
     output_tokens: int = 0
+    cost_usd: float | None = None
+    """What the tokens cost in US dollars, at the prices of completion-service's model catalog; ``None`` when no
+    call of it had a price (a sum of calls counts the priced ones)."""
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
 
     def __add__(self, other: Usage) -> Usage:
+        if self.cost_usd is None and other.cost_usd is None:
+            cost = None
+        else:
+            cost = (self.cost_usd or 0.0) + (other.cost_usd or 0.0)
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            cost_usd=cost,
         )
 
 
@@ -343,10 +356,17 @@ class CallToolProgress(WireModel):
 
 # --- agent-service ---------------------------------------------------------------------------
 
-RunFinishReason = Literal["stop", "max_iterations", "deadline", "cancelled", "tool_calls", "error"]
-"""``tool_calls``: the model called a client-side tool (one the caller declared and runs itself, see the
+RunFinishReason = Literal["stop", "max_iterations", "deadline", "budget", "cancelled", "tool_calls", "error"]
+"""``budget``: a token or cost budget ended the run (``budget`` names which); its partial result is kept. ``tool_calls``: the model called a client-side tool (one the caller declared and runs itself, see the
 OpenAI front); the run stops and hands the call back. ``error``: the run failed (an LLM provider or a
 service it needs); the error says why."""
+
+
+BudgetName = Literal[
+    "run_tokens", "run_cost", "tenant_monthly_tokens", "tenant_monthly_cost", "user_monthly_tokens", "user_monthly_cost"
+]
+"""The budget that ended a run (finish reason ``budget``): the run's own token or cost limit (``maxTotalTokens``,
+``maxCostUsd``, or its tenant's cap on them), or its tenant's or end user's for the calendar month (UTC)."""
 
 
 ConversationId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
@@ -354,7 +374,8 @@ ConversationId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[
 
 
 class AgentRunRequest(WireModel):
-    model: ModelName
+    model: ModelName | None = None
+    """Required unless ``persona`` names one."""
     messages: list[Message] = Field(min_length=1)
     stream: bool = False
     tools: list[str] | None = None
@@ -372,6 +393,19 @@ class AgentRunRequest(WireModel):
     on_disconnect: Literal["cancel", "continue"] = "cancel"
     """What happens to the run when the client's connection drops: ``continue`` lets it run on, to be read or
     followed later (``GET /api/v1/agent/runs/{runId}`` and ``.../events``)."""
+    max_total_tokens: int | None = Field(default=None, ge=1)
+    """End the run (finish reason ``budget``) before an LLM call once its input and output tokens reach this."""
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    """End the run (finish reason ``budget``) before an LLM call once its cost reaches this (US dollars, at the
+    catalog's prices)."""
+    persona: str | None = Field(default=None, min_length=1, max_length=64)
+    """A named preset of the callers file (system prompt, model, tools, limits); the request's own fields win."""
+
+    @model_validator(mode="after")
+    def _model_or_persona(self) -> AgentRunRequest:
+        if self.model is None and self.persona is None:
+            raise ValueError("model is required (or a persona that names one)")
+        return self
 
 
 class _RunEventBase(WireModel):
@@ -411,6 +445,8 @@ class RunToolResult(_RunEventBase):
     content: str
     is_error: bool
     duration_ms: float
+    cached: bool | None = None
+    """True when the result is an earlier identical call's, from the tool-result cache (nothing was called)."""
 
 
 class RunToolProgress(_RunEventBase):
@@ -441,6 +477,8 @@ class RunDone(_RunEventBase):
     finish_reason: RunFinishReason
     iterations: int
     usage: Usage
+    budget: BudgetName | None = None
+    """Which budget ended the run, when ``finish_reason`` is ``budget``."""
 
 
 class RunError(_RunEventBase):
@@ -473,6 +511,8 @@ class AgentRunResult(WireModel):
     finish_reason: RunFinishReason
     iterations: int
     usage: Usage
+    budget: BudgetName | None = None
+    """Which budget ended the run, when ``finish_reason`` is ``budget``."""
 
 
 class RunErrorDetail(WireModel):
@@ -509,6 +549,10 @@ class RunView(WireModel):
     status: RunStatus
     finish_reason: RunFinishReason | None = None
     """Set once the run has ended."""
+    budget: BudgetName | None = None
+    """Which budget ended the run, when ``finish_reason`` is ``budget``."""
+    user: str | None = None
+    """The end user a trusted caller named (``X-User-Id``) for the run."""
     iterations: int
     usage: Usage
     error: RunErrorDetail | None = None

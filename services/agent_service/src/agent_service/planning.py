@@ -183,13 +183,16 @@ async def plan_run(
     name is left out of the run, since the caller, who declared it, expects to run it. ``rules``: the caller's
     tenant's; a model it may not run is refused before anything else (403 ``model_not_allowed``), and a tool it
     may not use is never in the run."""
-    _check_model(request.model, rules)
+    model = request.model
+    if model is None:  # the personas of the callers file name a model (issue 15, in progress)
+        raise ApiError(400, "invalid_request", "model is required.")
+    _check_model(model, rules)
     limits = _check_limits(request, settings)
     deadline = limits.deadline
     tools: list[ToolInfo] = []
     out_of_time = False
     try:
-        await models.check(request.model, deadline)
+        await models.check(model, deadline)
         # The plain path: no tool discovery when the caller wants no tools.
         if request.tool_choice != "none" and request.tools != []:
             tools = _select_tools(request, await catalog.tools(deadline), rules)
@@ -214,7 +217,7 @@ async def plan_run(
         _check_tool_choice(choice, {tool.name for tool in tools} | {spec.name for spec in client_tools})
     return RunPlan(
         run_id=f"run_{uuid.uuid4().hex}",
-        model=request.model,
+        model=model,
         messages=request.messages,
         tools=tools,
         tool_choice=choice,

@@ -11,7 +11,16 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
-__all__ = ["UtcDateTime", "conversations", "metadata", "run_events", "run_messages", "runs"]
+__all__ = [
+    "UtcDateTime",
+    "caller_keys",
+    "conversations",
+    "metadata",
+    "run_events",
+    "run_messages",
+    "runs",
+    "usage_log",
+]
 
 
 class UtcDateTime(sa.TypeDecorator[datetime]):
@@ -57,6 +66,8 @@ conversations = sa.Table(
     sa.Column("tenant", sa.Text, nullable=True),
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
+    # The end user a trusted caller named (X-User-Id) when the conversation started.
+    sa.Column("user_id", sa.Text, nullable=True),
 )
 
 runs = sa.Table(
@@ -89,6 +100,12 @@ runs = sa.Table(
     sa.Column("resumes", sa.Integer, nullable=False),
     sa.Column("cancel_requested", sa.Boolean, nullable=False),
     sa.Column("last_seq", sa.Integer, nullable=False),
+    # The end user a trusted caller named (X-User-Id), if any.
+    sa.Column("user_id", sa.Text, nullable=True),
+    # The run's cost in US dollars, from the catalog's prices; NULL while no call of it had a price.
+    sa.Column("cost_usd", sa.Float, nullable=True),
+    # Which budget ended the run (finish reason "budget").
+    sa.Column("budget", sa.Text, nullable=True),
     # The sweeper's question: which active runs have an expired lease, oldest first.
     sa.Index(None, "status", "lease_expires_at"),
     # A conversation's runs in order.
@@ -112,4 +129,40 @@ run_events = sa.Table(
     sa.Column("type", sa.Text, nullable=False),
     # The SSE event's JSON text, byte for byte as sent.
     sa.Column("data", sa.Text, nullable=False),
+)
+
+usage_log = sa.Table(
+    "usage_log",
+    metadata,
+    # One row per LLM call: what ``GET /api/v1/agent/usage`` sums, and where monthly budgets start from.
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("user_id", sa.Text, nullable=True),
+    sa.Column("caller", sa.Text, nullable=True),
+    # No foreign key: the usage of a run outlives the run's deletion.
+    sa.Column("run_id", sa.Text, nullable=True),
+    # The model the run asked for (a catalog name or <provider>/<model>), and who answered it.
+    sa.Column("model", sa.Text, nullable=False),
+    sa.Column("provider", sa.Text, nullable=True),
+    sa.Column("input_tokens", sa.Integer, nullable=False),
+    sa.Column("output_tokens", sa.Integer, nullable=False),
+    # US dollars; NULL when the model has no price in completion-service's catalog.
+    sa.Column("cost_usd", sa.Float, nullable=True),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    # A tenant's usage over a time range, and a user's within it.
+    sa.Index(None, "tenant", "created_at"),
+    sa.Index(None, "tenant", "user_id", "created_at"),
+)
+
+caller_keys = sa.Table(
+    "caller_keys",
+    metadata,
+    # Caller keys kept in the store (``python -m agent_service.keys``), beside those of the callers file.
+    # The hex sha256 of the key; the key itself is never stored.
+    sa.Column("digest", sa.Text, primary_key=True),
+    sa.Column("name", sa.Text, nullable=False, unique=True),
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("trusted", sa.Boolean, nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("revoked_at", UtcDateTime, nullable=True),
 )
