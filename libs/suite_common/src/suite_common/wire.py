@@ -357,9 +357,10 @@ class CallToolProgress(WireModel):
 # --- agent-service ---------------------------------------------------------------------------
 
 RunFinishReason = Literal["stop", "max_iterations", "deadline", "budget", "cancelled", "tool_calls", "error"]
-"""``budget``: a token or cost budget ended the run (``budget`` names which); its partial result is kept. ``tool_calls``: the model called a client-side tool (one the caller declared and runs itself, see the
-OpenAI front); the run stops and hands the call back. ``error``: the run failed (an LLM provider or a
-service it needs); the error says why."""
+"""``budget``: a token or cost budget ended the run (``budget`` names which); its partial result is kept.
+``tool_calls``: the model called a client-side tool (one the caller declared and runs itself, see the OpenAI
+front); the run stops and hands the call back. ``error``: the run failed (an LLM provider or a service it needs);
+the error says why."""
 
 
 BudgetName = Literal[
