@@ -23,6 +23,7 @@ from suite_common.echo import clip
 from suite_common.logging import get_logger
 from suite_common.tracing import mark_span_failed
 from suite_common.wire import (
+    BudgetName,
     CallToolProgress,
     CompletionRequest,
     Message,
@@ -114,6 +115,8 @@ class RunOutcome:
     error: UpstreamError | None = None
     appended_from: int = 0
     """The position of ``appended[0]`` in the run's conversation."""
+    budget: BudgetName | None = None
+    """Which budget ended the run (finish reason ``budget``)."""
 
 
 @dataclass
