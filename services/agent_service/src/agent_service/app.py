@@ -22,6 +22,7 @@ from agent_service.run_slots import open_run_slots
 from agent_service.runs import AgentRuns, LiveSink, StartedRun
 from agent_service.runs_api import event_sender, runs_routes
 from agent_service.settings import AgentSettings
+from agent_service.shared_redis import connect_redis
 from agent_service.store import RunStore, StoredEvent, StoreError
 from agent_service.telemetry import RunTelemetry
 from suite_common.errors import ApiError, install_error_handlers
@@ -268,8 +269,12 @@ def create_app(
             if settings.database_url:
                 store = await RunStore.open(settings.database_url, migrate=settings.database_migrate)
                 stack.push_async_callback(store.aclose)
+            redis = None
+            if settings.redis_url:
+                redis = connect_redis(settings.redis_url)
+                stack.push_async_callback(redis.aclose)
             slots = open_run_slots(
-                settings.redis_url,
+                redis,
                 settings.lease_seconds,
                 key_prefix=settings.redis_key_prefix,
                 # Counted when some tenant has a cap of its own, even with no cap for the others.

@@ -22,12 +22,10 @@ import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any
 
-import anyio
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
+from agent_service.shared_redis import REDIS_ERRORS, bounded, connect_redis
 from suite_common.errors import ApiError
 from suite_common.logging import get_logger
 
@@ -38,9 +36,6 @@ _log = get_logger("agent_service.run_slots")
 UNCAPPED = 2**31
 """A cap no tenant reaches: a run taken over after a crash was admitted once and is not refused again, but its slot
 still counts against its tenant's cap (see ``AgentRuns._resume``)."""
-
-REDIS_TIMEOUT_SECONDS = 1.0
-"""Bound of every Redis call: past it, a new run is refused (503) rather than waiting on Redis."""
 
 
 def too_many_runs(tenant: str, cap: int, retry_after_seconds: float) -> ApiError:
@@ -175,15 +170,16 @@ class RedisRunSlots(RunSlots):
         super().__init__(ttl_seconds)
         self.client = client
         self.key_prefix = key_prefix
+        self._owns_client = False
         self._acquire = client.register_script(_ACQUIRE)
         self._renew = client.register_script(_RENEW)
 
     @classmethod
     def from_url(cls, url: str, ttl_seconds: float, *, key_prefix: str = "agent:") -> RedisRunSlots:
-        client = aioredis.Redis.from_url(
-            url, socket_timeout=REDIS_TIMEOUT_SECONDS, socket_connect_timeout=REDIS_TIMEOUT_SECONDS
-        )
-        return cls(client, ttl_seconds, key_prefix=key_prefix)
+        """Slots with a client of their own, which ``aclose`` closes (the service shares its one client instead)."""
+        slots = cls(connect_redis(url), ttl_seconds, key_prefix=key_prefix)
+        slots._owns_client = True
+        return slots
 
     def key(self, tenant: str) -> str:
         return f"{self.key_prefix}run-slots:{tenant}"
@@ -192,15 +188,10 @@ class RedisRunSlots(RunSlots):
     def _ttl_ms(self) -> int:
         return max(1, round(self.ttl_seconds * 1000))
 
-    async def _call(self, call: Any) -> Any:
-        # The socket timeouts bound each read and connect; this bounds the whole call (a pool wait included).
-        with anyio.fail_after(REDIS_TIMEOUT_SECONDS * 2):
-            return await call
-
     async def acquire(self, tenant: str, run_id: str, cap: int) -> None:
         try:
-            wait_ms = await self._call(self._acquire(keys=[self.key(tenant)], args=[run_id, self._ttl_ms, cap]))
-        except (RedisError, OSError, TimeoutError) as error:
+            wait_ms = await bounded(self._acquire(keys=[self.key(tenant)], args=[run_id, self._ttl_ms, cap]))
+        except REDIS_ERRORS as error:
             _log.warning("run_slots_unavailable", tenant=tenant, error=str(error))
             raise limits_unavailable(error) from None
         if int(wait_ms) > 0:
@@ -210,25 +201,28 @@ class RedisRunSlots(RunSlots):
         if not run_ids:
             return
         try:
-            await self._call(self._renew(keys=[self.key(tenant)], args=[self._ttl_ms, *run_ids]))
-        except (RedisError, OSError, TimeoutError) as error:  # the slots expire on their own if this goes on
+            await bounded(self._renew(keys=[self.key(tenant)], args=[self._ttl_ms, *run_ids]))
+        except REDIS_ERRORS as error:  # the slots expire on their own if this goes on
             _log.warning("run_slots_not_renewed", tenant=tenant, runs=len(run_ids), error=str(error))
 
     async def release(self, tenant: str, run_id: str) -> None:
         try:
-            await self._call(self.client.zrem(self.key(tenant), run_id))
-        except (RedisError, OSError, TimeoutError) as error:  # the slot expires on its own
+            await bounded(self.client.zrem(self.key(tenant), run_id))
+        except REDIS_ERRORS as error:  # the slot expires on its own
             _log.warning("run_slot_not_released", tenant=tenant, run_id=run_id, error=str(error))
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        if self._owns_client:
+            await self.client.aclose()
 
 
-def open_run_slots(redis_url: str, ttl_seconds: float, *, key_prefix: str = "agent:", cap: int = 1) -> RunSlots:
-    """Redis-backed slots when ``redis_url`` is set, in-process ones otherwise, none when ``cap`` is 0 (nothing is
-    connected yet: a Redis that is down refuses runs, it does not stop the service from starting)."""
+def open_run_slots(
+    redis: aioredis.Redis | None, ttl_seconds: float, *, key_prefix: str = "agent:", cap: int = 1
+) -> RunSlots:
+    """Slots on the service's shared Redis client when there is one, in-process ones otherwise, none when ``cap``
+    is 0 (a Redis that is down refuses runs, it does not stop the service from starting)."""
     if cap == 0:
         return NoRunSlots(ttl_seconds)
-    if redis_url:
-        return RedisRunSlots.from_url(redis_url, ttl_seconds, key_prefix=key_prefix)
+    if redis is not None:
+        return RedisRunSlots(redis, ttl_seconds, key_prefix=key_prefix)
     return LocalRunSlots(ttl_seconds)
