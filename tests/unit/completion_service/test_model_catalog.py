@@ -32,6 +32,53 @@ def test_a_json_file_may_wrap_its_entries_in_a_models_key(tmp_path: Path) -> Non
     assert [e.name for e in load_catalog(None, path)] == ["m"]
 
 
+def test_an_entry_may_carry_its_prices_per_million_tokens(tmp_path: Path) -> None:
+    toml = tmp_path / "models.toml"
+    toml.write_text(
+        '[[models]]\nname = "smart"\nprovider = "openai"\nmodel = "gpt-4o"\n'
+        "prices = { inputPerMillionUsd = 2.5, outputPerMillionUsd = 10 }\n"
+    )
+    inline = json.dumps([{"name": "free", "provider": "openai", "model": "llama3.1"}])
+    free, smart = load_catalog(inline, toml)
+    assert free.prices is None
+    assert smart.prices is not None
+    assert (smart.prices.input_per_million_usd, smart.prices.output_per_million_usd) == (2.5, 10.0)
+
+
+def _priced(prices: object) -> str:
+    return json.dumps([{"name": "x", "provider": "openai", "model": "a", "prices": prices}])
+
+
+@pytest.mark.parametrize(
+    ("inline", "message"),
+    [
+        (_priced({"inputPerMillionUsd": 1}), "COMPLETION_MODELS: 0.prices.outputPerMillionUsd: Field required"),
+        (_priced({"outputPerMillionUsd": 1}), "COMPLETION_MODELS: 0.prices.inputPerMillionUsd: Field required"),
+        (
+            _priced({"inputPerMillionUsd": -0.5, "outputPerMillionUsd": 1}),
+            "0.prices.inputPerMillionUsd: Input should be greater than or equal to 0",
+        ),
+        (_priced({"inputPerMillionUsd": 1, "outputPerMillionUsd": "lots"}), "0.prices.outputPerMillionUsd"),
+        (_priced(3), "0.prices: Input should be a valid dictionary or instance of ModelPrices"),
+    ],
+)
+def test_prices_that_cannot_be_used_are_refused_with_the_reason(inline: str, message: str) -> None:
+    with pytest.raises(CatalogError) as caught:
+        load_catalog(inline, None)
+    assert message in str(caught.value)
+
+
+def test_an_infinite_price_in_a_toml_file_is_refused(tmp_path: Path) -> None:
+    toml = tmp_path / "models.toml"
+    toml.write_text(
+        '[[models]]\nname = "x"\nprovider = "openai"\nmodel = "a"\n'
+        "prices = { inputPerMillionUsd = inf, outputPerMillionUsd = 1 }\n"
+    )
+    with pytest.raises(CatalogError) as caught:
+        load_catalog(None, toml)
+    assert "0.prices.inputPerMillionUsd: Input should be a finite number" in str(caught.value)
+
+
 @pytest.mark.parametrize(
     ("inline", "message"),
     [

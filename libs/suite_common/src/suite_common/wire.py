@@ -38,6 +38,7 @@ __all__ = [
     "ModelInfo",
     "ModelList",
     "ModelName",
+    "ModelPrices",
     "ModelTarget",
     "NamedToolChoice",
     "ReasoningBlock",
@@ -276,6 +277,13 @@ CompletionEvent = Annotated[
 """One SSE event of a streamed completion; the SSE ``event:`` field carries ``type`` too."""
 
 
+class ModelPrices(WireModel):
+    """What a model's tokens cost, in US dollars per million, as completion-service's catalog gives them."""
+
+    input_per_million_usd: float = Field(ge=0, allow_inf_nan=False)
+    output_per_million_usd: float = Field(ge=0, allow_inf_nan=False)
+
+
 class ModelInfo(WireModel):
     """One entry of ``GET /api/v1/models``: a model name, or a pattern (``openai/*``), and who answers it."""
 
@@ -284,6 +292,8 @@ class ModelInfo(WireModel):
     upstream_model: str | None = None
     fallbacks: list[str] | None = None
     description: str | None = None
+    prices: ModelPrices | None = None
+    """The catalog entry's prices; ``None`` for names without them (``demo``, ``<provider>/*``)."""
 
 
 class ModelList(WireModel):
@@ -294,6 +304,8 @@ class ModelTarget(WireModel):
     id: str
     provider: str
     upstream_model: str
+    prices: ModelPrices | None = None
+    """The prices of the completions this target answers (its ``usage.costUsd``); ``None``: unpriced."""
 
 
 class ResolvedModel(ModelTarget):

@@ -16,6 +16,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from completion_service.pricing import priced
 from completion_service.providers._transport import CallStats, call_stats
 from completion_service.routing import ModelRoute, ModelRouter
 from completion_service.settings import CompletionSettings
@@ -39,6 +40,7 @@ from suite_common.wire import (
     CompletionRequest,
     CompletionResponse,
     ModelList,
+    ModelPrices,
     ResolvedModel,
     StreamError,
     Usage,
@@ -85,6 +87,21 @@ async def _close(events: AsyncIterator[CompletionEvent]) -> None:
         await aclose()
 
 
+async def _priced_events(events: AsyncIterator[CompletionEvent], prices: ModelPrices) -> AsyncIterator[CompletionEvent]:
+    try:
+        async for event in events:
+            yield priced(event, prices) if isinstance(event, CompletionDone) else event
+    finally:
+        await _close(events)  # closing this stream closes the provider's at once, not when collected
+
+
+def _answers(body: CompletionRequest, route: ModelRoute, left: float) -> AsyncIterator[CompletionEvent]:
+    """The route's stream, its ``done`` priced at the route's prices (the model that answers is the one whose
+    prices apply)."""
+    events = route.provider.stream(_as(body, route), route.upstream_model, left)
+    return events if route.prices is None else _priced_events(events, route.prices)
+
+
 async def _first_event(events: AsyncIterator[CompletionEvent]) -> CompletionEvent:
     try:
         return await anext(events)
@@ -118,7 +135,7 @@ async def _complete(
         attributes = {"llm.provider": candidate.provider.name, "llm.model": candidate.name}
         try:
             with provider_call_span(services.tracer, attributes):
-                response = await candidate.provider.complete(_as(body, candidate), candidate.upstream_model, left)
+                answer = await candidate.provider.complete(_as(body, candidate), candidate.upstream_model, left)
         except ApiError as error:
             _record(services, candidate, error.code, started, stats, None)
             if not _falls_back(error, candidate, chain, services.telemetry):
@@ -126,6 +143,7 @@ async def _complete(
             continue
         finally:
             call_stats.reset(token)
+        response = priced(answer, candidate.prices)  # the prices of the model that answered
         _record(services, candidate, "ok", started, stats, response.usage)
         return response
     raise AssertionError("the last route returns or raises")  # pragma: no cover
@@ -171,7 +189,7 @@ async def _open_stream(
         token = call_stats.set(stats)
         attributes = {"llm.provider": candidate.provider.name, "llm.model": candidate.name}
         span = services.tracer.start_span("provider_call", attributes=attributes)
-        events = candidate.provider.stream(_as(body, candidate), candidate.upstream_model, left)
+        events = _answers(body, candidate, left)
         try:
             return _OpenStream(events, await _first_event(events), candidate, started, stats, span)
         except ApiError as error:
@@ -291,13 +309,22 @@ async def model(request: Request) -> JSONResponse:
     name: str = request.path_params["model"]
     check_model_name(name)  # the same 400 as a completion request naming it
     route = _services(request).router.route(name, not_found_status=404)
-    answer: dict[str, object] = {"id": name, "provider": route.provider.name, "upstreamModel": route.upstream_model}
+    answer = _target(route)
     if route.fallbacks:
-        answer["fallbacks"] = [
-            {"id": fallback.name, "provider": fallback.provider.name, "upstreamModel": fallback.upstream_model}
-            for fallback in route.fallbacks
-        ]
+        answer["fallbacks"] = [_target(fallback) for fallback in route.fallbacks]
     return JSONResponse(answer)
+
+
+def _target(route: ModelRoute) -> dict[str, object]:
+    """A route as a ``ModelTarget``: who answers it, under which id, at which prices."""
+    target: dict[str, object] = {
+        "id": route.name,
+        "provider": route.provider.name,
+        "upstreamModel": route.upstream_model,
+    }
+    if route.prices is not None:
+        target["prices"] = route.prices.model_dump(by_alias=True)
+    return target
 
 
 _MODELS = Operation("The model names and patterns this service routes", answer=ModelList)

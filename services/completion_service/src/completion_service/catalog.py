@@ -4,7 +4,8 @@ Read once at start-up from ``COMPLETION_MODELS`` (JSON) and ``COMPLETION_MODELS_
 TOML), in that order. An entry::
 
     {"name": "smart", "provider": "anthropic", "model": "claude-sonnet-4-5",
-     "apiKey": "${env:TEAM_ANTHROPIC_KEY}", "fallbacks": ["openai/gpt-4o"]}
+     "apiKey": "${env:TEAM_ANTHROPIC_KEY}", "fallbacks": ["openai/gpt-4o"],
+     "prices": {"inputPerMillionUsd": 3, "outputPerMillionUsd": 15}}
 
 Credentials are references (``${env:NAME}`` or ``${file:/path}``), resolved when the service
 starts; a literal key is accepted too, for local files that are never committed.
@@ -22,7 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, TypeAdapter, ValidationError, field_validator
 
 from suite_common.settings import http_url
-from suite_common.wire import WireModel
+from suite_common.wire import ModelPrices, WireModel
 
 __all__ = ["PROVIDER_KINDS", "CatalogError", "CatalogModel", "ProviderKind", "load_catalog", "resolve_secret"]
 
@@ -49,6 +50,9 @@ class CatalogModel(WireModel):
     fallbacks: list[str] = Field(default_factory=list)
     """Model names tried in order when this one fails with a retryable error after its retries."""
     description: str = ""
+    prices: ModelPrices | None = None
+    """US dollars per million input and output tokens; the completions this entry answers carry their
+    ``usage.costUsd`` at them. Unset: its completions have no cost."""
 
     @field_validator("name")
     @classmethod

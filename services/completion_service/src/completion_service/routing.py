@@ -14,6 +14,7 @@ from completion_service.catalog import PROVIDER_KINDS, CatalogModel
 from completion_service.providers.base import Provider
 from suite_common.echo import clip
 from suite_common.errors import ApiError
+from suite_common.wire import ModelPrices
 
 __all__ = ["ModelRoute", "ModelRouter"]
 
@@ -38,6 +39,8 @@ class ModelRoute:
     provider: Provider
     upstream_model: str
     fallbacks: tuple[ModelRoute, ...] = field(default=())
+    prices: ModelPrices | None = None
+    """The catalog entry's prices, at which this route's answers are priced; ``None``: not a priced entry."""
 
     def chain(self) -> list[ModelRoute]:
         """This route, then its fallbacks in order."""
@@ -78,10 +81,14 @@ class ModelRouter:
         for name in alias.entry.fallbacks:
             # A fallback's own fallbacks are not followed: a chain stays as short as the operator wrote it.
             target = self._aliases.get(name)
-            route = ModelRoute(name, target.provider, target.entry.model) if target is not None else self._direct(name)
+            route = self._alias_route(name, target) if target is not None else self._direct(name)
             if route is not None:
                 fallbacks.append(route)
-        return ModelRoute(model, alias.provider, alias.entry.model, tuple(fallbacks))
+        return self._alias_route(model, alias, tuple(fallbacks))
+
+    @staticmethod
+    def _alias_route(name: str, alias: _Alias, fallbacks: tuple[ModelRoute, ...] = ()) -> ModelRoute:
+        return ModelRoute(name, alias.provider, alias.entry.model, fallbacks, alias.entry.prices)
 
     def _direct(self, model: str) -> ModelRoute | None:
         if model == "demo" and self._demo is not None:
@@ -124,6 +131,8 @@ class ModelRouter:
                 listed["fallbacks"] = list(alias.entry.fallbacks)
             if alias.entry.description:
                 listed["description"] = alias.entry.description
+            if alias.entry.prices is not None:
+                listed["prices"] = alias.entry.prices.model_dump(by_alias=True)
             models.append(listed)
         if self._demo is not None:
             models.append({"id": "demo", "provider": self._demo.name, "description": _DEMO_DESCRIPTION})
