@@ -48,8 +48,8 @@ async def priced_catalog(primary: ScriptedOpenAI, backup: ScriptedOpenAI) -> Asy
 
 def at(prices: dict[str, float], usage: dict[str, Any]) -> float:
     """What ``usage``'s tokens cost at ``prices``, worked out here from the answer's own token counts."""
-    tokens = usage["inputTokens"] * prices["inputPerMillionUsd"] + usage["outputTokens"] * prices["outputPerMillionUsd"]
-    return tokens / 1e6
+    input_tokens, output_tokens = int(usage["inputTokens"]), int(usage["outputTokens"])
+    return (input_tokens * prices["inputPerMillionUsd"] + output_tokens * prices["outputPerMillionUsd"]) / 1e6
 
 
 async def streamed_events(client: httpx.AsyncClient, model: str) -> list[dict[str, Any]]:

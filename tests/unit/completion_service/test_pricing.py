@@ -30,10 +30,11 @@ def test_a_whole_answer_and_a_done_event_carry_their_cost_and_keep_everything_el
         message=Message(role="assistant", content="hi"), finish_reason="stop", usage=usage, model="m", provider="p"
     )
     done = CompletionDone(finish_reason="stop", usage=usage, model="m", provider="p")
-    for answer in (response, done):
-        cost = priced(answer, GPT_4O)
-        assert cost.usage.cost_usd == pytest.approx(0.002)
-        assert cost.model_dump(exclude={"usage"}) == answer.model_dump(exclude={"usage"})
-        assert (cost.usage.input_tokens, cost.usage.output_tokens) == (400, 100)
-        assert priced(answer, None) is answer
+    priced_response, priced_done = priced(response, GPT_4O), priced(done, GPT_4O)
+    for before, after in ((response, priced_response), (done, priced_done)):
+        assert after.usage.cost_usd == pytest.approx(0.002)
+        assert after.model_dump(exclude={"usage"}) == before.model_dump(exclude={"usage"})
+        assert (after.usage.input_tokens, after.usage.output_tokens) == (400, 100)
+    assert priced(response, None) is response
+    assert priced(done, None) is done
     assert usage.cost_usd is None  # the provider's own usage is not changed
