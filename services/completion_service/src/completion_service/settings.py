@@ -146,7 +146,8 @@ class CompletionSettings(ServiceSettings):
         description=(
             'The model catalog as JSON: a list (or {"models": [...]}) of entries {name, provider (openai, '
             "anthropic, gemini, vertex, bedrock), model, apiKey? (${env:NAME}, ${file:/path} or the key), baseUrl?, "
-            "fallbacks?, description?}. Callers use the names; `<provider>/<model>` works without an entry."
+            "fallbacks?, description?, prices? {inputPerMillionUsd, outputPerMillionUsd}}. Callers use the names; "
+            "`<provider>/<model>` works without an entry."
         ),
     )
     models_file: _OptionalPath = Field(
