@@ -62,6 +62,10 @@ def _caller_key(data_dir: Path) -> tuple[str, Path]:
     callers.write_text(
         "# Written by make run (deploy/local/run_suite.py) from .data/caller-key; see docs/callers.md.\n"
         "[tenants.local]\n\n"
+        '[personas.concise]  # a run names it with "persona": "concise" (GET /api/v1/agent/personas lists them)\n'
+        'description = "One-sentence answers"\n'
+        'system_prompt = "Answer in one short sentence."\n'
+        'model = "demo"\n\n'
         f'[[keys]]\nname = "local"\ntenant = "local"\nsha256 = "{digest}"\ntrusted = true\n'
     )
     return key, callers

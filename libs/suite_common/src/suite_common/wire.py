@@ -41,6 +41,8 @@ __all__ = [
     "ModelPrices",
     "ModelTarget",
     "NamedToolChoice",
+    "PersonaList",
+    "PersonaSummary",
     "ReasoningBlock",
     "ReasoningBlockEvent",
     "ReasoningDelta",
@@ -629,3 +631,19 @@ class ToolList(WireModel):
     """``GET /api/v1/agent/tools``: sorted by server, then name."""
 
     tools: list[ToolSummary]
+
+
+class PersonaSummary(WireModel):
+    """A persona the caller's runs may name (``persona`` on a run request), as ``GET /api/v1/agent/personas`` lists
+    it."""
+
+    name: str
+    description: str | None = None
+    model: str | None = None
+    """The model it runs when the request names none (None: the request must name one)."""
+
+
+class PersonaList(WireModel):
+    """``GET /api/v1/agent/personas``: sorted by name."""
+
+    personas: list[PersonaSummary]

@@ -174,6 +174,10 @@ _RUN = Operation(
     answer=AgentRunResult,
     events=RunEvent,
     errors={
+        400: (
+            "The body is not valid JSON, or not a valid request (the message names the field); or it names a persona "
+            "the caller's tenant does not have (unknown_persona, listing those it has)."
+        ),
         403: "The tenant may not run this model (model_not_allowed) or use a tool the run names (tool_not_allowed).",
         409: "The conversation (conversationId) has a run in progress.",
         429: "The tenant has its cap of runs in progress (too_many_runs, Retry-After).",

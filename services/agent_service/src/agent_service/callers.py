@@ -7,6 +7,11 @@ The keys come from the callers file (``AGENT_CALLERS_FILE``, TOML)::
     models = ["gpt-4o*"]      # the models it may run (fnmatch globs)
     tools = ["search_documents", "web:*"]   # the tools it may use: names, "<server>:<tool>" or "<server>:*"
     deny_tools = ["rag:add_documents"]      # never these, even when allowed above (same forms)
+    system_prompt = "You answer for ACME."  # the tenant's default system prompt (see agent_service.personas)
+
+    [personas.concise]        # a persona every tenant may use; [tenants.acme.personas.<name>]: acme's own
+    system_prompt = "Answer in one sentence."
+    model = "demo"
 
     [[keys]]
     name = "acme-platform"    # shown in logs, never the key
@@ -42,6 +47,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agent_service.openai_wire import error_body
+from agent_service.personas import Persona, PersonaError, parse_personas, parse_system_prompt
 from agent_service.store import DEFAULT_TENANT
 from suite_common.errors import error_response
 from suite_common.logging import get_logger
@@ -94,6 +100,13 @@ class TenantRules:
     """The tools it may use: names, ``<server>:<tool>`` or ``<server>:*``."""
     deny_tools: tuple[str, ...] = ()
     """Tools it may never use, even when ``tools`` allows them (same forms)."""
+
+    # Personas and the system-prompt cascade (agent_service.personas): set from the callers file in
+    # ``parse_callers``, apart from the rules above.
+    system_prompt: str | None = None
+    """The tenant's default system prompt (the last of the cascade)."""
+    personas: Mapping[str, Persona] = field(default_factory=dict)
+    """The personas it may use, by name: the global ones and its own (its own win)."""
 
     def allows_model(self, model: str) -> bool:
         return self.models is None or any(fnmatchcase(model, pattern) for pattern in self.models)
@@ -236,22 +249,55 @@ def _rules(name: str, table: dict[str, Any], source: str) -> TenantRules:
     )
 
 
+_PERSONA_TENANT_FIELDS = ("system_prompt", "personas")
+"""A tenant's fields that are not rules: its default system prompt and its own personas."""
+
+
+def _personas(tables: Any, tenant: str | None, source: str) -> dict[str, Persona]:
+    try:
+        return parse_personas(tables, tenant)
+    except PersonaError as error:
+        raise _fail(source, str(error)) from None
+
+
+def _with_personas(
+    rules: TenantRules, tenant: str, table: dict[str, Any], shared: Mapping[str, Persona], source: str
+) -> TenantRules:
+    where = f"tenant {tenant!r}"
+    try:
+        prompt = parse_system_prompt(table, where)
+    except PersonaError as error:
+        raise _fail(source, str(error)) from None
+    own = _personas(table.get("personas"), tenant, source)
+    return replace(rules, system_prompt=prompt, personas={**shared, **own})
+
+
 def parse_callers(text: str, *, source: str = "callers file", environ: Mapping[str, str] | None = None) -> Callers:
     """The callers file's content; every way it can be wrong is a ``CallersFileError`` (one line)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise _fail(source, f"not valid TOML: {error}") from None
-    unknown = sorted(set(data) - {"tenants", "keys"})
+    unknown = sorted(set(data) - {"tenants", "keys", "personas"})
     if unknown:
-        raise _fail(source, f"unknown table {unknown[0]!r} (expected [tenants.*] and [[keys]])")
+        raise _fail(source, f"unknown table {unknown[0]!r} (expected [tenants.*], [personas.*] and [[keys]])")
     tenant_tables = data.get("tenants", {})
     if not isinstance(tenant_tables, dict) or not all(isinstance(t, dict) for t in tenant_tables.values()):
         raise _fail(source, "tenants must be tables: [tenants.<name>]")
     for tenant in tenant_tables:
         if not _NAME.fullmatch(tenant):
             raise _fail(source, f"tenant {tenant!r}: a name is letters, digits, '.', '_' or '-' (at most 64)")
-    rules = {tenant: _rules(tenant, table, source) for tenant, table in tenant_tables.items()}
+    shared = _personas(data.get("personas"), None, source)
+    rules = {
+        tenant: _with_personas(
+            _rules(tenant, {key: value for key, value in table.items() if key not in _PERSONA_TENANT_FIELDS}, source),
+            tenant,
+            table,
+            shared,
+            source,
+        )
+        for tenant, table in tenant_tables.items()
+    }
     tenants = frozenset(rules)
     entries = data.get("keys", [])
     if not isinstance(entries, list) or not entries:

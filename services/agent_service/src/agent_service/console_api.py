@@ -1,4 +1,4 @@
-"""What the web console needs from agent-service: the tools a run may use, and the console's own files.
+"""What the web console needs from agent-service: the tools and personas a run may use, and the console's own files.
 
 The console is plain HTML, CSS and JavaScript in the package folder ``agent_service/console`` (no build step),
 served at ``/console`` with a strict Content-Security-Policy: everything from this origin, nothing inline.
@@ -22,7 +22,7 @@ from suite_common.echo import clip
 from suite_common.errors import ApiError
 from suite_common.http import ModelResponse
 from suite_common.openapi import ApiRoute, Operation
-from suite_common.wire import ToolInfo, ToolList, ToolSummary
+from suite_common.wire import PersonaList, PersonaSummary, ToolInfo, ToolList, ToolSummary
 
 __all__ = ["CONSOLE_DIR", "CONSOLE_HEADERS", "console_routes"]
 
@@ -82,6 +82,19 @@ async def list_tools(request: Request) -> Response:
     return ModelResponse(ToolList(tools=[_summary(tool) for tool in ordered]))
 
 
+async def list_personas(request: Request) -> Response:
+    """The personas the caller's tenant may name: the callers file's global ones and its own, sorted by name."""
+    personas = caller_of(request).rules.personas
+    return ModelResponse(
+        PersonaList(
+            personas=[
+                PersonaSummary(name=name, description=persona.description, model=persona.model)
+                for name, persona in sorted(personas.items())
+            ]
+        )
+    )
+
+
 def _not_found(name: str) -> ApiError:
     return ApiError(404, "not_found", f"The console has no file {clip(name)!r}.")
 
@@ -111,10 +124,18 @@ _LIST_TOOLS = Operation(
 )
 
 
+_LIST_PERSONAS = Operation(
+    "The personas the caller's runs may name (persona on a run request): the callers file's global ones and its "
+    "tenant's own, sorted by name",
+    answer=PersonaList,
+)
+
+
 def console_routes() -> list[BaseRoute]:
     # The console's files are not part of the JSON API: left out of /openapi.json.
     return [
         ApiRoute("/api/v1/agent/tools", list_tools, method="GET", operation=_LIST_TOOLS),
+        ApiRoute("/api/v1/agent/personas", list_personas, method="GET", operation=_LIST_PERSONAS),
         Route("/console", console_file, methods=["GET"], include_in_schema=False),
         Route("/console/", console_file, methods=["GET"], include_in_schema=False),
         Route("/console/{file:path}", console_file, methods=["GET"], include_in_schema=False),

@@ -17,6 +17,7 @@ import structlog
 
 from agent_service.clients import CompletionClient, ProgressSink, ToolsClient, UpstreamError
 from agent_service.limits import RunLimits
+from agent_service.personas import with_system_prompt
 from agent_service.results import render_tool_result
 from agent_service.telemetry import RunTelemetry
 from suite_common.echo import clip
@@ -67,6 +68,9 @@ class RunPlan:
     client_tools: list[ToolSpec] = field(default_factory=list)
     """Tools the caller declared and runs itself: offered to the model, never dispatched. A round that
     calls one ends the run with finish reason ``tool_calls``, handing those calls back."""
+    system_prompt: str | None = None
+    """Put first in each LLM call unless the conversation has a system message; never part of ``messages`` (nor
+    stored), so a conversation continued run after run does not repeat it (``agent_service.personas``)."""
 
 
 class RunRecorder(Protocol):
@@ -282,7 +286,7 @@ class AgentLoop:
             ):
                 request = CompletionRequest(
                     model=plan.model,
-                    messages=state.conversation,
+                    messages=with_system_prompt(state.conversation, plan.system_prompt),
                     tools=specs,
                     tool_choice=tool_choice,
                     max_tokens=plan.max_tokens,

@@ -44,6 +44,7 @@ from agent_service.openai_wire import (
     to_tool_choice,
     utf8_pieces,
 )
+from agent_service.personas import with_system_prompt
 from agent_service.planning import ModelCheck, ToolCatalog, plan_run
 from agent_service.runs import AgentRuns, StartedRun
 from agent_service.settings import AgentSettings
@@ -68,7 +69,7 @@ from suite_common.wire import (
     dump,
 )
 
-__all__ = ["DISABLED_HEADER", "EVENTS_HEADER", "STREAM_MODE_HEADER", "openai_routes"]
+__all__ = ["DISABLED_HEADER", "EVENTS_HEADER", "PERSONA_HEADER", "STREAM_MODE_HEADER", "openai_routes"]
 
 _log = get_logger("agent_service.openai_front")
 
@@ -78,6 +79,10 @@ STREAM_MODE_HEADER = "X-Agent-Stream-Mode"
 """``live``, ``final_only`` or ``disabled``: this request's stream mode instead of the setting's."""
 EVENTS_HEADER = "X-Agent-Events"
 """Truthy: a streamed answer also carries the run's tool events, as extra frames OpenAI clients skip."""
+PERSONA_HEADER = "X-Agent-Persona"
+"""A persona of the callers file, as a run request's ``persona``: its system prompt, tools and limits (the body's
+``model`` is required by OpenAI's clients, so it wins over the persona's)."""
+_MAX_PERSONA_CHARS = 64
 
 _TRUE, _FALSE = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no", ""})
 _STREAM_MODES: frozenset[str] = frozenset({"live", "final_only", "disabled"})
@@ -114,6 +119,14 @@ def _services(request: Request) -> FrontServices:
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     status = error_status(status, code)
     return JSONResponse(error_body(status, code, message), status_code=status, headers=headers)
+
+
+def _persona(request: Request) -> str | None:
+    value = request.headers.get(PERSONA_HEADER, "").strip()
+    if len(value) > _MAX_PERSONA_CHARS:
+        message = f"The header {PERSONA_HEADER} must be a persona's name (at most {_MAX_PERSONA_CHARS} characters)."
+        raise ApiError(400, "invalid_request", message)
+    return value or None
 
 
 def _flag(request: Request, header: str) -> bool:
@@ -172,7 +185,7 @@ async def _single_completion(completions: CompletionClient, plan: RunPlan, on_te
     """The plain path: one completion with the client's tools, none of ours; its finish reason is the answer's."""
     request = CompletionRequest(
         model=plan.model,
-        messages=plan.messages,
+        messages=with_system_prompt(plan.messages, plan.system_prompt),
         tools=plan.client_tools,
         tool_choice=plan.tool_choice,
         max_tokens=plan.max_tokens,
@@ -362,6 +375,7 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
         tool_choice=choice,
         max_tokens=body.max_completion_tokens or body.max_tokens,
         temperature=body.temperature,
+        persona=_persona(request),
     )
     caller = caller_of(request)
     plan = await plan_run(run_request, settings, services.catalog, services.models, client_tools, rules=caller.rules)

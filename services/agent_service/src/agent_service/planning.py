@@ -15,6 +15,7 @@ from agent_service.callers import NO_RULES, TenantRules
 from agent_service.clients import CompletionClient, ToolsClient, UpstreamError
 from agent_service.limits import RunLimits
 from agent_service.loop import RunPlan
+from agent_service.personas import apply_persona, system_prompt_of
 from agent_service.settings import AgentSettings
 from suite_common.deadline import Deadline
 from suite_common.echo import clip, clip_names
@@ -182,10 +183,11 @@ async def plan_run(
     """``client_tools``: tools the caller runs itself (see ``RunPlan.client_tools``); one of ours with the same
     name is left out of the run, since the caller, who declared it, expects to run it. ``rules``: the caller's
     tenant's; a model it may not run is refused before anything else (403 ``model_not_allowed``), and a tool it
-    may not use is never in the run."""
+    may not use is never in the run. A persona the request names fills what it omits, first of all (see
+    ``agent_service.personas``); what it fills is checked as the request's own fields are."""
+    request = apply_persona(request, rules)
     model = request.model
-    if model is None:  # the personas of the callers file name a model (issue 15, in progress)
-        raise ApiError(400, "invalid_request", "model is required.")
+    assert model is not None  # apply_persona refuses a request left without one
     _check_model(model, rules)
     limits = _check_limits(request, settings)
     deadline = limits.deadline
@@ -225,4 +227,5 @@ async def plan_run(
         max_tokens=request.max_tokens,
         temperature=request.temperature,
         client_tools=client_tools,
+        system_prompt=system_prompt_of(request, rules),
     )

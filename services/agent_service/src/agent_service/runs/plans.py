@@ -32,6 +32,7 @@ def stored_plan(plan: RunPlan) -> dict[str, Any]:
         "maxTokens": plan.max_tokens,
         "temperature": plan.temperature,
         "clientTools": [spec.model_dump(mode="json", by_alias=True) for spec in plan.client_tools],
+        "systemPrompt": plan.system_prompt,
     }
 
 
@@ -52,6 +53,7 @@ def plan_from_record(record: RunRecord, messages: list[Message]) -> RunPlan:
         max_tokens=stored.get("maxTokens"),
         temperature=stored.get("temperature"),
         client_tools=[ToolSpec.model_validate(spec) for spec in stored.get("clientTools", [])],
+        system_prompt=stored.get("systemPrompt"),
     )
 
 
