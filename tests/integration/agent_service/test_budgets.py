@@ -136,6 +136,12 @@ async def test_a_tenant_runs_until_its_monthly_tokens_are_used_up_then_new_runs_
         _assert_budget_exhausted(
             await http.post("/api/v1/agent/run", json=_run(), headers=_as(ACME_KEY)), "tenant_monthly_tokens"
         )
+        # The OpenAI front refuses it too: an agentic run, and one plain completion (no tools of ours).
+        chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}]}
+        for extra in ({}, {"X-Agent-Disabled": "true"}):
+            refused = await http.post("/v1/chat/completions", json=chat, headers={**_as(ACME_KEY), **extra})
+            _assert_budget_exhausted(refused, "tenant_monthly_tokens")
+            assert refused.json()["error"]["type"] == "rate_limit_error"  # OpenAI's shape: the SDK's RateLimitError
         upstreams.llm.push(fake_openai.text("fine"))
         other = await http.post("/api/v1/agent/run", json=_run(), headers=_as(GLOBEX_KEY))
         assert other.status_code == 200, other.text  # another tenant, without a budget
