@@ -37,7 +37,7 @@ from agent_service.store import (
 )
 from agent_service.store._engine import Database, database_url, open_database
 from agent_service.store._migrations import current_revision, head_revision, upgrade
-from agent_service.store.schema import metadata
+from agent_service.store.schema import metadata, usage_log
 from suite_common.wire import (
     Message,
     ReasoningBlock,
@@ -727,3 +727,36 @@ async def test_a_step_on_sqlite_waits_for_another_writer_of_the_file_then_is_wri
         assert (record.iterations, record.last_seq) == (1, 1)
     finally:
         await store.aclose()
+
+
+async def test_usage_since_sums_a_tenants_usage_log_from_a_time_on_and_a_users_within_it(store: RunStore) -> None:
+    tenant = f"tenant-{uuid.uuid4().hex[:8]}"  # the PostgreSQL database is the session's: a tenant of this test's own
+    now = datetime.now(UTC)
+    rows = [
+        (tenant, "alice", 100, 10, 0.5, now - timedelta(minutes=5)),
+        (tenant, "bob", 200, 20, None, now - timedelta(minutes=4)),  # a model without a price
+        (tenant, None, 300, 30, 0.25, now - timedelta(minutes=3)),
+        (tenant, "alice", 1000, 100, 9.0, now - timedelta(days=40)),  # before ``since``
+        ("another-tenant", "alice", 5000, 500, 1.0, now),
+    ]
+    table = usage_log.insert()
+    values = [
+        {
+            "tenant": t,
+            "user_id": u,
+            "model": "gpt-4o",
+            "input_tokens": i,
+            "output_tokens": o,
+            "cost_usd": c,
+            "created_at": at,
+        }
+        for t, u, i, o, c, at in rows
+    ]
+    await store._db.run("log usage", lambda connection: connection.execute(table, values), write=True)
+    since = now - timedelta(days=1)
+    assert await store.usage_since(tenant, since) == Usage(input_tokens=600, output_tokens=60, cost_usd=0.75)
+    assert await store.usage_since(tenant, since, user="alice") == Usage(
+        input_tokens=100, output_tokens=10, cost_usd=0.5
+    )
+    assert await store.usage_since(tenant, since, user="bob") == Usage(input_tokens=200, output_tokens=20)
+    assert await store.usage_since(f"{tenant}-nobody", since) == Usage()

@@ -142,10 +142,39 @@ def test_model_globs_are_kept_and_without_a_cap_no_slots_are_needed() -> None:
     assert not parse_callers(_with_tenant_fields("")).any_run_cap()
 
 
+def test_a_tenants_run_caps_and_monthly_budgets_are_read_amounts_as_floats() -> None:
+    fields = (
+        "max_iterations = 8\nmax_run_seconds = 60\nmax_run_tokens = 50000\nmax_run_cost_usd = 0.5\n"
+        "monthly_tokens = 5000000\nmonthly_cost_usd = 200\nuser_monthly_tokens = 20000\nuser_monthly_cost_usd = 1.25\n"
+    )
+    rules = parse_callers(_with_tenant_fields(fields)).rules["acme"]
+    assert (rules.max_iterations, rules.max_run_seconds, rules.max_run_tokens, rules.max_run_cost_usd) == (
+        8,
+        60.0,
+        50000,
+        0.5,
+    )
+    assert (rules.monthly_tokens, rules.monthly_cost_usd) == (5_000_000, 200.0)
+    assert (rules.user_monthly_tokens, rules.user_monthly_cost_usd) == (20_000, 1.25)
+    assert isinstance(rules.max_run_seconds, float)
+    assert rules.has_monthly_budget
+    assert not parse_callers(_with_tenant_fields("max_run_tokens = 10")).rules["acme"].has_monthly_budget
+
+
 @pytest.mark.parametrize(
     ("fields", "problem"),
     [
         ("budget = 3", "tenant 'acme': unknown field 'budget'"),
+        ("max_iterations = 0", "max_iterations must be a whole number, 1 or more"),
+        ("max_iterations = 2.5", "max_iterations must be a whole number, 1 or more"),
+        ("max_run_tokens = true", "max_run_tokens must be a whole number, 1 or more"),
+        ('monthly_tokens = "1000"', "monthly_tokens must be a whole number, 1 or more"),
+        ("user_monthly_tokens = -5", "user_monthly_tokens must be a whole number, 1 or more"),
+        ("max_run_seconds = 0", "max_run_seconds must be a number above 0"),
+        ("max_run_cost_usd = -0.1", "max_run_cost_usd must be a number above 0"),
+        ("monthly_cost_usd = inf", "monthly_cost_usd must be a number above 0"),
+        ("user_monthly_cost_usd = nan", "user_monthly_cost_usd must be a number above 0"),
+        ('user_monthly_cost_usd = "5"', "user_monthly_cost_usd must be a number above 0"),
         ('max_concurrent_runs = "4"', "max_concurrent_runs must be a whole number"),
         ("max_concurrent_runs = -1", "max_concurrent_runs must be a whole number"),
         ("max_concurrent_runs = true", "max_concurrent_runs must be a whole number"),

@@ -9,11 +9,14 @@ import anyio
 import httpx
 import pytest
 
+from agent_service.clients import UpstreamError
 from agent_service.limits import RunLimits
 from agent_service.loop import RunPlan
 from suite_common.deadline import Deadline
 from suite_common.wire import (
+    BudgetName,
     CallToolProgress,
+    CompletionResponse,
     Message,
     ReasoningBlock,
     RunDone,
@@ -27,6 +30,7 @@ from suite_common.wire import (
     ToolCall,
     ToolInfo,
     ToolSpec,
+    Usage,
 )
 from unit.agent_service.scripted import Scripted, answer, call_tools
 
@@ -371,3 +375,97 @@ async def test_an_error_event_of_a_streamed_tool_call_is_an_error_result_for_the
     assert result.is_error is True
     assert result.content == 'The tool call failed: No MCP server offers a tool named "gone".'
     assert outcome.finish_reason == "stop"
+
+
+# --- budgets: the run's own, and the monthly ones through its spend guard -------------------------------------
+
+
+def priced(reply: CompletionResponse, cost_usd: float) -> CompletionResponse:
+    """``reply`` with a cost, as completion-service reports it for a model with a price in its catalog."""
+    return reply.model_copy(update={"usage": reply.usage.model_copy(update={"cost_usd": cost_usd})})
+
+
+def with_limits(run_plan: RunPlan, **limits: Any) -> RunPlan:
+    return replace(run_plan, limits=replace(run_plan.limits, **limits))
+
+
+async def test_a_run_reaching_its_token_budget_ends_with_budget_and_keeps_its_partial_result() -> None:
+    # Each scripted call uses 15 tokens: 15, 30 (under 40: one more call), 45 (stop before the fourth).
+    scripted = Scripted([call_tools((f"c{i}", "echo", {"q": str(i)})) for i in range(5)], {"echo": echo})
+    events = Recorder()
+    outcome = await scripted.loop().run(with_limits(plan("echo"), max_total_tokens=40), events, stream_text=True)
+    assert (outcome.finish_reason, outcome.budget) == ("budget", "run_tokens")
+    assert len(scripted.completion_requests) == 3
+    assert outcome.usage.total_tokens == 45
+    assert [m.role for m in outcome.appended] == ["assistant", "tool"] * 3  # every call answered
+    done = events.events[-1]
+    assert isinstance(done, RunDone)
+    assert (done.finish_reason, done.budget, done.iterations) == ("budget", "run_tokens", 3)
+
+
+async def test_a_run_reaching_its_cost_budget_ends_with_budget_run_cost() -> None:
+    calls = [call_tools((f"c{i}", "echo", {"q": str(i)})) for i in range(5)]
+    replies: list[CompletionResponse | None] = [priced(reply, 0.004) for reply in calls]
+    scripted = Scripted(replies, {"echo": echo})
+    events = Recorder()
+    outcome = await scripted.loop().run(with_limits(plan("echo"), max_cost_usd=0.01), events, stream_text=False)
+    assert (outcome.finish_reason, outcome.budget) == ("budget", "run_cost")
+    assert len(scripted.completion_requests) == 3  # 0.004, 0.008, then 0.012 reaches 0.01
+    assert outcome.usage.cost_usd == pytest.approx(0.012)
+    done = events.of(RunDone)[0]
+    assert (done.finish_reason, done.budget) == ("budget", "run_cost")
+
+
+class FakeSpendGuard:
+    """A monthly budget with ``left`` tokens: told every call, asked before every call."""
+
+    def __init__(self, left: int, *, unavailable: bool = False) -> None:
+        self.left = left
+        self.unavailable = unavailable
+        self.told: list[Usage] = []
+        self.asked = 0
+
+    async def exhausted(self) -> BudgetName | None:
+        self.asked += 1
+        if self.unavailable and self.told:
+            raise UpstreamError("limits_unavailable", "Redis is down", status=503)
+        return "tenant_monthly_tokens" if sum(u.total_tokens for u in self.told) >= self.left else None
+
+    async def spent(self, usage: Usage) -> None:
+        self.told.append(usage)
+
+
+async def test_a_spend_guard_is_told_each_calls_usage_and_ends_the_run_with_its_budget() -> None:
+    scripted = Scripted([call_tools((f"c{i}", "echo", {"q": str(i)})) for i in range(5)], {"echo": echo})
+    guard = FakeSpendGuard(left=30)
+    events = Recorder()
+    outcome = await scripted.loop().run(replace(plan("echo"), spending=guard), events, stream_text=True)
+    assert (outcome.finish_reason, outcome.budget) == ("budget", "tenant_monthly_tokens")
+    assert guard.told == [Usage(input_tokens=10, output_tokens=5)] * 2
+    assert guard.asked == 3
+    assert [m.role for m in outcome.appended] == ["assistant", "tool"] * 2
+    assert events.of(RunDone)[0].budget == "tenant_monthly_tokens"
+
+
+async def test_the_runs_own_limits_are_asked_before_its_spend_guard() -> None:
+    scripted = Scripted([call_tools(("c0", "echo", {"q": "0"}))], {"echo": echo})
+    guard = FakeSpendGuard(left=15)  # used up by the first call, but the round limit comes first
+    outcome = await scripted.loop().run(
+        replace(plan("echo", max_iterations=1), spending=guard), Recorder(), stream_text=True
+    )
+    assert (outcome.finish_reason, outcome.budget) == ("max_iterations", None)
+    assert guard.asked == 1  # before the first call only
+
+
+async def test_budgets_that_cannot_be_checked_end_the_run_with_an_error_before_its_next_call() -> None:
+    scripted = Scripted([call_tools((f"c{i}", "echo", {"q": str(i)})) for i in range(3)], {"echo": echo})
+    events = Recorder()
+    outcome = await scripted.loop().run(
+        replace(plan("echo"), spending=FakeSpendGuard(left=1000, unavailable=True)), events, stream_text=True
+    )
+    assert outcome.finish_reason == "error"
+    assert outcome.error is not None
+    assert outcome.error.code == "limits_unavailable"
+    assert len(scripted.completion_requests) == 1
+    assert [m.role for m in outcome.appended] == ["assistant", "tool"]  # the first round is kept
+    assert events.events[-1] == RunError(run_id="run_test", code="limits_unavailable", message="Redis is down")

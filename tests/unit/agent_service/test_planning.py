@@ -8,6 +8,7 @@ import anyio
 import pytest
 from pydantic import SecretStr
 
+from agent_service.callers import TenantRules
 from agent_service.clients import UpstreamError
 from agent_service.planning import ModelCheck, ToolCatalog, plan_run
 from agent_service.settings import AgentSettings
@@ -169,6 +170,51 @@ async def test_a_longer_deadline_than_the_setting_is_refused() -> None:
     with pytest.raises(ApiError) as caught:
         await plan_run(request(deadlineSeconds=500), SETTINGS, tools, MODELS)
     assert caught.value.status == 400
+
+
+TENANT_CAPS = TenantRules(max_iterations=5, max_run_seconds=30, max_run_tokens=1000, max_run_cost_usd=0.25)
+
+
+async def test_a_tenants_caps_are_the_runs_limits_when_the_request_names_none() -> None:
+    plain = await plan_run(request(), SETTINGS, catalog()[0], MODELS)
+    assert (plain.limits.max_total_tokens, plain.limits.max_cost_usd) == (None, None)
+    plan = await plan_run(request(), SETTINGS, catalog()[0], MODELS, rules=TENANT_CAPS)
+    assert plan.limits.max_iterations == 5
+    assert 29 < plan.limits.deadline.remaining() <= 30
+    assert (plan.limits.max_total_tokens, plan.limits.max_cost_usd) == (1000, 0.25)
+
+
+async def test_a_request_may_ask_for_less_than_its_tenants_caps() -> None:
+    fields = {"maxIterations": 2, "deadlineSeconds": 10, "maxTotalTokens": 500, "maxCostUsd": 0.1}
+    plan = await plan_run(request(**fields), SETTINGS, catalog()[0], MODELS, rules=TENANT_CAPS)
+    limits = plan.limits
+    assert (limits.max_iterations, limits.max_total_tokens, limits.max_cost_usd) == (2, 500, 0.1)
+    assert limits.deadline.remaining() <= 10
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("maxIterations", 6, "maxIterations may be at most 5, the cap of the caller's tenant (got 6)"),
+        ("deadlineSeconds", 31, "deadlineSeconds may be at most 30, the cap of the caller's tenant (got 31)"),
+        ("maxTotalTokens", 1001, "maxTotalTokens may be at most 1000, the cap of the caller's tenant (got 1001)"),
+        ("maxCostUsd", 0.3, "maxCostUsd may be at most 0.25, the cap of the caller's tenant (got 0.3)"),
+    ],
+)
+async def test_a_request_over_its_tenants_cap_is_a_400_naming_the_cap(field: str, value: float, said: str) -> None:
+    with pytest.raises(ApiError) as caught:
+        await plan_run(request(**{field: value}), SETTINGS, catalog()[0], MODELS, rules=TENANT_CAPS)
+    assert (caught.value.status, caught.value.code) == (400, "invalid_request")
+    assert said in caught.value.message
+
+
+async def test_the_lower_of_the_service_cap_and_the_tenant_cap_holds() -> None:
+    generous = TenantRules(max_iterations=100, max_run_seconds=1000)
+    plan = await plan_run(request(), SETTINGS, catalog()[0], MODELS, rules=generous)
+    assert plan.limits.max_iterations == 15
+    with pytest.raises(ApiError) as caught:
+        await plan_run(request(maxIterations=16), SETTINGS, catalog()[0], MODELS, rules=generous)
+    assert "at most 15, the service's cap (AGENT_MAX_ITERATIONS)" in caught.value.message
 
 
 async def test_a_named_tool_choice_must_be_one_of_the_runs_tools() -> None:

@@ -170,3 +170,14 @@ async def test_a_resumed_round_repeats_the_safe_calls_answers_the_others_unknown
         ("turn", 5),
     ]
     assert {event.tool_call_id for event in events.of(RunToolResult)} == {"call_lookup", "call_send_email"}
+
+
+async def test_a_run_taken_over_keeps_its_token_and_cost_limits_and_a_plan_stored_without_them_has_none() -> None:
+    limits = RunLimits(max_iterations=4, deadline=Deadline.after(60), max_total_tokens=900, max_cost_usd=0.25)
+    plan = RunPlan(run_id="run_1", model="scripted", messages=[], tools=TOOLS, tool_choice="auto", limits=limits)
+    taken = takeover(record(plan=stored_plan(plan)), [], [USER])
+    assert (taken.plan.limits.max_iterations, taken.plan.limits.max_total_tokens) == (4, 900)
+    assert taken.plan.limits.max_cost_usd == 0.25
+    older = {key: value for key, value in stored_plan(plan).items() if key not in ("maxTotalTokens", "maxCostUsd")}
+    unlimited = takeover(record(plan=older), [], [USER]).plan.limits
+    assert (unlimited.max_total_tokens, unlimited.max_cost_usd) == (None, None)

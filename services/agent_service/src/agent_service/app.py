@@ -23,6 +23,7 @@ from agent_service.runs import AgentRuns, LiveSink, StartedRun
 from agent_service.runs_api import event_sender, runs_routes
 from agent_service.settings import AgentSettings
 from agent_service.shared_redis import connect_redis
+from agent_service.spending import open_spending
 from agent_service.store import RunStore, StoredEvent, StoreError
 from agent_service.telemetry import RunTelemetry
 from suite_common.errors import ApiError, install_error_handlers
@@ -128,6 +129,7 @@ def _answer(run: StartedRun, outcome: RunOutcome) -> Response:
         finish_reason=outcome.finish_reason,
         iterations=outcome.iterations,
         usage=outcome.usage,
+        budget=outcome.budget,
     )
     return ModelResponse(result, headers=headers)
 
@@ -180,7 +182,8 @@ _RUN = Operation(
         ),
         403: "The tenant may not run this model (model_not_allowed) or use a tool the run names (tool_not_allowed).",
         409: "The conversation (conversationId) has a run in progress.",
-        429: "The tenant has its cap of runs in progress (too_many_runs, Retry-After).",
+        429: "The tenant has its cap of runs in progress (too_many_runs), or the tenant or end user has used up a "
+        "monthly budget (budget_exhausted); Retry-After says when to try again.",
         503: "The service is shutting down, or the run store or the run limits (Redis) are unavailable (Retry-After).",
     },
     example={"model": "demo", "messages": [{"role": "user", "content": "What time is it?"}], "stream": False},
@@ -285,7 +288,13 @@ def create_app(
                 cap=settings.max_concurrent_runs_per_tenant or int(callers is not None and callers.any_run_cap()),
             )
             stack.push_async_callback(slots.aclose)
-            runs = AgentRuns(loop, store, settings, observability.lifecycle, slots)
+            spending = open_spending(
+                redis,
+                rules=callers.rules if callers is not None else {},
+                source=store.usage_since if store is not None else None,
+                key_prefix=settings.redis_key_prefix,
+            )
+            runs = AgentRuns(loop, store, settings, observability.lifecycle, slots, spending)
             await stack.enter_async_context(runs.running())
             yield {"services": _Services(settings, http, loop, catalog, models, observability.lifecycle, runs)}
 

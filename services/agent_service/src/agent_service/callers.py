@@ -8,6 +8,14 @@ The keys come from the callers file (``AGENT_CALLERS_FILE``, TOML)::
     tools = ["search_documents", "web:*"]   # the tools it may use: names, "<server>:<tool>" or "<server>:*"
     deny_tools = ["rag:add_documents"]      # never these, even when allowed above (same forms)
     system_prompt = "You answer for ACME."  # the tenant's default system prompt (see agent_service.personas)
+    max_iterations = 8        # caps of a run (and the defaults when a request names none): LLM calls,
+    max_run_seconds = 60      #   wall clock, input + output tokens, cost in US dollars
+    max_run_tokens = 50000
+    max_run_cost_usd = 0.50
+    monthly_tokens = 5000000  # the tenant's budgets per calendar month (UTC), all its users together
+    monthly_cost_usd = 200.0
+    user_monthly_tokens = 200000      # each end user's (X-User-Id) per calendar month
+    user_monthly_cost_usd = 10.0
 
     [personas.concise]        # a persona every tenant may use; [tenants.acme.personas.<name>]: acme's own
     system_prompt = "Answer in one sentence."
@@ -100,6 +108,29 @@ class TenantRules:
     """The tools it may use: names, ``<server>:<tool>`` or ``<server>:*``."""
     deny_tools: tuple[str, ...] = ()
     """Tools it may never use, even when ``tools`` allows them (same forms)."""
+    max_iterations: int | None = None
+    """LLM calls per run at most: caps a request's ``maxIterations``, and is its default (below the service's)."""
+    max_run_seconds: float | None = None
+    """Wall clock of a run at most: caps ``deadlineSeconds``, and is its default."""
+    max_run_tokens: int | None = None
+    """Input and output tokens of a run at most: caps ``maxTotalTokens``, and is its default."""
+    max_run_cost_usd: float | None = None
+    """Cost of a run at most, in US dollars: caps ``maxCostUsd``, and is its default."""
+    monthly_tokens: int | None = None
+    """Tokens of all the tenant's runs in a calendar month (UTC)."""
+    monthly_cost_usd: float | None = None
+    """Cost of all the tenant's runs in a calendar month (UTC), in US dollars."""
+    user_monthly_tokens: int | None = None
+    """Tokens of each end user's (``X-User-Id``) runs in a calendar month (UTC); runs without a user count toward
+    the tenant's budgets only."""
+    user_monthly_cost_usd: float | None = None
+    """Cost of each end user's runs in a calendar month (UTC), in US dollars."""
+
+    @property
+    def has_monthly_budget(self) -> bool:
+        """Whether its runs are counted against a monthly budget at all (otherwise they cost nothing to check)."""
+        budgets = (self.monthly_tokens, self.monthly_cost_usd, self.user_monthly_tokens, self.user_monthly_cost_usd)
+        return any(budget is not None for budget in budgets)
 
     # Personas and the system-prompt cascade (agent_service.personas): set from the callers file in
     # ``parse_callers``, apart from the rules above.
@@ -214,7 +245,22 @@ def _key(entry: Any, index: int, tenants: frozenset[str], source: str, environ: 
     return CallerKey(name=name, tenant=tenant, digest=digest, trusted=trusted)
 
 
-_RULE_FIELDS = ("max_concurrent_runs", "models", "tools", "deny_tools")
+_RULE_FIELDS = (
+    "max_concurrent_runs",
+    "models",
+    "tools",
+    "deny_tools",
+    "max_iterations",
+    "max_run_seconds",
+    "max_run_tokens",
+    "max_run_cost_usd",
+    "monthly_tokens",
+    "monthly_cost_usd",
+    "user_monthly_tokens",
+    "user_monthly_cost_usd",
+)
+_WHOLE_LIMITS = ("max_iterations", "max_run_tokens", "monthly_tokens", "user_monthly_tokens")
+_AMOUNT_LIMITS = ("max_run_seconds", "max_run_cost_usd", "monthly_cost_usd", "user_monthly_cost_usd")
 _TOOL_PATTERN = re.compile(r"[^:\s]+(:[^:\s]+)?")
 
 
@@ -233,6 +279,24 @@ def _names(
     return tuple(value)
 
 
+def _limits(table: dict[str, Any], where: str, source: str) -> dict[str, Any]:
+    """The tenant's limits and budgets: whole numbers (tokens, iterations) or amounts (seconds, dollars), above 0."""
+    limits: dict[str, Any] = {}
+    for key in _WHOLE_LIMITS:
+        value = table.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise _fail(source, f"{where}: {key} must be a whole number, 1 or more")
+        limits[key] = value
+    for key in _AMOUNT_LIMITS:
+        value = table.get(key)
+        if value is not None:
+            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < float("inf"):
+                raise _fail(source, f"{where}: {key} must be a number above 0")
+            value = float(value)
+        limits[key] = value
+    return limits
+
+
 def _rules(name: str, table: dict[str, Any], source: str) -> TenantRules:
     where = f"tenant {name!r}"
     unknown = sorted(set(table) - set(_RULE_FIELDS))
@@ -246,6 +310,7 @@ def _rules(name: str, table: dict[str, Any], source: str) -> TenantRules:
         models=_names(table, "models", where, source, None),
         tools=_names(table, "tools", where, source, _TOOL_PATTERN),
         deny_tools=_names(table, "deny_tools", where, source, _TOOL_PATTERN) or (),
+        **_limits(table, where, source),
     )
 
 

@@ -16,7 +16,7 @@ import anyio
 import structlog
 
 from agent_service.clients import CompletionClient, ProgressSink, ToolsClient, UpstreamError
-from agent_service.limits import RunLimits
+from agent_service.limits import RunLimits, SpendGuard, Stop
 from agent_service.personas import with_system_prompt
 from agent_service.results import render_tool_result
 from agent_service.telemetry import RunTelemetry
@@ -71,6 +71,9 @@ class RunPlan:
     system_prompt: str | None = None
     """Put first in each LLM call unless the conversation has a system message; never part of ``messages`` (nor
     stored), so a conversation continued run after run does not repeat it (``agent_service.personas``)."""
+    spending: SpendGuard | None = None
+    """The monthly budgets of the run's tenant and end user (``None``: they have none): asked before each LLM
+    call, after ``limits``, and told each call's usage."""
 
 
 class RunRecorder(Protocol):
@@ -225,29 +228,42 @@ class AgentLoop:
             with anyio.CancelScope(deadline=plan.limits.deadline.at) as deadline_scope:
                 if resume is not None and resume.calls:
                     await self._finish_round(plan, state, emit, resume, recorder, stream_text)
-                finish = await self._rounds(plan, state, emit, stream_text, recorder)
+                stop = await self._rounds(plan, state, emit, stream_text, recorder)
             if deadline_scope.cancelled_caught:
-                finish = "deadline"
+                stop = Stop("deadline")
         except UpstreamError as error:
             if not plan.limits.out_of_time():
                 state.close_round(f"The run failed before this tool call finished: {error.message}")
                 _log.warning("run_failed", code=error.code, message=error.message, iterations=state.iterations)
                 await emit(RunError(run_id=plan.run_id, code=error.code, message=error.message))
                 return RunOutcome("error", state.iterations, state.usage, state.appended, error, state.appended_from)
-            finish = "deadline"
+            stop = Stop("deadline")
         except anyio.get_cancelled_exc_class():
             _log.info("run_cancelled", iterations=state.iterations)
             raise
+        finish, budget = stop.reason, stop.budget
         if finish == "deadline":
             state.close_round("The run's deadline passed before this tool call finished.")
         elapsed = time.perf_counter() - started
-        if finish in ("deadline", "max_iterations"):
-            self.telemetry.budget_exhausted(run_id=plan.run_id, budget=finish, rounds=state.iterations, seconds=elapsed)
+        if finish in ("deadline", "max_iterations", "budget"):
+            self.telemetry.budget_exhausted(
+                run_id=plan.run_id, budget=budget or finish, rounds=state.iterations, seconds=elapsed
+            )
         _log.info(
-            "run_finished", finish_reason=finish, iterations=state.iterations, duration_ms=round(elapsed * 1000, 1)
+            "run_finished",
+            finish_reason=finish,
+            budget=budget,
+            iterations=state.iterations,
+            duration_ms=round(elapsed * 1000, 1),
         )
-        await emit(RunDone(run_id=plan.run_id, finish_reason=finish, iterations=state.iterations, usage=state.usage))
-        return RunOutcome(finish, state.iterations, state.usage, state.appended, appended_from=state.appended_from)
+        await emit(
+            RunDone(
+                run_id=plan.run_id, finish_reason=finish, iterations=state.iterations, usage=state.usage, budget=budget
+            )
+        )
+        return RunOutcome(
+            finish, state.iterations, state.usage, state.appended, appended_from=state.appended_from, budget=budget
+        )
 
     async def _finish_round(
         self,
@@ -274,11 +290,11 @@ class AgentLoop:
 
     async def _rounds(
         self, plan: RunPlan, state: _RunState, emit: Emit, stream_text: bool, recorder: RunRecorder | None
-    ) -> RunFinishReason:
+    ) -> Stop:
         specs = [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema) for t in plan.tools]
         specs += plan.client_tools
         tool_choice = plan.tool_choice
-        while (finish := plan.limits.stop_before_call(state.iterations)) is None:
+        while (stop := await _stop_before_call(plan, state)) is None:
             iteration = state.iterations = state.iterations + 1
             with (
                 structlog.contextvars.bound_contextvars(round=iteration),
@@ -294,11 +310,11 @@ class AgentLoop:
                 )
                 finish = await self._round(plan, state, emit, request, stream_text, recorder)
             if finish is not None:
-                return finish
+                return Stop(finish)
             # A forced choice ("required" or a named tool) applies to the first round only;
             # forcing it again would keep the model from ever answering.
             tool_choice = "auto"
-        return finish
+        return stop
 
     async def _round(
         self,
@@ -323,6 +339,8 @@ class AgentLoop:
             span.set_attribute("llm.provider", response.provider)
             span.set_attribute("llm.finish_reason", response.finish_reason)
         state.usage += response.usage
+        if plan.spending is not None:
+            await plan.spending.spent(response.usage)
         message = response.message
         calls = message.tool_calls or []
         if plan.client_tools and calls:
@@ -491,6 +509,14 @@ class AgentLoop:
             seconds=seconds,
         )
         return seconds
+
+
+async def _stop_before_call(plan: RunPlan, state: _RunState) -> Stop | None:
+    """The one question before each LLM call: the run's own limits, then its tenant's and user's monthly budgets."""
+    stop = plan.limits.stop_before_call(state.iterations, state.usage)
+    if stop is None and plan.spending is not None and (budget := await plan.spending.exhausted()) is not None:
+        stop = Stop("budget", budget)
+    return stop
 
 
 def _progress_reporter(plan: RunPlan, iteration: int, call: ToolCall, emit: Emit) -> ProgressSink:

@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import anyio
@@ -203,6 +203,8 @@ async def _single_completion(completions: CompletionClient, plan: RunPlan, on_te
             response = await completions.complete(
                 request, plan.limits.deadline, forward if on_text is not None else None
             )
+            if plan.spending is not None:
+                await plan.spending.spent(response.usage)
             message = response.message
             agent = AgentInfo(finish_reason=response.finish_reason, iterations=1)
             return _Answer(message.content, message.tool_calls, agent, response.usage)
@@ -379,7 +381,13 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
     )
     caller = caller_of(request)
     plan = await plan_run(run_request, settings, services.catalog, services.models, client_tools, rules=caller.rules)
-    run = await services.runs.begin(plan, run_request, send=None, caller=caller) if plan.tools else None
+    run = None
+    if plan.tools:
+        run = await services.runs.begin(plan, run_request, send=None, caller=caller)
+    else:  # one plain completion, not a run: still within the monthly budgets, and counted
+        spending = services.runs.spending
+        await spending.admit(caller.tenant, caller.user)
+        plan = replace(plan, spending=spending.guard(caller.tenant, caller.user))
     front = _Request(services, body, plan, run, mode=mode, events=events)
     if body.stream and mode != "disabled":
         return EventStreamResponse(front.stream, headers=front.headers, defer_start=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
+from typing import TypeVar
 
 import anyio
 
@@ -94,21 +95,48 @@ class ModelCheck:
         self._known[model] = now
 
 
-def _check_limits(request: AgentRunRequest, settings: AgentSettings) -> RunLimits:
-    """The run's limits; its clock starts now, so discovery counts against its deadline."""
-    max_iterations = request.max_iterations or settings.max_iterations
-    if max_iterations > settings.max_iterations:
-        raise ApiError(
-            400, "invalid_request", f"maxIterations may be at most {settings.max_iterations} (got {max_iterations})."
-        )
-    deadline = request.deadline_seconds or settings.run_deadline_seconds
-    if deadline > settings.run_deadline_seconds:
-        raise ApiError(
-            400,
-            "invalid_request",
-            f"deadlineSeconds may be at most {settings.run_deadline_seconds:g} (got {deadline:g}).",
-        )
-    return RunLimits(max_iterations=max_iterations, deadline=Deadline.after(deadline))
+_Number = TypeVar("_Number", int, float)
+
+
+def _shown(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+def _capped(field: str, asked: _Number | None, caps: list[tuple[_Number | None, str]]) -> _Number | None:
+    """``asked`` when no cap is below it (400 ``invalid_request`` naming the lowest cap otherwise); omitted: the
+    lowest cap (``None`` when there is none). ``caps``: each cap (``None``: none) with where it is set."""
+    set_caps = [(cap, source) for cap, source in caps if cap is not None]
+    lowest = min(set_caps, key=lambda item: item[0], default=None)
+    if asked is None:
+        return lowest[0] if lowest is not None else None
+    if lowest is not None and asked > lowest[0]:
+        cap, source = lowest
+        raise ApiError(400, "invalid_request", f"{field} may be at most {_shown(cap)}, {source} (got {_shown(asked)}).")
+    return asked
+
+
+def _check_limits(request: AgentRunRequest, settings: AgentSettings, rules: TenantRules) -> RunLimits:
+    """The run's limits: the request's, each capped by the service and the caller's tenant, and the lowest cap when
+    the request names none. Its clock starts now, so discovery counts against its deadline."""
+    service, tenant = "the service's cap", "the cap of the caller's tenant"
+    max_iterations = _capped(
+        "maxIterations",
+        request.max_iterations,
+        [(settings.max_iterations, f"{service} (AGENT_MAX_ITERATIONS)"), (rules.max_iterations, tenant)],
+    )
+    deadline = _capped(
+        "deadlineSeconds",
+        request.deadline_seconds,
+        [(settings.run_deadline_seconds, f"{service} (AGENT_RUN_DEADLINE_SECONDS)"), (rules.max_run_seconds, tenant)],
+    )
+    assert max_iterations is not None  # the service's caps are always set
+    assert deadline is not None
+    return RunLimits(
+        max_iterations=max_iterations,
+        deadline=Deadline.after(deadline),
+        max_total_tokens=_capped("maxTotalTokens", request.max_total_tokens, [(rules.max_run_tokens, tenant)]),
+        max_cost_usd=_capped("maxCostUsd", request.max_cost_usd, [(rules.max_run_cost_usd, tenant)]),
+    )
 
 
 _RECHECK_UNAVAILABLE_SECONDS = 1.0
@@ -189,7 +217,7 @@ async def plan_run(
     model = request.model
     assert model is not None  # apply_persona refuses a request left without one
     _check_model(model, rules)
-    limits = _check_limits(request, settings)
+    limits = _check_limits(request, settings, rules)
     deadline = limits.deadline
     tools: list[ToolInfo] = []
     out_of_time = False

@@ -74,8 +74,9 @@ class AgentSettings(ServiceSettings):
     """How many times a run is taken over after a crash before it is failed: a run that kills its replica
     every time must not take down the next one too."""
     redis_url: str = ""
-    """Redis that the replicas share for the per-tenant run slots (``redis://host:6379/0``, ``rediss://`` for TLS).
-    Empty: each replica counts its own runs in memory (right for one replica, ``make run``)."""
+    """Redis that the replicas share for the per-tenant run slots and the monthly spend of tenants and users
+    (``redis://host:6379/0``, ``rediss://`` for TLS). Empty: each replica counts its own runs and spend in memory
+    (right for one replica, ``make run``)."""
 
     @field_validator("redis_url")
     @classmethod
@@ -86,8 +87,8 @@ class AgentSettings(ServiceSettings):
         return url
 
     redis_key_prefix: str = "agent:"
-    """Prefix of the Redis keys of the run slots (``<prefix>run-slots:<tenant>``): deployments sharing one Redis
-    keep apart by it."""
+    """Prefix of the Redis keys of the run slots (``<prefix>run-slots:<tenant>``) and the monthly spend
+    (``<prefix>spend:<YYYY-MM>:<tenant>[:user:<user>]``): deployments sharing one Redis keep apart by it."""
     max_concurrent_runs_per_tenant: int = Field(default=16, ge=0)
     """Runs of one tenant in progress at once, over all replicas; one more is refused with 429 ``too_many_runs``
     and ``Retry-After``. A run's slot lasts ``AGENT_LEASE_SECONDS`` and is renewed with its lease, so the slots

@@ -29,6 +29,8 @@ def stored_plan(plan: RunPlan) -> dict[str, Any]:
         "toolChoice": _TOOL_CHOICE.dump_python(plan.tool_choice, mode="json", by_alias=True),
         "maxIterations": plan.limits.max_iterations,
         "deadlineSeconds": round(plan.limits.deadline.remaining(), 3),
+        "maxTotalTokens": plan.limits.max_total_tokens,
+        "maxCostUsd": plan.limits.max_cost_usd,
         "maxTokens": plan.max_tokens,
         "temperature": plan.temperature,
         "clientTools": [spec.model_dump(mode="json", by_alias=True) for spec in plan.client_tools],
@@ -48,7 +50,10 @@ def plan_from_record(record: RunRecord, messages: list[Message]) -> RunPlan:
         # A forced choice applied to the first round only, which a stored turn means has happened.
         tool_choice=_TOOL_CHOICE.validate_python(stored["toolChoice"]) if record.iterations == 0 else "auto",
         limits=RunLimits(
-            max_iterations=int(stored["maxIterations"]), deadline=Deadline.after(float(stored["deadlineSeconds"]))
+            max_iterations=int(stored["maxIterations"]),
+            deadline=Deadline.after(float(stored["deadlineSeconds"])),
+            max_total_tokens=stored.get("maxTotalTokens"),
+            max_cost_usd=stored.get("maxCostUsd"),
         ),
         max_tokens=stored.get("maxTokens"),
         temperature=stored.get("temperature"),

@@ -6,7 +6,8 @@ replica's keeper claims them first, which resumes each from its last stored step
 Without a store (``AGENT_DATABASE_URL`` empty) runs are executed the same way and simply not kept.
 
 Each run also holds one of its tenant's slots (``run_slots``) from ``begin`` to the end of ``execute``; the keeper
-renews the slots of the runs here with their leases, so a dead replica's slots expire like its leases.
+renews the slots of the runs here with their leases, so a dead replica's slots expire like its leases. A run of a
+tenant with monthly budgets carries their guard (``spending``), given in ``begin`` and again when taken over.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from agent_service.run_slots import UNCAPPED, LocalRunSlots, RunSlots
 from agent_service.runs.journal import TERMINAL_EVENTS, EventSink, LiveSink, RunJournal, RunMoved
 from agent_service.runs.plans import stored_plan, takeover
 from agent_service.settings import AgentSettings
+from agent_service.spending import LocalSpendLedger, Spending
 from agent_service.store import (
     DEFAULT_TENANT,
     ConversationBusy,
@@ -104,12 +106,14 @@ class AgentRuns:
         settings: AgentSettings,
         lifecycle: Lifecycle,
         slots: RunSlots | None = None,
+        spending: Spending | None = None,
     ) -> None:
         self.loop = loop
         self.store = store
         self.settings = settings
         self.lifecycle = lifecycle
         self.slots = slots if slots is not None else LocalRunSlots(settings.lease_seconds)
+        self.spending = spending if spending is not None else Spending(LocalSpendLedger(), rules={})
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.active: dict[str, StartedRun] = {}
         self.slots_held: dict[str, str] = {}
@@ -146,16 +150,18 @@ class AgentRuns:
     async def begin(
         self, plan: RunPlan, request: AgentRunRequest, *, send: LiveSink | None, caller: Caller
     ) -> StartedRun:
-        """Take a slot of ``caller``'s tenant (429 ``too_many_runs`` over its cap), then store the run, as
-        ``caller``'s, before the response starts (a busy conversation is still a plain 409); ``send``: the client
-        that stays attached (``None``: the run is detached and followed through its journal). A refused run is
-        never stored."""
+        """Check the monthly budgets of ``caller``'s tenant and user (429 ``budget_exhausted``), take a slot of its
+        tenant (429 ``too_many_runs`` over its cap), then store the run, as ``caller``'s, before the response starts
+        (a busy conversation is still a plain 409); ``send``: the client that stays attached (``None``: the run is
+        detached and followed through its journal). A refused run is never stored."""
         detached = request.on_disconnect == "continue"
         store = self.store
         if store is None and (request.conversation_id is not None or detached):
             field = "conversationId" if request.conversation_id is not None else 'onDisconnect "continue"'
             raise ApiError(400, "runs_not_stored", f"{field} needs stored runs (AGENT_DATABASE_URL is empty).")
         tenant = caller.tenant
+        await self.spending.admit(tenant, caller.user)
+        plan = replace(plan, spending=self.spending.guard(tenant, caller.user))
         cap = caller.rules.max_concurrent_runs
         if cap is None:
             cap = self.settings.max_concurrent_runs_per_tenant
@@ -574,7 +580,10 @@ class AgentRuns:
             self.slots_held[run_id] = tenant
         except ApiError as error:
             _log.warning("run_slot_not_taken", run_id=run_id, error=error.message)
-        run = StartedRun(taken.plan, journal, detached=True, resume=taken.resume)
+        # Its budgets as its tenant's rules say now. Only the tenant's: the end user is not known here until the run
+        # record carries it (runs.user_id), so a taken-over run counts toward its tenant's budgets only.
+        plan = replace(taken.plan, spending=self.spending.guard(tenant, None))
+        run = StartedRun(plan, journal, detached=True, resume=taken.resume)
         self.active[run_id] = run
         task_group.start_soon(self._execute_tracked, run, True)
         return "resumed"

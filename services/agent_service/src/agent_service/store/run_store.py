@@ -30,7 +30,7 @@ from agent_service.store.records import (
     StoredEvent,
     StoreError,
 )
-from agent_service.store.schema import conversations, run_events, run_messages, runs
+from agent_service.store.schema import conversations, run_events, run_messages, runs, usage_log
 from suite_common.wire import Message, RunError, RunErrorDetail, Usage, dump
 
 __all__ = ["RunStore"]
@@ -232,6 +232,22 @@ class RunStore:
         return await self._db.run(
             f"read the conversation before run {run_id}", lambda connection: _messages(connection, query), write=False
         )
+
+    async def usage_since(self, tenant: str, since: datetime, *, user: str | None = None) -> Usage:
+        """What ``tenant`` (only ``user``'s runs, when given) spent since ``since``: the sum of its usage log."""
+        query = sa.select(
+            sa.func.coalesce(sa.func.sum(usage_log.c.input_tokens), 0),
+            sa.func.coalesce(sa.func.sum(usage_log.c.output_tokens), 0),
+            sa.func.sum(usage_log.c.cost_usd),
+        ).where(usage_log.c.tenant == tenant, usage_log.c.created_at >= since)
+        if user is not None:
+            query = query.where(usage_log.c.user_id == user)
+
+        def read(connection: Connection) -> Usage:
+            input_tokens, output_tokens, cost = connection.execute(query).one()
+            return Usage(input_tokens=int(input_tokens), output_tokens=int(output_tokens), cost_usd=cost)
+
+        return await self._db.run(f"read the usage of tenant {tenant}", read, write=False)
 
     async def events_after(self, run_id: str, after: int, *, limit: int = 1000) -> list[StoredEvent]:
         """Stored events with ``seq > after``, in order, at most ``limit``."""

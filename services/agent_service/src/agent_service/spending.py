@@ -1,0 +1,417 @@
+"""Monthly budgets of tokens and cost, per tenant and per end user: the one place they are counted and enforced.
+
+A tenant's ``[tenants.<name>]`` in the callers file may give ``monthly_tokens`` and ``monthly_cost_usd`` (all its
+users together) and ``user_monthly_tokens`` and ``user_monthly_cost_usd`` (each end user, ``X-User-Id``; a run
+without a user counts toward the tenant's only). A month is a calendar month in UTC. ``Spending`` enforces them:
+
+- ``admit``: a new run of a tenant or user whose budget is used up is refused, 429 ``budget_exhausted``, saying which
+  budget and when it resets, with ``Retry-After`` (seconds until the first day of next month, UTC);
+- ``guard``: the run's ``SpendGuard`` (``RunPlan.spending``), which the loop asks before every LLM call (used up: the
+  run ends with finish reason ``budget`` and the budget's name) and tells each call's usage after it. A tenant
+  without a monthly budget gets none: its runs cost nothing to check.
+
+The counters live in a ``SpendLedger``, one per tenant-month and one per tenant-user-month, tokens as integers and
+cost as integer micro-dollars: in Redis (``<prefix>spend:<YYYY-MM>:<tenant>[:user:<user>]`` hashes, expiring a day
+after their month ends) when the replicas share one, in this process's memory otherwise. A counter is seeded on its
+first use (per process in memory; set-if-absent in Redis, atomically) from the run store's usage log
+(``UsageSource``), so a restart or a flushed Redis does not hand a tenant a fresh budget.
+
+Fail closed: when the ledger (or the store seeding it) cannot be read, a new run of a tenant with a budget is
+refused with 503 ``limits_unavailable``, and a run under way ends with the error ``limits_unavailable`` before its
+next LLM call: a call that cannot be counted is not made. A usage that cannot be added after a call is logged and
+added with the run's next one.
+
+Budgets are checked before each call, not reserved: runs of one tenant in flight at once each make the call they
+have started, so the month's spend can pass a budget by up to one LLM call per run in progress (and the seed may
+count a call twice when it lands while that call is being recorded: the error is on the tenant's side of safe).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Literal, Protocol
+
+import anyio
+import redis.asyncio as aioredis
+
+from agent_service.callers import NO_RULES, TenantRules
+from agent_service.clients import UpstreamError
+from agent_service.limits import SpendGuard
+from agent_service.shared_redis import REDIS_ERRORS, bounded
+from agent_service.store import StoreError
+from suite_common.errors import ApiError
+from suite_common.logging import get_logger
+from suite_common.wire import BudgetName, Usage
+
+__all__ = [
+    "LedgerUnavailable",
+    "LocalSpendLedger",
+    "RedisSpendLedger",
+    "SpendKey",
+    "SpendLedger",
+    "Spending",
+    "Spent",
+    "UsageSource",
+    "month_start",
+    "next_month_start",
+    "open_spending",
+]
+
+_log = get_logger("agent_service.spending")
+
+MICROS_PER_USD = 1_000_000
+
+
+def month_start(moment: datetime) -> datetime:
+    """The first instant of ``moment``'s calendar month, in UTC."""
+    moment = moment.astimezone(UTC)
+    return moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def next_month_start(moment: datetime) -> datetime:
+    """When ``moment``'s month's budgets reset: the first instant of the next calendar month, in UTC."""
+    start = month_start(moment)
+    return start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1)
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class SpendKey:
+    """One counter: a tenant's in a month (``YYYY-MM``), or one of its end users'."""
+
+    tenant: str
+    month: str
+    user: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Spent:
+    tokens: int = 0
+    micros: int = 0
+    """US dollars times 1 000 000, so that counters add up exactly."""
+
+    @classmethod
+    def of(cls, usage: Usage) -> Spent:
+        return cls(usage.total_tokens, round((usage.cost_usd or 0.0) * MICROS_PER_USD))
+
+    def __add__(self, other: Spent) -> Spent:
+        return Spent(self.tokens + other.tokens, self.micros + other.micros)
+
+    def __bool__(self) -> bool:
+        return bool(self.tokens or self.micros)
+
+
+class UsageSource(Protocol):
+    """What a tenant (or one of its users, ``user``) spent since ``since``: the run store's usage log
+    (``RunStore.usage_since``). Raises ``StoreError`` when it cannot be read."""
+
+    async def __call__(self, tenant: str, since: datetime, *, user: str | None = None) -> Usage: ...
+
+
+class LedgerUnavailable(Exception):
+    """The counters cannot be read or seeded (Redis or the run store is unreachable)."""
+
+
+class SpendLedger(ABC):
+    """The month's counters; a key that was never seeded reads as ``None``."""
+
+    @abstractmethod
+    async def read(self, keys: Sequence[SpendKey]) -> list[Spent | None]:
+        """The counters of ``keys``, in order; raises ``LedgerUnavailable``."""
+
+    @abstractmethod
+    async def seed(self, key: SpendKey, spent: Spent, expires_at: datetime) -> Spent:
+        """Set ``key`` to ``spent`` unless it is set already (then it is left as it is); returns its value. Raises
+        ``LedgerUnavailable``."""
+
+    @abstractmethod
+    async def add(self, keys: Sequence[SpendKey], spent: Spent) -> None:
+        """Add ``spent`` to each of ``keys`` that is seeded (one that is not is seeded later, from the store, which
+        has the usage); raises ``LedgerUnavailable``."""
+
+
+class LocalSpendLedger(SpendLedger):
+    """The counters in this process's memory: one replica (``AGENT_REDIS_URL`` empty)."""
+
+    def __init__(self) -> None:
+        self._spent: dict[SpendKey, Spent] = {}
+
+    async def read(self, keys: Sequence[SpendKey]) -> list[Spent | None]:
+        return [self._spent.get(key) for key in keys]
+
+    async def seed(self, key: SpendKey, spent: Spent, expires_at: datetime) -> Spent:
+        if key not in self._spent:
+            # A new key of a new month: the months before are over, their counters are not read again.
+            self._spent = {known: value for known, value in self._spent.items() if known.month >= key.month}
+            self._spent[key] = spent
+        return self._spent[key]
+
+    async def add(self, keys: Sequence[SpendKey], spent: Spent) -> None:
+        for key in keys:
+            if key in self._spent:
+                self._spent[key] += spent
+
+
+# KEYS: the counters. Returns tokens, micros for each (-1, -1: never seeded).
+_READ = """
+local values = {}
+for index = 1, #KEYS do
+  local fields = redis.call('HMGET', KEYS[index], 'tokens', 'micros')
+  values[#values + 1] = tonumber(fields[1]) or -1
+  values[#values + 1] = tonumber(fields[2]) or -1
+end
+return values
+"""
+
+# KEYS[1]: the counter. ARGV: tokens, micros, expiry (Unix seconds). Set only if absent: the first seed wins.
+_SEED = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'tokens', ARGV[1], 'micros', ARGV[2])
+  redis.call('EXPIREAT', KEYS[1], ARGV[3])
+end
+local fields = redis.call('HMGET', KEYS[1], 'tokens', 'micros')
+return {tonumber(fields[1]) or 0, tonumber(fields[2]) or 0}
+"""
+
+# KEYS: the counters. ARGV: tokens, micros. Only to a seeded counter: creating one here would start it from this
+# call alone, a fresh budget; the next check seeds it from the store instead.
+_ADD = """
+for index = 1, #KEYS do
+  if redis.call('EXISTS', KEYS[index]) == 1 then
+    redis.call('HINCRBY', KEYS[index], 'tokens', ARGV[1])
+    redis.call('HINCRBY', KEYS[index], 'micros', ARGV[2])
+  end
+end
+return 0
+"""
+
+
+class RedisSpendLedger(SpendLedger):
+    """The counters in the replicas' shared Redis: ``<prefix>spend:<YYYY-MM>:<tenant>[:user:<user>]`` hashes."""
+
+    def __init__(self, client: aioredis.Redis, *, key_prefix: str = "agent:") -> None:
+        self.client = client
+        self.key_prefix = key_prefix
+        self._read = client.register_script(_READ)
+        self._seed = client.register_script(_SEED)
+        self._add = client.register_script(_ADD)
+
+    def key(self, key: SpendKey) -> str:
+        name = f"{self.key_prefix}spend:{key.month}:{key.tenant}"  # a tenant's name has no ':'
+        return name if key.user is None else f"{name}:user:{key.user}"
+
+    async def read(self, keys: Sequence[SpendKey]) -> list[Spent | None]:
+        try:
+            values = await bounded(self._read(keys=[self.key(key) for key in keys]))
+        except REDIS_ERRORS as error:
+            raise LedgerUnavailable(f"Redis: {type(error).__name__}: {error}") from None
+        pairs = [(int(values[index]), int(values[index + 1])) for index in range(0, len(values), 2)]
+        return [None if tokens < 0 else Spent(tokens, max(micros, 0)) for tokens, micros in pairs]
+
+    async def seed(self, key: SpendKey, spent: Spent, expires_at: datetime) -> Spent:
+        expiry = math.ceil(expires_at.timestamp())
+        try:
+            tokens, micros = await bounded(self._seed(keys=[self.key(key)], args=[spent.tokens, spent.micros, expiry]))
+        except REDIS_ERRORS as error:
+            raise LedgerUnavailable(f"Redis: {type(error).__name__}: {error}") from None
+        return Spent(int(tokens), int(micros))
+
+    async def add(self, keys: Sequence[SpendKey], spent: Spent) -> None:
+        try:
+            await bounded(self._add(keys=[self.key(key) for key in keys], args=[spent.tokens, spent.micros]))
+        except REDIS_ERRORS as error:
+            raise LedgerUnavailable(f"Redis: {type(error).__name__}: {error}") from None
+
+
+_KEPT_AFTER_MONTH = timedelta(days=1)
+"""A counter outlives its month by this much (replicas' clocks need not agree to the second)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Budget:
+    name: BudgetName
+    setting: str
+    """Its field in the callers file."""
+    key: SpendKey
+    kind: Literal["tokens", "cost"]
+    limit: int
+    """Tokens, or micro-dollars."""
+
+    def used_up(self, spent: Spent) -> bool:
+        return (spent.tokens if self.kind == "tokens" else spent.micros) >= self.limit
+
+
+def _micros(usd: float) -> int:
+    return round(usd * MICROS_PER_USD)
+
+
+def _budgets(tenant: str, user: str | None, rules: TenantRules, month: str) -> list[_Budget]:
+    """The budgets a run of ``tenant`` (and ``user``) counts against, in the order they are checked."""
+    budgets: list[_Budget] = []
+    key = SpendKey(tenant, month)
+    if rules.monthly_tokens is not None:
+        budgets.append(_Budget("tenant_monthly_tokens", "monthly_tokens", key, "tokens", rules.monthly_tokens))
+    if rules.monthly_cost_usd is not None:
+        budgets.append(_Budget("tenant_monthly_cost", "monthly_cost_usd", key, "cost", _micros(rules.monthly_cost_usd)))
+    if user is not None:
+        key = SpendKey(tenant, month, user)
+        if rules.user_monthly_tokens is not None:
+            limit = rules.user_monthly_tokens
+            budgets.append(_Budget("user_monthly_tokens", "user_monthly_tokens", key, "tokens", limit))
+        if rules.user_monthly_cost_usd is not None:
+            limit = _micros(rules.user_monthly_cost_usd)
+            budgets.append(_Budget("user_monthly_cost", "user_monthly_cost_usd", key, "cost", limit))
+    return budgets
+
+
+def _unavailable_message(problem: str) -> str:
+    return f"The monthly budgets cannot be checked ({problem})"
+
+
+class Spending:
+    """The monthly budgets of every tenant (``rules``: the callers file's tenants) over one ``ledger``; ``source``
+    seeds a counter on its first use (``None``: runs are not stored, counters start at 0)."""
+
+    def __init__(
+        self,
+        ledger: SpendLedger,
+        *,
+        rules: Mapping[str, TenantRules],
+        source: UsageSource | None = None,
+        clock: Callable[[], datetime] = _utc_now,
+    ) -> None:
+        self.ledger = ledger
+        self.rules = rules
+        self.source = source
+        self.clock = clock
+
+    def _budgets_now(self, tenant: str, user: str | None) -> tuple[list[_Budget], datetime]:
+        rules = self.rules.get(tenant, NO_RULES)
+        if not rules.has_monthly_budget:
+            return [], self.clock()
+        now = self.clock()
+        return _budgets(tenant, user, rules, f"{month_start(now):%Y-%m}"), now
+
+    async def _spent(self, keys: list[SpendKey], now: datetime) -> dict[SpendKey, Spent]:
+        """Each key's counter, seeded first when it has none; raises ``LedgerUnavailable``."""
+        values = dict(zip(keys, await self.ledger.read(keys), strict=True))
+        spent: dict[SpendKey, Spent] = {}
+        for key, value in values.items():
+            if value is None:
+                value = await self.ledger.seed(
+                    key, await self._from_store(key, now), next_month_start(now) + _KEPT_AFTER_MONTH
+                )
+            spent[key] = value
+        return spent
+
+    async def _from_store(self, key: SpendKey, now: datetime) -> Spent:
+        if self.source is None:
+            return Spent()
+        try:
+            return Spent.of(await self.source(key.tenant, month_start(now), user=key.user))
+        except StoreError as error:
+            raise LedgerUnavailable(f"run store: {error}") from None
+
+    async def used_up(self, tenant: str, user: str | None) -> tuple[_Budget, Spent, datetime] | None:
+        """The first of the budgets of ``tenant`` and ``user`` that is used up, with its counter and the time now;
+        raises ``LedgerUnavailable``."""
+        budgets, now = self._budgets_now(tenant, user)
+        if not budgets:
+            return None
+        spent = await self._spent(list(dict.fromkeys(budget.key for budget in budgets)), now)
+        return next(((b, spent[b.key], now) for b in budgets if b.used_up(spent[b.key])), None)
+
+    async def admit(self, tenant: str, user: str | None) -> None:
+        """Refuse a new run whose tenant or user has used up a monthly budget: 429 ``budget_exhausted`` (or 503
+        ``limits_unavailable`` when that cannot be known)."""
+        try:
+            found = await self.used_up(tenant, user)
+        except LedgerUnavailable as error:
+            _log.warning("spending_unavailable", tenant=tenant, error=str(error))
+            raise ApiError(
+                503,
+                "limits_unavailable",
+                f"{_unavailable_message(str(error))}; the run was not started.",
+                headers={"Retry-After": "1"},
+            ) from None
+        if found is not None:
+            raise _budget_exhausted(*found)
+
+    def guard(self, tenant: str, user: str | None) -> SpendGuard | None:
+        """The guard of a run of ``tenant`` and ``user``; ``None`` when the tenant has no monthly budget."""
+        return _RunSpend(self, tenant, user) if self.rules.get(tenant, NO_RULES).has_monthly_budget else None
+
+    async def record(self, tenant: str, user: str | None, spent: Spent) -> None:
+        """Add one call's ``spent`` to the counters of the budgets of ``tenant`` and ``user``."""
+        budgets, _ = self._budgets_now(tenant, user)
+        if budgets and spent:
+            await self.ledger.add(list(dict.fromkeys(budget.key for budget in budgets)), spent)
+
+
+def _budget_exhausted(budget: _Budget, spent: Spent, now: datetime) -> ApiError:
+    resets = next_month_start(now)
+    retry_after = max(1, math.ceil((resets - now).total_seconds()))
+    key = budget.key
+    whose = f"Tenant {key.tenant!r}" if key.user is None else f"The end user {key.user!r} of tenant {key.tenant!r}"
+    if budget.kind == "tokens":
+        amounts = f"{spent.tokens} of {budget.limit} tokens"
+    else:
+        amounts = f"${spent.micros / MICROS_PER_USD:.2f} of ${budget.limit / MICROS_PER_USD:.2f}"
+    return ApiError(
+        429,
+        "budget_exhausted",
+        f"{whose} has used up its monthly budget {budget.name} ({budget.setting}: {amounts} in {key.month}); "
+        f"it resets at {resets:%Y-%m-%d %H:%M} UTC.",
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
+class _RunSpend:
+    """One run's ``SpendGuard``."""
+
+    def __init__(self, spending: Spending, tenant: str, user: str | None) -> None:
+        self.spending = spending
+        self.tenant = tenant
+        self.user = user
+        self._unrecorded = Spent()
+        """Usage whose adding failed: added with the next call's."""
+
+    async def exhausted(self) -> BudgetName | None:
+        try:
+            found = await self.spending.used_up(self.tenant, self.user)
+        except LedgerUnavailable as error:
+            _log.warning("spending_unavailable", tenant=self.tenant, error=str(error))
+            message = f"{_unavailable_message(str(error))}; the run was stopped before its next LLM call."
+            raise UpstreamError("limits_unavailable", message, status=503, headers={"Retry-After": "1"}) from None
+        return found[0].name if found is not None else None
+
+    async def spent(self, usage: Usage) -> None:
+        spent = self._unrecorded + Spent.of(usage)
+        # Shielded: the call was made, so it is counted even when the run is being cancelled (bounded all the same).
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.spending.record(self.tenant, self.user, spent)
+            except LedgerUnavailable as error:
+                _log.warning("spending_not_recorded", tenant=self.tenant, tokens=spent.tokens, error=str(error))
+                self._unrecorded = spent
+                return
+        self._unrecorded = Spent()
+
+
+def open_spending(
+    redis: aioredis.Redis | None,
+    *,
+    rules: Mapping[str, TenantRules],
+    source: UsageSource | None,
+    key_prefix: str = "agent:",
+) -> Spending:
+    """The service's budgets: on its shared Redis client when there is one, in this process otherwise."""
+    ledger: SpendLedger = RedisSpendLedger(redis, key_prefix=key_prefix) if redis is not None else LocalSpendLedger()
+    return Spending(ledger, rules=rules, source=source)

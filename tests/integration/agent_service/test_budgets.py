@@ -1,0 +1,282 @@
+# ruff: noqa: F811
+# (The fixtures upstreams and redis_prefix are the run slots tests', imported by name: parameters named after them.)
+"""Monthly budgets per tenant and per end user, through the real services and the real Redis.
+
+Only the LLM is scripted (``fake_openai`` reports usage as OpenAI does). ``acme`` has a tenant budget of
+``ACME_TOKENS`` tokens a month; ``initech``'s users have ``user_monthly_tokens = 1`` each (a run's first call uses
+it up); ``globex`` has no budget. Redis keys use a prefix of each test's own (``redis_prefix``, from the run slots'
+tests); the month is the real one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+from integration.agent_service.test_run_slots import REDIS_URL, Upstreams, redis_prefix, upstreams  # noqa: F401
+
+from agent_service.spending import month_start, next_month_start
+from support import fake_openai
+from support.agent_stack import running_agent
+from support.processes import agent_env, spawned
+from support.servers import free_port
+
+pytestmark = pytest.mark.anyio
+
+ACME_KEY = "acme-" + uuid.uuid4().hex
+INITECH_KEY = "initech-" + uuid.uuid4().hex
+GLOBEX_KEY = "globex-" + uuid.uuid4().hex
+ACME_TOKENS = 60
+
+
+def _sha(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+CALLERS_FILE = f"""
+[tenants.acme]
+monthly_tokens = {ACME_TOKENS}
+
+[tenants.initech]
+user_monthly_tokens = 1
+
+[tenants.globex]
+
+[[keys]]
+name = "acme-app"
+tenant = "acme"
+sha256 = "{_sha(ACME_KEY)}"
+
+[[keys]]
+name = "initech-app"
+tenant = "initech"
+sha256 = "{_sha(INITECH_KEY)}"
+trusted = true
+
+[[keys]]
+name = "globex-app"
+tenant = "globex"
+sha256 = "{_sha(GLOBEX_KEY)}"
+"""
+
+
+@pytest.fixture
+def callers_file(tmp_path: Path) -> Path:
+    path = tmp_path / "callers.toml"
+    path.write_text(CALLERS_FILE)
+    return path
+
+
+def _as(key: str, user: str | None = None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} | ({"X-User-Id": user} if user else {})
+
+
+def _run(content: str = "hello") -> dict[str, Any]:
+    return {"model": "gpt-4o", "messages": [{"role": "user", "content": content}], "tools": ["echo"]}
+
+
+def _echo_forever(upstreams: Upstreams, rounds: int = 12) -> None:
+    """The model calls ``echo`` round after round: the run goes on until a limit ends it."""
+    upstreams.llm.push(*[fake_openai.tool_calls((f"call_{i}", "echo", {"text": "again"})) for i in range(rounds)])
+
+
+def _seconds_to_next_month() -> float:
+    now = datetime.now(UTC)
+    return (next_month_start(now) - now).total_seconds()
+
+
+def _assert_budget_exhausted(response: httpx.Response, budget: str) -> None:
+    assert response.status_code == 429, response.text
+    error = response.json()["error"]
+    assert error["code"] == "budget_exhausted"
+    assert budget in error["message"]
+    assert f"resets at {next_month_start(datetime.now(UTC)):%Y-%m-%d} 00:00 UTC" in error["message"]
+    assert abs(int(response.headers["Retry-After"]) - _seconds_to_next_month()) <= 5
+
+
+async def test_a_tenant_runs_until_its_monthly_tokens_are_used_up_then_new_runs_are_429_until_the_month_ends(
+    upstreams: Upstreams, callers_file: Path, redis_prefix: str
+) -> None:
+    async with (
+        running_agent(
+            upstreams.completion_url,
+            upstreams.gateway,
+            database_url="",
+            callers_file=callers_file,
+            redis_url=REDIS_URL,
+            redis_key_prefix=redis_prefix,
+        ) as agent_url,
+        httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
+    ):
+        upstreams.llm.push(fake_openai.text("done"))
+        first = await http.post("/api/v1/agent/run", json=_run(), headers=_as(ACME_KEY))
+        assert first.status_code == 200, first.text
+        assert first.json()["finishReason"] == "stop"
+        used = first.json()["usage"]["inputTokens"] + first.json()["usage"]["outputTokens"]
+        assert used < ACME_TOKENS
+
+        _echo_forever(upstreams)
+        crossing = await http.post("/api/v1/agent/run", json=_run(), headers=_as(ACME_KEY))
+        assert crossing.status_code == 200, crossing.text
+        result = crossing.json()
+        assert (result["finishReason"], result["budget"]) == ("budget", "tenant_monthly_tokens")
+        # Its partial result is kept: every round's call and its answer.
+        assert [m["role"] for m in result["messages"]] == ["assistant", "tool"] * result["iterations"]
+        spent = used + result["usage"]["inputTokens"] + result["usage"]["outputTokens"]
+        assert spent >= ACME_TOKENS
+        assert len(upstreams.llm.requests) == 1 + result["iterations"]
+
+        _assert_budget_exhausted(
+            await http.post("/api/v1/agent/run", json=_run(), headers=_as(ACME_KEY)), "tenant_monthly_tokens"
+        )
+        # The OpenAI front refuses it too: an agentic run, and one plain completion (no tools of ours).
+        chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}]}
+        for extra in ({}, {"X-Agent-Disabled": "true"}):
+            refused = await http.post("/v1/chat/completions", json=chat, headers={**_as(ACME_KEY), **extra})
+            _assert_budget_exhausted(refused, "tenant_monthly_tokens")
+            assert refused.json()["error"]["type"] == "rate_limit_error"  # OpenAI's shape: the SDK's RateLimitError
+        upstreams.llm.push(fake_openai.text("fine"))
+        other = await http.post("/api/v1/agent/run", json=_run(), headers=_as(GLOBEX_KEY))
+        assert other.status_code == 200, other.text  # another tenant, without a budget
+
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        key = f"{redis_prefix}spend:{month_start(datetime.now(UTC)):%Y-%m}:acme"
+        assert int(await client.hget(key, "tokens") or 0) == spent
+        ttl = await client.ttl(key)
+        assert _seconds_to_next_month() < ttl <= _seconds_to_next_month() + timedelta(days=1).total_seconds() + 5
+        assert [k async for k in client.scan_iter(match=f"{redis_prefix}spend:*globex*")] == []
+    finally:
+        await client.aclose()
+
+
+async def test_a_users_budget_stops_that_user_and_not_another_user_of_the_tenant(
+    upstreams: Upstreams, callers_file: Path, redis_prefix: str
+) -> None:
+    async with (
+        running_agent(
+            upstreams.completion_url,
+            upstreams.gateway,
+            database_url="",
+            callers_file=callers_file,
+            redis_url=REDIS_URL,
+            redis_key_prefix=redis_prefix,
+        ) as agent_url,
+        httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
+    ):
+        _echo_forever(upstreams, rounds=1)  # alice's run makes one call, which uses her token up
+        async with http.stream(
+            "POST", "/api/v1/agent/run", json={**_run(), "stream": True}, headers=_as(INITECH_KEY, "alice")
+        ) as streamed:
+            assert streamed.status_code == 200
+            text = "".join([chunk async for chunk in streamed.aiter_text()])
+        done = [line for line in text.splitlines() if line.startswith("data:") and '"done"' in line]
+        assert len(done) == 1
+        assert '"finishReason":"budget"' in done[0]
+        assert '"budget":"user_monthly_tokens"' in done[0]
+        assert '"iterations":1' in done[0]  # the first call used alice's one token up
+
+        _assert_budget_exhausted(
+            await http.post("/api/v1/agent/run", json=_run(), headers=_as(INITECH_KEY, "alice")),
+            "The end user 'alice' of tenant 'initech'",
+        )
+        upstreams.llm.push(fake_openai.text("hello bob"))
+        bob = await http.post("/api/v1/agent/run", json=_run(), headers=_as(INITECH_KEY, "bob"))
+        assert bob.status_code == 200, bob.text
+        assert bob.json()["finishReason"] == "stop"
+        upstreams.llm.push(fake_openai.text("no user"))
+        anonymous = await http.post("/api/v1/agent/run", json=_run(), headers=_as(INITECH_KEY))
+        assert anonymous.status_code == 200, anonymous.text  # no user: only the tenant's budgets, and it has none
+
+
+async def test_two_processes_sharing_redis_share_the_tenants_budget(
+    upstreams: Upstreams, callers_file: Path, redis_prefix: str, tmp_path: Path
+) -> None:
+    ports = free_port(), free_port()
+    envs = [
+        agent_env(
+            port,
+            upstreams.completion_url,
+            upstreams.gateway,
+            database_url="",
+            redis_url=REDIS_URL,
+            redis_key_prefix=redis_prefix,
+            callers_file=callers_file,
+        )
+        for port in ports
+    ]
+    async with (
+        spawned("agent_service", envs[0], ports[0], tmp_path / "a.log"),
+        spawned("agent_service", envs[1], ports[1], tmp_path / "b.log"),
+        httpx.AsyncClient(timeout=30) as http,
+    ):
+        _echo_forever(upstreams, rounds=40)
+        on_a = await http.post(f"http://127.0.0.1:{ports[0]}/api/v1/agent/run", json=_run(), headers=_as(ACME_KEY))
+        assert on_a.status_code == 200, on_a.text
+        assert (on_a.json()["finishReason"], on_a.json()["budget"]) == ("budget", "tenant_monthly_tokens")
+        on_b = await http.post(f"http://127.0.0.1:{ports[1]}/api/v1/agent/run", json=_run(), headers=_as(ACME_KEY))
+        _assert_budget_exhausted(on_b, "tenant_monthly_tokens")
+
+
+def _log_usage(database: Path, tenant: str, tokens: int, at: datetime) -> None:
+    """A usage log row, as the service writes one per LLM call."""
+    with sqlite3.connect(database) as connection:
+        connection.execute(
+            "INSERT INTO usage_log (tenant, model, input_tokens, output_tokens, created_at) VALUES (?, ?, ?, ?, ?)",
+            (tenant, "gpt-4o", tokens, 0, at.strftime("%Y-%m-%d %H:%M:%S.%f")),
+        )
+
+
+async def test_a_restarted_process_starts_its_counters_from_the_months_usage_in_the_store(
+    upstreams: Upstreams, tmp_path: Path
+) -> None:
+    database = tmp_path / "runs.db"
+    callers = tmp_path / "callers.toml"
+    callers.write_text(CALLERS_FILE.replace("[tenants.globex]", "[tenants.globex]\nmonthly_tokens = 100"))
+    settings: dict[str, Any] = {"database_url": f"sqlite:///{database}", "callers_file": callers}
+    async with running_agent(upstreams.completion_url, upstreams.gateway, **settings):
+        pass  # the schema is made
+    now = datetime.now(UTC)
+    _log_usage(database, "acme", ACME_TOKENS, now - timedelta(seconds=1))  # this month: acme's budget is used up
+    last_month = month_start(now) - timedelta(seconds=1)
+    _log_usage(database, "globex", 1000, last_month)  # last month's: not this month's spend
+    async with (
+        running_agent(upstreams.completion_url, upstreams.gateway, **settings) as agent_url,
+        httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
+    ):
+        _assert_budget_exhausted(
+            await http.post("/api/v1/agent/run", json=_run(), headers=_as(ACME_KEY)), "tenant_monthly_tokens"
+        )
+        upstreams.llm.push(fake_openai.text("fine"))
+        globex = await http.post("/api/v1/agent/run", json=_run(), headers=_as(GLOBEX_KEY))
+        assert globex.status_code == 200, globex.text
+
+
+async def test_redis_down_refuses_runs_of_a_tenant_with_a_budget_with_503_and_not_the_others(
+    upstreams: Upstreams, callers_file: Path
+) -> None:
+    async with (
+        running_agent(
+            upstreams.completion_url,
+            upstreams.gateway,
+            database_url="",
+            callers_file=callers_file,
+            redis_url=f"redis://127.0.0.1:{free_port()}/0",
+            max_concurrent_runs_per_tenant=0,  # no slots: only the budgets need Redis here
+        ) as agent_url,
+        httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
+    ):
+        refused = await http.post("/api/v1/agent/run", json=_run(), headers=_as(ACME_KEY))
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["code"] == "limits_unavailable"
+        assert refused.headers["Retry-After"] == "1"
+        upstreams.llm.push(fake_openai.text("fine"))
+        globex = await http.post("/api/v1/agent/run", json=_run(), headers=_as(GLOBEX_KEY))
+        assert globex.status_code == 200, globex.text

@@ -1,0 +1,217 @@
+"""Monthly budgets (``agent_service.spending``) on the in-process ledger: months, seeding, refusals, the guard."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+import redis.asyncio as aioredis
+
+from agent_service.callers import TenantRules
+from agent_service.clients import UpstreamError
+from agent_service.spending import (
+    LedgerUnavailable,
+    LocalSpendLedger,
+    RedisSpendLedger,
+    Spending,
+    SpendKey,
+    Spent,
+    month_start,
+    next_month_start,
+)
+from agent_service.store import StoreError
+from suite_common.errors import ApiError
+from suite_common.wire import Usage
+from unit.agent_service.scripted import Scripted, call_tools
+from unit.agent_service.test_loop import Recorder, echo, plan
+
+pytestmark = pytest.mark.anyio
+
+NOW = datetime(2026, 11, 26, 22, 0, tzinfo=UTC)
+
+
+def test_a_month_is_the_calendar_month_in_utc_and_resets_on_the_first_of_the_next() -> None:
+    assert month_start(NOW) == datetime(2026, 11, 1, tzinfo=UTC)
+    assert next_month_start(NOW) == datetime(2026, 12, 1, tzinfo=UTC)
+    assert next_month_start(datetime(2026, 12, 31, 23, 59, 59, tzinfo=UTC)) == datetime(2027, 1, 1, tzinfo=UTC)
+    # 1 December 01:00 in UTC+2 is still November in UTC.
+    east = datetime(2026, 12, 1, 1, 0, tzinfo=timezone(timedelta(hours=2)))
+    assert month_start(east) == datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def test_redis_keys_are_one_per_tenant_month_and_per_tenant_user_month_under_the_prefix() -> None:
+    ledger = RedisSpendLedger(aioredis.Redis(), key_prefix="agent:")  # naming connects to nothing
+    assert ledger.key(SpendKey("acme", "2026-11")) == "agent:spend:2026-11:acme"
+    assert ledger.key(SpendKey("acme", "2026-11", "user:7")) == "agent:spend:2026-11:acme:user:user:7"
+
+
+class Source:
+    """The run store's usage log, as a ``UsageSource``: what each (tenant, user) spent this month."""
+
+    def __init__(self, spent: dict[tuple[str, str | None], Usage] | None = None, *, fails: bool = False) -> None:
+        self.spent = spent or {}
+        self.fails = fails
+        self.asked: list[tuple[str, datetime, str | None]] = []
+
+    async def __call__(self, tenant: str, since: datetime, *, user: str | None = None) -> Usage:
+        self.asked.append((tenant, since, user))
+        if self.fails:
+            raise StoreError("the database is down")
+        return self.spent.get((tenant, user), Usage())
+
+
+class Clock:
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def spending(rules: TenantRules, source: Source | None = None, clock: Clock | None = None) -> Spending:
+    return Spending(LocalSpendLedger(), rules={"acme": rules}, source=source, clock=clock or Clock(NOW))
+
+
+async def refusal(spend: Spending, tenant: str = "acme", user: str | None = None) -> ApiError:
+    with pytest.raises(ApiError) as refused:
+        await spend.admit(tenant, user)
+    return refused.value
+
+
+async def test_a_tenant_without_a_monthly_budget_has_no_guard_and_is_never_counted() -> None:
+    source = Source()
+    spend = spending(TenantRules(max_run_tokens=10), source)
+    assert spend.guard("acme", "u1") is None
+    assert spend.guard("unknown-tenant", None) is None
+    await spend.admit("acme", "u1")
+    assert source.asked == []
+
+
+async def test_a_used_up_tenant_budget_refuses_new_runs_with_429_saying_which_and_when_it_resets() -> None:
+    spend = spending(TenantRules(monthly_tokens=100))
+    guard = spend.guard("acme", None)
+    assert guard is not None
+    await spend.admit("acme", None)
+    await guard.spent(Usage(input_tokens=60, output_tokens=39))
+    assert await guard.exhausted() is None
+    await guard.spent(Usage(output_tokens=1))
+    assert await guard.exhausted() == "tenant_monthly_tokens"
+    refused = await refusal(spend)
+    assert (refused.status, refused.code) == (429, "budget_exhausted")
+    assert "Tenant 'acme'" in refused.message
+    assert "tenant_monthly_tokens (monthly_tokens: 100 of 100 tokens in 2026-11)" in refused.message
+    assert "resets at 2026-12-01 00:00 UTC" in refused.message
+    assert refused.headers["Retry-After"] == str((4 * 24 + 2) * 3600)  # 22:00 on the 26th to midnight on the 1st
+
+
+async def test_a_cost_budget_counts_micro_dollars_exactly() -> None:
+    spend = spending(TenantRules(monthly_cost_usd=0.3))
+    guard = spend.guard("acme", None)
+    assert guard is not None
+    await spend.admit("acme", None)
+    for _ in range(2):
+        await guard.spent(Usage(input_tokens=1, cost_usd=0.1))
+    await guard.spent(Usage(input_tokens=1))  # a model without a price: no cost
+    assert await guard.exhausted() is None
+    await guard.spent(Usage(cost_usd=0.1))  # 0.1 + 0.1 + 0.1 is 0.3 here, not 0.30000000000000004 short of it
+    assert await guard.exhausted() == "tenant_monthly_cost"
+    assert "$0.30 of $0.30" in (await refusal(spend)).message
+
+
+async def test_a_user_budget_stops_that_user_only_and_runs_without_a_user_count_for_the_tenant_only() -> None:
+    spend = spending(TenantRules(monthly_tokens=1000, user_monthly_tokens=50))
+    alice, bob, nobody = spend.guard("acme", "alice"), spend.guard("acme", "bob"), spend.guard("acme", None)
+    assert alice is not None
+    assert bob is not None
+    assert nobody is not None
+    await spend.admit("acme", "alice")
+    await alice.spent(Usage(input_tokens=50))
+    await nobody.spent(Usage(input_tokens=500))
+    assert await alice.exhausted() == "user_monthly_tokens"
+    assert await bob.exhausted() is None
+    refused = await refusal(spend, user="alice")
+    assert "The end user 'alice' of tenant 'acme'" in refused.message
+    assert "user_monthly_tokens (user_monthly_tokens: 50 of 50 tokens" in refused.message
+    await spend.admit("acme", "bob")
+    await spend.admit("acme", None)  # the tenant's 1000 hold 550
+    await bob.spent(Usage(input_tokens=450))  # the tenant's budget is everyone's: bob's 450 use it up
+    assert (await refusal(spend, user="carol")).message.startswith("Tenant 'acme' has used up")
+
+
+async def test_counters_start_from_the_stores_usage_this_month_once_per_key() -> None:
+    source = Source({("acme", None): Usage(input_tokens=90), ("acme", "alice"): Usage(input_tokens=40)})
+    spend = spending(TenantRules(monthly_tokens=100, user_monthly_tokens=45), source)
+    guard = spend.guard("acme", "alice")
+    assert guard is not None
+    await spend.admit("acme", "alice")
+    assert set(source.asked) == {
+        ("acme", datetime(2026, 11, 1, tzinfo=UTC), None),
+        ("acme", datetime(2026, 11, 1, tzinfo=UTC), "alice"),
+    }
+    await guard.spent(Usage(input_tokens=5))
+    assert await guard.exhausted() == "user_monthly_tokens"  # 40 + 5, seeded once, then counted here
+    assert len(source.asked) == 2
+
+
+async def test_a_new_month_starts_new_counters_seeded_from_that_month() -> None:
+    clock = Clock(NOW)
+    source = Source()
+    spend = spending(TenantRules(monthly_tokens=10), source, clock)
+    guard = spend.guard("acme", None)
+    assert guard is not None
+    await guard.spent(Usage(input_tokens=10))  # not seeded yet: left to the store, which has it
+    await spend.admit("acme", None)
+    await guard.spent(Usage(input_tokens=10))
+    assert await guard.exhausted() == "tenant_monthly_tokens"
+    clock.now = datetime(2026, 12, 1, 0, 0, 1, tzinfo=UTC)
+    assert await guard.exhausted() is None
+    assert source.asked[-1] == ("acme", datetime(2026, 12, 1, tzinfo=UTC), None)
+
+
+async def test_a_store_that_cannot_seed_refuses_new_runs_with_503_and_stops_runs_under_way() -> None:
+    spend = spending(TenantRules(monthly_tokens=10), Source(fails=True))
+    refused = await refusal(spend)
+    assert (refused.status, refused.code, refused.headers["Retry-After"]) == (503, "limits_unavailable", "1")
+    guard = spend.guard("acme", None)
+    assert guard is not None
+    with pytest.raises(UpstreamError) as stopped:
+        await guard.exhausted()
+    assert (stopped.value.status, stopped.value.code) == (503, "limits_unavailable")
+
+
+class FlakyLedger(LocalSpendLedger):
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    async def add(self, keys: Sequence[SpendKey], spent: Spent) -> None:
+        if self.down:
+            raise LedgerUnavailable("Redis: ConnectionError")
+        await super().add(keys, spent)
+
+
+async def test_a_usage_that_could_not_be_added_is_added_with_the_next_call() -> None:
+    ledger = FlakyLedger()
+    spend = Spending(ledger, rules={"acme": TenantRules(monthly_tokens=30)}, clock=Clock(NOW))
+    guard = spend.guard("acme", None)
+    assert guard is not None
+    await spend.admit("acme", None)
+    ledger.down = True
+    await guard.spent(Usage(input_tokens=15))  # logged, kept
+    ledger.down = False
+    assert await guard.exhausted() is None
+    await guard.spent(Usage(input_tokens=15))
+    assert await guard.exhausted() == "tenant_monthly_tokens"
+
+
+async def test_a_run_of_a_tenant_crossing_its_monthly_budget_ends_with_budget_and_the_next_is_refused() -> None:
+    # Each scripted call is 15 tokens: the budget of 40 lets three calls start (0, 15, 30 spent before each).
+    spend = spending(TenantRules(monthly_tokens=40))
+    scripted = Scripted([call_tools((f"c{i}", "echo", {"q": str(i)})) for i in range(5)], {"echo": echo})
+    await spend.admit("acme", None)
+    run_plan = replace(plan("echo"), spending=spend.guard("acme", None))
+    outcome = await scripted.loop().run(run_plan, Recorder(), stream_text=True)
+    assert (outcome.finish_reason, outcome.budget, outcome.iterations) == ("budget", "tenant_monthly_tokens", 3)
+    assert (await refusal(spend)).code == "budget_exhausted"
