@@ -1,9 +1,9 @@
 """Concurrency per tenant: the run slots on their own, then through agent-service, in one process and in two.
 
 Redis is the real one at 127.0.0.1:6379 (a test fails when it is unreachable: the shared cap is what is tested);
-each test uses keys of its own prefix and deletes them. Runs are held open by the scripted LLM's ``hang()``
-reply: an admitted run waits on its first LLM call until its client leaves, so a test decides how many runs are in
-progress without sleeping.
+each test uses keys of its own prefix (the ``redis_prefix`` fixture) and deletes them. Runs are held open by the
+scripted LLM's ``hang()`` reply: an admitted run waits on its first LLM call until its client leaves, so a test
+decides how many runs are in progress without sleeping.
 """
 
 from __future__ import annotations
@@ -38,24 +38,6 @@ pytestmark = pytest.mark.anyio
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 CAP = 16
-
-
-@pytest.fixture
-async def redis_prefix() -> AsyncIterator[str]:
-    """A key prefix of this test's own; its keys are deleted at the end. Fails (never skips) without Redis."""
-    prefix = f"test-run-slots-{uuid.uuid4().hex[:12]}:"
-    client = aioredis.Redis.from_url(REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-    try:
-        await client.ping()
-    except OSError as error:  # redis-py's ConnectionError is an OSError too
-        pytest.fail(f"Redis at {REDIS_URL} is unreachable ({error}): these tests need it")
-    try:
-        yield prefix
-    finally:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
-        if keys:
-            await client.delete(*keys)
-        await client.aclose()
 
 
 async def _redis_now_ms() -> int:

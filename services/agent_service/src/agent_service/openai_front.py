@@ -364,7 +364,9 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
         temperature=body.temperature,
     )
     caller = caller_of(request)
-    plan = await plan_run(run_request, settings, services.catalog, services.models, client_tools, rules=caller.rules)
+    plan = await plan_run(
+        run_request, settings, services.catalog, services.models, client_tools, rules=caller.rules, tenant=caller.tenant
+    )
     run = await services.runs.begin(plan, run_request, send=None, caller=caller) if plan.tools else None
     front = _Request(services, body, plan, run, mode=mode, events=events)
     if body.stream and mode != "disabled":

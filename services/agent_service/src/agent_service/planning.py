@@ -11,7 +11,7 @@ import uuid
 
 import anyio
 
-from agent_service.callers import NO_RULES, TenantRules
+from agent_service.callers import DEFAULT_TENANT, NO_RULES, TenantRules
 from agent_service.clients import CompletionClient, ToolsClient, UpstreamError
 from agent_service.limits import RunLimits
 from agent_service.loop import RunPlan
@@ -178,11 +178,12 @@ async def plan_run(
     client_tools: list[ToolSpec] | None = None,
     *,
     rules: TenantRules = NO_RULES,
+    tenant: str = DEFAULT_TENANT,
 ) -> RunPlan:
     """``client_tools``: tools the caller runs itself (see ``RunPlan.client_tools``); one of ours with the same
     name is left out of the run, since the caller, who declared it, expects to run it. ``rules``: the caller's
     tenant's; a model it may not run is refused before anything else (403 ``model_not_allowed``), and a tool it
-    may not use is never in the run."""
+    may not use is never in the run. ``tenant``: the caller's, whose run it is."""
     model = request.model
     if model is None:  # the personas of the callers file name a model (issue 15, in progress)
         raise ApiError(400, "invalid_request", "model is required.")
@@ -225,4 +226,5 @@ async def plan_run(
         max_tokens=request.max_tokens,
         temperature=request.temperature,
         client_tools=client_tools,
+        tenant=tenant,
     )
