@@ -255,7 +255,7 @@ async def test_a_value_forged_in_redis_or_moved_from_another_key_is_rejected_and
 
         # Forged: a value written by hand, without the pepper (its own MAC made up, or one of another value).
         stored = await client.get(my_key)  # the real result, stored again by the call just made
-        assert stored is not None
+        assert isinstance(stored, bytes)
         assert stored.startswith(b"v1.")
         for forged in (stored.replace(b"unknown", b"shipped"), b"v1." + b"0" * 64 + b"." + mine["key"].encode()):
             await client.set(my_key, forged, px=60_000)
