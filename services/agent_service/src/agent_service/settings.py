@@ -10,7 +10,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, SecretStr, field_va
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from agent_service.callers import TOOL_PATTERN
-from suite_common.settings import ServiceSettings, http_url
+from suite_common.settings import ServiceSettings, blank_as_none, http_url
 
 __all__ = ["HARD_MAX_ITERATIONS", "AgentSettings"]
 
@@ -133,7 +133,7 @@ class AgentSettings(ServiceSettings):
     answer's text as it is generated, the final answer in pieces once the run has ended, or one JSON object."""
     tool_cache_seconds: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     """How long the result of a tool annotated ``readOnlyHint: true`` is reused for an identical call (same tenant,
-    server, tool and arguments) instead of calling the tool again; see docs/callers.md. 0: no such tool is cached.
+    server, tool and arguments) instead of calling the tool again; see docs/tool-cache.md. 0: no such tool is cached.
     Off by default: a read-only tool's answer may still change (a search, a status, the time), and serving an
     earlier one is a choice an operator makes per deployment, with a TTL their tools allow."""
     tool_cache_ttls: ToolTtls = Field(default_factory=dict)
@@ -145,7 +145,7 @@ class AgentSettings(ServiceSettings):
     tool_cache_max_entries: int = Field(default=10_000, ge=1)
     """Results the cache keeps in this process's memory at most (without ``AGENT_REDIS_URL``), the least recently
     used dropped first. With Redis, Redis's own ``maxmemory`` policy bounds it."""
-    tool_cache_pepper: SecretStr = SecretStr("")
+    tool_cache_pepper: Annotated[SecretStr | None, BeforeValidator(blank_as_none)] = None
     """The key every cached result is signed with (HMAC-SHA256 over the cache key and the result): a value written
     to Redis by anyone without it, or moved to another key, is never served. Changing it invalidates the whole
     cache. Required when the cache is on and ``AGENT_REDIS_URL`` is set (every replica must have the same one,
@@ -158,7 +158,8 @@ class AgentSettings(ServiceSettings):
 
     @model_validator(mode="after")
     def _pepper_shared_by_replicas(self) -> Self:
-        if self.redis_url and self.tool_cache_on and not self.tool_cache_pepper.get_secret_value().strip():
+        pepper = self.tool_cache_pepper.get_secret_value().strip() if self.tool_cache_pepper is not None else ""
+        if self.redis_url and self.tool_cache_on and not pepper:
             raise ValueError(
                 "AGENT_TOOL_CACHE_PEPPER must be set when the tool-result cache (AGENT_TOOL_CACHE_SECONDS or "
                 "AGENT_TOOL_CACHE_TTLS) is on with AGENT_REDIS_URL: every replica signs and checks the results "

@@ -245,7 +245,8 @@ def open_tool_cache(
     if not settings.tool_cache_on:
         return None
     policy = ToolCachePolicy(settings.tool_cache_seconds, dict(settings.tool_cache_ttls))
-    pepper = settings.tool_cache_pepper.get_secret_value().strip().encode("utf-8")
+    given = settings.tool_cache_pepper
+    pepper = given.get_secret_value().strip().encode("utf-8") if given is not None else b""
     store: CacheStore
     if redis is not None:
         if not pepper:  # the settings refuse this already; a cache no replica could check is worse than none
