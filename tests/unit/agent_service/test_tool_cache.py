@@ -8,6 +8,10 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr, ValidationError
 
@@ -271,7 +275,11 @@ async def test_the_second_identical_call_is_answered_from_the_cache_with_cached_
         {"echo": echo},
     )
     events = Recorder()
-    outcome = await _loop_with_cache(scripted, cache()).run(plan("echo"), events, stream_text=True)
+    registry, spans, provider = CollectorRegistry(), InMemorySpanExporter(), TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    loop = _loop_with_cache(scripted, cache())
+    loop.telemetry = loop.tool_cache.telemetry = RunTelemetry(registry, provider.get_tracer("test"))  # type: ignore[union-attr]
+    outcome = await loop.run(plan("echo"), events, stream_text=True)
     assert outcome.finish_reason == "stop"
     assert calls == [{"q": "a", "n": 1}, {"q": "b", "n": 1}]  # c2 was never dispatched
     results = {event.tool_call_id: event for event in events.results()}
@@ -281,6 +289,17 @@ async def test_the_second_identical_call_is_answered_from_the_cache_with_cached_
     assert not results["c2"].is_error
     assert results["c3"].cached is None
     assert scripted.completion_requests[2]["messages"][-2]["content"] == "echo a"  # what the model saw
+    assert counted(registry) == {"hit": 1, "miss": 2, "store": 2, "rejected": 0, "error": 0}
+    calls_counted = {"server": "s", "tool": "echo"}
+    assert registry.get_sample_value("agent_tool_calls_total", {**calls_counted, "status": "cached"}) == 1
+    assert registry.get_sample_value("agent_tool_calls_total", {**calls_counted, "status": "ok"}) == 2
+    tool_spans = [span for span in spans.get_finished_spans() if span.name == "tool_call"]
+    assert sorted(str(span.attributes["tool.status"]) for span in tool_spans if span.attributes) == [
+        "cached",
+        "ok",
+        "ok",
+    ]
+    assert {span.status.status_code for span in tool_spans} == {StatusCode.UNSET}  # a hit is no failure
 
 
 async def test_an_error_result_is_never_cached() -> None:
@@ -313,3 +332,21 @@ async def test_a_tool_without_read_only_is_called_every_time() -> None:
     )
     await _loop_with_cache(scripted, cache()).run(plan("echo", read_only=False), Recorder(), stream_text=False)
     assert calls == ["a", "a"]
+
+
+async def test_a_failed_dispatch_is_never_cached() -> None:
+    store = MemoryStore(100)
+    scripted = Scripted(
+        [call_tools(("c1", "echo", {"q": "a"})), call_tools(("c2", "echo", {"q": "a"})), answer("ok")],
+        {"echo": echo_tool},
+        stream_errors={"echo": ("tool_unavailable", "The server is restarting.")},  # the gateway's, not the tool's
+    )
+    events = Recorder()
+    await _loop_with_cache(scripted, cache(store=store)).run(plan("echo"), events, stream_text=True)
+    assert [(event.is_error, event.cached) for event in events.results()] == [(True, None), (True, None)]
+    assert len(scripted.tool_calls) == 2
+    assert len(store._values) == 0
+
+
+async def echo_tool(arguments: dict[str, Any]) -> str:
+    return f"echo {arguments['q']}"

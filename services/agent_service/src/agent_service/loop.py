@@ -449,7 +449,7 @@ class AgentLoop:
                 if status == "ok" and tool is not None and self.tool_cache is not None:
                     await self.tool_cache.remember(plan.tenant, tool, call.arguments, content)
             span.set_attributes({"tool.server": server, "tool.status": status})
-            if status != "ok":
+            if status not in ("ok", "cached"):
                 mark_span_failed(span, status)
             # Inside the binding, so that the audit line carries the tool_call_id the stream reported.
             seconds = self._audit(plan, iteration, position, call, server, status, started)
