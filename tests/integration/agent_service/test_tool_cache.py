@@ -5,7 +5,8 @@ The tools are the ledger MCP server's (``get_status``: ``readOnlyHint: true``; `
 read-only) behind a real mcp-client-service; the ledger counts every call that reaches it, so "dispatched once" is
 what the tool saw. Each test asks about keys of its own (``order-<uuid>``), and opens the gates of the calls it may
 make before making them: a call the cache should have answered completes too, and the count says it was made.
-Two tenants, ``acme`` and ``globex``, call with their own keys.
+Two tenants, ``acme`` and ``globex``, call with their own keys. agent-service runs in the test's process, and, to
+show what replicas share, as processes of its own (``python -m agent_service``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from support.agent_stack import running_agent
 from support.fake_openai import ScriptedOpenAI
 from support.ledger_mcp_server import Ledger
 from support.mcp_gateway import Gateway, running_gateway
+from support.processes import agent_env, spawned
 from support.servers import free_port, serve_app
 
 pytestmark = pytest.mark.anyio
@@ -268,18 +270,44 @@ async def test_a_value_forged_in_redis_or_moved_from_another_key_is_rejected_and
     assert metrics["hit"] == 0
 
 
-async def test_a_service_with_another_pepper_misses_what_one_with_the_old_pepper_stored(
-    upstreams: Upstreams, redis_prefix: str
+@asynccontextmanager
+async def replica(upstreams: Upstreams, prefix: str, pepper: str, log: Path) -> AsyncIterator[httpx.AsyncClient]:
+    """Another agent-service, a process of its own, on the same Redis with ``pepper``; yields a client of it."""
+    port = free_port()
+    env = agent_env(
+        port,
+        upstreams.completion_url,
+        upstreams.gateway,
+        database_url="",
+        redis_url=REDIS_URL,
+        redis_key_prefix=prefix,
+        callers_file=upstreams.callers_file,
+        tool_cache_seconds=60,
+        tool_cache_pepper=pepper,
+    )
+    async with (
+        spawned("agent_service", env, port, log),
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http,
+    ):
+        yield http
+
+
+async def test_another_process_with_the_same_pepper_is_served_and_one_with_another_pepper_misses(
+    upstreams: Upstreams, redis_prefix: str, tmp_path: Path
 ) -> None:
     arguments = {"key": order()}
     open_gates(upstreams.ledger, "get_status", arguments)
     async with agent(upstreams, redis_prefix) as http:
-        await call_once(upstreams, http, "get_status", arguments)
-        assert (await call_once(upstreams, http, "get_status", arguments))["cached"] is True
-    async with agent(upstreams, redis_prefix, tool_cache_pepper=SecretStr("the-rotated-pepper")) as http:
+        first = await call_once(upstreams, http, "get_status", arguments)
+    async with replica(upstreams, redis_prefix, PEPPER, tmp_path / "same-pepper.log") as http:
+        shared = await call_once(upstreams, http, "get_status", arguments)
+    async with replica(upstreams, redis_prefix, "the-rotated-pepper", tmp_path / "rotated.log") as http:
         rotated = await call_once(upstreams, http, "get_status", arguments)
         metrics = await cache_metrics(http)
-    assert "cached" not in rotated
+    assert "cached" not in first
+    assert shared["cached"] is True  # the replicas share the cache
+    assert shared["content"] == first["content"]
+    assert "cached" not in rotated  # the old pepper's value is no good: the tool was called
     assert metrics["rejected"] == 1
     assert dispatched(upstreams.ledger, "get_status", arguments) == 2
 

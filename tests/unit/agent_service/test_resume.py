@@ -170,3 +170,8 @@ async def test_a_resumed_round_repeats_the_safe_calls_answers_the_others_unknown
         ("turn", 5),
     ]
     assert {event.tool_call_id for event in events.of(RunToolResult)} == {"call_lookup", "call_send_email"}
+
+
+async def test_a_run_taken_over_keeps_its_tenant_and_one_stored_without_is_the_default_tenants() -> None:
+    assert takeover(record(tenant="acme"), [], [USER, turn("lookup")]).plan.tenant == "acme"
+    assert takeover(record(), [], [USER, turn("lookup")]).plan.tenant == "default"

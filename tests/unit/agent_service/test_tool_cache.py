@@ -53,7 +53,13 @@ def cache(
     store: MemoryStore | None = None,
 ) -> ToolCache:
     policy = ToolCachePolicy(seconds, ttls or {})
-    return ToolCache(policy, store or MemoryStore(100), pepper, key_prefix="p:", telemetry=RunTelemetry.disabled())
+    return ToolCache(
+        policy,
+        store if store is not None else MemoryStore(100),
+        pepper,
+        key_prefix="p:",
+        telemetry=RunTelemetry.disabled(),
+    )
 
 
 def counted(registry: CollectorRegistry) -> dict[str, float]:
@@ -204,7 +210,7 @@ async def test_a_tool_the_policy_does_not_cache_is_neither_stored_nor_looked_up(
     results = cache(seconds=60, ttls={"s:lookup": 0}, store=store)
     await results.remember("acme", tool(), {"q": "x"}, "r")
     await results.remember("acme", tool("other", read_only=False), {"q": "x"}, "r")
-    assert len(store._values) == 0
+    assert len(store) == 0
     assert await results.lookup("acme", tool(), {"q": "x"}) is None
 
 
@@ -224,7 +230,7 @@ async def test_the_memory_store_expires_values_and_drops_the_least_recently_used
     assert (await store.get("a"), await store.get("b"), await store.get("c")) == (b"1", None, b"3")
     now[0] += 10
     assert await store.get("a") is None
-    assert len(store._values) == 1  # expired on read
+    assert len(store) == 1  # expired on read
 
 
 # --- in the loop ----------------------------------------------------------------------------------------------
@@ -345,7 +351,7 @@ async def test_a_failed_dispatch_is_never_cached() -> None:
     await _loop_with_cache(scripted, cache(store=store)).run(plan("echo"), events, stream_text=True)
     assert [(event.is_error, event.cached) for event in events.results()] == [(True, None), (True, None)]
     assert len(scripted.tool_calls) == 2
-    assert len(store._values) == 0
+    assert len(store) == 0
 
 
 async def echo_tool(arguments: dict[str, Any]) -> str:

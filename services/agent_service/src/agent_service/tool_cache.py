@@ -154,6 +154,10 @@ class MemoryStore(CacheStore):
         while len(self._values) > self.max_entries:
             self._values.popitem(last=False)
 
+    def __len__(self) -> int:
+        """Values held, expired ones not yet dropped included."""
+        return len(self._values)
+
 
 class RedisStore(CacheStore):
     """The replica's shared Redis client; each value expires by Redis's own clock."""
@@ -170,6 +174,9 @@ class RedisStore(CacheStore):
 
 
 class ToolCache:
+    """Looks calls up and remembers their results, under ``policy``, in ``store``, signed with ``pepper``; counts
+    each outcome in ``telemetry`` (``agent_tool_cache_total``)."""
+
     def __init__(
         self,
         policy: ToolCachePolicy,
