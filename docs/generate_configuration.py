@@ -127,6 +127,8 @@ def _type(annotation: object) -> str:
         return " \\| ".join(_type(arg) for arg in args if arg is not type(None))
     if origin is list:
         return f"list of {_type(args[0])}" if args else "list"
+    if origin is dict:
+        return "JSON object"
     names: dict[object, str] = {
         str: "text",
         int: "integer",

@@ -17,6 +17,8 @@ __all__ = ["ADMIN_DSN", "POSTGRES_HOST", "fresh_postgres_database"]
 
 POSTGRES_HOST = "127.0.0.1:5432"
 ADMIN_DSN = f"postgresql://postgres@{POSTGRES_HOST}/test"
+REDIS_URL = "redis://127.0.0.1:6379/0"
+"""The Redis of this machine and CI's (it keeps nothing on disk); tests keep apart by key prefix."""
 """Where databases are created and dropped from (the server's ``test`` database)."""
 _CONNECT_TIMEOUT_SECONDS = 5.0
 

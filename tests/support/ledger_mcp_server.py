@@ -1,4 +1,4 @@
-"""An MCP server with one idempotent and one non-idempotent tool, each call held at a gate the test opens.
+"""An MCP server with a read-only, an idempotent and a non-idempotent tool, each call held at a gate the test opens.
 
 For crash tests of agent-service: served in the test's own process over streamable HTTP, it outlives the
 agent-service process the test kills, and the test reads what happened to every call from the ``Ledger`` itself::
@@ -11,6 +11,7 @@ agent-service process the test kills, and the test reads what happened to every 
 
 Tools, each with its MCP annotations:
 
+- ``get_status(key)``: ``readOnlyHint: true`` (the status ``set_status`` set last, or ``unknown``);
 - ``set_status(key, value)``: ``idempotentHint: true`` (setting the same status twice changes nothing);
 - ``send_payment(amount)``: ``idempotentHint: false``, ``destructiveHint: true`` (a second call pays twice).
 
@@ -40,10 +41,10 @@ from support.servers import serve_app
 
 __all__ = ["LEDGER_TOOLS", "Ledger", "LedgerCall"]
 
-LEDGER_TOOLS = ("set_status", "send_payment")
+LEDGER_TOOLS = ("get_status", "set_status", "send_payment")
 """The tool names, in the order the server lists them."""
 
-ToolName = Literal["set_status", "send_payment"]
+ToolName = Literal["get_status", "set_status", "send_payment"]
 CallState = Literal["started", "completed", "cancelled"]
 
 
@@ -63,6 +64,8 @@ class Ledger:
 
     calls: list[LedgerCall] = field(default_factory=list)
     """Every call, in the order they started."""
+    statuses: dict[str, str] = field(default_factory=dict)
+    """What ``set_status`` set, by key (once its call completed)."""
     _gates: dict[tuple[str, str, int], anyio.Event] = field(default_factory=dict)
     _changed: anyio.Event | None = None
 
@@ -118,9 +121,15 @@ class Ledger:
     def build(self, name: str = "ledger") -> MCPServer:
         server = MCPServer(name)
 
+        async def get_status(key: str) -> str:
+            """The status of `key` (changes nothing)."""
+            await self._held("get_status", {"key": key})
+            return f"{key} is {self.statuses.get(key, 'unknown')}"
+
         async def set_status(key: str, value: str) -> str:
             """Set the status of `key` to `value` (setting it again to the same value changes nothing)."""
             await self._held("set_status", {"key": key, "value": value})
+            self.statuses[key] = value
             return f"{key} is {value}"
 
         async def send_payment(amount: int) -> str:
@@ -128,6 +137,7 @@ class Ledger:
             await self._held("send_payment", {"amount": amount})
             return f"paid {amount}"
 
+        server.add_tool(get_status, annotations=ToolAnnotations(read_only_hint=True))
         server.add_tool(set_status, annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False))
         server.add_tool(send_payment, annotations=ToolAnnotations(idempotent_hint=False, destructive_hint=True))
         return server

@@ -1,5 +1,3 @@
-# ruff: noqa: F811
-# (The fixtures upstreams and redis_prefix are the run slots tests', imported by name: parameters named after them.)
 """Monthly budgets per tenant and per end user, through the real services and the real Redis.
 
 Only the LLM is scripted (``fake_openai`` reports usage as OpenAI does). ``acme`` has a tenant budget of
@@ -20,13 +18,14 @@ from typing import Any
 import httpx
 import pytest
 import redis.asyncio as aioredis
-from integration.agent_service.test_run_slots import REDIS_URL, Upstreams, redis_prefix, upstreams  # noqa: F401
 
 from agent_service.spending import month_start, next_month_start
 from support import fake_openai
 from support.agent_stack import running_agent
+from support.databases import REDIS_URL
 from support.processes import agent_env, spawned
 from support.servers import free_port
+from support.upstreams import Upstreams
 
 pytestmark = pytest.mark.anyio
 

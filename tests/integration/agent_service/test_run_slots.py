@@ -1,9 +1,9 @@
 """Concurrency per tenant: the run slots on their own, then through agent-service, in one process and in two.
 
 Redis is the real one at 127.0.0.1:6379 (a test fails when it is unreachable: the shared cap is what is tested);
-each test uses keys of its own prefix and deletes them. Runs are held open by the scripted LLM's ``hang()``
-reply: an admitted run waits on its first LLM call until its client leaves, so a test decides how many runs are in
-progress without sleeping.
+each test uses keys of its own prefix (the ``redis_prefix`` fixture) and deletes them. Runs are held open by the
+scripted LLM's ``hang()`` reply: an admitted run waits on its first LLM call until its client leaves, so a test
+decides how many runs are in progress without sleeping.
 """
 
 from __future__ import annotations
@@ -21,41 +21,20 @@ import anyio
 import httpx
 import pytest
 import redis.asyncio as aioredis
-from pydantic import SecretStr
 
 from agent_service.run_slots import LocalRunSlots, RedisRunSlots, RunSlots
-from completion_service.app import create_app as create_completion_app
-from completion_service.settings import CompletionSettings
 from suite_common.errors import ApiError
 from support import fake_openai
 from support.agent_stack import running_agent
+from support.databases import REDIS_URL
 from support.fake_openai import ScriptedOpenAI
-from support.mcp_gateway import Gateway, echo_http_server, running_gateway
 from support.processes import agent_env, spawned
-from support.servers import free_port, serve_app
+from support.servers import free_port
+from support.upstreams import Upstreams
 
 pytestmark = pytest.mark.anyio
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
 CAP = 16
-
-
-@pytest.fixture
-async def redis_prefix() -> AsyncIterator[str]:
-    """A key prefix of this test's own; its keys are deleted at the end. Fails (never skips) without Redis."""
-    prefix = f"test-run-slots-{uuid.uuid4().hex[:12]}:"
-    client = aioredis.Redis.from_url(REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-    try:
-        await client.ping()
-    except OSError as error:  # redis-py's ConnectionError is an OSError too
-        pytest.fail(f"Redis at {REDIS_URL} is unreachable ({error}): these tests need it")
-    try:
-        yield prefix
-    finally:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
-        if keys:
-            await client.delete(*keys)
-        await client.aclose()
 
 
 async def _redis_now_ms() -> int:
@@ -187,29 +166,6 @@ async def test_redis_unreachable_refuses_new_runs_with_503_and_never_breaks_rene
 
 
 # --- through agent-service ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Upstreams:
-    llm: ScriptedOpenAI
-    gateway: Gateway
-    completion_url: str
-
-
-@pytest.fixture
-async def upstreams() -> AsyncIterator[Upstreams]:
-    llm = ScriptedOpenAI()
-    async with (
-        serve_app(llm.app) as llm_url,
-        echo_http_server("tools") as tools_url,
-        running_gateway({"tools": {"url": tools_url}}) as gateway,
-    ):
-        settings = CompletionSettings(
-            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
-        )
-        async with serve_app(create_completion_app(settings)) as completion_url:
-            await gateway.wait_until_ready("tools")
-            yield Upstreams(llm, gateway, completion_url)
 
 
 def _body(content: str) -> dict[str, Any]:

@@ -181,3 +181,8 @@ async def test_a_run_taken_over_keeps_its_token_and_cost_limits_and_a_plan_store
     older = {key: value for key, value in stored_plan(plan).items() if key not in ("maxTotalTokens", "maxCostUsd")}
     unlimited = takeover(record(plan=older), [], [USER]).plan.limits
     assert (unlimited.max_total_tokens, unlimited.max_cost_usd) == (None, None)
+
+
+async def test_a_run_taken_over_keeps_its_tenant_and_one_stored_without_is_the_default_tenants() -> None:
+    assert takeover(record(tenant="acme"), [], [USER, turn("lookup")]).plan.tenant == "acme"
+    assert takeover(record(), [], [USER, turn("lookup")]).plan.tenant == "default"

@@ -26,6 +26,7 @@ from agent_service.shared_redis import connect_redis
 from agent_service.spending import open_spending
 from agent_service.store import RunStore, StoredEvent, StoreError
 from agent_service.telemetry import RunTelemetry
+from agent_service.tool_cache import open_tool_cache
 from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes
 from suite_common.http import ModelResponse, read_model, run_for_client
@@ -143,7 +144,9 @@ async def run_agent(request: Request) -> Response | EventStreamResponse:
             raise ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"})
         body = await read_model(request, AgentRunRequest)
         caller = caller_of(request)
-        plan = await plan_run(body, services.settings, services.catalog, services.models, rules=caller.rules)
+        plan = await plan_run(
+            body, services.settings, services.catalog, services.models, rules=caller.rules, tenant=caller.tenant
+        )
         run = await runs.begin(plan, body, send=None, caller=caller)
     except ApiError as refusal:  # counted and logged: a run refused is a run an operator should see
         services.loop.telemetry.run_refused(code=refusal.code, status=refusal.status, message=refusal.message)
@@ -266,9 +269,6 @@ def create_app(
                 http = HttpxPeerClient(http_client)
             tools = ToolsClient(http, settings.mcp_client_url, secret=secret, secret_header=settings.mcp_secret_header)
             completions = CompletionClient(http, settings.completion_url)
-            loop = AgentLoop(
-                completions, tools, tool_result_max_chars=settings.tool_result_max_chars, telemetry=telemetry
-            )
             catalog = ToolCatalog(tools, settings.catalog_cache_seconds)
             models = ModelCheck(completions, settings.catalog_cache_seconds)
             stack.push_async_callback(observability.aclose)
@@ -280,6 +280,13 @@ def create_app(
             if settings.redis_url:
                 redis = connect_redis(settings.redis_url)
                 stack.push_async_callback(redis.aclose)
+            loop = AgentLoop(
+                completions,
+                tools,
+                tool_result_max_chars=settings.tool_result_max_chars,
+                telemetry=telemetry,
+                tool_cache=open_tool_cache(settings, redis, telemetry),
+            )
             slots = open_run_slots(
                 redis,
                 settings.lease_seconds,

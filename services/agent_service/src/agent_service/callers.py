@@ -64,6 +64,7 @@ __all__ = [
     "ANONYMOUS",
     "DEFAULT_TENANT",
     "NO_RULES",
+    "TOOL_PATTERN",
     "Caller",
     "CallerKey",
     "CallerMiddleware",
@@ -74,6 +75,7 @@ __all__ = [
     "hash_key",
     "load_callers",
     "parse_callers",
+    "tool_matches",
 ]
 
 _log = get_logger("agent_service.callers")
@@ -88,7 +90,7 @@ _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
-def _tool_matches(pattern: str, server: str, tool: str) -> bool:
+def tool_matches(pattern: str, server: str, tool: str) -> bool:
     """``pattern``: a tool's name, ``<server>:<tool>``, or ``<server>:*`` (every tool of that MCP server)."""
     pattern_server, colon, pattern_tool = pattern.partition(":")
     if not colon:
@@ -143,9 +145,9 @@ class TenantRules:
         return self.models is None or any(fnmatchcase(model, pattern) for pattern in self.models)
 
     def allows_tool(self, server: str, tool: str) -> bool:
-        if self.tools is not None and not any(_tool_matches(pattern, server, tool) for pattern in self.tools):
+        if self.tools is not None and not any(tool_matches(pattern, server, tool) for pattern in self.tools):
             return False
-        return not any(_tool_matches(pattern, server, tool) for pattern in self.deny_tools)
+        return not any(tool_matches(pattern, server, tool) for pattern in self.deny_tools)
 
 
 NO_RULES = TenantRules()
@@ -261,7 +263,8 @@ _RULE_FIELDS = (
 )
 _WHOLE_LIMITS = ("max_iterations", "max_run_tokens", "monthly_tokens", "user_monthly_tokens")
 _AMOUNT_LIMITS = ("max_run_seconds", "max_run_cost_usd", "monthly_cost_usd", "user_monthly_cost_usd")
-_TOOL_PATTERN = re.compile(r"[^:\s]+(:[^:\s]+)?")
+TOOL_PATTERN = re.compile(r"[^:\s]+(:[^:\s]+)?")
+"""What ``tool_matches`` takes: a tool's name, ``<server>:<tool>`` or ``<server>:*``."""
 
 
 def _names(
@@ -308,8 +311,8 @@ def _rules(name: str, table: dict[str, Any], source: str) -> TenantRules:
     return TenantRules(
         max_concurrent_runs=cap,
         models=_names(table, "models", where, source, None),
-        tools=_names(table, "tools", where, source, _TOOL_PATTERN),
-        deny_tools=_names(table, "deny_tools", where, source, _TOOL_PATTERN) or (),
+        tools=_names(table, "tools", where, source, TOOL_PATTERN),
+        deny_tools=_names(table, "deny_tools", where, source, TOOL_PATTERN) or (),
         **_limits(table, where, source),
     )
 

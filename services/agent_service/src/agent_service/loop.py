@@ -19,7 +19,9 @@ from agent_service.clients import CompletionClient, ProgressSink, ToolsClient, U
 from agent_service.limits import RunLimits, SpendGuard, Stop
 from agent_service.personas import with_system_prompt
 from agent_service.results import render_tool_result
+from agent_service.store import DEFAULT_TENANT
 from agent_service.telemetry import RunTelemetry
+from agent_service.tool_cache import ToolCache
 from suite_common.echo import clip
 from suite_common.logging import get_logger
 from suite_common.tracing import mark_span_failed
@@ -74,6 +76,8 @@ class RunPlan:
     spending: SpendGuard | None = None
     """The monthly budgets of the run's tenant and end user (``None``: they have none): asked before each LLM
     call, after ``limits``, and told each call's usage."""
+    tenant: str = DEFAULT_TENANT
+    """Whose run it is: the tool-result cache keeps each tenant's results apart."""
 
 
 class RunRecorder(Protocol):
@@ -166,11 +170,13 @@ class AgentLoop:
         *,
         tool_result_max_chars: int,
         telemetry: RunTelemetry | None = None,
+        tool_cache: ToolCache | None = None,
     ) -> None:
         self.completions = completions
         self.tools = tools
         self.tool_result_max_chars = tool_result_max_chars
         self.telemetry = telemetry or RunTelemetry.disabled()
+        self.tool_cache = tool_cache
 
     async def run(
         self,
@@ -413,9 +419,10 @@ class AgentLoop:
         iteration = state.iterations
         position = next(index for index, pending in enumerate(state.pending) if pending.id == call.id)
         started = time.perf_counter()
-        # The catalog's server of the tool, "-" for a name the run does not list (the model's invention).
-        server = next((tool.server for tool in plan.tools if tool.name == call.name), "-")
-        status = "refused"
+        # The catalog's entry of the tool (its server, "-" for a name the run does not list: the model's invention).
+        tool = next((tool for tool in plan.tools if tool.name == call.name), None)
+        server = tool.server if tool is not None else "-"
+        status, cached = "refused", False
         attributes = {"tool.name": call.name, "tool.call_id": call.id}
         with (
             structlog.contextvars.bound_contextvars(tool_call_id=call.id),
@@ -433,6 +440,8 @@ class AgentLoop:
                     "Call the tool again with a JSON object that matches its input schema.",
                     True,
                 )
+            elif (hit := await self._cached(plan, tool, call)) is not None:
+                content, is_error, status, cached = hit, False, "cached", True  # nothing called: the earlier result
             else:
                 try:
                     if streamed:
@@ -459,13 +468,23 @@ class AgentLoop:
                     raise
                 content, is_error = render_tool_result(result, self.tool_result_max_chars), result.is_error
                 server, status = result.server, "error" if result.is_error else "ok"
+                if status == "ok" and tool is not None and self.tool_cache is not None:
+                    await self.tool_cache.remember(plan.tenant, tool, call.arguments, content)
             span.set_attributes({"tool.server": server, "tool.status": status})
-            if status != "ok":
+            if status not in ("ok", "cached"):
                 mark_span_failed(span, status)
             # Inside the binding, so that the audit line carries the tool_call_id the stream reported.
             seconds = self._audit(plan, iteration, position, call, server, status, started)
         message = Message(role="tool", tool_call_id=call.id, content=content, is_error=is_error or None)
-        await self._finished(plan, state, emit, recorder, call, message, duration_ms=round(seconds * 1000, 2))
+        await self._finished(
+            plan, state, emit, recorder, call, message, duration_ms=round(seconds * 1000, 2), cached=cached
+        )
+
+    async def _cached(self, plan: RunPlan, tool: ToolInfo | None, call: ToolCall) -> str | None:
+        """The earlier result of this very call, if the tool-result cache has one (``agent_service.tool_cache``)."""
+        if self.tool_cache is None or tool is None:
+            return None
+        return await self.tool_cache.lookup(plan.tenant, tool, call.arguments)
 
     async def _finished(
         self,
@@ -477,8 +496,10 @@ class AgentLoop:
         message: Message,
         *,
         duration_ms: float,
+        cached: bool = False,
     ) -> None:
-        """A call of the current round has its result: kept for the round's end, told, recorded."""
+        """A call of the current round has its result: kept for the round's end, told, recorded. ``cached``: the
+        result is an earlier identical call's, from the tool-result cache."""
         state.finished[call.id] = message
         await emit(
             RunToolResult(
@@ -489,6 +510,7 @@ class AgentLoop:
                 content=message.content or "",
                 is_error=bool(message.is_error),
                 duration_ms=duration_ms,
+                cached=cached or None,
             )
         )
         if recorder is not None:

@@ -380,7 +380,9 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
         persona=_persona(request),
     )
     caller = caller_of(request)
-    plan = await plan_run(run_request, settings, services.catalog, services.models, client_tools, rules=caller.rules)
+    plan = await plan_run(
+        run_request, settings, services.catalog, services.models, client_tools, rules=caller.rules, tenant=caller.tenant
+    )
     run = None
     if plan.tools:
         run = await services.runs.begin(plan, run_request, send=None, caller=caller)

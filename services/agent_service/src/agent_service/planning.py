@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import anyio
 
-from agent_service.callers import NO_RULES, TenantRules
+from agent_service.callers import DEFAULT_TENANT, NO_RULES, TenantRules
 from agent_service.clients import CompletionClient, ToolsClient, UpstreamError
 from agent_service.limits import RunLimits
 from agent_service.loop import RunPlan
@@ -207,12 +207,14 @@ async def plan_run(
     client_tools: list[ToolSpec] | None = None,
     *,
     rules: TenantRules = NO_RULES,
+    tenant: str = DEFAULT_TENANT,
 ) -> RunPlan:
     """``client_tools``: tools the caller runs itself (see ``RunPlan.client_tools``); one of ours with the same
     name is left out of the run, since the caller, who declared it, expects to run it. ``rules``: the caller's
     tenant's; a model it may not run is refused before anything else (403 ``model_not_allowed``), and a tool it
-    may not use is never in the run. A persona the request names fills what it omits, first of all (see
-    ``agent_service.personas``); what it fills is checked as the request's own fields are."""
+    may not use is never in the run. ``tenant``: the caller's, whose run it is. A persona the request names fills
+    what it omits, first of all (see ``agent_service.personas``); what it fills is checked as the request's own
+    fields are."""
     request = apply_persona(request, rules)
     model = request.model
     assert model is not None  # apply_persona refuses a request left without one
@@ -256,4 +258,5 @@ async def plan_run(
         temperature=request.temperature,
         client_tools=client_tools,
         system_prompt=system_prompt_of(request, rules),
+        tenant=tenant,
     )

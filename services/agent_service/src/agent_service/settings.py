@@ -2,18 +2,47 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import AfterValidator, Field, SecretStr, field_validator
-from pydantic_settings import SettingsConfigDict
+from pydantic import AfterValidator, BeforeValidator, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
 
-from suite_common.settings import ServiceSettings, http_url
+from agent_service.callers import TOOL_PATTERN
+from suite_common.settings import ServiceSettings, blank_as_none, http_url
 
 __all__ = ["HARD_MAX_ITERATIONS", "AgentSettings"]
 
 HARD_MAX_ITERATIONS = 15
 """No run makes more LLM calls than this, whatever the settings or the request say."""
+
+
+def _json_object(value: object) -> object:
+    """``AGENT_TOOL_CACHE_TTLS`` from the environment: a JSON object (blank: none)."""
+    if not isinstance(value, str):
+        return value
+    if not value.strip():
+        return {}
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as error:
+        raise ValueError(f'must be a JSON object such as {{"search_documents": 300}} ({error})') from None
+
+
+def _tool_ttls(ttls: dict[str, float]) -> dict[str, float]:
+    bad = next((pattern for pattern in ttls if not TOOL_PATTERN.fullmatch(pattern)), None)
+    if bad is not None:
+        raise ValueError(f"{bad!r} is not a tool name, '<server>:<tool>' or '<server>:*'")
+    return ttls
+
+
+ToolTtls = Annotated[
+    dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]],
+    NoDecode,
+    BeforeValidator(_json_object),
+    AfterValidator(_tool_ttls),
+]
 
 
 class AgentSettings(ServiceSettings):
@@ -103,3 +132,38 @@ class AgentSettings(ServiceSettings):
     openai_stream_mode: Literal["live", "final_only", "disabled"] = "live"
     """How ``POST /v1/chat/completions`` answers ``stream: true`` (header ``X-Agent-Stream-Mode`` per request): the
     answer's text as it is generated, the final answer in pieces once the run has ended, or one JSON object."""
+    tool_cache_seconds: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """How long the result of a tool annotated ``readOnlyHint: true`` is reused for an identical call (same tenant,
+    server, tool and arguments) instead of calling the tool again; see docs/tool-cache.md. 0: no such tool is cached.
+    Off by default: a read-only tool's answer may still change (a search, a status, the time), and serving an
+    earlier one is a choice an operator makes per deployment, with a TTL their tools allow."""
+    tool_cache_ttls: ToolTtls = Field(default_factory=dict)
+    """The TTL of the cache per server or tool, a JSON object of pattern → seconds, where a pattern is a tool's
+    name, ``<server>:<tool>`` or ``<server>:*``: ``{"web:*": 60, "search_documents": 300, "web:fetch_url": 0}``.
+    A listed tool is cached even without ``readOnlyHint``; 0 never caches it. The most specific pattern wins
+    (``<server>:<tool>``, then the name, then ``<server>:*``); a tool no pattern names gets
+    ``AGENT_TOOL_CACHE_SECONDS`` if it is read-only."""
+    tool_cache_max_entries: int = Field(default=10_000, ge=1)
+    """Results the cache keeps in this process's memory at most (without ``AGENT_REDIS_URL``), the least recently
+    used dropped first. With Redis, Redis's own ``maxmemory`` policy bounds it."""
+    tool_cache_pepper: Annotated[SecretStr | None, BeforeValidator(blank_as_none)] = None
+    """The key every cached result is signed with (HMAC-SHA256 over the cache key and the result): a value written
+    to Redis by anyone without it, or moved to another key, is never served. Changing it invalidates the whole
+    cache. Required when the cache is on and ``AGENT_REDIS_URL`` is set (every replica must have the same one,
+    e.g. ``openssl rand -hex 32``); in memory, unset means a random key per process."""
+
+    @property
+    def tool_cache_on(self) -> bool:
+        """Whether any tool can be cached at all."""
+        return self.tool_cache_seconds > 0 or any(seconds > 0 for seconds in self.tool_cache_ttls.values())
+
+    @model_validator(mode="after")
+    def _pepper_shared_by_replicas(self) -> Self:
+        pepper = self.tool_cache_pepper.get_secret_value().strip() if self.tool_cache_pepper is not None else ""
+        if self.redis_url and self.tool_cache_on and not pepper:
+            raise ValueError(
+                "AGENT_TOOL_CACHE_PEPPER must be set when the tool-result cache (AGENT_TOOL_CACHE_SECONDS or "
+                "AGENT_TOOL_CACHE_TTLS) is on with AGENT_REDIS_URL: every replica signs and checks the results "
+                "they share with it"
+            )
+        return self

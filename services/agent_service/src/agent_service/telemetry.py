@@ -65,6 +65,14 @@ class RunTelemetry:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self._tool_cache = Counter(
+            "agent_tool_cache",
+            "Lookups and stores of the tool-result cache, by outcome: hit (a call answered from it), miss, store (a "
+            "result kept), rejected (a value whose signature did not verify: forged, moved or of another pepper) "
+            "or error (the cache's Redis did not answer; the call went on).",
+            ["outcome"],
+            registry=registry,
+        )
         self._takeovers = Counter(
             "agent_run_takeovers",
             "Runs this replica took over after the replica running them stopped, by what it did with them "
@@ -129,6 +137,9 @@ class RunTelemetry:
             status=status,
             latency_ms=round(seconds * 1000, 2),
         )
+
+    def tool_cache(self, outcome: str) -> None:
+        self._tool_cache.labels(outcome).inc()
 
     def store_write(self, seconds: float, *, ok: bool) -> None:
         self._store_writes.labels("ok" if ok else "error").observe(seconds)

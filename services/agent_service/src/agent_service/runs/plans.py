@@ -9,7 +9,7 @@ from pydantic import TypeAdapter
 
 from agent_service.limits import RunLimits
 from agent_service.loop import ResumePoint, RunPlan
-from agent_service.store import RunRecord
+from agent_service.store import DEFAULT_TENANT, RunRecord
 from suite_common.deadline import Deadline
 from suite_common.wire import Message, RunFinishReason, ToolChoice, ToolInfo, ToolSpec
 
@@ -59,6 +59,7 @@ def plan_from_record(record: RunRecord, messages: list[Message]) -> RunPlan:
         temperature=stored.get("temperature"),
         client_tools=[ToolSpec.model_validate(spec) for spec in stored.get("clientTools", [])],
         system_prompt=stored.get("systemPrompt"),
+        tenant=record.tenant or DEFAULT_TENANT,  # the run's own, stored with it
     )
 
 

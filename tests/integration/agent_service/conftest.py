@@ -1,0 +1,15 @@
+"""Fixtures shared by agent-service's integration tests of tenant limits (run slots, budgets)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from support.upstreams import Upstreams, running_upstreams
+
+
+@pytest.fixture
+async def upstreams() -> AsyncIterator[Upstreams]:
+    async with running_upstreams() as running:
+        yield running
