@@ -1,7 +1,8 @@
 """Caller keys kept in the run store (AGENT_CALLER_KEYS_IN_STORE) through the real services.
 
 The keys are made and revoked by ``python -m agent_service.keys`` in a real subprocess, against the database
-agent-service uses; the cache time is 0, so a revocation must be seen at the next request. The callers file
+agent-service uses (SQLite; PostgreSQL for the store going away), or in-process where the test is about what
+the service does with a key; the cache time is 0, so a revocation must be seen at the next request. The callers file
 beside holds one key of its own and the rules of the tenant ``acme`` (the model ``gpt-4o`` only); the tenant
 ``globex`` has no table, hence no rules. Only the LLM is scripted.
 """
@@ -221,11 +222,11 @@ def test_the_command_refuses_a_taken_name_and_an_unknown_one(stack: Stack) -> No
 
 async def test_an_unreachable_store_is_a_503_not_a_401(stack: Stack, own_postgres_url: str) -> None:
     database = own_postgres_url.rsplit("/", 1)[1]
+    key = new_key(own_postgres_url, "acme-pg", "acme")  # the command on PostgreSQL too
     async with (
         _agent(stack.completion_url, stack.gateway, own_postgres_url, None) as agent_url,
         httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
     ):
-        key = await stored_key(own_postgres_url, "acme-pg", "acme")
         assert (await http.get(CONVERSATIONS, headers=_as(key))).status_code == 200
         admin = await asyncpg.connect(ADMIN_DSN, timeout=5)
         try:
