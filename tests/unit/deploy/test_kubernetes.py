@@ -40,6 +40,8 @@ SHARED_SECRET_KEY = "mcp-service-secret"
 DATABASE_URL_KEY = "database-url"
 REDIS_URL_KEY = "redis-url"
 REQUIRED_SECRET_KEYS = {SHARED_SECRET_KEY, DATABASE_URL_KEY, REDIS_URL_KEY}
+CALLERS_KEY = "callers.toml"
+"""The callers file, a file of the Secret mounted in prod's agent-service (required there)."""
 """Without these a pod cannot start: the others (provider keys and the like) are optional."""
 CREDENTIAL_SETTINGS = {"agent-service": ["AGENT_DATABASE_URL", "AGENT_REDIS_URL"]}
 """Settings that are no ``SecretStr`` but hold a password all the same: from the Secret, never a ConfigMap."""
@@ -520,6 +522,37 @@ def test_agent_service_shares_its_run_slots_in_redis_with_the_url_from_the_secre
     assert "AGENT_REDIS_URL" not in config(overlay, agent), "a ConfigMap value would hide nothing: env wins"
     assert _base_config_file(agent)[1].get("AGENT_REDIS_URL") == "", "named for the operator, unset"
     assert config(overlay, agent)["AGENT_MAX_CONCURRENT_RUNS_PER_TENANT"] == "16"
+
+
+# --- callers -------------------------------------------------------------------------------------------
+
+
+def test_production_requires_a_caller_key_with_the_callers_file_from_the_secret() -> None:
+    agent = component("agent-service")
+    data = config("prod", agent)
+    callers_file = PurePosixPath(data["AGENT_CALLERS_FILE"])
+    assert data["AGENT_CALLER_KEYS_IN_STORE"] == "true", "keys may also be added in the store, without a rollout"
+    [mount] = [
+        m for m in container("prod", agent)["volumeMounts"] if PurePosixPath(m["mountPath"]) == callers_file.parent
+    ]
+    assert mount["readOnly"] is True
+    [volume] = [
+        v
+        for v in named("prod", "Deployment", "agent-service")["spec"]["template"]["spec"]["volumes"]
+        if v["name"] == mount["name"]
+    ]
+    secret = volume["secret"]
+    assert secret["secretName"] == SECRET
+    assert secret.get("optional", False) is False, "no Secret key, no pod: never an open API"
+    assert [(item["key"], item["path"]) for item in secret["items"]] == [(CALLERS_KEY, callers_file.name)]
+    guide = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    assert f"`{CALLERS_KEY}`" in guide
+
+
+def test_dev_leaves_the_api_open() -> None:
+    data = config("dev", component("agent-service"))
+    assert "AGENT_CALLERS_FILE" not in data
+    assert data["AGENT_CALLER_KEYS_IN_STORE"] == "false"
 
 
 def test_dev_runs_its_own_single_redis_in_memory_under_the_restricted_pod_security_standard() -> None:

@@ -13,6 +13,10 @@ bodies as they are validated, answers as they are written. Every operation answe
 its ``schema`` describing one event, whose ``data`` is JSON (``contentSchema``). A plain ``Route`` is
 still listed, without schemas; an ASGI app mounted as a route (``/mcp``, which speaks MCP, not this
 API) is left out.
+
+Authentication is documented from the paths the service's middleware protects, given once (``security``):
+a shared-secret header (``SharedSecretScheme``) or a bearer key (``BearerScheme``, with what its middleware
+answers); every operation under those paths gets the security requirement and those errors, the others none.
 """
 
 from __future__ import annotations
@@ -32,7 +36,15 @@ from starlette.routing import BaseRoute, Route
 
 from suite_common.wire import ErrorResponse
 
-__all__ = ["OPENAPI_PATH", "ApiRoute", "Operation", "SharedSecretScheme", "add_openapi", "openapi_document"]
+__all__ = [
+    "OPENAPI_PATH",
+    "ApiRoute",
+    "BearerScheme",
+    "Operation",
+    "SharedSecretScheme",
+    "add_openapi",
+    "openapi_document",
+]
 
 OPENAPI_PATH = "/openapi.json"
 _REF_TEMPLATE = "#/components/schemas/{model}"
@@ -84,6 +96,35 @@ class SharedSecretScheme:
 
     header: str
     prefix: str
+
+
+@dataclass(frozen=True)
+class BearerScheme:
+    """A key sent as ``Authorization: Bearer <key>``, required under ``prefixes`` by the service's middleware, which
+    answers ``errors`` (status -> when) there, besides what each operation answers itself."""
+
+    prefixes: tuple[str, ...]
+    errors: Mapping[int, str]
+
+
+Security = SharedSecretScheme | BearerScheme
+_SCHEME_NAMES = {SharedSecretScheme: "sharedSecret", BearerScheme: "callerKey"}
+
+
+def _protects(security: Security | None, path: str) -> bool:
+    if isinstance(security, SharedSecretScheme):
+        return path.startswith(security.prefix)
+    return security is not None and path.startswith(security.prefixes)
+
+
+def _scheme(security: Security) -> dict[str, Any]:
+    if isinstance(security, SharedSecretScheme):
+        return {"type": "apiKey", "in": "header", "name": security.header}
+    return {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "The caller key. Required when the service has caller keys (an open service takes any request).",
+    }
 
 
 class _Schemas:
@@ -140,7 +181,16 @@ def _sse_event(data: dict[str, Any], end: str | None) -> dict[str, Any]:
     }
 
 
-def _operation(route: Route, method: str, schemas: _Schemas, security: SharedSecretScheme | None) -> dict[str, Any]:
+def _with_refusals(security: Security, errors: Mapping[int, str]) -> dict[int, str]:
+    """An operation's errors with its middleware's refusals: a status both answer says both reasons."""
+    if isinstance(security, SharedSecretScheme):
+        return {401: f"The {security.header} header is missing or wrong.", **errors}
+    refusals = dict(security.errors)
+    merged = {status: f"{when} {errors[status]}" if status in errors else when for status, when in refusals.items()}
+    return merged | {status: when for status, when in errors.items() if status not in refusals}
+
+
+def _operation(route: Route, method: str, schemas: _Schemas, security: Security | None) -> dict[str, Any]:
     spec = route.operation if isinstance(route, ApiRoute) else Operation(summary=route.name.replace("_", " "))
     description = inspect.getdoc(route.endpoint)
     operation: dict[str, Any] = {"operationId": f"{method.lower()}_{route.name}", "summary": spec.summary}
@@ -174,10 +224,11 @@ def _operation(route: Route, method: str, schemas: _Schemas, security: SharedSec
         operation["requestBody"] = {"required": True, "content": {"application/json": media}}
         for status, when in _BODY_ERRORS.items():
             responses[str(status)] = _error(schemas, when, spec.error)
-    if security is not None and route.path.startswith(security.prefix):
-        operation["security"] = [{"sharedSecret": []}]
-        responses["401"] = _error(schemas, f"The {security.header} header is missing or wrong.", spec.error)
-    for status, when in spec.errors.items():
+    errors = dict(spec.errors)
+    if security is not None and _protects(security, route.path):
+        operation["security"] = [{_SCHEME_NAMES[type(security)]: []}]
+        errors = _with_refusals(security, errors)
+    for status, when in sorted(errors.items()):
         responses[str(status)] = _error(schemas, when, spec.error)
     responses["default"] = _error(schemas, "Any other error, with its status.", spec.error)
     operation["responses"] = responses
@@ -185,7 +236,7 @@ def _operation(route: Route, method: str, schemas: _Schemas, security: SharedSec
 
 
 def openapi_document(
-    routes: Sequence[BaseRoute], *, title: str, version: str, security: SharedSecretScheme | None = None
+    routes: Sequence[BaseRoute], *, title: str, version: str, security: Security | None = None
 ) -> dict[str, Any]:
     """The OpenAPI 3.1 document of ``routes`` (see the module's docstring)."""
     schemas = _Schemas()
@@ -201,7 +252,7 @@ def openapi_document(
     resolved_paths, definitions = schemas.resolve(paths)
     components: dict[str, Any] = {"schemas": definitions}
     if security is not None:
-        components["securitySchemes"] = {"sharedSecret": {"type": "apiKey", "in": "header", "name": security.header}}
+        components["securitySchemes"] = {_SCHEME_NAMES[type(security)]: _scheme(security)}
     return {
         "openapi": "3.1.0",
         "info": {"title": title, "version": version},
@@ -210,9 +261,7 @@ def openapi_document(
     }
 
 
-def add_openapi(
-    app: Starlette, *, title: str, version: str = "1", security: SharedSecretScheme | None = None
-) -> dict[str, Any]:
+def add_openapi(app: Starlette, *, title: str, version: str = "1", security: Security | None = None) -> dict[str, Any]:
     """Serve ``GET /openapi.json`` on ``app``: its routes' document, built once, here."""
 
     async def openapi(_: Request) -> Response:

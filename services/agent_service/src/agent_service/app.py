@@ -12,7 +12,14 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agent_service.callers import CallerMiddleware, Callers, caller_of, load_callers
+from agent_service.callers import (
+    CALLER_ERRORS,
+    PROTECTED_PREFIXES,
+    CallerMiddleware,
+    Callers,
+    caller_of,
+    load_callers,
+)
 from agent_service.clients import CompletionClient, ToolsClient
 from agent_service.console_api import console_routes
 from agent_service.loop import AgentLoop, RunOutcome
@@ -25,6 +32,7 @@ from agent_service.settings import AgentSettings
 from agent_service.shared_redis import connect_redis
 from agent_service.spending import open_spending
 from agent_service.store import RunStore, StoredEvent, StoreError
+from agent_service.stored_keys import StoredKeys
 from agent_service.telemetry import RunTelemetry
 from agent_service.tool_cache import open_tool_cache
 from suite_common.errors import ApiError, install_error_handlers
@@ -33,7 +41,7 @@ from suite_common.http import ModelResponse, read_model, run_for_client
 from suite_common.lifecycle import Lifecycle, until_interrupted
 from suite_common.logging import get_logger
 from suite_common.observability import Observability
-from suite_common.openapi import ApiRoute, Operation, add_openapi
+from suite_common.openapi import ApiRoute, BearerScheme, Operation, add_openapi
 from suite_common.peer_client import AiohttpPeerClient, HttpxPeerClient, PeerClient
 from suite_common.sse import Emit as SendChunk
 from suite_common.sse import EventStreamResponse
@@ -225,14 +233,20 @@ async def _readiness(request: Request) -> dict[str, str]:
 
 
 def _callers(settings: AgentSettings) -> Callers | None:
-    """The callers file (a bad one refuses the start, in one line), or None: an open API, said in the log."""
+    """The callers file (a bad one refuses the start, in one line), or None; no file nor store keys: an open API,
+    said in the log."""
+    if settings.caller_keys_in_store:
+        _log.info("caller_keys_in_store", cache_seconds=settings.caller_keys_cache_seconds)
     if settings.callers_file is None:
-        _log.warning(
-            "api_open",
-            detail="AGENT_CALLERS_FILE is not set: every request is served as the caller anonymous of tenant default",
-        )
+        if not settings.caller_keys_in_store:
+            _log.warning(
+                "api_open",
+                detail="neither AGENT_CALLERS_FILE nor AGENT_CALLER_KEYS_IN_STORE is set: every request is served "
+                "as the caller anonymous of tenant default",
+            )
         return None
-    callers = load_callers(settings.callers_file)
+    # With keys in the store, the file may only give the tenants their rules.
+    callers = load_callers(settings.callers_file, keys_required=not settings.caller_keys_in_store)
     _log.info("callers_loaded", keys=[key.name for key in callers.keys], tenants=sorted(callers.tenants))
     return callers
 
@@ -249,6 +263,9 @@ def create_app(
     if not secret:
         raise ValueError("AGENT_MCP_SERVICE_SECRET is required: the shared secret of mcp-client-service")
     callers = _callers(settings)
+    stored_keys = (
+        StoredKeys(cache_seconds=settings.caller_keys_cache_seconds) if settings.caller_keys_in_store else None
+    )
     observability = Observability.create("agent-service", settings, tracer_provider=tracer_provider)
     telemetry = RunTelemetry(observability.registry, observability.tracer)
 
@@ -276,6 +293,8 @@ def create_app(
             if settings.database_url:
                 store = await RunStore.open(settings.database_url, migrate=settings.database_migrate)
                 stack.push_async_callback(store.aclose)
+                if stored_keys is not None:
+                    stored_keys.attach(store.caller_keys)
             redis = None
             if settings.redis_url:
                 redis = connect_redis(settings.redis_url)
@@ -317,7 +336,7 @@ def create_app(
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    app.add_middleware(CallerMiddleware, callers=callers)
+    app.add_middleware(CallerMiddleware, callers=callers, stored=stored_keys)
     observability.install(app)
-    add_openapi(app, title="agent-service")
+    add_openapi(app, title="agent-service", security=BearerScheme(PROTECTED_PREFIXES, CALLER_ERRORS))
     return app

@@ -28,11 +28,16 @@ The keys come from the callers file (``AGENT_CALLERS_FILE``, TOML)::
     trusted = true            # may name the end user with X-User-Id (default false)
 
 A presented key is hashed and compared with every known key's hash in constant time (``hmac.compare_digest``),
-all of them whichever matches, so the answer's timing says nothing about the keys. Without a callers file the API
-is open, as on a laptop: every request is the caller ``anonymous`` of the tenant ``default``, which may name a user.
+all of them whichever matches, so the answer's timing says nothing about the keys. With
+``AGENT_CALLER_KEYS_IN_STORE`` keys are also kept in the run store (``python -m agent_service.keys``), looked up
+by their hash when no key of the file matched (``agent_service.stored_keys``); such a key's tenant has the rules
+of its ``[tenants.<name>]`` table in the file, if there is one, else none. Without a callers file and store keys
+the API is open, as on a laptop: every request is the caller ``anonymous`` of the tenant ``default``, which may
+name a user.
 
 ``CallerMiddleware`` is the one place that checks: ``/api/v1/agent/*`` and ``/v1/*`` need a key; the health,
-metrics, OpenAPI and console page routes stay open. With keys, the lines logged while serving a request carry
+metrics, OpenAPI and console page routes stay open. The store unreachable when a key has to be looked up there:
+503 ``store_unavailable``. With keys, the lines logged while serving a request carry
 ``caller``, ``tenant`` and ``user``. Handlers (and the limiter) read the caller with ``caller_of``.
 """
 
@@ -56,14 +61,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agent_service.openai_wire import error_body
 from agent_service.personas import Persona, PersonaError, parse_personas, parse_system_prompt
-from agent_service.store import DEFAULT_TENANT
+from agent_service.store import DEFAULT_TENANT, StoreError
+from agent_service.stored_keys import StoredKeys
 from suite_common.errors import error_response
 from suite_common.logging import get_logger
 
 __all__ = [
     "ANONYMOUS",
+    "CALLER_ERRORS",
     "DEFAULT_TENANT",
     "NO_RULES",
+    "PROTECTED_PREFIXES",
     "TOOL_PATTERN",
     "Caller",
     "CallerKey",
@@ -73,6 +81,7 @@ __all__ = [
     "TenantRules",
     "caller_of",
     "hash_key",
+    "is_name",
     "load_callers",
     "parse_callers",
     "tool_matches",
@@ -81,7 +90,15 @@ __all__ = [
 _log = get_logger("agent_service.callers")
 
 _SETTING = "AGENT_CALLERS_FILE"
-_PROTECTED_PREFIXES = ("/api/v1/agent/", "/v1/")
+PROTECTED_PREFIXES = ("/api/v1/agent/", "/v1/")
+"""The paths that need a caller key (when the service has keys): the one list, which /openapi.json documents too."""
+CALLER_ERRORS = {
+    400: "X-User-Id is not 1 to 128 printable ASCII characters without spaces (invalid_request).",
+    401: "No caller key (Authorization: Bearer), or an unknown or revoked one (unauthorized, WWW-Authenticate).",
+    403: "X-User-Id from a caller whose key is not trusted (user_not_allowed).",
+    503: "The run store, which holds caller keys (AGENT_CALLER_KEYS_IN_STORE), is unavailable (store_unavailable).",
+}
+"""What ``CallerMiddleware`` answers on a protected path, by status, for /openapi.json (with the operation's own)."""
 _OPENAI_PREFIX = "/v1/"
 _USER_HEADER = b"x-user-id"
 _MAX_USER_CHARS = 128
@@ -207,6 +224,11 @@ class Callers:
 
 def hash_key(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8")).digest()
+
+
+def is_name(text: str) -> bool:
+    """Whether ``text`` may name a key or a tenant: letters, digits, '.', '_' or '-', at most 64."""
+    return _NAME.fullmatch(text) is not None
 
 
 def _fail(source: str, problem: str) -> CallersFileError:
@@ -340,8 +362,11 @@ def _with_personas(
     return replace(rules, system_prompt=prompt, personas={**shared, **own})
 
 
-def parse_callers(text: str, *, source: str = "callers file", environ: Mapping[str, str] | None = None) -> Callers:
-    """The callers file's content; every way it can be wrong is a ``CallersFileError`` (one line)."""
+def parse_callers(
+    text: str, *, source: str = "callers file", environ: Mapping[str, str] | None = None, keys_required: bool = True
+) -> Callers:
+    """The callers file's content; every way it can be wrong is a ``CallersFileError`` (one line).
+    ``keys_required=False`` (keys kept in the store): a file of tenants only is fine."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
@@ -368,7 +393,7 @@ def parse_callers(text: str, *, source: str = "callers file", environ: Mapping[s
     }
     tenants = frozenset(rules)
     entries = data.get("keys", [])
-    if not isinstance(entries, list) or not entries:
+    if not isinstance(entries, list) or (keys_required and not entries):
         raise _fail(source, "no [[keys]]: at least one caller key is needed")
     keys = tuple(
         _key(entry, index, tenants, source, os.environ if environ is None else environ)
@@ -384,13 +409,13 @@ def parse_callers(text: str, *, source: str = "callers file", environ: Mapping[s
     return Callers(rules=rules, keys=keys)
 
 
-def load_callers(path: Path, *, environ: Mapping[str, str] | None = None) -> Callers:
+def load_callers(path: Path, *, environ: Mapping[str, str] | None = None, keys_required: bool = True) -> Callers:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         problem = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
         raise _fail(str(path), f"cannot read it: {problem}") from None
-    return parse_callers(text, source=str(path), environ=environ)
+    return parse_callers(text, source=str(path), environ=environ, keys_required=keys_required)
 
 
 def caller_of(request: Request) -> Caller:
@@ -416,25 +441,37 @@ def _bearer(scope: Scope) -> str | None:
 
 class CallerMiddleware:
     """Identifies the caller of every HTTP request (``scope["state"]["caller"]``); refuses a protected path without
-    a known key (401), and ``X-User-Id`` from a key that may not name users (403)."""
+    a known key (401), and ``X-User-Id`` from a key that may not name users (403).
 
-    def __init__(self, app: ASGIApp, *, callers: Callers | None) -> None:
+    The keys: the callers file's (``callers``), checked first, in memory; then, when ``stored`` is given, the run
+    store's, only for a protected path that no file key matched. Neither: an open API."""
+
+    def __init__(self, app: ASGIApp, *, callers: Callers | None, stored: StoredKeys | None = None) -> None:
         self.app = app
         self.callers = callers
+        self.stored = stored
+        self.open = callers is None and stored is None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]
-        protected = path.startswith(_PROTECTED_PREFIXES)
+        protected = path.startswith(PROTECTED_PREFIXES)
         user = _header(scope, _USER_HEADER)
-        if self.callers is None:
+        if self.open:
             caller, trusted = ANONYMOUS, True  # an open API: whoever can reach it is trusted, as on a laptop
         else:
             presented = _bearer(scope)
-            key = self.callers.identify(presented) if presented is not None else None
-            if key is None:
+            try:
+                identified = await self._identify(presented, protected)
+            except StoreError as error:
+                _log.warning("caller_keys_unavailable", path=path, error=str(error))
+                message = "The run store, which holds the caller keys, is unavailable; try again shortly."
+                refusal = self._refuse(path, 503, "store_unavailable", message, {"Retry-After": "1"})
+                await refusal(scope, receive, send)
+                return
+            if identified is None:
                 if protected:
                     reason = "Missing" if presented is None else "Unknown"
                     message = f"{reason} caller key: send Authorization: Bearer <key>."
@@ -444,7 +481,7 @@ class CallerMiddleware:
                     return
                 caller, trusted = ANONYMOUS, False
             else:
-                caller, trusted = Caller(key.name, key.tenant, rules=self.callers.rules[key.tenant]), key.trusted
+                caller, trusted = identified
         if user is not None and protected:
             if not trusted:
                 message = f"The caller {caller.name} may not name the end user (X-User-Id): its key is not trusted."
@@ -456,13 +493,30 @@ class CallerMiddleware:
                 return
             caller = replace(caller, user=user)
         scope.setdefault("state", {})["caller"] = caller
-        if self.callers is None or caller is ANONYMOUS:
+        if self.open or caller is ANONYMOUS:
             await self.app(scope, receive, send)
             return
         # Every line logged while serving the request says whose it is (names only, never the key).
         context = {"caller": caller.name, "tenant": caller.tenant} | ({"user": caller.user} if caller.user else {})
         with structlog.contextvars.bound_contextvars(**context):
             await self.app(scope, receive, send)
+
+    async def _identify(self, presented: str | None, protected: bool) -> tuple[Caller, bool] | None:
+        """The caller whose key is ``presented`` and whether it is trusted, or None for no key or an unknown one.
+        The store is asked only for a protected path (an open one serves anybody the same)."""
+        if presented is None:
+            return None
+        if self.callers is not None:
+            key = self.callers.identify(presented)
+            if key is not None:
+                return Caller(key.name, key.tenant, rules=self.callers.rules[key.tenant]), key.trusted
+        if self.stored is None or not protected:
+            return None
+        stored = await self.stored.find(hash_key(presented))
+        if stored is None:
+            return None
+        rules = self.callers.rules.get(stored.tenant, NO_RULES) if self.callers is not None else NO_RULES
+        return Caller(stored.name, stored.tenant, rules=rules), stored.trusted
 
     @staticmethod
     def _refuse(path: str, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:

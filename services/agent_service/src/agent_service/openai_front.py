@@ -417,6 +417,10 @@ _CHAT_COMPLETIONS = Operation(
     events=ChatCompletionChunk | OpenAIError,  # an error after the stream started is a frame of its own
     events_end="[DONE]",
     error=OpenAIError,
+    errors={
+        403: "The tenant may not run this model (model_not_allowed).",
+        429: "The tenant has its cap of runs in progress (too_many_runs, Retry-After).",
+    },
     example={"model": "demo", "messages": [{"role": "user", "content": "What time is it?"}]},
 )
 _MODELS = Operation(

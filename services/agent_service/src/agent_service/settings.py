@@ -128,7 +128,24 @@ class AgentSettings(ServiceSettings):
     callers_file: Path | None = None
     """The callers file (TOML): the caller keys (as sha256, or the name of the variable that holds each), their
     tenants, and which may name the end user (``X-User-Id``); see docs/callers.md. Unset: the API is open, every
-    request is the caller ``anonymous`` of the tenant ``default`` (a laptop)."""
+    request is the caller ``anonymous`` of the tenant ``default`` (a laptop), unless ``AGENT_CALLER_KEYS_IN_STORE``
+    is on. With store keys on, a file of ``[tenants.*]`` only (no ``[[keys]]``) is fine: it gives store keys' tenants
+    their rules."""
+    caller_keys_in_store: bool = False
+    """Caller keys are also kept in the run store (``python -m agent_service.keys add|list|revoke``), beside the
+    callers file's; on, every request to the API needs a key even without a callers file. Needs
+    ``AGENT_DATABASE_URL``. A store key's tenant has the rules of its ``[tenants.<name>]`` in the callers file, if
+    any, else none."""
+    caller_keys_cache_seconds: float = Field(default=5.0, ge=0)
+    """How long the answer of the store for one key (found, or not) is reused: a revoked key is refused at most this
+    long after ``revoke``, on every replica (0: the store is asked on every request)."""
+
+    @model_validator(mode="after")
+    def _keys_need_a_store(self) -> AgentSettings:
+        if self.caller_keys_in_store and not self.database_url:
+            raise ValueError("AGENT_CALLER_KEYS_IN_STORE needs the run store: set AGENT_DATABASE_URL")
+        return self
+
     openai_stream_mode: Literal["live", "final_only", "disabled"] = "live"
     """How ``POST /v1/chat/completions`` answers ``stream: true`` (header ``X-Agent-Stream-Mode`` per request): the
     answer's text as it is generated, the final answer in pieces once the run has ended, or one JSON object."""

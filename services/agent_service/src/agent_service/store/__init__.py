@@ -1,5 +1,6 @@
 """Where runs live: their messages, their events, their leases; SQLite or PostgreSQL behind one interface."""
 
+from agent_service.store.caller_keys import CallerKeyStore, KeyNameTaken, StoredCallerKey
 from agent_service.store.records import (
     ACTIVE_STATUSES,
     DEFAULT_TENANT,
@@ -20,10 +21,12 @@ from agent_service.store.run_store import RunStore
 __all__ = [
     "ACTIVE_STATUSES",
     "DEFAULT_TENANT",
+    "CallerKeyStore",
     "ConversationBusy",
     "ConversationRecord",
     "ConversationSummary",
     "ConversationTaken",
+    "KeyNameTaken",
     "LeaseLost",
     "NewRun",
     "RunRecord",
@@ -31,5 +34,6 @@ __all__ = [
     "RunStore",
     "Step",
     "StoreError",
+    "StoredCallerKey",
     "StoredEvent",
 ]

@@ -16,14 +16,16 @@ from agent_service.store._engine import database_url, open_database
 from agent_service.store._migrations import upgrade
 from agent_service.store.records import StoreError
 
-__all__ = ["main"]
+__all__ = ["DatabaseSettings", "main"]
 
 
-class _DatabaseSettings(BaseSettings):
-    """The part of ``AgentSettings`` a migration needs, read the same way (so the job needs no other secret)."""
+class DatabaseSettings(BaseSettings):
+    """The part of ``AgentSettings`` a command on the store needs, read the same way (so that a job running it
+    needs no other secret)."""
 
     model_config = AgentSettings.model_config
     database_url: str = AgentSettings.model_fields["database_url"].default
+    database_migrate: bool = AgentSettings.model_fields["database_migrate"].default
 
 
 async def _migrate(url: str) -> str:
@@ -35,7 +37,7 @@ async def _migrate(url: str) -> str:
 
 
 def main() -> int:
-    url = _DatabaseSettings().database_url
+    url = DatabaseSettings().database_url
     if not url.strip():
         print("AGENT_DATABASE_URL is empty: runs are not stored, there is nothing to migrate.", file=sys.stderr)
         return 2

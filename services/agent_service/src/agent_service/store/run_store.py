@@ -16,6 +16,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from agent_service.store._engine import Database, database_url, open_database
 from agent_service.store._migrations import current_revision, head_revision, upgrade
+from agent_service.store.caller_keys import CallerKeyStore
 from agent_service.store.records import (
     ACTIVE_STATUSES,
     DEFAULT_TENANT,
@@ -90,6 +91,11 @@ class RunStore:
             await database.dispose()
             raise
         return cls(database)
+
+    @property
+    def caller_keys(self) -> CallerKeyStore:
+        """The caller keys kept in this store's database (``python -m agent_service.keys``)."""
+        return CallerKeyStore(self._db)
 
     @property
     def backend(self) -> str:
