@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio.from_thread
+import httpx
 import pytest
 from pydantic import SecretStr
 
@@ -32,6 +33,20 @@ from support.servers import serve_app
 
 CHECKS = ["not_a_server_error", "status_code_conformance", "content_type_conformance", "response_schema_conformance"]
 EXAMPLES_PER_OPERATION = 10
+
+
+CONVERSATION_ID = "fuzz-conversation"
+_CONVERSATION_RUN = {
+    "model": "demo",
+    "messages": [{"role": "user", "content": "hello"}],
+    "conversationId": CONVERSATION_ID,
+}
+_AGENT_CONFIG = f"""
+# The conversation the suite stored before fuzzing: reading it, not only 404s for made-up ids.
+[[operations]]
+include-name = "GET /api/v1/agent/conversations/{{conversationId}}"
+parameters = {{ conversationId = "{CONVERSATION_ID}" }}
+"""
 
 
 @dataclass(frozen=True)
@@ -53,10 +68,16 @@ async def _running_suite() -> AsyncIterator[Suite]:
     ):
         await gateway.wait_until_ready("echo")
         agent_settings = AgentSettings(
-            completion_url=completion_url, mcp_client_url=gateway.url, mcp_service_secret=SecretStr(GATEWAY_SECRET)
+            completion_url=completion_url,
+            mcp_client_url=gateway.url,
+            mcp_service_secret=SecretStr(GATEWAY_SECRET),
+            default_model="demo",  # a run request without a model is then a run, as in a deployment with a default
         )
         agent_app = create_agent_app(agent_settings)
         async with serve_app(agent_app, config=uvicorn_config(agent_app, agent_settings)) as agent_url:
+            async with httpx.AsyncClient(base_url=agent_url, timeout=30) as client:
+                started = await client.post("/api/v1/agent/run", json=_CONVERSATION_RUN)
+                assert started.status_code == 200, started.text
             yield Suite(agent_url=agent_url, completion_url=completion_url, mcp_url=gateway.url)
 
 
@@ -91,11 +112,16 @@ def _fuzz(workdir: Path, openapi_url: str, *headers: str) -> subprocess.Popen[st
 def test_every_operation_of_every_service_answers_as_documented_and_never_with_a_5xx(
     suite: Suite, tmp_path: Path
 ) -> None:
+    services = ("agent-service", "completion-service", "mcp-client-service")
+    workdirs = {service: tmp_path / service for service in services}
+    for workdir in workdirs.values():
+        workdir.mkdir()
+    (workdirs["agent-service"] / "schemathesis.toml").write_text(_AGENT_CONFIG)  # read from the working directory
     secret = f"X-MCP-Service-Secret: {GATEWAY_SECRET}"
     runs = {  # side by side: each service is fuzzed by its own process
-        "agent-service": _fuzz(tmp_path, suite.agent_url + OPENAPI_PATH),
-        "completion-service": _fuzz(tmp_path, suite.completion_url + OPENAPI_PATH),
-        "mcp-client-service": _fuzz(tmp_path, suite.mcp_url + OPENAPI_PATH, secret),
+        "agent-service": _fuzz(workdirs["agent-service"], suite.agent_url + OPENAPI_PATH),
+        "completion-service": _fuzz(workdirs["completion-service"], suite.completion_url + OPENAPI_PATH),
+        "mcp-client-service": _fuzz(workdirs["mcp-client-service"], suite.mcp_url + OPENAPI_PATH, secret),
     }
     reports = {service: run.communicate(timeout=200)[0] for service, run in runs.items()}
 

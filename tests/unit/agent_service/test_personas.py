@@ -159,11 +159,16 @@ def test_an_unknown_persona_is_a_400_listing_the_tenants_personas() -> None:
     assert "may use: none." in open_api.value.message
 
 
-def test_a_request_left_without_a_model_is_a_400() -> None:
-    with pytest.raises(ApiError) as refused:
-        apply_persona(_request(persona="modelless"), _RULES)
-    assert (refused.value.status, refused.value.code) == (400, "invalid_request")
-    assert "model is required" in refused.value.message
+def test_a_request_left_without_a_model_is_a_400_unless_the_service_has_a_default_model() -> None:
+    for request in (_request(persona="modelless"), _request()):
+        with pytest.raises(ApiError) as refused:
+            apply_persona(request, _RULES)
+        assert (refused.value.status, refused.value.code) == (400, "invalid_request")
+        assert "model is required" in refused.value.message
+        assert "AGENT_DEFAULT_MODEL" in refused.value.message
+        assert apply_persona(request, _RULES, "demo").model == "demo"
+    assert apply_persona(_request(persona="concise"), _RULES, "default-model").model == "demo"  # the persona's
+    assert apply_persona(_request(model="gpt-4o"), _RULES, "default-model").model == "gpt-4o"
 
 
 def test_the_system_prompt_is_the_requests_then_the_personas_then_the_tenants_then_none() -> None:

@@ -390,7 +390,7 @@ ConversationId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[
 
 class AgentRunRequest(WireModel):
     model: ModelName | None = None
-    """Required unless ``persona`` names one."""
+    """Omitted: the persona's, else the service's default (``AGENT_DEFAULT_MODEL``); without either, a 400."""
     messages: list[Message] = Field(min_length=1)
     stream: bool = False
     tools: list[str] | None = None
@@ -415,12 +415,6 @@ class AgentRunRequest(WireModel):
     catalog's prices)."""
     persona: str | None = Field(default=None, min_length=1, max_length=64)
     """A named preset of the callers file (system prompt, model, tools, limits); the request's own fields win."""
-
-    @model_validator(mode="after")
-    def _model_or_persona(self) -> AgentRunRequest:
-        if self.model is None and self.persona is None:
-            raise ValueError("model is required (or a persona that names one)")
-        return self
 
 
 class _RunEventBase(WireModel):

@@ -174,9 +174,10 @@ def _persona_named(request: AgentRunRequest, rules: TenantRules) -> Persona | No
     return persona
 
 
-def apply_persona(request: AgentRunRequest, rules: TenantRules) -> AgentRunRequest:
+def apply_persona(request: AgentRunRequest, rules: TenantRules, default_model: str = "") -> AgentRunRequest:
     """``request`` with the fields it omits taken from the persona it names (400 ``unknown_persona`` when the
-    caller's tenant has none of that name); unchanged without one. A model is then required (400)."""
+    caller's tenant has none of that name); unchanged without one. A model is then required: the request's, else
+    its persona's, else ``default_model`` (the service's ``AGENT_DEFAULT_MODEL``), else a 400."""
     persona = _persona_named(request, rules)
     if persona is not None:
         filled: dict[str, Any] = {}
@@ -185,8 +186,11 @@ def apply_persona(request: AgentRunRequest, rules: TenantRules) -> AgentRunReque
             if getattr(request, name) is None and value is not None:
                 filled[name] = list(value) if name == "tools" else value
         request = request.model_copy(update=filled)
+    if request.model is None and default_model:
+        request = request.model_copy(update={"model": default_model})
     if request.model is None:
-        message = f"model is required: the persona '{clip(request.persona)}' names none."
+        named = f"the persona '{clip(request.persona)}' names none" if request.persona else "the request names none"
+        message = f"model is required: {named}, and this service has no default model (AGENT_DEFAULT_MODEL)."
         raise ApiError(400, "invalid_request", message)
     return request
 

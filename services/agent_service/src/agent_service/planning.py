@@ -215,7 +215,7 @@ async def plan_run(
     may not use is never in the run. ``tenant``: the caller's, whose run it is. A persona the request names fills
     what it omits, first of all (see ``agent_service.personas``); what it fills is checked as the request's own
     fields are."""
-    request = apply_persona(request, rules)
+    request = apply_persona(request, rules, settings.default_model)
     model = request.model
     assert model is not None  # apply_persona refuses a request left without one
     _check_model(model, rules)

@@ -68,6 +68,8 @@ class AgentSettings(ServiceSettings):
 
     mcp_secret_header: str = "X-MCP-Service-Secret"
     """Header that carries the shared secret."""
+    default_model: str = ""
+    """The model of a run whose request names none (nor its persona); empty: such a request is a 400."""
     max_iterations: int = Field(default=HARD_MAX_ITERATIONS, ge=1, le=HARD_MAX_ITERATIONS)
     """LLM calls per run at most; a request may ask for fewer, never more."""
     run_deadline_seconds: float = Field(default=120.0, gt=0)
