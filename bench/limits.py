@@ -1,21 +1,25 @@
-"""7. agent-service's run limits: what the per-tenant run slot costs a run, in Redis and in memory, against none.
+"""7. agent-service's run limits: what the per-tenant run slot costs a run, in Redis and in memory, against none, and
+what all of a tenant's controls together cost (a caller key, the Redis slot, a run token cap, the tenant's and its
+user's monthly budgets in Redis).
 
-Three agent-services, alike but for their slots, run side by side on the system-under-test core behind the
-suite's completion-service and mcp-client-service, none storing runs (``AGENT_DATABASE_URL=""``, so that the slot
-is the only difference): no cap (``AGENT_MAX_CONCURRENT_RUNS_PER_TENANT=0``: nothing counted), the in-process
-slots, and the Redis slots on ``BENCH_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``, keys under a prefix of
-this run's own, deleted at the end). Each gets the same run (``rounds-1``: one tool call, then the answer;
-``stream: false``), one at a time (the cap is never reached: this is the cost of admitting and releasing), in
-rounds interleaved A, B, C then C, B, A. Per mode: p50, p99, agent-service's CPU per run, what it adds per run
-against no cap, and the ratios. Redis out of reach: that mode is left out, with a note saying why.
+Four agent-services, alike but for their limits, run side by side on the system-under-test core behind the suite's
+completion-service and mcp-client-service, none storing runs (``AGENT_DATABASE_URL=""``, so that the limits are the
+only difference): no cap (``AGENT_MAX_CONCURRENT_RUNS_PER_TENANT=0``: nothing counted), the in-process slots, the
+Redis slots on ``BENCH_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``, keys under a prefix of this run's own,
+deleted at the end), and "tenancy": the Redis slots with a callers file whose tenant has every control on (none
+reached), each run sent with its key and an end user. Each gets the same run (``rounds-1``: one tool call, then the
+answer; ``stream: false``), one at a time (the cap is never reached: this is the cost of admitting and releasing),
+in interleaved rounds. Per mode: p50, p99, agent-service's CPU per run, what it adds per run against no cap, and
+the ratios. Redis out of reach: the Redis modes are left out, with a note saying why.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 from contextlib import AsyncExitStack, ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -43,11 +47,37 @@ class _Mode:
     label: str
     env: dict[str, str]
     service: Service | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
 
-def _run_call(service: Service) -> HttpCall:
+_BENCH_KEY = f"bench-{secrets.token_hex(16)}"
+_CALLERS = f"""
+# The tenant of the "tenancy" mode: every control of a run on, none of them reached.
+[tenants.bench]
+max_concurrent_runs = 16
+max_run_tokens = 1000000000
+monthly_tokens = 1000000000000
+user_monthly_tokens = 1000000000000
+
+[[keys]]
+name = "bench"
+tenant = "bench"
+sha256 = "{hashlib.sha256(_BENCH_KEY.encode()).hexdigest()}"
+trusted = true
+"""
+
+
+def _run_call(mode: _Mode) -> HttpCall:
+    assert mode.service is not None
     body = {"model": f"openai/rounds-{_ROUNDS}", "messages": MESSAGES, "tools": [STDIO_TOOL], "stream": False}
-    return http_call(service, "POST", "/api/v1/agent/run", body, must_contain=f'"iterations":{_ROUNDS + 1}'.encode())
+    return http_call(
+        mode.service,
+        "POST",
+        "/api/v1/agent/run",
+        body,
+        headers=mode.headers,
+        must_contain=f'"iterations":{_ROUNDS + 1}'.encode(),
+    )
 
 
 async def _redis_reachable(url: str) -> str | None:
@@ -86,6 +116,16 @@ async def run_limits(suite: Suite, plan: Rounds) -> Section:
     if skipped is None:
         redis_env = {**unstored, **_cap(16), "AGENT_REDIS_URL": redis_url, "AGENT_REDIS_KEY_PREFIX": prefix}
         modes.append(_Mode("redis", "Redis slots (loopback)", redis_env))
+        callers = suite.logs / "bench-callers.toml"
+        callers.write_text(_CALLERS)
+        modes.append(
+            _Mode(
+                "tenancy",
+                "caller key + Redis slots + run token cap + tenant and user monthly budgets (Redis)",
+                {**redis_env, "AGENT_CALLERS_FILE": str(callers)},
+                headers={"Authorization": f"Bearer {_BENCH_KEY}", "X-User-Id": "bench-user"},
+            )
+        )
     try:
         with ExitStack() as stack:
             for mode in modes:
@@ -105,8 +145,11 @@ async def _measure(modes: list[_Mode], plan: Rounds) -> dict[str, Any]:
     services = {mode.key: mode.service for mode in modes if mode.service is not None}
     async with AsyncExitStack() as stack:
         arms = {
-            key: _run_call(service).probe(await stack.enter_async_context(HttpConnection("127.0.0.1", service.port)))
-            for key, service in services.items()
+            mode.key: _run_call(mode).probe(
+                await stack.enter_async_context(HttpConnection("127.0.0.1", mode.service.port))
+            )
+            for mode in modes
+            if mode.service is not None
         }
         await interleave(arms, replace(plan, rounds=0))  # warm-up apart: Redis connected, scripts loaded
         return await interleave(
@@ -117,7 +160,7 @@ async def _measure(modes: list[_Mode], plan: Rounds) -> dict[str, Any]:
 def _section(modes: list[_Mode], figures: dict[str, Any], plan: Rounds, skipped: str | None) -> Section:
     table = Table(
         f"7. agent-service's run limits: the same run ({_ROUNDS} round, one tool call, stream: false, not stored) "
-        f"through three agent-services alike but for their run slots; {plan.rounds} interleaved rounds x "
+        f"through agent-services alike but for their limits; {plan.rounds} interleaved rounds x "
         f"{plan.per_round} runs",
         ["", "runs/round", "p50 ms", "p99 ms", "agent CPU ms/run", "added ms/run", "added CPU ms/run", "p50 ratio"],
     )
@@ -149,6 +192,16 @@ def _section(modes: list[_Mode], figures: dict[str, Any], plan: Rounds, skipped:
             "added_agent_cpu_ms_per_run": added_cpu * 1000,
             "p50_ratio": arm.p50 / base.p50,
         }
+        if mode.key == "tenancy":
+            targets.append(
+                Target(
+                    "limits: caller key, Redis slot and monthly budgets, added p50 per run",
+                    f"<= {ADDED_PER_RUN_TARGET * 1000:g} ms",
+                    f"{ms(added)} ms (agent CPU {ms(added_cpu)} ms/run; a run {arm.p50 / base.p50:.3f}x the run "
+                    "without them)",
+                    added <= ADDED_PER_RUN_TARGET,
+                )
+            )
         if mode.key == "redis":
             targets.append(
                 Target(
@@ -164,7 +217,8 @@ def _section(modes: list[_Mode], figures: dict[str, Any], plan: Rounds, skipped:
         result["redis_skipped"] = skipped
     table.notes.append(
         "added = this mode - no cap, per run (p50 of runs, median of round p50s); CPU: agent-service's own, from "
-        "/proc (Redis's own CPU not included); a run takes its slot (one Lua script) and gives it back (ZREM)"
+        "/proc (Redis's own CPU not included); a run takes its slot (one Lua script) and gives it back (ZREM); "
+        "tenancy adds the caller key's check, the month's budgets read before each LLM call and added to after it"
     )
     return Section("limits", tables=[table], targets=targets, figures=result)
 

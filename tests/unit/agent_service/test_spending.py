@@ -186,10 +186,10 @@ class FlakyLedger(LocalSpendLedger):
         super().__init__()
         self.down = False
 
-    async def add(self, keys: Sequence[SpendKey], spent: Spent) -> None:
+    async def add(self, keys: Sequence[SpendKey], spent: Spent) -> list[Spent | None]:
         if self.down:
             raise LedgerUnavailable("Redis: ConnectionError")
-        await super().add(keys, spent)
+        return await super().add(keys, spent)
 
 
 async def test_a_usage_that_could_not_be_added_is_added_with_the_next_call() -> None:
@@ -215,3 +215,31 @@ async def test_a_run_of_a_tenant_crossing_its_monthly_budget_ends_with_budget_an
     outcome = await scripted.loop().run(run_plan, Recorder(), stream_text=True)
     assert (outcome.finish_reason, outcome.budget, outcome.iterations) == ("budget", "tenant_monthly_tokens", 3)
     assert (await refusal(spend)).code == "budget_exhausted"
+
+
+class CountingLedger(LocalSpendLedger):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def read(self, keys: Sequence[SpendKey]) -> list[Spent | None]:
+        self.reads += 1
+        return await super().read(keys)
+
+
+async def test_a_run_checks_its_budgets_on_the_counters_its_own_last_call_added_to_without_another_round_trip() -> None:
+    ledger = CountingLedger()
+    spend = Spending(ledger, rules={"acme": TenantRules(monthly_tokens=30, user_monthly_tokens=100)}, clock=Clock(NOW))
+    guard = await spend.admit("acme", "alice")
+    assert guard is not None
+    assert ledger.reads == 1  # admit's read: the one round trip before the run's first call
+    assert await guard.exhausted() is None
+    await guard.spent(Usage(input_tokens=10, output_tokens=5))
+    other = await spend.admit("acme", "bob")  # another run of the tenant spends meanwhile
+    assert other is not None
+    await other.spent(Usage(input_tokens=10, output_tokens=0))
+    reads = ledger.reads
+    assert await guard.exhausted() is None  # 15 of 30 as its own call left them: bob's 10 not seen yet
+    await guard.spent(Usage(input_tokens=5, output_tokens=0))  # the add answers 30: bob's included
+    assert await guard.exhausted() == "tenant_monthly_tokens"
+    assert ledger.reads == reads, "checks between calls read no counters"

@@ -388,8 +388,7 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
         run = await services.runs.begin(plan, run_request, send=None, caller=caller)
     else:  # one plain completion, not a run: still within the monthly budgets, and counted
         spending = services.runs.spending
-        await spending.admit(caller.tenant, caller.user)
-        plan = replace(plan, spending=spending.guard(caller.tenant, caller.user))
+        plan = replace(plan, spending=await spending.admit(caller.tenant, caller.user))
     front = _Request(services, body, plan, run, mode=mode, events=events)
     if body.stream and mode != "disabled":
         return EventStreamResponse(front.stream, headers=front.headers, defer_start=True)

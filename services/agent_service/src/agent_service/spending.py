@@ -5,10 +5,14 @@ users together) and ``user_monthly_tokens`` and ``user_monthly_cost_usd`` (each 
 without a user counts toward the tenant's only). A month is a calendar month in UTC. ``Spending`` enforces them:
 
 - ``admit``: a new run of a tenant or user whose budget is used up is refused, 429 ``budget_exhausted``, saying which
-  budget and when it resets, with ``Retry-After`` (seconds until the first day of next month, UTC);
-- ``guard``: the run's ``SpendGuard`` (``RunPlan.spending``), which the loop asks before every LLM call (used up: the
+  budget and when it resets, with ``Retry-After`` (seconds until the first day of next month, UTC); otherwise it
+  gives the run its ``SpendGuard`` (``RunPlan.spending``), which the loop asks before every LLM call (used up: the
   run ends with finish reason ``budget`` and the budget's name) and tells each call's usage after it. A tenant
   without a monthly budget gets none: its runs cost nothing to check.
+
+One round trip per LLM call: adding a call's usage answers the counters' new values, and the check before the
+run's next call reads those (the run's first check reads what ``admit`` read). A run sees the other runs' spend as
+of its own last call: fresh to within one call, which the overshoot below allows for anyway.
 
 The counters live in a ``SpendLedger``, one per tenant-month and one per tenant-user-month, tokens as integers and
 cost as integer micro-dollars: in Redis (``<prefix>spend:<YYYY-MM>:<tenant>[:user:<user>]`` hashes, expiring a day
@@ -132,9 +136,9 @@ class SpendLedger(ABC):
         ``LedgerUnavailable``."""
 
     @abstractmethod
-    async def add(self, keys: Sequence[SpendKey], spent: Spent) -> None:
+    async def add(self, keys: Sequence[SpendKey], spent: Spent) -> list[Spent | None]:
         """Add ``spent`` to each of ``keys`` that is seeded (one that is not is seeded later, from the store, which
-        has the usage); raises ``LedgerUnavailable``."""
+        has the usage); returns their new values, as ``read``. Raises ``LedgerUnavailable``."""
 
 
 class LocalSpendLedger(SpendLedger):
@@ -153,10 +157,11 @@ class LocalSpendLedger(SpendLedger):
             self._spent[key] = spent
         return self._spent[key]
 
-    async def add(self, keys: Sequence[SpendKey], spent: Spent) -> None:
+    async def add(self, keys: Sequence[SpendKey], spent: Spent) -> list[Spent | None]:
         for key in keys:
             if key in self._spent:
                 self._spent[key] += spent
+        return [self._spent.get(key) for key in keys]
 
 
 # KEYS: the counters. Returns tokens, micros for each (-1, -1: never seeded).
@@ -181,15 +186,20 @@ return {tonumber(fields[1]) or 0, tonumber(fields[2]) or 0}
 """
 
 # KEYS: the counters. ARGV: tokens, micros. Only to a seeded counter: creating one here would start it from this
-# call alone, a fresh budget; the next check seeds it from the store instead.
+# call alone, a fresh budget; the next check seeds it from the store instead. Returns the new tokens, micros of each
+# (-1, -1: never seeded), as _READ does.
 _ADD = """
+local values = {}
 for index = 1, #KEYS do
   if redis.call('EXISTS', KEYS[index]) == 1 then
-    redis.call('HINCRBY', KEYS[index], 'tokens', ARGV[1])
-    redis.call('HINCRBY', KEYS[index], 'micros', ARGV[2])
+    values[#values + 1] = redis.call('HINCRBY', KEYS[index], 'tokens', ARGV[1])
+    values[#values + 1] = redis.call('HINCRBY', KEYS[index], 'micros', ARGV[2])
+  else
+    values[#values + 1] = -1
+    values[#values + 1] = -1
   end
 end
-return 0
+return values
 """
 
 
@@ -212,8 +222,7 @@ class RedisSpendLedger(SpendLedger):
             values = await bounded(self._read(keys=[self.key(key) for key in keys]))
         except REDIS_ERRORS as error:
             raise LedgerUnavailable(f"Redis: {type(error).__name__}: {error}") from None
-        pairs = [(int(values[index]), int(values[index + 1])) for index in range(0, len(values), 2)]
-        return [None if tokens < 0 else Spent(tokens, max(micros, 0)) for tokens, micros in pairs]
+        return _counters(values)
 
     async def seed(self, key: SpendKey, spent: Spent, expires_at: datetime) -> Spent:
         expiry = math.ceil(expires_at.timestamp())
@@ -223,11 +232,18 @@ class RedisSpendLedger(SpendLedger):
             raise LedgerUnavailable(f"Redis: {type(error).__name__}: {error}") from None
         return Spent(int(tokens), int(micros))
 
-    async def add(self, keys: Sequence[SpendKey], spent: Spent) -> None:
+    async def add(self, keys: Sequence[SpendKey], spent: Spent) -> list[Spent | None]:
         try:
-            await bounded(self._add(keys=[self.key(key) for key in keys], args=[spent.tokens, spent.micros]))
+            values = await bounded(self._add(keys=[self.key(key) for key in keys], args=[spent.tokens, spent.micros]))
         except REDIS_ERRORS as error:
             raise LedgerUnavailable(f"Redis: {type(error).__name__}: {error}") from None
+        return _counters(values)
+
+
+def _counters(values: Sequence[int]) -> list[Spent | None]:
+    """The replies of ``_READ`` and ``_ADD``: tokens, micros per key; -1 for a key never seeded."""
+    pairs = [(int(values[index]), int(values[index + 1])) for index in range(0, len(values), 2)]
+    return [None if tokens < 0 else Spent(tokens, max(micros, 0)) for tokens, micros in pairs]
 
 
 _KEPT_AFTER_MONTH = timedelta(days=1)
@@ -319,20 +335,34 @@ class Spending:
         except StoreError as error:
             raise LedgerUnavailable(f"run store: {error}") from None
 
-    async def used_up(self, tenant: str, user: str | None) -> tuple[_Budget, Spent, datetime] | None:
+    async def used_up(
+        self, tenant: str, user: str | None, known: dict[SpendKey, Spent] | None = None
+    ) -> tuple[_Budget, Spent, datetime] | None:
         """The first of the budgets of ``tenant`` and ``user`` that is used up, with its counter and the time now;
-        raises ``LedgerUnavailable``."""
+        raises ``LedgerUnavailable``. ``known``: counters already read, used when they cover every budget (those
+        read here are put in it)."""
         budgets, now = self._budgets_now(tenant, user)
         if not budgets:
             return None
-        spent = await self._spent(list(dict.fromkeys(budget.key for budget in budgets)), now)
+        keys = list(dict.fromkeys(budget.key for budget in budgets))
+        if known is not None and all(key in known for key in keys):  # a new month has new keys: read again
+            spent = known
+        else:
+            spent = await self._spent(keys, now)
+            if known is not None:
+                known.clear()
+                known.update(spent)
         return next(((b, spent[b.key], now) for b in budgets if b.used_up(spent[b.key])), None)
 
-    async def admit(self, tenant: str, user: str | None) -> None:
-        """Refuse a new run whose tenant or user has used up a monthly budget: 429 ``budget_exhausted`` (or 503
-        ``limits_unavailable`` when that cannot be known)."""
+    async def admit(self, tenant: str, user: str | None) -> SpendGuard | None:
+        """The guard of a new run of ``tenant`` and ``user`` (``None`` when the tenant has no monthly budget); refuses
+        the run when one of its budgets is used up: 429 ``budget_exhausted`` (or 503 ``limits_unavailable`` when that
+        cannot be known)."""
+        if not self.rules.get(tenant, NO_RULES).has_monthly_budget:
+            return None
+        known: dict[SpendKey, Spent] = {}
         try:
-            found = await self.used_up(tenant, user)
+            found = await self.used_up(tenant, user, known)
         except LedgerUnavailable as error:
             _log.warning("spending_unavailable", tenant=tenant, error=str(error))
             raise ApiError(
@@ -343,16 +373,20 @@ class Spending:
             ) from None
         if found is not None:
             raise _budget_exhausted(*found)
+        return _RunSpend(self, tenant, user, known)
 
     def guard(self, tenant: str, user: str | None) -> SpendGuard | None:
-        """The guard of a run of ``tenant`` and ``user``; ``None`` when the tenant has no monthly budget."""
-        return _RunSpend(self, tenant, user) if self.rules.get(tenant, NO_RULES).has_monthly_budget else None
+        """The guard of a run admitted earlier (taken over after a crash); ``None`` when the tenant has no monthly
+        budget. Its first check reads the counters."""
+        return _RunSpend(self, tenant, user, {}) if self.rules.get(tenant, NO_RULES).has_monthly_budget else None
 
-    async def record(self, tenant: str, user: str | None, spent: Spent) -> None:
-        """Add one call's ``spent`` to the counters of the budgets of ``tenant`` and ``user``."""
+    async def record(self, tenant: str, user: str | None, spent: Spent) -> dict[SpendKey, Spent | None]:
+        """Add one call's ``spent`` to the counters of the budgets of ``tenant`` and ``user``; their new values."""
         budgets, _ = self._budgets_now(tenant, user)
-        if budgets and spent:
-            await self.ledger.add(list(dict.fromkeys(budget.key for budget in budgets)), spent)
+        if not budgets or not spent:
+            return {}
+        keys = list(dict.fromkeys(budget.key for budget in budgets))
+        return dict(zip(keys, await self.ledger.add(keys, spent), strict=True))
 
 
 def _budget_exhausted(budget: _Budget, spent: Spent, now: datetime) -> ApiError:
@@ -376,16 +410,18 @@ def _budget_exhausted(budget: _Budget, spent: Spent, now: datetime) -> ApiError:
 class _RunSpend:
     """One run's ``SpendGuard``."""
 
-    def __init__(self, spending: Spending, tenant: str, user: str | None) -> None:
+    def __init__(self, spending: Spending, tenant: str, user: str | None, known: dict[SpendKey, Spent]) -> None:
         self.spending = spending
         self.tenant = tenant
         self.user = user
+        self._known = known
+        """The counters as the run last read or added to them: its next check needs no round trip."""
         self._unrecorded = Spent()
         """Usage whose adding failed: added with the next call's."""
 
     async def exhausted(self) -> BudgetName | None:
         try:
-            found = await self.spending.used_up(self.tenant, self.user)
+            found = await self.spending.used_up(self.tenant, self.user, self._known)
         except LedgerUnavailable as error:
             _log.warning("spending_unavailable", tenant=self.tenant, error=str(error))
             message = f"{_unavailable_message(str(error))}; the run was stopped before its next LLM call."
@@ -397,12 +433,18 @@ class _RunSpend:
         # Shielded: the call was made, so it is counted even when the run is being cancelled (bounded all the same).
         with anyio.CancelScope(shield=True):
             try:
-                await self.spending.record(self.tenant, self.user, spent)
+                counters = await self.spending.record(self.tenant, self.user, spent)
             except LedgerUnavailable as error:
                 _log.warning("spending_not_recorded", tenant=self.tenant, tokens=spent.tokens, error=str(error))
                 self._unrecorded = spent
+                self._known.clear()  # the next check reads them
                 return
         self._unrecorded = Spent()
+        for key, value in counters.items():
+            if value is None:  # gone (a flushed Redis): the next check seeds it again from the store
+                self._known.pop(key, None)
+            else:
+                self._known[key] = value
 
 
 def open_spending(

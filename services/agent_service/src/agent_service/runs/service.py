@@ -160,8 +160,7 @@ class AgentRuns:
             field = "conversationId" if request.conversation_id is not None else 'onDisconnect "continue"'
             raise ApiError(400, "runs_not_stored", f"{field} needs stored runs (AGENT_DATABASE_URL is empty).")
         tenant = caller.tenant
-        await self.spending.admit(tenant, caller.user)
-        plan = replace(plan, spending=self.spending.guard(tenant, caller.user))
+        plan = replace(plan, spending=await self.spending.admit(tenant, caller.user))
         cap = caller.rules.max_concurrent_runs
         if cap is None:
             cap = self.settings.max_concurrent_runs_per_tenant
