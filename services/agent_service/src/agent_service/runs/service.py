@@ -35,6 +35,7 @@ from agent_service.store import (
     ConversationRecord,
     ConversationSummary,
     ConversationTaken,
+    ModelUsage,
     NewRun,
     RunRecord,
     RunStore,
@@ -183,6 +184,7 @@ class AgentRuns:
             conversation_id=request.conversation_id,
             caller=caller.name,
             tenant=caller.tenant,
+            user=caller.user,
         )
         try:
             earlier = await store.create_run(new, owner=self.owner, lease_seconds=self.settings.lease_seconds)
@@ -413,6 +415,13 @@ class AgentRuns:
         stored until a replica's keeper fails it (its sweep does, every ``lease_seconds / 3``)."""
         try:
             return await self._store().list_conversations(limit, tenant=tenant)
+        except StoreError as error:
+            raise _unavailable(error) from None
+
+    async def usage(self, tenant: str, start: datetime, end: datetime, *, user: str | None) -> list[ModelUsage]:
+        """The tenant's (or its end user's) LLM calls over ``[start, end)``, summed per model."""
+        try:
+            return await self._store().usage_by_model(tenant, start, end, user=user)
         except StoreError as error:
             raise _unavailable(error) from None
 

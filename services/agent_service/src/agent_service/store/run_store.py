@@ -24,13 +24,14 @@ from agent_service.store.records import (
     ConversationSummary,
     ConversationTaken,
     LeaseLost,
+    ModelUsage,
     NewRun,
     RunRecord,
     Step,
     StoredEvent,
     StoreError,
 )
-from agent_service.store.schema import conversations, run_events, run_messages, runs
+from agent_service.store.schema import conversations, run_events, run_messages, runs, usage_log
 from suite_common.wire import Message, RunError, RunErrorDetail, Usage, dump
 
 __all__ = ["RunStore"]
@@ -45,6 +46,31 @@ _INSERT_MESSAGES = run_messages.insert()
 def _of_tenant(column: sa.ColumnElement[str | None], tenant: str) -> sa.ColumnElement[bool]:
     """A row of ``tenant``; a row stored without a tenant is the default tenant's."""
     return sa.func.coalesce(column, DEFAULT_TENANT) == tenant
+
+
+_USAGE_SUMS = (
+    sa.func.coalesce(sa.func.sum(usage_log.c.input_tokens), 0).label("input_tokens"),
+    sa.func.coalesce(sa.func.sum(usage_log.c.output_tokens), 0).label("output_tokens"),
+    # NULL when no call had a price (SUM skips NULLs, and is NULL over none).
+    sa.func.sum(usage_log.c.cost_usd).label("cost_usd"),
+)
+
+
+def _usage_of(tenant: str, user: str | None) -> list[sa.ColumnElement[bool]]:
+    """The usage log rows of ``tenant`` (and of ``user``): the index's leading columns, as equalities."""
+    conditions = [usage_log.c.tenant == tenant]
+    if user is not None:
+        conditions.append(usage_log.c.user_id == user)
+    return conditions
+
+
+def _usage(row: sa.Row[Any]) -> Usage:
+    cost = row.cost_usd
+    return Usage(
+        input_tokens=int(row.input_tokens),
+        output_tokens=int(row.output_tokens),
+        cost_usd=float(cost) if cost is not None else None,
+    )
 
 
 def _now() -> datetime:
@@ -129,6 +155,7 @@ class RunStore:
                     "conversation_id": run.conversation_id,
                     "caller": run.caller,
                     "tenant": run.tenant,
+                    "user_id": run.user,
                     "model": run.model,
                     "status": "processing",
                     "iterations": 0,
@@ -165,6 +192,7 @@ class RunStore:
                 conversation_id=conversation_id,
                 caller=run.caller,
                 tenant=run.tenant,
+                user_id=run.user,
                 created_at=now,
                 updated_at=now,
             )
@@ -321,6 +349,36 @@ class RunStore:
             ]
 
         return await self._db.run("list the conversations", read, write=False)
+
+    # --- usage ----------------------------------------------------------------------------------------
+
+    async def usage_by_model(
+        self, tenant: str, start: datetime, end: datetime, *, user: str | None = None
+    ) -> list[ModelUsage]:
+        """The usage log of ``tenant`` (of its end user ``user`` only, unless ``None``) over ``[start, end)``, summed
+        per model, by model name: one aggregate query over the index on ``(tenant, [user_id,] created_at)``."""
+        query = (
+            sa.select(usage_log.c.model, sa.func.count().label("calls"), *_USAGE_SUMS)
+            .where(*_usage_of(tenant, user), usage_log.c.created_at >= start, usage_log.c.created_at < end)
+            .group_by(usage_log.c.model)
+            .order_by(usage_log.c.model)
+        )
+
+        def read(connection: Connection) -> list[ModelUsage]:
+            rows = connection.execute(query)
+            return [ModelUsage(model=row.model, calls=row.calls, usage=_usage(row)) for row in rows]
+
+        return await self._db.run(f"sum the usage of tenant {tenant}", read, write=False)
+
+    async def usage_since(self, tenant: str, since: datetime, *, user: str | None = None) -> Usage:
+        """The tokens and cost of ``tenant``'s LLM calls (of its end user ``user`` only, unless ``None``) since
+        ``since``: where a monthly budget starts from."""
+        query = sa.select(*_USAGE_SUMS).where(*_usage_of(tenant, user), usage_log.c.created_at >= since)
+
+        def read(connection: Connection) -> Usage:
+            return _usage(connection.execute(query).one())
+
+        return await self._db.run(f"sum the usage of tenant {tenant}", read, write=False)
 
     # --- leases ---------------------------------------------------------------------------------------
 
@@ -512,11 +570,13 @@ def _run_record(row: sa.Row[Any]) -> RunRecord:
         conversation_id=row.conversation_id,
         caller=row.caller,
         tenant=row.tenant,
+        user=row.user_id,
         model=row.model,
         status=row.status,
         iterations=row.iterations,
-        usage=Usage(input_tokens=row.input_tokens, output_tokens=row.output_tokens),
+        usage=Usage(input_tokens=row.input_tokens, output_tokens=row.output_tokens, cost_usd=row.cost_usd),
         finish_reason=row.finish_reason,
+        budget=row.budget,
         error=error,
         plan=row.plan,
         created_at=row.created_at,
