@@ -191,6 +191,25 @@ async def test_usage_is_filtered_to_one_end_user(stack: Stack) -> None:
     }
 
 
+async def test_a_plain_completion_of_the_openai_front_is_logged_too(stack: Stack) -> None:
+    user = f"front-{uuid.uuid4().hex[:8]}"
+    stack.llm.push(fake_openai.text("plain answer"))
+    response = await stack.http.post(
+        "/v1/chat/completions",
+        json={"model": "gpt-4o", "messages": [{"role": "user", "content": "just answer"}]},
+        headers={**_as(ACME_KEY, user), "X-Agent-Disabled": "true"},
+    )
+    assert response.status_code == 200, response.text
+    reported = response.json()["usage"]
+
+    report = await _usage(stack, ACME_KEY, user=user)
+    assert report["total"] == {
+        "calls": 1,
+        "inputTokens": reported["prompt_tokens"],
+        "outputTokens": reported["completion_tokens"],
+    }
+
+
 @pytest.mark.parametrize(
     ("params", "says"),
     [

@@ -200,3 +200,15 @@ async def test_a_run_taken_over_logs_its_calls_as_its_own_tenants_and_users(stor
     await store.record(run_id, Step(iterations=1, calls=[call(7, 2)]), owner="replica-b")
 
     assert [(row.tenant, row.user_id) for row in await rows(store, run_id=run_id)] == [(tenant, "alice")]
+
+
+async def test_a_call_outside_any_run_is_logged_on_its_own_and_summed_with_the_others(store: RunStore) -> None:
+    tenant = tenant_name()
+    since = datetime.now(UTC) - timedelta(seconds=1)
+    await store.log_usage(call(4, 2, 0.125), tenant=tenant, user="alice", caller="acme-app")
+
+    [row] = await rows(store, tenant=tenant)
+    assert (row.run_id, row.user_id, row.caller, row.provider) == (None, "alice", "acme-app", "openai")
+    assert await store.usage_since(tenant, since, user="alice") == Usage(
+        input_tokens=4, output_tokens=2, cost_usd=0.125
+    )

@@ -5,8 +5,9 @@ statements and about 0.4 ms of CPU on SQLite, and on PostgreSQL five round trips
 (``python -m bench.run_store``; the statements' building, caching and the asyncio adaptation, not the
 database, took most of it). Here a step is, on PostgreSQL, one statement (its parts are CTEs, so it is
 one round trip and atomic without BEGIN and COMMIT), prepared once per connection by asyncpg; on SQLite,
-three statements on the standard driver in one ``BEGIN IMMEDIATE`` transaction. Everything else the store
-does goes through SQLAlchemy Core (``run_store``): this module holds only what the benchmark justified.
+three statements (four with usage log rows) on the standard driver in one ``BEGIN IMMEDIATE`` transaction.
+Everything else the store does goes through SQLAlchemy Core (``run_store``): this module holds only what the
+benchmark justified.
 
 A step's LLM calls (``Step.calls``) become rows of the usage log in the same statement or transaction, each with
 the tenant, end user and caller read from the run's own row (so a run taken over after a crash logs its calls as

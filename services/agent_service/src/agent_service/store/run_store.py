@@ -8,7 +8,7 @@ Times are the replica's wall clock, in UTC.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy import Connection
@@ -34,6 +34,9 @@ from agent_service.store.records import (
 from agent_service.store.schema import conversations, run_events, run_messages, runs, usage_log
 from suite_common.wire import Message, RunError, RunErrorDetail, Usage, dump
 
+if TYPE_CHECKING:
+    from agent_service.loop import LlmCall
+
 __all__ = ["RunStore"]
 
 _FINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
@@ -41,6 +44,7 @@ _FINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 
 _INSERT_RUN = runs.insert()
 _INSERT_MESSAGES = run_messages.insert()
+_INSERT_USAGE = usage_log.insert()
 
 
 def _of_tenant(column: sa.ColumnElement[str | None], tenant: str) -> sa.ColumnElement[bool]:
@@ -369,6 +373,25 @@ class RunStore:
             return [ModelUsage(model=row.model, calls=row.calls, usage=_usage(row)) for row in rows]
 
         return await self._db.run(f"sum the usage of tenant {tenant}", read, write=False)
+
+    async def log_usage(self, call: LlmCall, *, tenant: str, user: str | None, caller: str | None) -> None:
+        """One usage log row for an LLM call made outside any stored run (a plain completion of the OpenAI front;
+        a run's calls are logged with its steps)."""
+        row = {
+            "tenant": tenant,
+            "user_id": user,
+            "caller": caller,
+            "run_id": None,
+            "model": call.model,
+            "provider": call.provider,
+            "input_tokens": call.usage.input_tokens,
+            "output_tokens": call.usage.output_tokens,
+            "cost_usd": call.usage.cost_usd,
+            "created_at": _now(),
+        }
+        await self._db.run(
+            f"log the usage of tenant {tenant}", lambda connection: connection.execute(_INSERT_USAGE, row), write=True
+        )
 
     async def usage_since(self, tenant: str, since: datetime, *, user: str | None = None) -> Usage:
         """The tokens and cost of ``tenant``'s LLM calls (of its end user ``user`` only, unless ``None``) since
