@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from agent_service.limits import RunLimits
-from agent_service.loop import UNKNOWN_OUTCOME, RunPlan
+from agent_service.loop import UNKNOWN_OUTCOME, LlmCall, RunPlan
 from agent_service.runs.plans import stored_plan, takeover
 from agent_service.store import RunRecord
 from suite_common.deadline import Deadline
@@ -50,11 +50,13 @@ def record(**fields: Any) -> RunRecord:
         "conversation_id": None,
         "caller": None,
         "tenant": None,
+        "user": None,
         "model": "scripted",
         "status": "tool_loop",
         "iterations": 1,
         "usage": Usage(input_tokens=10, output_tokens=5),
         "finish_reason": None,
+        "budget": None,
         "error": None,
         "plan": stored_plan(plan),
         "created_at": NOW,
@@ -133,7 +135,7 @@ class Steps:
     def __init__(self) -> None:
         self.steps: list[tuple[str, int, Message]] = []
 
-    async def turn(self, position: int, message: Message, *, iterations: int, usage: Usage) -> None:
+    async def turn(self, position: int, message: Message, *, iterations: int, usage: Usage, call: LlmCall) -> None:
         self.steps.append(("turn", position, message))
 
     async def result(self, position: int, message: Message) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "ModelName",
     "ModelPrices",
     "ModelTarget",
+    "ModelUsageView",
     "NamedToolChoice",
     "PersonaList",
     "PersonaSummary",
@@ -72,6 +73,8 @@ __all__ = [
     "ToolSummary",
     "ToolUnavailable",
     "Usage",
+    "UsageReport",
+    "UsageTotal",
     "WireModel",
     "dump",
 ]
@@ -607,6 +610,43 @@ class ConversationList(WireModel):
     """``GET /api/v1/agent/conversations``: the conversations updated last, newest first."""
 
     conversations: list[ConversationSummaryView]
+
+
+class UsageTotal(WireModel):
+    """LLM calls summed: how many, their tokens, and their cost."""
+
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None = None
+    """US dollars, at completion-service's catalog prices; absent when none of the calls had a price."""
+
+
+class ModelUsageView(WireModel):
+    """One model's line in ``GET /api/v1/agent/usage``."""
+
+    model: str
+    """The model the runs asked for (a catalog name or ``<provider>/<model>``)."""
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None = None
+    """Absent when none of its calls had a price."""
+
+
+class UsageReport(WireModel):
+    """``GET /api/v1/agent/usage``: the caller's tenant's LLM calls over ``[from, to)``, summed per model."""
+
+    tenant: str
+    user: str | None = None
+    """The end user the report is limited to (``?user=``); absent: every call of the tenant."""
+    from_: str = Field(validation_alias=AliasChoices("from", "from_"), serialization_alias="from")
+    """The range's start, included (ISO 8601, UTC)."""
+    to: str
+    """The range's end, excluded."""
+    models: list[ModelUsageView]
+    """By model name."""
+    total: UsageTotal
 
 
 class ToolSummary(WireModel):

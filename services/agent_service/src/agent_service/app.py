@@ -35,6 +35,7 @@ from agent_service.store import RunStore, StoredEvent, StoreError
 from agent_service.stored_keys import StoredKeys
 from agent_service.telemetry import RunTelemetry
 from agent_service.tool_cache import open_tool_cache
+from agent_service.usage_api import usage_routes
 from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes
 from suite_common.http import ModelResponse, read_model, run_for_client
@@ -328,6 +329,7 @@ def create_app(
         routes=[
             ApiRoute("/api/v1/agent/run", run_agent, method="POST", operation=_RUN),
             *runs_routes(),
+            *usage_routes(),
             *console_routes(),
             *openai_routes(),
             *health_routes(_readiness, observability.lifecycle),

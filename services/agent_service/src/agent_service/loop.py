@@ -48,7 +48,7 @@ from suite_common.wire import (
     Usage,
 )
 
-__all__ = ["AgentLoop", "Emit", "ResumePoint", "RunOutcome", "RunPlan", "RunRecorder"]
+__all__ = ["AgentLoop", "Emit", "LlmCall", "ResumePoint", "RunOutcome", "RunPlan", "RunRecorder"]
 
 _log = get_logger("agent_service.loop")
 
@@ -80,6 +80,18 @@ class RunPlan:
     """Whose run it is: the tool-result cache keeps each tenant's results apart."""
 
 
+@dataclass(frozen=True, slots=True)
+class LlmCall:
+    """One LLM call of a run, as the usage log keeps it."""
+
+    model: str
+    """The model the run asked for (a catalog name or ``<provider>/<model>``)."""
+    provider: str
+    """Who answered it."""
+    usage: Usage
+    """This call's own tokens and cost (not the run's so far)."""
+
+
 class RunRecorder(Protocol):
     """Where the loop reports each step, before it goes on: the run store's journal (``agent_service.runs``).
 
@@ -87,8 +99,9 @@ class RunRecorder(Protocol):
     raises ``UpstreamError``, and the run fails with it: a step that cannot be stored is not taken.
     """
 
-    async def turn(self, position: int, message: Message, *, iterations: int, usage: Usage) -> None:
-        """An assistant turn, before any of its tool calls runs."""
+    async def turn(self, position: int, message: Message, *, iterations: int, usage: Usage, call: LlmCall) -> None:
+        """An assistant turn, before any of its tool calls runs. ``usage``: the run's so far; ``call``: the LLM call
+        that answered this turn (one row of the usage log)."""
 
     async def result(self, position: int, message: Message) -> None:
         """A tool result, as soon as its call has finished."""
@@ -347,6 +360,7 @@ class AgentLoop:
         state.usage += response.usage
         if plan.spending is not None:
             await plan.spending.spent(response.usage)
+        llm_call = LlmCall(plan.model, response.provider, response.usage)
         message = response.message
         calls = message.tool_calls or []
         if plan.client_tools and calls:
@@ -361,7 +375,9 @@ class AgentLoop:
         state.append(message)
         if not calls:
             if recorder is not None:
-                await recorder.turn(state.turn_position, message, iterations=iteration, usage=state.usage)
+                await recorder.turn(
+                    state.turn_position, message, iterations=iteration, usage=state.usage, call=llm_call
+                )
             return "tool_calls" if message.tool_calls else "stop"
         state.pending = list(calls)
         for call in calls:
@@ -371,7 +387,7 @@ class AgentLoop:
                 )
             )
         if recorder is not None:  # stored before any tool runs: a crash from here on resumes these calls
-            await recorder.turn(state.turn_position, message, iterations=iteration, usage=state.usage)
+            await recorder.turn(state.turn_position, message, iterations=iteration, usage=state.usage, call=llm_call)
         await self._dispatch(plan, state, emit, calls, recorder, stream_text)
         # Results go back in the order the model asked for them, whatever order they finished in.
         state.close_round("The tool call did not finish.")

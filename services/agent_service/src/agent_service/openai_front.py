@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Protocol
 
 import anyio
@@ -21,9 +22,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
-from agent_service.callers import caller_of
+from agent_service.callers import Caller, caller_of
 from agent_service.clients import CompletionClient, UpstreamError
-from agent_service.loop import AgentLoop, RunPlan
+from agent_service.loop import AgentLoop, LlmCall, RunPlan
 from agent_service.openai_wire import (
     AgentInfo,
     ChatCompletion,
@@ -181,8 +182,11 @@ async def _run(runs: AgentRuns, run: StartedRun, on_event: EventSink, stream_tex
     return _Answer(final_text(outcome.appended), handed_back, agent, outcome.usage, outcome.error)
 
 
-async def _single_completion(completions: CompletionClient, plan: RunPlan, on_text: TextSink | None) -> _Answer:
-    """The plain path: one completion with the client's tools, none of ours; its finish reason is the answer's."""
+async def _single_completion(
+    completions: CompletionClient, plan: RunPlan, on_text: TextSink | None, log: Callable[[LlmCall], Awaitable[None]]
+) -> _Answer:
+    """The plain path: one completion with the client's tools, none of ours; its finish reason is the answer's.
+    ``log``: where its usage goes (the usage log), before the answer."""
     request = CompletionRequest(
         model=plan.model,
         messages=with_system_prompt(plan.messages, plan.system_prompt),
@@ -205,6 +209,7 @@ async def _single_completion(completions: CompletionClient, plan: RunPlan, on_te
             )
             if plan.spending is not None:
                 await plan.spending.spent(response.usage)
+            await log(LlmCall(plan.model, response.provider, response.usage))
             message = response.message
             agent = AgentInfo(finish_reason=response.finish_reason, iterations=1)
             return _Answer(message.content, message.tool_calls, agent, response.usage)
@@ -224,6 +229,7 @@ class _Request:
         plan: RunPlan,
         run: StartedRun | None,
         *,
+        caller: Caller,
         mode: StreamMode,
         events: bool,
     ):
@@ -232,6 +238,7 @@ class _Request:
         self.body = body
         self.plan = plan
         self.run = run
+        self.caller = caller
         self.mode = mode
         self.events = events
         self.agentic = run is not None
@@ -242,7 +249,9 @@ class _Request:
     def work(self, on_event: EventSink, on_text: TextSink | None) -> Awaitable[_Answer]:
         if self.run is not None:
             return _run(self.services.runs, self.run, on_event, stream_text=on_text is not None)
-        return _single_completion(self.services.loop.completions, self.plan, on_text)
+        return _single_completion(
+            self.services.loop.completions, self.plan, on_text, partial(self.services.runs.log_usage, self.caller)
+        )
 
     def failure(self, error: UpstreamError | ApiError) -> JSONResponse:
         headers = {**error.headers, **self.headers}
@@ -389,7 +398,7 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
     else:  # one plain completion, not a run: still within the monthly budgets, and counted
         spending = services.runs.spending
         plan = replace(plan, spending=await spending.admit(caller.tenant, caller.user))
-    front = _Request(services, body, plan, run, mode=mode, events=events)
+    front = _Request(services, body, plan, run, caller=caller, mode=mode, events=events)
     if body.stream and mode != "disabled":
         return EventStreamResponse(front.stream, headers=front.headers, defer_start=True)
     return await front.answer_json(request)

@@ -54,6 +54,8 @@ def run_view(record: RunRecord, messages: list[Message] | None = None) -> RunVie
         model=record.model,
         status=record.status,
         finish_reason=record.finish_reason,
+        budget=record.budget,
+        user=record.user,
         iterations=record.iterations,
         usage=record.usage,
         error=RunErrorDetail(code=record.error.code, message=record.error.message) if record.error else None,

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from agent_service.clients import UpstreamError
-from agent_service.loop import RunOutcome
+from agent_service.loop import LlmCall, RunOutcome
 from agent_service.store import LeaseLost, RunStore, Step, StoredEvent, StoreError
 from agent_service.telemetry import RunTelemetry
 from suite_common.wire import (
@@ -80,6 +80,8 @@ class RunJournal:
         """The last assistant turn's calls still without a stored result: id → (position, call)."""
         self.iterations = 0
         self.usage = Usage()
+        self.unlogged: list[LlmCall] = []
+        """LLM calls not in the usage log yet: written with the next step (the final answer's, with the run's end)."""
         self.ended = anyio.Event()
         self._writing: list[asyncio.Task[None]] = []
         """Result writes under way (``result``)."""
@@ -115,11 +117,12 @@ class RunJournal:
 
     # --- the loop's RunRecorder -----------------------------------------------------------------------
 
-    async def turn(self, position: int, message: Message, *, iterations: int, usage: Usage) -> None:
+    async def turn(self, position: int, message: Message, *, iterations: int, usage: Usage, call: LlmCall) -> None:
         local = position - self.base
         calls = message.tool_calls or []
-        self.open_calls = {call.id: (local + 1 + index, call) for index, call in enumerate(calls)}
+        self.open_calls = {tool_call.id: (local + 1 + index, tool_call) for index, tool_call in enumerate(calls)}
         self.iterations, self.usage = iterations, usage
+        self.unlogged.append(call)
         if not calls:
             # The final answer: written with the run's end (``finish``), which comes right after; one write
             # less per run. A crash in between makes the replica that takes over ask the model again.
@@ -171,6 +174,7 @@ class RunJournal:
             usage=outcome.usage,
             finish_reason="error" if error is not None else outcome.finish_reason,
             error=RunErrorDetail(code=error.code, message=error.message) if error is not None else None,
+            budget=outcome.budget if error is None else None,
         )
         await self._write(step, final=True)
 
@@ -213,6 +217,8 @@ class RunJournal:
         async with self._write_lock:
             events = list(self.unflushed)
             step.events = events
+            logged = list(self.unlogged)
+            step.calls = logged
             started = time.perf_counter()
             try:
                 # Shielded: a write cut off midway may still commit (on PostgreSQL a step is one statement), and the
@@ -234,6 +240,7 @@ class RunJournal:
                 ) from None
             self.telemetry.store_write(time.perf_counter() - started, ok=True)
             del self.unflushed[: len(events)]
+            del self.unlogged[: len(logged)]
             if events:
                 self.flushed_seq = events[-1].seq
             self.recorded.update(position for position, _ in step.messages)

@@ -25,7 +25,7 @@ from anyio.abc import TaskGroup
 
 from agent_service.callers import Caller
 from agent_service.clients import UpstreamError
-from agent_service.loop import AgentLoop, ResumePoint, RunOutcome, RunPlan
+from agent_service.loop import AgentLoop, LlmCall, ResumePoint, RunOutcome, RunPlan
 from agent_service.run_slots import UNCAPPED, LocalRunSlots, RunSlots
 from agent_service.runs.journal import TERMINAL_EVENTS, EventSink, LiveSink, RunJournal, RunMoved
 from agent_service.runs.plans import stored_plan, takeover
@@ -37,6 +37,7 @@ from agent_service.store import (
     ConversationRecord,
     ConversationSummary,
     ConversationTaken,
+    ModelUsage,
     NewRun,
     RunRecord,
     RunStore,
@@ -188,6 +189,7 @@ class AgentRuns:
             conversation_id=request.conversation_id,
             caller=caller.name,
             tenant=caller.tenant,
+            user=caller.user,
         )
         try:
             earlier = await store.create_run(new, owner=self.owner, lease_seconds=self.settings.lease_seconds)
@@ -420,6 +422,23 @@ class AgentRuns:
             return await self._store().list_conversations(limit, tenant=tenant)
         except StoreError as error:
             raise _unavailable(error) from None
+
+    async def usage(self, tenant: str, start: datetime, end: datetime, *, user: str | None) -> list[ModelUsage]:
+        """The tenant's (or its end user's) LLM calls over ``[start, end)``, summed per model."""
+        try:
+            return await self._store().usage_by_model(tenant, start, end, user=user)
+        except StoreError as error:
+            raise _unavailable(error) from None
+
+    async def log_usage(self, caller: Caller, call: LlmCall) -> None:
+        """Log an LLM call made outside a run (a run's calls are logged with its steps). Without a store, nothing; a
+        store that fails is logged, not raised: the call was made and answered, its answer is not thrown away."""
+        if self.store is None:
+            return
+        try:
+            await self.store.log_usage(call, tenant=caller.tenant, user=caller.user, caller=caller.name)
+        except StoreError as error:
+            _log.warning("usage_not_logged", model=call.model, error=str(error))
 
     async def _events_after(self, run_id: str, after: int) -> list[StoredEvent]:
         try:

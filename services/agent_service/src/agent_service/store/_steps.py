@@ -5,8 +5,13 @@ statements and about 0.4 ms of CPU on SQLite, and on PostgreSQL five round trips
 (``python -m bench.run_store``; the statements' building, caching and the asyncio adaptation, not the
 database, took most of it). Here a step is, on PostgreSQL, one statement (its parts are CTEs, so it is
 one round trip and atomic without BEGIN and COMMIT), prepared once per connection by asyncpg; on SQLite,
-three statements on the standard driver in one ``BEGIN IMMEDIATE`` transaction. Everything else the store
-does goes through SQLAlchemy Core (``run_store``): this module holds only what the benchmark justified.
+three statements (four with usage log rows) on the standard driver in one ``BEGIN IMMEDIATE`` transaction.
+Everything else the store does goes through SQLAlchemy Core (``run_store``): this module holds only what the
+benchmark justified.
+
+A step's LLM calls (``Step.calls``) become rows of the usage log in the same statement or transaction, each with
+the tenant, end user and caller read from the run's own row (so a run taken over after a crash logs its calls as
+the same tenant's and user's, with nothing to carry over).
 
 An event already stored (the same run and sequence number: a write retried after it committed unseen) is left as
 it is. The values are written as SQLAlchemy's types write them (``schema``): JSON text for messages, UTC times (naive
@@ -19,9 +24,17 @@ import sqlite3
 from datetime import UTC, datetime
 from typing import Any
 
-from agent_service.store.records import Step
+from agent_service.store.records import DEFAULT_TENANT, Step
 
-__all__ = ["postgres_step", "sqlite_step", "step_rows"]
+__all__ = ["postgres_step", "sqlite_step", "step_rows", "usage_rows"]
+
+
+def usage_rows(step: Step) -> list[tuple[str, str, int, int, float | None]]:
+    """The step's LLM calls as ``(model, provider, input tokens, output tokens, cost)``."""
+    return [
+        (call.model, call.provider, call.usage.input_tokens, call.usage.output_tokens, call.usage.cost_usd)
+        for call in step.calls
+    ]
 
 
 def step_rows(step: Step) -> tuple[list[tuple[int, str]], list[tuple[int, str, str]]]:
@@ -44,6 +57,8 @@ def _counters(step: Step) -> list[Any]:
         error.code if error is not None else None,
         error.message if error is not None else None,
         max(event.seq for event in step.events) if step.events else None,
+        usage.cost_usd if usage is not None else None,
+        step.budget,
     ]
 
 
@@ -52,7 +67,8 @@ _SET_COUNTERS = (
     "input_tokens = COALESCE({2}, input_tokens), output_tokens = COALESCE({3}, output_tokens), "
     "finish_reason = COALESCE({4}, finish_reason), error_code = COALESCE({5}, error_code), "
     "error_message = COALESCE({6}, error_message), "
-    "last_seq = CASE WHEN {7} > last_seq THEN {7} ELSE last_seq END"
+    "last_seq = CASE WHEN {7} > last_seq THEN {7} ELSE last_seq END, "
+    "cost_usd = COALESCE({8}, cost_usd), budget = COALESCE({9}, budget)"
 )
 _ACTIVE = "status IN ('processing', 'tool_loop')"
 _RELEASE = ", lease_owner = NULL, lease_expires_at = NULL"
@@ -61,14 +77,34 @@ _RELEASE = ", lease_owner = NULL, lease_expires_at = NULL"
 # --- PostgreSQL (asyncpg) --------------------------------------------------------------------------------------
 
 
-def _postgres_sql(*, owned: bool, release: bool) -> str:
+def _postgres_sql(*, owned: bool, release: bool, logged: bool) -> str:
     counters = _SET_COUNTERS.format(
-        "$3::text", "$4::int", "$5::int", "$6::int", "$7::text", "$8::text", "$9::text", "$10::int"
+        "$3::text",
+        "$4::int",
+        "$5::int",
+        "$6::int",
+        "$7::text",
+        "$8::text",
+        "$9::text",
+        "$10::int",
+        "$11::float8",
+        "$12::text",
     )
+    owner = "$23" if logged else "$18"
     guard = (
         f"UPDATE runs SET updated_at = $2, {counters}{_RELEASE if release else ''} "
-        f"WHERE run_id = $1 AND {_ACTIVE}{' AND lease_owner = $16' if owned else ''} "
-        "RETURNING run_id, conversation_id"
+        f"WHERE run_id = $1 AND {_ACTIVE}{f' AND lease_owner = {owner}' if owned else ''} "
+        f"RETURNING run_id, conversation_id{', tenant, user_id, caller' if logged else ''}"
+    )
+    # A step without LLM calls (a tool result, the run's end after a tool round) has no usage part at all.
+    usage = (
+        ", usage AS (INSERT INTO usage_log (tenant, user_id, caller, run_id, model, provider, input_tokens, "
+        f"output_tokens, cost_usd, created_at) SELECT COALESCE(guard.tenant, '{DEFAULT_TENANT}'), guard.user_id, "
+        "guard.caller, guard.run_id, u.model, u.provider, u.input_tokens, u.output_tokens, u.cost_usd, $2 "
+        "FROM guard, unnest($18::text[], $19::text[], $20::int[], $21::int[], $22::float8[]) "
+        "AS u(model, provider, input_tokens, output_tokens, cost_usd))"
+        if logged
+        else ""
     )
     conversation = (
         ", conversation AS (UPDATE conversations SET updated_at = $2 FROM guard "
@@ -80,20 +116,21 @@ def _postgres_sql(*, owned: bool, release: bool) -> str:
         f"WITH guard AS ({guard}), "
         "messages AS (INSERT INTO run_messages (run_id, position, message) "
         "SELECT guard.run_id, m.position, m.message::json "
-        "FROM guard, unnest($11::int[], $12::text[]) AS m(position, message) "
+        "FROM guard, unnest($13::int[], $14::text[]) AS m(position, message) "
         "ON CONFLICT (run_id, position) DO UPDATE SET message = excluded.message), "
         "events AS (INSERT INTO run_events (run_id, seq, type, data) "
         "SELECT guard.run_id, e.seq, e.type, e.data FROM guard, "
-        "unnest($13::int[], $14::text[], $15::text[]) AS e(seq, type, data) ON CONFLICT DO NOTHING)"
-        f"{conversation} "
+        "unnest($15::int[], $16::text[], $17::text[]) AS e(seq, type, data) ON CONFLICT DO NOTHING)"
+        f"{usage}{conversation} "
         "SELECT count(*) FROM guard"
     )
 
 
 _POSTGRES_SQL = {
-    (owned, release): _postgres_sql(owned=owned, release=release)
+    (owned, release, logged): _postgres_sql(owned=owned, release=release, logged=logged)
     for owned in (True, False)
     for release in (True, False)
+    for logged in (True, False)
 }
 
 
@@ -103,9 +140,12 @@ async def postgres_step(connection: Any, run_id: str, step: Step, *, owner: str 
     arguments: list[Any] = [run_id, datetime.now(UTC), *_counters(step)]
     arguments += [[position for position, _ in messages], [text for _, text in messages]]
     arguments += [[seq for seq, _, _ in events], [kind for _, kind, _ in events], [data for _, _, data in events]]
+    usage = usage_rows(step)
+    arguments += [list(column) for column in zip(*usage, strict=True)]
     if owner is not None:
         arguments.append(owner)
-    written: int = await connection.fetchval(_POSTGRES_SQL[owner is not None, release], *arguments)
+    sql = _POSTGRES_SQL[owner is not None, release, bool(usage)]
+    written: int = await connection.fetchval(sql, *arguments)
     return written == 1
 
 
@@ -113,7 +153,7 @@ async def postgres_step(connection: Any, run_id: str, step: Step, *, owner: str 
 
 
 def _sqlite_sql(*, owned: bool, release: bool) -> str:
-    counters = _SET_COUNTERS.format(*(f":c{index}" for index in range(8)))
+    counters = _SET_COUNTERS.format(*(f":c{index}" for index in range(10)))
     return (
         f"UPDATE runs SET updated_at = :now, {counters}{_RELEASE if release else ''} "
         f"WHERE run_id = :run_id AND {_ACTIVE}{' AND lease_owner = :owner' if owned else ''}"
@@ -128,6 +168,11 @@ _SQLITE_MESSAGES = (
     "ON CONFLICT (run_id, position) DO UPDATE SET message = excluded.message"
 )
 _SQLITE_EVENTS = "INSERT INTO run_events (run_id, seq, type, data) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"
+_SQLITE_USAGE = (
+    "INSERT INTO usage_log (tenant, user_id, caller, run_id, model, provider, input_tokens, output_tokens, cost_usd, "
+    f"created_at) SELECT COALESCE(tenant, '{DEFAULT_TENANT}'), user_id, caller, run_id, ?, ?, ?, ?, ?, ? "
+    "FROM runs WHERE run_id = ?"
+)
 _SQLITE_CONVERSATION = (
     "UPDATE conversations SET updated_at = ? "
     "WHERE conversation_id = (SELECT conversation_id FROM runs WHERE run_id = ?)"
@@ -158,6 +203,8 @@ def sqlite_step(connection: sqlite3.Connection, run_id: str, step: Step, *, owne
             cursor.executemany(_SQLITE_MESSAGES, [(run_id, position, text) for position, text in messages])
         if events:
             cursor.executemany(_SQLITE_EVENTS, [(run_id, seq, kind, data) for seq, kind, data in events])
+        if step.calls:
+            cursor.executemany(_SQLITE_USAGE, [(*row, now, run_id) for row in usage_rows(step)])
         if release:
             cursor.execute(_SQLITE_CONVERSATION, (now, run_id))
         cursor.execute("COMMIT")

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from suite_common.wire import Message, RunErrorDetail, RunFinishReason, RunStatus, Usage
+from suite_common.wire import BudgetName, Message, RunErrorDetail, RunFinishReason, RunStatus, Usage
+
+if TYPE_CHECKING:
+    from agent_service.loop import LlmCall
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -16,6 +19,7 @@ __all__ = [
     "ConversationSummary",
     "ConversationTaken",
     "LeaseLost",
+    "ModelUsage",
     "NewRun",
     "RunRecord",
     "RunStatus",
@@ -76,6 +80,8 @@ class NewRun:
     conversation_id: str | None = None
     caller: str | None = None
     tenant: str | None = None
+    user: str | None = None
+    """The end user a trusted caller named (``X-User-Id``); a new conversation is that user's too."""
 
 
 @dataclass(slots=True)
@@ -90,8 +96,14 @@ class Step:
     """``None`` leaves the status as it is."""
     iterations: int | None = None
     usage: Usage | None = None
+    """The run's so far (its cost too: ``None`` leaves the stored cost as it is)."""
     finish_reason: RunFinishReason | None = None
     error: RunErrorDetail | None = None
+    budget: BudgetName | None = None
+    """Which budget ended the run."""
+    calls: list[LlmCall] = field(default_factory=list)
+    """The LLM calls made since the previous step: one usage log row each, of the run's tenant, user and caller,
+    written with the step (nothing is written for them when the guard refuses the step)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,11 +112,13 @@ class RunRecord:
     conversation_id: str | None
     caller: str | None
     tenant: str | None
+    user: str | None
     model: str
     status: RunStatus
     iterations: int
     usage: Usage
     finish_reason: RunFinishReason | None
+    budget: BudgetName | None
     error: RunErrorDetail | None
     plan: dict[str, Any]
     created_at: datetime
@@ -146,3 +160,13 @@ class ConversationSummary:
     runs: int
     latest_status: RunStatus
     """The status of its newest run."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelUsage:
+    """The usage log summed for one model over a time range."""
+
+    model: str
+    calls: int
+    usage: Usage
+    """``cost_usd`` is ``None`` when none of the calls had a price."""

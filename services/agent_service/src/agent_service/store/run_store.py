@@ -8,7 +8,7 @@ Times are the replica's wall clock, in UTC.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy import Connection
@@ -25,6 +25,7 @@ from agent_service.store.records import (
     ConversationSummary,
     ConversationTaken,
     LeaseLost,
+    ModelUsage,
     NewRun,
     RunRecord,
     Step,
@@ -34,6 +35,9 @@ from agent_service.store.records import (
 from agent_service.store.schema import conversations, run_events, run_messages, runs, usage_log
 from suite_common.wire import Message, RunError, RunErrorDetail, Usage, dump
 
+if TYPE_CHECKING:
+    from agent_service.loop import LlmCall
+
 __all__ = ["RunStore"]
 
 _FINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
@@ -41,11 +45,37 @@ _FINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 
 _INSERT_RUN = runs.insert()
 _INSERT_MESSAGES = run_messages.insert()
+_INSERT_USAGE = usage_log.insert()
 
 
 def _of_tenant(column: sa.ColumnElement[str | None], tenant: str) -> sa.ColumnElement[bool]:
     """A row of ``tenant``; a row stored without a tenant is the default tenant's."""
     return sa.func.coalesce(column, DEFAULT_TENANT) == tenant
+
+
+_USAGE_SUMS = (
+    sa.func.coalesce(sa.func.sum(usage_log.c.input_tokens), 0).label("input_tokens"),
+    sa.func.coalesce(sa.func.sum(usage_log.c.output_tokens), 0).label("output_tokens"),
+    # NULL when no call had a price (SUM skips NULLs, and is NULL over none).
+    sa.func.sum(usage_log.c.cost_usd).label("cost_usd"),
+)
+
+
+def _usage_of(tenant: str, user: str | None) -> list[sa.ColumnElement[bool]]:
+    """The usage log rows of ``tenant`` (and of ``user``): the index's leading columns, as equalities."""
+    conditions = [usage_log.c.tenant == tenant]
+    if user is not None:
+        conditions.append(usage_log.c.user_id == user)
+    return conditions
+
+
+def _usage(row: sa.Row[Any]) -> Usage:
+    cost = row.cost_usd
+    return Usage(
+        input_tokens=int(row.input_tokens),
+        output_tokens=int(row.output_tokens),
+        cost_usd=float(cost) if cost is not None else None,
+    )
 
 
 def _now() -> datetime:
@@ -135,6 +165,7 @@ class RunStore:
                     "conversation_id": run.conversation_id,
                     "caller": run.caller,
                     "tenant": run.tenant,
+                    "user_id": run.user,
                     "model": run.model,
                     "status": "processing",
                     "iterations": 0,
@@ -171,6 +202,7 @@ class RunStore:
                 conversation_id=conversation_id,
                 caller=run.caller,
                 tenant=run.tenant,
+                user_id=run.user,
                 created_at=now,
                 updated_at=now,
             )
@@ -238,22 +270,6 @@ class RunStore:
         return await self._db.run(
             f"read the conversation before run {run_id}", lambda connection: _messages(connection, query), write=False
         )
-
-    async def usage_since(self, tenant: str, since: datetime, *, user: str | None = None) -> Usage:
-        """What ``tenant`` (only ``user``'s runs, when given) spent since ``since``: the sum of its usage log."""
-        query = sa.select(
-            sa.func.coalesce(sa.func.sum(usage_log.c.input_tokens), 0),
-            sa.func.coalesce(sa.func.sum(usage_log.c.output_tokens), 0),
-            sa.func.sum(usage_log.c.cost_usd),
-        ).where(usage_log.c.tenant == tenant, usage_log.c.created_at >= since)
-        if user is not None:
-            query = query.where(usage_log.c.user_id == user)
-
-        def read(connection: Connection) -> Usage:
-            input_tokens, output_tokens, cost = connection.execute(query).one()
-            return Usage(input_tokens=int(input_tokens), output_tokens=int(output_tokens), cost_usd=cost)
-
-        return await self._db.run(f"read the usage of tenant {tenant}", read, write=False)
 
     async def events_after(self, run_id: str, after: int, *, limit: int = 1000) -> list[StoredEvent]:
         """Stored events with ``seq > after``, in order, at most ``limit``."""
@@ -343,6 +359,55 @@ class RunStore:
             ]
 
         return await self._db.run("list the conversations", read, write=False)
+
+    # --- usage ----------------------------------------------------------------------------------------
+
+    async def usage_by_model(
+        self, tenant: str, start: datetime, end: datetime, *, user: str | None = None
+    ) -> list[ModelUsage]:
+        """The usage log of ``tenant`` (of its end user ``user`` only, unless ``None``) over ``[start, end)``, summed
+        per model, by model name: one aggregate query over the index on ``(tenant, [user_id,] created_at)``."""
+        query = (
+            sa.select(usage_log.c.model, sa.func.count().label("calls"), *_USAGE_SUMS)
+            .where(*_usage_of(tenant, user), usage_log.c.created_at >= start, usage_log.c.created_at < end)
+            .group_by(usage_log.c.model)
+            .order_by(usage_log.c.model)
+        )
+
+        def read(connection: Connection) -> list[ModelUsage]:
+            rows = connection.execute(query)
+            return [ModelUsage(model=row.model, calls=row.calls, usage=_usage(row)) for row in rows]
+
+        return await self._db.run(f"sum the usage of tenant {tenant}", read, write=False)
+
+    async def log_usage(self, call: LlmCall, *, tenant: str, user: str | None, caller: str | None) -> None:
+        """One usage log row for an LLM call made outside any stored run (a plain completion of the OpenAI front;
+        a run's calls are logged with its steps)."""
+        row = {
+            "tenant": tenant,
+            "user_id": user,
+            "caller": caller,
+            "run_id": None,
+            "model": call.model,
+            "provider": call.provider,
+            "input_tokens": call.usage.input_tokens,
+            "output_tokens": call.usage.output_tokens,
+            "cost_usd": call.usage.cost_usd,
+            "created_at": _now(),
+        }
+        await self._db.run(
+            f"log the usage of tenant {tenant}", lambda connection: connection.execute(_INSERT_USAGE, row), write=True
+        )
+
+    async def usage_since(self, tenant: str, since: datetime, *, user: str | None = None) -> Usage:
+        """The tokens and cost of ``tenant``'s LLM calls (of its end user ``user`` only, unless ``None``) since
+        ``since``: where a monthly budget starts from."""
+        query = sa.select(*_USAGE_SUMS).where(*_usage_of(tenant, user), usage_log.c.created_at >= since)
+
+        def read(connection: Connection) -> Usage:
+            return _usage(connection.execute(query).one())
+
+        return await self._db.run(f"sum the usage of tenant {tenant}", read, write=False)
 
     # --- leases ---------------------------------------------------------------------------------------
 
@@ -534,11 +599,13 @@ def _run_record(row: sa.Row[Any]) -> RunRecord:
         conversation_id=row.conversation_id,
         caller=row.caller,
         tenant=row.tenant,
+        user=row.user_id,
         model=row.model,
         status=row.status,
         iterations=row.iterations,
-        usage=Usage(input_tokens=row.input_tokens, output_tokens=row.output_tokens),
+        usage=Usage(input_tokens=row.input_tokens, output_tokens=row.output_tokens, cost_usd=row.cost_usd),
         finish_reason=row.finish_reason,
+        budget=row.budget,
         error=error,
         plan=row.plan,
         created_at=row.created_at,

@@ -1,0 +1,243 @@
+"""The usage log and ``GET /api/v1/agent/usage`` through the real services.
+
+agent-service stores in SQLite, with a callers file of two tenants (``acme``: a trusted key and an untrusted one;
+``globex``); the tools are the echo MCP server's behind a real mcp-client-service; only the LLM is scripted (it
+reports token usage as OpenAI does). Each LLM call of a run is one row of the usage log; the endpoint sums the
+caller's tenant's rows per model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from completion_service.app import create_app as create_completion_app
+from completion_service.settings import CompletionSettings
+from support import fake_openai
+from support.agent_stack import running_agent
+from support.fake_openai import ScriptedOpenAI
+from support.mcp_gateway import echo_http_server, running_gateway
+from support.servers import serve_app
+
+pytestmark = pytest.mark.anyio
+
+ACME_KEY = "acme-" + uuid.uuid4().hex
+ACME_APP_KEY = "acme-app-" + uuid.uuid4().hex
+GLOBEX_KEY = "globex-" + uuid.uuid4().hex
+
+
+def _sha(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+CALLERS_FILE = f"""
+[tenants.acme]
+[tenants.globex]
+
+[[keys]]
+name = "acme-platform"
+tenant = "acme"
+sha256 = "{_sha(ACME_KEY)}"
+trusted = true
+
+[[keys]]
+name = "acme-app"
+tenant = "acme"
+sha256 = "{_sha(ACME_APP_KEY)}"
+
+[[keys]]
+name = "globex-app"
+tenant = "globex"
+sha256 = "{_sha(GLOBEX_KEY)}"
+trusted = true
+"""
+
+
+@dataclass
+class Stack:
+    llm: ScriptedOpenAI
+    http: httpx.AsyncClient
+    database: Path
+    unstored_url: str
+    """An agent-service alike but storing no runs (``AGENT_DATABASE_URL=""``)."""
+
+
+def _as(key: str, user: str | None = None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} | ({"X-User-Id": user} if user is not None else {})
+
+
+@pytest.fixture(scope="module")
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+    folder = tmp_path_factory.mktemp("usage")
+    callers = folder / "callers.toml"
+    callers.write_text(CALLERS_FILE)
+    database = folder / "runs.db"
+    llm = ScriptedOpenAI()
+    async with (
+        serve_app(llm.app) as llm_url,
+        echo_http_server("tools") as tools_url,
+        running_gateway({"tools": {"url": tools_url}}) as gateway,
+    ):
+        completion_settings = CompletionSettings(
+            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
+        )
+        async with (
+            serve_app(create_completion_app(completion_settings)) as completion_url,
+            running_agent(
+                completion_url, gateway, database_url=f"sqlite:///{database}", callers_file=callers
+            ) as agent_url,
+            running_agent(completion_url, gateway, database_url="", callers_file=callers) as unstored_url,
+            httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
+        ):
+            await gateway.wait_until_ready("tools")
+            yield Stack(llm, http, database, unstored_url)
+
+
+async def _two_call_run(stack: Stack, key: str, user: str | None = None) -> dict[str, Any]:
+    """A run of two LLM calls (a tool call, then the answer); returns it as ``GET /runs/{id}`` reads it."""
+    stack.llm.push(fake_openai.tool_calls(("call_1", "echo", {"text": "usage"})), fake_openai.text("All done."))
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "echo usage please"}], "tools": ["echo"]}
+    response = await stack.http.post("/api/v1/agent/run", json=body, headers=_as(key, user))
+    assert response.status_code == 200, response.text
+    assert response.json()["iterations"] == 2
+    run = await stack.http.get(f"/api/v1/agent/runs/{response.json()['runId']}", headers=_as(key))
+    assert run.status_code == 200, run.text
+    view: dict[str, Any] = run.json()
+    return view
+
+
+async def _usage(stack: Stack, key: str, **params: str) -> dict[str, Any]:
+    response = await stack.http.get("/api/v1/agent/usage", params=params, headers=_as(key))
+    assert response.status_code == 200, response.text
+    report: dict[str, Any] = response.json()
+    return report
+
+
+def _logged(stack: Stack, run_id: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(stack.database) as connection:
+        return connection.execute(
+            "SELECT tenant, user_id, caller, model, provider, input_tokens, output_tokens FROM usage_log "
+            "WHERE run_id = ? ORDER BY id",
+            (run_id,),
+        ).fetchall()
+
+
+async def test_each_llm_call_of_a_run_is_one_usage_row_with_the_tokens_the_provider_reported(stack: Stack) -> None:
+    first_request = len(stack.llm.requests)
+    run = await _two_call_run(stack, ACME_KEY, "user-rows")
+
+    rows = _logged(stack, run["runId"])
+    asked = stack.llm.requests[first_request:]
+    assert len(rows) == len(asked) == 2
+    assert [row[:5] for row in rows] == [("acme", "user-rows", "acme-platform", "gpt-4o", "openai")] * 2
+    # Each row's input tokens are what the provider counted for that call (the second call's prompt is longer).
+    assert [row[5] for row in rows] == [fake_openai._prompt_tokens(body) for body in asked]
+    assert (sum(row[5] for row in rows), sum(row[6] for row in rows)) == (
+        run["usage"]["inputTokens"],
+        run["usage"]["outputTokens"],
+    )
+    assert run["user"] == "user-rows"
+
+
+async def test_the_usage_endpoint_matches_the_sum_of_the_llm_calls_of_the_tenants_runs(stack: Stack) -> None:
+    start = (datetime.now(UTC) - timedelta(milliseconds=1)).isoformat()
+    runs = [await _two_call_run(stack, key) for key in (ACME_KEY, ACME_APP_KEY, ACME_KEY)]
+    await _two_call_run(stack, GLOBEX_KEY)  # another tenant's: not in acme's report
+
+    report = await _usage(stack, ACME_APP_KEY, **{"from": start})
+
+    tokens = (sum(run["usage"]["inputTokens"] for run in runs), sum(run["usage"]["outputTokens"] for run in runs))
+    assert report["tenant"] == "acme"
+    assert [(line["model"], line["calls"]) for line in report["models"]] == [("gpt-4o", 6)]
+    assert (report["models"][0]["inputTokens"], report["models"][0]["outputTokens"]) == tokens
+    assert report["total"] == {"calls": 6, "inputTokens": tokens[0], "outputTokens": tokens[1]}  # no price: no cost
+    assert datetime.fromisoformat(report["from"]) == datetime.fromisoformat(start)
+    assert datetime.fromisoformat(report["to"]) <= datetime.now(UTC)
+
+
+async def test_another_tenants_usage_is_not_visible(stack: Stack) -> None:
+    start = (datetime.now(UTC) - timedelta(milliseconds=1)).isoformat()
+    await _two_call_run(stack, ACME_KEY, "user-acme-only")
+
+    acme = await _usage(stack, ACME_APP_KEY, **{"from": start})
+    assert acme["total"]["calls"] == 2
+    globex = await _usage(stack, GLOBEX_KEY, **{"from": start})
+    assert (globex["tenant"], globex["models"], globex["total"]["calls"]) == ("globex", [], 0)
+    filtered = await _usage(stack, GLOBEX_KEY, **{"from": start, "user": "user-acme-only"})
+    assert filtered["models"] == []
+
+
+async def test_usage_is_filtered_to_one_end_user(stack: Stack) -> None:
+    alice, bob = f"alice-{uuid.uuid4().hex[:8]}", f"bob-{uuid.uuid4().hex[:8]}"
+    mine = await _two_call_run(stack, ACME_KEY, alice)
+    await _two_call_run(stack, ACME_KEY, bob)
+
+    report = await _usage(stack, ACME_APP_KEY, user=alice)  # this month so far, any key of the tenant
+    assert report["user"] == alice
+    assert report["total"] == {
+        "calls": 2,
+        "inputTokens": mine["usage"]["inputTokens"],
+        "outputTokens": mine["usage"]["outputTokens"],
+    }
+
+
+async def test_a_plain_completion_of_the_openai_front_is_logged_too(stack: Stack) -> None:
+    user = f"front-{uuid.uuid4().hex[:8]}"
+    stack.llm.push(fake_openai.text("plain answer"))
+    response = await stack.http.post(
+        "/v1/chat/completions",
+        json={"model": "gpt-4o", "messages": [{"role": "user", "content": "just answer"}]},
+        headers={**_as(ACME_KEY, user), "X-Agent-Disabled": "true"},
+    )
+    assert response.status_code == 200, response.text
+    reported = response.json()["usage"]
+
+    report = await _usage(stack, ACME_KEY, user=user)
+    assert report["total"] == {
+        "calls": 1,
+        "inputTokens": reported["prompt_tokens"],
+        "outputTokens": reported["completion_tokens"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("params", "says"),
+    [
+        ({"from": "yesterday"}, "from must be an ISO 8601 date"),
+        ({"to": "2026-13-01"}, "to must be an ISO 8601 date"),
+        ({"from": "2026-11-02", "to": "2026-11-01"}, "is after to"),
+        ({"from": "2024-01-01", "to": "2025-01-02T00:00:01Z"}, "longer than 366 days"),
+        ({"user": ""}, "user must be 1 to 128 characters"),
+    ],
+)
+async def test_a_bad_range_or_user_is_a_400_that_says_why(stack: Stack, params: dict[str, str], says: str) -> None:
+    response = await stack.http.get("/api/v1/agent/usage", params=params, headers=_as(ACME_KEY))
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "invalid_request"
+    assert says in response.json()["error"]["message"]
+
+
+async def test_dates_and_times_without_an_offset_are_utc_and_a_whole_leap_year_is_allowed(stack: Stack) -> None:
+    report = await _usage(stack, ACME_KEY, **{"from": "2024-01-01", "to": "2025-01-01T00:00:00"})
+    assert (report["from"], report["to"]) == ("2024-01-01T00:00:00+00:00", "2025-01-01T00:00:00+00:00")
+    shifted = await _usage(stack, ACME_KEY, **{"from": "2026-11-01T02:00:00+02:00", "to": "2026-11-02"})
+    assert shifted["from"] == "2026-11-01T00:00:00+00:00"
+    assert shifted["total"]["calls"] == 0
+
+
+async def test_the_usage_endpoint_needs_a_key_and_stored_runs(stack: Stack) -> None:
+    assert (await stack.http.get("/api/v1/agent/usage")).status_code == 401
+    async with httpx.AsyncClient(base_url=stack.unstored_url, timeout=30) as http:
+        response = await http.get("/api/v1/agent/usage", headers=_as(ACME_KEY))
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "runs_not_stored"
