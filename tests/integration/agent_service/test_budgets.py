@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 import redis.asyncio as aioredis
@@ -222,6 +223,56 @@ async def test_two_processes_sharing_redis_share_the_tenants_budget(
         assert (on_a.json()["finishReason"], on_a.json()["budget"]) == ("budget", "tenant_monthly_tokens")
         on_b = await http.post(f"http://127.0.0.1:{ports[1]}/api/v1/agent/run", json=_run(), headers=_as(ACME_KEY))
         _assert_budget_exhausted(on_b, "tenant_monthly_tokens")
+
+
+async def test_a_run_taken_over_after_a_kill_still_counts_toward_its_end_users_budget(
+    upstreams: Upstreams, callers_file: Path, redis_prefix: str, tmp_path: Path, own_postgres_url: str
+) -> None:
+    upstreams.llm.push(fake_openai.hang(), fake_openai.text("done on B"))  # the run's first LLM call on A, then B's
+    ports = free_port(), free_port()
+    envs = [
+        agent_env(
+            port,
+            upstreams.completion_url,
+            upstreams.gateway,
+            database_url=own_postgres_url,
+            redis_url=REDIS_URL,
+            redis_key_prefix=redis_prefix,
+            callers_file=callers_file,
+            lease_seconds=1,
+        )
+        for port in ports
+    ]
+    user_key = f"{redis_prefix}spend:{month_start(datetime.now(UTC)):%Y-%m}:initech:user:alice"
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        async with (
+            spawned("agent_service", envs[0], ports[0], tmp_path / "a.log") as process_a,
+            spawned("agent_service", envs[1], ports[1], tmp_path / "b.log"),
+            httpx.AsyncClient(timeout=10) as http,
+        ):
+            body = {**_run(), "onDisconnect": "continue", "stream": True}
+            url_a = f"http://127.0.0.1:{ports[0]}/api/v1/agent/run"
+            async with http.stream("POST", url_a, json=body, headers=_as(INITECH_KEY, "alice")) as started:
+                assert started.status_code == 200
+                run_id = started.headers["x-agent-run-id"]
+            with anyio.fail_after(10):
+                await upstreams.llm.wait_for_request(1)
+            assert await client.hget(user_key, "tokens") == b"0", "admitted on A: alice's counter, nothing spent"
+            process_a.kill()  # SIGKILL: B takes the run over once its lease has lapsed
+            with anyio.fail_after(10):
+                await process_a.wait()
+            url_b = f"http://127.0.0.1:{ports[1]}/api/v1/agent/runs/{run_id}"
+            with anyio.fail_after(20):  # followed on B to its end: the stream closes after done
+                events = await http.get(f"{url_b}/events", headers=_as(INITECH_KEY), timeout=20)
+            assert "event: done" in events.text, events.text
+            run = (await http.get(url_b, headers=_as(INITECH_KEY))).json()
+            assert run["status"] == "completed"
+            assert run["user"] == "alice"
+            spent = int(await client.hget(user_key, "tokens") or 0)
+            assert spent == run["usage"]["inputTokens"] + run["usage"]["outputTokens"] > 0, "B counted it as alice's"
+    finally:
+        await client.aclose()
 
 
 def _log_usage(database: Path, tenant: str, tokens: int, at: datetime) -> None:

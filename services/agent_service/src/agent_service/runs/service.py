@@ -598,9 +598,8 @@ class AgentRuns:
             self.slots_held[run_id] = tenant
         except ApiError as error:
             _log.warning("run_slot_not_taken", run_id=run_id, error=error.message)
-        # Its budgets as its tenant's rules say now. Only the tenant's: the end user is not known here until the run
-        # record carries it (runs.user_id), so a taken-over run counts toward its tenant's budgets only.
-        plan = replace(taken.plan, spending=self.spending.guard(tenant, None))
+        # Its budgets as its tenant's rules say now, its end user's included.
+        plan = replace(taken.plan, spending=self.spending.guard(tenant, record.user))
         run = StartedRun(plan, journal, detached=True, resume=taken.resume)
         self.active[run_id] = run
         task_group.start_soon(self._execute_tracked, run, True)
