@@ -191,3 +191,15 @@ def test_a_wrong_tenant_field_is_one_line_naming_it(fields: str, problem: str) -
     message = str(refused.value)
     assert problem in message
     assert "\n" not in message
+
+
+def test_the_complete_example_of_docs_callers_md_is_a_callers_file_the_service_takes() -> None:
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "callers.md").read_text()
+    example = docs.split("```toml\n# Every tenant", 1)[1].split("```", 1)[0]
+    callers = parse_callers("# Every tenant" + example, environ={"GLOBEX_APP_KEY": "a-key"})
+    acme = callers.rules["acme"]
+    assert (acme.max_concurrent_runs, acme.monthly_tokens, acme.max_run_cost_usd) == (4, 5000000, 0.5)
+    assert acme.system_prompt is not None
+    assert sorted(acme.personas) == ["concise", "support"]
+    assert sorted(callers.rules["globex"].personas) == ["concise"]
+    assert [key.name for key in callers.keys] == ["acme-platform", "globex-app"]
