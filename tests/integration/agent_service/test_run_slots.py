@@ -23,6 +23,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from agent_service.run_slots import LocalRunSlots, RedisRunSlots, RunSlots
+from agent_service.shared_redis import connect_redis
 from suite_common.errors import ApiError
 from support import fake_openai
 from support.agent_stack import running_agent
@@ -63,17 +64,16 @@ async def _renewed_after(key: str, moment_ms: int, ttl_ms: int = 1000) -> None:
         await client.aclose()
 
 
-async def _redis_slots(prefix: str, ttl: float) -> RedisRunSlots:
-    return RedisRunSlots.from_url(REDIS_URL, ttl, key_prefix=prefix)
-
-
 @asynccontextmanager
 async def _slots(kind: str, prefix: str, ttl: float) -> AsyncIterator[RunSlots]:
-    slots: RunSlots = LocalRunSlots(ttl) if kind == "local" else await _redis_slots(prefix, ttl)
+    if kind == "local":
+        yield LocalRunSlots(ttl)
+        return
+    client = connect_redis(REDIS_URL)  # the service's own way to reach Redis; the slots do not own it
     try:
-        yield slots
+        yield RedisRunSlots(client, ttl, key_prefix=prefix)
     finally:
-        await slots.aclose()
+        await client.aclose()
 
 
 async def _refusal(slots: RunSlots, tenant: str, run_id: str, cap: int) -> ApiError:
@@ -152,14 +152,15 @@ async def test_redis_slots_are_one_sorted_set_per_tenant_scored_by_expiry(redis_
 
 
 async def test_redis_unreachable_refuses_new_runs_with_503_and_never_breaks_renewal_or_release() -> None:
-    slots = RedisRunSlots.from_url(f"redis://127.0.0.1:{free_port()}/0", 15)
+    client = connect_redis(f"redis://127.0.0.1:{free_port()}/0")
+    slots = RedisRunSlots(client, 15)
     try:
         with anyio.fail_after(5):
             refusal = await _refusal(slots, "acme", "run-a", 16)
             await slots.renew("acme", ["run-a"])
             await slots.release("acme", "run-a")
     finally:
-        await slots.aclose()
+        await client.aclose()
     assert refusal.status == 503
     assert refusal.code == "limits_unavailable"
     assert refusal.headers["Retry-After"] == "1"

@@ -301,7 +301,8 @@ async def test_another_process_with_the_same_pepper_is_served_and_one_with_anoth
         first = await call_once(upstreams, http, "get_status", arguments)
     async with replica(upstreams, redis_prefix, PEPPER, tmp_path / "same-pepper.log") as http:
         shared = await call_once(upstreams, http, "get_status", arguments)
-    async with replica(upstreams, redis_prefix, "the-rotated-pepper", tmp_path / "rotated.log") as http:
+    rotated_pepper = "the-rotated-pepper-" + uuid.uuid4().hex
+    async with replica(upstreams, redis_prefix, rotated_pepper, tmp_path / "rotated.log") as http:
         rotated = await call_once(upstreams, http, "get_status", arguments)
         metrics = await cache_metrics(http)
     assert "cached" not in first

@@ -217,7 +217,9 @@ async def test_a_plain_completion_of_the_openai_front_is_logged_too(stack: Stack
         ({"to": "2026-13-01"}, "to must be an ISO 8601 date"),
         ({"from": "2026-11-02", "to": "2026-11-01"}, "is after to"),
         ({"from": "2024-01-01", "to": "2025-01-02T00:00:01Z"}, "longer than 366 days"),
-        ({"user": ""}, "user must be 1 to 128 characters"),
+        ({"user": ""}, "user must be an X-User-Id: 1 to 128 printable ASCII characters without spaces"),
+        ({"user": "a\x00b"}, "user must be an X-User-Id"),  # a NUL: PostgreSQL refused it, a 503
+        ({"user": "two words"}, "user must be an X-User-Id"),
     ],
 )
 async def test_a_bad_range_or_user_is_a_400_that_says_why(stack: Stack, params: dict[str, str], says: str) -> None:

@@ -4,6 +4,7 @@ the system-prompt cascade."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -205,3 +206,25 @@ async def test_a_run_taken_over_keeps_its_system_prompt() -> None:
     stored = record(plan={**record().plan, "systemPrompt": "Persona prompt."})
     assert plan_from_record(stored, []).system_prompt == "Persona prompt."
     assert plan_from_record(record(), []).system_prompt is None
+
+
+async def test_a_personas_limits_above_the_tenants_caps_are_lowered_to_them_the_requests_own_are_refused() -> None:
+    tools, _ = catalog("search_documents")
+    generous = Persona(name="generous", model="demo", max_iterations=12, deadline_seconds=100, max_total_tokens=9000)
+    rules = replace(_RULES, max_iterations=4, max_run_seconds=30, max_run_tokens=500, personas={"generous": generous})
+    plan = await plan_run(_request(persona="generous"), SETTINGS, tools, MODELS, rules=rules)
+    assert (plan.limits.max_iterations, plan.limits.max_total_tokens) == (4, 500)
+    assert plan.limits.deadline.remaining() <= 30
+    with pytest.raises(ApiError) as refused:  # the caller's own ask above the cap: told, not lowered
+        await plan_run(_request(persona="generous", maxIterations=12), SETTINGS, tools, MODELS, rules=rules)
+    assert (refused.value.status, refused.value.code) == (400, "invalid_request")
+    assert "maxIterations may be at most 4" in refused.value.message
+
+
+async def test_a_personas_model_the_tenant_may_not_run_is_refused_naming_the_persona() -> None:
+    tools, _ = catalog("search_documents")
+    rules = replace(_RULES, models=("gpt-4o*",))
+    with pytest.raises(ApiError) as refused:
+        await plan_run(_request(persona="concise"), SETTINGS, tools, MODELS, rules=rules)
+    assert (refused.value.status, refused.value.code) == (403, "model_not_allowed")
+    assert "the model of the persona 'concise'" in refused.value.message

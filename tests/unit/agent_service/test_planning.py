@@ -6,7 +6,7 @@ from typing import Any
 
 import anyio
 import pytest
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
 from agent_service.callers import TenantRules
 from agent_service.clients import UpstreamError
@@ -319,3 +319,12 @@ async def test_required_tool_choice_is_satisfied_by_client_side_tools_alone() ->
     client_tools = [ToolSpec(name="get_weather")]
     plan = await plan_run(request(toolChoice="required"), SETTINGS, tools, MODELS, client_tools)
     assert (plan.tools, plan.tool_choice) == ([], "required")
+
+
+@pytest.mark.parametrize("field", ["maxCostUsd", "deadlineSeconds"])
+@pytest.mark.parametrize("value", ["1e400", "Infinity", "NaN"])
+def test_an_infinite_limit_is_refused_as_bad_input_not_stored_as_no_limit(field: str, value: str) -> None:
+    # JSON's 1e400 parses to inf: a stored plan with it is not valid JSON (PostgreSQL refused it: a 503, retried).
+    body = '{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "' + field + '": ' + value + "}"
+    with pytest.raises(ValidationError, match="finite number"):
+        AgentRunRequest.model_validate_json(body)

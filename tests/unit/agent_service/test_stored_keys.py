@@ -191,6 +191,14 @@ async def test_a_store_key_takes_its_tenants_rules_from_the_callers_file_else_no
     assert (globex["tenant"], globex["rules"]) == ("globex", repr(NO_RULES))
 
 
+def test_a_tenant_without_a_table_has_no_rule_but_may_name_the_personas_every_tenant_may() -> None:
+    callers = parse_callers(CALLERS + '\n[personas.concise]\nmodel = "demo"\n', keys_required=False)
+    unlisted = callers.rules_of("globex")
+    assert sorted(unlisted.personas) == ["concise"]
+    assert (unlisted.models, unlisted.tools, unlisted.monthly_tokens) == (None, None, None)
+    assert sorted(callers.rules_of("acme").personas) == ["concise"]
+
+
 async def test_an_untrusted_store_key_may_not_name_the_user() -> None:
     keys = FakeKeys({STORE_KEY: _stored(trusted=False)})
     async with _client(keys, None) as client:

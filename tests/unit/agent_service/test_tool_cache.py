@@ -154,7 +154,10 @@ def test_with_redis_the_cache_on_needs_a_pepper_every_replica_shares() -> None:
     assert "AGENT_TOOL_CACHE_PEPPER must be set" in str(refused.value)
     with pytest.raises(ValidationError):
         _settings(redis_url="redis://127.0.0.1:6379/0", tool_cache_ttls={"echo": 5}, tool_cache_pepper=SecretStr(" "))
-    _settings(redis_url="redis://127.0.0.1:6379/0", tool_cache_seconds=30, tool_cache_pepper=SecretStr("p"))
+    _settings(redis_url="redis://127.0.0.1:6379/0", tool_cache_seconds=30, tool_cache_pepper=SecretStr("p" * 32))
+    with pytest.raises(ValidationError) as short:  # a guessable pepper is no protection against a Redis writer
+        _settings(redis_url="redis://127.0.0.1:6379/0", tool_cache_seconds=30, tool_cache_pepper=SecretStr("p" * 31))
+    assert "at least 32 characters (got 31)" in str(short.value)
     _settings(redis_url="redis://127.0.0.1:6379/0")  # the cache off: no pepper needed
     _settings(tool_cache_seconds=30)  # in memory: a random pepper of the process's own
 

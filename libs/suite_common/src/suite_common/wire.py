@@ -401,7 +401,7 @@ class AgentRunRequest(WireModel):
     tool_choice: ToolChoice = "auto"
     max_iterations: int | None = Field(default=None, ge=1)
     """Lower than the service's cap (15) to stop sooner; higher is refused."""
-    deadline_seconds: float | None = Field(default=None, gt=0)
+    deadline_seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """Shorter than the service's deadline to stop sooner; longer is refused."""
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
@@ -413,7 +413,7 @@ class AgentRunRequest(WireModel):
     followed later (``GET /api/v1/agent/runs/{runId}`` and ``.../events``)."""
     max_total_tokens: int | None = Field(default=None, ge=1)
     """End the run (finish reason ``budget``) before an LLM call once its input and output tokens reach this."""
-    max_cost_usd: float | None = Field(default=None, gt=0)
+    max_cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """End the run (finish reason ``budget``) before an LLM call once its cost reaches this (US dollars, at the
     catalog's prices)."""
     persona: str | None = Field(default=None, min_length=1, max_length=64)

@@ -314,7 +314,6 @@ def create_app(
                 # Counted when some tenant has a cap of its own, even with no cap for the others.
                 cap=settings.max_concurrent_runs_per_tenant or int(callers is not None and callers.any_run_cap()),
             )
-            stack.push_async_callback(slots.aclose)
             spending = open_spending(
                 redis,
                 rules=callers.rules if callers is not None else {},

@@ -59,6 +59,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from agent_service.names import USER_ID_RULE, is_name, is_user_id
 from agent_service.openai_wire import error_body
 from agent_service.personas import Persona, PersonaError, parse_personas, parse_system_prompt
 from agent_service.store import DEFAULT_TENANT, StoreError
@@ -81,7 +82,6 @@ __all__ = [
     "TenantRules",
     "caller_of",
     "hash_key",
-    "is_name",
     "load_callers",
     "parse_callers",
     "tool_matches",
@@ -101,10 +101,7 @@ CALLER_ERRORS = {
 """What ``CallerMiddleware`` answers on a protected path, by status, for /openapi.json (with the operation's own)."""
 _OPENAI_PREFIX = "/v1/"
 _USER_HEADER = b"x-user-id"
-_MAX_USER_CHARS = 128
-_USER_ID = re.compile(r"[\x21-\x7e]{1,128}")  # printable ASCII, no spaces: an id, not a name for display
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 def tool_matches(pattern: str, server: str, tool: str) -> bool:
@@ -203,10 +200,16 @@ class Callers:
 
     rules: Mapping[str, TenantRules]
     keys: tuple[CallerKey, ...]
+    unlisted: TenantRules = NO_RULES
+    """The rules of a tenant without a ``[tenants.<name>]`` table (a key kept in the store may name one): no rule,
+    and the personas every tenant may use."""
 
     @property
     def tenants(self) -> frozenset[str]:
         return frozenset(self.rules)
+
+    def rules_of(self, tenant: str) -> TenantRules:
+        return self.rules.get(tenant, self.unlisted)
 
     def any_run_cap(self) -> bool:
         """Whether some tenant has a cap of its own on runs in progress (then slots are counted)."""
@@ -226,11 +229,6 @@ def hash_key(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8")).digest()
 
 
-def is_name(text: str) -> bool:
-    """Whether ``text`` may name a key or a tenant: letters, digits, '.', '_' or '-', at most 64."""
-    return _NAME.fullmatch(text) is not None
-
-
 def _fail(source: str, problem: str) -> CallersFileError:
     return CallersFileError(f"{_SETTING}: {source}: {problem}")
 
@@ -243,7 +241,7 @@ def _key(entry: Any, index: int, tenants: frozenset[str], source: str, environ: 
     if unknown:
         raise _fail(source, f"{where}: unknown field {unknown[0]!r}")
     name = entry.get("name")
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
+    if not isinstance(name, str) or not is_name(name):
         raise _fail(source, f"{where}: name must be letters, digits, '.', '_' or '-' (at most 64)")
     where = f"key {name!r}"
     tenant = entry.get("tenant")
@@ -378,7 +376,7 @@ def parse_callers(
     if not isinstance(tenant_tables, dict) or not all(isinstance(t, dict) for t in tenant_tables.values()):
         raise _fail(source, "tenants must be tables: [tenants.<name>]")
     for tenant in tenant_tables:
-        if not _NAME.fullmatch(tenant):
+        if not is_name(tenant):
             raise _fail(source, f"tenant {tenant!r}: a name is letters, digits, '.', '_' or '-' (at most 64)")
     shared = _personas(data.get("personas"), None, source)
     rules = {
@@ -406,7 +404,7 @@ def parse_callers(
     digests = [key.digest for key in keys]
     if len(set(digests)) != len(digests):
         raise _fail(source, "two keys are the same key; give each caller its own")
-    return Callers(rules=rules, keys=keys)
+    return Callers(rules=rules, keys=keys, unlisted=replace(NO_RULES, personas=shared))
 
 
 def load_callers(path: Path, *, environ: Mapping[str, str] | None = None, keys_required: bool = True) -> Callers:
@@ -487,8 +485,8 @@ class CallerMiddleware:
                 message = f"The caller {caller.name} may not name the end user (X-User-Id): its key is not trusted."
                 await self._refuse(path, 403, "user_not_allowed", message)(scope, receive, send)
                 return
-            if not _USER_ID.fullmatch(user):
-                message = f"X-User-Id must be 1 to {_MAX_USER_CHARS} printable ASCII characters without spaces."
+            if not is_user_id(user):
+                message = f"X-User-Id must be {USER_ID_RULE}."
                 await self._refuse(path, 400, "invalid_request", message)(scope, receive, send)
                 return
             caller = replace(caller, user=user)
@@ -515,7 +513,7 @@ class CallerMiddleware:
         stored = await self.stored.find(hash_key(presented))
         if stored is None:
             return None
-        rules = self.callers.rules.get(stored.tenant, NO_RULES) if self.callers is not None else NO_RULES
+        rules = self.callers.rules_of(stored.tenant) if self.callers is not None else NO_RULES
         return Caller(stored.name, stored.tenant, rules=rules), stored.trusted
 
     @staticmethod

@@ -23,7 +23,8 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime
 
-from agent_service.callers import hash_key, is_name
+from agent_service.callers import hash_key
+from agent_service.names import is_name
 from agent_service.store import RunStore, StoredCallerKey, StoreError
 from agent_service.store.migrate import DatabaseSettings
 

@@ -28,11 +28,11 @@ it twice, and each run gets the prompt of the persona it names.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agent_service.names import is_name
 from suite_common.echo import clip
 from suite_common.errors import ApiError
 from suite_common.wire import AgentRunRequest, Message
@@ -50,8 +50,6 @@ __all__ = [
     "system_prompt_of",
     "with_system_prompt",
 ]
-
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +151,7 @@ def parse_personas(tables: Any, tenant: str | None = None) -> dict[str, Persona]
         raise PersonaError(f"{table_name} must be tables: [{table_name}.<name>]")
     owner = "" if tenant is None else f"tenant {tenant!r}: "
     for name in tables:
-        if not _NAME.fullmatch(name):
+        if not is_name(name):
             raise PersonaError(f"{owner}persona {name!r}: a name is letters, digits, '.', '_' or '-' (at most 64)")
     return {name: _persona(name, table, f"{owner}persona {name!r}") for name, table in tables.items()}
 

@@ -102,42 +102,62 @@ def _shown(value: float) -> str:
     return str(value) if isinstance(value, int) else f"{value:g}"
 
 
-def _capped(field: str, asked: _Number | None, caps: list[tuple[_Number | None, str]]) -> _Number | None:
+def _capped(
+    field: str, asked: _Number | None, caps: list[tuple[_Number | None, str]], *, preset: bool = False
+) -> _Number | None:
     """``asked`` when no cap is below it (400 ``invalid_request`` naming the lowest cap otherwise); omitted: the
-    lowest cap (``None`` when there is none). ``caps``: each cap (``None``: none) with where it is set."""
+    lowest cap (``None`` when there is none). ``caps``: each cap (``None``: none) with where it is set. ``preset``:
+    ``asked`` is a persona's, not the caller's: above a cap, it is the cap (the caller asked for nothing)."""
     set_caps = [(cap, source) for cap, source in caps if cap is not None]
     lowest = min(set_caps, key=lambda item: item[0], default=None)
     if asked is None:
         return lowest[0] if lowest is not None else None
+    if lowest is not None and asked > lowest[0] and preset:
+        return lowest[0]
     if lowest is not None and asked > lowest[0]:
         cap, source = lowest
         raise ApiError(400, "invalid_request", f"{field} may be at most {_shown(cap)}, {source} (got {_shown(asked)}).")
     return asked
 
 
-def _check_limits(request: AgentRunRequest, settings: AgentSettings, rules: TenantRules) -> RunLimits:
+def _check_limits(
+    request: AgentRunRequest, settings: AgentSettings, rules: TenantRules, preset: frozenset[str] = frozenset()
+) -> RunLimits:
     """The run's limits: the request's, each capped by the service and the caller's tenant, and the lowest cap when
-    the request names none. Its clock starts now, so discovery counts against its deadline."""
+    the request names none. Its clock starts now, so discovery counts against its deadline. ``preset``: the fields
+    its persona filled, which a cap lowers instead of refusing."""
     service, tenant = "the service's cap", "the cap of the caller's tenant"
     max_iterations = _capped(
         "maxIterations",
         request.max_iterations,
         [(settings.max_iterations, f"{service} (AGENT_MAX_ITERATIONS)"), (rules.max_iterations, tenant)],
+        preset="max_iterations" in preset,
     )
     deadline = _capped(
         "deadlineSeconds",
         request.deadline_seconds,
         [(settings.run_deadline_seconds, f"{service} (AGENT_RUN_DEADLINE_SECONDS)"), (rules.max_run_seconds, tenant)],
+        preset="deadline_seconds" in preset,
     )
     assert max_iterations is not None  # the service's caps are always set
     assert deadline is not None
     return RunLimits(
         max_iterations=max_iterations,
         deadline=Deadline.after(deadline),
-        max_total_tokens=_capped("maxTotalTokens", request.max_total_tokens, [(rules.max_run_tokens, tenant)]),
-        max_cost_usd=_capped("maxCostUsd", request.max_cost_usd, [(rules.max_run_cost_usd, tenant)]),
+        max_total_tokens=_capped(
+            "maxTotalTokens",
+            request.max_total_tokens,
+            [(rules.max_run_tokens, tenant)],
+            preset="max_total_tokens" in preset,
+        ),
+        max_cost_usd=_capped(
+            "maxCostUsd", request.max_cost_usd, [(rules.max_run_cost_usd, tenant)], preset="max_cost_usd" in preset
+        ),
     )
 
+
+_PRESET_LIMITS = ("max_iterations", "deadline_seconds", "max_total_tokens", "max_cost_usd")
+"""The limits a persona may fill: capped like the request's own, lowered to a cap rather than refused."""
 
 _RECHECK_UNAVAILABLE_SECONDS = 1.0
 """Before refusing a run because all its tools are unavailable, a tool list older than this is fetched again."""
@@ -148,9 +168,12 @@ def allowed_tools(listed: list[ToolInfo], rules: TenantRules) -> list[ToolInfo]:
     return [tool for tool in listed if rules.allows_tool(tool.server, tool.name)]
 
 
-def _check_model(model: str, rules: TenantRules) -> None:
+def _check_model(model: str, rules: TenantRules, persona: str | None = None) -> None:
+    """``persona``: the persona whose model it is (the request named none)."""
     if not rules.allows_model(model):
-        raise ApiError(403, "model_not_allowed", f"The model '{clip(model)}' is not allowed to this caller's tenant.")
+        whose = f" (the model of the persona '{clip(persona)}')" if persona is not None else ""
+        message = f"The model '{clip(model)}'{whose} is not allowed to this caller's tenant."
+        raise ApiError(403, "model_not_allowed", message)
 
 
 def _select_tools(request: AgentRunRequest, listed: list[ToolInfo], rules: TenantRules) -> list[ToolInfo]:
@@ -215,11 +238,15 @@ async def plan_run(
     may not use is never in the run. ``tenant``: the caller's, whose run it is. A persona the request names fills
     what it omits, first of all (see ``agent_service.personas``); what it fills is checked as the request's own
     fields are."""
+    asked = request
     request = apply_persona(request, rules, settings.default_model)
+    preset = frozenset(name for name in _PRESET_LIMITS if getattr(asked, name) is None and getattr(request, name))
     model = request.model
     assert model is not None  # apply_persona refuses a request left without one
-    _check_model(model, rules)
-    limits = _check_limits(request, settings, rules)
+    persona = rules.personas.get(request.persona) if request.persona is not None else None
+    from_persona = persona is not None and asked.model is None and model == persona.model
+    _check_model(model, rules, request.persona if from_persona else None)
+    limits = _check_limits(request, settings, rules, preset)
     deadline = limits.deadline
     tools: list[ToolInfo] = []
     out_of_time = False

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 
-from agent_service.shared_redis import REDIS_ERRORS, bounded, connect_redis
+from agent_service.shared_redis import REDIS_ERRORS, bounded
 from suite_common.errors import ApiError
 from suite_common.logging import get_logger
 
@@ -77,9 +77,6 @@ class RunSlots(ABC):
     @abstractmethod
     async def release(self, tenant: str, run_id: str) -> None:
         """Give the slot back (none held: nothing happens)."""
-
-    async def aclose(self) -> None:  # noqa: B027 (optional: only a backend with connections closes them)
-        """Close connections, if any."""
 
 
 class NoRunSlots(RunSlots):
@@ -170,16 +167,8 @@ class RedisRunSlots(RunSlots):
         super().__init__(ttl_seconds)
         self.client = client
         self.key_prefix = key_prefix
-        self._owns_client = False
         self._acquire = client.register_script(_ACQUIRE)
         self._renew = client.register_script(_RENEW)
-
-    @classmethod
-    def from_url(cls, url: str, ttl_seconds: float, *, key_prefix: str = "agent:") -> RedisRunSlots:
-        """Slots with a client of their own, which ``aclose`` closes (the service shares its one client instead)."""
-        slots = cls(connect_redis(url), ttl_seconds, key_prefix=key_prefix)
-        slots._owns_client = True
-        return slots
 
     def key(self, tenant: str) -> str:
         return f"{self.key_prefix}run-slots:{tenant}"
@@ -210,10 +199,6 @@ class RedisRunSlots(RunSlots):
             await bounded(self.client.zrem(self.key(tenant), run_id))
         except REDIS_ERRORS as error:  # the slot expires on its own
             _log.warning("run_slot_not_released", tenant=tenant, run_id=run_id, error=str(error))
-
-    async def aclose(self) -> None:
-        if self._owns_client:
-            await self.client.aclose()
 
 
 def open_run_slots(

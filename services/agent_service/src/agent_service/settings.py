@@ -12,7 +12,10 @@ from pydantic_settings import NoDecode, SettingsConfigDict
 from agent_service.callers import TOOL_PATTERN
 from suite_common.settings import ServiceSettings, blank_as_none, http_url
 
-__all__ = ["HARD_MAX_ITERATIONS", "AgentSettings"]
+__all__ = ["HARD_MAX_ITERATIONS", "MIN_PEPPER_CHARS", "AgentSettings"]
+
+MIN_PEPPER_CHARS = 32
+"""The shortest tool-cache pepper taken: 32 characters, such as 16 random bytes in hex, or more."""
 
 HARD_MAX_ITERATIONS = 15
 """No run makes more LLM calls than this, whatever the settings or the request say."""
@@ -169,7 +172,7 @@ class AgentSettings(ServiceSettings):
     """The key every cached result is signed with (HMAC-SHA256 over the cache key and the result): a value written
     to Redis by anyone without it, or moved to another key, is never served. Changing it invalidates the whole
     cache. Required when the cache is on and ``AGENT_REDIS_URL`` is set (every replica must have the same one,
-    e.g. ``openssl rand -hex 32``); in memory, unset means a random key per process."""
+    e.g. ``openssl rand -hex 32``); at least 32 characters. In memory, unset means a random key per process."""
 
     @property
     def tool_cache_on(self) -> bool:
@@ -184,5 +187,10 @@ class AgentSettings(ServiceSettings):
                 "AGENT_TOOL_CACHE_PEPPER must be set when the tool-result cache (AGENT_TOOL_CACHE_SECONDS or "
                 "AGENT_TOOL_CACHE_TTLS) is on with AGENT_REDIS_URL: every replica signs and checks the results "
                 "they share with it"
+            )
+        if pepper and len(pepper) < MIN_PEPPER_CHARS:
+            raise ValueError(
+                f"AGENT_TOOL_CACHE_PEPPER must be at least {MIN_PEPPER_CHARS} characters (got {len(pepper)}): it is "
+                "the only thing between a Redis writer and a forged result; make one with openssl rand -hex 32"
             )
         return self

@@ -26,8 +26,13 @@ next LLM call: a call that cannot be counted is not made. A usage that cannot be
 added with the run's next one.
 
 Budgets are checked before each call, not reserved: runs of one tenant in flight at once each make the call they
-have started, so the month's spend can pass a budget by up to one LLM call per run in progress (and the seed may
-count a call twice when it lands while that call is being recorded: the error is on the tenant's side of safe).
+have started, so the month's spend can pass a budget by up to one LLM call per run in progress. A counter seeded
+while a call is being recorded may count that call twice, or not at all (its add found no counter yet, and the seed
+read the store before the call's row was written): either way by at most one call per run in flight, and only at a
+counter's first use (a new month, a flushed Redis).
+
+One Redis, not Redis Cluster: the tenant's and its user's counters are read and added to in one script, and the
+suite's Redis client is not cluster-aware.
 """
 
 from __future__ import annotations
@@ -146,14 +151,17 @@ class LocalSpendLedger(SpendLedger):
 
     def __init__(self) -> None:
         self._spent: dict[SpendKey, Spent] = {}
+        self._month = ""
+        """The newest month seeded: when a newer one starts, the months before are over and dropped."""
 
     async def read(self, keys: Sequence[SpendKey]) -> list[Spent | None]:
         return [self._spent.get(key) for key in keys]
 
     async def seed(self, key: SpendKey, spent: Spent, expires_at: datetime) -> Spent:
         if key not in self._spent:
-            # A new key of a new month: the months before are over, their counters are not read again.
-            self._spent = {known: value for known, value in self._spent.items() if known.month >= key.month}
+            if key.month > self._month:  # once a month, not per key: many end users make many keys
+                self._spent = {known: value for known, value in self._spent.items() if known.month >= key.month}
+                self._month = key.month
             self._spent[key] = spent
         return self._spent[key]
 

@@ -10,7 +10,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from agent_service.callers import caller_of
+from agent_service.names import USER_ID_RULE, is_user_id
 from agent_service.runs import AgentRuns
+from agent_service.spending import month_start
 from agent_service.store import ModelUsage
 from suite_common.echo import clip
 from suite_common.errors import ApiError
@@ -22,7 +24,6 @@ __all__ = ["MAX_RANGE", "usage_routes"]
 
 MAX_RANGE = timedelta(days=366)
 """The longest range one request may sum: a year, a leap year's included."""
-_MAX_USER_CHARS = 128
 
 
 def _moment(request: Request, name: str) -> datetime | None:
@@ -42,14 +43,10 @@ def _moment(request: Request, name: str) -> datetime | None:
         ) from None
 
 
-def _month_start(moment: datetime) -> datetime:
-    return moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
 def _range(request: Request) -> tuple[datetime, datetime]:
     """``[from, to)``: ``to`` defaults to now, ``from`` to the start of ``to``'s calendar month (UTC)."""
     end = _moment(request, "to") or datetime.now(UTC)
-    start = _moment(request, "from") or _month_start(end)
+    start = _moment(request, "from") or month_start(end)
     if start > end:
         raise ApiError(
             400, "invalid_request", f"from ({start.isoformat()}) is after to ({end.isoformat()}): the range is empty."
@@ -66,8 +63,8 @@ def _range(request: Request) -> tuple[datetime, datetime]:
 
 def _user(request: Request) -> str | None:
     user = request.query_params.get("user")
-    if user is not None and not 1 <= len(user) <= _MAX_USER_CHARS:
-        raise ApiError(400, "invalid_request", f"user must be 1 to {_MAX_USER_CHARS} characters (an X-User-Id).")
+    if user is not None and not is_user_id(user):
+        raise ApiError(400, "invalid_request", f"user must be an X-User-Id: {USER_ID_RULE}.")
     return user
 
 
