@@ -243,3 +243,19 @@ async def test_a_run_checks_its_budgets_on_the_counters_its_own_last_call_added_
     await guard.spent(Usage(input_tokens=5, output_tokens=0))  # the add answers 30: bob's included
     assert await guard.exhausted() == "tenant_monthly_tokens"
     assert ledger.reads == reads, "checks between calls read no counters"
+
+
+async def test_a_new_run_is_admitted_on_counters_this_replica_saw_within_a_second_without_a_round_trip() -> None:
+    rules = {"acme": TenantRules(monthly_tokens=30)}
+    ledger = CountingLedger()
+    spend = Spending(ledger, rules=rules, clock=Clock(NOW))
+    first = await spend.admit("acme", None)
+    assert first is not None
+    await first.spent(Usage(input_tokens=30))  # the add answers 30 of 30
+    reads = ledger.reads
+    refused = await refusal(spend)  # on the counters the add answered: no read
+    assert (refused.status, refused.code) == (429, "budget_exhausted")
+    assert ledger.reads == reads
+    stale = Spending(ledger, rules=rules, clock=Clock(NOW), fresh_seconds=0)  # nothing seen is fresh: Redis asked
+    await refusal(stale)
+    assert ledger.reads == reads + 1

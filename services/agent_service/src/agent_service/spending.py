@@ -11,7 +11,8 @@ without a user counts toward the tenant's only). A month is a calendar month in 
   without a monthly budget gets none: its runs cost nothing to check.
 
 One round trip per LLM call: adding a call's usage answers the counters' new values, and the check before the
-run's next call reads those (the run's first check reads what ``admit`` read). A run sees the other runs' spend as
+run's next call reads those (the run's first check reads what ``admit`` read). ``admit`` itself reads Redis only
+when this replica has not seen the counters within ``FRESH_SECONDS``. A run sees the other runs' spend as
 of its own last call: fresh to within one call, which the overshoot below allows for anyway.
 
 The counters live in a ``SpendLedger``, one per tenant-month and one per tenant-user-month, tokens as integers and
@@ -38,6 +39,7 @@ suite's Redis client is not cluster-aware.
 from __future__ import annotations
 
 import math
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -254,6 +256,12 @@ def _counters(values: Sequence[int]) -> list[Spent | None]:
     return [None if tokens < 0 else Spent(tokens, max(micros, 0)) for tokens, micros in pairs]
 
 
+FRESH_SECONDS = 1.0
+"""A new run is admitted on counters this replica read or added to within this long, without asking Redis: under
+load (runs of one tenant back to back), admission costs no round trip; a budget used up on another replica is seen
+here at most this much later."""
+_MAX_RECENT = 10_000
+
 _KEPT_AFTER_MONTH = timedelta(days=1)
 """A counter outlives its month by this much (replicas' clocks need not agree to the second)."""
 
@@ -310,11 +318,33 @@ class Spending:
         rules: Mapping[str, TenantRules],
         source: UsageSource | None = None,
         clock: Callable[[], datetime] = _utc_now,
+        fresh_seconds: float = FRESH_SECONDS,
     ) -> None:
         self.ledger = ledger
         self.rules = rules
         self.source = source
         self.clock = clock
+        self.fresh_seconds = fresh_seconds
+        self._recent: dict[SpendKey, tuple[Spent, float]] = {}
+        """Counters as this replica last read or added to them, with when (``time.monotonic``)."""
+
+    def _fresh(self, keys: list[SpendKey]) -> dict[SpendKey, Spent] | None:
+        """The counters of ``keys`` as this replica saw them within ``fresh_seconds``; ``None`` unless all were."""
+        oldest = time.monotonic() - self.fresh_seconds
+        seen = [self._recent.get(key) for key in keys]
+        if any(entry is None or entry[1] < oldest for entry in seen):
+            return None
+        return {key: entry[0] for key, entry in zip(keys, seen, strict=True) if entry is not None}
+
+    def _remember(self, counters: Mapping[SpendKey, Spent | None]) -> None:
+        if len(self._recent) >= _MAX_RECENT:
+            self._recent.clear()  # many users at once: what is dropped is read again, nothing more
+        now = time.monotonic()
+        for key, value in counters.items():
+            if value is None:
+                self._recent.pop(key, None)
+            else:
+                self._recent[key] = (value, now)
 
     def _budgets_now(self, tenant: str, user: str | None) -> tuple[list[_Budget], datetime]:
         rules = self.rules.get(tenant, NO_RULES)
@@ -356,7 +386,10 @@ class Spending:
         if known is not None and all(key in known for key in keys):  # a new month has new keys: read again
             spent = known
         else:
-            spent = await self._spent(keys, now)
+            fresh = self._fresh(keys)
+            spent = fresh if fresh is not None else await self._spent(keys, now)
+            if fresh is None:
+                self._remember(spent)
             if known is not None:
                 known.clear()
                 known.update(spent)
@@ -394,7 +427,9 @@ class Spending:
         if not budgets or not spent:
             return {}
         keys = list(dict.fromkeys(budget.key for budget in budgets))
-        return dict(zip(keys, await self.ledger.add(keys, spent), strict=True))
+        counters = dict(zip(keys, await self.ledger.add(keys, spent), strict=True))
+        self._remember(counters)
+        return counters
 
 
 def _budget_exhausted(budget: _Budget, spent: Spent, now: datetime) -> ApiError:
