@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -384,6 +385,11 @@ async def test_a_run_killed_again_after_its_takeover_is_taken_over_again_and_cou
     assert seqs == sorted(set(seqs))
     assert events[-1][1] == "done"
     assert len(llm.requests) == 2
+    # Each LLM call logged once, with the attempt (the run's resumes) it was made on: round 1 by the first replica,
+    # round 2 by the third.
+    with closing(sqlite3.connect(tmp_path / "runs.db")) as database:
+        query = "SELECT iteration, attempt FROM usage_log WHERE run_id = ? ORDER BY id"
+        assert database.execute(query, (run_id,)).fetchall() == [(1, 0), (2, 2)]
 
 
 async def test_a_run_taken_over_more_often_than_max_resumes_is_failed_and_not_run_again(

@@ -1,5 +1,6 @@
-"""The run store's usage log, on both backends: one row per LLM call, written with the run's step, summed per model
-for a tenant (``usage_by_model``) and since a moment (``usage_since``); and the end user, cost and budget of a run.
+"""The run store's usage log, on both backends: one row per LLM call, written with the run's step (once, however
+often the step is written), summed per model for a tenant (``usage_by_model``) and since a moment (``usage_since``);
+and the end user, cost and budget of a run.
 
 Every test uses tenants of its own, so the session's PostgreSQL database needs no emptying between them.
 """
@@ -15,10 +16,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from agent_service.loop import LlmCall
-from agent_service.store import DEFAULT_TENANT, LeaseLost, ModelUsage, NewRun, RunStore, Step
+from agent_service.clients import UpstreamError
+from agent_service.loop import LlmCall, RunOutcome
+from agent_service.runs.journal import RunJournal
+from agent_service.store import DEFAULT_TENANT, LeaseLost, ModelUsage, NewRun, RunStore, Step, StoreError
 from agent_service.store.schema import conversations, usage_log
-from suite_common.wire import Message, Usage
+from suite_common.wire import Message, ToolCall, Usage
 
 pytestmark = pytest.mark.anyio
 
@@ -58,8 +61,18 @@ async def started(
     return run.run_id
 
 
-def call(input_tokens: int, output_tokens: int, cost: float | None = None, *, model: str = "gpt-4o") -> LlmCall:
-    return LlmCall(model, "openai", Usage(input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost))
+def call(
+    input_tokens: int,
+    output_tokens: int,
+    cost: float | None = None,
+    *,
+    model: str = "gpt-4o",
+    iteration: int = 1,
+    attempt: int = 0,
+) -> LlmCall:
+    """An LLM call of a run's round ``iteration`` (each call of a run has a round of its own), made on ``attempt``."""
+    usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost)
+    return LlmCall(model, "openai", usage, iteration=iteration, attempt=attempt)
 
 
 async def rows(store: RunStore, **where: Any) -> list[Any]:
@@ -97,7 +110,7 @@ async def test_each_llm_call_is_a_usage_row_of_the_runs_tenant_user_and_caller_w
             budget="run_tokens",
             iterations=2,
             usage=Usage(input_tokens=30, output_tokens=8, cost_usd=0.5),
-            calls=[call(20, 5, 0.25)],
+            calls=[call(20, 5, 0.25, iteration=2)],
         ),
         owner="replica-a",
     )
@@ -138,8 +151,10 @@ async def test_usage_is_summed_per_model_over_the_range_for_the_tenant_and_user_
     alice = await started(store, tenant, user="alice")
     bob = await started(store, tenant, user="bob")
     theirs = await started(store, other, user="alice")
-    await store.record(alice, Step(calls=[call(10, 1, 0.5), call(20, 2, None, model="claude")]), owner="replica-a")
-    await store.record(alice, Step(calls=[call(30, 3, 0.25)]), owner="replica-a")
+    await store.record(
+        alice, Step(calls=[call(10, 1, 0.5), call(20, 2, None, model="claude", iteration=2)]), owner="replica-a"
+    )
+    await store.record(alice, Step(calls=[call(30, 3, 0.25, iteration=3)]), owner="replica-a")
     await store.record(bob, Step(calls=[call(100, 10, None)]), owner="replica-a")
     await store.record(theirs, Step(calls=[call(1000, 100, 9.0)]), owner="replica-a")
     end = datetime.now(UTC) + timedelta(seconds=1)
@@ -162,7 +177,8 @@ async def test_usage_since_sums_the_tenants_or_its_users_calls_since_a_moment(st
     since = datetime.now(UTC) - timedelta(seconds=1)
     alice = await started(store, tenant, user="alice")
     anyone = await started(store, tenant)
-    await store.record(alice, Step(calls=[call(10, 1, 0.5), call(20, 2, model="claude")]), owner="replica-a")
+    calls = [call(10, 1, 0.5), call(20, 2, model="claude", iteration=2)]
+    await store.record(alice, Step(calls=calls), owner="replica-a")
     await store.record(anyone, Step(calls=[call(5, 5)]), owner="replica-a")
 
     assert await store.usage_since(tenant, since) == Usage(input_tokens=35, output_tokens=8, cost_usd=0.5)
@@ -206,9 +222,98 @@ async def test_a_call_outside_any_run_is_logged_on_its_own_and_summed_with_the_o
     tenant = tenant_name()
     since = datetime.now(UTC) - timedelta(seconds=1)
     await store.log_usage(call(4, 2, 0.125), tenant=tenant, user="alice", caller="acme-app")
+    await store.log_usage(call(4, 2, 0.125), tenant=tenant, user="alice", caller="acme-app")
 
-    [row] = await rows(store, tenant=tenant)
-    assert (row.run_id, row.user_id, row.caller, row.provider) == (None, "alice", "acme-app", "openai")
-    assert await store.usage_since(tenant, since, user="alice") == Usage(
-        input_tokens=4, output_tokens=2, cost_usd=0.125
+    # Alike but for their ids: two calls all the same, each a row (no run, round nor attempt to make them one).
+    [row, again] = await rows(store, tenant=tenant)
+    assert (row.run_id, row.iteration, row.attempt, row.user_id, row.caller, row.provider) == (
+        None,
+        None,
+        None,
+        "alice",
+        "acme-app",
+        "openai",
     )
+    assert (again.run_id, again.iteration, again.attempt) == (None, None, None)
+    assert await store.usage_since(tenant, since, user="alice") == Usage(input_tokens=8, output_tokens=4, cost_usd=0.25)
+
+
+async def test_a_step_written_again_logs_each_of_its_calls_once(store: RunStore) -> None:
+    """A write that committed unseen (a timeout after the commit) is written again: its calls are not logged twice,
+    neither by the same step nor by the run's end that carries them again."""
+    tenant = tenant_name()
+    since = datetime.now(UTC) - timedelta(seconds=1)
+    run_id = await started(store, tenant)
+    step = Step(status="tool_loop", iterations=2, calls=[call(10, 3, 0.25), call(20, 5, 0.5, iteration=2)])
+
+    await store.record(run_id, step, owner="replica-a")
+    await store.record(run_id, step, owner="replica-a")
+    end = Step(status="failed", finish_reason="error", calls=[*step.calls, call(40, 7, iteration=3)])
+    await store.finish(run_id, end, owner="replica-a")
+
+    assert [(row.iteration, row.attempt, row.input_tokens) for row in await rows(store, run_id=run_id)] == [
+        (1, 0, 10),
+        (2, 0, 20),
+        (3, 0, 40),
+    ]
+    assert await store.usage_since(tenant, since) == Usage(input_tokens=70, output_tokens=15, cost_usd=0.75)
+
+
+async def test_the_journal_writes_again_the_calls_of_a_write_that_committed_unseen_and_they_are_logged_once(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal cannot tell a write that failed from one that committed and then failed to answer: it keeps the
+    calls and the run's end carries them again (here the run fails, as a step that cannot be stored fails it)."""
+    tenant = tenant_name()
+    start = datetime.now(UTC) - timedelta(seconds=1)
+    run_id = await started(store, tenant)
+    record = store.record
+
+    async def committed_then_failed(run_id: str, step: Step, *, owner: str) -> None:
+        await record(run_id, step, owner=owner)
+        raise StoreError("The database timed out after the commit.")
+
+    monkeypatch.setattr(store, "record", committed_then_failed)
+    journal = RunJournal(run_id, store=store, owner="replica-a", base=0)
+    usage = Usage(input_tokens=10, output_tokens=3, cost_usd=0.25)
+    turn = Message(role="assistant", tool_calls=[ToolCall(id="call_1", name="lookup")])
+    with pytest.raises(UpstreamError) as failed:
+        await journal.turn(1, turn, iterations=1, usage=usage, call=LlmCall("gpt-4o", "openai", usage, iteration=1))
+    assert len(journal.unlogged) == 1
+    await journal.finish(RunOutcome("error", 1, usage, [], failed.value))
+
+    assert [(row.iteration, row.attempt) for row in await rows(store, run_id=run_id)] == [(1, 0)]
+    assert await store.usage_by_model(tenant, start, datetime.now(UTC) + timedelta(seconds=1)) == [
+        ModelUsage("gpt-4o", 1, usage)
+    ]
+
+
+async def test_a_round_made_again_by_a_run_taken_over_logs_its_second_call_as_a_row_of_its_own(
+    store: RunStore,
+) -> None:
+    """A run taken over after a crash asks the model again for the round its replica had not stored: a real second
+    call, of the run's next attempt (its ``resumes``, which the journal stamps on each call it logs)."""
+    tenant = tenant_name()
+    since = datetime.now(UTC) - timedelta(seconds=1)
+    run_id = await started(store, tenant)
+    await store.record(run_id, Step(calls=[call(10, 3, iteration=1)]), owner="replica-a")
+    await store.release("replica-a", [run_id])
+    [claimed] = [
+        record
+        for record in await store.claim_expired(
+            "replica-b", lease_seconds=LEASE, abandon_before=datetime(2000, 1, 1, tzinfo=UTC), limit=100
+        )
+        if record.run_id == run_id
+    ]
+    journal = RunJournal(run_id, store=store, owner="replica-b", base=0, attempt=claimed.resumes)
+    usage = Usage(input_tokens=12, output_tokens=4)
+    answer = Message(role="assistant", content="Done.")
+
+    await journal.turn(1, answer, iterations=1, usage=usage, call=LlmCall("gpt-4o", "openai", usage, iteration=1))
+    await journal.finish(RunOutcome("stop", 1, usage, [answer], appended_from=1))
+
+    assert [(row.iteration, row.attempt, row.input_tokens) for row in await rows(store, run_id=run_id)] == [
+        (1, 0, 10),
+        (1, 1, 12),
+    ]
+    assert await store.usage_since(tenant, since) == Usage(input_tokens=22, output_tokens=7)

@@ -90,6 +90,12 @@ class LlmCall:
     """Who answered it."""
     usage: Usage
     """This call's own tokens and cost (not the run's so far)."""
+    iteration: int | None = None
+    """The run's round this call answered (``None``: a call outside any run)."""
+    attempt: int = 0
+    """The run's ``resumes`` when the call was made, set by the journal (the loop does not know it). With the run
+    and ``iteration``, the call's identity in the usage log: a step written twice logs it once, and a run taken
+    over that makes its interrupted round's call again logs that second call too."""
 
 
 class RunRecorder(Protocol):
@@ -360,7 +366,7 @@ class AgentLoop:
         state.usage += response.usage
         if plan.spending is not None:
             await plan.spending.spent(response.usage)
-        llm_call = LlmCall(plan.model, response.provider, response.usage)
+        llm_call = LlmCall(plan.model, response.provider, response.usage, iteration=iteration)
         message = response.message
         calls = message.tool_calls or []
         if plan.client_tools and calls:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 import anyio
 
@@ -59,12 +60,15 @@ class RunJournal:
         owner: str,
         base: int,
         next_seq: int = 1,
+        attempt: int = 0,
         send: LiveSink | None = None,
         telemetry: RunTelemetry | None = None,
     ) -> None:
         """``base``: the position in the loop's conversation of the run's first own message (the earlier runs'
-        messages of its conversation come before it). ``send``: the client attached to the run, if any."""
+        messages of its conversation come before it). ``attempt``: the run's ``resumes`` (0 unless taken over),
+        stamped on each LLM call it logs. ``send``: the client attached to the run, if any."""
         self.run_id = run_id
+        self.attempt = attempt
         self.store = store
         self.owner = owner
         self.base = base
@@ -81,7 +85,9 @@ class RunJournal:
         self.iterations = 0
         self.usage = Usage()
         self.unlogged: list[LlmCall] = []
-        """LLM calls not in the usage log yet: written with the next step (the final answer's, with the run's end)."""
+        """LLM calls not in the usage log yet: written with the next step (the final answer's, with the run's end).
+        A write that failed leaves them here, and the run's end writes them again: if that write had committed
+        unseen, the store skips the calls already logged (each is identified by its round and ``attempt``)."""
         self.ended = anyio.Event()
         self._writing: list[asyncio.Task[None]] = []
         """Result writes under way (``result``)."""
@@ -122,7 +128,7 @@ class RunJournal:
         calls = message.tool_calls or []
         self.open_calls = {tool_call.id: (local + 1 + index, tool_call) for index, tool_call in enumerate(calls)}
         self.iterations, self.usage = iterations, usage
-        self.unlogged.append(call)
+        self.unlogged.append(replace(call, attempt=self.attempt))
         if not calls:
             # The final answer: written with the run's end (``finish``), which comes right after; one write
             # less per run. A crash in between makes the replica that takes over ask the model again.

@@ -555,6 +555,7 @@ class AgentRuns:
             owner=self.owner,
             base=0,
             next_seq=record.last_seq + RESUMED_SEQ_GAP,
+            attempt=record.resumes,
             telemetry=self.loop.telemetry,
         )
         earlier = await store.earlier_messages(run_id)

@@ -14,8 +14,9 @@ the tenant, end user and caller read from the run's own row (so a run taken over
 the same tenant's and user's, with nothing to carry over).
 
 An event already stored (the same run and sequence number: a write retried after it committed unseen) is left as
-it is. The values are written as SQLAlchemy's types write them (``schema``): JSON text for messages, UTC times (naive
-ISO text on SQLite), so that the rest of the store reads them as its own.
+it is, and so is a call already logged (the same run, round and attempt: ``schema.usage_log``'s unique key). The
+values are written as SQLAlchemy's types write them (``schema``): JSON text for messages, UTC times (naive ISO text
+on SQLite), so that the rest of the store reads them as its own.
 """
 
 from __future__ import annotations
@@ -29,10 +30,18 @@ from agent_service.store.records import DEFAULT_TENANT, Step
 __all__ = ["postgres_step", "sqlite_step", "step_rows", "usage_rows"]
 
 
-def usage_rows(step: Step) -> list[tuple[str, str, int, int, float | None]]:
-    """The step's LLM calls as ``(model, provider, input tokens, output tokens, cost)``."""
+def usage_rows(step: Step) -> list[tuple[int | None, int, str, str, int, int, float | None]]:
+    """The step's LLM calls as ``(iteration, attempt, model, provider, input tokens, output tokens, cost)``."""
     return [
-        (call.model, call.provider, call.usage.input_tokens, call.usage.output_tokens, call.usage.cost_usd)
+        (
+            call.iteration,
+            call.attempt,
+            call.model,
+            call.provider,
+            call.usage.input_tokens,
+            call.usage.output_tokens,
+            call.usage.cost_usd,
+        )
         for call in step.calls
     ]
 
@@ -90,7 +99,7 @@ def _postgres_sql(*, owned: bool, release: bool, logged: bool) -> str:
         "$11::float8",
         "$12::text",
     )
-    owner = "$23" if logged else "$18"
+    owner = "$25" if logged else "$18"
     guard = (
         f"UPDATE runs SET updated_at = $2, {counters}{_RELEASE if release else ''} "
         f"WHERE run_id = $1 AND {_ACTIVE}{f' AND lease_owner = {owner}' if owned else ''} "
@@ -98,11 +107,12 @@ def _postgres_sql(*, owned: bool, release: bool, logged: bool) -> str:
     )
     # A step without LLM calls (a tool result, the run's end after a tool round) has no usage part at all.
     usage = (
-        ", usage AS (INSERT INTO usage_log (tenant, user_id, caller, run_id, model, provider, input_tokens, "
-        f"output_tokens, cost_usd, created_at) SELECT COALESCE(guard.tenant, '{DEFAULT_TENANT}'), guard.user_id, "
-        "guard.caller, guard.run_id, u.model, u.provider, u.input_tokens, u.output_tokens, u.cost_usd, $2 "
-        "FROM guard, unnest($18::text[], $19::text[], $20::int[], $21::int[], $22::float8[]) "
-        "AS u(model, provider, input_tokens, output_tokens, cost_usd))"
+        ", usage AS (INSERT INTO usage_log (tenant, user_id, caller, run_id, iteration, attempt, model, provider, "
+        f"input_tokens, output_tokens, cost_usd, created_at) SELECT COALESCE(guard.tenant, '{DEFAULT_TENANT}'), "
+        "guard.user_id, guard.caller, guard.run_id, u.iteration, u.attempt, u.model, u.provider, u.input_tokens, "
+        "u.output_tokens, u.cost_usd, $2 FROM guard, "
+        "unnest($18::int[], $19::int[], $20::text[], $21::text[], $22::int[], $23::int[], $24::float8[]) "
+        "AS u(iteration, attempt, model, provider, input_tokens, output_tokens, cost_usd) ON CONFLICT DO NOTHING)"
         if logged
         else ""
     )
@@ -169,9 +179,9 @@ _SQLITE_MESSAGES = (
 )
 _SQLITE_EVENTS = "INSERT INTO run_events (run_id, seq, type, data) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"
 _SQLITE_USAGE = (
-    "INSERT INTO usage_log (tenant, user_id, caller, run_id, model, provider, input_tokens, output_tokens, cost_usd, "
-    f"created_at) SELECT COALESCE(tenant, '{DEFAULT_TENANT}'), user_id, caller, run_id, ?, ?, ?, ?, ?, ? "
-    "FROM runs WHERE run_id = ?"
+    "INSERT INTO usage_log (tenant, user_id, caller, run_id, iteration, attempt, model, provider, input_tokens, "
+    f"output_tokens, cost_usd, created_at) SELECT COALESCE(tenant, '{DEFAULT_TENANT}'), user_id, caller, run_id, "
+    "?, ?, ?, ?, ?, ?, ?, ? FROM runs WHERE run_id = ? ON CONFLICT DO NOTHING"
 )
 _SQLITE_CONVERSATION = (
     "UPDATE conversations SET updated_at = ? "

@@ -103,7 +103,8 @@ class Step:
     """Which budget ended the run."""
     calls: list[LlmCall] = field(default_factory=list)
     """The LLM calls made since the previous step: one usage log row each, of the run's tenant, user and caller,
-    written with the step (nothing is written for them when the guard refuses the step)."""
+    written with the step (nothing is written for them when the guard refuses the step). A call already logged
+    (the same ``iteration`` and ``attempt``: the step written again after a write that committed unseen) is skipped."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -382,7 +382,8 @@ class RunStore:
 
     async def log_usage(self, call: LlmCall, *, tenant: str, user: str | None, caller: str | None) -> None:
         """One usage log row for an LLM call made outside any stored run (a plain completion of the OpenAI front;
-        a run's calls are logged with its steps)."""
+        a run's calls are logged with its steps). Its run, round and attempt are NULL: the log's unique key never
+        matches it (NULLs are distinct under UNIQUE on both backends), so every such call is a row of its own."""
         row = {
             "tenant": tenant,
             "user_id": user,

@@ -141,6 +141,11 @@ usage_log = sa.Table(
     sa.Column("caller", sa.Text, nullable=True),
     # No foreign key: the usage of a run outlives the run's deletion.
     sa.Column("run_id", sa.Text, nullable=True),
+    # With the run, the call's identity: the loop's round it answered, and the run's ``resumes`` when it was made
+    # (a run taken over after a crash makes its interrupted round's call again: a second call, a second row).
+    # NULL for a call outside any run.
+    sa.Column("iteration", sa.Integer, nullable=True),
+    sa.Column("attempt", sa.Integer, nullable=True),
     # The model the run asked for (a catalog name or <provider>/<model>), and who answered it.
     sa.Column("model", sa.Text, nullable=False),
     sa.Column("provider", sa.Text, nullable=True),
@@ -152,6 +157,9 @@ usage_log = sa.Table(
     # A tenant's usage over a time range, and a user's within it.
     sa.Index(None, "tenant", "created_at"),
     sa.Index(None, "tenant", "user_id", "created_at"),
+    # A run's call is logged once, however often its step's write is retried (inserts skip a row already there).
+    # Rows without a run (run_id NULL) never conflict: NULLs are distinct under UNIQUE on both backends.
+    sa.UniqueConstraint("run_id", "iteration", "attempt"),
 )
 
 caller_keys = sa.Table(

@@ -33,6 +33,8 @@ def upgrade() -> None:
         sa.Column("user_id", sa.Text, nullable=True),
         sa.Column("caller", sa.Text, nullable=True),
         sa.Column("run_id", sa.Text, nullable=True),
+        sa.Column("iteration", sa.Integer, nullable=True),
+        sa.Column("attempt", sa.Integer, nullable=True),
         sa.Column("model", sa.Text, nullable=False),
         sa.Column("provider", sa.Text, nullable=True),
         sa.Column("input_tokens", sa.Integer, nullable=False),
@@ -40,6 +42,7 @@ def upgrade() -> None:
         sa.Column("cost_usd", sa.Float, nullable=True),
         sa.Column("created_at", UtcDateTime, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_usage_log"),
+        sa.UniqueConstraint("run_id", "iteration", "attempt", name="uq_usage_log_run_id_iteration_attempt"),
     )
     op.create_index("ix_usage_log_tenant_created_at", "usage_log", ["tenant", "created_at"])
     op.create_index("ix_usage_log_tenant_user_id_created_at", "usage_log", ["tenant", "user_id", "created_at"])
