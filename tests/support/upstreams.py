@@ -3,9 +3,11 @@ front of it, and mcp-client-service (the gateway) in front of an echo MCP server
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import SecretStr
 
@@ -26,7 +28,9 @@ class Upstreams:
 
 
 @asynccontextmanager
-async def running_upstreams() -> AsyncIterator[Upstreams]:
+async def running_upstreams(*, catalog: list[dict[str, Any]] | None = None) -> AsyncIterator[Upstreams]:
+    """``catalog``: completion-service's model catalog (``COMPLETION_MODELS`` entries); an entry without a
+    ``baseUrl`` of provider ``openai`` is answered by the scripted OpenAI."""
     llm = ScriptedOpenAI()
     async with (
         serve_app(llm.app) as llm_url,
@@ -34,7 +38,10 @@ async def running_upstreams() -> AsyncIterator[Upstreams]:
         running_gateway({"tools": {"url": tools_url}}) as gateway,
     ):
         settings = CompletionSettings(
-            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
+            openai_base_url=f"{llm_url}/v1",
+            openai_api_key=SecretStr("test-key"),
+            max_retries=0,
+            models=json.dumps(catalog) if catalog else None,
         )
         async with serve_app(create_completion_app(settings)) as completion_url:
             await gateway.wait_until_ready("tools")

@@ -104,3 +104,12 @@ async def test_a_model_name_that_cannot_go_into_a_url_is_a_400_without_asking(na
     assert (caught.value.status, caught.value.code) == (400, "invalid_request")
     assert caught.value.message.startswith("model: ")
     assert app.clients == []
+
+
+async def test_a_model_route_that_cannot_be_read_is_a_bad_upstream_response() -> None:
+    app = _StreamingCompletions()  # answers 200 with a completion stream, not a ResolvedModel
+    async with _client(app) as client:
+        with pytest.raises(UpstreamError) as caught:
+            await client.check_model("m", Deadline.after(5))
+    assert (caught.value.status, caught.value.code) == (502, "bad_upstream_response")
+    assert caught.value.message == "completion-service sent a malformed model route"

@@ -49,12 +49,13 @@ def test_every_protected_operation_requires_the_key_and_documents_the_refusals(d
 
 def test_the_operations_own_refusals_are_kept_beside_the_middlewares(document: dict[str, Any]) -> None:
     run = document["paths"]["/api/v1/agent/run"]["post"]["responses"]
-    for code in ("user_not_allowed", "model_not_allowed", "tool_not_allowed"):
+    for code in ("user_not_allowed", "model_not_allowed", "model_not_priced", "tool_not_allowed"):
         assert code in run["403"]["description"]
     assert "shutting down" in run["503"]["description"]
     assert "store_unavailable" in run["503"]["description"]
     chat = document["paths"]["/v1/chat/completions"]["post"]["responses"]
     assert "model_not_allowed" in chat["403"]["description"]
+    assert "model_not_priced" in chat["403"]["description"]
     assert chat["401"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/OpenAIError"}
 
 

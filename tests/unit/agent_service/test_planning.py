@@ -10,11 +10,20 @@ from pydantic import SecretStr, ValidationError
 
 from agent_service.callers import TenantRules
 from agent_service.clients import UpstreamError
+from agent_service.personas import Persona
 from agent_service.planning import ModelCheck, ToolCatalog, plan_run
 from agent_service.settings import AgentSettings
 from suite_common.deadline import Deadline
 from suite_common.errors import ApiError
-from suite_common.wire import AgentRunRequest, ToolInfo, ToolSpec, ToolUnavailable
+from suite_common.wire import (
+    AgentRunRequest,
+    ModelPrices,
+    ModelTarget,
+    ResolvedModel,
+    ToolInfo,
+    ToolSpec,
+    ToolUnavailable,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -36,21 +45,35 @@ class FakeToolsClient:
         ]
 
 
+PRICES = ModelPrices(input_per_million_usd=2.5, output_per_million_usd=10)
+
+
 class FakeCompletionClient:
+    """completion-service's model check over a catalog whose models are all priced, but the ``unpriced`` ones;
+    ``fallbacks``: each model's, by name."""
+
     def __init__(self, models: set[str]) -> None:
         self.models = models
+        self.unpriced: set[str] = set()
+        self.fallbacks: dict[str, list[str]] = {}
         self.calls = 0
         self.checked: list[str] = []
         self.answer: dict[str, anyio.Event] = {}
         """Models whose check waits for this event (completion-service taking its time)."""
 
-    async def check_model(self, model: str, deadline: Deadline) -> None:
+    def _target(self, model: str) -> ModelTarget:
+        prices = None if model in self.unpriced else PRICES
+        return ModelTarget(id=model, provider="openai", upstream_model=model, prices=prices)
+
+    async def check_model(self, model: str, deadline: Deadline) -> ResolvedModel:
         self.calls += 1
         self.checked.append(model)
         if model in self.answer:
             await self.answer[model].wait()
         if model not in self.models:
             raise UpstreamError("model_not_found", f"Unknown model {model}; available: demo", status=400)
+        fallbacks = [self._target(name) for name in self.fallbacks.get(model, [])]
+        return ResolvedModel(**dict(self._target(model)), fallbacks=fallbacks or None)
 
 
 def models(*names: str, ttl: float = 0) -> tuple[ModelCheck, FakeCompletionClient]:
@@ -328,3 +351,91 @@ def test_an_infinite_limit_is_refused_as_bad_input_not_stored_as_no_limit(field:
     body = '{"model": "demo", "messages": [{"role": "user", "content": "hi"}], "' + field + '": ' + value + "}"
     with pytest.raises(ValidationError, match="finite number"):
         AgentRunRequest.model_validate_json(body)
+
+
+# --- cost limits need priced models ---------------------------------------------------------------
+
+
+def pricing(*, unpriced: set[str], fallbacks: dict[str, list[str]] | None = None) -> ModelCheck:
+    """``priced`` and ``openai/gpt-4o`` routed; the ``unpriced`` ones without prices."""
+    checker, client = models("priced", "openai/gpt-4o", "steady", ttl=60)
+    client.unpriced = unpriced
+    client.fallbacks = fallbacks or {}
+    return checker
+
+
+COST_LIMITS: list[tuple[dict[str, Any], TenantRules, str | None, str]] = [
+    ({"maxCostUsd": 0.5}, TenantRules(), None, "the request's maxCostUsd"),
+    (
+        {"persona": "thrifty"},
+        TenantRules(personas={"thrifty": Persona(name="thrifty", max_cost_usd=0.2)}),
+        None,
+        "the max_cost_usd of the persona 'thrifty'",
+    ),
+    ({}, TenantRules(max_run_cost_usd=0.25), None, "the tenant's max_run_cost_usd"),
+    ({}, TenantRules(monthly_cost_usd=100), None, "the tenant's monthly_cost_usd"),
+    ({}, TenantRules(user_monthly_cost_usd=5), "ann", "the end user's monthly budget (user_monthly_cost_usd)"),
+]
+
+
+@pytest.mark.parametrize(("fields", "rules", "user", "limit"), COST_LIMITS)
+async def test_a_run_under_a_cost_limit_may_not_use_a_model_without_a_price(
+    fields: dict[str, Any], rules: TenantRules, user: str | None, limit: str
+) -> None:
+    tools, tool_client = catalog("web_search")
+    checker = pricing(unpriced={"openai/gpt-4o"})
+    with pytest.raises(ApiError) as caught:
+        await plan_run(request(model="openai/gpt-4o", **fields), SETTINGS, tools, checker, rules=rules, user=user)
+    assert (caught.value.status, caught.value.code) == (403, "model_not_priced")
+    assert caught.value.message.startswith("The model 'openai/gpt-4o' has no price")
+    assert limit in caught.value.message
+    assert tool_client.calls == 0  # refused before tool discovery
+
+
+@pytest.mark.parametrize(("fields", "rules", "user", "limit"), COST_LIMITS)
+async def test_a_run_under_a_cost_limit_may_use_a_priced_model(
+    fields: dict[str, Any], rules: TenantRules, user: str | None, limit: str
+) -> None:
+    checker = pricing(unpriced={"openai/gpt-4o"}, fallbacks={"priced": ["steady"]})
+    plan = await plan_run(request(model="priced", **fields), SETTINGS, catalog()[0], checker, rules=rules, user=user)
+    assert plan.model == "priced"
+
+
+async def test_a_priced_model_falling_back_to_an_unpriced_one_is_refused_naming_the_fallback() -> None:
+    checker = pricing(unpriced={"openai/gpt-4o"}, fallbacks={"priced": ["steady", "openai/gpt-4o"]})
+    with pytest.raises(ApiError) as caught:
+        await plan_run(request(model="priced", maxCostUsd=1), SETTINGS, catalog()[0], checker)
+    assert (caught.value.status, caught.value.code) == (403, "model_not_priced")
+    message = caught.value.message
+    assert "The model 'priced' falls back to one without a price in completion-service's catalog (openai/gpt-4o)" in (
+        message
+    )
+    assert "the request's maxCostUsd" in message
+
+
+async def test_without_a_cost_limit_an_unpriced_model_runs() -> None:
+    checker = pricing(unpriced={"openai/gpt-4o"}, fallbacks={"openai/gpt-4o": ["steady"]})
+    token_budgets = TenantRules(monthly_tokens=1000, max_run_tokens=100, user_monthly_tokens=10)
+    for rules in (TenantRules(), token_budgets):
+        plan = await plan_run(request(model="openai/gpt-4o"), SETTINGS, catalog()[0], checker, rules=rules, user="ann")
+        assert plan.model == "openai/gpt-4o"
+
+
+async def test_an_end_users_cost_budget_needs_a_price_only_for_runs_with_an_end_user() -> None:
+    checker = pricing(unpriced={"openai/gpt-4o"})
+    rules = TenantRules(user_monthly_cost_usd=5)
+    plan = await plan_run(request(model="openai/gpt-4o"), SETTINGS, catalog()[0], checker, rules=rules)
+    assert plan.model == "openai/gpt-4o"
+    with pytest.raises(ApiError) as caught:
+        await plan_run(request(model="openai/gpt-4o"), SETTINGS, catalog()[0], checker, rules=rules, user="ann")
+    assert caught.value.code == "model_not_priced"
+
+
+async def test_the_prices_are_remembered_with_the_model_within_the_ttl() -> None:
+    checker = pricing(unpriced={"openai/gpt-4o"})
+    client = checker.client
+    for _ in range(3):
+        with pytest.raises(ApiError):
+            await plan_run(request(model="openai/gpt-4o", maxCostUsd=1), SETTINGS, catalog()[0], checker)
+        await plan_run(request(model="priced", maxCostUsd=1), SETTINGS, catalog()[0], checker)
+    assert client.calls == 2  # type: ignore[attr-defined]

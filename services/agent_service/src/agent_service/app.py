@@ -154,7 +154,13 @@ async def run_agent(request: Request) -> Response | EventStreamResponse:
         body = await read_model(request, AgentRunRequest)
         caller = caller_of(request)
         plan = await plan_run(
-            body, services.settings, services.catalog, services.models, rules=caller.rules, tenant=caller.tenant
+            body,
+            services.settings,
+            services.catalog,
+            services.models,
+            rules=caller.rules,
+            tenant=caller.tenant,
+            user=caller.user,
         )
         run = await runs.begin(plan, body, send=None, caller=caller)
     except ApiError as refusal:  # counted and logged: a run refused is a run an operator should see
@@ -192,7 +198,8 @@ _RUN = Operation(
             "The body is not valid JSON, or not a valid request (the message names the field); or it names a persona "
             "the caller's tenant does not have (unknown_persona, listing those it has)."
         ),
-        403: "The tenant may not run this model (model_not_allowed) or use a tool the run names (tool_not_allowed).",
+        403: "The tenant may not run this model (model_not_allowed) or use a tool the run names (tool_not_allowed); "
+        "or the run is under a cost limit and the model, or one of its fallbacks, has no price (model_not_priced).",
         409: "The conversation (conversationId) has a run in progress.",
         429: "The tenant has its cap of runs in progress (too_many_runs), or the tenant or end user has used up a "
         "monthly budget (budget_exhausted); Retry-After says when to try again.",

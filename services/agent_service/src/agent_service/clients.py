@@ -34,6 +34,7 @@ from suite_common.wire import (
     ReasoningBlock,
     ReasoningBlockEvent,
     ReasoningDelta,
+    ResolvedModel,
     StreamError,
     TextDelta,
     ToolCall,
@@ -100,8 +101,9 @@ class CompletionClient:
         self.url = base_url.rstrip("/") + "/api/v1/completions"
         self.models_url = base_url.rstrip("/") + "/api/v1/models/"
 
-    async def check_model(self, model: str, deadline: Deadline) -> None:
-        """Raises ``UpstreamError`` (400 ``model_not_found``) unless completion-service can route ``model``."""
+    async def check_model(self, model: str, deadline: Deadline) -> ResolvedModel:
+        """Where completion-service would send ``model``, fallbacks and prices included; raises ``UpstreamError``
+        (400 ``model_not_found``) when it cannot route it."""
         try:
             # Whichever front the name came through: it goes into a URL, which must stay one line and short.
             check_model_name(model)
@@ -121,6 +123,10 @@ class CompletionClient:
             raise UpstreamError("model_not_found", failure.message, status=400)
         if response.status != 200:
             raise _error_from_response(self.service, response)
+        try:
+            return ResolvedModel.model_validate_json(response.content)
+        except ValidationError:
+            raise UpstreamError("bad_upstream_response", f"{self.service} sent a malformed model route") from None
 
     async def list_models(self, deadline: Deadline) -> list[dict[str, Any]]:
         """``GET /api/v1/models``: the models completion-service routes (names and provider patterns)."""

@@ -390,7 +390,14 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
     )
     caller = caller_of(request)
     plan = await plan_run(
-        run_request, settings, services.catalog, services.models, client_tools, rules=caller.rules, tenant=caller.tenant
+        run_request,
+        settings,
+        services.catalog,
+        services.models,
+        client_tools,
+        rules=caller.rules,
+        tenant=caller.tenant,
+        user=caller.user,
     )
     run = None
     if plan.tools:
@@ -426,7 +433,8 @@ _CHAT_COMPLETIONS = Operation(
     events_end="[DONE]",
     error=OpenAIError,
     errors={
-        403: "The tenant may not run this model (model_not_allowed).",
+        403: "The tenant may not run this model (model_not_allowed); or the run is under a cost limit and the model, "
+        "or one of its fallbacks, has no price (model_not_priced).",
         429: "The tenant has its cap of runs in progress (too_many_runs, Retry-After).",
     },
     example={"model": "demo", "messages": [{"role": "user", "content": "What time is it?"}]},

@@ -21,7 +21,7 @@ from agent_service.settings import AgentSettings
 from suite_common.deadline import Deadline
 from suite_common.echo import clip, clip_names
 from suite_common.errors import ApiError
-from suite_common.wire import AgentRunRequest, NamedToolChoice, ToolChoice, ToolInfo, ToolSpec
+from suite_common.wire import AgentRunRequest, NamedToolChoice, ResolvedModel, ToolChoice, ToolInfo, ToolSpec
 
 __all__ = ["ModelCheck", "ToolCatalog", "allowed_tools", "plan_run"]
 
@@ -55,44 +55,50 @@ class ModelCheck:
     """Asks completion-service whether it can route a model, before a run's response starts.
 
     Without it, a streamed run with a misspelt model would answer 200 and then an error event.
-    Names that route are remembered for ``ttl`` seconds; names that do not are asked again.
+    Names that route are remembered for ``ttl`` seconds, with where they go (and at which prices);
+    names that do not are asked again.
     """
 
     def __init__(self, client: CompletionClient, ttl: float) -> None:
         self.client = client
         self.ttl = ttl
-        self._known: dict[str, float] = {}
+        self._known: dict[str, tuple[float, ResolvedModel]] = {}
         self._checking: dict[str, anyio.Lock] = {}
 
-    def _fresh(self, model: str) -> bool:
-        checked_at = self._known.get(model)
-        return checked_at is not None and time.monotonic() - checked_at < self.ttl
+    def _fresh(self, model: str) -> ResolvedModel | None:
+        known = self._known.get(model)
+        if known is None or time.monotonic() - known[0] >= self.ttl:
+            return None
+        return known[1]
 
-    async def check(self, model: str, deadline: Deadline) -> None:
-        if self._fresh(model):
-            return
+    async def check(self, model: str, deadline: Deadline) -> ResolvedModel:
+        """Where completion-service sends ``model``: raises ``UpstreamError`` when it cannot route it."""
+        resolved = self._fresh(model)
+        if resolved is not None:
+            return resolved
         # One request per model for many runs starting at once (when the memory of it expires under
         # load, every run would ask otherwise); other models are not held up.
         lock = self._checking.setdefault(model, anyio.Lock())
         try:
             async with lock:
-                if self._fresh(model):
-                    return
-                await self.client.check_model(model, deadline)
-                self._remember(model)
+                resolved = self._fresh(model)
+                if resolved is None:
+                    resolved = await self.client.check_model(model, deadline)
+                    self._remember(model, resolved)
+                return resolved
         finally:
             if not lock.locked() and lock.statistics().tasks_waiting == 0:
                 self._checking.pop(model, None)  # nobody waits: callers choose the names, keep none
 
-    def _remember(self, model: str) -> None:
+    def _remember(self, model: str, resolved: ResolvedModel) -> None:
         now = time.monotonic()
         if len(self._known) >= _MAX_KNOWN_MODELS:
             # With an OpenAI-compatible endpoint configured every name routes, so callers choose
             # how many names there are: keep only the fresh ones, and never more than the cap.
-            self._known = {name: at for name, at in self._known.items() if now - at < self.ttl}
+            self._known = {name: known for name, known in self._known.items() if now - known[0] < self.ttl}
             if len(self._known) >= _MAX_KNOWN_MODELS:
                 self._known.clear()
-        self._known[model] = now
+        self._known[model] = (now, resolved)
 
 
 _Number = TypeVar("_Number", int, float)
@@ -176,6 +182,40 @@ def _check_model(model: str, rules: TenantRules, persona: str | None = None) -> 
         raise ApiError(403, "model_not_allowed", message)
 
 
+def _cost_limit(asked: AgentRunRequest, request: AgentRunRequest, rules: TenantRules, user: str | None) -> str | None:
+    """The first cost limit a run is subject to, as a refusal names it; ``None``: none, its cost need not be known.
+    ``asked``: the request as it came, ``request``: as its persona filled it; ``user``: the run's end user."""
+    if asked.max_cost_usd is not None:
+        return "the request's maxCostUsd"
+    if request.max_cost_usd is not None:
+        return f"the max_cost_usd of the persona '{clip(request.persona)}'"
+    if rules.max_run_cost_usd is not None:
+        return "the tenant's max_run_cost_usd"
+    if rules.monthly_cost_usd is not None:
+        return "the tenant's monthly_cost_usd"
+    if user is not None and rules.user_monthly_cost_usd is not None:
+        return "the end user's monthly budget (user_monthly_cost_usd)"
+    return None
+
+
+def _check_priced(model: str, resolved: ResolvedModel, limit: str) -> None:
+    """A run under a cost ``limit`` may only use a model priced wherever it may be answered: an unpriced answer
+    (``<provider>/<model>``, ``demo``, a catalog entry without prices) has no cost, so it would escape the limit.
+    Refused with 403 ``model_not_priced``, naming the model, its unpriced fallbacks if they are why, and ``limit``."""
+    if resolved.prices is None:
+        why = f"The model '{clip(model)}' has no price in completion-service's catalog"
+    else:
+        unpriced = [fallback.id for fallback in resolved.fallbacks or [] if fallback.prices is None]
+        if not unpriced:
+            return
+        names = clip_names(unpriced)
+        why = f"The model '{clip(model)}' falls back to one without a price in completion-service's catalog ({names})"
+    message = (
+        f"{why}; {limit} needs every call's cost to be known. Use a model with prices (a catalog entry that has them)."
+    )
+    raise ApiError(403, "model_not_priced", message)
+
+
 def _select_tools(request: AgentRunRequest, listed: list[ToolInfo], rules: TenantRules) -> list[ToolInfo]:
     """The run's tools, among those the tenant may use. Omitted: every tool that is available now. Named: each
     must be listed, available or not: a tool whose server is restarting is not an unknown name (its calls fail
@@ -231,13 +271,15 @@ async def plan_run(
     *,
     rules: TenantRules = NO_RULES,
     tenant: str = DEFAULT_TENANT,
+    user: str | None = None,
 ) -> RunPlan:
     """``client_tools``: tools the caller runs itself (see ``RunPlan.client_tools``); one of ours with the same
     name is left out of the run, since the caller, who declared it, expects to run it. ``rules``: the caller's
     tenant's; a model it may not run is refused before anything else (403 ``model_not_allowed``), and a tool it
     may not use is never in the run. ``tenant``: the caller's, whose run it is. A persona the request names fills
     what it omits, first of all (see ``agent_service.personas``); what it fills is checked as the request's own
-    fields are."""
+    fields are. ``user``: the run's end user, whose monthly budget counts too. A run under any cost limit may only use
+    a model with known prices, its fallbacks' included (403 ``model_not_priced``)."""
     asked = request
     request = apply_persona(request, rules, settings.default_model)
     preset = frozenset(name for name in _PRESET_LIMITS if getattr(asked, name) is None and getattr(request, name))
@@ -247,11 +289,14 @@ async def plan_run(
     from_persona = persona is not None and asked.model is None and model == persona.model
     _check_model(model, rules, request.persona if from_persona else None)
     limits = _check_limits(request, settings, rules, preset)
+    cost_limit = _cost_limit(asked, request, rules, user)
     deadline = limits.deadline
     tools: list[ToolInfo] = []
     out_of_time = False
     try:
-        await models.check(model, deadline)
+        resolved = await models.check(model, deadline)
+        if cost_limit is not None:
+            _check_priced(model, resolved, cost_limit)
         # The plain path: no tool discovery when the caller wants no tools.
         if request.tool_choice != "none" and request.tools != []:
             tools = _select_tools(request, await catalog.tools(deadline), rules)
