@@ -435,7 +435,11 @@ _CHAT_COMPLETIONS = Operation(
     errors={
         403: "The tenant may not run this model (model_not_allowed); or the run is under a cost limit and the model, "
         "or one of its fallbacks, has no price (model_not_priced).",
-        429: "The tenant has its cap of runs in progress (too_many_runs, Retry-After).",
+        400: "Not a valid request (the message names the field); or the X-Agent-Persona header names a persona the "
+        "caller's tenant does not have (unknown_persona).",
+        429: "The tenant has its cap of runs in progress (too_many_runs), or the tenant or end user has used up a "
+        "monthly budget (budget_exhausted); Retry-After says when to try again.",
+        503: "The service is shutting down, or the run store or the run limits (Redis) are unavailable (Retry-After).",
     },
     example={"model": "demo", "messages": [{"role": "user", "content": "What time is it?"}]},
 )
