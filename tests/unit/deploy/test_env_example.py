@@ -9,6 +9,9 @@ from pydantic import SecretStr
 
 from unit.deploy.components import COMPONENTS, ENV_EXAMPLE, Component, parse_env_file
 
+SECRET_VALUE = "a-secret-" + "0" * 32
+"""What a test gives each secret setting: long enough for every rule (the tool-cache pepper: 32 characters)."""
+
 TEXT = ENV_EXAMPLE.read_text(encoding="utf-8")
 ACTIVE, COMMENTED = parse_env_file(TEXT)
 SETTING_LINE = re.compile(r"^#?\s*[A-Z][A-Z0-9_]*=")
@@ -38,7 +41,7 @@ def test_the_values_in_env_example_are_the_defaults_of_the_code(
     item: Component, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ours = {name: value for name, value in ACTIVE.items() if name.startswith(item.prefix)}
-    secrets = {name: "a-secret" for name in item.secret_env}  # some services refuse to start without theirs
+    secrets = {name: SECRET_VALUE for name in item.secret_env}  # some services refuse to start without theirs
     from_file = item.load({**ours, **secrets}, monkeypatch)
     defaults = item.load(secrets, monkeypatch)
     differing = {

@@ -30,6 +30,9 @@ from suite_common.metrics import metrics_route
 from suite_common.ssrf import EgressPolicy, blocked_reason
 from unit.deploy.components import COMPONENTS, DEPLOY, HEALTH_PATHS, ROOT, Component, component, parse_env_file
 
+SECRET_VALUE = "a-secret-" + "0" * 32
+"""What a test gives each secret setting: long enough for every rule (the tool-cache pepper: 32 characters)."""
+
 OVERLAYS = ("dev", "prod")
 KUBECTL = shutil.which("kubectl")
 SCHEMAS = files("kubernetes_validate") / "kubernetes-json-schema"
@@ -340,7 +343,7 @@ def test_the_configmap_holds_every_setting_but_the_secrets_and_the_service_accep
     missing = [name for name in item.plain_env if name not in data and name not in documented]
     assert missing == [], f"add to deploy/k8s/base/config/{item.name}.env: {missing}"
     assert sorted(name for name in data if name not in item.settings_env) == []
-    settings = item.load({**data, **dict.fromkeys(item.secret_env, "a-secret")}, monkeypatch)
+    settings = item.load({**data, **dict.fromkeys(item.secret_env, SECRET_VALUE)}, monkeypatch)
     assert settings.host == "0.0.0.0"
 
 
@@ -349,7 +352,7 @@ def test_the_base_configmaps_restate_the_code_defaults_but_where_the_cluster_nee
     item: Component, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     given = _base_config_file(item)[0]
-    secrets = dict.fromkeys(item.secret_env, "a-secret")
+    secrets = dict.fromkeys(item.secret_env, SECRET_VALUE)
     from_file = item.load({**given, **secrets}, monkeypatch)
     defaults = item.load(secrets, monkeypatch)
     differing = {item.env(field) for field, value in from_file if value != getattr(defaults, field)}
