@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mcp_rag_tool.bm25 import SparseVector
+from mcp_rag_tool.index_rows import IndexRows
 
 __all__ = ["IndexedChunk", "SparseIndex"]
 
@@ -35,49 +36,24 @@ class IndexedChunk:
     tags: tuple[str, ...]
 
 
-class SparseIndex:
+class SparseIndex(IndexRows):
     def __init__(self) -> None:
+        super().__init__()
         self._postings: dict[int, tuple[array[int], array[float]]] = {}
         self._cache: dict[int, tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]] = {}
-        self._slot_of: dict[str, int] = {}
-        self._ids: list[str] = []
-        self._prefixes: list[tuple[str, ...]] = []
-        self._tags: list[tuple[str, ...]] = []
-        self._alive = np.zeros(0, dtype=bool)
-        self._live = 0
-
-    def __len__(self) -> int:
-        return self._live
 
     def add(self, chunks: Iterable[IndexedChunk]) -> None:
         """Index chunks; a chunk id indexed before is replaced."""
         batch = list(chunks)
         self.remove(chunk.id for chunk in batch)
-        first = len(self._ids)
-        if len(self._alive) < first + len(batch):
-            grown = np.zeros(max(2 * len(self._alive), first + len(batch), 1024), dtype=bool)
-            grown[: len(self._alive)] = self._alive
-            self._alive = grown
+        first = self._append_rows([(chunk.id, chunk.source_prefixes, chunk.tags) for chunk in batch])
         for offset, chunk in enumerate(batch):
             slot = first + offset
-            self._slot_of[chunk.id] = slot
-            self._ids.append(chunk.id)
-            self._prefixes.append(chunk.source_prefixes)
-            self._tags.append(chunk.tags)
-            self._alive[slot] = True
             for term, weight in zip(chunk.vector.indices, chunk.vector.values, strict=True):
                 slots, weights = self._postings.setdefault(term, (array("i"), array("f")))
                 slots.append(slot)
                 weights.append(weight)
                 self._cache.pop(term, None)
-        self._live += len(batch)
-
-    def remove(self, ids: Iterable[str]) -> None:
-        for chunk_id in ids:
-            slot = self._slot_of.pop(chunk_id, None)
-            if slot is not None:
-                self._alive[slot] = False
-                self._live -= 1
 
     def search(
         self,
@@ -104,25 +80,7 @@ class SparseIndex:
             idf = math.log((self._live - frequency + 0.5) / (frequency + 0.5) + 1)
             scores[slots] += weights * np.float32(idf * query_weight)
         scores[~alive] = 0.0
-        matched = np.flatnonzero(scores > 0)
-        if not len(matched):
-            return []
-        if not source_prefixes and not tags:
-            if len(matched) > limit:
-                matched = matched[np.argpartition(-scores[matched], limit - 1)[:limit]]
-            ranked = matched[np.argsort(-scores[matched], kind="stable")]
-            return [(self._ids[slot], float(scores[slot])) for slot in ranked]
-        wanted_prefixes, wanted_tags = set(source_prefixes), set(tags)
-        found: list[tuple[str, float]] = []
-        for slot in matched[np.argsort(-scores[matched], kind="stable")]:
-            if wanted_prefixes and wanted_prefixes.isdisjoint(self._prefixes[slot]):
-                continue
-            if wanted_tags and wanted_tags.isdisjoint(self._tags[slot]):
-                continue
-            found.append((self._ids[slot], float(scores[slot])))
-            if len(found) == limit:
-                break
-        return found
+        return self._best(np.flatnonzero(scores > 0), scores, limit, source_prefixes, tags)
 
     def _posting(self, term: int) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]] | None:
         cached = self._cache.get(term)

@@ -9,10 +9,11 @@ local mode computes searches in Python, which would otherwise stall the event lo
 it every other request) for the length of a search. Local mode is not thread-safe, so its
 calls take turns; calls to a server run concurrently.
 
-Local mode would also answer BM25 queries by scanning every point in Python, so there the sparse
-vectors are mirrored in an in-process inverted index (``sparse_index``), built from the store
-when its collections are opened and kept in step by every write made here; the store remains
-the only persisted copy. A Qdrant server answers sparse queries itself.
+Local mode would also answer queries by scanning every point in Python, so there the sparse
+vectors are mirrored in an in-process inverted index (``sparse_index``) and the dense vectors in
+an in-process matrix (``dense_index``), both built from the store (in one scroll) when its
+collections are opened and kept in step by every write made here; the store remains the only
+persisted copy. A Qdrant server answers both kinds of query itself.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from qdrant_client import QdrantClient, models
 
 from mcp_rag_tool.bm25 import SparseVector
 from mcp_rag_tool.chunking import Chunk
+from mcp_rag_tool.dense_index import DenseChunk, DenseIndex
+from mcp_rag_tool.index_rows import prefix_candidates
 from mcp_rag_tool.settings import RagSettings
 from mcp_rag_tool.sparse_index import IndexedChunk, SparseIndex
 
@@ -86,8 +89,7 @@ class SearchFilter:
     def to_qdrant(self) -> models.Filter | None:
         must: list[models.Condition] = []
         if self.source_prefix is not None:
-            prefix = self.source_prefix
-            candidates = [prefix] if prefix.endswith("/") else [prefix, prefix + "/"]
+            candidates = list(prefix_candidates(self.source_prefix))
             must.append(models.FieldCondition(key="source_prefixes", match=models.MatchAny(any=candidates)))
         if self.tags:
             must.append(models.FieldCondition(key="tags", match=models.MatchAny(any=list(self.tags))))
@@ -157,6 +159,8 @@ class VectorStore:
         self._turn = threading.Lock()
         self._sparse_index: SparseIndex | None = None
         """Local mode: the BM25 inverted index, once the collections are open."""
+        self._dense_index: DenseIndex | None = None
+        """Local mode: the matrix of dense vectors, once the collections are open."""
 
     @classmethod
     async def open(cls, settings: RagSettings) -> VectorStore:
@@ -216,7 +220,7 @@ class VectorStore:
             metadata = info.config.metadata or {}
             if all(metadata.get(key) == value for key, value in wanted.items()):
                 if not self._server:
-                    self._sparse_index = await self._call(self._load_sparse_index)
+                    self._sparse_index, self._dense_index = await self._call(self._load_indexes, dimension)
                 return False
         for name in (self._chunks, self._sources):
             if await self._call(self._client.collection_exists, name):
@@ -235,11 +239,12 @@ class VectorStore:
                     self._client.create_payload_index, self._chunks, field, models.PayloadSchemaType.KEYWORD
                 )
         else:
-            self._sparse_index = SparseIndex()
+            self._sparse_index, self._dense_index = SparseIndex(), DenseIndex(dimension)
         return True
 
-    def _load_sparse_index(self) -> SparseIndex:
-        index = SparseIndex()
+    def _load_indexes(self, dimension: int) -> tuple[SparseIndex, DenseIndex]:
+        """Local mode: both in-process indexes, from one scroll over every chunk."""
+        sparse, dense = SparseIndex(), DenseIndex(dimension)
         offset: Any = None
         while True:
             points, offset = self._client.scroll(
@@ -247,11 +252,16 @@ class VectorStore:
                 limit=1024,
                 offset=offset,
                 with_payload=["source_prefixes", "tags"],
-                with_vectors=[SPARSE],
+                with_vectors=[SPARSE, DENSE],
             )
-            index.add(_indexed_chunk(point) for point in points)
+            chunks = [_indexed_chunk(point) for point in points]
+            sparse.add(chunks)
+            dense.add(
+                DenseChunk(chunk.id, _dense_vector(point), chunk.source_prefixes, chunk.tags)
+                for chunk, point in zip(chunks, points, strict=True)
+            )
             if offset is None:
-                return index
+                return sparse, dense
 
     # --- documents -----------------------------------------------------------------------------
 
@@ -295,12 +305,24 @@ class VectorStore:
             for chunk, record, vector, sparse_vector in zip(chunks, records, dense, sparse, strict=True)
         ]
         if points:
-            await self._call(self._client.upsert, self._chunks, points=points, wait=True)
-            if self._sparse_index is not None:
-                self._sparse_index.add(
-                    IndexedChunk(str(point.id), sparse_vector, tuple(source_prefixes(chunk.source)), record.tags)
-                    for point, chunk, record, sparse_vector in zip(points, chunks, records, sparse, strict=True)
-                )
+            indexed = [
+                IndexedChunk(str(point.id), sparse_vector, tuple(source_prefixes(chunk.source)), record.tags)
+                for point, chunk, record, sparse_vector in zip(points, chunks, records, sparse, strict=True)
+            ]
+            await self._call(self._upsert_points, points, indexed, dense)
+
+    def _upsert_points(
+        self, points: list[models.PointStruct], indexed: list[IndexedChunk], dense: Sequence[Sequence[float]]
+    ) -> None:
+        """Store points and, in local mode, index them, in the same turn: a search sees both or neither."""
+        self._client.upsert(self._chunks, points=points, wait=True)
+        if self._sparse_index is not None:
+            self._sparse_index.add(indexed)
+        if self._dense_index is not None:
+            self._dense_index.add(
+                DenseChunk(chunk.id, vector, chunk.source_prefixes, chunk.tags)
+                for chunk, vector in zip(indexed, dense, strict=True)
+            )
 
     async def write_records(self, records: Sequence[SourceRecord]) -> None:
         if records:
@@ -312,10 +334,15 @@ class VectorStore:
 
     async def delete_chunks(self, ids: Collection[str]) -> None:
         if ids:
-            selector = models.PointIdsList(points=list(ids))
-            await self._call(self._client.delete, self._chunks, points_selector=selector, wait=True)
-            if self._sparse_index is not None:
-                self._sparse_index.remove(ids)
+            await self._call(self._delete_points, list(ids))
+
+    def _delete_points(self, ids: list[str]) -> None:
+        """Delete points and, in local mode, unindex them, in the same turn."""
+        self._client.delete(self._chunks, points_selector=models.PointIdsList(points=list(ids)), wait=True)
+        if self._sparse_index is not None:
+            self._sparse_index.remove(ids)
+        if self._dense_index is not None:
+            self._dense_index.remove(ids)
 
     async def remove_documents(self, records: Sequence[SourceRecord]) -> None:
         """Delete documents: their chunks (every version the records account for), then the records."""
@@ -339,10 +366,10 @@ class VectorStore:
         search_filter: SearchFilter,
     ) -> tuple[list[list[StoredChunk]], list[list[StoredChunk]]]:
         """For each dense and each sparse query vector, its ``limit`` best chunks; one round trip."""
+        if self._sparse_index is not None and self._dense_index is not None:
+            indexes = (self._dense_index, self._sparse_index)
+            return await self._call(self._local_search, indexes, dense, sparse, limit, search_filter)
         query_filter = search_filter.to_qdrant()
-        if self._sparse_index is not None and sparse:
-            dense_rankings, _ = await self.search(dense, [], limit, search_filter)
-            return dense_rankings, await self._call(self._sparse_search, sparse, limit, search_filter)
         requests = [
             models.QueryRequest(query=list(vector), using=DENSE, limit=limit, filter=query_filter, with_payload=True)
             for vector in dense
@@ -363,19 +390,23 @@ class VectorStore:
         rankings = [[_stored_chunk(point) for point in response.points] for response in responses]
         return rankings[: len(dense)], rankings[len(dense) :]
 
-    def _sparse_search(
-        self, queries: Sequence[SparseVector], limit: int, search_filter: SearchFilter
-    ) -> list[list[StoredChunk]]:
-        index = self._sparse_index
-        if index is None:
-            return [[] for _ in queries]
-        prefix = search_filter.source_prefix
-        prefixes = () if prefix is None else ((prefix,) if prefix.endswith("/") else (prefix, prefix + "/"))
-        found = [index.search(query, limit, source_prefixes=prefixes, tags=search_filter.tags) for query in queries]
+    def _local_search(
+        self,
+        indexes: tuple[DenseIndex, SparseIndex],
+        dense: Sequence[Sequence[float]],
+        sparse: Sequence[SparseVector],
+        limit: int,
+        search_filter: SearchFilter,
+    ) -> tuple[list[list[StoredChunk]], list[list[StoredChunk]]]:
+        """Local mode: both rankings from the in-process indexes, then the payloads of the chunks found."""
+        dense_index, sparse_index = indexes
+        prefixes, tags = prefix_candidates(search_filter.source_prefix), search_filter.tags
+        found = [dense_index.search(query, limit, source_prefixes=prefixes, tags=tags) for query in dense]
+        found += [sparse_index.search(query, limit, source_prefixes=prefixes, tags=tags) for query in sparse]
         wanted = list(dict.fromkeys(chunk_id for ranking in found for chunk_id, _ in ranking))
         records = self._client.retrieve(self._chunks, ids=wanted, with_payload=True, with_vectors=False)
         payloads = {str(record.id): record.payload or {} for record in records}
-        return [
+        rankings = [
             [
                 _chunk_from_payload(chunk_id, payloads[chunk_id], score)
                 for chunk_id, score in ranking
@@ -383,10 +414,13 @@ class VectorStore:
             ]
             for ranking in found
         ]
+        return rankings[: len(dense)], rankings[len(dense) :]
 
     async def dense_vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
         if not ids:
             return {}
+        if self._dense_index is not None:
+            return await self._call(self._dense_index.vectors, ids)
         points = await self._call(
             self._client.retrieve, self._chunks, ids=list(ids), with_vectors=[DENSE], with_payload=False
         )
@@ -447,6 +481,12 @@ def _indexed_chunk(point: models.Record) -> IndexedChunk:
         tuple(str(prefix) for prefix in payload.get("source_prefixes") or ()),
         tuple(str(tag) for tag in payload.get("tags") or ()),
     )
+
+
+def _dense_vector(point: models.Record) -> list[float]:
+    vectors = point.vector if isinstance(point.vector, dict) else {}
+    vector = vectors.get(DENSE)
+    return [float(value) for value in vector if isinstance(value, int | float)] if isinstance(vector, list) else []
 
 
 def _stored_chunk(point: models.ScoredPoint) -> StoredChunk:
