@@ -8,7 +8,6 @@ tests); the month is the real one.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -23,6 +22,7 @@ import redis.asyncio as aioredis
 from agent_service.spending import month_start, next_month_start
 from support import fake_openai
 from support.agent_stack import running_agent
+from support.caller_keys import as_caller, key_sha256
 from support.databases import REDIS_URL
 from support.processes import agent_env, spawned
 from support.servers import free_port
@@ -34,10 +34,6 @@ ACME_KEY = "acme-" + uuid.uuid4().hex
 INITECH_KEY = "initech-" + uuid.uuid4().hex
 GLOBEX_KEY = "globex-" + uuid.uuid4().hex
 ACME_TOKENS = 60
-
-
-def _sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 CALLERS_FILE = f"""
@@ -52,18 +48,18 @@ user_monthly_tokens = 1
 [[keys]]
 name = "acme-app"
 tenant = "acme"
-sha256 = "{_sha(ACME_KEY)}"
+sha256 = "{key_sha256(ACME_KEY)}"
 
 [[keys]]
 name = "initech-app"
 tenant = "initech"
-sha256 = "{_sha(INITECH_KEY)}"
+sha256 = "{key_sha256(INITECH_KEY)}"
 trusted = true
 
 [[keys]]
 name = "globex-app"
 tenant = "globex"
-sha256 = "{_sha(GLOBEX_KEY)}"
+sha256 = "{key_sha256(GLOBEX_KEY)}"
 """
 
 
@@ -72,10 +68,6 @@ def callers_file(tmp_path: Path) -> Path:
     path = tmp_path / "callers.toml"
     path.write_text(CALLERS_FILE)
     return path
-
-
-def _as(key: str, user: str | None = None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"} | ({"X-User-Id": user} if user else {})
 
 
 def _run(content: str = "hello") -> dict[str, Any]:
@@ -116,14 +108,14 @@ async def test_a_tenant_runs_until_its_monthly_tokens_are_used_up_then_new_runs_
         httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
     ):
         upstreams.llm.push(fake_openai.text("done"))
-        first = await http.post("/api/v1/agent/run", json=_run(), headers=_as(ACME_KEY))
+        first = await http.post("/api/v1/agent/run", json=_run(), headers=as_caller(ACME_KEY))
         assert first.status_code == 200, first.text
         assert first.json()["finishReason"] == "stop"
         used = first.json()["usage"]["inputTokens"] + first.json()["usage"]["outputTokens"]
         assert used < ACME_TOKENS
 
         _echo_forever(upstreams)
-        crossing = await http.post("/api/v1/agent/run", json=_run(), headers=_as(ACME_KEY))
+        crossing = await http.post("/api/v1/agent/run", json=_run(), headers=as_caller(ACME_KEY))
         assert crossing.status_code == 200, crossing.text
         result = crossing.json()
         assert (result["finishReason"], result["budget"]) == ("budget", "tenant_monthly_tokens")
@@ -134,16 +126,16 @@ async def test_a_tenant_runs_until_its_monthly_tokens_are_used_up_then_new_runs_
         assert len(upstreams.llm.requests) == 1 + result["iterations"]
 
         _assert_budget_exhausted(
-            await http.post("/api/v1/agent/run", json=_run(), headers=_as(ACME_KEY)), "tenant_monthly_tokens"
+            await http.post("/api/v1/agent/run", json=_run(), headers=as_caller(ACME_KEY)), "tenant_monthly_tokens"
         )
         # The OpenAI front refuses it too: an agentic run, and one plain completion (no tools of ours).
         chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}]}
         for extra in ({}, {"X-Agent-Disabled": "true"}):
-            refused = await http.post("/v1/chat/completions", json=chat, headers={**_as(ACME_KEY), **extra})
+            refused = await http.post("/v1/chat/completions", json=chat, headers={**as_caller(ACME_KEY), **extra})
             _assert_budget_exhausted(refused, "tenant_monthly_tokens")
             assert refused.json()["error"]["type"] == "rate_limit_error"  # OpenAI's shape: the SDK's RateLimitError
         upstreams.llm.push(fake_openai.text("fine"))
-        other = await http.post("/api/v1/agent/run", json=_run(), headers=_as(GLOBEX_KEY))
+        other = await http.post("/api/v1/agent/run", json=_run(), headers=as_caller(GLOBEX_KEY))
         assert other.status_code == 200, other.text  # another tenant, without a budget
 
     client = aioredis.Redis.from_url(REDIS_URL)
@@ -173,7 +165,7 @@ async def test_a_users_budget_stops_that_user_and_not_another_user_of_the_tenant
     ):
         _echo_forever(upstreams, rounds=1)  # alice's run makes one call, which uses her token up
         async with http.stream(
-            "POST", "/api/v1/agent/run", json={**_run(), "stream": True}, headers=_as(INITECH_KEY, "alice")
+            "POST", "/api/v1/agent/run", json={**_run(), "stream": True}, headers=as_caller(INITECH_KEY, "alice")
         ) as streamed:
             assert streamed.status_code == 200
             text = "".join([chunk async for chunk in streamed.aiter_text()])
@@ -184,15 +176,15 @@ async def test_a_users_budget_stops_that_user_and_not_another_user_of_the_tenant
         assert '"iterations":1' in done[0]  # the first call used alice's one token up
 
         _assert_budget_exhausted(
-            await http.post("/api/v1/agent/run", json=_run(), headers=_as(INITECH_KEY, "alice")),
+            await http.post("/api/v1/agent/run", json=_run(), headers=as_caller(INITECH_KEY, "alice")),
             "The end user 'alice' of tenant 'initech'",
         )
         upstreams.llm.push(fake_openai.text("hello bob"))
-        bob = await http.post("/api/v1/agent/run", json=_run(), headers=_as(INITECH_KEY, "bob"))
+        bob = await http.post("/api/v1/agent/run", json=_run(), headers=as_caller(INITECH_KEY, "bob"))
         assert bob.status_code == 200, bob.text
         assert bob.json()["finishReason"] == "stop"
         upstreams.llm.push(fake_openai.text("no user"))
-        anonymous = await http.post("/api/v1/agent/run", json=_run(), headers=_as(INITECH_KEY))
+        anonymous = await http.post("/api/v1/agent/run", json=_run(), headers=as_caller(INITECH_KEY))
         assert anonymous.status_code == 200, anonymous.text  # no user: only the tenant's budgets, and it has none
 
 
@@ -218,10 +210,14 @@ async def test_two_processes_sharing_redis_share_the_tenants_budget(
         httpx.AsyncClient(timeout=30) as http,
     ):
         _echo_forever(upstreams, rounds=40)
-        on_a = await http.post(f"http://127.0.0.1:{ports[0]}/api/v1/agent/run", json=_run(), headers=_as(ACME_KEY))
+        on_a = await http.post(
+            f"http://127.0.0.1:{ports[0]}/api/v1/agent/run", json=_run(), headers=as_caller(ACME_KEY)
+        )
         assert on_a.status_code == 200, on_a.text
         assert (on_a.json()["finishReason"], on_a.json()["budget"]) == ("budget", "tenant_monthly_tokens")
-        on_b = await http.post(f"http://127.0.0.1:{ports[1]}/api/v1/agent/run", json=_run(), headers=_as(ACME_KEY))
+        on_b = await http.post(
+            f"http://127.0.0.1:{ports[1]}/api/v1/agent/run", json=_run(), headers=as_caller(ACME_KEY)
+        )
         _assert_budget_exhausted(on_b, "tenant_monthly_tokens")
 
 
@@ -253,7 +249,7 @@ async def test_a_run_taken_over_after_a_kill_still_counts_toward_its_end_users_b
         ):
             body = {**_run(), "onDisconnect": "continue", "stream": True}
             url_a = f"http://127.0.0.1:{ports[0]}/api/v1/agent/run"
-            async with http.stream("POST", url_a, json=body, headers=_as(INITECH_KEY, "alice")) as started:
+            async with http.stream("POST", url_a, json=body, headers=as_caller(INITECH_KEY, "alice")) as started:
                 assert started.status_code == 200
                 run_id = started.headers["x-agent-run-id"]
             with anyio.fail_after(10):
@@ -264,9 +260,9 @@ async def test_a_run_taken_over_after_a_kill_still_counts_toward_its_end_users_b
                 await process_a.wait()
             url_b = f"http://127.0.0.1:{ports[1]}/api/v1/agent/runs/{run_id}"
             with anyio.fail_after(20):  # followed on B to its end: the stream closes after done
-                events = await http.get(f"{url_b}/events", headers=_as(INITECH_KEY), timeout=20)
+                events = await http.get(f"{url_b}/events", headers=as_caller(INITECH_KEY), timeout=20)
             assert "event: done" in events.text, events.text
-            run = (await http.get(url_b, headers=_as(INITECH_KEY))).json()
+            run = (await http.get(url_b, headers=as_caller(INITECH_KEY))).json()
             assert run["status"] == "completed"
             assert run["user"] == "alice"
             spent = int(await client.hget(user_key, "tokens") or 0)
@@ -302,10 +298,10 @@ async def test_a_restarted_process_starts_its_counters_from_the_months_usage_in_
         httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
     ):
         _assert_budget_exhausted(
-            await http.post("/api/v1/agent/run", json=_run(), headers=_as(ACME_KEY)), "tenant_monthly_tokens"
+            await http.post("/api/v1/agent/run", json=_run(), headers=as_caller(ACME_KEY)), "tenant_monthly_tokens"
         )
         upstreams.llm.push(fake_openai.text("fine"))
-        globex = await http.post("/api/v1/agent/run", json=_run(), headers=_as(GLOBEX_KEY))
+        globex = await http.post("/api/v1/agent/run", json=_run(), headers=as_caller(GLOBEX_KEY))
         assert globex.status_code == 200, globex.text
 
 
@@ -323,10 +319,10 @@ async def test_redis_down_refuses_runs_of_a_tenant_with_a_budget_with_503_and_no
         ) as agent_url,
         httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
     ):
-        refused = await http.post("/api/v1/agent/run", json=_run(), headers=_as(ACME_KEY))
+        refused = await http.post("/api/v1/agent/run", json=_run(), headers=as_caller(ACME_KEY))
         assert refused.status_code == 503, refused.text
         assert refused.json()["error"]["code"] == "limits_unavailable"
         assert refused.headers["Retry-After"] == "1"
         upstreams.llm.push(fake_openai.text("fine"))
-        globex = await http.post("/api/v1/agent/run", json=_run(), headers=_as(GLOBEX_KEY))
+        globex = await http.post("/api/v1/agent/run", json=_run(), headers=as_caller(GLOBEX_KEY))
         assert globex.status_code == 200, globex.text

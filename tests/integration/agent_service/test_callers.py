@@ -8,7 +8,6 @@ an unknown id.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from support import fake_openai
 from support.agent_stack import running_agent
+from support.caller_keys import as_caller, key_sha256
 from support.fake_openai import ScriptedOpenAI
 from support.mcp_gateway import Gateway, echo_http_server, running_gateway
 from support.servers import serve_app
@@ -41,10 +41,6 @@ GLOBEX_KEY = "globex-" + uuid.uuid4().hex
 _KEY_ENV = "TEST_CALLERS_ACME_APP_KEY"
 
 
-def _sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 CALLERS_FILE = f"""
 [tenants.acme]
 [tenants.globex]
@@ -52,7 +48,7 @@ CALLERS_FILE = f"""
 [[keys]]
 name = "acme-platform"
 tenant = "acme"
-sha256 = "{_sha(ACME_KEY)}"
+sha256 = "{key_sha256(ACME_KEY)}"
 trusted = true
 
 [[keys]]
@@ -63,7 +59,7 @@ key_env = "{_KEY_ENV}"
 [[keys]]
 name = "globex-app"
 tenant = "globex"
-sha256 = "{_sha(GLOBEX_KEY)}"
+sha256 = "{key_sha256(GLOBEX_KEY)}"
 """
 
 
@@ -72,10 +68,6 @@ class Stack:
     agent_url: str
     llm: ScriptedOpenAI
     http: httpx.AsyncClient
-
-
-def _as(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 @pytest.fixture(scope="module")
@@ -120,13 +112,13 @@ def _run(content: str, **extra: Any) -> dict[str, Any]:
 
 async def _finished_run(stack: Stack, key: str, **extra: Any) -> dict[str, Any]:
     stack.llm.push(fake_openai.text("done"))
-    response = await stack.http.post("/api/v1/agent/run", json=_run("hello", **extra), headers=_as(key))
+    response = await stack.http.post("/api/v1/agent/run", json=_run("hello", **extra), headers=as_caller(key))
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
     return body
 
 
-@pytest.mark.parametrize("headers", [{}, _as("not-a-key"), {"Authorization": f"Basic {ACME_KEY}"}])
+@pytest.mark.parametrize("headers", [{}, as_caller("not-a-key"), {"Authorization": f"Basic {ACME_KEY}"}])
 async def test_the_agent_api_refuses_a_request_without_a_known_key(stack: Stack, headers: dict[str, str]) -> None:
     for method, path in [
         ("POST", "/api/v1/agent/run"),
@@ -173,19 +165,19 @@ async def test_only_a_trusted_key_may_name_the_end_user(stack: Stack) -> None:
     trusted = await _finished_run_with_user(stack, ACME_KEY, "user-42")
     assert trusted.status_code == 200, trusted.text
     untrusted = await stack.http.post(
-        "/api/v1/agent/run", json=_run("hi"), headers={**_as(ACME_ENV_KEY), "X-User-Id": "user-42"}
+        "/api/v1/agent/run", json=_run("hi"), headers={**as_caller(ACME_ENV_KEY), "X-User-Id": "user-42"}
     )
     assert untrusted.status_code == 403
     assert untrusted.json()["error"]["code"] == "user_not_allowed"
     malformed = await stack.http.post(
-        "/api/v1/agent/run", json=_run("hi"), headers={**_as(ACME_KEY), "X-User-Id": "two words"}
+        "/api/v1/agent/run", json=_run("hi"), headers={**as_caller(ACME_KEY), "X-User-Id": "two words"}
     )
     assert malformed.status_code == 400
 
 
 async def _finished_run_with_user(stack: Stack, key: str, user: str) -> httpx.Response:
     stack.llm.push(fake_openai.text("done"))
-    return await stack.http.post("/api/v1/agent/run", json=_run("hi"), headers={**_as(key), "X-User-Id": user})
+    return await stack.http.post("/api/v1/agent/run", json=_run("hi"), headers={**as_caller(key), "X-User-Id": user})
 
 
 async def test_the_lines_a_run_logs_name_its_caller_tenant_and_user_never_the_key(stack: Stack) -> None:
@@ -205,14 +197,14 @@ def _without_id(response: httpx.Response, unknown: str, known: str) -> tuple[int
 async def test_another_tenants_run_is_answered_exactly_as_an_unknown_one(stack: Stack) -> None:
     run_id = (await _finished_run(stack, ACME_KEY))["runId"]
     unknown = "run_" + uuid.uuid4().hex
-    assert (await stack.http.get(f"/api/v1/agent/runs/{run_id}", headers=_as(ACME_ENV_KEY))).status_code == 200
+    assert (await stack.http.get(f"/api/v1/agent/runs/{run_id}", headers=as_caller(ACME_ENV_KEY))).status_code == 200
     for method, path in [
         ("GET", "/api/v1/agent/runs/{}"),
         ("GET", "/api/v1/agent/runs/{}/events"),
         ("POST", "/api/v1/agent/runs/{}/cancel"),
     ]:
-        theirs = await stack.http.request(method, path.format(run_id), headers=_as(GLOBEX_KEY))
-        nobodys = await stack.http.request(method, path.format(unknown), headers=_as(GLOBEX_KEY))
+        theirs = await stack.http.request(method, path.format(run_id), headers=as_caller(GLOBEX_KEY))
+        nobodys = await stack.http.request(method, path.format(unknown), headers=as_caller(GLOBEX_KEY))
         assert theirs.status_code == 404, (path, theirs.text)
         assert _without_id(theirs, run_id, unknown) == _without_id(nobodys, unknown, run_id)
 
@@ -222,18 +214,18 @@ async def test_conversations_belong_to_their_tenant(stack: Stack) -> None:
     await _finished_run(stack, ACME_KEY, conversationId=conversation)
     await _finished_run(stack, ACME_ENV_KEY, conversationId=conversation)  # same tenant, another key: continues
 
-    mine = await stack.http.get(f"/api/v1/agent/conversations/{conversation}", headers=_as(ACME_KEY))
+    mine = await stack.http.get(f"/api/v1/agent/conversations/{conversation}", headers=as_caller(ACME_KEY))
     assert mine.status_code == 200
     assert len(mine.json()["runs"]) == 2
     unknown = "conv_" + uuid.uuid4().hex
-    theirs = await stack.http.get(f"/api/v1/agent/conversations/{conversation}", headers=_as(GLOBEX_KEY))
-    nobodys = await stack.http.get(f"/api/v1/agent/conversations/{unknown}", headers=_as(GLOBEX_KEY))
+    theirs = await stack.http.get(f"/api/v1/agent/conversations/{conversation}", headers=as_caller(GLOBEX_KEY))
+    nobodys = await stack.http.get(f"/api/v1/agent/conversations/{unknown}", headers=as_caller(GLOBEX_KEY))
     assert theirs.status_code == 404
     assert _without_id(theirs, conversation, unknown) == _without_id(nobodys, unknown, conversation)
 
-    listed = await stack.http.get("/api/v1/agent/conversations", headers=_as(GLOBEX_KEY))
+    listed = await stack.http.get("/api/v1/agent/conversations", headers=as_caller(GLOBEX_KEY))
     assert conversation not in {c["conversationId"] for c in listed.json()["conversations"]}
-    listed = await stack.http.get("/api/v1/agent/conversations", headers=_as(ACME_ENV_KEY))
+    listed = await stack.http.get("/api/v1/agent/conversations", headers=as_caller(ACME_ENV_KEY))
     assert conversation in {c["conversationId"] for c in listed.json()["conversations"]}
 
 
@@ -241,12 +233,12 @@ async def test_a_conversation_id_of_another_tenant_cannot_be_continued(stack: St
     conversation = "conv_" + uuid.uuid4().hex
     await _finished_run(stack, ACME_KEY, conversationId=conversation)
     taken = await stack.http.post(
-        "/api/v1/agent/run", json=_run("hi", conversationId=conversation), headers=_as(GLOBEX_KEY)
+        "/api/v1/agent/run", json=_run("hi", conversationId=conversation), headers=as_caller(GLOBEX_KEY)
     )
     assert taken.status_code == 409
     assert taken.json()["error"]["code"] == "conversation_unavailable"
     assert "acme" not in taken.text
-    mine = await stack.http.get(f"/api/v1/agent/conversations/{conversation}", headers=_as(ACME_KEY))
+    mine = await stack.http.get(f"/api/v1/agent/conversations/{conversation}", headers=as_caller(ACME_KEY))
     assert len(mine.json()["runs"]) == 1  # nothing of globex's was added to it
 
 

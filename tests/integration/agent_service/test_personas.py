@@ -7,7 +7,6 @@ system prompt and a ``shared`` persona of its own; ``globex`` has no rules.
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from support import fake_openai
 from support.agent_stack import running_agent
+from support.caller_keys import as_caller, key_sha256
 from support.fake_openai import ScriptedOpenAI
 from support.mcp_gateway import echo_http_server, running_gateway
 from support.servers import serve_app
@@ -30,10 +30,6 @@ pytestmark = pytest.mark.anyio
 
 ACME_KEY = "acme-" + uuid.uuid4().hex
 GLOBEX_KEY = "globex-" + uuid.uuid4().hex
-
-
-def _sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 CALLERS_FILE = f"""
@@ -68,12 +64,12 @@ model = "gpt-4o"
 [[keys]]
 name = "acme-app"
 tenant = "acme"
-sha256 = "{_sha(ACME_KEY)}"
+sha256 = "{key_sha256(ACME_KEY)}"
 
 [[keys]]
 name = "globex-app"
 tenant = "globex"
-sha256 = "{_sha(GLOBEX_KEY)}"
+sha256 = "{key_sha256(GLOBEX_KEY)}"
 """
 
 
@@ -82,10 +78,6 @@ class Stack:
     agent_url: str
     llm: ScriptedOpenAI
     http: httpx.AsyncClient
-
-
-def _as(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +113,7 @@ async def _sent(stack: Stack, key: str, body: dict[str, Any]) -> dict[str, Any]:
     """Runs ``body`` as ``key``'s caller (the LLM answers at once) and returns what the LLM was sent."""
     stack.llm.push(fake_openai.text("done"))
     asked = len(stack.llm.requests)
-    response = await stack.http.post("/api/v1/agent/run", json=body, headers=_as(key))
+    response = await stack.http.post("/api/v1/agent/run", json=body, headers=as_caller(key))
     assert response.status_code == 200, response.text
     [request] = stack.llm.requests[asked:]
     return request
@@ -168,7 +160,7 @@ async def test_a_tenants_own_persona_shadows_the_global_one_of_its_name(stack: S
 
 async def test_an_unknown_persona_is_a_400_listing_the_tenants_personas(stack: Stack) -> None:
     asked = len(stack.llm.requests)
-    refused = await stack.http.post("/api/v1/agent/run", json=_run(persona="verbose"), headers=_as(ACME_KEY))
+    refused = await stack.http.post("/api/v1/agent/run", json=_run(persona="verbose"), headers=as_caller(ACME_KEY))
     assert refused.status_code == 400, refused.text
     error = refused.json()["error"]
     assert error["code"] == "unknown_persona"
@@ -177,7 +169,7 @@ async def test_an_unknown_persona_is_a_400_listing_the_tenants_personas(stack: S
 
 
 async def test_a_persona_is_still_held_to_the_tenants_models(stack: Stack) -> None:
-    refused = await stack.http.post("/api/v1/agent/run", json=_run(persona="elsewhere"), headers=_as(ACME_KEY))
+    refused = await stack.http.post("/api/v1/agent/run", json=_run(persona="elsewhere"), headers=as_caller(ACME_KEY))
     assert refused.status_code == 403, refused.text
     assert refused.json()["error"]["code"] == "model_not_allowed"
 
@@ -191,13 +183,13 @@ async def test_a_continued_conversation_is_given_the_prompt_once_on_every_run(st
     )
     assert _system(second) == ["Answer in one sentence."]
     assert [message["role"] for message in second["messages"]] == ["system", "user", "assistant", "user"]
-    stored = await stack.http.get(f"/api/v1/agent/conversations/{conversation}", headers=_as(ACME_KEY))
+    stored = await stack.http.get(f"/api/v1/agent/conversations/{conversation}", headers=as_caller(ACME_KEY))
     assert stored.status_code == 200, stored.text
     assert "system" not in {message["role"] for message in stored.json()["messages"]}  # never stored
 
 
 async def test_the_personas_a_caller_may_use_are_listed(stack: Stack) -> None:
-    listed = await stack.http.get("/api/v1/agent/personas", headers=_as(ACME_KEY))
+    listed = await stack.http.get("/api/v1/agent/personas", headers=as_caller(ACME_KEY))
     assert listed.status_code == 200, listed.text
     personas = listed.json()["personas"]
     assert [persona["name"] for persona in personas] == ["concise", "elsewhere", "limited", "shared"]

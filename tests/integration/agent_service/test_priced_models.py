@@ -7,7 +7,6 @@ budget, ``initech`` one per end user; ``globex`` has no limit at all.
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 from support import fake_openai
 from support.agent_stack import running_agent
+from support.caller_keys import as_caller, key_sha256
 from support.upstreams import Upstreams, running_upstreams
 
 pytestmark = pytest.mark.anyio
@@ -33,10 +33,6 @@ CATALOG = [
 ]
 
 
-def _sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 CALLERS_FILE = f"""
 [tenants.acme]
 monthly_cost_usd = 100
@@ -49,18 +45,18 @@ user_monthly_cost_usd = 5
 [[keys]]
 name = "acme-app"
 tenant = "acme"
-sha256 = "{_sha(ACME_KEY)}"
+sha256 = "{key_sha256(ACME_KEY)}"
 
 [[keys]]
 name = "initech-app"
 tenant = "initech"
-sha256 = "{_sha(INITECH_KEY)}"
+sha256 = "{key_sha256(INITECH_KEY)}"
 trusted = true
 
 [[keys]]
 name = "globex-app"
 tenant = "globex"
-sha256 = "{_sha(GLOBEX_KEY)}"
+sha256 = "{key_sha256(GLOBEX_KEY)}"
 """
 
 
@@ -80,10 +76,6 @@ async def agent(upstreams: Upstreams, tmp_path: Path) -> AsyncIterator[str]:
         yield agent_url
 
 
-def _as(key: str, user: str | None = None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"} | ({"X-User-Id": user} if user else {})
-
-
 def _run(model: str) -> dict[str, Any]:
     return {"model": model, "messages": [{"role": "user", "content": "hello"}], "tools": []}
 
@@ -92,14 +84,14 @@ async def test_a_tenant_with_a_cost_budget_may_not_run_an_unpriced_model_but_run
     upstreams: Upstreams, agent: str
 ) -> None:
     async with httpx.AsyncClient(base_url=agent, timeout=30) as http:
-        refused = await http.post("/api/v1/agent/run", json=_run("openai/gpt-4o"), headers=_as(ACME_KEY))
+        refused = await http.post("/api/v1/agent/run", json=_run("openai/gpt-4o"), headers=as_caller(ACME_KEY))
         assert refused.status_code == 403, refused.text
         error = refused.json()["error"]
         assert error["code"] == "model_not_priced"
         assert "'openai/gpt-4o' has no price" in error["message"]
         assert "the tenant's monthly_cost_usd" in error["message"]
 
-        fallback = await http.post("/api/v1/agent/run", json=_run("backed"), headers=_as(ACME_KEY))
+        fallback = await http.post("/api/v1/agent/run", json=_run("backed"), headers=as_caller(ACME_KEY))
         assert fallback.status_code == 403, fallback.text
         assert fallback.json()["error"]["code"] == "model_not_priced"
         assert "'backed' falls back to one without a price" in fallback.json()["error"]["message"]
@@ -107,7 +99,7 @@ async def test_a_tenant_with_a_cost_budget_may_not_run_an_unpriced_model_but_run
         assert upstreams.llm.requests == []  # nothing reached the LLM
 
         upstreams.llm.push(fake_openai.text("priced answer"))
-        priced = await http.post("/api/v1/agent/run", json=_run("priced"), headers=_as(ACME_KEY))
+        priced = await http.post("/api/v1/agent/run", json=_run("priced"), headers=as_caller(ACME_KEY))
         assert priced.status_code == 200, priced.text
         usage = priced.json()["usage"]
         assert min(usage["inputTokens"], usage["outputTokens"]) > 0
@@ -115,7 +107,7 @@ async def test_a_tenant_with_a_cost_budget_may_not_run_an_unpriced_model_but_run
         assert usage["costUsd"] == pytest.approx(expected)
 
         upstreams.llm.push(fake_openai.text("unpriced answer"))
-        unlimited = await http.post("/api/v1/agent/run", json=_run("openai/gpt-4o"), headers=_as(GLOBEX_KEY))
+        unlimited = await http.post("/api/v1/agent/run", json=_run("openai/gpt-4o"), headers=as_caller(GLOBEX_KEY))
         assert unlimited.status_code == 200, unlimited.text  # no cost limit: any model it may run
         assert "costUsd" not in unlimited.json()["usage"]
 
@@ -137,16 +129,18 @@ async def test_an_end_users_cost_budget_needs_a_priced_model_only_for_runs_with_
     upstreams: Upstreams, agent: str
 ) -> None:
     async with httpx.AsyncClient(base_url=agent, timeout=30) as http:
-        refused = await http.post("/api/v1/agent/run", json=_run("openai/gpt-4o"), headers=_as(INITECH_KEY, "alice"))
+        refused = await http.post(
+            "/api/v1/agent/run", json=_run("openai/gpt-4o"), headers=as_caller(INITECH_KEY, "alice")
+        )
         assert refused.status_code == 403, refused.text
         assert refused.json()["error"]["code"] == "model_not_priced"
         assert "user_monthly_cost_usd" in refused.json()["error"]["message"]
         chat = {"model": "openai/gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
-        refused = await http.post("/v1/chat/completions", json=chat, headers=_as(INITECH_KEY, "alice"))
+        refused = await http.post("/v1/chat/completions", json=chat, headers=as_caller(INITECH_KEY, "alice"))
         assert refused.status_code == 403, refused.text
         assert refused.json()["error"]["code"] == "model_not_priced"
         assert upstreams.llm.requests == []
 
         upstreams.llm.push(fake_openai.text("no end user"))
-        anonymous = await http.post("/api/v1/agent/run", json=_run("openai/gpt-4o"), headers=_as(INITECH_KEY))
+        anonymous = await http.post("/api/v1/agent/run", json=_run("openai/gpt-4o"), headers=as_caller(INITECH_KEY))
         assert anonymous.status_code == 200, anonymous.text  # no end user: the tenant has no cost limit of its own

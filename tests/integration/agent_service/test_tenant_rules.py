@@ -7,7 +7,6 @@ only the LLM is scripted. ``acme`` may run ``gpt-4o*`` models with ``echo`` and 
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from support import fake_openai
 from support.agent_stack import running_agent
+from support.caller_keys import as_caller, key_sha256
 from support.fake_openai import ScriptedOpenAI
 from support.mcp_gateway import echo_http_server, running_gateway
 from support.servers import serve_app
@@ -32,10 +32,6 @@ pytestmark = pytest.mark.anyio
 ACME_KEY = "acme-" + uuid.uuid4().hex
 GLOBEX_KEY = "globex-" + uuid.uuid4().hex
 INITECH_KEY = "initech-" + uuid.uuid4().hex
-
-
-def _sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 CALLERS_FILE = f"""
@@ -52,17 +48,17 @@ max_concurrent_runs = 1
 [[keys]]
 name = "acme-app"
 tenant = "acme"
-sha256 = "{_sha(ACME_KEY)}"
+sha256 = "{key_sha256(ACME_KEY)}"
 
 [[keys]]
 name = "globex-app"
 tenant = "globex"
-sha256 = "{_sha(GLOBEX_KEY)}"
+sha256 = "{key_sha256(GLOBEX_KEY)}"
 
 [[keys]]
 name = "initech-app"
 tenant = "initech"
-sha256 = "{_sha(INITECH_KEY)}"
+sha256 = "{key_sha256(INITECH_KEY)}"
 """
 
 
@@ -71,10 +67,6 @@ class Stack:
     agent_url: str
     llm: ScriptedOpenAI
     http: httpx.AsyncClient
-
-
-def _as(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +107,7 @@ def _offered(body: dict[str, Any]) -> set[str]:
 async def _tools_offered(stack: Stack, key: str) -> set[str]:
     stack.llm.push(fake_openai.text("done"))
     asked = len(stack.llm.requests)
-    response = await stack.http.post("/api/v1/agent/run", json=_run(), headers=_as(key))
+    response = await stack.http.post("/api/v1/agent/run", json=_run(), headers=as_caller(key))
     assert response.status_code == 200, response.text
     [request] = stack.llm.requests[asked:]
     return _offered(request)
@@ -123,7 +115,7 @@ async def _tools_offered(stack: Stack, key: str) -> set[str]:
 
 async def test_a_model_the_tenant_may_not_run_is_refused_before_anything_runs(stack: Stack) -> None:
     asked = len(stack.llm.requests)
-    refused = await stack.http.post("/api/v1/agent/run", json=_run("demo"), headers=_as(ACME_KEY))
+    refused = await stack.http.post("/api/v1/agent/run", json=_run("demo"), headers=as_caller(ACME_KEY))
     assert refused.status_code == 403, refused.text
     assert refused.json()["error"]["code"] == "model_not_allowed"
     async with openai.AsyncOpenAI(base_url=f"{stack.agent_url}/v1", api_key=ACME_KEY, max_retries=0) as client:
@@ -135,7 +127,7 @@ async def test_a_model_the_tenant_may_not_run_is_refused_before_anything_runs(st
 
 async def _every_tool(stack: Stack) -> list[dict[str, Any]]:
     """The whole tool list, as globex (no rules) sees it."""
-    listed = await stack.http.get("/api/v1/agent/tools", headers=_as(GLOBEX_KEY))
+    listed = await stack.http.get("/api/v1/agent/tools", headers=as_caller(GLOBEX_KEY))
     assert listed.status_code == 200
     tools: list[dict[str, Any]] = listed.json()["tools"]
     return tools
@@ -169,14 +161,14 @@ async def test_a_tenant_is_offered_only_its_allowed_tools_and_others_all(stack: 
 
 
 async def test_the_tool_list_shows_a_tenant_only_its_allowed_tools(stack: Stack) -> None:
-    acme = await stack.http.get("/api/v1/agent/tools", headers=_as(ACME_KEY))
+    acme = await stack.http.get("/api/v1/agent/tools", headers=as_caller(ACME_KEY))
     assert acme.status_code == 200
     assert {tool["name"] for tool in acme.json()["tools"]} == await _acme_tools(stack)
 
 
 @pytest.mark.parametrize("tool", ["add", "other_fail"])
 async def test_a_run_naming_a_tool_the_tenant_may_not_use_is_refused_naming_it(stack: Stack, tool: str) -> None:
-    refused = await stack.http.post("/api/v1/agent/run", json=_run(tools=["echo", tool]), headers=_as(ACME_KEY))
+    refused = await stack.http.post("/api/v1/agent/run", json=_run(tools=["echo", tool]), headers=as_caller(ACME_KEY))
     assert refused.status_code == 403, refused.text
     error = refused.json()["error"]
     assert error["code"] == "tool_not_allowed"
@@ -184,7 +176,7 @@ async def test_a_run_naming_a_tool_the_tenant_may_not_use_is_refused_naming_it(s
 
 
 async def test_a_tool_nobody_has_is_still_unknown(stack: Stack) -> None:
-    refused = await stack.http.post("/api/v1/agent/run", json=_run(tools=["nope"]), headers=_as(ACME_KEY))
+    refused = await stack.http.post("/api/v1/agent/run", json=_run(tools=["nope"]), headers=as_caller(ACME_KEY))
     assert refused.status_code == 400
     assert refused.json()["error"]["code"] == "unknown_tools"
     available = refused.json()["error"]["message"].split("Available tools: ")[1].rstrip(".")
@@ -194,7 +186,7 @@ async def test_a_tool_nobody_has_is_still_unknown(stack: Stack) -> None:
 async def test_a_model_call_to_a_tool_outside_the_tenants_rules_is_refused_without_dispatch(stack: Stack) -> None:
     stack.llm.push(fake_openai.tool_calls(("call_1", "other_fail", {"message": "boom"})), fake_openai.text("ok"))
     asked = len(stack.llm.requests)
-    response = await stack.http.post("/api/v1/agent/run", json=_run(), headers=_as(ACME_KEY))
+    response = await stack.http.post("/api/v1/agent/run", json=_run(), headers=as_caller(ACME_KEY))
     assert response.status_code == 200, response.text
     second = stack.llm.requests[asked + 1]
     [result] = [message for message in second["messages"] if message["role"] == "tool"]
@@ -209,14 +201,14 @@ async def test_a_tenants_own_cap_refuses_its_second_run_while_another_tenant_run
         httpx.AsyncClient(base_url=stack.agent_url, timeout=30) as held,
         anyio.create_task_group() as task_group,
     ):
-        task_group.start_soon(lambda: held.post("/api/v1/agent/run", json=_run(), headers=_as(INITECH_KEY)))
+        task_group.start_soon(lambda: held.post("/api/v1/agent/run", json=_run(), headers=as_caller(INITECH_KEY)))
         with anyio.fail_after(20):
             await stack.llm.wait_for_request(asked + 1)
-        second = await stack.http.post("/api/v1/agent/run", json=_run(), headers=_as(INITECH_KEY))
+        second = await stack.http.post("/api/v1/agent/run", json=_run(), headers=as_caller(INITECH_KEY))
         assert second.status_code == 429, second.text
         assert second.json()["error"]["code"] == "too_many_runs"
         stack.llm.push(fake_openai.text("still served"))
-        other = await stack.http.post("/api/v1/agent/run", json=_run(), headers=_as(GLOBEX_KEY))
+        other = await stack.http.post("/api/v1/agent/run", json=_run(), headers=as_caller(GLOBEX_KEY))
         assert other.status_code == 200, other.text
         assert other.json()["message"]["content"] == "still served"
         task_group.cancel_scope.cancel()

@@ -11,7 +11,6 @@ show what replicas share, as processes of its own (``python -m agent_service``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -31,6 +30,7 @@ from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from support import fake_openai
 from support.agent_stack import running_agent
+from support.caller_keys import key_sha256
 from support.databases import REDIS_URL
 from support.fake_openai import ScriptedOpenAI
 from support.ledger_mcp_server import Ledger
@@ -44,10 +44,6 @@ ACME_KEY = "acme-" + uuid.uuid4().hex
 GLOBEX_KEY = "globex-" + uuid.uuid4().hex
 
 
-def _sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 CALLERS_FILE = f"""
 [tenants.acme]
 [tenants.globex]
@@ -55,12 +51,12 @@ CALLERS_FILE = f"""
 [[keys]]
 name = "acme-app"
 tenant = "acme"
-sha256 = "{_sha(ACME_KEY)}"
+sha256 = "{key_sha256(ACME_KEY)}"
 
 [[keys]]
 name = "globex-app"
 tenant = "globex"
-sha256 = "{_sha(GLOBEX_KEY)}"
+sha256 = "{key_sha256(GLOBEX_KEY)}"
 """
 
 PEPPER = "pepper-" + uuid.uuid4().hex

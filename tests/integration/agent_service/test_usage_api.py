@@ -8,7 +8,6 @@ caller's tenant's rows per model.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator
@@ -25,6 +24,7 @@ from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from support import fake_openai
 from support.agent_stack import running_agent
+from support.caller_keys import as_caller, key_sha256
 from support.fake_openai import ScriptedOpenAI
 from support.mcp_gateway import echo_http_server, running_gateway
 from support.servers import serve_app
@@ -36,10 +36,6 @@ ACME_APP_KEY = "acme-app-" + uuid.uuid4().hex
 GLOBEX_KEY = "globex-" + uuid.uuid4().hex
 
 
-def _sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 CALLERS_FILE = f"""
 [tenants.acme]
 [tenants.globex]
@@ -47,18 +43,18 @@ CALLERS_FILE = f"""
 [[keys]]
 name = "acme-platform"
 tenant = "acme"
-sha256 = "{_sha(ACME_KEY)}"
+sha256 = "{key_sha256(ACME_KEY)}"
 trusted = true
 
 [[keys]]
 name = "acme-app"
 tenant = "acme"
-sha256 = "{_sha(ACME_APP_KEY)}"
+sha256 = "{key_sha256(ACME_APP_KEY)}"
 
 [[keys]]
 name = "globex-app"
 tenant = "globex"
-sha256 = "{_sha(GLOBEX_KEY)}"
+sha256 = "{key_sha256(GLOBEX_KEY)}"
 trusted = true
 """
 
@@ -70,10 +66,6 @@ class Stack:
     database: Path
     unstored_url: str
     """An agent-service alike but storing no runs (``AGENT_DATABASE_URL=""``)."""
-
-
-def _as(key: str, user: str | None = None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"} | ({"X-User-Id": user} if user is not None else {})
 
 
 @pytest.fixture(scope="module")
@@ -107,17 +99,17 @@ async def _two_call_run(stack: Stack, key: str, user: str | None = None) -> dict
     """A run of two LLM calls (a tool call, then the answer); returns it as ``GET /runs/{id}`` reads it."""
     stack.llm.push(fake_openai.tool_calls(("call_1", "echo", {"text": "usage"})), fake_openai.text("All done."))
     body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "echo usage please"}], "tools": ["echo"]}
-    response = await stack.http.post("/api/v1/agent/run", json=body, headers=_as(key, user))
+    response = await stack.http.post("/api/v1/agent/run", json=body, headers=as_caller(key, user))
     assert response.status_code == 200, response.text
     assert response.json()["iterations"] == 2
-    run = await stack.http.get(f"/api/v1/agent/runs/{response.json()['runId']}", headers=_as(key))
+    run = await stack.http.get(f"/api/v1/agent/runs/{response.json()['runId']}", headers=as_caller(key))
     assert run.status_code == 200, run.text
     view: dict[str, Any] = run.json()
     return view
 
 
 async def _usage(stack: Stack, key: str, **params: str) -> dict[str, Any]:
-    response = await stack.http.get("/api/v1/agent/usage", params=params, headers=_as(key))
+    response = await stack.http.get("/api/v1/agent/usage", params=params, headers=as_caller(key))
     assert response.status_code == 200, response.text
     report: dict[str, Any] = response.json()
     return report
@@ -197,7 +189,7 @@ async def test_a_plain_completion_of_the_openai_front_is_logged_too(stack: Stack
     response = await stack.http.post(
         "/v1/chat/completions",
         json={"model": "gpt-4o", "messages": [{"role": "user", "content": "just answer"}]},
-        headers={**_as(ACME_KEY, user), "X-Agent-Disabled": "true"},
+        headers={**as_caller(ACME_KEY, user), "X-Agent-Disabled": "true"},
     )
     assert response.status_code == 200, response.text
     reported = response.json()["usage"]
@@ -223,7 +215,7 @@ async def test_a_plain_completion_of_the_openai_front_is_logged_too(stack: Stack
     ],
 )
 async def test_a_bad_range_or_user_is_a_400_that_says_why(stack: Stack, params: dict[str, str], says: str) -> None:
-    response = await stack.http.get("/api/v1/agent/usage", params=params, headers=_as(ACME_KEY))
+    response = await stack.http.get("/api/v1/agent/usage", params=params, headers=as_caller(ACME_KEY))
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == "invalid_request"
     assert says in response.json()["error"]["message"]
@@ -240,6 +232,6 @@ async def test_dates_and_times_without_an_offset_are_utc_and_a_whole_leap_year_i
 async def test_the_usage_endpoint_needs_a_key_and_stored_runs(stack: Stack) -> None:
     assert (await stack.http.get("/api/v1/agent/usage")).status_code == 401
     async with httpx.AsyncClient(base_url=stack.unstored_url, timeout=30) as http:
-        response = await http.get("/api/v1/agent/usage", headers=_as(ACME_KEY))
+        response = await http.get("/api/v1/agent/usage", headers=as_caller(ACME_KEY))
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "runs_not_stored"

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import pytest
 
 from agent_service.callers import CallersFileError, TenantRules, load_callers, parse_callers
-
-
-def _sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
+from support.caller_keys import key_sha256
 
 _GOOD = f"""
 [tenants.acme]
@@ -21,7 +16,7 @@ _GOOD = f"""
 [[keys]]
 name = "acme-platform"
 tenant = "acme"
-sha256 = "{_sha("acme-secret")}"
+sha256 = "{key_sha256("acme-secret")}"
 trusted = true
 
 [[keys]]
@@ -47,7 +42,7 @@ def test_keys_are_identified_by_their_hash_or_their_environment_variable() -> No
 def test_a_key_never_appears_in_its_representation() -> None:
     callers = parse_callers(_GOOD, environ={"GLOBEX_KEY": "globex-secret"})
     assert "globex-secret" not in repr(callers)
-    assert _sha("acme-secret") not in repr(callers)
+    assert key_sha256("acme-secret") not in repr(callers)
 
 
 @pytest.mark.parametrize(
@@ -55,10 +50,13 @@ def test_a_key_never_appears_in_its_representation() -> None:
     [
         ("[tenants.acme\n", "not valid TOML"),
         ("[tenants.acme]\n", "no [[keys]]"),
-        (f'[tenants.a]\n[[keys]]\nname = "k"\ntenant = "b"\nsha256 = "{_sha("x")}"\n', "tenant 'b' is not one of"),
+        (
+            f'[tenants.a]\n[[keys]]\nname = "k"\ntenant = "b"\nsha256 = "{key_sha256("x")}"\n',
+            "tenant 'b' is not one of",
+        ),
         ('[tenants.a]\n[[keys]]\nname = "k"\ntenant = "a"\n', "give either sha256 or key_env"),
         (
-            f'[tenants.a]\n[[keys]]\nname = "k"\ntenant = "a"\nsha256 = "{_sha("x")}"\nkey_env = "X"\n',
+            f'[tenants.a]\n[[keys]]\nname = "k"\ntenant = "a"\nsha256 = "{key_sha256("x")}"\nkey_env = "X"\n',
             "give either sha256 or key_env",
         ),
         ('[tenants.a]\n[[keys]]\nname = "k"\ntenant = "a"\nsha256 = "abc"\n', "sha256 must be 64 hex digits"),
@@ -67,22 +65,25 @@ def test_a_key_never_appears_in_its_representation() -> None:
             "NOT_SET_ANYWHERE is not set",
         ),
         (
-            f'[tenants.a]\n[[keys]]\nname = "k"\ntenant = "a"\nsha256 = "{_sha("x")}"\n'
-            f'[[keys]]\nname = "k"\ntenant = "a"\nsha256 = "{_sha("y")}"\n',
+            f'[tenants.a]\n[[keys]]\nname = "k"\ntenant = "a"\nsha256 = "{key_sha256("x")}"\n'
+            f'[[keys]]\nname = "k"\ntenant = "a"\nsha256 = "{key_sha256("y")}"\n',
             "two keys are named 'k'",
         ),
         (
-            f'[tenants.a]\n[[keys]]\nname = "k"\ntenant = "a"\nsha256 = "{_sha("x")}"\n'
-            f'[[keys]]\nname = "j"\ntenant = "a"\nsha256 = "{_sha("x")}"\n',
+            f'[tenants.a]\n[[keys]]\nname = "k"\ntenant = "a"\nsha256 = "{key_sha256("x")}"\n'
+            f'[[keys]]\nname = "j"\ntenant = "a"\nsha256 = "{key_sha256("x")}"\n',
             "two keys are the same key",
         ),
-        (f'[tenants.a]\n[[keys]]\nname = "k"\ntenant = "a"\nsha256 = "{_sha("x")}"\ntrusted = "yes"\n', "trusted must"),
         (
-            f'[tenants.a]\n[[keys]]\nname = "k"\ntenant = "a"\nsha256 = "{_sha("x")}"\nkey = "x"\n',
+            f'[tenants.a]\n[[keys]]\nname = "k"\ntenant = "a"\nsha256 = "{key_sha256("x")}"\ntrusted = "yes"\n',
+            "trusted must",
+        ),
+        (
+            f'[tenants.a]\n[[keys]]\nname = "k"\ntenant = "a"\nsha256 = "{key_sha256("x")}"\nkey = "x"\n',
             "unknown field 'key'",
         ),
         ("[tenant.a]\n", "unknown table 'tenant'"),
-        (f'[tenants.a]\n[[keys]]\nname = "a key"\ntenant = "a"\nsha256 = "{_sha("x")}"\n', "name must be"),
+        (f'[tenants.a]\n[[keys]]\nname = "a key"\ntenant = "a"\nsha256 = "{key_sha256("x")}"\n', "name must be"),
     ],
 )
 def test_a_file_that_cannot_be_used_is_refused_in_one_line_naming_the_setting(text: str, problem: str) -> None:
@@ -101,7 +102,7 @@ def test_a_missing_file_is_refused_naming_it(tmp_path: Path) -> None:
 
 
 def _with_tenant_fields(fields: str) -> str:
-    return f'[tenants.acme]\n{fields}\n[[keys]]\nname = "k"\ntenant = "acme"\nsha256 = "{_sha("x")}"\n'
+    return f'[tenants.acme]\n{fields}\n[[keys]]\nname = "k"\ntenant = "acme"\nsha256 = "{key_sha256("x")}"\n'
 
 
 def test_a_tenant_without_fields_has_no_rules() -> None:

@@ -1,0 +1,18 @@
+"""Caller keys in tests: the hash a callers file holds, and the headers a caller sends."""
+
+from __future__ import annotations
+
+import hashlib
+
+__all__ = ["as_caller", "key_sha256"]
+
+
+def key_sha256(key: str) -> str:
+    """The ``sha256`` a callers file's ``[[keys]]`` entry holds for ``key``, made as docs/callers.md tells operators
+    to (``sha256sum``), not with the service's own function: a service hashing otherwise fails the tests."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def as_caller(key: str, user: str | None = None) -> dict[str, str]:
+    """The headers of a request sent with ``key``, naming the end user ``user`` when given."""
+    return {"Authorization": f"Bearer {key}"} | ({"X-User-Id": user} if user is not None else {})
