@@ -10,8 +10,9 @@ and agent-service benchmarks, then agent-service's OpenAI front against its agen
 storing runs costs agent-service (not stored, SQLite, PostgreSQL: ``bench/persistence.py``) and what the
 per-tenant run slot costs a run (none, in memory, Redis: ``bench/limits.py``), then (the
 services stopped) mcp_rag_tool's search latency at 10,000 and 100,000 synthetic chunks
-(``bench/rag_scale.py``); each prints its tables as it ends, and a summary of the targets closes the
-run. The summary is also written to ``.data/bench/summary.json`` and ``summary.md``.
+(``bench/rag_scale.py``) and ``mcp-rag-tool ingest``'s throughput (``bench/rag_ingest.py``); each
+prints its tables as it ends, and a summary of the targets closes the run. The summary is also
+written to ``.data/bench/summary.json`` and ``summary.md``.
 Figures, never a gate: the exit code is 0 even when a target is missed.
 
 Options: ``--quick`` (or ``BENCH_QUICK=1``) for a short run while iterating; ``--only`` to run
@@ -41,7 +42,7 @@ from bench.mcp_client import run_mcp_client
 from bench.measure import Rounds
 from bench.openai_front import run_openai_front
 from bench.persistence import run_persistence
-from bench.processes import ROOT, Cores
+from bench.processes import ROOT, Cores, pin
 from bench.profiling import profiling
 from bench.rag_scale import run_rag
 from bench.report import Section, machine, render_summary, summary_markdown
@@ -67,6 +68,8 @@ class Plan:
     """A closed-loop load stops at ``load_requests`` or after this long, whichever comes first."""
     rag_sizes: tuple[int, ...] = (10_000, 100_000)
     """Corpus sizes (chunks) of the mcp_rag_tool search latency benchmark."""
+    rag_ingest_chunks: int = 1200
+    """Chunks of about 200 tokens that ``mcp-rag-tool ingest`` embeds in the ingest benchmark."""
 
     @classmethod
     def full(cls) -> Plan:
@@ -93,6 +96,7 @@ class Plan:
             load_requests=3000,
             load_seconds=2.0,
             rag_sizes=(10_000,),
+            rag_ingest_chunks=300,
         )
 
 
@@ -163,8 +167,11 @@ async def _run(options: argparse.Namespace, plan: Plan, cores: Cores, data: Path
         if "limits" in options.only:
             done(await run_limits(suite, plan.persistence_sequential))
     if "rag" in options.only:  # needs none of the services: run once they are down
+        # The tool runs as a process of its own on every core (torch uses both): unpin this process,
+        # every thread of it, and so the ingest command it starts, from the load core.
+        pin(os.getpid(), cores.system | cores.load)
         section_started = time.monotonic()
-        done(await run_rag(plan.rag_sizes, searches=60))
+        done(await run_rag(plan.rag_sizes, searches=60, ingest_chunks=plan.rag_ingest_chunks))
     return sections
 
 

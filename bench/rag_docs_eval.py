@@ -1,19 +1,23 @@
 """Page-level retrieval quality of mcp_rag_tool on real documentation HTML, per generator.
 
     .venv/bin/python -m bench.rag_docs_eval bench/rag_docs/python_library.json [--store PATH] [--per-question]
+        [--precision auto|float32|bfloat16]
 
 Each set (bench/rag_docs/*.json) names installed documentation (Debian's python3-doc: Sphinx;
 postgresql-doc-15: DocBook XSL), the pages of it to index, and questions written as a developer
-would ask them, each labelled with the page(s) that answer it. The pages are ingested once with
-the bundled all-MiniLM-L6-v2 into a persisted store (``--store``, default
-``.data/bench/store_<set>``; ``mcp-rag-tool ingest`` into the same folder does the same), then
-every question is asked through the tool's own retrieval in several configurations.
+would ask them, each labelled with the page(s) that answer it. The pages are ingested with the
+bundled all-MiniLM-L6-v2 into a persisted store (``--store``, default
+``.data/bench/store_<set>_<precision>``; later runs find them unchanged; ``mcp-rag-tool ingest``
+into the same folder does the same), then every question is asked through the tool's own
+retrieval in several configurations.
+``--precision`` picks the model's arithmetic (``RAG_EMBED_PRECISION``) for both the ingest and the
+questions, so that float32 and bfloat16 can be compared on the same pages.
 
 recall@5: share of questions with a chunk of a labelled page among the first 5 results; MRR@10:
 mean of 1/rank of the first such chunk within 10. Questions are split in two halves (even and
 odd positions): parameters are chosen on the first ("tune") and reported on the second
-("held out"). "chunk RRF + MMR" is the former ranking (fusion per chunk, MMR 0.7),
-over the same index.
+("held out"). "chunk RRF + MMR" is the former ranking (fusion per chunk, MMR 0.7), and "no
+document vectors" the one before document vectors joined the fusion, over the same index.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import anyio
 from bench.rag_eval import CachedEmbedder
 from mcp_rag_tool import bm25
 from mcp_rag_tool.cli import run_ingest
-from mcp_rag_tool.embeddings import MiniLMEmbedder
+from mcp_rag_tool.embeddings import MiniLMEmbedder, Precision
 from mcp_rag_tool.fusion import Ranking, reciprocal_rank_fusion
 from mcp_rag_tool.rerank import maximal_marginal_relevance
 from mcp_rag_tool.retrieval import Retriever, SearchOptions
@@ -91,20 +95,20 @@ def scores(ranked: Sequence[list[str]], questions: Sequence[Question]) -> tuple[
     return hits / len(questions), reciprocal / len(questions)
 
 
-async def evaluate(set_path: Path, store_path: Path | None, per_question: bool) -> None:
+async def evaluate(set_path: Path, store_path: Path | None, per_question: bool, precision: Precision) -> None:
     data, questions = load_set(set_path)
     name = set_path.stem
-    store_path = store_path or ROOT / ".data" / "bench" / f"store_{name}"
     settings = RagSettings.model_construct()
+    model = await MiniLMEmbedder.load(batch_size=settings.embed_batch_size, precision=precision)
+    store_path = store_path or ROOT / ".data" / "bench" / f"store_{name}_{model.precision}"
     settings.qdrant_path = str(store_path)
-    model = await MiniLMEmbedder.load(batch_size=settings.embed_batch_size)
     embedder = CachedEmbedder(model)
-    if not store_path.exists():
-        with tempfile.TemporaryDirectory(prefix="rag-docs-") as scratch:
-            for file in page_files(data):
-                (Path(scratch) / file.name).symlink_to(file)
-            started = time.perf_counter()
-            report = await run_ingest(settings, [Path(scratch)], embedder=model)
+    with tempfile.TemporaryDirectory(prefix="rag-docs-") as scratch:  # incremental: a store up to date stays
+        for file in page_files(data):
+            (Path(scratch) / file.name).symlink_to(file)
+        started = time.perf_counter()
+        report = await run_ingest(settings, [Path(scratch)], embedder=model)
+        if report.chunks:
             print(f"ingested {report.chunks} chunks in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     store = await VectorStore.open(settings)
     try:
@@ -112,9 +116,10 @@ async def evaluate(set_path: Path, store_path: Path | None, per_question: bool) 
         chunk_count = await store.count()
         base = SearchOptions.from_settings(settings)
         modes: dict[str, SearchOptions | None] = {
-            "dense only": replace(base, bm25=False),
-            "BM25 only": replace(base, dense=False),
+            "dense only": replace(base, bm25=False, documents=False),
+            "BM25 only": replace(base, dense=False, documents=False),
             "chunk RRF + MMR (before)": None,
+            "by document, k=2, 1/doc, no document vectors": replace(base, documents=False),
         }
         for k in (2.0, 10.0, 60.0):
             for per_document in (1, 2, 3):
@@ -123,7 +128,10 @@ async def evaluate(set_path: Path, store_path: Path | None, per_question: bool) 
                 )
         retriever = Retriever(store, embedder, base)
         halves = {"tune": questions[0::2], "held out": questions[1::2]}
-        print(f"\n{name}: {data['generator']}; {chunk_count} chunks; {len(questions)} questions\n")
+        print(
+            f"\n{name}: {data['generator']}; {len(page_files(data))} pages, {chunk_count} chunks; "
+            f"{len(questions)} questions; embedded in {model.precision}\n"
+        )
         print("| retrieval | tune recall@5 | tune MRR@10 | held-out recall@5 | held-out MRR@10 |")
         print("| --- | --- | --- | --- | --- |")
         misses: list[str] = []
@@ -154,12 +162,13 @@ async def evaluate(set_path: Path, store_path: Path | None, per_question: bool) 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("set", type=Path, help="a question set, e.g. bench/rag_docs/python_library.json")
-    parser.add_argument("--store", type=Path, help="the persisted store of its pages (ingested when missing)")
+    parser.add_argument("--store", type=Path, help="the persisted store of its pages (ingested, or brought up to date)")
     parser.add_argument("--per-question", action="store_true", help="list the questions the defaults miss")
+    parser.add_argument("--precision", default="auto", choices=("auto", "float32", "bfloat16"), help="see above")
     args = parser.parse_args(argv)
     configure_logging("warning", "console")
     logging.getLogger("mcp_rag_tool").setLevel(logging.WARNING)
-    anyio.run(evaluate, args.set, args.store, args.per_question)
+    anyio.run(evaluate, args.set, args.store, args.per_question, args.precision)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@
 Ingests bench/rag_corpus/docs (Markdown, text and HTML on varied technical topics, with
 near-duplicates and error-code catalogues) with the bundled all-MiniLM-L6-v2 into an in-memory
 Qdrant, then asks each question of bench/rag_corpus/questions.json through the tool's own
-retrieval code in four ways: dense only, BM25 only, hybrid (reciprocal rank fusion of both),
-and hybrid + rerank (MMR, plus a cross-encoder when --rerank-model names a local one).
+retrieval code in five ways: dense only, BM25 only, hybrid (reciprocal rank fusion of both),
+hybrid with the document vectors in the fusion (the default), and hybrid + rerank (MMR, plus a
+cross-encoder when --rerank-model names a local one).
 
 recall@5: the share of questions with a passage of a labelled document among the first 5
 results. MRR@10: the mean of 1/rank of the first such passage within the first 10 (0 if none).
@@ -121,6 +122,7 @@ async def evaluate(rerank_model: Path | None, per_question: bool, sweep_k: list[
             Mode("dense only", defaults.only(dense=True, bm25=False, rerank=False)),
             Mode("BM25 only", defaults.only(dense=False, bm25=True, rerank=False)),
             Mode("hybrid (RRF)", defaults.only(dense=True, bm25=True, rerank=False)),
+            Mode("hybrid + document vectors", defaults.only(dense=True, bm25=True, rerank=False, documents=True)),
             Mode(rerank_name, defaults.only(dense=True, bm25=True, rerank=True)),
         ]
         hybrid = defaults.only(dense=True, bm25=True, rerank=False)
@@ -145,7 +147,10 @@ async def evaluate(rerank_model: Path | None, per_question: bool, sweep_k: list[
         f"{len(questions)} questions (index built in {load_seconds:.0f} s, model load included)\n"
     )
     _print_table(results)
-    print(f"\n(defaults: RRF k={defaults.rrf_k:g}, weights {defaults.dense_weight:g}/{defaults.bm25_weight:g})")
+    print(
+        f"\n(defaults: RRF k={defaults.rrf_k:g}, weights dense {defaults.dense_weight:g}, BM25 "
+        f"{defaults.bm25_weight:g}, document vectors {defaults.document_weight:g})"
+    )
     for kind in sorted({question.kind for question in questions}):
         subset = {name: [o for o in outcomes if o.question.kind == kind] for name, outcomes in results.items()}
         count = len(next(iter(subset.values())))

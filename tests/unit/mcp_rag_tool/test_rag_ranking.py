@@ -26,17 +26,24 @@ def _chunk(chunk_id: str, *, link_list: bool = False) -> StoredChunk:
 
 
 class ScriptedStore:
-    """Answers every search with the same dense and BM25 rankings; records what it was asked."""
+    """Answers every search with the same dense, BM25 and document-vector rankings; records what it was asked."""
 
-    def __init__(self, dense: Sequence[StoredChunk], sparse: Sequence[StoredChunk]) -> None:
-        self.dense, self.sparse = list(dense), list(sparse)
+    def __init__(
+        self, dense: Sequence[StoredChunk], sparse: Sequence[StoredChunk], documents: Sequence[str] = ()
+    ) -> None:
+        self.dense, self.sparse, self.documents = list(dense), list(sparse), list(documents)
         self.asked: list[tuple[int, int]] = []
+        self.documents_asked: list[int] = []
 
     async def search(
         self, dense: Sequence[Sequence[float]], sparse: Sequence[SparseVector], limit: int, _: SearchFilter
     ) -> tuple[list[list[StoredChunk]], list[list[StoredChunk]]]:
         self.asked.append((len(dense), len(sparse)))
         return [self.dense[:limit] for _ in dense], [self.sparse[:limit] for _ in sparse]
+
+    async def rank_documents(self, dense: Sequence[Sequence[float]], limit: int, _: SearchFilter) -> list[list[str]]:
+        self.documents_asked.append(len(dense))
+        return [self.documents[:limit] for _ in dense]
 
     async def dense_vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
         return {chunk_id: [1.0, 0.0] if chunk_id.endswith("1") else [0.0, 1.0] for chunk_id in ids}
@@ -75,16 +82,43 @@ async def test_a_smaller_top_k_gives_a_prefix_of_a_larger_one() -> None:
 
 
 async def test_a_retriever_of_weight_zero_is_not_run() -> None:
-    store = ScriptedStore([_chunk("a1")], [_chunk("b1")])
+    store = ScriptedStore([_chunk("a1")], [_chunk("b1")], documents=["a.html", "b.html"])
     embedder = WordHashEmbedder()
 
     bm25_off = await _retriever(store, embedder, bm25_weight=0.0).search(["some words"], 5)
-    dense_off = await _retriever(store, embedder, dense_weight=0.0).search(["some words"], 5)
+    documents_off = await _retriever(store, embedder, document_weight=0.0).search(["more words"], 5)
+    only_bm25 = await _retriever(store, embedder, dense_weight=0.0, document_weight=0.0).search(["last words"], 5)
 
-    assert store.asked == [(1, 0), (0, 1)]
-    assert embedder.embedded == ["some words"]  # only the search with dense on embedded the query
+    assert store.asked == [(1, 0), (1, 1), (0, 1)]
+    assert store.documents_asked == [1]
+    assert embedder.embedded == ["some words", "more words"]  # BM25 alone needs no embedding
     assert _ids(bm25_off) == ["a1"]
-    assert _ids(dense_off) == ["b1"]
+    assert _ids(documents_off) == ["a1", "b1"]
+    assert _ids(only_bm25) == ["b1"]
+
+
+async def test_the_document_vectors_lift_a_page_whose_passages_all_lean_toward_the_query() -> None:
+    # a.html and b.html tie on the chunk rankings (each first in one, second in the other); b.html's
+    # document vector (all its passages about the question) is the nearest, so b.html goes first.
+    dense = [_chunk("a1"), _chunk("b1"), _chunk("c1")]
+    sparse = [_chunk("b2"), _chunk("a1"), _chunk("c1")]
+    without = await _retriever(ScriptedStore(dense, sparse), document_weight=0.0).search(["question"], 3)
+    store = ScriptedStore(dense, sparse, documents=["b.html", "c.html", "a.html"])
+
+    hits = await _retriever(store).search(["question"], 3)
+
+    assert [hit.source for hit in without] == ["a.html", "b.html", "c.html"]
+    assert [hit.source for hit in hits] == ["b.html", "a.html", "c.html"]
+    assert hits[0].score > hits[1].score > hits[2].score
+
+
+async def test_a_document_found_only_by_its_document_vector_is_not_shown() -> None:
+    # Only pages with a passage among the candidates can be shown: the document ranking reorders them.
+    store = ScriptedStore([_chunk("a1")], [_chunk("a1")], documents=["z.html", "a.html"])
+
+    hits = await _retriever(store).search(["question"], 5)
+
+    assert _ids(hits) == ["a1"]
 
 
 async def test_link_list_pages_rank_below_content_pages() -> None:

@@ -10,7 +10,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import anyio
 import anyio.from_thread
@@ -19,9 +19,19 @@ import anyio.to_thread
 
 from mcp_rag_tool.tokens import bundled_model_path
 
-__all__ = ["MINILM_NAME", "Embedder", "MiniLMEmbedder", "offline_model_environment", "run_in_daemon_thread"]
+__all__ = [
+    "MINILM_NAME",
+    "Embedder",
+    "MiniLMEmbedder",
+    "Precision",
+    "native_bfloat16",
+    "offline_model_environment",
+    "run_in_daemon_thread",
+]
 
 MINILM_NAME = "all-MiniLM-L6-v2"
+
+Precision = Literal["auto", "float32", "bfloat16"]
 
 _T = TypeVar("_T")
 
@@ -50,9 +60,10 @@ class MiniLMEmbedder:
     Create it with ``await MiniLMEmbedder.load()``.
     """
 
-    def __init__(self, model: Any, *, batch_size: int = 32) -> None:
+    def __init__(self, model: Any, *, batch_size: int = 32, bfloat16: bool = False) -> None:
         self._model = model
         self._batch_size = batch_size
+        self._bfloat16 = bfloat16
         # One encode at a time: the fast tokenizer is not safe to share between threads, and two
         # concurrent encodes on a small CPU would only slow each other down. The thread lock, held
         # around encode itself, is what guarantees it: a cancelled embed abandons its worker thread
@@ -65,10 +76,14 @@ class MiniLMEmbedder:
         self._dimension = int(dimension())
 
     @classmethod
-    async def load(cls, *, batch_size: int = 32) -> MiniLMEmbedder:
-        """Load the model in a background thread; a cancelled load is abandoned, not waited for."""
+    async def load(cls, *, batch_size: int = 32, precision: Precision = "auto") -> MiniLMEmbedder:
+        """Load the model in a background thread; a cancelled load is abandoned, not waited for.
+
+        ``precision`` "auto" computes in bfloat16 where the CPU does so natively (see ``RAG_EMBED_PRECISION``).
+        """
         model = await run_in_daemon_thread(_load_model)
-        return cls(model, batch_size=batch_size)
+        bfloat16 = precision == "bfloat16" or (precision == "auto" and native_bfloat16())
+        return cls(model, batch_size=batch_size, bfloat16=bfloat16)
 
     @property
     def name(self) -> str:
@@ -77,6 +92,10 @@ class MiniLMEmbedder:
     @property
     def dimension(self) -> int:
         return self._dimension
+
+    @property
+    def precision(self) -> Literal["float32", "bfloat16"]:
+        return "bfloat16" if self._bfloat16 else "float32"
 
     async def aclose(self) -> None:
         return None
@@ -88,7 +107,8 @@ class MiniLMEmbedder:
             return await anyio.to_thread.run_sync(self._encode, list(texts), abandon_on_cancel=True)
 
     def _encode(self, texts: list[str]) -> list[list[float]]:
-        with self._encode_lock:  # in the worker thread: see __init__
+        # autocast is per thread, so it is entered here, in the worker thread that encodes.
+        with self._encode_lock, _bfloat16_autocast() if self._bfloat16 else contextlib.nullcontext():
             matrix = self._model.encode(
                 texts,
                 batch_size=self._batch_size,
@@ -122,6 +142,27 @@ async def run_in_daemon_thread(function: Callable[[], _T]) -> _T:
     if failure:
         raise failure[0]
     return outcome[0]
+
+
+def native_bfloat16() -> bool:
+    """Whether this CPU computes bfloat16 matrix products natively (x86 AVX512-BF16 or AMX).
+
+    Elsewhere torch emulates bfloat16, which is slower than float32, so "auto" keeps float32 there.
+    """
+    import torch
+
+    cpu = torch.cpu
+    for check in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        probe = getattr(cpu, check, None)  # private helpers of torch.cpu: absent means unknown, so no
+        if probe is not None and probe():
+            return True
+    return False
+
+
+def _bfloat16_autocast() -> contextlib.AbstractContextManager[Any]:
+    import torch
+
+    return torch.autocast("cpu", dtype=torch.bfloat16)
 
 
 def _load_model() -> Any:

@@ -45,8 +45,8 @@ async def load_embedder(settings: RagSettings) -> Embedder:
         _log.info("embedding_endpoint_connecting", url=settings.embedding_url, model=settings.embedding_model)
         return await OpenAIEmbedder.connect(settings)
     _log.info("embedding_model_loading")
-    embedder = await MiniLMEmbedder.load(batch_size=settings.embed_batch_size)
-    _log.info("embedding_model_loaded", dimension=embedder.dimension)
+    embedder = await MiniLMEmbedder.load(batch_size=settings.embed_batch_size, precision=settings.embed_precision)
+    _log.info("embedding_model_loaded", dimension=embedder.dimension, precision=embedder.precision)
     if settings.chunk_max_tokens > _MINILM_WINDOW:
         _log.warning("chunk_longer_than_model_window", chunk_max_tokens=settings.chunk_max_tokens)
     return embedder

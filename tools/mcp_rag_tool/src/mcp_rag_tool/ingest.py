@@ -24,6 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio.to_thread
+import numpy as np
+import numpy.typing as npt
 
 from mcp_rag_tool import bm25
 from mcp_rag_tool.bm25 import SparseVector
@@ -285,8 +287,9 @@ class Ingester:
         await self._store.write_records(pipeline.take_announcements())
         chunks, records, dense, sparse = pipeline.take_embedded()
         await self._store.upsert_chunks(chunks, records, dense, sparse)
-        complete, stale = pipeline.take_complete()
+        complete, stale, document_vectors = pipeline.take_complete()
         await self._store.delete_chunks(stale)
+        await self._store.write_document_vectors(document_vectors)
         await self._store.write_records(complete)
 
     async def _remove(self, records: list[SourceRecord], report: IngestReport) -> None:
@@ -355,6 +358,8 @@ class _Pipeline:
         self._waiting: dict[str, int] = {}
         self._complete: list[SourceRecord] = []
         self._stale: dict[str, set[str]] = {}
+        self._vector_sums: dict[str, npt.NDArray[np.float64]] = {}
+        """Per document being written, the sum of its embedded chunks' unit vectors: its document vector."""
 
     @property
     def to_embed(self) -> int:
@@ -390,6 +395,14 @@ class _Pipeline:
         sparse: Sequence[SparseVector],
     ) -> None:
         stored_chunks, stored_records, stored_dense, stored_sparse = self._embedded
+        for record, vector in zip(records, dense, strict=True):
+            unit = np.asarray(vector, dtype=np.float64)
+            norm = np.linalg.norm(unit)
+            unit = unit / norm if norm > 0 else unit
+            if record.source in self._vector_sums:
+                self._vector_sums[record.source] += unit
+            else:
+                self._vector_sums[record.source] = unit
         stored_chunks.extend(chunks)
         stored_records.extend(records)
         stored_dense.extend(dense)
@@ -408,11 +421,19 @@ class _Pipeline:
                 self._complete.append(record)
         return embedded
 
-    def take_complete(self) -> tuple[list[SourceRecord], set[str]]:
-        """The documents all of whose chunks are stored, and the chunk ids of their other versions."""
+    def take_complete(
+        self,
+    ) -> tuple[list[SourceRecord], set[str], list[tuple[SourceRecord, list[float] | None]]]:
+        """The documents all of whose chunks are stored, the chunk ids of their other versions, and
+        their document vectors (the normalised mean of their chunks' unit vectors; ``None`` without chunks)."""
         complete, self._complete = self._complete, []
         stale = {point for record in complete for point in self._stale.pop(record.source, set())}
-        return complete, stale
+        vectors: list[tuple[SourceRecord, list[float] | None]] = []
+        for record in complete:
+            total = self._vector_sums.pop(record.source, None)
+            norm = float(np.linalg.norm(total)) if total is not None else 0.0
+            vectors.append((record, (total / norm).tolist() if total is not None and norm > 0 else None))
+        return complete, stale, vectors
 
 
 class _Progress:

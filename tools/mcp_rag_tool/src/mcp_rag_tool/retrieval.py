@@ -1,11 +1,14 @@
 """Hybrid retrieval: every query runs dense and BM25 retrieval, rankings are fused by document.
 
 1. Each query is embedded (dense) and tokenized into a BM25 query (sparse); each retriever returns
-   its ``candidates`` best chunks per query, filter applied. A retriever of weight 0 is not run.
+   its ``candidates`` best chunks per query, filter applied, and the document vectors (each
+   document's normalised mean chunk vector) give the ``candidates`` nearest documents. A
+   retriever of weight 0 is not run.
 2. Documents are ranked by weighted reciprocal rank fusion of the retrievers' rankings *of
-   documents* (each document at the rank of its best chunk there, ``fusion.document_rankings``);
-   link-list pages (indexes, tables of contents) go below content pages. Chunks are scored by the
-   same fusion of the chunk rankings.
+   documents* (each document at the rank of its best chunk there, ``fusion.document_rankings``)
+   and of the document-vector ranking; only documents with a chunk among the candidates can be
+   shown, so the latter reorders those. Link-list pages (indexes, tables of contents) go below
+   content pages. Chunks are scored by the same fusion of the chunk rankings.
 3. The result lists documents in that order, each with its best chunk, then up to
    ``chunks_per_document - 1`` more of its chunks that score at least half as well as its best;
    chunks left over follow in fused order. Nothing in this depends on ``top_k``, which only cuts the
@@ -38,10 +41,11 @@ from mcp_rag_tool.search import SearchHit
 from mcp_rag_tool.settings import RagSettings
 from mcp_rag_tool.store import SearchFilter, StoredChunk, VectorStore
 
-__all__ = ["DENSE_RETRIEVER", "SPARSE_RETRIEVER", "Retriever", "SearchOptions"]
+__all__ = ["DENSE_RETRIEVER", "DOCUMENT_RETRIEVER", "SPARSE_RETRIEVER", "Retriever", "SearchOptions"]
 
 DENSE_RETRIEVER = "dense"
 SPARSE_RETRIEVER = "bm25"
+DOCUMENT_RETRIEVER = "document"
 
 
 @dataclass(frozen=True)
@@ -50,11 +54,13 @@ class SearchOptions:
 
     dense: bool = True
     bm25: bool = True
+    documents: bool = True
     rerank: bool = True
     candidates: int = 50
     rrf_k: float = 2.0
     dense_weight: float = 1.0
     bm25_weight: float = 1.0
+    document_weight: float = 1.0
     rerank_candidates: int = 30
     mmr_lambda: float = 1.0
     chunks_per_document: int = 1
@@ -66,13 +72,14 @@ class SearchOptions:
             rrf_k=settings.rrf_k,
             dense_weight=settings.dense_weight,
             bm25_weight=settings.bm25_weight,
+            document_weight=settings.document_weight,
             rerank_candidates=settings.rerank_candidates,
             mmr_lambda=settings.mmr_lambda,
             chunks_per_document=settings.chunks_per_document,
         )
 
-    def only(self, *, dense: bool, bm25: bool, rerank: bool) -> SearchOptions:
-        return replace(self, dense=dense, bm25=bm25, rerank=rerank)
+    def only(self, *, dense: bool, bm25: bool, rerank: bool, documents: bool = False) -> SearchOptions:
+        return replace(self, dense=dense, bm25=bm25, rerank=rerank, documents=documents)
 
 
 class Retriever:
@@ -103,9 +110,17 @@ class Retriever:
         search_filter = search_filter or SearchFilter()
         use_dense = options.dense and options.dense_weight > 0
         use_bm25 = options.bm25 and options.bm25_weight > 0
-        dense = await self._embedder.embed(list(queries)) if use_dense else []
+        use_documents = options.documents and options.document_weight > 0
+        vectors = await self._embedder.embed(list(queries)) if use_dense or use_documents else []
+        dense = vectors if use_dense else []
         sparse = [vector for vector in map(bm25.query_vector, queries) if vector.indices] if use_bm25 else []
         dense_rankings, sparse_rankings = await self._store.search(dense, sparse, options.candidates, search_filter)
+        page_rankings = [
+            Ranking(DOCUMENT_RETRIEVER, sources)
+            for sources in (
+                await self._store.rank_documents(vectors, options.candidates, search_filter) if use_documents else []
+            )
+        ]
         rankings = [Ranking(DENSE_RETRIEVER, [chunk.id for chunk in ranking]) for ranking in dense_rankings]
         rankings += [Ranking(SPARSE_RETRIEVER, [chunk.id for chunk in ranking]) for ranking in sparse_rankings]
         chunks = {chunk.id: chunk for ranking in (*dense_rankings, *sparse_rankings) for chunk in ranking}
@@ -124,18 +139,23 @@ class Retriever:
             if self._scorer is not None:
                 chunk_score = {pool[index].id: relevance[index] for index in range(len(pool))}
             order = reranked + [item.id for item in fused[len(pool) :]]
-        documents = self._rank_documents(rankings, chunks, weights, options, chunk_score)
+        weights[DOCUMENT_RETRIEVER] = options.document_weight
+        documents = self._rank_documents(rankings, page_rankings, chunks, weights, options, chunk_score)
         return _by_document(order, chunks, chunk_score, documents, options.chunks_per_document, top_k)
 
     def _rank_documents(
         self,
         rankings: Sequence[Ranking[str]],
+        page_rankings: Sequence[Ranking[str]],
         chunks: dict[str, StoredChunk],
         weights: dict[str, float],
         options: SearchOptions,
         chunk_score: dict[str, float],
     ) -> dict[str, float]:
-        """Each document's score (0-1), in rank order: content pages first, link lists after."""
+        """Each document's score (0-1), in rank order: content pages first, link lists after.
+
+        ``page_rankings`` (documents by their document vectors) join the fusion of the chunk
+        rankings turned into document rankings; a cross-encoder, when on, ranks by its own scores."""
         if self._scorer is not None and options.rerank:
             scores: dict[str, float] = {}
             for chunk_id, score in chunk_score.items():
@@ -144,6 +164,7 @@ class Retriever:
             ranked = sorted(scores.items(), key=lambda entry: -entry[1])
         else:
             by_document = document_rankings(rankings, {chunk_id: chunk.source for chunk_id, chunk in chunks.items()})
+            by_document += page_rankings
             fused = reciprocal_rank_fusion(by_document, weights, options.rrf_k)
             scale = best_possible_score(by_document, weights, options.rrf_k) or 1.0
             ranked = [(item.id, item.score / scale) for item in fused]

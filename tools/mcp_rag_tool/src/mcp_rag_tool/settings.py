@@ -115,6 +115,15 @@ class RagSettings(ServiceSettings):
         description="Retries of an embeddings request after a connection error, 429 or 5xx (backoff, Retry-After).",
     )
     embed_batch_size: int = Field(default=32, ge=1, le=2048, description="Chunks embedded (and stored) per batch.")
+    embed_precision: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto",
+        description=(
+            "Arithmetic of the bundled model. bfloat16 is about 2.3x faster on a CPU that computes it natively "
+            "(x86 AVX512-BF16 or AMX) and gives vectors within a cosine of 0.9999 of float32's, so an index built "
+            "with one is searched with the other; on other CPUs it is slower. auto: bfloat16 where native, "
+            "else float32."
+        ),
+    )
 
     # --- search ------------------------------------------------------------------------------
     search_candidates: int = Field(
@@ -130,6 +139,15 @@ class RagSettings(ServiceSettings):
     )
     dense_weight: float = Field(default=1.0, ge=0, description="Weight of the dense (embedding) ranking in fusion.")
     bm25_weight: float = Field(default=1.0, ge=0, description="Weight of the keyword (BM25) ranking in fusion.")
+    document_weight: float = Field(
+        default=1.0,
+        ge=0,
+        description=(
+            "Weight of the document-vector ranking in fusion: pages ranked by the normalised mean of their chunks' "
+            "dense vectors, which lifts a page whose passages all lean toward the query over one with a single "
+            "lucky passage. It orders the pages the other retrievers found; 0 turns it off."
+        ),
+    )
     rerank_candidates: int = Field(
         default=30, ge=1, le=200, description="Best fused chunks that reranking (cross-encoder, MMR) considers."
     )

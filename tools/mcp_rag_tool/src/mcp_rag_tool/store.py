@@ -1,8 +1,11 @@
 """Qdrant behind a small interface: chunks with a dense and a BM25 sparse vector, and a list of documents.
 
-Two collections: ``<collection>`` holds one point per chunk (named vectors ``dense`` and
+Three collections: ``<collection>`` holds one point per chunk (named vectors ``dense`` and
 ``bm25``, the latter with Qdrant's IDF modifier), ``<collection>_sources`` one vector-less point
-per document (its content hash, title, tags, where it came from, how many chunks). Qdrant local
+per document (its content hash, title, tags, where it came from, how many chunks), and
+``<collection>_documents`` one point per document with chunks: its document vector, the
+normalised mean of its chunks' dense vectors, which ranks pages whose passages all lean toward a
+query (``rank_documents``). Qdrant local
 mode (in memory, or persisted in a folder) and a Qdrant server go through the same client
 and the same code. That client is the synchronous ``QdrantClient``, called in worker threads:
 local mode computes searches in Python, which would otherwise stall the event loop (and with
@@ -11,9 +14,9 @@ calls take turns; calls to a server run concurrently.
 
 Local mode would also answer queries by scanning every point in Python, so there the sparse
 vectors are mirrored in an in-process inverted index (``sparse_index``) and the dense vectors in
-an in-process matrix (``dense_index``), both built from the store (in one scroll) when its
-collections are opened and kept in step by every write made here; the store remains the only
-persisted copy. A Qdrant server answers both kinds of query itself.
+in-process matrices (``dense_index``: one of chunks, one of document vectors), all built from the
+store when its collections are opened and kept in step by every write made here; the store
+remains the only persisted copy. A Qdrant server answers every kind of query itself.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ __all__ = [
 
 DENSE = "dense"
 SPARSE = "bm25"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Bumped when the layout of points changes; a collection of another version is rebuilt."""
 
 _T = TypeVar("_T")
@@ -156,11 +159,14 @@ class VectorStore:
         self._server = server
         self._chunks = collection
         self._sources = f"{collection}_sources"
+        self._documents = f"{collection}_documents"
         self._turn = threading.Lock()
         self._sparse_index: SparseIndex | None = None
         """Local mode: the BM25 inverted index, once the collections are open."""
         self._dense_index: DenseIndex | None = None
         """Local mode: the matrix of dense vectors, once the collections are open."""
+        self._document_index: DenseIndex | None = None
+        """Local mode: the matrix of document vectors (rows named by source), once the collections are open."""
 
     @classmethod
     async def open(cls, settings: RagSettings) -> VectorStore:
@@ -207,22 +213,22 @@ class VectorStore:
     # --- collections ---------------------------------------------------------------------------
 
     async def ensure_collections(self, dimension: int, embedder: str) -> bool:
-        """Create both collections unless they exist for this embedder and layout; True if (re)created.
+        """Create the collections unless they exist for this embedder and layout; True if (re)created.
 
         Vectors of another embedder (or another layout) cannot be searched with this one's, so
         such collections are dropped and every document is ingested again.
         """
         wanted = {"embedder": embedder, "dimension": dimension, "schema": SCHEMA_VERSION}
-        if await self._call(self._client.collection_exists, self._chunks) and await self._call(
-            self._client.collection_exists, self._sources
-        ):
+        collections = (self._chunks, self._sources, self._documents)
+        if all([await self._call(self._client.collection_exists, name) for name in collections]):
             info = await self._call(self._client.get_collection, self._chunks)
             metadata = info.config.metadata or {}
             if all(metadata.get(key) == value for key, value in wanted.items()):
                 if not self._server:
-                    self._sparse_index, self._dense_index = await self._call(self._load_indexes, dimension)
+                    indexes = await self._call(self._load_indexes, dimension)
+                    self._sparse_index, self._dense_index, self._document_index = indexes
                 return False
-        for name in (self._chunks, self._sources):
+        for name in collections:
             if await self._call(self._client.collection_exists, name):
                 await self._call(self._client.delete_collection, name)
         await self._call(
@@ -233,19 +239,34 @@ class VectorStore:
             metadata=wanted,
         )
         await self._call(self._client.create_collection, self._sources, vectors_config={})
+        await self._call(
+            self._client.create_collection,
+            self._documents,
+            vectors_config={DENSE: models.VectorParams(size=dimension, distance=models.Distance.COSINE)},
+        )
         if self._server:  # local mode has no payload indexes (and says so in a warning)
-            for field in ("source", "source_prefixes", "tags"):
-                await self._call(
-                    self._client.create_payload_index, self._chunks, field, models.PayloadSchemaType.KEYWORD
-                )
+            for collection, field in [
+                *((self._chunks, field) for field in ("source", "source_prefixes", "tags")),
+                *((self._documents, field) for field in ("source_prefixes", "tags")),
+            ]:
+                await self._call(self._client.create_payload_index, collection, field, models.PayloadSchemaType.KEYWORD)
         else:
             self._sparse_index, self._dense_index = SparseIndex(), DenseIndex(dimension)
+            self._document_index = DenseIndex(dimension)
         return True
 
-    def _load_indexes(self, dimension: int) -> tuple[SparseIndex, DenseIndex]:
-        """Local mode: both in-process indexes, from one scroll over every chunk."""
-        sparse, dense = SparseIndex(), DenseIndex(dimension)
+    def _load_indexes(self, dimension: int) -> tuple[SparseIndex, DenseIndex, DenseIndex]:
+        """Local mode: the in-process indexes, from one scroll over every chunk and one over the documents."""
+        documents = DenseIndex(dimension)
         offset: Any = None
+        while True:
+            points, offset = self._client.scroll(
+                self._documents, limit=1024, offset=offset, with_payload=True, with_vectors=[DENSE]
+            )
+            documents.add(_document_row(point) for point in points)
+            if offset is None:
+                break
+        sparse, dense = SparseIndex(), DenseIndex(dimension)
         while True:
             points, offset = self._client.scroll(
                 self._chunks,
@@ -261,7 +282,7 @@ class VectorStore:
                 for chunk, point in zip(chunks, points, strict=True)
             )
             if offset is None:
-                return sparse, dense
+                return sparse, dense, documents
 
     # --- documents -----------------------------------------------------------------------------
 
@@ -332,6 +353,39 @@ class VectorStore:
             ]
             await self._call(self._client.upsert, self._sources, points=points, wait=True)
 
+    async def write_document_vectors(self, vectors: Sequence[tuple[SourceRecord, Sequence[float] | None]]) -> None:
+        """Store each document's vector (the normalised mean of its chunks'); ``None`` (no chunks) removes it."""
+        if vectors:
+            await self._call(self._write_document_vectors, list(vectors))
+
+    def _write_document_vectors(self, vectors: list[tuple[SourceRecord, Sequence[float] | None]]) -> None:
+        rows = [
+            DenseChunk(record.source, vector, tuple(source_prefixes(record.source)), record.tags)
+            for record, vector in vectors
+            if vector is not None
+        ]
+        gone = [record.source for record, vector in vectors if vector is None]
+        if rows:
+            points = [
+                models.PointStruct(
+                    id=_source_point_id(row.id),
+                    vector={DENSE: list(row.vector)},
+                    payload={"source": row.id, "source_prefixes": list(row.source_prefixes), "tags": list(row.tags)},
+                )
+                for row in rows
+            ]
+            self._client.upsert(self._documents, points=points, wait=True)
+        if gone:
+            self._delete_document_vectors(gone)
+        if self._document_index is not None:
+            self._document_index.add(rows)
+
+    def _delete_document_vectors(self, sources: list[str]) -> None:
+        ids: list[models.ExtendedPointId] = [_source_point_id(source) for source in sources]
+        self._client.delete(self._documents, points_selector=models.PointIdsList(points=ids), wait=True)
+        if self._document_index is not None:
+            self._document_index.remove(sources)
+
     async def delete_chunks(self, ids: Collection[str]) -> None:
         if ids:
             await self._call(self._delete_points, list(ids))
@@ -345,10 +399,11 @@ class VectorStore:
             self._dense_index.remove(ids)
 
     async def remove_documents(self, records: Sequence[SourceRecord]) -> None:
-        """Delete documents: their chunks (every version the records account for), then the records."""
+        """Delete documents: their chunks (every version the records account for) and vectors, then the records."""
         if not records:
             return
         await self.delete_chunks({point for record in records for point in record.point_ids()})
+        await self._call(self._delete_document_vectors, [record.source for record in records])
         ids: list[models.ExtendedPointId] = [_source_point_id(record.source) for record in records]
         await self._call(self._client.delete, self._sources, points_selector=models.PointIdsList(points=ids), wait=True)
 
@@ -416,6 +471,32 @@ class VectorStore:
         ]
         return rankings[: len(dense)], rankings[len(dense) :]
 
+    async def rank_documents(
+        self, dense: Sequence[Sequence[float]], limit: int, search_filter: SearchFilter
+    ) -> list[list[str]]:
+        """For each dense query vector, the sources of the ``limit`` documents whose vectors are nearest."""
+        if not dense:
+            return []
+        if self._document_index is not None:
+            return await self._call(self._local_rank_documents, self._document_index, dense, limit, search_filter)
+        query_filter = search_filter.to_qdrant()
+        requests = [
+            models.QueryRequest(
+                query=list(vector), using=DENSE, limit=limit, filter=query_filter, with_payload=["source"]
+            )
+            for vector in dense
+        ]
+        responses = await self._call(self._client.query_batch_points, self._documents, requests=requests)
+        return [[str((point.payload or {}).get("source", "")) for point in response.points] for response in responses]
+
+    def _local_rank_documents(
+        self, index: DenseIndex, dense: Sequence[Sequence[float]], limit: int, search_filter: SearchFilter
+    ) -> list[list[str]]:
+        prefixes, tags = prefix_candidates(search_filter.source_prefix), search_filter.tags
+        return [
+            [source for source, _ in index.search(query, limit, source_prefixes=prefixes, tags=tags)] for query in dense
+        ]
+
     async def dense_vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
         if not ids:
             return {}
@@ -478,6 +559,17 @@ def _indexed_chunk(point: models.Record) -> IndexedChunk:
     return IndexedChunk(
         str(point.id),
         SparseVector(indices=indices, values=values),
+        tuple(str(prefix) for prefix in payload.get("source_prefixes") or ()),
+        tuple(str(tag) for tag in payload.get("tags") or ()),
+    )
+
+
+def _document_row(point: models.Record) -> DenseChunk:
+    """A row of the document-vector index: named by its source, filtered as its chunks are."""
+    payload = point.payload or {}
+    return DenseChunk(
+        str(payload.get("source", "")),
+        _dense_vector(point),
         tuple(str(prefix) for prefix in payload.get("source_prefixes") or ()),
         tuple(str(tag) for tag in payload.get("tags") or ()),
     )
