@@ -119,13 +119,13 @@ async def evaluate(rerank_model: Path | None, per_question: bool, sweep_k: list[
         retriever = Retriever(store, embedder, defaults, scorer)
         rerank_name = "hybrid + rerank (cross-encoder, MMR)" if scorer else "hybrid + rerank (MMR)"
         modes = [
-            Mode("dense only", defaults.only(dense=True, bm25=False, rerank=False)),
-            Mode("BM25 only", defaults.only(dense=False, bm25=True, rerank=False)),
-            Mode("hybrid (RRF)", defaults.only(dense=True, bm25=True, rerank=False)),
-            Mode("hybrid + document vectors", defaults.only(dense=True, bm25=True, rerank=False, documents=True)),
-            Mode(rerank_name, defaults.only(dense=True, bm25=True, rerank=True)),
+            Mode("dense only", defaults.only(dense=True, bm25=False, documents=False, rerank=False)),
+            Mode("BM25 only", defaults.only(dense=False, bm25=True, documents=False, rerank=False)),
+            Mode("hybrid (RRF)", defaults.only(dense=True, bm25=True, documents=False, rerank=False)),
+            Mode("hybrid + document vectors", defaults.only(dense=True, bm25=True, documents=True, rerank=False)),
+            Mode(rerank_name, defaults.only(dense=True, bm25=True, documents=True, rerank=True)),
         ]
-        hybrid = defaults.only(dense=True, bm25=True, rerank=False)
+        hybrid = defaults.only(dense=True, bm25=True, documents=True, rerank=False)
         modes += [Mode(f"hybrid (RRF, k={k:g})", replace(hybrid, rrf_k=k)) for k in sweep_k]
         results: dict[str, list[Outcome]] = {}
         for mode in modes:

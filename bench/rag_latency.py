@@ -148,14 +148,10 @@ async def run(chunks: int, searches: int) -> None:
                 await _timed(retriever, [questions[i], questions[-i - 1], codes[i % len(codes)]])
                 for i in range(searches // 4)
             ]
-            dense_only = [
-                await _timed(retriever, [question], retriever.options.only(dense=True, bm25=False, rerank=False))
-                for question in questions[: searches // 4]
-            ]
-            bm25_only = [
-                await _timed(retriever, [question], retriever.options.only(dense=False, bm25=True, rerank=False))
-                for question in questions[: searches // 4]
-            ]
+            dense = retriever.options.only(dense=True, bm25=False, documents=False, rerank=False)
+            sparse = retriever.options.only(dense=False, bm25=True, documents=False, rerank=False)
+            dense_only = [await _timed(retriever, [question], dense) for question in questions[: searches // 4]]
+            bm25_only = [await _timed(retriever, [question], sparse) for question in questions[: searches // 4]]
         finally:
             await store.close()
 

@@ -17,6 +17,7 @@ from unit.mcp_rag_tool.rag_fakes import WordHashEmbedder, memory_settings
 
 from mcp_rag_tool.chunking import ChunkLimits
 from mcp_rag_tool.ingest import API_ORIGIN, DocumentInput, Ingester
+from mcp_rag_tool.settings import RagSettings
 from mcp_rag_tool.store import DENSE, SearchFilter, VectorStore
 from mcp_rag_tool.tokens import WordCounter
 
@@ -173,5 +174,46 @@ async def test_document_vectors_are_loaded_again_from_a_persisted_folder(
         assert not await again.ensure_collections(embedder.dimension, embedder.name)  # kept, not rebuilt
         assert len(again._document_index or ()) == len(TOPICS)
         assert await again.rank_documents(queries, 4, SearchFilter()) == before
+    finally:
+        await again.close()
+
+
+async def _older_store(
+    settings: RagSettings, embedder: WordHashEmbedder, *, fill_cut_short: bool
+) -> tuple[dict[str, list[float]], int]:
+    """A persisted store as an earlier release (no documents collection) or an interrupted fill left it;
+    returns the document vectors an ingest would have written and the chunk count."""
+    store = await VectorStore.open(settings)
+    try:
+        await _open_with_topics(store, embedder)
+        expected, chunks = _stored_document_vectors(store), await store.count()
+        store._client.delete_collection(store._documents)
+        if fill_cut_short:
+            store._create_documents_collection(embedder.dimension, complete=False)
+    finally:
+        await store.close()
+    return expected, chunks
+
+
+@pytest.mark.parametrize("fill_cut_short", [False, True], ids=["no documents collection", "fill interrupted"])
+async def test_a_store_without_complete_document_vectors_gets_them_from_its_chunks_and_loses_nothing(
+    tmp_path: Path, embedder: WordHashEmbedder, fill_cut_short: bool
+) -> None:
+    settings = memory_settings(qdrant_path=str(tmp_path / "qdrant"))
+    expected, chunks = await _older_store(settings, embedder, fill_cut_short=fill_cut_short)
+
+    again = await VectorStore.open(settings)
+    try:
+        rebuilt = await again.ensure_collections(embedder.dimension, embedder.name)
+        [ranked] = await again.rank_documents(await embedder.embed([QUERIES[0]]), 4, SearchFilter())
+        assert not rebuilt
+        assert await again.count() == chunks  # nothing dropped, nothing to embed again
+        assert sorted(await again.sources()) == sorted(TOPICS)
+        filled = _stored_document_vectors(again)
+        assert sorted(filled) == sorted(expected)
+        for source, vector in expected.items():
+            assert filled[source] == pytest.approx(vector, abs=1e-5)
+        assert ranked[0] == "ops/deploy.md"  # the in-process index has them too
+        assert again._client.get_collection(again._documents).config.metadata == {"complete": True}
     finally:
         await again.close()

@@ -139,3 +139,30 @@ async def test_a_page_brings_its_second_passage_only_when_it_is_nearly_as_good()
     # a3 (first for BM25 only) scores over half of a1 (first and second), so it follows a1;
     # a2 (sixth for dense only) scores far less and waits until the other pages had their turn.
     assert _ids(hits) == ["a1", "a3", "b1", "c1"]
+
+
+class FirstWordScorer:
+    """A cross-encoder stand-in: a passage scores 1 when it holds the query's first word, else 0."""
+
+    async def score(self, query: str, passages: Sequence[str]) -> list[float]:
+        word = query.split()[0]
+        return [1.0 if word in passage else 0.0 for passage in passages]
+
+
+async def test_with_a_cross_encoder_ranking_documents_is_not_asked_for() -> None:
+    store = ScriptedStore([_chunk("a1"), _chunk("b1")], [_chunk("b1")], documents=["a.html", "b.html"])
+    retriever = Retriever(store, WordHashEmbedder(), SearchOptions(), FirstWordScorer())  # type: ignore[arg-type]
+
+    hits = await retriever.search(["b1 please"], 2)
+
+    assert store.documents_asked == []  # the cross-encoder's order is the document order
+    assert [hit.source for hit in hits] == ["b.html", "a.html"]
+
+
+async def test_an_empty_document_ranking_leaves_the_scores_as_without_it() -> None:
+    dense, sparse = [_chunk("a1"), _chunk("b1")], [_chunk("b1"), _chunk("a1")]
+
+    without = await _retriever(ScriptedStore(dense, sparse), document_weight=0.0).search(["question"], 2)
+    empty = await _retriever(ScriptedStore(dense, sparse, documents=[])).search(["question"], 2)
+
+    assert [(hit.source, hit.score) for hit in empty] == [(hit.source, hit.score) for hit in without]

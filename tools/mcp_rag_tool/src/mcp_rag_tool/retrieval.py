@@ -78,7 +78,7 @@ class SearchOptions:
             chunks_per_document=settings.chunks_per_document,
         )
 
-    def only(self, *, dense: bool, bm25: bool, rerank: bool, documents: bool = False) -> SearchOptions:
+    def only(self, *, dense: bool, bm25: bool, documents: bool, rerank: bool) -> SearchOptions:
         return replace(self, dense=dense, bm25=bm25, rerank=rerank, documents=documents)
 
 
@@ -110,7 +110,9 @@ class Retriever:
         search_filter = search_filter or SearchFilter()
         use_dense = options.dense and options.dense_weight > 0
         use_bm25 = options.bm25 and options.bm25_weight > 0
-        use_documents = options.documents and options.document_weight > 0
+        # a cross-encoder, when it ranks, orders documents by its own scores: no document ranking then
+        reranking = self._scorer is not None and options.rerank
+        use_documents = options.documents and options.document_weight > 0 and not reranking
         vectors = await self._embedder.embed(list(queries)) if use_dense or use_documents else []
         dense = vectors if use_dense else []
         sparse = [vector for vector in map(bm25.query_vector, queries) if vector.indices] if use_bm25 else []
@@ -120,6 +122,7 @@ class Retriever:
             for sources in (
                 await self._store.rank_documents(vectors, options.candidates, search_filter) if use_documents else []
             )
+            if sources  # an empty ranking would only lower every score's scale
         ]
         rankings = [Ranking(DENSE_RETRIEVER, [chunk.id for chunk in ranking]) for ranking in dense_rankings]
         rankings += [Ranking(SPARSE_RETRIEVER, [chunk.id for chunk in ranking]) for ranking in sparse_rankings]

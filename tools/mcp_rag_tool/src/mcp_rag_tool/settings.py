@@ -145,7 +145,8 @@ class RagSettings(ServiceSettings):
         description=(
             "Weight of the document-vector ranking in fusion: pages ranked by the normalised mean of their chunks' "
             "dense vectors, which lifts a page whose passages all lean toward the query over one with a single "
-            "lucky passage. It orders the pages the other retrievers found; 0 turns it off."
+            "lucky passage. It orders the pages the other retrievers found; 0 turns it off. Unused while a "
+            "cross-encoder (RAG_RERANK_MODEL_PATH) ranks the results."
         ),
     )
     rerank_candidates: int = Field(

@@ -5,7 +5,9 @@ Three collections: ``<collection>`` holds one point per chunk (named vectors ``d
 per document (its content hash, title, tags, where it came from, how many chunks), and
 ``<collection>_documents`` one point per document with chunks: its document vector, the
 normalised mean of its chunks' dense vectors, which ranks pages whose passages all lean toward a
-query (``rank_documents``). Qdrant local
+query (``rank_documents``). A store written before the documents collection existed gets it
+computed from its stored chunk vectors when it is first opened (``_fill_document_vectors``):
+nothing is embedded again and nothing is dropped. Qdrant local
 mode (in memory, or persisted in a folder) and a Qdrant server go through the same client
 and the same code. That client is the synchronous ``QdrantClient``, called in worker threads:
 local mode computes searches in Python, which would otherwise stall the event loop (and with
@@ -25,12 +27,14 @@ import contextlib
 import functools
 import threading
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import PurePosixPath
 from typing import Any, TypeVar
 
 import anyio.to_thread
+import numpy as np
+import numpy.typing as npt
 from qdrant_client import QdrantClient, models
 
 from mcp_rag_tool.bm25 import SparseVector
@@ -55,7 +59,7 @@ __all__ = [
 
 DENSE = "dense"
 SPARSE = "bm25"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 2
 """Bumped when the layout of points changes; a collection of another version is rebuilt."""
 
 _T = TypeVar("_T")
@@ -220,10 +224,11 @@ class VectorStore:
         """
         wanted = {"embedder": embedder, "dimension": dimension, "schema": SCHEMA_VERSION}
         collections = (self._chunks, self._sources, self._documents)
-        if all([await self._call(self._client.collection_exists, name) for name in collections]):
+        if all([await self._call(self._client.collection_exists, name) for name in collections[:2]]):
             info = await self._call(self._client.get_collection, self._chunks)
             metadata = info.config.metadata or {}
             if all(metadata.get(key) == value for key, value in wanted.items()):
+                await self._ensure_document_vectors(dimension)
                 if not self._server:
                     indexes = await self._call(self._load_indexes, dimension)
                     self._sparse_index, self._dense_index, self._document_index = indexes
@@ -239,50 +244,89 @@ class VectorStore:
             metadata=wanted,
         )
         await self._call(self._client.create_collection, self._sources, vectors_config={})
-        await self._call(
-            self._client.create_collection,
-            self._documents,
-            vectors_config={DENSE: models.VectorParams(size=dimension, distance=models.Distance.COSINE)},
-        )
+        await self._call(self._create_documents_collection, dimension, complete=True)
         if self._server:  # local mode has no payload indexes (and says so in a warning)
-            for collection, field in [
-                *((self._chunks, field) for field in ("source", "source_prefixes", "tags")),
-                *((self._documents, field) for field in ("source_prefixes", "tags")),
-            ]:
-                await self._call(self._client.create_payload_index, collection, field, models.PayloadSchemaType.KEYWORD)
+            for field in ("source", "source_prefixes", "tags"):
+                await self._call(
+                    self._client.create_payload_index, self._chunks, field, models.PayloadSchemaType.KEYWORD
+                )
         else:
             self._sparse_index, self._dense_index = SparseIndex(), DenseIndex(dimension)
             self._document_index = DenseIndex(dimension)
         return True
 
+    def _create_documents_collection(self, dimension: int, *, complete: bool) -> None:
+        """The document-vector collection; ``complete`` False until a fill from the chunks has finished."""
+        self._client.create_collection(
+            self._documents,
+            vectors_config={DENSE: models.VectorParams(size=dimension, distance=models.Distance.COSINE)},
+            metadata={"complete": complete},
+        )
+        if self._server:
+            for field in ("source_prefixes", "tags"):
+                self._client.create_payload_index(self._documents, field, models.PayloadSchemaType.KEYWORD)
+
+    async def _ensure_document_vectors(self, dimension: int) -> None:
+        """Give a store written before document vectors existed (or whose fill was interrupted) its
+        document vectors, computed from the stored chunk vectors."""
+        if await self._call(self._client.collection_exists, self._documents):
+            info = await self._call(self._client.get_collection, self._documents)
+            if (info.config.metadata or {}).get("complete") is True:
+                return
+            await self._call(self._client.delete_collection, self._documents)
+        committed = {source: record for source, record in (await self.sources()).items() if record.committed}
+        await self._call(self._create_documents_collection, dimension, complete=False)
+        await self._call(self._fill_document_vectors, committed)
+        await self._call(self._client.update_collection, self._documents, metadata={"complete": True})
+
+    def _fill_document_vectors(self, committed: dict[str, SourceRecord]) -> None:
+        """Each committed document's vector: the normalised mean of its committed version's stored chunk
+        vectors (unit length already: Qdrant normalises the vectors of a cosine collection)."""
+        sums: dict[str, npt.NDArray[np.float64]] = {}
+        for points in self._pages(self._chunks, ["source", "content_hash"], [DENSE]):
+            for point in points:
+                payload = point.payload or {}
+                owner = committed.get(str(payload.get("source", "")))
+                if owner is None or payload.get("content_hash") != owner.content_hash:
+                    continue  # a pending version's chunk, or one left behind
+                vector = np.asarray(_dense_vector(point), dtype=np.float64)
+                if owner.source in sums:
+                    sums[owner.source] += vector
+                else:
+                    sums[owner.source] = vector
+        vectors: list[tuple[SourceRecord, Sequence[float] | None]] = []
+        for source, total in sums.items():
+            norm = float(np.linalg.norm(total))
+            if norm > 0:
+                vectors.append((committed[source], (total / norm).tolist()))
+        for start in range(0, len(vectors), _SCROLL_PAGE):
+            self._write_document_vectors(vectors[start : start + _SCROLL_PAGE])
+
     def _load_indexes(self, dimension: int) -> tuple[SparseIndex, DenseIndex, DenseIndex]:
         """Local mode: the in-process indexes, from one scroll over every chunk and one over the documents."""
         documents = DenseIndex(dimension)
-        offset: Any = None
-        while True:
-            points, offset = self._client.scroll(
-                self._documents, limit=1024, offset=offset, with_payload=True, with_vectors=[DENSE]
-            )
+        for points in self._pages(self._documents, ["source", "source_prefixes", "tags"], [DENSE]):
             documents.add(_document_row(point) for point in points)
-            if offset is None:
-                break
         sparse, dense = SparseIndex(), DenseIndex(dimension)
-        while True:
-            points, offset = self._client.scroll(
-                self._chunks,
-                limit=1024,
-                offset=offset,
-                with_payload=["source_prefixes", "tags"],
-                with_vectors=[SPARSE, DENSE],
-            )
+        for points in self._pages(self._chunks, ["source_prefixes", "tags"], [SPARSE, DENSE]):
             chunks = [_indexed_chunk(point) for point in points]
             sparse.add(chunks)
             dense.add(
                 DenseChunk(chunk.id, _dense_vector(point), chunk.source_prefixes, chunk.tags)
                 for chunk, point in zip(chunks, points, strict=True)
             )
+        return sparse, dense, documents
+
+    def _pages(self, collection: str, payload: list[str], vectors: list[str]) -> Iterator[list[models.Record]]:
+        """Every point of ``collection``, a page at a time (in the caller's turn: see ``_call``)."""
+        offset: Any = None
+        while True:
+            points, offset = self._client.scroll(
+                collection, limit=1024, offset=offset, with_payload=payload, with_vectors=vectors
+            )
+            yield points
             if offset is None:
-                return sparse, dense, documents
+                return
 
     # --- documents -----------------------------------------------------------------------------
 
