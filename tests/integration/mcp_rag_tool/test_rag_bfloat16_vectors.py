@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from mcp_rag_tool.embeddings import MiniLMEmbedder
 from mcp_rag_tool.html_text import extract_html
@@ -28,9 +29,7 @@ def _passages() -> list[str]:
     return [" ".join(words[start : start + 100]) for start in range(0, min(len(words), 100 * 48), 100)]
 
 
-async def test_bfloat16_vectors_are_within_float_noise_of_float32_ones_and_rank_passages_alike(
-    minilm: MiniLMEmbedder,
-) -> None:
+async def test_bfloat16_vectors_are_within_float_noise_of_float32_ones_and_rank_passages_alike() -> None:
     passages = _passages()
     queries = [
         "get the largest items of a list without sorting it",
@@ -38,12 +37,15 @@ async def test_bfloat16_vectors_are_within_float_noise_of_float32_ones_and_rank_
         "copy a nested structure so that changes do not affect the original",
         "create an index without locking writes to the table",
     ]
-    float32 = MiniLMEmbedder(minilm._model, bfloat16=False)  # the loaded weights, in each precision
-    bfloat16 = MiniLMEmbedder(minilm._model, bfloat16=True)
+    float32 = await MiniLMEmbedder.load(precision="float32")
+    bfloat16 = await MiniLMEmbedder.load(precision="bfloat16")
 
     exact = np.array(await float32.embed(passages + queries))
     fast = np.array(await bfloat16.embed(passages + queries))
 
+    assert (float32.precision, bfloat16.precision) == ("float32", "bfloat16")
+    assert {parameter.dtype for parameter in bfloat16._model.parameters()} == {torch.bfloat16}
+    assert {parameter.dtype for parameter in float32._model.parameters()} == {torch.float32}
     assert len(passages) >= 40
     cosines = (exact * fast).sum(axis=1) / np.linalg.norm(fast, axis=1) / np.linalg.norm(exact, axis=1)
     assert cosines.min() >= 0.999

@@ -118,8 +118,8 @@ class RagSettings(ServiceSettings):
     embed_precision: Literal["auto", "float32", "bfloat16"] = Field(
         default="auto",
         description=(
-            "Arithmetic of the bundled model. bfloat16 is about 2.3x faster on a CPU that computes it natively "
-            "(x86 AVX512-BF16 or AMX) and gives vectors within a cosine of 0.9999 of float32's, so an index built "
+            "Arithmetic of the bundled model. bfloat16 is about twice as fast on a CPU that computes it natively "
+            "(x86 AVX512-BF16 or AMX) and gives vectors within a cosine of 0.9998 of float32's, so an index built "
             "with one is searched with the other; on other CPUs it is slower. auto: bfloat16 where native, "
             "else float32."
         ),
