@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["as_caller", "key_sha256"]
+__all__ = ["as_caller", "key_entry", "key_sha256"]
 
 
 def key_sha256(key: str) -> str:
     """The ``sha256`` a callers file's ``[[keys]]`` entry holds for ``key``, made as docs/callers.md tells operators
     to (``sha256sum``), not with the service's own function: a service hashing otherwise fails the tests."""
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def key_entry(name: str, tenant: str, key: str, *, trusted: bool = False) -> str:
+    """A callers file's ``[[keys]]`` entry for ``key`` (TOML, ending in a blank line)."""
+    return f'[[keys]]\nname = "{name}"\ntenant = "{tenant}"\nsha256 = "{key_sha256(key)}"\n' + (
+        "trusted = true\n" if trusted else ""
+    )
 
 
 def as_caller(key: str, user: str | None = None) -> dict[str, str]:

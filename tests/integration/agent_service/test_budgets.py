@@ -22,7 +22,7 @@ import redis.asyncio as aioredis
 from agent_service.spending import month_start, next_month_start
 from support import fake_openai
 from support.agent_stack import running_agent
-from support.caller_keys import as_caller, key_sha256
+from support.caller_keys import as_caller, key_entry
 from support.databases import REDIS_URL
 from support.processes import agent_env, spawned
 from support.servers import free_port
@@ -45,21 +45,11 @@ user_monthly_tokens = 1
 
 [tenants.globex]
 
-[[keys]]
-name = "acme-app"
-tenant = "acme"
-sha256 = "{key_sha256(ACME_KEY)}"
+{key_entry("acme-app", "acme", ACME_KEY)}
 
-[[keys]]
-name = "initech-app"
-tenant = "initech"
-sha256 = "{key_sha256(INITECH_KEY)}"
-trusted = true
+{key_entry("initech-app", "initech", INITECH_KEY, trusted=True)}
 
-[[keys]]
-name = "globex-app"
-tenant = "globex"
-sha256 = "{key_sha256(GLOBEX_KEY)}"
+{key_entry("globex-app", "globex", GLOBEX_KEY)}
 """
 
 

@@ -28,7 +28,7 @@ from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from support import fake_openai
 from support.agent_stack import running_agent
-from support.caller_keys import as_caller, key_sha256
+from support.caller_keys import as_caller, key_entry
 from support.fake_openai import ScriptedOpenAI
 from support.mcp_gateway import Gateway, echo_http_server, running_gateway
 from support.servers import serve_app
@@ -45,21 +45,14 @@ CALLERS_FILE = f"""
 [tenants.acme]
 [tenants.globex]
 
-[[keys]]
-name = "acme-platform"
-tenant = "acme"
-sha256 = "{key_sha256(ACME_KEY)}"
-trusted = true
+{key_entry("acme-platform", "acme", ACME_KEY, trusted=True)}
 
 [[keys]]
 name = "acme-app"
 tenant = "acme"
 key_env = "{_KEY_ENV}"
 
-[[keys]]
-name = "globex-app"
-tenant = "globex"
-sha256 = "{key_sha256(GLOBEX_KEY)}"
+{key_entry("globex-app", "globex", GLOBEX_KEY)}
 """
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from support import fake_openai
 from support.agent_stack import running_agent
-from support.caller_keys import as_caller, key_sha256
+from support.caller_keys import as_caller, key_entry
 from support.upstreams import Upstreams, running_upstreams
 
 pytestmark = pytest.mark.anyio
@@ -42,21 +42,11 @@ user_monthly_cost_usd = 5
 
 [tenants.globex]
 
-[[keys]]
-name = "acme-app"
-tenant = "acme"
-sha256 = "{key_sha256(ACME_KEY)}"
+{key_entry("acme-app", "acme", ACME_KEY)}
 
-[[keys]]
-name = "initech-app"
-tenant = "initech"
-sha256 = "{key_sha256(INITECH_KEY)}"
-trusted = true
+{key_entry("initech-app", "initech", INITECH_KEY, trusted=True)}
 
-[[keys]]
-name = "globex-app"
-tenant = "globex"
-sha256 = "{key_sha256(GLOBEX_KEY)}"
+{key_entry("globex-app", "globex", GLOBEX_KEY)}
 """
 
 

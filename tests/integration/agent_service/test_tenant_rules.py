@@ -22,7 +22,7 @@ from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from support import fake_openai
 from support.agent_stack import running_agent
-from support.caller_keys import as_caller, key_sha256
+from support.caller_keys import as_caller, key_entry
 from support.fake_openai import ScriptedOpenAI
 from support.mcp_gateway import echo_http_server, running_gateway
 from support.servers import serve_app
@@ -45,20 +45,11 @@ deny_tools = ["other:other_fail"]
 [tenants.initech]
 max_concurrent_runs = 1
 
-[[keys]]
-name = "acme-app"
-tenant = "acme"
-sha256 = "{key_sha256(ACME_KEY)}"
+{key_entry("acme-app", "acme", ACME_KEY)}
 
-[[keys]]
-name = "globex-app"
-tenant = "globex"
-sha256 = "{key_sha256(GLOBEX_KEY)}"
+{key_entry("globex-app", "globex", GLOBEX_KEY)}
 
-[[keys]]
-name = "initech-app"
-tenant = "initech"
-sha256 = "{key_sha256(INITECH_KEY)}"
+{key_entry("initech-app", "initech", INITECH_KEY)}
 """
 
 

@@ -30,7 +30,7 @@ from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from support import fake_openai
 from support.agent_stack import running_agent
-from support.caller_keys import key_sha256
+from support.caller_keys import key_entry
 from support.databases import REDIS_URL
 from support.fake_openai import ScriptedOpenAI
 from support.ledger_mcp_server import Ledger
@@ -48,15 +48,9 @@ CALLERS_FILE = f"""
 [tenants.acme]
 [tenants.globex]
 
-[[keys]]
-name = "acme-app"
-tenant = "acme"
-sha256 = "{key_sha256(ACME_KEY)}"
+{key_entry("acme-app", "acme", ACME_KEY)}
 
-[[keys]]
-name = "globex-app"
-tenant = "globex"
-sha256 = "{key_sha256(GLOBEX_KEY)}"
+{key_entry("globex-app", "globex", GLOBEX_KEY)}
 """
 
 PEPPER = "pepper-" + uuid.uuid4().hex

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from agent_service.clients import UpstreamError
 from agent_service.loop import LlmCall, RunOutcome
 from agent_service.runs.journal import RunJournal
-from agent_service.store import DEFAULT_TENANT, LeaseLost, ModelUsage, NewRun, RunStore, Step, StoreError
+from agent_service.store import DEFAULT_TENANT, LeaseLost, ModelUsage, NewRun, RunRecord, RunStore, Step, StoreError
 from agent_service.store.schema import conversations, usage_log
 from suite_common.wire import Message, ToolCall, Usage
 
@@ -73,6 +73,19 @@ def call(
     """An LLM call of a run's round ``iteration`` (each call of a run has a round of its own), made on ``attempt``."""
     usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost)
     return LlmCall(model, "openai", usage, iteration=iteration, attempt=attempt)
+
+
+async def taken_over(store: RunStore, run_id: str) -> RunRecord:
+    """``run_id``'s record as replica-b claims it once replica-a has let it go (as after a crash)."""
+    await store.release("replica-a", [run_id])
+    [claimed] = [
+        record
+        for record in await store.claim_expired(
+            "replica-b", lease_seconds=LEASE, abandon_before=datetime(2000, 1, 1, tzinfo=UTC), limit=100
+        )
+        if record.run_id == run_id
+    ]
+    return claimed
 
 
 async def rows(store: RunStore, **where: Any) -> list[Any]:
@@ -203,14 +216,7 @@ async def test_the_end_user_is_stored_with_the_run_and_the_conversation_it_start
 async def test_a_run_taken_over_logs_its_calls_as_its_own_tenants_and_users(store: RunStore) -> None:
     tenant = tenant_name()
     run_id = await started(store, tenant, user="alice")
-    await store.release("replica-a", [run_id])
-    [claimed] = [
-        record
-        for record in await store.claim_expired(
-            "replica-b", lease_seconds=LEASE, abandon_before=datetime(2000, 1, 1, tzinfo=UTC), limit=100
-        )
-        if record.run_id == run_id
-    ]
+    claimed = await taken_over(store, run_id)
     assert (claimed.tenant, claimed.user) == (tenant, "alice")
 
     await store.record(run_id, Step(iterations=1, calls=[call(7, 2)]), owner="replica-b")
@@ -297,14 +303,7 @@ async def test_a_round_made_again_by_a_run_taken_over_logs_its_second_call_as_a_
     since = datetime.now(UTC) - timedelta(seconds=1)
     run_id = await started(store, tenant)
     await store.record(run_id, Step(calls=[call(10, 3, iteration=1)]), owner="replica-a")
-    await store.release("replica-a", [run_id])
-    [claimed] = [
-        record
-        for record in await store.claim_expired(
-            "replica-b", lease_seconds=LEASE, abandon_before=datetime(2000, 1, 1, tzinfo=UTC), limit=100
-        )
-        if record.run_id == run_id
-    ]
+    claimed = await taken_over(store, run_id)
     journal = RunJournal(run_id, store=store, owner="replica-b", base=0, attempt=claimed.resumes)
     usage = Usage(input_tokens=12, output_tokens=4)
     answer = Message(role="assistant", content="Done.")
