@@ -32,9 +32,12 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["TASK_SCRIPT", "main"]
+
+TASK_SCRIPT = Path(__file__)
 
 _PROTOCOL_VERSION = "2025-11-25"
 _POLL_INTERVAL_MS = 50

@@ -12,7 +12,6 @@ import json
 import sys
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -22,12 +21,12 @@ from httpx_sse import ServerSentEvent
 from suite_common.sse_parser import EventStreamParser
 from support.everything_server import everything_stdio_server
 from support.mcp_gateway import Gateway, face_client, running_gateway
+from support.task_mcp_server import TASK_SCRIPT
 
 pytestmark = pytest.mark.anyio
 
 LIST = "/mcp/v1/tools/list-tools"
 CALL = "/mcp/v1/tools/call-tool"
-TASK_SCRIPT = Path(__file__).parents[2] / "support" / "task_mcp_server.py"
 RESEARCH_STAGES = ["Gathering sources...", "Analyzing content...", "Synthesizing findings...", "Generating report..."]
 
 
