@@ -192,7 +192,7 @@ class TaskServer:
         if request_id is None:
             return  # a notification (initialized, cancelled): nothing to answer
         if method == "initialize":
-            capabilities = {"tools": {}, "tasks": {"cancel": {}, "requests": {"tools": {"call": {}}}}}
+            capabilities: dict[str, Any] = {"tools": {}, "tasks": {"cancel": {}, "requests": {"tools": {"call": {}}}}}
             result = {
                 "protocolVersion": _PROTOCOL_VERSION,
                 "capabilities": capabilities,
