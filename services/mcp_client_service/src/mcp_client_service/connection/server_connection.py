@@ -3,7 +3,8 @@
 A ``ServerConnection`` is made of parts: its session loop (``supervisor.SessionLoop``: connect,
 list, probe, reconnect), the tools of its listings (``tool_listing.ToolListing``), its calls in
 flight and their outcomes (``call_accounting.CallAccounting``, feeding the ``CircuitBreaker``),
-and the log of what a stdio child writes besides JSON-RPC (``child_output.ChildOutputLog``).
+the calls of its tools that can only run as tasks (``tasks.TaskCalls``), and the log of what a
+stdio child writes besides JSON-RPC (``child_output.ChildOutputLog``).
 It keeps the state they share (the open ``mcp.Client``, the last error) and makes the calls.
 
 ``mcp.Client`` must be entered and exited in one task, so the session loop owns it. Request
