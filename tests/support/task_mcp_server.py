@@ -13,7 +13,8 @@ tests, has the task types but serves no ``tasks/*`` methods. It offers tasks for
   ``STEPS``) for the call's progress token when it carried one, at the end of step N; ``status``,
   a ``statusMessage`` of ``"step N of STEPS"`` during step N. It then ends as ``outcome`` says:
   ``completed`` (its result says ``researched TOPIC``), ``failed`` (with no result:
-  ``tasks/result`` answers with an error) or ``cancelled`` (by the server itself).
+  ``tasks/result`` answers with an error), ``failed_quietly`` (the same, with no status
+  message either) or ``cancelled`` (by the server itself).
   Called without ``task`` it answers with error -32601, as the spec says;
 - ``task_log(wait_for="")``: the task requests it has received, one line each (``tasks/get ID``,
   ``tasks/result ID``, ``tasks/cancel ID``; ``created ID TOPIC`` for a task created), as text;
@@ -53,7 +54,7 @@ _RESEARCH = {
             "topic": {"type": "string"},
             "steps": {"type": "integer", "minimum": 1},
             "step_seconds": {"type": "number", "minimum": 0},
-            "outcome": {"enum": ["completed", "failed", "cancelled"]},
+            "outcome": {"enum": ["completed", "failed", "failed_quietly", "cancelled"]},
             "report": {"enum": ["progress", "status"]},
         },
         "required": ["topic"],
@@ -142,6 +143,8 @@ class TaskServer:
             self._set(task, "completed", None, {"content": [{"type": "text", "text": text}]})
         elif outcome == "failed":
             self._set(task, "failed", "the sources could not be reached")
+        elif outcome == "failed_quietly":
+            self._set(task, "failed", None)
         else:
             self._set(task, "cancelled", "the server gave up")
 

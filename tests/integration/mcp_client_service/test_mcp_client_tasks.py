@@ -186,6 +186,10 @@ async def test_a_caller_that_hangs_up_has_the_task_cancelled_on_the_server(gatew
     ("outcome", "text"),
     [
         ("failed", 'The task running this tool failed on the MCP server "tasks": the sources could not be reached'),
+        (
+            "failed_quietly",
+            'The task running this tool failed on the MCP server "tasks": the task failed without a result',
+        ),
         ("cancelled", 'The task running this tool was cancelled on the MCP server "tasks": the server gave up'),
     ],
 )

@@ -72,7 +72,7 @@ class ServerConnection:
         self.listing = ToolListing(name)
         self.calls = CallAccounting(name, self.breaker, on_change=on_change, on_circuit_opened=self._loop.wake)
         self.output = ChildOutputLog(name, self.redact)
-        self.tasks = TaskCalls(name)
+        self.tasks = TaskCalls(name, self.redact)
         # The state the session loop keeps up to date:
         self.client: Client | None = None
         """The open session while the server serves (its tools listed); ``None`` otherwise."""

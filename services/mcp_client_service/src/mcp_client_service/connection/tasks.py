@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,7 @@ import anyio
 from mcp import Client
 from mcp.client.session import ClientSession
 from mcp.shared.dispatcher import CallOptions, ProgressFnT
+from mcp.shared.exceptions import MCPError
 from mcp_types import (
     CallToolResult,
     CancelTaskRequest,
@@ -112,8 +114,9 @@ class _Follower:
 class TaskCalls:
     """The task-augmented calls of one server's sessions, and the routing of their progress."""
 
-    def __init__(self, server: str) -> None:
+    def __init__(self, server: str, redact: Callable[[str], str] = lambda text: text) -> None:
         self._server = server
+        self._redact = redact
         self._followers: dict[str, _Follower] = {}
         self._tokens = itertools.count(1)
 
@@ -202,13 +205,16 @@ class TaskCalls:
             # A failed task may have no result to give: its status message is what it said.
             if task.status != "failed" or connection_lost(error) or request_timed_out(error):
                 raise
-            return self._ended_without_result(task, "failed")
+            said = error.message if isinstance(error, MCPError) else describe_error(error)
+            return self._ended_without_result(task, "failed", said)
         return result
 
-    def _ended_without_result(self, task: Task, how: str) -> CallToolResult:
-        said = f": {task.status_message}" if task.status_message else ""
+    def _ended_without_result(self, task: Task, how: str, otherwise: str | None = None) -> CallToolResult:
+        """An error result for a task that ended with no result to give, saying what it (or else ``otherwise``) said."""
+        reason = task.status_message or otherwise
+        said = f": {reason}" if reason else ""
         text = f'The task running this tool {how} on the MCP server "{self._server}"{said}'
-        return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+        return CallToolResult(content=[TextContent(type="text", text=self._redact(text))], is_error=True)
 
     async def _cancel(self, session: ClientSession, task_id: str, why: BaseException) -> None:
         """``tasks/cancel``, shielded from the cancellation that may be why, and bounded."""
@@ -221,9 +227,10 @@ class TaskCalls:
                     request_read_timeout_seconds=_CANCEL_SECONDS,
                 )
             except Exception as error:  # it may have ended meanwhile; the call fails for its own reason anyway
-                _log.info("mcp_task_cancel_failed", server=self._server, task=task_id, error=describe_error(error))
+                error_text = self._redact(describe_error(error))
+                _log.info("mcp_task_cancel_failed", server=self._server, task=task_id, error=error_text)
                 return
-        _log.info("mcp_task_cancelled", server=self._server, task=task_id, reason=reason)
+        _log.info("mcp_task_cancelled", server=self._server, task=task_id, reason=self._redact(reason))
 
 
 def _poll_seconds(poll_interval_ms: int | None) -> float:
