@@ -1,6 +1,7 @@
 """The MCP reference server ``@modelcontextprotocol/server-everything`` (npm), a server nobody here wrote.
 
-It has a long-running tool that reports progress (``trigger-long-running-operation``), tools
+It has a long-running tool that reports progress (``trigger-long-running-operation``), a tool
+that can only run as an MCP task (``simulate-research-query``, about 4 s in four stages), tools
 that answer with ``resource_link`` blocks (``get-resource-links``), resources, resource
 templates and prompts. Its version is pinned in ``node_servers/package-lock.json``; ``make
 venv`` installs it, and so does the first test that needs it when it is missing (``npm ci``,

@@ -1,13 +1,16 @@
 """A long tool's progress in an agent run's event stream, through the real services.
 
-The tool is ``trigger-long-running-operation`` of the MCP reference server
-``@modelcontextprotocol/server-everything`` (npm, over stdio), which reports each step; only the
-LLM is scripted (a server speaking OpenAI's Chat Completions wire format).
+The tools are ``trigger-long-running-operation`` of the MCP reference server
+``@modelcontextprotocol/server-everything`` (npm, over stdio), which reports each step, its
+``simulate-research-query``, which can only run as an MCP task, and the ``research`` task of our
+own task server (``support/task_mcp_server.py``); only the LLM is scripted (a server speaking
+OpenAI's Chat Completions wire format).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,8 +28,9 @@ from suite_common.sse_parser import EventStreamParser
 from support import fake_openai
 from support.everything_server import everything_stdio_server
 from support.fake_openai import ScriptedOpenAI
-from support.mcp_gateway import GATEWAY_SECRET, running_gateway
+from support.mcp_gateway import GATEWAY_SECRET, Gateway, running_gateway
 from support.servers import serve_app
+from support.task_mcp_server import TASK_SCRIPT
 
 pytestmark = pytest.mark.anyio
 
@@ -37,6 +41,7 @@ LONG_TOOL = "trigger-long-running-operation"
 class Stack:
     agent_url: str
     llm: ScriptedOpenAI
+    gateway: Gateway
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +52,12 @@ async def stack() -> AsyncIterator[Stack]:
             openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
         )
         async with (
-            running_gateway({"everything": everything_stdio_server()}) as gateway,
+            running_gateway(
+                {
+                    "everything": everything_stdio_server(),
+                    "tasks": {"command": sys.executable, "args": [str(TASK_SCRIPT)]},
+                }
+            ) as gateway,
             serve_app(create_completion_app(completion_settings)) as completion_url,
         ):
             agent_settings = AgentSettings(
@@ -57,17 +67,32 @@ async def stack() -> AsyncIterator[Stack]:
                 catalog_cache_seconds=0,
             )
             async with serve_app(create_agent_app(agent_settings)) as agent_url:
-                await gateway.wait_until_ready("everything")
-                yield Stack(agent_url, llm)
+                await gateway.wait_until_ready("everything", "tasks")
+                yield Stack(agent_url, llm, gateway)
 
 
-def _body(stream: bool) -> dict[str, Any]:
+def _body(stream: bool, tools: tuple[str, ...] = (LONG_TOOL,), **extra: Any) -> dict[str, Any]:
     return {
         "model": "gpt-4o",
         "stream": stream,
-        "tools": [LONG_TOOL],
+        "tools": list(tools),
         "messages": [{"role": "user", "content": "run the long operation"}],
+        **extra,
     }
+
+
+async def _run_events(stack: Stack, body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    parser = EventStreamParser()
+    events: list[tuple[str, dict[str, Any]]] = []
+    with anyio.fail_after(30):
+        async with (
+            httpx.AsyncClient(timeout=30) as http,
+            http.stream("POST", f"{stack.agent_url}/api/v1/agent/run", json=body) as response,
+        ):
+            assert response.status_code == 200
+            async for chunk in response.aiter_bytes():
+                events.extend((sse.event, json.loads(sse.data)) for sse in parser.feed(chunk))
+    return events
 
 
 async def test_a_streamed_run_reports_the_tools_progress_before_its_result(stack: Stack) -> None:
@@ -137,3 +162,48 @@ async def test_a_non_streamed_run_calls_the_same_long_tool_and_answers_with_json
     result = response.json()
     assert result["finishReason"] == "stop"
     assert result["messages"][1]["content"] == "Long running operation completed. Duration: 0.2 seconds, Steps: 2."
+
+
+async def test_a_run_calls_a_tool_that_can_only_run_as_a_task_and_gets_its_stages_and_report(stack: Stack) -> None:
+    research = "simulate-research-query"
+    stack.llm.push(
+        fake_openai.tool_calls(("call_research", research, {"topic": "tides"})),
+        fake_openai.text("Here is the report."),
+    )
+
+    events = await _run_events(stack, _body(stream=True, tools=(research,)))
+
+    kinds = [kind for kind, _ in events]
+    assert kinds[-2:] == ["text", "done"]
+    progress = [data["message"] for kind, data in events if kind == "tool_progress"]
+    assert progress, "no stage of the research was relayed"
+    assert set(progress) <= {
+        "Gathering sources...",
+        "Analyzing content...",
+        "Synthesizing findings...",
+        "Generating report...",
+    }
+    [result] = [data for kind, data in events if kind == "tool_result"]
+    assert result["isError"] is False
+    assert result["content"].startswith("# Research Report: tides")
+
+
+async def test_a_run_whose_deadline_passes_during_a_task_has_the_task_cancelled_on_the_server(stack: Stack) -> None:
+    stack.llm.push(
+        fake_openai.tool_calls(
+            ("call_research", "research", {"topic": "run-deadline", "steps": 200, "step_seconds": 0.1})
+        ),
+        fake_openai.text("Too slow."),
+    )
+
+    events = await _run_events(stack, _body(stream=True, tools=("research",), deadlineSeconds=1))
+
+    assert events[-1][0] == "done"
+    assert events[-1][1]["finishReason"] == "deadline"
+    with anyio.fail_after(15):
+        response = await stack.gateway.http.post(
+            "/mcp/v1/tools/call-tool", json={"name": "task_log", "arguments": {"wait_for": "tasks/cancel"}}
+        )
+    log = response.json()["content"][0]["text"].splitlines()
+    [created] = [line for line in log if line.endswith(" run-deadline")]
+    assert f"tasks/cancel {created.split()[1]}" in log

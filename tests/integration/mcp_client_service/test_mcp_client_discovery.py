@@ -100,7 +100,7 @@ async def test_tools_with_unusable_schemas_are_dropped_logged_and_named_on_the_s
     assert not [log for log in logs if log["event"] == "mcp_server_no_valid_tools"]
 
 
-async def test_a_repeated_name_and_a_task_only_tool_are_dropped_with_a_log_line_each() -> None:
+async def test_a_repeated_name_and_a_task_only_tool_of_a_server_without_tasks_are_dropped_and_logged() -> None:
     with capture_logs() as logs:
         async with running_gateway({"odd": raw_stdio_server("odd-tools")}) as gateway:
             await gateway.wait_until_ready("odd")
@@ -116,8 +116,8 @@ async def test_a_repeated_name_and_a_task_only_tool_are_dropped_with_a_log_line_
     assert status["toolCount"] == 3
     assert {tool["name"]: tool["reason"] for tool in status["invalidTools"]} == {
         "echo": "another tool of this server has the same name; the first one is listed",
-        "long_job": 'it can only run as a task (execution.taskSupport is "required"), '
-        "and the gateway calls tools directly",
+        "long_job": 'it can only run as a task (execution.taskSupport is "required"), and the server does not '
+        "offer tools/call as a task (capabilities.tasks.requests.tools.call at protocol 2025-11-25)",
     }
     [duplicate] = [log for log in logs if log["event"] == "mcp_tool_duplicate_name"]
     [task] = [log for log in logs if log["event"] == "mcp_tool_task_required"]

@@ -118,6 +118,28 @@ def test_a_listing_with_only_good_tools_passes_as_it_is() -> None:
     assert listing.filter_received(response) is response
 
 
+@pytest.mark.parametrize("runs_tasks", [True, False], ids=["server offers tasks", "server offers none"])
+def test_a_task_only_tool_is_kept_when_the_gateway_can_run_it_as_a_task(runs_tasks: bool) -> None:
+    listing = ToolListingFilter()
+    listing.protocol_version = "2025-11-25"
+    listing.runs_tasks = runs_tasks
+    listing.note_sent(SessionMessage(JSONRPCRequest(jsonrpc="2.0", id=1, method="tools/list")))
+    tools = [
+        {"name": "direct", "inputSchema": OBJECT},
+        {"name": "task_only", "inputSchema": OBJECT, "execution": {"taskSupport": "required"}},
+    ]
+
+    filtered = listing.filter_received(_response(1, tools))
+
+    assert isinstance(filtered.message, JSONRPCResponse)
+    kept = [tool["name"] for tool in filtered.message.result["tools"]]
+    dropped = [(tool.name, tool.kind) for tool in listing.take_dropped()]
+    if runs_tasks:
+        assert (kept, dropped) == (["direct", "task_only"], [])
+    else:
+        assert (kept, dropped) == (["direct"], [("task_only", "task_required")])
+
+
 def _nested(levels: int) -> dict[str, Any]:
     """An object schema with ``levels`` levels of properties (twice as deep as JSON)."""
     schema: dict[str, Any] = {"type": "string"}

@@ -3,7 +3,8 @@
 A ``ServerConnection`` is made of parts: its session loop (``supervisor.SessionLoop``: connect,
 list, probe, reconnect), the tools of its listings (``tool_listing.ToolListing``), its calls in
 flight and their outcomes (``call_accounting.CallAccounting``, feeding the ``CircuitBreaker``),
-and the log of what a stdio child writes besides JSON-RPC (``child_output.ChildOutputLog``).
+the calls of its tools that can only run as tasks (``tasks.TaskCalls``), and the log of what a
+stdio child writes besides JSON-RPC (``child_output.ChildOutputLog``).
 It keeps the state they share (the open ``mcp.Client``, the last error) and makes the calls.
 
 ``mcp.Client`` must be entered and exited in one task, so the session loop owns it. Request
@@ -30,6 +31,7 @@ from mcp_client_service.connection.child_output import ChildOutputLog
 from mcp_client_service.connection.failures import CircuitOpenError, ServerUnavailableError, connection_lost
 from mcp_client_service.connection.redaction import redact, secret_forms
 from mcp_client_service.connection.supervisor import SessionLoop
+from mcp_client_service.connection.tasks import TaskCalls
 from mcp_client_service.connection.tool_listing import ToolListing
 from mcp_client_service.servers.config import ServerConfig
 from mcp_client_service.servers.options import ConnectionOptions
@@ -70,6 +72,7 @@ class ServerConnection:
         self.listing = ToolListing(name)
         self.calls = CallAccounting(name, self.breaker, on_change=on_change, on_circuit_opened=self._loop.wake)
         self.output = ChildOutputLog(name, self.redact)
+        self.tasks = TaskCalls(name, self.redact)
         # The state the session loop keeps up to date:
         self.client: Client | None = None
         """The open session while the server serves (its tools listed); ``None`` otherwise."""
@@ -172,7 +175,8 @@ class ServerConnection:
         """One ``tools/call`` (``name`` as the server knows it) on the open session, bounded by ``time_limit`` s.
 
         With ``on_progress`` the request carries a progress token, and the server's
-        ``notifications/progress`` for it are handed over as they arrive.
+        ``notifications/progress`` for it are handed over as they arrive. A tool that can only run
+        as a task is run as one (``tasks.TaskCalls``), within the same time limit.
 
         Raises ``ServerUnavailableError`` without a session (``CircuitOpenError`` while the circuit
         is open), ``TimeoutError`` past the time limit and ``mcp.shared.exceptions.MCPError`` for
@@ -195,6 +199,10 @@ class ServerConnection:
                 if context := trace_headers():
                     meta = RequestParamsMeta()
                     meta.update(context)  # type: ignore[typeddict-item]  # traceparent: an extra item, as the type allows
+                if name in self.listing.task_only:
+                    return await self.tasks.call(
+                        client, name, arguments, time_limit=time_limit, on_progress=on_progress, meta=meta
+                    )
                 return await client.call_tool(
                     name, arguments, read_timeout_seconds=time_limit, progress_callback=on_progress, meta=meta
                 )

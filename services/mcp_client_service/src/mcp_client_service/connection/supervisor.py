@@ -30,10 +30,11 @@ from mcp import Client
 from mcp.client.session import IncomingMessage
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
-from mcp_types import Implementation, Tool, ToolListChangedNotification
+from mcp_types import Implementation, ProgressNotification, Tool, ToolListChangedNotification
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_client_service.connection.failures import connection_lost, describe_error, request_timed_out
+from mcp_client_service.connection.tasks import runs_tools_as_tasks
 from mcp_client_service.connection.tool_listing import list_all_tools
 from mcp_client_service.servers.schemas import ToolListingFilter
 from mcp_client_service.transport.legacy_sse import OversizedEventError
@@ -108,6 +109,8 @@ class SessionLoop:
         """The SDK session's handler for what the server sends unasked (protocols before 2026)."""
         if isinstance(message, ToolListChangedNotification):
             self._request_refresh("mcp_server_tools_list_changed")
+        elif isinstance(message, ProgressNotification):
+            await self._connection.tasks.on_progress(message.params)  # a task's, after its call was answered
         elif isinstance(message, Exception):
             _log.warning(
                 "mcp_server_transport_error",
@@ -201,6 +204,7 @@ class SessionLoop:
                     transport, cache=None, client_info=_CLIENT_INFO, message_handler=self._on_message
                 ) as client:
                     listing.protocol_version = client.protocol_version
+                    listing.runs_tasks = runs_tools_as_tasks(client)
                     phase = f"listing tools timed out after {options.list_timeout:g} s"
                     deadline.deadline = anyio.current_time() + options.list_timeout
                     tools = await list_all_tools(client)

@@ -49,6 +49,10 @@ class ToolListing:
         listed as unavailable, and a call to one of them says "not ready", not "no such tool"."""
         self.invalid_tools: tuple[DroppedTool, ...] = ()
         """Tools of the last listing dropped by the schema check, and why."""
+        self.task_only: frozenset[str] = frozenset()
+        """The tools (as the server names them) that can only run as tasks: the gateway calls them
+        as tasks (``connection.tasks``), and lists them without their ``execution`` (to its callers
+        they are tools like any other)."""
         self.listed_at = -math.inf
         """When (``anyio.current_time``) the tools were last listed."""
         self._verdicts: dict[tuple[str | None, str], str | None] = {}
@@ -91,6 +95,8 @@ class ToolListing:
                 detail="the server is connected but offers no tool the gateway can list",
             )
         self._reported_no_tools = not tools
+        self.task_only = frozenset(tool.name for tool in tools if _task_only(tool))
+        tools = [tool.model_copy(update={"execution": None}) if _task_only(tool) else tool for tool in tools]
         changed = tuple(tools) != self.tools
         if changed and self.known_tools:
             _log.info("mcp_server_tools_changed", server=self._server, tool_count=len(tools))
@@ -98,3 +104,7 @@ class ToolListing:
         self.invalid_tools = tuple(dropped)
         if tools:
             self.known_tools = self.tools
+
+
+def _task_only(tool: Tool) -> bool:
+    return tool.execution is not None and tool.execution.task_support == "required"

@@ -69,7 +69,10 @@ class DroppedTool:
     kind: DropKind = "invalid_schema"
 
 
-_TASK_REQUIRED = 'it can only run as a task (execution.taskSupport is "required"), and the gateway calls tools directly'
+_TASK_REQUIRED = (
+    'it can only run as a task (execution.taskSupport is "required"), and the server does not offer tools/call '
+    "as a task (capabilities.tasks.requests.tools.call at protocol 2025-11-25)"
+)
 _DUPLICATE_NAME = "another tool of this server has the same name; the first one is listed"
 
 
@@ -189,6 +192,9 @@ class ToolListingFilter:
     ) -> None:
         self.protocol_version: str | None = None
         """Set once the session has negotiated it; the per-tool check then matches the SDK's."""
+        self.runs_tasks = False
+        """Set once the session has opened, when the gateway can call this server's tools as tasks
+        (``connection.tasks.runs_tools_as_tasks``): its task-only tools are then kept."""
         self.max_tools = max_tools
         self._pending: set[RequestId] = set()
         self._dropped: list[DroppedTool] = []
@@ -229,7 +235,7 @@ class ToolListingFilter:
         for tool in within:
             problem = self._verdict(tool, result)
             kind: DropKind = "invalid_schema"
-            if problem is None and _task_required(tool):
+            if problem is None and not self.runs_tasks and _task_required(tool):
                 problem, kind = _TASK_REQUIRED, "task_required"
             elif problem is None and tool["name"] in self._names_in_listing:
                 # Across the pages of one listing: the catalog would otherwise keep one of them silently.
