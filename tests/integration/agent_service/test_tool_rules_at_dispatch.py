@@ -116,7 +116,8 @@ async def _run_planned_before_echo_a_is_back(stack: Stack, key: str) -> tuple[ht
 
 
 def _tool_message(request: dict[str, Any]) -> dict[str, Any]:
-    [message] = [message for message in request["messages"] if message["role"] == "tool"]
+    messages: list[dict[str, Any]] = [message for message in request["messages"] if message["role"] == "tool"]
+    [message] = messages
     return message
 
 
