@@ -31,6 +31,7 @@ __all__ = [
     "ErrorReply",
     "HangAfterTextReply",
     "HangReply",
+    "HeldReply",
     "JsonToStreamReply",
     "RawReply",
     "Reply",
@@ -39,6 +40,7 @@ __all__ = [
     "ToolCallsReply",
     "error",
     "hang",
+    "held",
     "json_even_when_streamed",
     "raw",
     "text",
@@ -91,7 +93,15 @@ class JsonToStreamReply:
     reply: TextReply | ToolCallsReply
 
 
-Reply = TextReply | ToolCallsReply | ErrorReply | HangReply | HangAfterTextReply | RawReply | JsonToStreamReply
+@dataclass(frozen=True)
+class HeldReply:
+    reply: TextReply | ToolCallsReply
+    until: anyio.Event
+
+
+Reply = (
+    TextReply | ToolCallsReply | ErrorReply | HangReply | HangAfterTextReply | RawReply | JsonToStreamReply | HeldReply
+)
 ReplySource = Reply | Callable[[dict[str, Any]], Reply]
 
 
@@ -120,6 +130,12 @@ def error(status: int, body: dict[str, Any] | None = None, headers: dict[str, st
 def hang() -> Reply:
     """Never answers, until the client goes away."""
     return HangReply()
+
+
+def held(reply: Reply, until: anyio.Event) -> Reply:
+    """``reply``, once ``until`` is set: the test acts between the request's arrival and its answer."""
+    assert isinstance(reply, TextReply | ToolCallsReply)
+    return HeldReply(reply, until)
 
 
 def text_then_hang(content: str) -> Reply:
@@ -321,6 +337,9 @@ class ScriptedOpenAI:
             self._hangup = None
 
     async def _answer(self, request: Request, body: dict[str, Any], reply: Reply) -> Response:
+        if isinstance(reply, HeldReply):
+            await reply.until.wait()
+            reply = reply.reply
         if isinstance(reply, HangReply) or (isinstance(reply, HangAfterTextReply) and not body.get("stream")):
             await self._wait_for_disconnect(request.receive)
             return Response(status_code=499)

@@ -137,6 +137,30 @@ def test_a_tenants_rules_allow_models_by_glob_and_tools_by_name_or_server_then_d
     assert not rules.allows_tool("rag", "list_documents")  # not allowed at all
 
 
+def test_a_rule_matches_a_renamed_tool_by_its_listed_name_or_its_servers_own_name() -> None:
+    # Under MCP_CLIENT_TOOL_NAME_COLLISION=prefix echo-b's whoami is listed as echo-b__whoami; a toolPrefix "c_"
+    # lists echo-c's pid as c_pid. A rule holds whichever name it uses.
+    fields = 'deny_tools = ["whoami", "echo-b:pid", "echo-c:c_echo"]\n'
+    rules = parse_callers(_with_tenant_fields(fields)).rules["acme"]
+    assert not rules.allows_tool("echo-b", "echo-b__whoami", "whoami")
+    assert not rules.allows_tool("echo-c", "c_whoami", "whoami")
+    assert not rules.allows_tool("echo-b", "echo-b__pid", "pid")
+    assert not rules.allows_tool("echo-c", "c_echo", "echo")  # by its listed name
+    assert rules.allows_tool("echo-a", "pid")  # another server's pid
+    assert rules.allows_tool("echo-c", "c_pid", "pid")
+    assert rules.allows_tool("echo-b", "echo-b__echo", "echo")
+    allowed = parse_callers(_with_tenant_fields('tools = ["echo-b:echo", "c_pid"]\n')).rules["acme"]
+    assert allowed.allows_tool("echo-b", "echo-b__echo", "echo")
+    assert allowed.allows_tool("echo-c", "c_pid", "pid")
+    assert not allowed.allows_tool("echo-b", "echo-b__pid", "pid")
+
+
+def test_the_servers_a_tenants_rules_name() -> None:
+    fields = 'tools = ["search_documents", "web:*"]\ndeny_tools = ["rag:add_documents", "fetch"]\n'
+    assert parse_callers(_with_tenant_fields(fields)).rules["acme"].servers_named() == {"web", "rag"}
+    assert TenantRules().servers_named() == set()
+
+
 def test_model_globs_are_kept_and_without_a_cap_no_slots_are_needed() -> None:
     callers = parse_callers(_with_tenant_fields('models = ["demo"]'))
     assert callers.rules["acme"].models == ("demo",)

@@ -4,6 +4,7 @@ against scripted services. Against the real Redis and MCP servers: tests/integra
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -359,3 +360,27 @@ async def test_a_failed_dispatch_is_never_cached() -> None:
 
 async def echo_tool(arguments: dict[str, Any]) -> str:
     return f"echo {arguments['q']}"
+
+
+async def test_a_result_from_another_server_than_the_planned_one_is_not_cached_under_the_planned_one() -> None:
+    # A gateway that ignored the call's server (one from before call-tool took it) ran it on "s", not on "planned".
+    store = MemoryStore(100)
+    scripted = Scripted(
+        [call_tools(("c1", "echo", {"q": "a"})), call_tools(("c2", "echo", {"q": "a"})), answer("ok")],
+        {"echo": echo_tool},
+    )
+    registry = CollectorRegistry()
+    loop = _loop_with_cache(scripted, cache(store=store))
+    loop.telemetry = RunTelemetry(registry, TracerProvider().get_tracer("test"))
+    moved = replace(plan("echo"), tools=[tool("echo", "planned")])
+    await loop.run(moved, Recorder(), stream_text=False)
+    assert len(scripted.tool_calls) == 2  # the second was not served from the first's result
+    assert len(store) == 0
+    assert registry.get_sample_value("agent_tool_calls_total", {"server": "s", "tool": "echo", "status": "ok"}) == 2
+
+
+def test_a_pattern_names_a_renamed_tool_by_its_listed_or_its_servers_own_name() -> None:
+    policy = ToolCachePolicy(0, {"echo-b:whoami": 60, "c_pid": 30})
+    renamed = ToolInfo(name="echo-b__whoami", server="echo-b", server_tool="whoami", input_schema={})
+    prefixed = ToolInfo(name="c_pid", server="echo-c", server_tool="pid", input_schema={})
+    assert (policy.ttl(renamed), policy.ttl(prefixed)) == (60, 30)

@@ -335,6 +335,10 @@ class ToolInfo(WireModel):
     description: str = ""
     input_schema: dict[str, Any]
     server: str
+    server_tool: str | None = None
+    """The tool's own name on its server, set when the gateway lists it under another (a server's
+    ``toolPrefix``, or ``<server>__<tool>`` under ``MCP_CLIENT_TOOL_NAME_COLLISION=prefix``);
+    ``None``: the same as ``name``."""
     title: str | None = None
     annotations: dict[str, Any] | None = None
     """MCP ``ToolAnnotations`` as the server sent them: ``readOnlyHint``, ``destructiveHint``,
@@ -352,6 +356,13 @@ class ListToolsResponse(WireModel):
 class CallToolRequest(WireModel):
     name: str = Field(min_length=1)
     arguments: dict[str, Any] = Field(default_factory=dict)
+    server: str | None = Field(default=None, min_length=1)
+    """The MCP server the caller expects to run the tool (``server`` of its ``list-tools`` entry). Given, the
+    gateway calls ``name`` only while that server serves it, and answers 409 ``tool_server_mismatch`` once
+    the name resolves to another server (under ``first_wins`` a name moves while its first server is away)."""
+    server_tool: str | None = Field(default=None, min_length=1)
+    """With ``server``: the tool's own name there (``serverTool``, else ``name``, of its ``list-tools``
+    entry); a mismatch is refused the same way."""
 
 
 class CallToolResponse(WireModel):

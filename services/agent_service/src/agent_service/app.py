@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
+import anyio
 import httpx
 from opentelemetry.sdk.trace import TracerProvider
 from starlette.applications import Starlette
@@ -25,6 +26,7 @@ from agent_service.console_api import console_routes
 from agent_service.loop import AgentLoop, RunOutcome
 from agent_service.openai_front import openai_routes
 from agent_service.planning import ModelCheck, ToolCatalog, plan_run
+from agent_service.rule_servers import check_rule_servers
 from agent_service.run_slots import open_run_slots
 from agent_service.runs import AgentRuns, LiveSink, StartedRun
 from agent_service.runs_api import event_sender, runs_routes
@@ -294,6 +296,10 @@ def create_app(
                 http = HttpxPeerClient(http_client)
             tools = ToolsClient(http, settings.mcp_client_url, secret=secret, secret_header=settings.mcp_secret_header)
             completions = CompletionClient(http, settings.completion_url)
+            if callers is not None:  # a rule naming a server the gateway lacks is logged, once it answers
+                checks = await stack.enter_async_context(anyio.create_task_group())
+                stack.callback(checks.cancel_scope.cancel)
+                checks.start_soon(check_rule_servers, callers.rules, tools)
             catalog = ToolCatalog(tools, settings.catalog_cache_seconds)
             models = ModelCheck(completions, settings.catalog_cache_seconds)
             stack.push_async_callback(observability.aclose)

@@ -6,6 +6,7 @@ The keys come from the callers file (``AGENT_CALLERS_FILE``, TOML)::
     max_concurrent_runs = 4   # runs in progress at once (overrides AGENT_MAX_CONCURRENT_RUNS_PER_TENANT; 0: no cap)
     models = ["gpt-4o*"]      # the models it may run (fnmatch globs)
     tools = ["search_documents", "web:*"]   # the tools it may use: names, "<server>:<tool>" or "<server>:*"
+                                            #   (a name matches a tool as listed or as its server names it)
     deny_tools = ["rag:add_documents"]      # never these, even when allowed above (same forms)
     system_prompt = "You answer for ACME."  # the tenant's default system prompt (see agent_service.personas)
     max_iterations = 8        # caps of a run (and the defaults when a request names none): LLM calls,
@@ -104,12 +105,17 @@ _USER_HEADER = b"x-user-id"
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 
 
-def tool_matches(pattern: str, server: str, tool: str) -> bool:
-    """``pattern``: a tool's name, ``<server>:<tool>``, or ``<server>:*`` (every tool of that MCP server)."""
+def tool_matches(pattern: str, server: str, tool: str, server_tool: str | None = None) -> bool:
+    """``pattern``: a tool's name, ``<server>:<tool>``, or ``<server>:*`` (every tool of that MCP server).
+
+    A tool has two names when the gateway renames it (a server's ``toolPrefix``, ``<server>__<tool>`` under
+    ``MCP_CLIENT_TOOL_NAME_COLLISION=prefix``): ``tool`` as the gateway lists it and ``server_tool`` as its
+    server knows it. A name in a pattern matches either, so that a rule holds however the tool is listed."""
+    names = (tool,) if server_tool is None else (tool, server_tool)
     pattern_server, colon, pattern_tool = pattern.partition(":")
     if not colon:
-        return pattern == tool
-    return pattern_server == server and pattern_tool in ("*", tool)
+        return pattern in names
+    return pattern_server == server and (pattern_tool == "*" or pattern_tool in names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,10 +164,19 @@ class TenantRules:
     def allows_model(self, model: str) -> bool:
         return self.models is None or any(fnmatchcase(model, pattern) for pattern in self.models)
 
-    def allows_tool(self, server: str, tool: str) -> bool:
-        if self.tools is not None and not any(tool_matches(pattern, server, tool) for pattern in self.tools):
+    def allows_tool(self, server: str, tool: str, server_tool: str | None = None) -> bool:
+        """``tool``: as the gateway lists it; ``server_tool``: its own name on ``server``, if another (a rule
+        naming either name matches: ``tool_matches``)."""
+        if self.tools is not None and not any(
+            tool_matches(pattern, server, tool, server_tool) for pattern in self.tools
+        ):
             return False
-        return not any(tool_matches(pattern, server, tool) for pattern in self.deny_tools)
+        return not any(tool_matches(pattern, server, tool, server_tool) for pattern in self.deny_tools)
+
+    def servers_named(self) -> set[str]:
+        """The MCP servers its ``tools`` and ``deny_tools`` name (``<server>:<tool>``, ``<server>:*``)."""
+        patterns = (*(self.tools or ()), *self.deny_tools)
+        return {pattern.partition(":")[0] for pattern in patterns if ":" in pattern}
 
 
 NO_RULES = TenantRules()

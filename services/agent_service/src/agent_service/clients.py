@@ -249,6 +249,7 @@ class ToolsClient:
         self.http = http
         base = base_url.rstrip("/")
         self.list_url = base + "/mcp/v1/tools/list-tools"
+        self.servers_url = base + "/mcp/v1/servers"
         self.call_url = base + "/mcp/v1/tools/call-tool"
         self.auth = {secret_header: secret}
 
@@ -271,9 +272,37 @@ class ToolsClient:
         except ValidationError:
             raise UpstreamError("bad_upstream_response", f"{self.service} sent a malformed tool list") from None
 
-    async def call_tool(self, name: str, arguments: dict[str, Any], deadline: Deadline) -> CallToolResponse:
-        """A tool's own failure is an ``isError`` result for the model; only a rejected secret raises."""
-        body = dump(CallToolRequest(name=name, arguments=arguments)).encode()
+    async def list_servers(self, deadline: Deadline) -> set[str]:
+        """The names of the MCP servers the gateway is configured with (``GET /mcp/v1/servers``): serving, failed,
+        connecting or disabled alike."""
+        try:
+            response = await self.http.request(
+                "GET",
+                self.servers_url,
+                headers={**self.auth, **deadline.header(), **trace_headers()},
+                time_limit=deadline.remaining(),
+            )
+        except httpx.HTTPError as error:
+            raise _transport_error(self.service, error) from None
+        if response.status == 401:
+            raise _unauthorized()
+        if response.status != 200:
+            raise _error_from_response(self.service, response)
+        try:
+            servers = json.loads(response.content)["servers"]
+            return {str(server["name"]) for server in servers}
+        except (ValueError, KeyError, TypeError):
+            raise UpstreamError("bad_upstream_response", f"{self.service} sent a malformed server list") from None
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], deadline: Deadline, *, route: ToolInfo | None = None
+    ) -> CallToolResponse:
+        """A tool's own failure is an ``isError`` result for the model; only a rejected secret raises.
+
+        ``route``: the tool's ``list-tools`` entry when the run was planned; the call then runs only on that
+        server's tool of that name (``server``, ``serverTool``): if the name resolves elsewhere now, the gateway
+        refuses it (409 ``tool_server_mismatch``) and the model reads why, as an error result."""
+        body = _call_body(name, arguments, route)
         headers = {**self.auth, **deadline.header(), **trace_headers(), "content-type": "application/json"}
         try:
             response = await self.http.request("POST", self.call_url, content=body, headers=headers)
@@ -288,13 +317,19 @@ class ToolsClient:
             return _error_result(f"The tool call failed: {self.service} sent a malformed result.")
 
     async def call_tool_streamed(
-        self, name: str, arguments: dict[str, Any], deadline: Deadline, on_progress: ProgressSink
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        deadline: Deadline,
+        on_progress: ProgressSink,
+        *,
+        route: ToolInfo | None = None,
     ) -> CallToolResponse:
         """``call_tool`` answered as SSE: the tool's progress goes to ``on_progress`` as it comes.
 
         For streamed runs only: the stream costs more than the JSON answer of ``call_tool``.
         """
-        body = dump(CallToolRequest(name=name, arguments=arguments)).encode()
+        body = _call_body(name, arguments, route)
         headers = {
             **self.auth,
             **deadline.header(),
@@ -323,6 +358,16 @@ class ToolsClient:
         except (ValidationError, ValueError):
             return _error_result(f"The tool call failed: {self.service} sent a malformed result.")
         return _error_result(f"The tool call failed: {self.service} ended the stream without a result.")
+
+
+def _call_body(name: str, arguments: dict[str, Any], route: ToolInfo | None) -> bytes:
+    """``call-tool``'s body; with ``route``, the server and its own name of the tool, for the gateway to hold to."""
+    if route is None or not route.server:
+        return dump(CallToolRequest(name=name, arguments=arguments)).encode()
+    request = CallToolRequest(
+        name=name, arguments=arguments, server=route.server, server_tool=route.server_tool or route.name
+    )
+    return dump(request).encode()
 
 
 def _failed_call(response: PeerReply) -> CallToolResponse:

@@ -472,9 +472,10 @@ class AgentLoop:
                             call.arguments,
                             plan.limits.deadline,
                             _progress_reporter(plan, iteration, call, emit),
+                            route=tool,
                         )
                     else:  # the cheaper JSON answer: nobody would see the progress
-                        result = await self.tools.call_tool(call.name, call.arguments, plan.limits.deadline)
+                        result = await self.tools.call_tool(call.name, call.arguments, plan.limits.deadline, route=tool)
                 except UpstreamError as error:
                     failures.append(error)
                     span.set_attributes({"tool.server": server, "tool.status": "failed"})
@@ -489,8 +490,11 @@ class AgentLoop:
                     self._audit(plan, iteration, position, call, server, "cancelled", started)
                     raise
                 content, is_error = render_tool_result(result, self.tool_result_max_chars), result.is_error
-                server, status = result.server, "error" if result.is_error else "ok"
-                if status == "ok" and tool is not None and self.tool_cache is not None:
+                # The server that ran it (the planned one: the gateway refuses the call elsewhere); a call
+                # that no server ran (refused, the gateway unreachable) keeps the planned one.
+                server, status = result.server or server, "error" if result.is_error else "ok"
+                if status == "ok" and tool is not None and tool.server == server and self.tool_cache is not None:
+                    # Kept under the server that ran it, never under another (a gateway that ignored the route).
                     await self.tool_cache.remember(plan.tenant, tool, call.arguments, content)
             span.set_attributes({"tool.server": server, "tool.status": status})
             if status not in ("ok", "cached"):

@@ -171,7 +171,7 @@ _RECHECK_UNAVAILABLE_SECONDS = 1.0
 
 def allowed_tools(listed: list[ToolInfo], rules: TenantRules) -> list[ToolInfo]:
     """The tools of ``listed`` the tenant may use: the only ones it is ever offered or shown."""
-    return [tool for tool in listed if rules.allows_tool(tool.server, tool.name)]
+    return [tool for tool in listed if rules.allows_tool(tool.server, tool.name, tool.server_tool)]
 
 
 def _check_model(model: str, rules: TenantRules, persona: str | None = None) -> None:

@@ -93,7 +93,7 @@ class ToolCachePolicy:
         """Seconds a result of ``tool`` is reused (0: never): the most specific pattern that names it, else
         ``read_only_seconds`` for a read-only tool."""
         for pattern in sorted(self.ttls, key=_specificity):
-            if tool_matches(pattern, tool.server, tool.name):
+            if tool_matches(pattern, tool.server, tool.name, tool.server_tool):
                 return self.ttls[pattern]
         read_only = (tool.annotations or {}).get("readOnlyHint") is True
         return self.read_only_seconds if read_only else 0.0

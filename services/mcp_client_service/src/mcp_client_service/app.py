@@ -33,7 +33,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from mcp_client_service.calls.progress import ProgressRelay
-from mcp_client_service.calls.router import ToolNotFoundError, ToolRouter, ToolUnavailableError
+from mcp_client_service.calls.router import (
+    ToolNotFoundError,
+    ToolRouter,
+    ToolServerMismatchError,
+    ToolUnavailableError,
+)
 from mcp_client_service.calls.telemetry import GatewayTelemetry
 from mcp_client_service.connection.breaker import BreakerPolicy
 from mcp_client_service.mcp_server.endpoint import MCP_FACE_PATH, McpFace
@@ -95,6 +100,8 @@ _CALL_TOOL = Operation(
     events=CallToolProgress | CallToolResponse | ErrorDetail,
     errors={
         404: "No serving MCP server has a tool of this name.",
+        409: "The name resolves to another server (or tool) than the request's server and serverTool "
+        "(tool_server_mismatch); nothing was called.",
         400: "The arguments do not match the tool's input schema, or the request is not valid.",
         503: "The tool's server is restarting or its circuit is open (tool_unavailable, Retry-After).",
     },
@@ -126,6 +133,15 @@ def _tool_not_found(error: ToolNotFoundError) -> ApiError:
     return ApiError(404, "tool_not_found", f"{error} GET {PROTECTED_PREFIX}/tools/list-tools lists them.")
 
 
+def _server_mismatch(error: ToolServerMismatchError) -> ApiError:
+    return ApiError(409, "tool_server_mismatch", str(error))
+
+
+def _refusal(error: ToolNotFoundError | ToolServerMismatchError) -> ApiError:
+    """The 4xx of a call that was not made: no such tool, or not on the server the caller expects."""
+    return _tool_not_found(error) if isinstance(error, ToolNotFoundError) else _server_mismatch(error)
+
+
 def _wants_event_stream(request: Request) -> bool:
     return "text/event-stream" in request.headers.get("accept", "")
 
@@ -143,14 +159,20 @@ async def _stream_call(router: ToolRouter, body: CallToolRequest, deadline: Dead
     relay = ProgressRelay(forward)
     try:
         response = await router.call(
-            body.name, body.arguments, deadline=deadline, raise_unavailable=True, on_progress=relay
+            body.name,
+            body.arguments,
+            deadline=deadline,
+            raise_unavailable=True,
+            on_progress=relay,
+            server=body.server,
+            server_tool=body.server_tool,
         )
     except ToolUnavailableError as unavailable:
         await relay.close()
         await send(encode_event(json.dumps(_unavailable_body(unavailable)), event="error"))
         return
-    except (ToolNotFoundError, ApiError) as raised:
-        error = _tool_not_found(raised) if isinstance(raised, ToolNotFoundError) else raised
+    except (ToolNotFoundError, ToolServerMismatchError, ApiError) as raised:
+        error = raised if isinstance(raised, ApiError) else _refusal(raised)
         await relay.close()
         await send(encode_event(json.dumps({"code": error.code, "message": error.message}), event="error"))
         return
@@ -170,10 +192,17 @@ async def call_tool_route(request: Request) -> Response | EventStreamResponse:
     try:
         answered, response = await cancel_on_disconnect(
             request,
-            services.router.call(body.name, body.arguments, deadline=deadline, raise_unavailable=True),
+            services.router.call(
+                body.name,
+                body.arguments,
+                deadline=deadline,
+                raise_unavailable=True,
+                server=body.server,
+                server_tool=body.server_tool,
+            ),
         )
-    except ToolNotFoundError as error:
-        raise _tool_not_found(error) from None
+    except (ToolNotFoundError, ToolServerMismatchError) as error:
+        raise _refusal(error) from None
     except ToolUnavailableError as error:
         return JSONResponse(
             {"error": _unavailable_body(error)},

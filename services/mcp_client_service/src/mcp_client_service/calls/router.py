@@ -25,7 +25,7 @@ from suite_common.echo import clip
 from suite_common.logging import get_logger
 from suite_common.wire import CallToolResponse
 
-__all__ = ["ToolNotFoundError", "ToolRouter", "ToolUnavailableError"]
+__all__ = ["ToolNotFoundError", "ToolRouter", "ToolServerMismatchError", "ToolUnavailableError"]
 
 _log = get_logger("mcp_client_service.calls.router")
 
@@ -50,6 +50,24 @@ class ToolUnavailableError(LookupError):
         self.message = message
         self.retry_after = retry_after
         """Seconds until its server is tried again, ``None`` while it is being tried now."""
+
+
+class ToolServerMismatchError(LookupError):
+    """The name resolves to another server (or another of its tools) than the caller expects: nothing was called.
+
+    A caller that checked its rules against one server's tool must not have the call run by another,
+    which is what a name does under ``first_wins`` when its first server comes back (or goes away).
+    """
+
+    def __init__(self, name: str, expected: tuple[str, str | None], actual: tuple[str, str]) -> None:
+        (expected_server, expected_tool), (server, server_tool) = expected, actual
+        if expected_server != server:
+            now = f'runs on the MCP server "{server}" now, not on "{clip(expected_server)}"'
+        else:
+            now = f'is the tool "{server_tool}" of "{server}" now, not "{clip(expected_tool or name)}"'
+        super().__init__(f'The tool "{clip(name)}" {now} as the caller expected, so it was not called.')
+        self.name = name
+        self.server = server
 
 
 @dataclass
@@ -134,8 +152,13 @@ class ToolRouter:
         deadline: Deadline = _NO_DEADLINE,
         raise_unavailable: bool = False,
         on_progress: ProgressFnT | None = None,
+        server: str | None = None,
+        server_tool: str | None = None,
     ) -> CallToolResponse:
         """Call the tool listed as ``name``; ``ToolNotFoundError`` if no server offers it.
+
+        ``server`` (and ``server_tool``, its own name there): where the caller expects the call to run;
+        ``ToolServerMismatchError`` if ``name`` resolves elsewhere now, and nothing is called.
 
         ``deadline`` is the caller's (its ``X-Deadline-Ms``). A tool whose
         server cannot take calls now gets an error result saying why, or with ``raise_unavailable``
@@ -143,7 +166,8 @@ class ToolRouter:
         ``on_progress`` gets the server's progress notifications for the call.
         """
         with self._tracer.start_as_current_span("mcp_tool_call", attributes={"tool.name": name}) as span:
-            response = await self._call(name, arguments, deadline, raise_unavailable, on_progress)
+            expected = None if server is None else (server, server_tool)
+            response = await self._call(name, arguments, deadline, raise_unavailable, on_progress, expected)
             span.set_attribute("tool.server", response.server)
             span.set_attribute("tool.is_error", response.is_error)
             return response
@@ -155,6 +179,7 @@ class ToolRouter:
         deadline: Deadline,
         raise_unavailable: bool,
         on_progress: ProgressFnT | None,
+        expected: tuple[str, str | None] | None = None,
     ) -> CallToolResponse:
         tool = self.find(name)
         if tool is None:
@@ -170,6 +195,16 @@ class ToolRouter:
                 input_schema=listed.tool.input_schema,
                 output_schema=listed.tool.output_schema,
             )
+        if expected is not None and not _routes_to(tool, *expected):
+            _log.warning(
+                "mcp_tool_call_refused",
+                tool=name,
+                server=tool.server,
+                expected_server=expected[0],
+                expected_tool=expected[1],
+                reason="server_mismatch",
+            )
+            raise ToolServerMismatchError(name, expected, (tool.server, tool.server_tool_name))
         session = self._registry.connections.get(tool.server)
         refusal = self._registry.call_refusal(tool.server)
         if session is None or refusal is not None:
@@ -191,3 +226,8 @@ class ToolRouter:
             on_finished=self._record,
             on_progress=on_progress,
         )
+
+
+def _routes_to(tool: RoutedTool, server: str, server_tool: str | None) -> bool:
+    """Whether ``tool`` is the caller's: on ``server``, and there named ``server_tool`` (when it says)."""
+    return tool.server == server and server_tool in (None, tool.server_tool_name)

@@ -119,6 +119,7 @@ class CatalogEntry:
             description=self.tool.description or "",
             input_schema=self.tool.input_schema,
             server=self.server,
+            server_tool=self.tool.name if self.tool.name != self.name else None,
             unavailable=self.away.unavailable(now) if self.away is not None else None,
             **_tool_info_extras(self.tool),
         )

@@ -1,0 +1,159 @@
+"""A tenant's tool rules hold at dispatch, not only when its run is planned, and whatever name a tool is listed under.
+
+Real services: agent-service, completion-service over a scripted OpenAI, mcp-client-service over two echo MCP
+servers over stdio. Under ``first_wins`` ``echo-a`` comes first, so the names both offer (``whoami``, ``pid``, ...)
+are ``echo-a``'s while it serves and fall to ``echo-b`` while it is away (here: taken out of the servers file and
+put back, a reload, so that the catalog changes exactly between a run's planning and its tool call). ``acme`` may
+use nothing of ``echo-a``; ``globex`` has no rules. ``whoami`` results are cached (``AGENT_TOOL_CACHE_TTLS``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from pydantic import SecretStr
+from structlog.testing import capture_logs
+
+from completion_service.app import create_app as create_completion_app
+from completion_service.settings import CompletionSettings
+from support import fake_openai
+from support.agent_stack import running_agent
+from support.caller_keys import as_caller, key_entry
+from support.fake_openai import ScriptedOpenAI
+from support.mcp_gateway import WAIT_SECONDS, Gateway, echo_stdio_server, running_gateway
+from support.servers import serve_app
+
+pytestmark = pytest.mark.anyio
+
+ACME_KEY = "acme-" + uuid.uuid4().hex
+GLOBEX_KEY = "globex-" + uuid.uuid4().hex
+
+CALLERS_FILE = f"""
+[tenants.acme]
+deny_tools = ["echo-a:*"]
+
+[tenants.globex]
+
+{key_entry("acme-app", "acme", ACME_KEY)}
+
+{key_entry("globex-app", "globex", GLOBEX_KEY)}
+"""
+
+BOTH = {"echo-a": echo_stdio_server("echo-a"), "echo-b": echo_stdio_server("echo-b")}
+ONLY_B = {"echo-b": BOTH["echo-b"]}
+
+
+@dataclass
+class Stack:
+    llm: ScriptedOpenAI
+    gateway: Gateway
+    http: httpx.AsyncClient
+
+
+@pytest.fixture(scope="module")
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+    folder = tmp_path_factory.mktemp("rules-at-dispatch")
+    callers = folder / "callers.toml"
+    callers.write_text(CALLERS_FILE)
+    llm = ScriptedOpenAI()
+    async with serve_app(llm.app) as llm_url, running_gateway(BOTH) as gateway:
+        completion_settings = CompletionSettings(
+            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
+        )
+        async with (
+            serve_app(create_completion_app(completion_settings)) as completion_url,
+            running_agent(completion_url, gateway, callers_file=callers, tool_cache_ttls={"whoami": 300}) as agent_url,
+            httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
+        ):
+            await gateway.wait_until_ready("echo-a", "echo-b")
+            yield Stack(llm, gateway, http)
+
+
+async def _serve(stack: Stack, servers: dict[str, Any]) -> None:
+    """The gateway's servers become ``servers`` (a reload), each of them serving before this returns."""
+    stack.gateway.write_servers(servers)
+    reloaded = await stack.gateway.http.post("/mcp/v1/servers/reload")
+    assert reloaded.status_code == 200, reloaded.text
+    await stack.gateway.wait_until_ready(*servers)
+
+
+def _run(**extra: Any) -> dict[str, Any]:
+    return {"model": "gpt-4o", "messages": [{"role": "user", "content": "who are you?"}], **extra}
+
+
+def _offered(body: dict[str, Any]) -> set[str]:
+    return {tool["function"]["name"] for tool in body.get("tools") or []}
+
+
+async def _run_planned_before_echo_a_is_back(stack: Stack, key: str) -> tuple[httpx.Response, dict[str, Any]]:
+    """A run planned while only echo-b serves, whose model calls ``whoami`` once echo-a is back (first again);
+    its answer and the LLM's request that got the tool's result."""
+    await _serve(stack, ONLY_B)
+    release = anyio.Event()
+    stack.llm.push(fake_openai.held(fake_openai.tool_calls(("call_1", "whoami", {})), release), fake_openai.text("ok"))
+    asked = len(stack.llm.requests)
+    answer: list[httpx.Response] = []
+
+    async def run() -> None:
+        answer.append(await stack.http.post("/api/v1/agent/run", json=_run(), headers=as_caller(key)))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        with anyio.fail_after(WAIT_SECONDS):
+            await stack.llm.wait_for_request(asked + 1)
+        assert "whoami" in _offered(stack.llm.requests[asked])  # planned: echo-b's whoami, which acme may use
+        await _serve(stack, BOTH)  # echo-a back: "whoami" is echo-a's again
+        release.set()
+    [response] = answer
+    assert response.status_code == 200, response.text
+    return response, stack.llm.requests[asked + 1]
+
+
+def _tool_message(request: dict[str, Any]) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = [message for message in request["messages"] if message["role"] == "tool"]
+    [message] = messages
+    return message
+
+
+async def test_a_name_that_moved_to_a_denied_server_after_planning_is_never_run_there(stack: Stack) -> None:
+    with capture_logs() as logs:
+        response, second = await _run_planned_before_echo_a_is_back(stack, ACME_KEY)
+
+    result = _tool_message(second)["content"]
+    # The model reads it as the tool's error ("Error: ", as completion-service words an isError result).
+    assert result.startswith('Error: The tool call failed: The tool "whoami" runs on the MCP server "echo-a" now')
+    [tool_message] = [message for message in response.json()["messages"] if message["role"] == "tool"]
+    assert tool_message["isError"] is True
+    gateway_calls = [log for log in logs if log["event"] == "mcp_tool_call"]
+    assert not [log for log in gateway_calls if log["server"] == "echo-a"]  # echo-a ran nothing
+    [refusal] = [log for log in logs if log["event"] == "mcp_tool_call_refused"]
+    assert (refusal["tool"], refusal["server"], refusal["expected_server"]) == ("whoami", "echo-a", "echo-b")
+    [audit] = [log for log in logs if log["event"] == "audit_tool_call"]
+    assert (audit["tool"], audit["server"], audit["status"]) == ("whoami", "echo-b", "error")
+
+
+async def test_a_refused_call_is_not_cached_and_the_next_run_gets_the_answer_of_the_server_that_ran_it(
+    stack: Stack,
+) -> None:
+    _, refused = await _run_planned_before_echo_a_is_back(stack, GLOBEX_KEY)
+    assert _tool_message(refused)["content"].startswith("Error: The tool call failed:")
+
+    # Planned on echo-b again, and echo-b still serves it: it runs there, and echo-a's answer was kept nowhere.
+    await _serve(stack, ONLY_B)
+    try:
+        stack.llm.push(fake_openai.tool_calls(("call_2", "whoami", {})), fake_openai.text("ok"))
+        asked = len(stack.llm.requests)
+        with capture_logs() as logs:
+            response = await stack.http.post("/api/v1/agent/run", json=_run(), headers=as_caller(GLOBEX_KEY))
+        assert response.status_code == 200, response.text
+        assert _tool_message(stack.llm.requests[asked + 1])["content"] == "echo-b"
+        [audit] = [log for log in logs if log["event"] == "audit_tool_call"]
+        assert (audit["server"], audit["status"]) == ("echo-b", "ok")
+    finally:
+        await _serve(stack, BOTH)
