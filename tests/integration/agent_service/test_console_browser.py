@@ -4,8 +4,8 @@ Chromium is Debian's (``/usr/bin/chromium``, installed by ``make test`` when mis
 Playwright. The tools are real MCP servers behind a real mcp-client-service: the RAG tool over stdio
 (``search_documents`` over a folder of Markdown) and the echo server over streamable HTTP, whose ``gate`` tool
 holds a call open until the test opens it: a run stays in flight for as long as a test needs (Stop, reload).
-The demo model calls the tools whose name or description shares a word with the message, with the message as
-their string arguments; so ``gate`` is called with the message as its tag.
+The demo model calls the tools that share the most words with the message, with the message as their string
+arguments; so ``gate`` is called with the message as its tag.
 
 The README's screenshots come from ``docs/console_screenshots.py``, against ``make run``.
 """
