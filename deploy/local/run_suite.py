@@ -1,8 +1,10 @@
 """``make run``: the whole suite on this machine, in the foreground, on embedded defaults.
 
 Starts completion-service, mcp-client-service (which spawns the two tool servers over stdio)
-and agent-service as child processes, waits until each says it is ready, prints where they
-listen and a ``curl`` that runs an agent, and stops them all on Ctrl-C.
+and agent-service as child processes, waits until each says it is ready and the document search
+has answered once (it loads its embedding model and indexes the demo corpus first: the banner's
+own ``curl`` then answers in well under a second), prints where they listen and a ``curl`` that runs
+an agent, and stops them all on Ctrl-C.
 
 agent-service asks for a caller key: the first start makes one (``.data/caller-key``, 0600) and the callers
 file that names it (``.data/callers.toml``, tenant ``local``, the key as its sha256); later starts reuse
@@ -125,6 +127,25 @@ def _wait_ready(processes: dict[str, subprocess.Popen[bytes]], urls: dict[str, s
             time.sleep(0.25)
 
 
+def _warm_document_search(mcp: int, secret: str) -> str | None:
+    """One search through the gateway, so that the banner's first search does not wait for the RAG tool to load its
+    model and index the corpus; ``None`` once it has answered, else what to tell the user."""
+    header = os.environ.get("MCP_CLIENT_SECRET_HEADER", "X-MCP-Service-Secret")
+    body = {"name": "search_documents", "arguments": {"queries": ["how does a run end?"], "top_k": 1}}
+    try:
+        response = httpx.post(
+            f"http://127.0.0.1:{mcp}/mcp/v1/tools/call-tool",
+            json=body,
+            headers={header: secret},
+            timeout=READY_TIMEOUT_SECONDS,
+        )
+    except httpx.HTTPError as error:
+        return f"the document search did not answer ({type(error).__name__})"
+    if response.status_code != 200 or response.json().get("isError"):
+        return f"the document search is not ready (HTTP {response.status_code}); its first call may take a while"
+    return None
+
+
 def _stop(processes: dict[str, subprocess.Popen[bytes]]) -> None:
     for process in processes.values():
         if process.poll() is None:
@@ -187,6 +208,13 @@ def main() -> int:
         for name, (module, env, _port_number) in services.items():
             processes[name] = subprocess.Popen([sys.executable, "-m", module], cwd=ROOT, env={**base, **env})
         _wait_ready(processes, {name: f"http://127.0.0.1:{port}/readyz" for name, (_, _, port) in services.items()})
+        print("Loading the document search (its embedding model; on a first start, the demo corpus's index)...")
+        started = time.monotonic()
+        problem = _warm_document_search(mcp, secret)
+        if problem is None:
+            print(f"The document search answered after {time.monotonic() - started:.1f} s.", flush=True)
+        else:
+            print(f"Note: {problem}.", flush=True)
         print(_banner(agent, completion, mcp, key), flush=True)
         while all(process.poll() is None for process in processes.values()):
             time.sleep(0.5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import typing
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from suite_common.settings import ServiceSettings
+from suite_common.wire import RunEvent
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGURATION = OUTPUT.read_text(encoding="utf-8")
@@ -77,3 +79,72 @@ def _relative_links(page: Path) -> list[str]:
 def test_every_relative_link_points_at_a_file_that_exists(page: Path) -> None:
     dead = [target for target in _relative_links(page) if not (page.parent / target.split("#")[0]).exists()]
     assert dead == [], f"{page.name} links to files that do not exist: {dead}"
+
+
+def _run_event_types() -> list[str]:
+    union = typing.get_args(typing.get_args(RunEvent)[0])
+    return [typing.get_args(event.model_fields["type"].annotation)[0] for event in union]
+
+
+def test_every_event_of_a_run_is_in_the_agent_api_reference_and_the_readme() -> None:
+    reference = (ROOT / "docs" / "agent-api.md").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    types = _run_event_types()
+    assert "reasoning" in types
+    assert [name for name in types if f"| `{name}` |" not in reference] == []
+    events = readme[readme.index("\nEvents: ") :].split("\n\n")[0]  # the README's list of them
+    assert [name for name in types if f"`{name}`" not in events] == []
+
+
+_OUTSIDE = re.compile("|".join([r"DESIGN" + r"\.md", r"/work" + r"/", r"\bshared" + r"/"]))
+"""What points outside the repository: the design page and the folders it was written in (a clone has neither)."""
+_SKIPPED_FOLDERS = {
+    ".git",
+    ".venv",
+    ".data",
+    "node_modules",
+    "__pycache__",
+    ".ruff_cache",
+    ".mypy_cache",
+    ".pytest_cache",
+}
+_TEXT_SUFFIXES = {
+    ".py",
+    ".md",
+    ".toml",
+    ".txt",
+    ".yml",
+    ".yaml",
+    ".json",
+    ".js",
+    ".css",
+    ".html",
+    ".cfg",
+    ".ini",
+    ".sh",
+    ".env",
+    ".example",
+}
+
+
+def _project_files() -> list[Path]:
+    found = []
+    for path in ROOT.rglob("*"):
+        parts = set(path.relative_to(ROOT).parts)
+        if parts & _SKIPPED_FOLDERS or not path.is_file():
+            continue
+        if path.suffix in _TEXT_SUFFIXES or path.name in {"Makefile", "Dockerfile", "run"}:
+            found.append(path)
+    return found
+
+
+def test_no_file_of_the_project_refers_to_anything_outside_the_repository() -> None:
+    files = _project_files()
+    assert any(path.name == "wire.py" for path in files)
+    outside = [
+        f"{path.relative_to(ROOT)}: {match[0]!r}"
+        for path in files
+        for match in [_OUTSIDE.search(path.read_text(encoding="utf-8", errors="replace"))]
+        if match
+    ]
+    assert outside == []

@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -30,6 +31,7 @@ from mcp_web_search.settings import WebSearchSettings
 from suite_common.echo import MAX_ECHO_CHARS, MAX_ECHO_ITEMS
 from suite_common.wire import MAX_MODEL_NAME_CHARS
 from support import fake_openai
+from support.caller_keys import as_caller, key_entry
 from support.fake_openai import ScriptedOpenAI
 from support.fake_searxng import ScriptedSearxng
 from support.servers import serve_app
@@ -300,6 +302,42 @@ async def test_an_unknown_model_is_a_400_before_the_stream_starts(fresh: Stack) 
     assert error["code"] == "model_not_found"
     assert "'gpt-4o'" in error["message"]
     assert "demo" in error["message"]
+
+
+async def test_an_unknown_model_names_only_the_tenants_models_and_no_operator_setting(
+    fresh: Stack, tmp_path: Path
+) -> None:
+    # A catalog entry the tenant may not run, and no OpenAI key: completion-service's own refusal names both.
+    catalog = [{"name": "internal-finetune", "provider": "openai", "model": "ft:gpt-4o:acme", "apiKey": "sk-internal"}]
+    completion = create_completion_app(
+        CompletionSettings(
+            openai_api_key=None, openai_base_url=DEFAULT_OPENAI_BASE_URL, demo_enabled=True, models=json.dumps(catalog)
+        )
+    )
+    callers = tmp_path / "callers.toml"
+    callers.write_text(f'[tenants.acme]\nmodels = ["demo*"]\n\n{key_entry("acme-app", "acme", "acme-key-1")}\n')
+    async with serve_app(completion) as completion_url:
+        settings = AgentSettings(
+            completion_url=completion_url,
+            mcp_client_url=fresh.mcp_url,
+            mcp_service_secret=SecretStr(SECRET),
+            callers_file=callers,
+        )
+        async with serve_app(create_agent_app(settings)) as agent_url, httpx.AsyncClient(timeout=30) as http:
+            body = run_body("hi", model="demo-large")
+            response = await http.post(f"{agent_url}/api/v1/agent/run", json=body, headers=as_caller("acme-key-1"))
+            openai_front = await http.post(
+                f"{agent_url}/v1/chat/completions",
+                json={"model": "demo-large", "messages": [{"role": "user", "content": "hi"}]},
+                headers=as_caller("acme-key-1"),
+            )
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "code": "model_not_found",
+        "message": "Unknown model 'demo-large'. Models this caller may run: demo.",
+    }
+    assert openai_front.status_code == 404
+    assert openai_front.json()["error"]["message"] == "Unknown model 'demo-large'. Models this caller may run: demo."
 
 
 @pytest.mark.parametrize("stream", [True, False])

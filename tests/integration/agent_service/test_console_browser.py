@@ -4,8 +4,8 @@ Chromium is Debian's (``/usr/bin/chromium``, installed by ``make test`` when mis
 Playwright. The tools are real MCP servers behind a real mcp-client-service: the RAG tool over stdio
 (``search_documents`` over a folder of Markdown) and the echo server over streamable HTTP, whose ``gate`` tool
 holds a call open until the test opens it: a run stays in flight for as long as a test needs (Stop, reload).
-The demo model calls the tools whose name or description shares a word with the message, with the message as
-their string arguments; so ``gate`` is called with the message as its tag.
+The demo model calls the tools that share the most words with the message, with the message as their string
+arguments; so ``gate`` is called with the message as its tag.
 
 The README's screenshots come from ``docs/console_screenshots.py``, against ``make run``.
 """
@@ -188,6 +188,9 @@ async def test_a_search_shows_the_tool_card_its_result_and_the_answer(stack: Sta
 
     card = page.locator(".tool-card", has=page.locator(".tool-name", has_text="search_documents"))
     await expect(card).to_have_count(1, timeout=WAIT_MS)
+    # Every tool is on at first, and the demo calls the one that fits best only: list_sources, which shares words
+    # with the question too, is left alone.
+    await expect(page.locator(".tool-card")).to_have_count(1)
     await expect(card.locator(".tool-arguments")).to_contain_text(SEARCH)
     await expect(card.locator(".tool-result")).to_contain_text("wall-clock deadline of 120 seconds", timeout=WAIT_MS)
     await expect(card).to_have_class("tool-card succeeded")
@@ -544,3 +547,68 @@ async def test_without_a_run_store_a_message_runs_on_its_own(stack: Stack, page:
             "/mcp/v1/tools/call-tool", json={"name": "await_hold", "arguments": {"tag": tag, "event": "cancelled"}}
         )
     assert reply.status_code == 200, reply.text
+
+
+async def test_the_page_names_its_own_icon_so_no_request_for_favicon_ico_fails(stack: Stack) -> None:
+    # Without an icon of its own a browser asks for /favicon.ico, which agent-service does not have (a 404).
+    context = await stack.browser.new_context()
+    page = await context.new_page()
+    failed: list[str] = []
+    page.on("response", lambda response: failed.append(response.url) if response.status >= 400 else None)
+    async with page.expect_response(lambda response: "favicon" in response.url, timeout=WAIT_MS) as icon:
+        await page.goto(f"{stack.agent_url}/console")
+    await expect(page.locator("body[data-ready=true]")).to_have_count(1, timeout=WAIT_MS)
+    response = await icon.value
+    assert response.url == f"{stack.agent_url}/console/favicon.svg"
+    assert response.status == 200
+    assert (await response.header_value("content-type") or "").startswith("image/svg+xml")
+    assert failed == []
+    await context.close()
+
+
+LONG_TASKS = """() => {
+    window.longTasks = [];
+    new PerformanceObserver((list) => {
+        for (const entry of list.getEntries()) window.longTasks.push(entry.duration);
+    }).observe({ type: "longtask" });
+}"""
+"""Records every task of the page's main thread that takes over 50 ms (the browser's "long task"), in ms."""
+
+
+async def test_an_answer_of_16000_brackets_streamed_in_400_deltas_renders_without_blocking_the_page(
+    stack: Stack, page: Page
+) -> None:
+    # Rendered again in full on every delta, by a parser quadratic in the "[" of a line, this took minutes of the
+    # page's main thread: 418 ms a render at the end, 400 renders.
+    pieces = ["[" * 40] * 400
+    stack.llm.push(_reasoning_then_text([], pieces))
+    await page.evaluate(LONG_TASKS)
+    await page.locator("#model").select_option(label="Other…")
+    await page.locator("#model-other").fill("gpt-4o")
+    await only_tools(page)
+    await send(page, "brackets, please")
+
+    await expect(page.locator(".run-footer")).to_contain_text("finish: stop", timeout=WAIT_MS)
+    assert await page.locator(".answer").inner_text() == "[" * 16_000
+    long_tasks: list[float] = await page.evaluate("window.longTasks")
+    assert sum(long_tasks) < 1_000, long_tasks
+
+
+async def test_inline_markdown_on_a_long_line_is_still_rendered(stack: Stack, page: Page) -> None:
+    line = "[" * 5_000 + "] **strong** `code` *em* [a link](https://example.org/x) " + "*" * 4_000
+    stack.llm.push(_reasoning_then_text([], [line[:4_000], line[4_000:]]))
+    await page.locator("#model").select_option(label="Other…")
+    await page.locator("#model-other").fill("gpt-4o")
+    await only_tools(page)
+    await send(page, "markdown, please")
+
+    await expect(page.locator(".run-footer")).to_contain_text("finish: stop", timeout=WAIT_MS)
+    answer = page.locator(".answer")
+    await expect(answer.locator("strong")).to_have_text("strong")
+    await expect(answer.locator("code")).to_have_text("code")
+    await expect(answer.locator("em")).to_have_text("em")
+    await expect(answer.locator("a")).to_have_attribute("href", "https://example.org/x")
+    await expect(answer.locator("a")).to_have_text("a link")
+    assert await answer.inner_text() == line.replace("**strong**", "strong").replace("`code`", "code").replace(
+        "*em*", "em"
+    ).replace("[a link](https://example.org/x)", "a link")

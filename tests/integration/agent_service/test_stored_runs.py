@@ -19,6 +19,7 @@ import anyio
 import httpx
 import pytest
 from pydantic import SecretStr
+from structlog.testing import capture_logs
 
 from agent_service.store import NewRun, RunStore
 from completion_service.app import create_app as create_completion_app
@@ -295,6 +296,30 @@ async def test_reading_what_is_not_stored_is_a_clear_4xx(
     response = await stack.http.get(path, headers=headers)
     assert response.status_code == status
     assert response.json()["error"]["code"] == code
+
+
+@pytest.mark.parametrize("last_event_id", ["99999999999999999999999", "2147483648", "1_000", "+5"])
+async def test_a_last_event_id_no_run_can_have_is_a_400_and_no_store_error(stack: Stack, last_event_id: str) -> None:
+    # Past the store's 32-bit event numbers, PostgreSQL refused the query: the stream was cut and an ERROR said
+    # "the run store is unavailable", so anyone with a key could set off the store-down alert.
+    stack.llm.push(fake_openai.text("Hello."))
+    answer = await stack.http.post("/api/v1/agent/run", json=_run("hello"))
+    assert answer.status_code == 200, answer.text
+    events = f"/api/v1/agent/runs/{answer.json()['runId']}/events"
+    with capture_logs() as logs:
+        refused = await stack.http.get(events, headers={"Last-Event-ID": last_event_id})
+        by_query = await stack.http.get(events, params={"after": last_event_id})
+    for response in (refused, by_query):
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error["code"] == "invalid_request"
+        assert "from 0 to 2147483647" in error["message"]
+    assert [line for line in logs if line["log_level"] in ("error", "critical")] == []
+
+    async with stack.http.stream("GET", events, headers={"Last-Event-ID": "2147483647"}) as after_the_last:
+        assert after_the_last.status_code == 200
+        with anyio.fail_after(10):
+            assert await _events(after_the_last) == []
 
 
 async def test_a_conversation_id_that_is_not_an_id_is_refused(stack: Stack) -> None:

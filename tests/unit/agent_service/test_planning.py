@@ -45,6 +45,8 @@ class FakeToolsClient:
         ]
 
 
+CONFIGURE = "Configure a provider to use other models: COMPLETION_OPENAI_API_KEY or COMPLETION_OPENAI_BASE_URL."
+
 PRICES = ModelPrices(input_per_million_usd=2.5, output_per_million_usd=10)
 
 
@@ -71,9 +73,14 @@ class FakeCompletionClient:
         if model in self.answer:
             await self.answer[model].wait()
         if model not in self.models:
-            raise UpstreamError("model_not_found", f"Unknown model {model}; available: demo", status=400)
+            # completion-service's own words: its whole catalog, and the operator's settings to configure more.
+            message = f"Unknown model {model!r}. Available models: {', '.join(sorted(self.models))}. {CONFIGURE}"
+            raise UpstreamError("model_not_found", message, status=400)
         fallbacks = [self._target(name) for name in self.fallbacks.get(model, [])]
         return ResolvedModel(**dict(self._target(model)), fallbacks=fallbacks or None)
+
+    async def list_models(self, deadline: Deadline) -> list[dict[str, Any]]:
+        return [{"id": name, "provider": "openai"} for name in sorted(self.models)] + [{"id": "openai/*"}]
 
 
 def models(*names: str, ttl: float = 0) -> tuple[ModelCheck, FakeCompletionClient]:
@@ -260,8 +267,27 @@ async def test_an_unknown_model_is_a_400_before_anything_starts() -> None:
     with pytest.raises(ApiError) as caught:
         await plan_run(request(model="gtp-4o"), SETTINGS, tools, checker)
     assert (caught.value.status, caught.value.code) == (400, "model_not_found")
-    assert "available: demo" in caught.value.message
+    assert caught.value.message == "Unknown model 'gtp-4o'. Models this caller may run: demo, openai/*."
     assert tool_client.calls == 0
+
+
+async def test_an_unknown_model_names_only_the_tenants_own_models_and_no_operator_setting() -> None:
+    tools, _ = catalog("web_search")
+    checker, _ = models("demo", "demo-large", "gpt-4o", "internal-finetune")
+    rules = TenantRules(models=("demo*",))
+    with pytest.raises(ApiError) as caught:
+        await plan_run(request(model="demo-x"), SETTINGS, tools, checker, rules=rules)
+    assert (caught.value.status, caught.value.code) == (400, "model_not_found")
+    assert caught.value.message == "Unknown model 'demo-x'. Models this caller may run: demo, demo-large."
+    assert "COMPLETION_" not in caught.value.message
+
+
+async def test_an_unknown_model_for_a_tenant_with_no_listed_model_says_so() -> None:
+    tools, _ = catalog("web_search")
+    checker, _ = models("demo")
+    with pytest.raises(ApiError) as caught:
+        await plan_run(request(model="mine-1"), SETTINGS, tools, checker, rules=TenantRules(models=("mine-*",)))
+    assert caught.value.message == "Unknown model 'mine-1'. This caller may run no listed model."
 
 
 async def test_a_model_that_routes_is_remembered_within_the_ttl() -> None:

@@ -58,13 +58,95 @@ def test_it_calls_the_tool_that_fits_the_question_with_arguments_from_its_schema
     assert response.usage.input_tokens == len(QUESTION.split())
 
 
-def test_every_fitting_tool_is_called_at_once_in_one_turn() -> None:
-    web_search = ToolSpec(name="web_search", description="Search the web.")
-    response = demo_completion(_request(tools=[SEARCH_DOCUMENTS, web_search, GET_WEATHER]))
+def test_the_tools_that_fit_equally_well_are_called_at_once_in_one_turn() -> None:
+    search_notes = ToolSpec(name="search_notes", description="Search the notes for documents.")
+    search_mail = ToolSpec(name="search_mail", description="Search the mail for documents.")
+    response = demo_completion(
+        _request([Message(role="user", content="search documents")], tools=[search_notes, search_mail, GET_WEATHER])
+    )
     assert [(c.id, c.name) for c in response.message.tool_calls or []] == [
-        ("call_demo_1", "search_documents"),
-        ("call_demo_2", "web_search"),
+        ("call_demo_1", "search_notes"),
+        ("call_demo_2", "search_mail"),
     ]
+
+
+# The tools make run starts, as the gateway lists them (names, descriptions, required arguments).
+WEB_SEARCH = ToolSpec(
+    name="web_search",
+    description="Search the web and return the top results, best first: title, URL, a short snippet.",
+    input_schema={"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+)
+FETCH_URL = ToolSpec(
+    name="fetch_url",
+    description="Fetch one public web page and return its main text. Use it to read a result of web_search.",
+    input_schema={
+        "type": "object",
+        "properties": {"url": {"type": "string", "description": "The http:// or https:// URL of the page."}},
+        "required": ["url"],
+    },
+)
+LIST_SOURCES = ToolSpec(
+    name="list_sources",
+    description="List the indexed documents. Use it to find a source_prefix for a search_documents filter.",
+    input_schema={"type": "object", "properties": {"limit": {"type": "integer", "default": 100}}},
+)
+
+
+def test_the_readmes_question_calls_search_documents_only_among_every_tool_make_run_offers() -> None:
+    # Sharing "search" with the question, web_search (no internet) and fetch_url (the question as its URL) were
+    # called too, and failed in red: on a fresh console, with every tool switched on.
+    question = "Search the documents: how does the agent loop decide when to stop?"
+    tools = [LIST_SOURCES, SEARCH_DOCUMENTS, FETCH_URL, WEB_SEARCH]
+    response = demo_completion(_request([Message(role="user", content=question)], tools=tools))
+    assert [(c.name, c.arguments) for c in response.message.tool_calls or []] == [
+        ("search_documents", {"query": question})
+    ]
+
+
+def test_a_question_naming_the_web_calls_web_search_rather_than_the_documents() -> None:
+    question = "Search the web for the latest MCP specification"
+    response = demo_completion(_request([Message(role="user", content=question)], tools=[SEARCH_DOCUMENTS, WEB_SEARCH]))
+    assert [c.name for c in response.message.tool_calls or []] == ["web_search"]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]},
+        {"type": "object", "properties": {"pageUrl": {"type": "string"}}, "required": ["pageUrl"]},
+        {"type": "object", "properties": {"target": {"type": "string", "format": "uri"}}, "required": ["target"]},
+        {"type": "object", "properties": {"when": {"type": "string", "format": "date-time"}}, "required": ["when"]},
+        {
+            "type": "object",
+            "properties": {"page": {"$ref": "#/$defs/Page"}},
+            "required": ["page"],
+            "$defs": {"Page": {"type": "object", "properties": {"link": {"type": "string"}}, "required": ["link"]}},
+        },
+    ],
+)
+def test_a_tool_needing_an_argument_the_question_cannot_be_is_not_called(schema: dict[str, Any]) -> None:
+    fetch = ToolSpec(name="fetch_page", description="Fetch the page the question names.", input_schema=schema)
+    assert fitting_tools("fetch the page about deadlines", [fetch]) == []
+
+
+def test_an_optional_url_or_a_url_with_a_default_choice_does_not_stop_a_call() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string"},
+            "url": {"type": "string"},
+            "site": {"type": "string", "enum": ["https://example.org"]},
+        },
+        "required": ["query", "site"],
+    }
+    fetch = ToolSpec(name="fetch_page", description="Fetch the page the question names.", input_schema=schema)
+    assert fitting_tools("fetch the page about deadlines", [fetch]) == [fetch]
+
+
+def test_a_required_or_named_tool_choice_still_calls_a_tool_needing_a_url() -> None:
+    for choice in ("required", NamedToolChoice(name="fetch_url")):
+        response = demo_completion(_request(tools=[FETCH_URL], tool_choice=choice))
+        assert [c.name for c in response.message.tool_calls or []] == ["fetch_url"]
 
 
 def test_arguments_cover_every_required_property_by_type() -> None:

@@ -1,4 +1,5 @@
-"""The wire models of the contracts between the services (shared/DESIGN.md). JSON is camelCase.
+"""The wire models of the contracts between the services (docs/agent-api.md, docs/gateway-api.md, docs/providers.md
+and the OpenAPI each service serves). JSON is camelCase.
 
 Models accept camelCase and snake_case on input and always write camelCase, leaving ``None``
 fields out (``dump``). Unknown fields are ignored so that a newer peer can add fields without

@@ -50,6 +50,9 @@ class ToolCatalog:
 
 _MAX_KNOWN_MODELS = 256
 
+_LIST_MODELS_SECONDS = 2.0
+"""How long naming the models a caller may run, when it asked for an unknown one, may wait for completion-service."""
+
 
 class ModelCheck:
     """Asks completion-service whether it can route a model, before a run's response starts.
@@ -89,6 +92,18 @@ class ModelCheck:
         finally:
             if not lock.locked() and lock.statistics().tasks_waiting == 0:
                 self._checking.pop(model, None)  # nobody waits: callers choose the names, keep none
+
+    async def unknown(self, model: str, rules: TenantRules, deadline: Deadline) -> ApiError:
+        """400 ``model_not_found`` for a name completion-service cannot route, naming only the models the caller's
+        tenant may run. completion-service's own message names its whole catalog and the operator's settings to
+        configure more: neither is the caller's business."""
+        try:
+            listed = await self.client.list_models(deadline)
+        except UpstreamError:
+            listed = []  # the refusal stands without the list
+        names = [str(entry["id"]) for entry in listed if "id" in entry and rules.allows_model(str(entry["id"]))]
+        mine = f"Models this caller may run: {clip_names(names)}." if names else "This caller may run no listed model."
+        return ApiError(400, "model_not_found", f"Unknown model '{clip(model)}'. {mine}")
 
     def _remember(self, model: str, resolved: ResolvedModel) -> None:
         now = time.monotonic()
@@ -307,6 +322,8 @@ async def plan_run(
                 if _all_unavailable(tools):
                     raise _unavailable_error(tools)
     except UpstreamError as error:
+        if error.code == "model_not_found":
+            raise await models.unknown(model, rules, Deadline.after(_LIST_MODELS_SECONDS)) from None
         if not limits.out_of_time():
             raise ApiError(error.status, error.code, error.message, headers=error.headers) from None
         # The run's own deadline ran out, not the peer: the loop ends the run as "deadline", as it

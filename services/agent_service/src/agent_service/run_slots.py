@@ -50,11 +50,12 @@ def too_many_runs(tenant: str, cap: int, retry_after_seconds: float) -> ApiError
     )
 
 
-def limits_unavailable(error: Exception) -> ApiError:
+def limits_unavailable() -> ApiError:
+    """503 ``limits_unavailable``; what Redis said (an address, a driver's words) is for the log, not the caller."""
     return ApiError(
         503,
         "limits_unavailable",
-        f"The run limits cannot be checked (Redis: {type(error).__name__}: {error}); the run was not started.",
+        "The run limits cannot be checked now; the run was not started. Try again shortly.",
         headers={"Retry-After": "1"},
     )
 
@@ -181,8 +182,8 @@ class RedisRunSlots(RunSlots):
         try:
             wait_ms = await bounded(self._acquire(keys=[self.key(tenant)], args=[run_id, self._ttl_ms, cap]))
         except REDIS_ERRORS as error:
-            _log.warning("run_slots_unavailable", tenant=tenant, error=str(error))
-            raise limits_unavailable(error) from None
+            _log.warning("run_slots_unavailable", tenant=tenant, error=f"{type(error).__name__}: {error}")
+            raise limits_unavailable() from None
         if int(wait_ms) > 0:
             raise too_many_runs(tenant, cap, int(wait_ms) / 1000)
 

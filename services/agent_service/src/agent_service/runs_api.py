@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
@@ -25,12 +27,16 @@ from suite_common.wire import (
     RunView,
 )
 
-__all__ = ["event_sender", "run_view", "runs_routes"]
+__all__ = ["MAX_EVENT_ID", "event_sender", "run_view", "runs_routes"]
 
 _MAX_ID_CHARS = 128
 _DEFAULT_CONVERSATIONS = 50
 _MAX_CONVERSATIONS = 200
 _TITLE_CHARS = 80
+
+MAX_EVENT_ID = 2**31 - 1
+"""The largest event id (sequence number) a run can have: the store keeps them as SQL INTEGERs (32 bits)."""
+_WHOLE_NUMBER = re.compile(r"[0-9]{1,20}")
 
 
 def event_sender(send: SendChunk) -> EventSink:
@@ -90,18 +96,18 @@ async def get_run(request: Request) -> Response:
 
 
 def _after(request: Request) -> int:
-    """Where a re-attaching client resumes: ``Last-Event-ID`` (what an ``EventSource`` sends), else ``?after=``."""
+    """Where a re-attaching client resumes: ``Last-Event-ID`` (what an ``EventSource`` sends), else ``?after=``;
+    a whole number up to ``MAX_EVENT_ID`` (a larger one is no event id of ours, and the store cannot compare it)."""
     raw = request.headers.get("last-event-id")
     source = "The Last-Event-ID header"
     if raw is None:
         raw, source = request.query_params.get("after", "0"), "after"
-    try:
-        after = int(raw.strip())
-    except ValueError:
-        after = -1
-    if after < 0:
-        raise ApiError(400, "invalid_request", f"{source} must be a whole number of 0 or more (got {clip(raw)!r}).")
-    return after
+    digits = raw.strip()
+    if not _WHOLE_NUMBER.fullmatch(digits) or int(digits) > MAX_EVENT_ID:
+        raise ApiError(
+            400, "invalid_request", f"{source} must be a whole number from 0 to {MAX_EVENT_ID} (got {clip(raw)!r})."
+        )
+    return int(digits)
 
 
 async def get_events(request: Request) -> EventStreamResponse:
@@ -187,7 +193,7 @@ _GET_RUN = Operation(
 _GET_EVENTS = Operation(
     "The run's events: those after Last-Event-ID (or ?after=N) first, then live ones until the run ends",
     events=RunEvent,
-    errors={400: "Last-Event-ID or after is not a whole number.", 404: _NOT_STORED},
+    errors={400: "Last-Event-ID or after is not a whole number from 0 to 2147483647.", 404: _NOT_STORED},
 )
 _CANCEL = Operation(
     "Cancel a run wherever it executes; answers the run as it is then (status: ended yet or still stopping)",

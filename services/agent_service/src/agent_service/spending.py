@@ -304,7 +304,8 @@ def _budgets(tenant: str, user: str | None, rules: TenantRules, month: str) -> l
 
 
 def _unavailable_message(problem: str) -> str:
-    return f"The monthly budgets cannot be checked ({problem})"
+    # ``problem`` (Redis's or the store's own words, with addresses) is logged where it is caught, never answered.
+    return "The monthly budgets cannot be checked now"
 
 
 class Spending:

@@ -25,7 +25,7 @@ _CONFIGURE = (
 )
 
 _DEMO_DESCRIPTION = (
-    "A deterministic stand-in that is not an LLM: calls the tools that share a word with the question, "
+    "A deterministic stand-in that is not an LLM: calls the tools that share the most words with the question, "
     "then cites what they returned."
 )
 

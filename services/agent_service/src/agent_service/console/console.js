@@ -13,6 +13,7 @@
   const LONG_RESULT_LINES = 16;
   const MAX_REATTACHES = 5;
   const MOVED_RUN_CODES = new Set(["shutting_down", "run_moved"]); // the run goes on on another instance
+  const RENDER_EVERY_MS = 50; // a streamed answer's Markdown is rendered again at most this often
   const OTHER_MODEL = "\u0000other"; // the picker's "Other…" entry: a name typed in (the list omits patterns)
 
   const $ = (id) => document.getElementById(id);
@@ -69,37 +70,93 @@
   // built as DOM nodes whose text is set with createTextNode: model or tool output that contains HTML is
   // shown as the characters it is, never interpreted.
 
-  const INLINE = /(`[^`\n]+`)|(\*\*[^*\n]+\*\*)|(\*[^*\s][^*\n]*\*)|(\[[^\]\n]+\]\((https?:\/\/[^\s)]+)\))/;
+  // Inline markup is found in one pass over the line (each position looks ahead through tables of where the next
+  // backtick, star and closing bracket are), so its cost grows with the line's length, never with its square: a
+  // line of 16,000 "[" is as cheap as any other. A line longer than MAX_INLINE_CHARS is parsed up to there only.
+  const MAX_INLINE_CHARS = 10000;
+
+  // For every position of ``text``, where the next character that ``is`` says yes to is, at or after it (-1: none).
+  function nextWhere(text, is) {
+    const next = new Int32Array(text.length + 2).fill(-1);
+    for (let i = text.length - 1; i >= 0; i--) next[i] = is(text[i]) ? i : next[i + 1];
+    return next;
+  }
+
+  const URL_SCHEME = /^https?:\/\//;
+
+  // The inline tokens of ``text`` in order, {start, end, kind, inner, href}: what matching
+  // (`[^`]+`)|(\*\*[^*]+\*\*)|(\*[^*\s][^*]*\*)|(\[[^\]]+\]\((https?:\/\/[^\s)]+)\)) again and again would find.
+  function inlineTokens(text) {
+    const ticks = nextWhere(text, (c) => c === "`");
+    const stars = nextWhere(text, (c) => c === "*");
+    const closes = nextWhere(text, (c) => c === "]");
+    const urlStops = nextWhere(text, (c) => c === ")" || /\s/.test(c));
+    // The end of the link "(http...)" after the "](" at ``at``, or -1.
+    const urlEnd = (at) => {
+      const scheme = URL_SCHEME.exec(text.slice(at + 2, at + 10));
+      if (!scheme) return -1;
+      const first = at + 2 + scheme[0].length;
+      const stop = urlStops[first];
+      return stop > first && text[stop] === ")" ? stop + 1 : -1;
+    };
+    const tokens = [];
+    let i = 0;
+    while (i < text.length) {
+      const ch = text[i];
+      let token = null;
+      if (ch === "`") {
+        const close = ticks[i + 1];
+        if (close > i + 1) token = { end: close + 1, kind: "code", inner: text.slice(i + 1, close) };
+      } else if (ch === "*") {
+        if (text[i + 1] === "*") {
+          const close = stars[i + 2];
+          if (close > i + 2 && text[close + 1] === "*") {
+            token = { end: close + 2, kind: "strong", inner: text.slice(i + 2, close) };
+          }
+        }
+        if (!token && i + 1 < text.length && text[i + 1] !== "*" && !/\s/.test(text[i + 1])) {
+          const close = stars[i + 2];
+          if (close > i + 1) token = { end: close + 1, kind: "em", inner: text.slice(i + 1, close) };
+        }
+      } else if (ch === "[") {
+        const close = closes[i + 1];
+        if (close > i + 1 && text[close + 1] === "(") {
+          const end = urlEnd(close);
+          if (end > 0) token = { end, kind: "link", inner: text.slice(i + 1, close), href: text.slice(close + 2, end - 1) };
+        }
+      }
+      if (token) {
+        tokens.push({ start: i, ...token });
+        i = token.end;
+      } else {
+        i++;
+      }
+    }
+    return tokens;
+  }
 
   function renderInline(text, parent) {
-    let rest = text;
-    while (rest) {
-      const match = INLINE.exec(rest);
-      if (!match) {
-        parent.appendChild(document.createTextNode(rest));
-        return;
-      }
-      if (match.index > 0) parent.appendChild(document.createTextNode(rest.slice(0, match.index)));
-      const token = match[0];
-      if (match[1]) {
-        parent.appendChild(el("code", null, token.slice(1, -1)));
-      } else if (match[2]) {
-        const strong = el("strong");
-        renderInline(token.slice(2, -2), strong);
-        parent.appendChild(strong);
-      } else if (match[3]) {
-        const em = el("em");
-        renderInline(token.slice(1, -1), em);
-        parent.appendChild(em);
+    const line = String(text);
+    const parsed = line.slice(0, MAX_INLINE_CHARS);
+    let shown = 0;
+    for (const token of inlineTokens(parsed)) {
+      if (token.start > shown) parent.appendChild(document.createTextNode(parsed.slice(shown, token.start)));
+      if (token.kind === "code") {
+        parent.appendChild(el("code", null, token.inner));
+      } else if (token.kind === "strong" || token.kind === "em") {
+        const node = el(token.kind);
+        renderInline(token.inner, node); // holds no star: only code and links can be inside
+        parent.appendChild(node);
       } else {
-        const link = el("a", null, token.slice(1, token.indexOf("](")));
-        link.href = match[5]; // only http(s): the pattern admits no other scheme
+        const link = el("a", null, token.inner);
+        link.href = token.href; // only http(s): nothing else is taken as a link
         link.rel = "noopener noreferrer";
         link.target = "_blank";
         parent.appendChild(link);
       }
-      rest = rest.slice(match.index + token.length);
+      shown = token.end;
     }
+    if (shown < line.length) parent.appendChild(document.createTextNode(line.slice(shown)));
   }
 
   function renderMarkdown(source) {
@@ -350,15 +407,32 @@
       block.pre.textContent = block.text;
     }
 
+    // An answer is rendered again as its deltas come, but at most every RENDER_EVERY_MS: rendering it on every
+    // delta would cost the square of its length over a stream. The last deltas show when the run ends.
     text(iteration, delta) {
       let part = this.texts.get(iteration);
       if (!part) {
-        part = { node: el("div", "answer"), text: "" };
+        part = { node: el("div", "answer"), text: "", renderedAt: -Infinity, timer: null };
         this.body.appendChild(part.node);
         this.texts.set(iteration, part);
       }
       part.text += delta;
+      if (part.timer !== null) return; // a render is due, and shows this delta too
+      const wait = part.renderedAt + RENDER_EVERY_MS - performance.now();
+      if (wait <= 0) this.renderText(part);
+      else part.timer = setTimeout(() => this.renderText(part), wait);
+    }
+
+    renderText(part) {
+      clearTimeout(part.timer);
+      part.timer = null;
       part.node.replaceChildren(renderMarkdown(part.text));
+      part.renderedAt = performance.now();
+      scrollToEnd();
+    }
+
+    renderPendingTexts() {
+      for (const part of this.texts.values()) if (part.timer !== null) this.renderText(part);
     }
 
     toolCall(id, name, args) {
@@ -422,6 +496,7 @@
 
     finish(finishReason, iterations, usage) {
       this.ended = true;
+      this.renderPendingTexts();
       this.closeOpenCards(finishReason === "cancelled" ? "cancelled" : "no result");
       const footer = el("div", "run-footer");
       const pieces = [`finish: ${finishReason}`];
@@ -434,6 +509,7 @@
 
     error(code, message) {
       this.ended = true;
+      this.renderPendingTexts();
       this.closeOpenCards("no result");
       const box = el("div", "run-error");
       box.setAttribute("role", "alert");

@@ -18,6 +18,7 @@ from agent_service.clients import UpstreamError
 from agent_service.loop import LlmCall, RunOutcome
 from agent_service.store import LeaseLost, RunStore, Step, StoredEvent, StoreError
 from agent_service.telemetry import RunTelemetry
+from suite_common.logging import get_logger
 from suite_common.wire import (
     Message,
     RunErrorDetail,
@@ -28,6 +29,8 @@ from suite_common.wire import (
 )
 
 __all__ = ["TERMINAL_EVENTS", "EventSink", "LiveSink", "RunJournal", "RunMoved"]
+
+_log = get_logger("agent_service.runs")
 
 EventSink = Callable[[StoredEvent], Awaitable[None]]
 """Where a follower's events go, as stored."""
@@ -238,9 +241,10 @@ class RunJournal:
                 raise RunMoved(self.run_id) from None
             except StoreError as error:
                 self.telemetry.store_write(time.perf_counter() - started, ok=False)
+                _log.warning("run_not_stored", run_id=self.run_id, error=str(error))
                 raise UpstreamError(
                     "store_unavailable",
-                    f"The run could not be stored: {error}",
+                    "The run could not be stored: the run store is unavailable.",
                     status=503,
                     headers={"Retry-After": "1"},
                 ) from None

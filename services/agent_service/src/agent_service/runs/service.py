@@ -75,7 +75,11 @@ def _not_stored() -> ApiError:
 
 
 def _unavailable(error: StoreError) -> ApiError:
-    return ApiError(503, "store_unavailable", f"The run store is unavailable: {error}", headers={"Retry-After": "1"})
+    """503 ``store_unavailable``; the driver's words (addresses, SQL states) go to the log only."""
+    _log.warning("store_unavailable", error=str(error))
+    return ApiError(
+        503, "store_unavailable", "The run store is unavailable; try again shortly.", headers={"Retry-After": "1"}
+    )
 
 
 @dataclass

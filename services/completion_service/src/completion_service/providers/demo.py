@@ -1,10 +1,12 @@
 """The ``demo`` model: a deterministic stand-in so the suite runs without any account. NOT an LLM.
 
 Like pydantic-ai's ``TestModel`` it reads no meaning; its answer is a pure function of the
-request. Offered tools, it calls (once, all in one turn) those whose name or description shares
-a meaningful word with the question, with arguments built from their input schemas. Given tool
-results, it answers with a text that cites what each tool returned. Otherwise it echoes the
-question and explains how to configure a real model.
+request. Offered tools, it calls (once, all in one turn) those that fit the question best: that share
+the most meaningful words with it by name, then by description; with arguments built from their input
+schemas. It never calls a tool it has no sensible argument for (a URL, an e-mail address, a date: the
+question is none of these), nor one whose name says it changes something. Given tool results, it
+answers with a text that cites what each tool returned. Otherwise it echoes the question and explains
+how to configure a real model.
 """
 
 from __future__ import annotations
@@ -90,13 +92,59 @@ def _writes(tool: ToolSpec) -> bool:
     return first in _WRITING_VERBS
 
 
+_URL_NAME = re.compile(r"(?:^|_)(?:url|uri|href|link)s?$")
+"""A property named for an address (``url``, ``page_url``, ``imageUrl``, ``links``), in snake case."""
+
+_UNFILLABLE_FORMATS = frozenset(
+    {"uri", "url", "uri-reference", "iri", "iri-reference", "uri-template", "email", "idn-email", "hostname"}
+    | {"ipv4", "ipv6", "date", "date-time", "time", "duration", "uuid"}
+)
+"""String formats a question never is: a tool asking for one gets nothing sensible from the demo."""
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
+
+
+def _needs_what_it_cannot_fill(schema: Any, root: dict[str, Any], depth: int = 0, name: str = "") -> bool:
+    """Whether a required value under ``schema`` is a string the question cannot stand for: a URL (by ``format``
+    or by its property's name), an e-mail address, a date... The demo would send the question there (the
+    console once showed ``fetch_url`` failing in red on a question taken for its URL)."""
+    resolved = _resolve(schema, root)
+    if depth > 8 or isinstance(resolved.get("enum"), list) or "const" in resolved:
+        return False
+    kind = _schema_type(resolved)
+    if kind == "string":
+        return resolved.get("format") in _UNFILLABLE_FORMATS or bool(_URL_NAME.search(_snake(name)))
+    if kind == "array":
+        return _needs_what_it_cannot_fill(resolved.get("items", {}), root, depth + 1, name)
+    if kind != "object":
+        return False
+    properties = resolved.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    required = resolved.get("required")
+    names = [item for item in required if isinstance(item, str)] if isinstance(required, list) else []
+    return any(_needs_what_it_cannot_fill(properties.get(item, {}), root, depth + 1, item) for item in names)
+
+
+def _fit(asked: set[str], tool: ToolSpec) -> tuple[int, int]:
+    """How well ``tool`` fits a question of the words ``asked``: the words shared with its name, then with its
+    description."""
+    return len(asked & _meaningful_words(tool.name)), len(asked & _meaningful_words(tool.description))
+
+
 def fitting_tools(question: str, tools: Iterable[ToolSpec]) -> list[ToolSpec]:
-    """The tools whose name or description shares a meaningful word with ``question``, in order; never a
-    tool whose name says it changes something."""
+    """The tools that fit ``question`` best, in order: that share a meaningful word with it, and the most by name,
+    then by description (``search_documents`` over ``web_search`` for "search the documents"). Never a tool whose
+    name says it changes something, nor one needing an argument the question cannot stand for (a URL)."""
     asked = _meaningful_words(question)
-    return [
-        tool for tool in tools if not _writes(tool) and asked & _meaningful_words(f"{tool.name} {tool.description}")
+    candidates = [
+        (tool, _fit(asked, tool))
+        for tool in tools
+        if not _writes(tool) and not _needs_what_it_cannot_fill(tool.input_schema, tool.input_schema)
     ]
+    best = max((fit for _, fit in candidates if any(fit)), default=None)
+    return [tool for tool, fit in candidates if fit == best] if best is not None else []
 
 
 # --- building arguments ------------------------------------------------------------------------
@@ -228,7 +276,7 @@ def _direct_answer(question: str, request: CompletionRequest) -> str:
     echoed = " ".join(question.split())
     asked = f'You asked: "{echoed}". ' if echoed else ""
     about_tools = (
-        " Offered tools whose name or description shares a word with the question, it calls them."
+        " Offered tools, it calls those that share the most words with the question (by name, then by description)."
         if request.tools and request.tool_choice != "none"
         else ""
     )
