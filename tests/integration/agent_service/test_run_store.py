@@ -21,13 +21,13 @@ from typing import Any
 import anyio
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from agent_service.store import (
     DEFAULT_TENANT,
     ConversationBusy,
-    ConversationTaken,
     LeaseLost,
     NewRun,
     RunStore,
@@ -36,7 +36,7 @@ from agent_service.store import (
     StoreError,
 )
 from agent_service.store._engine import Database, database_url, open_database
-from agent_service.store._migrations import current_revision, head_revision, upgrade
+from agent_service.store._migrations import alembic_config, current_revision, head_revision, upgrade
 from agent_service.store.schema import metadata, usage_log
 from suite_common.wire import (
     Message,
@@ -344,19 +344,29 @@ async def test_a_conversation_is_read_and_listed_by_its_own_tenant_only(store: R
     assert len(await store.list_conversations(10)) == 2  # no tenant: every tenant's
 
 
-async def test_a_conversation_of_another_tenant_is_not_continued(store: RunStore) -> None:
+async def test_the_same_conversation_id_of_two_tenants_is_two_conversations(store: RunStore) -> None:
     conversation = f"conv_{uuid.uuid4().hex}"
     first = dataclasses.replace(new_run(conversation_id=conversation), tenant="acme")
-    await store.create_run(first, owner="replica-a", lease_seconds=LEASE)
+    await store.create_run(first, owner="replica-a", lease_seconds=LEASE)  # still active: globex is not kept waiting
+    other = dataclasses.replace(
+        new_run(conversation_id=conversation, messages=[Message(role="user", content="globex's")]), tenant="globex"
+    )
+
+    assert await store.create_run(other, owner="replica-a", lease_seconds=LEASE) == []
+
     await store.finish(first.run_id, Step(status="completed", finish_reason="stop"), owner="replica-a")
-    intruder = dataclasses.replace(new_run(conversation_id=conversation), tenant="globex")
-
-    with pytest.raises(ConversationTaken):
-        await store.create_run(intruder, owner="replica-a", lease_seconds=LEASE)
-
-    assert await store.get_run(intruder.run_id) is None
     again = dataclasses.replace(new_run(conversation_id=conversation), tenant="acme")
     assert await store.create_run(again, owner="replica-a", lease_seconds=LEASE) == first.input_messages
+    acme = await store.get_conversation(conversation, tenant="acme")
+    globex = await store.get_conversation(conversation, tenant="globex")
+    assert acme is not None
+    assert globex is not None
+    assert [run.run_id for run in acme.runs] == [first.run_id, again.run_id]
+    assert [run.run_id for run in globex.runs] == [other.run_id]
+    assert [message.content for message in globex.messages] == ["globex's"]
+    assert await store.earlier_messages(again.run_id) == first.input_messages
+    listed = await store.list_conversations(10, tenant="globex")
+    assert [(c.conversation_id, c.runs, c.first_user_text) for c in listed] == [(conversation, 1, "globex's")]
 
 
 async def test_a_conversation_without_a_user_message_is_listed_without_a_title(store: RunStore) -> None:
@@ -596,6 +606,91 @@ async def test_the_migrated_schema_is_the_schema_the_store_declares(
     else:
         with fresh_postgres_database("agent_migrate") as url:
             await migrate_and_compare(url)
+
+
+def _upgrade_to(revision: str) -> Callable[[sa.Connection], None]:
+    def upgrade_on(connection: sa.Connection) -> None:
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+
+    return upgrade_on
+
+
+_LEGACY_ROWS = """
+INSERT INTO conversations (conversation_id, caller, tenant, created_at, updated_at) VALUES
+    ('legacy', NULL, NULL, '2026-11-01 10:00:00', '2026-11-01 10:05:00'),
+    ('acme-talk', 'acme-key', 'acme', '2026-11-02 10:00:00', '2026-11-02 10:00:00');
+INSERT INTO runs (run_id, conversation_id, caller, tenant, model, status, iterations, input_tokens, output_tokens,
+    plan, created_at, updated_at, resumes, cancel_requested, last_seq) VALUES
+    ('run_l1', 'legacy', NULL, NULL, 'm', 'completed', 1, 1, 1, '{}', '2026-11-01 10:00:00', '2026-11-01 10:00:00',
+     0, false, 2),
+    ('run_l2', 'legacy', NULL, NULL, 'm', 'completed', 1, 1, 1, '{}', '2026-11-01 10:05:00', '2026-11-01 10:05:00',
+     0, false, 1),
+    ('run_a1', 'acme-talk', 'acme-key', 'acme', 'm', 'completed', 1, 1, 1, '{}', '2026-11-02 10:00:00',
+     '2026-11-02 10:00:00', 0, false, 0),
+    ('run_alone', NULL, NULL, NULL, 'm', 'completed', 1, 1, 1, '{}', '2026-11-03 10:00:00', '2026-11-03 10:00:00',
+     0, false, 0);
+INSERT INTO run_messages (run_id, position, message) VALUES
+    ('run_l1', 0, '{"role": "user", "content": "first"}'),
+    ('run_l1', 1, '{"role": "assistant", "content": "first answer"}'),
+    ('run_l2', 0, '{"role": "user", "content": "second"}'),
+    ('run_a1', 0, '{"role": "user", "content": "acme asks"}'),
+    ('run_alone', 0, '{"role": "user", "content": "alone"}');
+INSERT INTO run_events (run_id, seq, type, data) VALUES
+    ('run_l1', 1, 'text', '{}'), ('run_l1', 2, 'done', '{}'), ('run_l2', 1, 'done', '{}');
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_conversations_stored_before_tenant_keys_stay_readable_by_their_tenant(
+    backend: str, tmp_path: Path
+) -> None:
+    """A store at revision 0002 (conversations one namespace) upgraded: each conversation is its runs' tenant's
+    (``default`` for those stored without one), nothing of its runs, messages or events is lost, and another tenant
+    may then use the same id for a conversation of its own."""
+
+    async def check(url: str) -> None:
+        database = open_database(database_url(url))
+        try:
+            await database.run("migrate to 0002", _upgrade_to("0002"), write=True)
+
+            def insert_legacy(connection: sa.Connection) -> None:
+                for statement in _LEGACY_ROWS.split(";"):
+                    if statement.strip():
+                        connection.exec_driver_sql(statement)
+
+            await database.run("store rows of 0002", insert_legacy, write=True)
+            assert await upgrade(database) == head_revision()
+        finally:
+            await database.dispose()
+        store = await RunStore.open(url)
+        try:
+            legacy = await store.get_conversation("legacy", tenant=DEFAULT_TENANT)
+            assert legacy is not None
+            assert [run.run_id for run in legacy.runs] == ["run_l1", "run_l2"]
+            assert [m.content for m in legacy.messages] == ["first", "first answer", "second"]
+            assert [e.seq for e in await store.events_after("run_l1", 0)] == [1, 2]
+            assert await store.get_conversation("legacy", tenant="acme") is None
+            acme = await store.get_conversation("acme-talk", tenant="acme")
+            assert acme is not None
+            assert [m.content for m in acme.messages] == ["acme asks"]
+            assert await store.get_conversation("acme-talk", tenant=DEFAULT_TENANT) is None
+            assert await store.run_messages("run_alone") == [Message(role="user", content="alone")]
+            listed = await store.list_conversations(10, tenant="acme")
+            assert [(c.conversation_id, c.runs) for c in listed] == [("acme-talk", 1)]
+            continued = dataclasses.replace(new_run(conversation_id="acme-talk"), tenant="acme")
+            assert await store.create_run(continued, owner="r", lease_seconds=LEASE) == acme.messages
+            globex = dataclasses.replace(new_run(conversation_id="acme-talk"), tenant="globex")
+            assert await store.create_run(globex, owner="r", lease_seconds=LEASE) == []
+        finally:
+            await store.aclose()
+
+    if backend == "sqlite":
+        await check(f"sqlite:///{tmp_path}/legacy.db")
+    else:
+        with fresh_postgres_database("agent_migrate") as url:
+            await check(url)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

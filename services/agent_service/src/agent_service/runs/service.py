@@ -36,7 +36,6 @@ from agent_service.store import (
     ConversationBusy,
     ConversationRecord,
     ConversationSummary,
-    ConversationTaken,
     ModelUsage,
     NewRun,
     RunRecord,
@@ -199,13 +198,6 @@ class AgentRuns:
                 "conversation_busy",
                 f"Conversation {busy.conversation_id} has a run in progress ({busy.run_id}); "
                 "wait for it to end or cancel it.",
-            ) from None
-        except ConversationTaken:
-            # Said without saying whose: the id is taken, nothing more (see docs/callers.md).
-            raise ApiError(
-                409,
-                "conversation_unavailable",
-                f"conversationId {request.conversation_id} cannot be used; choose another one.",
             ) from None
         except StoreError as error:
             raise _unavailable(error) from None

@@ -17,7 +17,6 @@ __all__ = [
     "ConversationBusy",
     "ConversationRecord",
     "ConversationSummary",
-    "ConversationTaken",
     "LeaseLost",
     "ModelUsage",
     "NewRun",
@@ -40,15 +39,8 @@ class LeaseLost(StoreError):
 
 
 DEFAULT_TENANT = "default"
-"""The tenant of a run or conversation stored without one (before callers were configured, or by an open API)."""
-
-
-class ConversationTaken(StoreError):
-    """The conversation id belongs to another tenant: not to be used, nor said whose it is."""
-
-    def __init__(self, conversation_id: str) -> None:
-        super().__init__(f"Conversation {conversation_id} belongs to another tenant.")
-        self.conversation_id = conversation_id
+"""The tenant of a run stored without one (before callers were configured, or by an open API), and of the
+conversations stored before conversations were keyed by tenant."""
 
 
 class ConversationBusy(StoreError):

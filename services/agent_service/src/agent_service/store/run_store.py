@@ -23,7 +23,6 @@ from agent_service.store.records import (
     ConversationBusy,
     ConversationRecord,
     ConversationSummary,
-    ConversationTaken,
     LeaseLost,
     ModelUsage,
     NewRun,
@@ -46,11 +45,6 @@ _FINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 _INSERT_RUN = runs.insert()
 _INSERT_MESSAGES = run_messages.insert()
 _INSERT_USAGE = usage_log.insert()
-
-
-def _of_tenant(column: sa.ColumnElement[str | None], tenant: str) -> sa.ColumnElement[bool]:
-    """A row of ``tenant``; a row stored without a tenant is the default tenant's."""
-    return sa.func.coalesce(column, DEFAULT_TENANT) == tenant
 
 
 _USAGE_SUMS = (
@@ -148,14 +142,17 @@ class RunStore:
     async def create_run(self, run: NewRun, *, owner: str, lease_seconds: float) -> list[Message]:
         """Store a new run, status ``processing``, leased to ``owner``, with its input messages; creates its
         conversation when the id is new. Returns the conversation's earlier messages (every earlier run's, in
-        order; empty without a conversation). Raises ``ConversationBusy`` when the conversation has an active run."""
+        order; empty without a conversation). A conversation is the run's tenant's: the same id of another tenant is
+        another conversation. Raises ``ConversationBusy`` when the conversation has an active run."""
+        # A run of a conversation always has its tenant stored: the key of its conversation.
+        tenant = run.tenant if run.conversation_id is None else (run.tenant or DEFAULT_TENANT)
 
         def create(connection: Connection) -> list[Message]:
             now = _now()
             earlier: list[Message] = []
             if run.conversation_id is not None:
-                self._take_conversation(connection, run, run.conversation_id, now)
-                earlier = _conversation_messages(connection, run.conversation_id)
+                self._take_conversation(connection, run, tenant or DEFAULT_TENANT, run.conversation_id, now)
+                earlier = _conversation_messages(connection, tenant or DEFAULT_TENANT, run.conversation_id)
             # The values as parameters of one statement made once, not in ``values()``: a statement that holds
             # its values is built and its cache key computed again for every run.
             connection.execute(
@@ -164,7 +161,7 @@ class RunStore:
                     "run_id": run.run_id,
                     "conversation_id": run.conversation_id,
                     "caller": run.caller,
-                    "tenant": run.tenant,
+                    "tenant": tenant,
                     "user_id": run.user,
                     "model": run.model,
                     "status": "processing",
@@ -193,40 +190,35 @@ class RunStore:
 
         return await self._db.run(f"store the new run {run.run_id}", create, write=True)
 
-    def _take_conversation(self, connection: Connection, run: NewRun, conversation_id: str, now: datetime) -> None:
-        """Create the conversation if new, lock its row (PostgreSQL), and check that it is the run's tenant's
-        (``ConversationTaken``) and that no run of it is active (``ConversationBusy``)."""
+    def _take_conversation(
+        self, connection: Connection, run: NewRun, tenant: str, conversation_id: str, now: datetime
+    ) -> None:
+        """Create the tenant's conversation if new, lock its row (PostgreSQL), and check that no run of it is active
+        (``ConversationBusy``)."""
         connection.execute(
             self._insert(conversations)
             .values(
                 conversation_id=conversation_id,
                 caller=run.caller,
-                tenant=run.tenant,
+                tenant=tenant,
                 user_id=run.user,
                 created_at=now,
                 updated_at=now,
             )
-            .on_conflict_do_nothing(index_elements=[conversations.c.conversation_id])
+            .on_conflict_do_nothing(index_elements=[conversations.c.tenant, conversations.c.conversation_id])
         )
         # Two creates for one conversation queue here on PostgreSQL (SQLite: the writing transaction holds the
         # database's one write lock already), so the second sees the first's run below.
-        owner = connection.execute(
-            sa.select(conversations.c.tenant)
-            .where(conversations.c.conversation_id == conversation_id)
-            .with_for_update()
-        ).scalar_one()
-        if (owner or DEFAULT_TENANT) != (run.tenant or DEFAULT_TENANT):
-            raise ConversationTaken(conversation_id)
+        key = _conversation_key(tenant, conversation_id)
+        connection.execute(sa.select(conversations.c.conversation_id).where(*key).with_for_update()).one()
         active = connection.execute(
             sa.select(runs.c.run_id)
-            .where(runs.c.conversation_id == conversation_id, runs.c.status.in_(ACTIVE_STATUSES))
+            .where(*_runs_of(tenant, conversation_id), runs.c.status.in_(ACTIVE_STATUSES))
             .limit(1)
         ).scalar_one_or_none()
         if active is not None:
             raise ConversationBusy(conversation_id, active)
-        connection.execute(
-            conversations.update().where(conversations.c.conversation_id == conversation_id).values(updated_at=now)
-        )
+        connection.execute(conversations.update().where(*key).values(updated_at=now))
 
     async def record(self, run_id: str, step: Step, *, owner: str) -> None:
         """Write one step in one transaction: upsert its messages, insert its events, update the run's status and
@@ -260,11 +252,18 @@ class RunStore:
 
     async def earlier_messages(self, run_id: str) -> list[Message]:
         """The messages of the run's conversation that came before it (empty without a conversation)."""
-        this_run = sa.select(runs.c.conversation_id, runs.c.id).where(runs.c.run_id == run_id).subquery()
+        this_run = sa.select(runs.c.tenant, runs.c.conversation_id, runs.c.id).where(runs.c.run_id == run_id).subquery()
         query = (
             sa.select(run_messages.c.message)
             .join(runs, runs.c.run_id == run_messages.c.run_id)
-            .join(this_run, sa.and_(runs.c.conversation_id == this_run.c.conversation_id, runs.c.id < this_run.c.id))
+            .join(
+                this_run,
+                sa.and_(
+                    runs.c.tenant == this_run.c.tenant,
+                    runs.c.conversation_id == this_run.c.conversation_id,
+                    runs.c.id < this_run.c.id,
+                ),
+            )
             .order_by(runs.c.id, run_messages.c.position)
         )
         return await self._db.run(
@@ -285,26 +284,23 @@ class RunStore:
 
         return await self._db.run(f"read the events of run {run_id}", read, write=False)
 
-    async def get_conversation(self, conversation_id: str, *, tenant: str | None = None) -> ConversationRecord | None:
-        """The conversation with its messages and runs; ``None`` for an unknown id, or one of another tenant than
-        ``tenant`` (``None``: any tenant)."""
+    async def get_conversation(
+        self, conversation_id: str, *, tenant: str = DEFAULT_TENANT
+    ) -> ConversationRecord | None:
+        """``tenant``'s conversation with its messages and runs; ``None`` for an id the tenant has not used."""
 
         def read(connection: Connection) -> ConversationRecord | None:
-            query = sa.select(conversations).where(conversations.c.conversation_id == conversation_id)
-            if tenant is not None:
-                query = query.where(_of_tenant(conversations.c.tenant, tenant))
+            query = sa.select(conversations).where(*_conversation_key(tenant, conversation_id))
             row = connection.execute(query).one_or_none()
             if row is None:
                 return None
-            run_rows = connection.execute(
-                sa.select(runs).where(runs.c.conversation_id == conversation_id).order_by(runs.c.id)
-            )
+            run_rows = connection.execute(sa.select(runs).where(*_runs_of(tenant, conversation_id)).order_by(runs.c.id))
             records = [_run_record(run_row) for run_row in run_rows]
             return ConversationRecord(
                 conversation_id=row.conversation_id,
                 created_at=row.created_at,
                 updated_at=row.updated_at,
-                messages=_conversation_messages(connection, conversation_id),
+                messages=_conversation_messages(connection, tenant, conversation_id),
                 runs=records,
             )
 
@@ -315,7 +311,9 @@ class RunStore:
         its run count, its newest run's status and its first user message's text, in one query (correlated
         subqueries that the index on ``runs (conversation_id, id)`` answers; the message's ``content`` is read out
         of its JSON by the database, so no message is loaded whole)."""
-        of_conversation = runs.c.conversation_id == conversations.c.conversation_id
+        of_conversation = sa.and_(
+            runs.c.tenant == conversations.c.tenant, runs.c.conversation_id == conversations.c.conversation_id
+        )
         run_count = sa.select(sa.func.count()).select_from(runs).where(of_conversation).scalar_subquery()
         latest_status = (
             sa.select(runs.c.status).where(of_conversation).order_by(runs.c.id.desc()).limit(1).scalar_subquery()
@@ -341,7 +339,7 @@ class RunStore:
             .limit(limit)
         )
         if tenant is not None:
-            query = query.where(_of_tenant(conversations.c.tenant, tenant))
+            query = query.where(conversations.c.tenant == tenant)
 
         def read(connection: Connection) -> list[ConversationSummary]:
             return [
@@ -583,12 +581,21 @@ def _messages(connection: Connection, query: sa.Select[tuple[Any]]) -> list[Mess
     return [Message.model_validate(message) for message in connection.execute(query).scalars()]
 
 
-def _conversation_messages(connection: Connection, conversation_id: str) -> list[Message]:
+def _conversation_key(tenant: str, conversation_id: str) -> tuple[sa.ColumnElement[bool], ...]:
+    return conversations.c.tenant == tenant, conversations.c.conversation_id == conversation_id
+
+
+def _runs_of(tenant: str, conversation_id: str) -> tuple[sa.ColumnElement[bool], ...]:
+    """The runs of ``tenant``'s conversation: the leading columns of the index on ``runs``, as equalities."""
+    return runs.c.tenant == tenant, runs.c.conversation_id == conversation_id
+
+
+def _conversation_messages(connection: Connection, tenant: str, conversation_id: str) -> list[Message]:
     return _messages(
         connection,
         sa.select(run_messages.c.message)
         .join(runs, runs.c.run_id == run_messages.c.run_id)
-        .where(runs.c.conversation_id == conversation_id)
+        .where(*_runs_of(tenant, conversation_id))
         .order_by(runs.c.id, run_messages.c.position),
     )
 
