@@ -5,8 +5,11 @@ from agent_service.store.records import (
     ACTIVE_STATUSES,
     DEFAULT_TENANT,
     ConversationBusy,
+    ConversationFull,
+    ConversationLimits,
     ConversationRecord,
     ConversationSummary,
+    ConversationTooLarge,
     LeaseLost,
     ModelUsage,
     NewRun,
@@ -15,6 +18,7 @@ from agent_service.store.records import (
     Step,
     StoredEvent,
     StoreError,
+    UnknownCursor,
 )
 from agent_service.store.run_store import RunStore
 
@@ -23,8 +27,11 @@ __all__ = [
     "DEFAULT_TENANT",
     "CallerKeyStore",
     "ConversationBusy",
+    "ConversationFull",
+    "ConversationLimits",
     "ConversationRecord",
     "ConversationSummary",
+    "ConversationTooLarge",
     "KeyNameTaken",
     "LeaseLost",
     "ModelUsage",
@@ -36,4 +43,5 @@ __all__ = [
     "StoreError",
     "StoredCallerKey",
     "StoredEvent",
+    "UnknownCursor",
 ]
