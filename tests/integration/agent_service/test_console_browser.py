@@ -528,8 +528,12 @@ async def test_a_conversation_longer_than_a_page_shows_its_newest_page_each_run_
         for index in range(3):
             stack.llm.push(fake_openai.text(f"answer {index}"))
             question = f"question {index} " + "x" * 400_000
-            body = {"model": "gpt-4o", "conversationId": conversation_id, "tools": []}
-            body["messages"] = [{"role": "user", "content": question}]
+            body = {
+                "model": "gpt-4o",
+                "conversationId": conversation_id,
+                "tools": [],
+                "messages": [{"role": "user", "content": question}],
+            }
             response = await http.post("/api/v1/agent/run", json=body)
             assert response.status_code == 200, response.text
         paged = (await http.get(f"/api/v1/agent/conversations/{conversation_id}")).json()
