@@ -222,17 +222,26 @@ async def test_conversations_belong_to_their_tenant(stack: Stack) -> None:
     assert conversation in {c["conversationId"] for c in listed.json()["conversations"]}
 
 
-async def test_a_conversation_id_of_another_tenant_cannot_be_continued(stack: Stack) -> None:
-    conversation = "conv_" + uuid.uuid4().hex
+async def test_a_conversation_id_another_tenant_uses_is_a_new_conversation_of_ones_own(stack: Stack) -> None:
+    """Conversations are keyed by (tenant, id): globex naming acme's id gets exactly what an unused id gets (a new
+    conversation of its own), learns nothing of acme's, and acme's is left as it was."""
+    conversation, unused = "conv_" + uuid.uuid4().hex, "conv_" + uuid.uuid4().hex
     await _finished_run(stack, ACME_KEY, conversationId=conversation)
-    taken = await stack.http.post(
-        "/api/v1/agent/run", json=_run("hi", conversationId=conversation), headers=as_caller(GLOBEX_KEY)
-    )
-    assert taken.status_code == 409
-    assert taken.json()["error"]["code"] == "conversation_unavailable"
-    assert "acme" not in taken.text
+
+    answers = []
+    for conversation_id in (conversation, unused):
+        sent = len(stack.llm.requests)
+        answer = await _finished_run(stack, GLOBEX_KEY, conversationId=conversation_id)
+        answers.append((answer["messages"], [m["content"] for m in stack.llm.requests[sent]["messages"]]))
+    assert answers[0] == answers[1]
+    assert answers[0][1] == ["hello"], "nothing of acme's conversation reached the model"
+
+    theirs = await stack.http.get(f"/api/v1/agent/conversations/{conversation}", headers=as_caller(GLOBEX_KEY))
+    assert [m["content"] for m in theirs.json()["messages"]] == ["hello", "done"]
     mine = await stack.http.get(f"/api/v1/agent/conversations/{conversation}", headers=as_caller(ACME_KEY))
-    assert len(mine.json()["runs"]) == 1  # nothing of globex's was added to it
+    assert [m["content"] for m in mine.json()["messages"]] == ["hello", "done"]
+    assert len(mine.json()["runs"]) == 1, "nothing of globex's was added to acme's"
+    assert {run["runId"] for run in mine.json()["runs"]}.isdisjoint(run["runId"] for run in theirs.json()["runs"])
 
 
 def test_a_callers_file_that_cannot_be_used_ends_the_start_with_one_line(tmp_path: Path) -> None:

@@ -521,6 +521,42 @@ async def test_a_conversation_opened_from_the_list_mid_run_follows_its_run(stack
     await expect(page.locator(".answer")).to_have_count(1)
 
 
+async def test_a_conversation_longer_than_a_page_shows_its_newest_page_each_run_with_its_footer(
+    stack: Stack, page: Page
+) -> None:
+    # Three runs of 400 KB questions and short answers: the newest page (1 MiB at most) starts inside the first
+    # run, after its question.
+    conversation_id = f"long-{uuid.uuid4().hex}"
+    async with httpx.AsyncClient(base_url=stack.agent_url, timeout=30) as http:
+        for index in range(3):
+            stack.llm.push(fake_openai.text(f"answer {index}"))
+            question = f"question {index} " + "x" * 400_000
+            body = {
+                "model": "gpt-4o",
+                "conversationId": conversation_id,
+                "tools": [],
+                "messages": [{"role": "user", "content": question}],
+            }
+            response = await http.post("/api/v1/agent/run", json=body)
+            assert response.status_code == 200, response.text
+        paged = (await http.get(f"/api/v1/agent/conversations/{conversation_id}")).json()
+    assert "earlier" in paged
+    assert [m["content"][:10] for m in paged["messages"]] == [
+        "answer 0",
+        "question 1",
+        "answer 1",
+        "question 2",
+        "answer 2",
+    ]
+
+    await page.reload()
+    await page.locator(f"#conversations button[data-conversation-id='{conversation_id}']").click()
+    await expect(page.locator("#transcript .note")).to_have_text("Earlier messages of this conversation are not shown.")
+    await expect(page.locator(".message.user")).to_have_count(2, timeout=WAIT_MS)
+    await expect(page.locator(".answer")).to_have_text(["answer 0", "answer 1", "answer 2"])
+    await expect(page.locator(".run-footer")).to_have_count(3)
+
+
 async def test_without_a_run_store_a_message_runs_on_its_own(stack: Stack, page: Page) -> None:
     bodies = run_bodies(page)
     await page.goto(f"{stack.unstored_agent_url}/console")

@@ -21,22 +21,26 @@ from typing import Any
 import anyio
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from agent_service.store import (
     DEFAULT_TENANT,
     ConversationBusy,
-    ConversationTaken,
+    ConversationFull,
+    ConversationLimits,
+    ConversationTooLarge,
     LeaseLost,
     NewRun,
     RunStore,
     Step,
     StoredEvent,
     StoreError,
+    UnknownCursor,
 )
 from agent_service.store._engine import Database, database_url, open_database
-from agent_service.store._migrations import current_revision, head_revision, upgrade
+from agent_service.store._migrations import alembic_config, current_revision, head_revision, upgrade
 from agent_service.store.schema import metadata, usage_log
 from suite_common.wire import (
     Message,
@@ -307,9 +311,12 @@ async def test_conversations_are_listed_newest_first_with_their_title_run_count_
     await store.create_run(second, owner="replica-a", lease_seconds=LEASE)
     only = new_run(conversation_id=newer, messages=[Message(role="user", content="Hi")])
     await store.create_run(only, owner="replica-a", lease_seconds=LEASE)
-    await store.finish(
-        only.run_id, Step(status="failed", error=RunErrorDetail(code="x", message="y")), owner="replica-a"
+    answered_then_failed = Step(
+        messages=[(1, Message(role="assistant", content="Calling a tool."))],
+        status="failed",
+        error=RunErrorDetail(code="x", message="y"),
     )
+    await store.finish(only.run_id, answered_then_failed, owner="replica-a")
     await store.create_run(new_run(), owner="replica-a", lease_seconds=LEASE)  # no conversation: not listed
 
     listed = await store.list_conversations(10)
@@ -344,19 +351,141 @@ async def test_a_conversation_is_read_and_listed_by_its_own_tenant_only(store: R
     assert len(await store.list_conversations(10)) == 2  # no tenant: every tenant's
 
 
-async def test_a_conversation_of_another_tenant_is_not_continued(store: RunStore) -> None:
+async def test_the_same_conversation_id_of_two_tenants_is_two_conversations(store: RunStore) -> None:
     conversation = f"conv_{uuid.uuid4().hex}"
     first = dataclasses.replace(new_run(conversation_id=conversation), tenant="acme")
-    await store.create_run(first, owner="replica-a", lease_seconds=LEASE)
+    await store.create_run(first, owner="replica-a", lease_seconds=LEASE)  # still active: globex is not kept waiting
+    other = dataclasses.replace(
+        new_run(conversation_id=conversation, messages=[Message(role="user", content="globex's")]), tenant="globex"
+    )
+
+    assert await store.create_run(other, owner="replica-a", lease_seconds=LEASE) == []
+
     await store.finish(first.run_id, Step(status="completed", finish_reason="stop"), owner="replica-a")
-    intruder = dataclasses.replace(new_run(conversation_id=conversation), tenant="globex")
-
-    with pytest.raises(ConversationTaken):
-        await store.create_run(intruder, owner="replica-a", lease_seconds=LEASE)
-
-    assert await store.get_run(intruder.run_id) is None
     again = dataclasses.replace(new_run(conversation_id=conversation), tenant="acme")
     assert await store.create_run(again, owner="replica-a", lease_seconds=LEASE) == first.input_messages
+    acme = await store.get_conversation(conversation, tenant="acme")
+    globex = await store.get_conversation(conversation, tenant="globex")
+    assert acme is not None
+    assert globex is not None
+    assert [run.run_id for run in acme.runs] == [first.run_id, again.run_id]
+    assert [run.run_id for run in globex.runs] == [other.run_id]
+    assert [message.content for message in globex.messages] == ["globex's"]
+    assert await store.earlier_messages(again.run_id) == first.input_messages
+    listed = await store.list_conversations(10, tenant="globex")
+    assert [(c.conversation_id, c.runs, c.first_user_text) for c in listed] == [(conversation, 1, "globex's")]
+
+
+async def _answered_run(store: RunStore, conversation: str, question: str, answer: str) -> NewRun:
+    run = new_run(conversation_id=conversation, messages=[Message(role="user", content=question)])
+    await store.create_run(run, owner="replica-a", lease_seconds=LEASE)
+    step = Step(messages=[(1, Message(role="assistant", content=answer))], status="completed", finish_reason="stop")
+    await store.finish(run.run_id, step, owner="replica-a")
+    return run
+
+
+async def test_a_run_that_failed_before_the_model_answered_leaves_its_conversation_as_it_was(store: RunStore) -> None:
+    """Its input is stored with it (the run reads back whole) but is no part of the conversation: not sent again
+    with the next run, not shown, not counted in its size (a run refused for its size would refuse every next one)."""
+    conversation = f"conv_{uuid.uuid4().hex}"
+    answered = await _answered_run(store, conversation, "one", "first answer")
+    before = await store.get_conversation(conversation)
+    [listed_before] = await store.list_conversations(10)
+    refused = new_run(conversation_id=conversation, messages=[Message(role="user", content="x" * 5000)])
+    await store.create_run(refused, owner="replica-a", lease_seconds=LEASE)
+    error = RunErrorDetail(code="payload_too_large", message="completion-service: too large")
+    await store.finish(refused.run_id, Step(status="failed", error=error, iterations=1), owner="replica-a")
+
+    after = await store.get_conversation(conversation)
+    assert before is not None
+    assert after is not None
+    assert (after.messages, [run.run_id for run in after.runs]) == (before.messages, [answered.run_id])
+    [listed] = await store.list_conversations(10)
+    assert (listed.runs, listed.latest_status, listed.first_user_text) == (1, "completed", "one")
+    assert listed_before.runs == 1
+    assert await store.run_messages(refused.run_id) == refused.input_messages
+    limits = ConversationLimits(max_bytes=200, max_runs=10)
+    next_run = new_run(conversation_id=conversation, messages=[Message(role="user", content="two")])
+    earlier = await store.create_run(next_run, owner="replica-a", lease_seconds=LEASE, limits=limits)
+    assert earlier == before.messages
+    assert await store.earlier_messages(next_run.run_id) == before.messages
+    only_refused = new_run(conversation_id=f"conv_{uuid.uuid4().hex}")
+    await store.create_run(only_refused, owner="replica-a", lease_seconds=LEASE)
+    await store.finish(only_refused.run_id, Step(status="failed", error=error), owner="replica-a")
+    assert await store.get_conversation(only_refused.conversation_id or "") is None, "as if never used"
+
+
+async def test_a_run_past_its_conversations_size_or_run_count_is_refused_storing_nothing(store: RunStore) -> None:
+    conversation = f"conv_{uuid.uuid4().hex}"
+    await _answered_run(store, conversation, "one", "first answer")
+    question = Message(role="user", content="y" * 100)
+    adding = len(json.dumps(question.model_dump(mode="json", by_alias=True, exclude_none=True)))
+    too_large = new_run(conversation_id=conversation, messages=[question])
+    with pytest.raises(ConversationTooLarge) as measured:
+        await store.create_run(too_large, owner="replica-a", lease_seconds=LEASE, limits=ConversationLimits(1, 10))
+    stored = measured.value.stored  # the stored JSON's bytes, however each was written (compact or not)
+    assert len('{"role":"user","content":"one"}{"role":"assistant","content":"first answer"}') <= stored <= 100
+
+    with pytest.raises(ConversationTooLarge) as large:
+        await store.create_run(
+            too_large, owner="replica-a", lease_seconds=LEASE, limits=ConversationLimits(stored + adding - 1, 10)
+        )
+
+    assert (large.value.stored, large.value.adding, large.value.limit) == (stored, adding, stored + adding - 1)
+    assert await store.get_run(too_large.run_id) is None
+    await store.create_run(
+        too_large, owner="replica-a", lease_seconds=LEASE, limits=ConversationLimits(stored + adding, 10)
+    )
+    await store.finish(too_large.run_id, Step(status="completed"), owner="replica-a")
+    third = new_run(conversation_id=conversation)
+
+    with pytest.raises(ConversationFull) as full:
+        await store.create_run(third, owner="replica-a", lease_seconds=LEASE, limits=ConversationLimits(10**6, 2))
+
+    assert (full.value.runs, full.value.limit) == (2, 2)
+    assert await store.get_run(third.run_id) is None
+    record = await store.get_conversation(conversation)
+    assert record is not None
+    assert len(record.runs) == 2
+
+
+async def test_a_conversation_is_read_in_bounded_pages_newest_first_each_in_order(store: RunStore) -> None:
+    conversation = f"conv_{uuid.uuid4().hex}"
+    for index in range(5):
+        await _answered_run(store, conversation, f"q{index}", f"a{index}" + "z" * 100 * index)
+    whole = await store.get_conversation(conversation)
+    assert whole is not None
+    assert len(whole.messages) == 10
+
+    pages: list[list[Message]] = []
+    before: tuple[str, int] | None = None
+    while True:
+        page = await store.get_conversation(conversation, limit=3, max_bytes=400, before=before)
+        assert page is not None
+        sizes = [len(json.dumps(m.model_dump(mode="json", by_alias=True, exclude_none=True))) for m in page.messages]
+        assert 1 <= len(page.messages) <= 3
+        assert len(page.messages) == 1 or sum(sizes) <= 400
+        run_of = {run.run_id for run in page.runs}
+        assert [run.run_id for run in page.runs] == [run.run_id for run in whole.runs if run.run_id in run_of]
+        pages.insert(0, page.messages)
+        if page.earlier is None:
+            break
+        before = page.earlier
+    assert [message for page in pages for message in page] == whole.messages
+    assert len(pages) > 10 / 3, "the bytes bound the pages as well as the count"
+    latest = await store.get_conversation(conversation, limit=2)
+    assert latest is not None
+    assert [m.content for m in latest.messages] == ["q4", "a4" + "z" * 400]
+    assert [run.run_id for run in latest.runs] == [whole.runs[-1].run_id]
+    assert latest.earlier == (whole.runs[-1].run_id, 0)
+    everything = await store.get_conversation(conversation, limit=10)
+    assert everything is not None
+    assert (everything.messages, everything.earlier) == (whole.messages, None)
+    with pytest.raises(UnknownCursor):
+        await store.get_conversation(conversation, limit=2, before=("run_of_nobody", 0))
+    other = await _answered_run(store, f"conv_{uuid.uuid4().hex}", "elsewhere", "answer")
+    with pytest.raises(UnknownCursor):
+        await store.get_conversation(conversation, limit=2, before=(other.run_id, 1))
 
 
 async def test_a_conversation_without_a_user_message_is_listed_without_a_title(store: RunStore) -> None:
@@ -380,7 +509,7 @@ async def test_a_conversation_takes_one_active_run_at_a_time(store: RunStore) ->
 
     assert (busy.value.conversation_id, busy.value.run_id) == (conversation, first.run_id)
     assert await store.get_run(second.run_id) is None
-    await store.finish(first.run_id, Step(status="failed", error=RunErrorDetail(code="x", message="y")), owner=None)
+    await store.finish(first.run_id, Step(status="cancelled", finish_reason="cancelled"), owner=None)
     await store.create_run(second, owner="replica-a", lease_seconds=LEASE)
     record = await store.get_conversation(conversation)
     assert record is not None
@@ -596,6 +725,91 @@ async def test_the_migrated_schema_is_the_schema_the_store_declares(
     else:
         with fresh_postgres_database("agent_migrate") as url:
             await migrate_and_compare(url)
+
+
+def _upgrade_to(revision: str) -> Callable[[sa.Connection], None]:
+    def upgrade_on(connection: sa.Connection) -> None:
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+
+    return upgrade_on
+
+
+_LEGACY_ROWS = """
+INSERT INTO conversations (conversation_id, caller, tenant, created_at, updated_at) VALUES
+    ('legacy', NULL, NULL, '2026-11-01 10:00:00', '2026-11-01 10:05:00'),
+    ('acme-talk', 'acme-key', 'acme', '2026-11-02 10:00:00', '2026-11-02 10:00:00');
+INSERT INTO runs (run_id, conversation_id, caller, tenant, model, status, iterations, input_tokens, output_tokens,
+    plan, created_at, updated_at, resumes, cancel_requested, last_seq) VALUES
+    ('run_l1', 'legacy', NULL, NULL, 'm', 'completed', 1, 1, 1, '{}', '2026-11-01 10:00:00', '2026-11-01 10:00:00',
+     0, false, 2),
+    ('run_l2', 'legacy', NULL, NULL, 'm', 'completed', 1, 1, 1, '{}', '2026-11-01 10:05:00', '2026-11-01 10:05:00',
+     0, false, 1),
+    ('run_a1', 'acme-talk', 'acme-key', 'acme', 'm', 'completed', 1, 1, 1, '{}', '2026-11-02 10:00:00',
+     '2026-11-02 10:00:00', 0, false, 0),
+    ('run_alone', NULL, NULL, NULL, 'm', 'completed', 1, 1, 1, '{}', '2026-11-03 10:00:00', '2026-11-03 10:00:00',
+     0, false, 0);
+INSERT INTO run_messages (run_id, position, message) VALUES
+    ('run_l1', 0, '{"role": "user", "content": "first"}'),
+    ('run_l1', 1, '{"role": "assistant", "content": "first answer"}'),
+    ('run_l2', 0, '{"role": "user", "content": "second"}'),
+    ('run_a1', 0, '{"role": "user", "content": "acme asks"}'),
+    ('run_alone', 0, '{"role": "user", "content": "alone"}');
+INSERT INTO run_events (run_id, seq, type, data) VALUES
+    ('run_l1', 1, 'text', '{}'), ('run_l1', 2, 'done', '{}'), ('run_l2', 1, 'done', '{}');
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_conversations_stored_before_tenant_keys_stay_readable_by_their_tenant(
+    backend: str, tmp_path: Path
+) -> None:
+    """A store at revision 0002 (conversations one namespace) upgraded: each conversation is its runs' tenant's
+    (``default`` for those stored without one), nothing of its runs, messages or events is lost, and another tenant
+    may then use the same id for a conversation of its own."""
+
+    async def check(url: str) -> None:
+        database = open_database(database_url(url))
+        try:
+            await database.run("migrate to 0002", _upgrade_to("0002"), write=True)
+
+            def insert_legacy(connection: sa.Connection) -> None:
+                for statement in _LEGACY_ROWS.split(";"):
+                    if statement.strip():
+                        connection.exec_driver_sql(statement)
+
+            await database.run("store rows of 0002", insert_legacy, write=True)
+            assert await upgrade(database) == head_revision()
+        finally:
+            await database.dispose()
+        store = await RunStore.open(url)
+        try:
+            legacy = await store.get_conversation("legacy", tenant=DEFAULT_TENANT)
+            assert legacy is not None
+            assert [run.run_id for run in legacy.runs] == ["run_l1", "run_l2"]
+            assert [m.content for m in legacy.messages] == ["first", "first answer", "second"]
+            assert [e.seq for e in await store.events_after("run_l1", 0)] == [1, 2]
+            assert await store.get_conversation("legacy", tenant="acme") is None
+            acme = await store.get_conversation("acme-talk", tenant="acme")
+            assert acme is not None
+            assert [m.content for m in acme.messages] == ["acme asks"]
+            assert await store.get_conversation("acme-talk", tenant=DEFAULT_TENANT) is None
+            assert await store.run_messages("run_alone") == [Message(role="user", content="alone")]
+            listed = await store.list_conversations(10, tenant="acme")
+            assert [(c.conversation_id, c.runs) for c in listed] == [("acme-talk", 1)]
+            continued = dataclasses.replace(new_run(conversation_id="acme-talk"), tenant="acme")
+            assert await store.create_run(continued, owner="r", lease_seconds=LEASE) == acme.messages
+            globex = dataclasses.replace(new_run(conversation_id="acme-talk"), tenant="globex")
+            assert await store.create_run(globex, owner="r", lease_seconds=LEASE) == []
+        finally:
+            await store.aclose()
+
+    if backend == "sqlite":
+        await check(f"sqlite:///{tmp_path}/legacy.db")
+    else:
+        with fresh_postgres_database("agent_migrate") as url:
+            await check(url)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

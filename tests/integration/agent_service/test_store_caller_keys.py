@@ -61,10 +61,13 @@ class Stack:
     http: httpx.AsyncClient
 
 
-def keys_command(database_url: str, *arguments: str) -> subprocess.CompletedProcess[str]:
-    """``python -m agent_service.keys <arguments>`` as an operator runs it, against ``database_url``."""
+def keys_command(database_url: str, *arguments: str, callers: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m agent_service.keys <arguments>`` as an operator runs it, against ``database_url``, with the
+    callers file ``callers`` (``AGENT_CALLERS_FILE``) if any."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("AGENT_")}
     env["AGENT_DATABASE_URL"] = database_url
+    if callers is not None:
+        env["AGENT_CALLERS_FILE"] = str(callers)
     return subprocess.run(
         [sys.executable, "-m", "agent_service.keys", *arguments],
         env=env,
@@ -75,8 +78,8 @@ def keys_command(database_url: str, *arguments: str) -> subprocess.CompletedProc
     )
 
 
-def new_key(database_url: str, name: str, tenant: str, *extra: str) -> str:
-    made = keys_command(database_url, "add", "--name", name, "--tenant", tenant, *extra)
+def new_key(database_url: str, name: str, tenant: str, *extra: str, callers: Path | None = None) -> str:
+    made = keys_command(database_url, "add", "--name", name, "--tenant", tenant, *extra, callers=callers)
     assert made.returncode == 0, made.stderr
     key = made.stdout.strip()
     assert len(key) >= 43, "the key alone on stdout"
@@ -143,7 +146,7 @@ def _unique(name: str) -> str:
 
 
 async def test_a_key_made_by_the_command_runs_the_agent_as_its_tenant(stack: Stack) -> None:
-    key = new_key(stack.database_url, _unique("acme-store"), "acme", "--trusted")
+    key = new_key(stack.database_url, _unique("acme-store"), "acme", "--trusted", callers=stack.callers)
     stack.llm.push(fake_openai.text("done"))
     response = await stack.http.post("/api/v1/agent/run", json=_run(), headers=_as(key, **{"X-User-Id": "u-1"}))
     assert response.status_code == 200, response.text
@@ -152,7 +155,7 @@ async def test_a_key_made_by_the_command_runs_the_agent_as_its_tenant(stack: Sta
 
 async def test_a_revoked_key_is_refused_at_the_next_request(stack: Stack) -> None:
     name = _unique("acme-store")
-    key = new_key(stack.database_url, name, "acme")
+    key = new_key(stack.database_url, name, "acme", callers=stack.callers)
     assert (await stack.http.get(CONVERSATIONS, headers=_as(key))).status_code == 200
     revoked = keys_command(stack.database_url, "revoke", "--name", name)
     assert revoked.returncode == 0, revoked.stderr
@@ -198,7 +201,7 @@ async def test_runs_of_a_store_key_belong_to_its_tenant(stack: Stack) -> None:
 
 def test_the_command_lists_names_and_never_a_key(stack: Stack) -> None:
     name = _unique("listed")
-    key = new_key(stack.database_url, name, "globex", "--trusted")
+    key = new_key(stack.database_url, name, "globex", "--trusted", "--allow-unlisted-tenant")
     keys_command(stack.database_url, "revoke", "--name", name)
     listed = keys_command(stack.database_url, "list")
     assert listed.returncode == 0, listed.stderr
@@ -211,8 +214,8 @@ def test_the_command_lists_names_and_never_a_key(stack: Stack) -> None:
 
 def test_the_command_refuses_a_taken_name_and_an_unknown_one(stack: Stack) -> None:
     name = _unique("taken")
-    new_key(stack.database_url, name, "acme")
-    again = keys_command(stack.database_url, "add", "--name", name, "--tenant", "acme")
+    new_key(stack.database_url, name, "acme", callers=stack.callers)
+    again = keys_command(stack.database_url, "add", "--name", name, "--tenant", "acme", callers=stack.callers)
     assert (again.returncode, again.stdout) == (1, "")
     assert "stored already" in again.stderr
     unknown = keys_command(stack.database_url, "revoke", "--name", _unique("nobody"))
@@ -220,9 +223,33 @@ def test_the_command_refuses_a_taken_name_and_an_unknown_one(stack: Stack) -> No
     assert keys_command("", "list").returncode == 2, "no database, nothing to do"
 
 
+def test_the_command_refuses_the_name_of_a_key_of_the_callers_file(stack: Stack) -> None:
+    refused = keys_command(stack.database_url, "add", "--name", "acme-file", "--tenant", "acme", callers=stack.callers)
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert "A key of the callers file" in refused.stderr
+    assert "'acme-file'" in refused.stderr
+    listed = keys_command(stack.database_url, "list")
+    assert "acme-file" not in listed.stdout, "nothing stored"
+
+
+def test_the_command_refuses_a_tenant_without_a_table_unless_allowed(stack: Stack) -> None:
+    name = _unique("typo")
+    refused = keys_command(stack.database_url, "add", "--name", name, "--tenant", "acmee", callers=stack.callers)
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert "no [tenants.acmee] table" in refused.stderr
+    assert "--allow-unlisted-tenant" in refused.stderr
+    without_file = keys_command(stack.database_url, "add", "--name", name, "--tenant", "acme")
+    assert (without_file.returncode, without_file.stdout) == (1, "")
+    assert "AGENT_CALLERS_FILE is not set" in without_file.stderr
+    assert name not in keys_command(stack.database_url, "list").stdout, "nothing stored"
+    new_key(stack.database_url, name, "acmee", "--allow-unlisted-tenant", callers=stack.callers)
+    [line] = [line.split() for line in keys_command(stack.database_url, "list").stdout.splitlines() if name in line]
+    assert line[:2] == [name, "acmee"]
+
+
 async def test_an_unreachable_store_is_a_503_not_a_401(stack: Stack, own_postgres_url: str) -> None:
     database = own_postgres_url.rsplit("/", 1)[1]
-    key = new_key(own_postgres_url, "acme-pg", "acme")  # the command on PostgreSQL too
+    key = new_key(own_postgres_url, "acme-pg", "acme", callers=stack.callers)  # the command on PostgreSQL too
     async with (
         _agent(stack.completion_url, stack.gateway, own_postgres_url, None) as agent_url,
         httpx.AsyncClient(base_url=agent_url, timeout=30) as http,

@@ -597,9 +597,13 @@ class ConversationView(WireModel):
     created_at: str
     updated_at: str
     messages: list[Message]
-    """Every run's messages, run after run: what a next run continues."""
+    """Every run's messages, run after run: what a next run continues (a run that failed before the model answered
+    it adds none). One page of them: the newest, or those before ``?before=``."""
     runs: list[RunView]
-    """Oldest first, without their messages (they are above)."""
+    """The runs of ``messages``, oldest first, without their messages (they are above)."""
+    earlier: str | None = None
+    """The cursor of the page before this one (pass it as ``?before=``); absent: this page starts at the
+    conversation's first message (a conversation of one page answers as it always did)."""
 
 
 class ConversationSummaryView(WireModel):

@@ -202,7 +202,10 @@ _RUN = Operation(
         ),
         403: "The tenant may not run this model (model_not_allowed) or use a tool the run names (tool_not_allowed); "
         "or the run is under a cost limit and the model, or one of its fallbacks, has no price (model_not_priced).",
-        409: "The conversation (conversationId) has a run in progress.",
+        409: "The conversation (conversationId) has a run in progress (conversation_busy), or as many runs as it may "
+        "have (conversation_full).",
+        413: "The body is larger than the service accepts; or the run's messages would take its conversation past the "
+        "size it may have (conversation_too_large).",
         429: "The tenant has its cap of runs in progress (too_many_runs), or the tenant or end user has used up a "
         "monthly budget (budget_exhausted); Retry-After says when to try again.",
         503: "The service is shutting down, or the run store or the run limits (Redis) are unavailable (Retry-After).",

@@ -32,6 +32,11 @@ __all__ = ["MAX_EVENT_ID", "event_sender", "run_view", "runs_routes"]
 _MAX_ID_CHARS = 128
 _DEFAULT_CONVERSATIONS = 50
 _MAX_CONVERSATIONS = 200
+_DEFAULT_PAGE_MESSAGES = 200
+_MAX_PAGE_MESSAGES = 1000
+PAGE_BYTES = 1024 * 1024
+"""A page of a conversation stops taking messages once they hold this many bytes (it has one at least): a huge
+conversation is never answered whole."""
 _TITLE_CHARS = 80
 
 MAX_EVENT_ID = 2**31 - 1
@@ -131,12 +136,28 @@ async def cancel_run(request: Request) -> Response:
     return ModelResponse(run_view(record))
 
 
+def _cursor(request: Request) -> tuple[str, int] | None:
+    """``?before=``: a page's ``earlier``, ``<runId>:<position>`` (the run and position of its first message)."""
+    raw = request.query_params.get("before")
+    if raw is None:
+        return None
+    run_id, _, position = raw.rpartition(":")
+    if not run_id or len(run_id) > _MAX_ID_CHARS or not position.isdigit() or len(position) > 9:
+        raise ApiError(400, "invalid_request", f"before must be the earlier of a page (got {clip(raw)!r}).")
+    return run_id, int(position)
+
+
 async def get_conversation(request: Request) -> Response:
     runs = _runs(request)
     conversation_id = _path_id(request, "conversationId")
-    conversation = await runs.conversation(conversation_id, tenant=caller_of(request).tenant)
+    limit = _limit(request, _DEFAULT_PAGE_MESSAGES, _MAX_PAGE_MESSAGES)
+    before = _cursor(request)
+    conversation = await runs.conversation(
+        conversation_id, tenant=caller_of(request).tenant, limit=limit, max_bytes=PAGE_BYTES, before=before
+    )
     if conversation is None:
         raise ApiError(404, "conversation_not_found", f"No conversation {clip(conversation_id)} is stored.")
+    earlier = conversation.earlier
     return ModelResponse(
         ConversationView(
             conversation_id=conversation.conversation_id,
@@ -144,20 +165,19 @@ async def get_conversation(request: Request) -> Response:
             updated_at=conversation.updated_at.isoformat(),
             messages=conversation.messages,
             runs=[run_view(record) for record in conversation.runs],
+            earlier=f"{earlier[0]}:{earlier[1]}" if earlier is not None else None,
         )
     )
 
 
-def _limit(request: Request) -> int:
-    raw = request.query_params.get("limit", str(_DEFAULT_CONVERSATIONS))
+def _limit(request: Request, default: int, maximum: int) -> int:
+    raw = request.query_params.get("limit", str(default))
     try:
         limit = int(raw.strip())
     except ValueError:
         limit = 0
-    if not 1 <= limit <= _MAX_CONVERSATIONS:
-        raise ApiError(
-            400, "invalid_request", f"limit must be a whole number from 1 to {_MAX_CONVERSATIONS} (got {clip(raw)!r})."
-        )
+    if not 1 <= limit <= maximum:
+        raise ApiError(400, "invalid_request", f"limit must be a whole number from 1 to {maximum} (got {clip(raw)!r}).")
     return limit
 
 
@@ -179,7 +199,7 @@ def _summary_view(summary: ConversationSummary) -> ConversationSummaryView:
 
 async def list_conversations(request: Request) -> Response:
     runs = _runs(request)
-    limit = _limit(request)
+    limit = _limit(request, _DEFAULT_CONVERSATIONS, _MAX_CONVERSATIONS)
     listed = await runs.conversations(limit, tenant=caller_of(request).tenant)
     return ModelResponse(ConversationList(conversations=[_summary_view(summary) for summary in listed]))
 
@@ -201,9 +221,14 @@ _CANCEL = Operation(
     errors={404: _NOT_STORED},
 )
 _GET_CONVERSATION = Operation(
-    "A stored conversation: its messages, run after run, and its runs",
+    "A stored conversation, a page at a time: its newest messages (?limit=1..1000, 200 by default, at most 1 MiB of "
+    "them; earlier ones with ?before=<the page's earlier>), run after run, and their runs",
     answer=ConversationView,
-    errors={404: "No such conversation is stored, or runs are not stored."},
+    errors={
+        400: "limit is not a whole number from 1 to 1000, or before is not the earlier of a page of it.",
+        404: "No such conversation is stored, or runs are not stored.",
+        503: "The run store is unavailable (Retry-After).",
+    },
 )
 
 _LIST_CONVERSATIONS = Operation(

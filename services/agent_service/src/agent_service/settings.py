@@ -99,6 +99,14 @@ class AgentSettings(ServiceSettings):
     database_migrate: bool = True
     """Bring the database schema to the newest revision at start (replicas take turns). Off: run
     ``python -m agent_service.store.migrate`` before starting."""
+    conversation_max_bytes: int = Field(default=2 * 1024 * 1024, ge=1024)
+    """What one conversation's messages may hold, in bytes of their stored JSON. Every run sends the model its whole
+    conversation, which a replica holds in memory meanwhile: a run whose input would take its conversation past this
+    is refused before anything of it is stored (413 ``conversation_too_large``). Keep it well under completion-service's
+    request body limit (8 MiB), which the conversation, the tools and the system prompt share."""
+    conversation_max_runs: int = Field(default=1000, ge=1)
+    """Runs one conversation may have (every run started in it counts); one more is refused before anything of it is
+    stored (409 ``conversation_full``)."""
     lease_seconds: float = Field(default=15.0, ge=1)
     """A replica holds each run it executes for this long, renewed every third of it; when a replica dies, another
     takes its runs over once their lease has expired."""

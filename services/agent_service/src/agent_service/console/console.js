@@ -538,10 +538,11 @@
   // --- stored conversations -------------------------------------------------------------------------
 
   // Renders stored messages as turns: a user message opens one; the assistant's reasoning, tool calls and
-  // answer fill it; each tool message fills its call's card. ``runs`` (oldest first) give the footers.
+  // answer fill it; each tool message fills its call's card. ``runs`` (oldest first) give the footers. A page
+  // that starts inside a run (after its question) starts with that run's footer to come.
   function renderStored(messages, runs) {
     let turn = null;
-    let runIndex = -1;
+    let runIndex = messages.length && messages[0].role !== "user" && messages[0].role !== "system" ? 0 : -1;
     const closeTurn = () => {
       const run = runs[runIndex];
       if (turn && run) {
@@ -593,6 +594,10 @@
     }
     let messages = conversation.messages || [];
     let runs = conversation.runs || [];
+    if (conversation.earlier) {
+      // The newest page only: a long conversation is never loaded whole (the API answers it in pages).
+      ui.transcript.appendChild(el("p", "note standalone", "Earlier messages of this conversation are not shown."));
+    }
     const last = runs[runs.length - 1];
     if (!last || !ACTIVE_STATUSES.has(last.status)) {
       renderStored(messages, runs);

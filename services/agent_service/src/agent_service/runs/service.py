@@ -34,15 +34,18 @@ from agent_service.spending import LocalSpendLedger, Spending
 from agent_service.store import (
     DEFAULT_TENANT,
     ConversationBusy,
+    ConversationFull,
+    ConversationLimits,
     ConversationRecord,
     ConversationSummary,
-    ConversationTaken,
+    ConversationTooLarge,
     ModelUsage,
     NewRun,
     RunRecord,
     RunStore,
     StoredEvent,
     StoreError,
+    UnknownCursor,
 )
 from suite_common.errors import ApiError
 from suite_common.lifecycle import Lifecycle
@@ -195,21 +198,31 @@ class AgentRuns:
             tenant=caller.tenant,
             user=caller.user,
         )
+        limits = ConversationLimits(self.settings.conversation_max_bytes, self.settings.conversation_max_runs)
         try:
-            earlier = await store.create_run(new, owner=self.owner, lease_seconds=self.settings.lease_seconds)
+            earlier = await store.create_run(
+                new, owner=self.owner, lease_seconds=self.settings.lease_seconds, limits=limits
+            )
+        except ConversationTooLarge as large:
+            raise ApiError(
+                413,
+                "conversation_too_large",
+                f"Conversation {large.conversation_id} holds {large.stored} bytes of messages; with this run's "
+                f"{large.adding} it would pass its limit of {large.limit} bytes. Start a new conversation.",
+            ) from None
+        except ConversationFull as full:
+            raise ApiError(
+                409,
+                "conversation_full",
+                f"Conversation {full.conversation_id} has {full.runs} runs, its limit of runs. Start a new "
+                "conversation.",
+            ) from None
         except ConversationBusy as busy:
             raise ApiError(
                 409,
                 "conversation_busy",
                 f"Conversation {busy.conversation_id} has a run in progress ({busy.run_id}); "
                 "wait for it to end or cancel it.",
-            ) from None
-        except ConversationTaken:
-            # Said without saying whose: the id is taken, nothing more (see docs/callers.md).
-            raise ApiError(
-                409,
-                "conversation_unavailable",
-                f"conversationId {request.conversation_id} cannot be used; choose another one.",
             ) from None
         except StoreError as error:
             raise _unavailable(error) from None
@@ -413,9 +426,17 @@ class AgentRuns:
         except StoreError as error:
             raise _unavailable(error) from None
 
-    async def conversation(self, conversation_id: str, *, tenant: str) -> ConversationRecord | None:
+    async def conversation(
+        self, conversation_id: str, *, tenant: str, limit: int, max_bytes: int, before: tuple[str, int] | None
+    ) -> ConversationRecord | None:
+        """A page of the tenant's conversation (see ``RunStore.get_conversation``); a ``before`` that names no run
+        of it is a 400."""
         try:
-            return await self._store().get_conversation(conversation_id, tenant=tenant)
+            return await self._store().get_conversation(
+                conversation_id, tenant=tenant, limit=limit, max_bytes=max_bytes, before=before
+            )
+        except UnknownCursor:
+            raise ApiError(400, "invalid_request", "before is not a cursor of this conversation.") from None
         except StoreError as error:
             raise _unavailable(error) from None
 

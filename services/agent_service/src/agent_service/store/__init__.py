@@ -5,9 +5,11 @@ from agent_service.store.records import (
     ACTIVE_STATUSES,
     DEFAULT_TENANT,
     ConversationBusy,
+    ConversationFull,
+    ConversationLimits,
     ConversationRecord,
     ConversationSummary,
-    ConversationTaken,
+    ConversationTooLarge,
     LeaseLost,
     ModelUsage,
     NewRun,
@@ -16,6 +18,7 @@ from agent_service.store.records import (
     Step,
     StoredEvent,
     StoreError,
+    UnknownCursor,
 )
 from agent_service.store.run_store import RunStore
 
@@ -24,9 +27,11 @@ __all__ = [
     "DEFAULT_TENANT",
     "CallerKeyStore",
     "ConversationBusy",
+    "ConversationFull",
+    "ConversationLimits",
     "ConversationRecord",
     "ConversationSummary",
-    "ConversationTaken",
+    "ConversationTooLarge",
     "KeyNameTaken",
     "LeaseLost",
     "ModelUsage",
@@ -38,4 +43,5 @@ __all__ = [
     "StoreError",
     "StoredCallerKey",
     "StoredEvent",
+    "UnknownCursor",
 ]

@@ -102,6 +102,13 @@ class Database:
         it in a ``StoreError``. ``write``: the transaction writes (SQLite takes its write lock at once)."""
         raise NotImplementedError
 
+    async def migrate(self, what: str, body: Callable[[sa.Connection], T]) -> T:
+        """Run ``body``, a change of the schema, in one writing transaction. SQLite's: with foreign keys off, as
+        SQLite's own procedure for rebuilding a table says (a table dropped with them on deletes its rows first,
+        cascading to every table that refers to it), and checked before the commit (a violation: ``StoreError``,
+        nothing changed)."""
+        return await self.run(what, body, write=True)
+
     async def write_step(self, what: str, run_id: str, step: Step, *, owner: str | None, release: bool) -> bool:
         """Write one step of a run (``_steps``); ``False`` when its guard refused it (nothing written)."""
         raise NotImplementedError
@@ -173,6 +180,26 @@ class _SqliteDatabase(Database):
         def transaction() -> T:
             with self._engine.connect() as connection:
                 return _in_transaction(connection, body, write)
+
+        return await self._in_thread(what, transaction)
+
+    async def migrate(self, what: str, body: Callable[[sa.Connection], T]) -> T:
+        def checked(connection: sa.Connection) -> T:
+            result = body(connection)
+            violation = connection.exec_driver_sql("PRAGMA foreign_key_check").first()
+            if violation is not None:
+                raise StoreError(f"The run store could not {what}: a row of table {violation[0]} lost its reference.")
+            return result
+
+        def transaction() -> T:
+            with self._engine.connect() as connection:
+                # Outside any transaction (inside one SQLite ignores the pragma); the pooled connection gets them back.
+                driver: sqlite3.Connection = connection.connection.driver_connection  # type: ignore[assignment]
+                driver.execute("PRAGMA foreign_keys=OFF")
+                try:
+                    return _in_transaction(connection, checked, True)
+                finally:
+                    driver.execute("PRAGMA foreign_keys=ON")
 
         return await self._in_thread(what, transaction)
 

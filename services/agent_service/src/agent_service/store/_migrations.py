@@ -45,7 +45,7 @@ async def upgrade(database: Database) -> str:
     if key in _upgraded:
         return head_revision()
     # A writing transaction: on SQLite it takes the write lock before Alembic reads the revision.
-    revision = await database.run("bring the database schema up to date", _upgrade_on, write=True)
+    revision = await database.migrate("bring the database schema up to date", _upgrade_on)
     _upgraded.add(key)
     return revision
 

@@ -15,9 +15,11 @@ __all__ = [
     "ACTIVE_STATUSES",
     "DEFAULT_TENANT",
     "ConversationBusy",
+    "ConversationFull",
+    "ConversationLimits",
     "ConversationRecord",
     "ConversationSummary",
-    "ConversationTaken",
+    "ConversationTooLarge",
     "LeaseLost",
     "ModelUsage",
     "NewRun",
@@ -26,6 +28,7 @@ __all__ = [
     "Step",
     "StoreError",
     "StoredEvent",
+    "UnknownCursor",
 ]
 
 ACTIVE_STATUSES: tuple[RunStatus, ...] = ("processing", "tool_loop")
@@ -40,15 +43,8 @@ class LeaseLost(StoreError):
 
 
 DEFAULT_TENANT = "default"
-"""The tenant of a run or conversation stored without one (before callers were configured, or by an open API)."""
-
-
-class ConversationTaken(StoreError):
-    """The conversation id belongs to another tenant: not to be used, nor said whose it is."""
-
-    def __init__(self, conversation_id: str) -> None:
-        super().__init__(f"Conversation {conversation_id} belongs to another tenant.")
-        self.conversation_id = conversation_id
+"""The tenant of a run stored without one (before callers were configured, or by an open API), and of the
+conversations stored before conversations were keyed by tenant."""
 
 
 class ConversationBusy(StoreError):
@@ -58,6 +54,42 @@ class ConversationBusy(StoreError):
         super().__init__(f"Conversation {conversation_id} has a run in progress ({run_id}).")
         self.conversation_id = conversation_id
         self.run_id = run_id
+
+
+class ConversationTooLarge(StoreError):
+    """The conversation's messages and the new run's input together are larger than its limit: nothing is stored."""
+
+    def __init__(self, conversation_id: str, *, stored: int, adding: int, limit: int) -> None:
+        super().__init__(
+            f"Conversation {conversation_id} holds {stored} bytes of messages; with this run's {adding} it would "
+            f"hold more than {limit}."
+        )
+        self.conversation_id = conversation_id
+        self.stored, self.adding, self.limit = stored, adding, limit
+
+
+class ConversationFull(StoreError):
+    """The conversation has as many runs as it may have: nothing is stored."""
+
+    def __init__(self, conversation_id: str, *, runs: int, limit: int) -> None:
+        super().__init__(f"Conversation {conversation_id} has {runs} runs, its limit is {limit}.")
+        self.conversation_id = conversation_id
+        self.runs, self.limit = runs, limit
+
+
+class UnknownCursor(ValueError):
+    """A page cursor (``before``) that names no message of the conversation."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationLimits:
+    """What one conversation may hold, checked when a run of it is created (before anything of it is stored)."""
+
+    max_bytes: int
+    """Its messages' stored JSON, in bytes, with the new run's input (the run's own output may go past it: the next
+    run is then refused)."""
+    max_runs: int
+    """Its runs, every run started in it counted (one the model never answered too: its input is stored)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +175,13 @@ class ConversationRecord:
     created_at: datetime
     updated_at: datetime
     messages: list[Message]
-    """Every run's messages, run after run, in order."""
+    """Every run's messages, run after run, in order (one page of them when asked for a page); a run that failed
+    before the model answered it is not part of its conversation (its input is not sent again)."""
     runs: list[RunRecord]
-    """Oldest first."""
+    """Oldest first: the runs of ``messages`` (a run cut by the page's start is on both pages)."""
+    earlier: tuple[str, int] | None = None
+    """Where the page before this one ends, ``(run id, position)`` of this page's first message; ``None``: this
+    page starts at the conversation's first message."""
 
 
 @dataclass(frozen=True, slots=True)

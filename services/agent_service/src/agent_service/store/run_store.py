@@ -7,6 +7,8 @@ Times are the replica's wall clock, in UTC.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +23,11 @@ from agent_service.store.records import (
     ACTIVE_STATUSES,
     DEFAULT_TENANT,
     ConversationBusy,
+    ConversationFull,
+    ConversationLimits,
     ConversationRecord,
     ConversationSummary,
-    ConversationTaken,
+    ConversationTooLarge,
     LeaseLost,
     ModelUsage,
     NewRun,
@@ -31,6 +35,7 @@ from agent_service.store.records import (
     Step,
     StoredEvent,
     StoreError,
+    UnknownCursor,
 )
 from agent_service.store.schema import conversations, run_events, run_messages, runs, usage_log
 from suite_common.wire import Message, RunError, RunErrorDetail, Usage, dump
@@ -46,11 +51,6 @@ _FINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 _INSERT_RUN = runs.insert()
 _INSERT_MESSAGES = run_messages.insert()
 _INSERT_USAGE = usage_log.insert()
-
-
-def _of_tenant(column: sa.ColumnElement[str | None], tenant: str) -> sa.ColumnElement[bool]:
-    """A row of ``tenant``; a row stored without a tenant is the default tenant's."""
-    return sa.func.coalesce(column, DEFAULT_TENANT) == tenant
 
 
 _USAGE_SUMS = (
@@ -145,17 +145,27 @@ class RunStore:
 
     # --- a run's life ---------------------------------------------------------------------------------
 
-    async def create_run(self, run: NewRun, *, owner: str, lease_seconds: float) -> list[Message]:
+    async def create_run(
+        self, run: NewRun, *, owner: str, lease_seconds: float, limits: ConversationLimits | None = None
+    ) -> list[Message]:
         """Store a new run, status ``processing``, leased to ``owner``, with its input messages; creates its
         conversation when the id is new. Returns the conversation's earlier messages (every earlier run's, in
-        order; empty without a conversation). Raises ``ConversationBusy`` when the conversation has an active run."""
+        order, but those of runs that failed before the model answered; empty without a conversation). A
+        conversation is the run's tenant's: the same id of another tenant is another conversation. Raises (storing
+        nothing) ``ConversationBusy`` when the conversation has an active run, ``ConversationFull`` or
+        ``ConversationTooLarge`` when the run would take it past ``limits``."""
+        # A run of a conversation always has its tenant stored: the key of its conversation.
+        tenant = run.tenant if run.conversation_id is None else (run.tenant or DEFAULT_TENANT)
+        adding = sum(_stored_bytes(message) for message in run.input_messages) if limits is not None else 0
 
         def create(connection: Connection) -> list[Message]:
             now = _now()
             earlier: list[Message] = []
             if run.conversation_id is not None:
-                self._take_conversation(connection, run, run.conversation_id, now)
-                earlier = _conversation_messages(connection, run.conversation_id)
+                self._take_conversation(connection, run, tenant or DEFAULT_TENANT, run.conversation_id, now)
+                if limits is not None:
+                    _check_room(connection, tenant or DEFAULT_TENANT, run.conversation_id, adding, limits)
+                earlier = _conversation_messages(connection, tenant or DEFAULT_TENANT, run.conversation_id)
             # The values as parameters of one statement made once, not in ``values()``: a statement that holds
             # its values is built and its cache key computed again for every run.
             connection.execute(
@@ -164,7 +174,7 @@ class RunStore:
                     "run_id": run.run_id,
                     "conversation_id": run.conversation_id,
                     "caller": run.caller,
-                    "tenant": run.tenant,
+                    "tenant": tenant,
                     "user_id": run.user,
                     "model": run.model,
                     "status": "processing",
@@ -193,40 +203,35 @@ class RunStore:
 
         return await self._db.run(f"store the new run {run.run_id}", create, write=True)
 
-    def _take_conversation(self, connection: Connection, run: NewRun, conversation_id: str, now: datetime) -> None:
-        """Create the conversation if new, lock its row (PostgreSQL), and check that it is the run's tenant's
-        (``ConversationTaken``) and that no run of it is active (``ConversationBusy``)."""
+    def _take_conversation(
+        self, connection: Connection, run: NewRun, tenant: str, conversation_id: str, now: datetime
+    ) -> None:
+        """Create the tenant's conversation if new, lock its row (PostgreSQL), and check that no run of it is active
+        (``ConversationBusy``)."""
         connection.execute(
             self._insert(conversations)
             .values(
                 conversation_id=conversation_id,
                 caller=run.caller,
-                tenant=run.tenant,
+                tenant=tenant,
                 user_id=run.user,
                 created_at=now,
                 updated_at=now,
             )
-            .on_conflict_do_nothing(index_elements=[conversations.c.conversation_id])
+            .on_conflict_do_nothing(index_elements=[conversations.c.tenant, conversations.c.conversation_id])
         )
         # Two creates for one conversation queue here on PostgreSQL (SQLite: the writing transaction holds the
         # database's one write lock already), so the second sees the first's run below.
-        owner = connection.execute(
-            sa.select(conversations.c.tenant)
-            .where(conversations.c.conversation_id == conversation_id)
-            .with_for_update()
-        ).scalar_one()
-        if (owner or DEFAULT_TENANT) != (run.tenant or DEFAULT_TENANT):
-            raise ConversationTaken(conversation_id)
+        key = _conversation_key(tenant, conversation_id)
+        connection.execute(sa.select(conversations.c.conversation_id).where(*key).with_for_update()).one()
         active = connection.execute(
             sa.select(runs.c.run_id)
-            .where(runs.c.conversation_id == conversation_id, runs.c.status.in_(ACTIVE_STATUSES))
+            .where(*_runs_of(tenant, conversation_id), runs.c.status.in_(ACTIVE_STATUSES))
             .limit(1)
         ).scalar_one_or_none()
         if active is not None:
             raise ConversationBusy(conversation_id, active)
-        connection.execute(
-            conversations.update().where(conversations.c.conversation_id == conversation_id).values(updated_at=now)
-        )
+        connection.execute(conversations.update().where(*key).values(updated_at=now))
 
     async def record(self, run_id: str, step: Step, *, owner: str) -> None:
         """Write one step in one transaction: upsert its messages, insert its events, update the run's status and
@@ -260,11 +265,19 @@ class RunStore:
 
     async def earlier_messages(self, run_id: str) -> list[Message]:
         """The messages of the run's conversation that came before it (empty without a conversation)."""
-        this_run = sa.select(runs.c.conversation_id, runs.c.id).where(runs.c.run_id == run_id).subquery()
+        this_run = sa.select(runs.c.tenant, runs.c.conversation_id, runs.c.id).where(runs.c.run_id == run_id).subquery()
         query = (
             sa.select(run_messages.c.message)
             .join(runs, runs.c.run_id == run_messages.c.run_id)
-            .join(this_run, sa.and_(runs.c.conversation_id == this_run.c.conversation_id, runs.c.id < this_run.c.id))
+            .join(
+                this_run,
+                sa.and_(
+                    runs.c.tenant == this_run.c.tenant,
+                    runs.c.conversation_id == this_run.c.conversation_id,
+                    runs.c.id < this_run.c.id,
+                ),
+            )
+            .where(_in_conversation())
             .order_by(runs.c.id, run_messages.c.position)
         )
         return await self._db.run(
@@ -285,27 +298,70 @@ class RunStore:
 
         return await self._db.run(f"read the events of run {run_id}", read, write=False)
 
-    async def get_conversation(self, conversation_id: str, *, tenant: str | None = None) -> ConversationRecord | None:
-        """The conversation with its messages and runs; ``None`` for an unknown id, or one of another tenant than
-        ``tenant`` (``None``: any tenant)."""
+    async def get_conversation(
+        self,
+        conversation_id: str,
+        *,
+        tenant: str = DEFAULT_TENANT,
+        limit: int | None = None,
+        max_bytes: int | None = None,
+        before: tuple[str, int] | None = None,
+    ) -> ConversationRecord | None:
+        """``tenant``'s conversation with its messages and runs; ``None`` for an id the tenant has not used (or
+        used only for runs that failed before the model answered: they are no part of it).
+
+        A page of it when ``limit`` is given: its newest ``limit`` messages before ``before`` (a ``(run id,
+        position)`` from a page's ``earlier``; ``None``: the newest), fewer once they hold more than ``max_bytes``
+        (at least one), in order, and the runs they belong to. Raises ``UnknownCursor`` for a ``before`` that names
+        no run of the conversation. Only the page's messages are read: the keys and sizes of the others are."""
 
         def read(connection: Connection) -> ConversationRecord | None:
-            query = sa.select(conversations).where(conversations.c.conversation_id == conversation_id)
-            if tenant is not None:
-                query = query.where(_of_tenant(conversations.c.tenant, tenant))
+            query = sa.select(conversations).where(*_conversation_key(tenant, conversation_id))
             row = connection.execute(query).one_or_none()
             if row is None:
                 return None
-            run_rows = connection.execute(
-                sa.select(runs).where(runs.c.conversation_id == conversation_id).order_by(runs.c.id)
-            )
-            records = [_run_record(run_row) for run_row in run_rows]
+            conditions = [*_runs_of(tenant, conversation_id), _in_conversation()]
+            if before is not None:
+                cursor_run = connection.execute(
+                    sa.select(runs.c.id).where(*_runs_of(tenant, conversation_id), runs.c.run_id == before[0])
+                ).scalar_one_or_none()
+                if cursor_run is None:
+                    raise UnknownCursor(f"{before[0]} is no run of conversation {conversation_id}.")
+                conditions.append(_message_order() < _message_at(cursor_run, before[1]))
+            earlier: tuple[str, int] | None = None
+            if limit is not None:
+                keys = connection.execute(
+                    sa.select(runs.c.id, runs.c.run_id, run_messages.c.position, _size_of_message(connection))
+                    .select_from(_MESSAGES_OF_RUNS)
+                    .where(*conditions)
+                    .order_by(runs.c.id.desc(), run_messages.c.position.desc())
+                    .limit(limit + 1)
+                ).all()
+                taken = _page_length(keys, limit, max_bytes)
+                if taken == 0:
+                    return None if before is None else _empty_page(row)
+                first = keys[taken - 1]
+                if taken < len(keys):
+                    earlier = (first.run_id, first.position)
+                conditions.append(_message_order() >= _message_at(first.id, first.position))
+            pairs = connection.execute(
+                sa.select(runs.c.run_id, run_messages.c.message)
+                .select_from(_MESSAGES_OF_RUNS)
+                .where(*conditions)
+                .order_by(runs.c.id, run_messages.c.position)
+            ).all()
+            if not pairs and before is None:
+                return None
+            of_page = {pair.run_id for pair in pairs}
+            of_runs = sa.select(runs).where(*_runs_of(tenant, conversation_id), runs.c.run_id.in_(of_page))
+            run_rows = connection.execute(of_runs.order_by(runs.c.id))
             return ConversationRecord(
                 conversation_id=row.conversation_id,
                 created_at=row.created_at,
                 updated_at=row.updated_at,
-                messages=_conversation_messages(connection, conversation_id),
-                runs=records,
+                messages=[Message.model_validate(pair.message) for pair in pairs],
+                runs=[_run_record(run_row) for run_row in run_rows],
+                earlier=earlier,
             )
 
         return await self._db.run(f"read conversation {conversation_id}", read, write=False)
@@ -315,7 +371,11 @@ class RunStore:
         its run count, its newest run's status and its first user message's text, in one query (correlated
         subqueries that the index on ``runs (conversation_id, id)`` answers; the message's ``content`` is read out
         of its JSON by the database, so no message is loaded whole)."""
-        of_conversation = runs.c.conversation_id == conversations.c.conversation_id
+        of_conversation = sa.and_(
+            runs.c.tenant == conversations.c.tenant,
+            runs.c.conversation_id == conversations.c.conversation_id,
+            _in_conversation(),
+        )
         run_count = sa.select(sa.func.count()).select_from(runs).where(of_conversation).scalar_subquery()
         latest_status = (
             sa.select(runs.c.status).where(of_conversation).order_by(runs.c.id.desc()).limit(1).scalar_subquery()
@@ -341,7 +401,7 @@ class RunStore:
             .limit(limit)
         )
         if tenant is not None:
-            query = query.where(_of_tenant(conversations.c.tenant, tenant))
+            query = query.where(conversations.c.tenant == tenant)
 
         def read(connection: Connection) -> list[ConversationSummary]:
             return [
@@ -583,13 +643,96 @@ def _messages(connection: Connection, query: sa.Select[tuple[Any]]) -> list[Mess
     return [Message.model_validate(message) for message in connection.execute(query).scalars()]
 
 
-def _conversation_messages(connection: Connection, conversation_id: str) -> list[Message]:
+def _conversation_key(tenant: str, conversation_id: str) -> tuple[sa.ColumnElement[bool], ...]:
+    return conversations.c.tenant == tenant, conversations.c.conversation_id == conversation_id
+
+
+def _runs_of(tenant: str, conversation_id: str) -> tuple[sa.ColumnElement[bool], ...]:
+    """The runs of ``tenant``'s conversation: the leading columns of the index on ``runs``, as equalities."""
+    return runs.c.tenant == tenant, runs.c.conversation_id == conversation_id
+
+
+_MESSAGES_OF_RUNS = run_messages.join(runs, runs.c.run_id == run_messages.c.run_id)
+_ANSWERS = run_messages.alias("answers")
+
+
+def _in_conversation() -> sa.ColumnElement[bool]:
+    """Whether a run (a row of ``runs`` in the query) is part of its conversation: unless it failed before the
+    model answered it (refused by the provider, or by completion-service for its size, or its service gone): what
+    it sent is then not sent again with every later run, nor counted in the conversation's size, nor shown."""
+    answered = (
+        sa.exists()
+        .where(_ANSWERS.c.run_id == runs.c.run_id, _ANSWERS.c.message["role"].as_string() == "assistant")
+        .correlate(runs)
+    )
+    return sa.or_(runs.c.status != "failed", answered)
+
+
+def _conversation_messages(connection: Connection, tenant: str, conversation_id: str) -> list[Message]:
     return _messages(
         connection,
         sa.select(run_messages.c.message)
-        .join(runs, runs.c.run_id == run_messages.c.run_id)
-        .where(runs.c.conversation_id == conversation_id)
+        .select_from(_MESSAGES_OF_RUNS)
+        .where(*_runs_of(tenant, conversation_id), _in_conversation())
         .order_by(runs.c.id, run_messages.c.position),
+    )
+
+
+def _message_order() -> sa.Tuple:
+    """A message's place in its conversation: its run's (row id, order of creation), then its position."""
+    return sa.tuple_(runs.c.id, run_messages.c.position)
+
+
+def _message_at(run: int, position: int) -> sa.Tuple:
+    return sa.tuple_(sa.literal(run), sa.literal(position))
+
+
+def _stored_bytes(message: Message) -> int:
+    """The size of ``message`` as the store keeps it: SQLAlchemy's JSON serializer (``json.dumps``: ASCII only)."""
+    return len(json.dumps(_message_json(message)))
+
+
+def _size_of_message(connection: Connection) -> sa.ColumnElement[int]:
+    """The bytes of a stored message's JSON, measured by the database (the message itself is not read)."""
+    if connection.dialect.name == "postgresql":
+        return sa.func.octet_length(sa.cast(run_messages.c.message, sa.Text)).label("size")
+    return sa.func.length(sa.cast(run_messages.c.message, sa.LargeBinary)).label("size")
+
+
+def _check_room(
+    connection: Connection, tenant: str, conversation_id: str, adding: int, limits: ConversationLimits
+) -> None:
+    """Raise ``ConversationFull`` or ``ConversationTooLarge`` when a run adding ``adding`` bytes would take the
+    conversation past ``limits``: every run counts, the messages of those part of it (``_in_conversation``)."""
+    started = connection.execute(
+        sa.select(sa.func.count()).select_from(runs).where(*_runs_of(tenant, conversation_id))
+    ).scalar_one()
+    if started >= limits.max_runs:
+        raise ConversationFull(conversation_id, runs=started, limit=limits.max_runs)
+    stored = connection.execute(
+        sa.select(sa.func.coalesce(sa.func.sum(_size_of_message(connection)), 0))
+        .select_from(_MESSAGES_OF_RUNS)
+        .where(*_runs_of(tenant, conversation_id), _in_conversation())
+    ).scalar_one()
+    if stored + adding > limits.max_bytes:
+        raise ConversationTooLarge(conversation_id, stored=int(stored), adding=adding, limit=limits.max_bytes)
+
+
+def _page_length(keys: Sequence[sa.Row[Any]], limit: int, max_bytes: int | None) -> int:
+    """How many of ``keys`` (newest first, with their ``size``) a page takes: at most ``limit``, and no more once
+    they hold ``max_bytes``, but at least one."""
+    taken = total = 0
+    for key in keys[:limit]:
+        total += key.size
+        if taken and max_bytes is not None and total > max_bytes:
+            break
+        taken += 1
+    return taken
+
+
+def _empty_page(row: sa.Row[Any]) -> ConversationRecord:
+    return ConversationRecord(
+        conversation_id=row.conversation_id, created_at=row.created_at, updated_at=row.updated_at, messages=[], runs=[]
     )
 
 

@@ -61,13 +61,16 @@ metadata = sa.MetaData(
 conversations = sa.Table(
     "conversations",
     metadata,
-    sa.Column("conversation_id", sa.Text, primary_key=True),
+    sa.Column("conversation_id", sa.Text, nullable=False),
     sa.Column("caller", sa.Text, nullable=True),
-    sa.Column("tenant", sa.Text, nullable=True),
+    sa.Column("tenant", sa.Text, nullable=False),
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
     # The end user a trusted caller named (X-User-Id) when the conversation started.
     sa.Column("user_id", sa.Text, nullable=True),
+    # Each tenant names its conversations: the same id of two tenants is two conversations (one namespace for all
+    # would let a tenant learn that an id is used, and take an id another tenant will use).
+    sa.PrimaryKeyConstraint("tenant", "conversation_id"),
 )
 
 runs = sa.Table(
@@ -76,13 +79,9 @@ runs = sa.Table(
     # The order runs were created in: a conversation's runs are read back in this order.
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("run_id", sa.Text, nullable=False, unique=True),
-    sa.Column(
-        "conversation_id",
-        sa.Text,
-        sa.ForeignKey("conversations.conversation_id", ondelete="CASCADE"),
-        nullable=True,
-    ),
+    sa.Column("conversation_id", sa.Text, nullable=True),
     sa.Column("caller", sa.Text, nullable=True),
+    # NULL: the default tenant's (a run stored without one); never NULL for a run of a conversation.
     sa.Column("tenant", sa.Text, nullable=True),
     sa.Column("model", sa.Text, nullable=False),
     sa.Column("status", sa.Text, nullable=False),
@@ -109,7 +108,10 @@ runs = sa.Table(
     # The sweeper's question: which active runs have an expired lease, oldest first.
     sa.Index(None, "status", "lease_expires_at"),
     # A conversation's runs in order.
-    sa.Index(None, "conversation_id", "id"),
+    sa.Index(None, "tenant", "conversation_id", "id"),
+    sa.ForeignKeyConstraint(
+        ["tenant", "conversation_id"], ["conversations.tenant", "conversations.conversation_id"], ondelete="CASCADE"
+    ),
 )
 
 run_messages = sa.Table(
