@@ -12,7 +12,7 @@ test's tenant has no result of its planned server cached yet.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,7 +133,7 @@ def _tool_message(request: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-def _servers_called(logs: list[dict[str, Any]]) -> list[str]:
+def _servers_called(logs: Sequence[Mapping[str, Any]]) -> list[str]:
     """The servers the gateway called (``mcp_tool_call``: every call it made, or found unavailable)."""
     return [log["server"] for log in logs if log["event"] == "mcp_tool_call"]
 

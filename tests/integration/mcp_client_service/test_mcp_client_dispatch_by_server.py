@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -48,7 +48,7 @@ async def _listed(gateway: Gateway) -> dict[str, dict[str, Any]]:
     return {tool["name"]: tool for tool in (await gateway.http.get(LIST)).json()["tools"]}
 
 
-def _servers_called(logs: list[dict[str, Any]]) -> list[str]:
+def _servers_called(logs: Sequence[Mapping[str, Any]]) -> list[str]:
     return [log["server"] for log in logs if log["event"] == "mcp_tool_call"]
 
 
