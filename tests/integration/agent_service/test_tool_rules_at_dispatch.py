@@ -3,14 +3,16 @@
 Real services: agent-service, completion-service over a scripted OpenAI, mcp-client-service over two echo MCP
 servers over stdio. Under ``first_wins`` ``echo-a`` comes first, so the names both offer (``whoami``, ``pid``, ...)
 are ``echo-a``'s while it serves and fall to ``echo-b`` while it is away (here: taken out of the servers file and
-put back, a reload, so that the catalog changes exactly between a run's planning and its tool call). ``acme`` may
-use nothing of ``echo-a``; ``globex`` has no rules. ``whoami`` results are cached (``AGENT_TOOL_CACHE_TTLS``).
+put back, a reload, so that the catalog changes exactly between a run's planning and its tool call). A call goes out
+held to the server it was planned with, and runs there or nowhere. ``acme`` and ``initech`` may use nothing of
+``echo-a``; ``globex`` has no rules. ``whoami`` results are cached (``AGENT_TOOL_CACHE_TTLS``), per tenant: each
+test's tenant has no result of its planned server cached yet.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +35,7 @@ pytestmark = pytest.mark.anyio
 
 ACME_KEY = "acme-" + uuid.uuid4().hex
 GLOBEX_KEY = "globex-" + uuid.uuid4().hex
+INITECH_KEY = "initech-" + uuid.uuid4().hex
 
 CALLERS_FILE = f"""
 [tenants.acme]
@@ -40,13 +43,19 @@ deny_tools = ["echo-a:*"]
 
 [tenants.globex]
 
+[tenants.initech]
+deny_tools = ["echo-a:*"]
+
 {key_entry("acme-app", "acme", ACME_KEY)}
 
 {key_entry("globex-app", "globex", GLOBEX_KEY)}
+
+{key_entry("initech-app", "initech", INITECH_KEY)}
 """
 
 BOTH = {"echo-a": echo_stdio_server("echo-a"), "echo-b": echo_stdio_server("echo-b")}
 ONLY_B = {"echo-b": BOTH["echo-b"]}
+B_WITHOUT_WHOAMI = {"echo-a": BOTH["echo-a"], "echo-b": {**BOTH["echo-b"], "deniedTools": ["whoami"]}}
 
 
 @dataclass
@@ -91,9 +100,12 @@ def _offered(body: dict[str, Any]) -> set[str]:
     return {tool["function"]["name"] for tool in body.get("tools") or []}
 
 
-async def _run_planned_before_echo_a_is_back(stack: Stack, key: str) -> tuple[httpx.Response, dict[str, Any]]:
-    """A run planned while only echo-b serves, whose model calls ``whoami`` once echo-a is back (first again);
-    its answer and the LLM's request that got the tool's result."""
+async def _run_planned_on_echo_b_and_called_after_a_reload(
+    stack: Stack, key: str, servers: dict[str, Any]
+) -> tuple[httpx.Response, dict[str, Any]]:
+    """A run planned while only echo-b serves, whose model calls ``whoami`` once the gateway serves ``servers``
+    (with echo-a back, first again, "whoami" is echo-a's); its answer and the LLM's request that got the tool's
+    result."""
     await _serve(stack, ONLY_B)
     release = anyio.Event()
     stack.llm.push(fake_openai.held(fake_openai.tool_calls(("call_1", "whoami", {})), release), fake_openai.text("ok"))
@@ -107,8 +119,8 @@ async def _run_planned_before_echo_a_is_back(stack: Stack, key: str) -> tuple[ht
         tg.start_soon(run)
         with anyio.fail_after(WAIT_SECONDS):
             await stack.llm.wait_for_request(asked + 1)
-        assert "whoami" in _offered(stack.llm.requests[asked])  # planned: echo-b's whoami, which acme may use
-        await _serve(stack, BOTH)  # echo-a back: "whoami" is echo-a's again
+        assert "whoami" in _offered(stack.llm.requests[asked])  # planned: echo-b's whoami, which the tenant may use
+        await _serve(stack, servers)
         release.set()
     [response] = answer
     assert response.status_code == 200, response.text
@@ -121,39 +133,69 @@ def _tool_message(request: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-async def test_a_name_that_moved_to_a_denied_server_after_planning_is_never_run_there(stack: Stack) -> None:
-    with capture_logs() as logs:
-        response, second = await _run_planned_before_echo_a_is_back(stack, ACME_KEY)
+def _servers_called(logs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The servers the gateway called (``mcp_tool_call``: every call it made, or found unavailable)."""
+    return [log["server"] for log in logs if log["event"] == "mcp_tool_call"]
 
-    result = _tool_message(second)["content"]
-    # The model reads it as the tool's error ("Error: ", as completion-service words an isError result).
-    assert result.startswith('Error: The tool call failed: The tool "whoami" runs on the MCP server "echo-a" now')
+
+async def test_a_name_that_moved_to_a_denied_server_after_planning_runs_on_the_planned_server(stack: Stack) -> None:
+    try:
+        with capture_logs() as logs:
+            response, second = await _run_planned_on_echo_b_and_called_after_a_reload(stack, ACME_KEY, BOTH)
+    finally:
+        await _serve(stack, BOTH)
+
+    assert _tool_message(second)["content"] == "echo-b"  # echo-b's whoami, as planned, though "whoami" is echo-a's
     [tool_message] = [message for message in response.json()["messages"] if message["role"] == "tool"]
-    assert tool_message["isError"] is True
-    gateway_calls = [log for log in logs if log["event"] == "mcp_tool_call"]
-    assert not [log for log in gateway_calls if log["server"] == "echo-a"]  # echo-a ran nothing
-    [refusal] = [log for log in logs if log["event"] == "mcp_tool_call_refused"]
-    assert (refusal["tool"], refusal["server"], refusal["expected_server"]) == ("whoami", "echo-a", "echo-b")
+    assert not tool_message.get("isError")
+    assert _servers_called(logs) == ["echo-b"]  # echo-a, which acme may not use, ran nothing
+    assert not [log for log in logs if log["event"] == "mcp_tool_call_refused"]
     [audit] = [log for log in logs if log["event"] == "audit_tool_call"]
-    assert (audit["tool"], audit["server"], audit["status"]) == ("whoami", "echo-b", "error")
+    assert (audit["tool"], audit["server"], audit["status"]) == ("whoami", "echo-b", "ok")
 
 
-async def test_a_refused_call_is_not_cached_and_the_next_run_gets_the_answer_of_the_server_that_ran_it(
+async def test_the_result_of_a_moved_name_is_cached_under_the_server_that_ran_it_not_under_the_name(
     stack: Stack,
 ) -> None:
-    _, refused = await _run_planned_before_echo_a_is_back(stack, GLOBEX_KEY)
-    assert _tool_message(refused)["content"].startswith("Error: The tool call failed:")
-
-    # Planned on echo-b again, and echo-b still serves it: it runs there, and echo-a's answer was kept nowhere.
-    await _serve(stack, ONLY_B)
     try:
+        _, moved = await _run_planned_on_echo_b_and_called_after_a_reload(stack, GLOBEX_KEY, BOTH)
+        assert _tool_message(moved)["content"] == "echo-b"
+
+        # Planned on echo-a now ("whoami" is echo-a's): echo-b's result, cached by the run above, is not its answer.
         stack.llm.push(fake_openai.tool_calls(("call_2", "whoami", {})), fake_openai.text("ok"))
         asked = len(stack.llm.requests)
         with capture_logs() as logs:
             response = await stack.http.post("/api/v1/agent/run", json=_run(), headers=as_caller(GLOBEX_KEY))
         assert response.status_code == 200, response.text
-        assert _tool_message(stack.llm.requests[asked + 1])["content"] == "echo-b"
-        [audit] = [log for log in logs if log["event"] == "audit_tool_call"]
-        assert (audit["server"], audit["status"]) == ("echo-b", "ok")
     finally:
         await _serve(stack, BOTH)
+
+    assert _tool_message(stack.llm.requests[asked + 1])["content"] == "echo-a"
+    assert _servers_called(logs) == ["echo-a"]
+    [audit] = [log for log in logs if log["event"] == "audit_tool_call"]
+    assert (audit["server"], audit["status"]) == ("echo-a", "ok")
+
+
+async def test_a_planned_server_that_no_longer_has_the_tool_is_refused_and_no_other_server_runs_it(
+    stack: Stack,
+) -> None:
+    try:
+        with capture_logs() as logs:
+            response, second = await _run_planned_on_echo_b_and_called_after_a_reload(
+                stack, INITECH_KEY, B_WITHOUT_WHOAMI
+            )
+    finally:
+        await _serve(stack, BOTH)
+
+    # The model reads it as the tool's error ("Error: ", as completion-service words an isError result).
+    assert _tool_message(second)["content"] == (
+        'Error: The tool call failed: The tool "whoami" was not called: the MCP server "echo-b" has no tool '
+        '"whoami" now.'
+    )
+    [tool_message] = [message for message in response.json()["messages"] if message["role"] == "tool"]
+    assert tool_message["isError"] is True
+    assert _servers_called(logs) == []  # not echo-a, which has "whoami" and which initech may not use
+    [refusal] = [log for log in logs if log["event"] == "mcp_tool_call_refused"]
+    assert (refusal["tool"], refusal["server"], refusal["reason"]) == ("whoami", "echo-b", "no_such_tool")
+    [audit] = [log for log in logs if log["event"] == "audit_tool_call"]
+    assert (audit["tool"], audit["server"], audit["status"]) == ("whoami", "echo-b", "error")

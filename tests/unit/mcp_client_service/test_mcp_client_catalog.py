@@ -217,3 +217,56 @@ def test_a_rebuild_makes_a_new_listing_object_so_callers_can_tell_the_version() 
     catalog.rebuild([ServerTools(server="a", ready=True, tools=[_tool("x")])])
 
     assert catalog.listing() is not before
+
+
+def test_every_servers_tool_is_found_by_its_server_and_own_name_shadowed_away_or_renamed() -> None:
+    catalog = ToolCatalog(collision="first_wins")
+    away = Away(reason="restarting", retry_at=5.0)
+
+    catalog.rebuild(
+        [
+            ServerTools(server="primary", ready=True, tools=[_tool("search", "primary's")]),
+            ServerTools(
+                server="secondary",
+                ready=True,
+                tools=[_tool("search", "secondary's"), _tool("hidden")],
+                offers=lambda name: name != "hidden",
+            ),
+            ServerTools(server="prefixed", ready=True, tools=[_tool("search", "prefixed's")], tool_prefix="p_"),
+            ServerTools(server="resting", ready=False, tools=[], known_tools=[_tool("search", "resting's")], away=away),
+        ]
+    )
+
+    assert [tool.server for tool in catalog.listing().tools if tool.name == "search"] == ["primary"]
+    shadowed = catalog.served("secondary", server_tool="search")
+    assert shadowed is not None
+    assert (shadowed.name, shadowed.tool.description, shadowed.away) == ("search", "secondary's", None)
+    assert catalog.served("secondary", name="search") is shadowed
+    assert catalog.served("secondary", name="secondary__search") is shadowed  # the name it has under prefix
+    assert catalog.served("secondary", server_tool="hidden") is None  # not offered: its deniedTools
+    renamed = catalog.served("prefixed", server_tool="search")
+    assert renamed is not None
+    assert renamed.name == "p_search"
+    assert catalog.served("prefixed", name="p_search") is renamed
+    assert catalog.served("prefixed", name="search") is None  # never listed so
+    resting = catalog.served("resting", server_tool="search")
+    assert resting is not None
+    assert (resting.tool.description, resting.away) == ("resting's", away)
+    assert catalog.served("nowhere", server_tool="search") is None
+
+
+def test_under_prefix_a_servers_tool_is_found_by_its_prefixed_name_and_its_own() -> None:
+    catalog = ToolCatalog(collision="prefix")
+
+    catalog.rebuild(
+        [
+            ServerTools(server="primary", ready=True, tools=[_tool("search")]),
+            ServerTools(server="web search", ready=True, tools=[_tool("search", "secondary's")]),
+        ]
+    )
+
+    served = catalog.served("web search", server_tool="search")
+    assert served is not None
+    assert (served.name, served.tool.description) == ("web_search__search", "secondary's")
+    assert catalog.served("web search", name="web_search__search") is served
+    assert catalog.served("web search", name="search") is served

@@ -358,12 +358,14 @@ class CallToolRequest(WireModel):
     name: str = Field(min_length=1)
     arguments: dict[str, Any] = Field(default_factory=dict)
     server: str | None = Field(default=None, min_length=1)
-    """The MCP server the caller expects to run the tool (``server`` of its ``list-tools`` entry). Given, the
-    gateway calls ``name`` only while that server serves it, and answers 409 ``tool_server_mismatch`` once
-    the name resolves to another server (under ``first_wins`` a name moves while its first server is away)."""
+    """The MCP server to run the tool on (``server`` of its ``list-tools`` entry). Given, the gateway calls that
+    server's tool, or nothing: whatever ``name`` resolves to now (under ``first_wins`` a name falls to the next
+    server while its first is away, and back), the call never runs on another server. 409
+    ``tool_server_mismatch`` if that server does not have the tool now; 503 ``tool_unavailable`` while it is away."""
     server_tool: str | None = Field(default=None, min_length=1)
-    """With ``server``: the tool's own name there (``serverTool``, else ``name``, of its ``list-tools``
-    entry); a mismatch is refused the same way."""
+    """With ``server``: the tool's own name there (``serverTool``, else ``name``, of its ``list-tools`` entry);
+    ``name`` must then be a name that tool is listed under (its server's ``toolPrefix`` and its own name, or
+    ``<server>__`` and that)."""
 
 
 class CallToolResponse(WireModel):

@@ -299,9 +299,10 @@ class ToolsClient:
     ) -> CallToolResponse:
         """A tool's own failure is an ``isError`` result for the model; only a rejected secret raises.
 
-        ``route``: the tool's ``list-tools`` entry when the run was planned; the call then runs only on that
-        server's tool of that name (``server``, ``serverTool``): if the name resolves elsewhere now, the gateway
-        refuses it (409 ``tool_server_mismatch``) and the model reads why, as an error result."""
+        ``route``: the tool's ``list-tools`` entry when the run was planned; the call then runs on that server's
+        tool of that name (``server``, ``serverTool``) whatever the name resolves to now, or nowhere: if that
+        server no longer has the tool, the gateway refuses it (409 ``tool_server_mismatch``), and while the server
+        is away it is unavailable (503); the model reads why, as an error result."""
         body = _call_body(name, arguments, route)
         headers = {**self.auth, **deadline.header(), **trace_headers(), "content-type": "application/json"}
         try:

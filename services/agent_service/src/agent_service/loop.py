@@ -490,7 +490,7 @@ class AgentLoop:
                     self._audit(plan, iteration, position, call, server, "cancelled", started)
                     raise
                 content, is_error = render_tool_result(result, self.tool_result_max_chars), result.is_error
-                # The server that ran it (the planned one: the gateway refuses the call elsewhere); a call
+                # The server that ran it (the planned one: the gateway runs the call there or nowhere); a call
                 # that no server ran (refused, the gateway unreachable) keeps the planned one.
                 server, status = result.server or server, "error" if result.is_error else "ok"
                 if status == "ok" and tool is not None and tool.server == server and self.tool_cache is not None:

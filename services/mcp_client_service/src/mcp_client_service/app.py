@@ -100,8 +100,8 @@ _CALL_TOOL = Operation(
     events=CallToolProgress | CallToolResponse | ErrorDetail,
     errors={
         404: "No serving MCP server has a tool of this name.",
-        409: "The name resolves to another server (or tool) than the request's server and serverTool "
-        "(tool_server_mismatch); nothing was called.",
+        409: "The request's server does not have the tool it names (serverTool, else name) now, or name is not "
+        "one of that tool's names (tool_server_mismatch); nothing was called.",
         400: "The arguments do not match the tool's input schema, or the request is not valid.",
         503: "The tool's server is restarting or its circuit is open (tool_unavailable, Retry-After).",
     },
@@ -138,7 +138,7 @@ def _server_mismatch(error: ToolServerMismatchError) -> ApiError:
 
 
 def _refusal(error: ToolNotFoundError | ToolServerMismatchError) -> ApiError:
-    """The 4xx of a call that was not made: no such tool, or not on the server the caller expects."""
+    """The 4xx of a call that was not made: no such tool, or none such on the server the caller names."""
     return _tool_not_found(error) if isinstance(error, ToolNotFoundError) else _server_mismatch(error)
 
 

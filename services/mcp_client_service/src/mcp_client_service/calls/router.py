@@ -1,6 +1,7 @@
-"""Routing by catalog name: the call path of both the REST API and the MCP endpoint.
+"""Routing by catalog name, or by (server, its own tool name): the call path of both the REST API and the MCP endpoint.
 
-The registry says where a tool is (``catalog.entry``), whether its server may be called now
+The registry says where a tool is (``catalog.entry``; ``catalog.served`` for a caller that names
+the server, ``call-tool``'s ``server`` and ``serverTool``), whether its server may be called now
 (``call_refusal``: an open circuit, no session), its own call timeout (``call_timeout``), and is
 told of every call that reached a server (``record_call``: latency, circuit breaker).
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from mcp.shared.dispatcher import ProgressFnT
 from mcp_types import Tool
@@ -19,6 +20,7 @@ from opentelemetry.trace import Tracer
 from mcp_client_service.calls.call import CallRecord, RoutedTool, call_routed_tool
 from mcp_client_service.calls.results import error_result
 from mcp_client_service.calls.validation import SchemaValidators
+from mcp_client_service.servers.catalog import CatalogEntry
 from mcp_client_service.servers.registry import ServerRegistry
 from suite_common.deadline import Deadline
 from suite_common.echo import clip
@@ -53,19 +55,14 @@ class ToolUnavailableError(LookupError):
 
 
 class ToolServerMismatchError(LookupError):
-    """The name resolves to another server (or another of its tools) than the caller expects: nothing was called.
+    """The server a caller names does not have the tool it names (now): nothing was called.
 
-    A caller that checked its rules against one server's tool must not have the call run by another,
-    which is what a name does under ``first_wins`` when its first server comes back (or goes away).
+    A caller that checked its rules against one server's tool holds its call to that tool: it runs
+    there or nowhere, never on another server that offers the same name.
     """
 
-    def __init__(self, name: str, expected: tuple[str, str | None], actual: tuple[str, str]) -> None:
-        (expected_server, expected_tool), (server, server_tool) = expected, actual
-        if expected_server != server:
-            now = f'runs on the MCP server "{server}" now, not on "{clip(expected_server)}"'
-        else:
-            now = f'is the tool "{server_tool}" of "{server}" now, not "{clip(expected_tool or name)}"'
-        super().__init__(f'The tool "{clip(name)}" {now} as the caller expected, so it was not called.')
+    def __init__(self, name: str, server: str, why: str) -> None:
+        super().__init__(f'The tool "{clip(name)}" was not called: {why}.')
         self.name = name
         self.server = server
 
@@ -157,8 +154,10 @@ class ToolRouter:
     ) -> CallToolResponse:
         """Call the tool listed as ``name``; ``ToolNotFoundError`` if no server offers it.
 
-        ``server`` (and ``server_tool``, its own name there): where the caller expects the call to run;
-        ``ToolServerMismatchError`` if ``name`` resolves elsewhere now, and nothing is called.
+        ``server`` (and ``server_tool``, its own name there): the call runs on that server's tool or nowhere,
+        whatever ``name`` resolves to now (another server's tool under ``first_wins``, a renamed one under
+        ``prefix``); ``name`` must be a name that tool is (or would be) listed under. ``ToolServerMismatchError``
+        if that server does not have such a tool now: nothing is called.
 
         ``deadline`` is the caller's (its ``X-Deadline-Ms``). A tool whose
         server cannot take calls now gets an error result saying why, or with ``raise_unavailable``
@@ -166,45 +165,56 @@ class ToolRouter:
         ``on_progress`` gets the server's progress notifications for the call.
         """
         with self._tracer.start_as_current_span("mcp_tool_call", attributes={"tool.name": name}) as span:
-            expected = None if server is None else (server, server_tool)
-            response = await self._call(name, arguments, deadline, raise_unavailable, on_progress, expected)
+            tool = self._by_name(name) if server is None else self._held(name, server, server_tool)
+            response = await self._call(tool, arguments, deadline, raise_unavailable, on_progress)
             span.set_attribute("tool.server", response.server)
             span.set_attribute("tool.is_error", response.is_error)
             return response
 
+    def _by_name(self, name: str) -> RoutedTool:
+        """The tool ``name`` resolves to now: a callable one, else one of a server that is away."""
+        tool = self.find(name)
+        if tool is not None:
+            return tool
+        # A tool of a server that is away (reconnecting, its circuit open) is listed as
+        # unavailable: calling it says why, not "no such tool" as if it never existed.
+        listed = self._registry.catalog.unavailable(name)
+        if listed is None:
+            raise ToolNotFoundError(name)
+        return _routed(name, listed)
+
+    def _held(self, name: str, server: str, server_tool: str | None) -> RoutedTool:
+        """``server``'s tool ``server_tool`` (else: listed as ``name``), shadowed by another server's or not,
+        serving or away; refused if ``server`` does not have it now, or ``name`` is not one of its names."""
+        catalog = self._registry.catalog
+        served = catalog.served(server, server_tool=server_tool, name=name)
+        if served is None:
+            if catalog.entry(name) is None and catalog.unavailable(name) is None:
+                raise ToolNotFoundError(name)  # no server has it: as without ``server``
+            if server not in self._registry.connections:
+                why = f'the MCP server "{clip(server)}" is not one of the gateway\'s servers now'
+            else:
+                why = f'the MCP server "{clip(server)}" has no tool "{clip(server_tool or name)}" now'
+            self._refuse(name, server, server_tool, "no_such_tool", why)
+        elif server_tool is not None and catalog.served(server, name=name) is not served:
+            # A label of another tool would put a false name in every log and audit line of the call.
+            why = f'the tool "{clip(server_tool)}" of the MCP server "{clip(server)}" is not listed as "{clip(name)}"'
+            self._refuse(name, server, server_tool, "name_mismatch", why)
+        return _routed(name, served)
+
+    def _refuse(self, name: str, server: str, server_tool: str | None, reason: str, why: str) -> NoReturn:
+        _log.warning("mcp_tool_call_refused", tool=name, server=server, server_tool=server_tool, reason=reason)
+        raise ToolServerMismatchError(name, server, why)
+
     async def _call(
         self,
-        name: str,
+        tool: RoutedTool,
         arguments: dict[str, Any],
         deadline: Deadline,
         raise_unavailable: bool,
         on_progress: ProgressFnT | None,
-        expected: tuple[str, str | None] | None = None,
     ) -> CallToolResponse:
-        tool = self.find(name)
-        if tool is None:
-            # A tool of a server that is away (reconnecting, its circuit open) is listed as
-            # unavailable: calling it says why, not "no such tool" as if it never existed.
-            listed = self._registry.catalog.unavailable(name)
-            if listed is None:
-                raise ToolNotFoundError(name)
-            tool = RoutedTool(
-                name=name,
-                server=listed.server,
-                server_tool_name=listed.server_tool_name,
-                input_schema=listed.tool.input_schema,
-                output_schema=listed.tool.output_schema,
-            )
-        if expected is not None and not _routes_to(tool, *expected):
-            _log.warning(
-                "mcp_tool_call_refused",
-                tool=name,
-                server=tool.server,
-                expected_server=expected[0],
-                expected_tool=expected[1],
-                reason="server_mismatch",
-            )
-            raise ToolServerMismatchError(name, expected, (tool.server, tool.server_tool_name))
+        name = tool.name
         session = self._registry.connections.get(tool.server)
         refusal = self._registry.call_refusal(tool.server)
         if session is None or refusal is not None:
@@ -228,6 +238,12 @@ class ToolRouter:
         )
 
 
-def _routes_to(tool: RoutedTool, server: str, server_tool: str | None) -> bool:
-    """Whether ``tool`` is the caller's: on ``server``, and there named ``server_tool`` (when it says)."""
-    return tool.server == server and server_tool in (None, tool.server_tool_name)
+def _routed(name: str, entry: CatalogEntry) -> RoutedTool:
+    """``entry``'s tool, called as ``name``: validated against its own schemas, called by its own name."""
+    return RoutedTool(
+        name=name,
+        server=entry.server,
+        server_tool_name=entry.server_tool_name,
+        input_schema=entry.tool.input_schema,
+        output_schema=entry.tool.output_schema,
+    )

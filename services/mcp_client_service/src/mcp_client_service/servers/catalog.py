@@ -15,6 +15,10 @@ the listing, marked ``unavailable`` with the reason and when it is tried again, 
 server stands in for a name: a configured tool that cannot be called for a while is not the same
 thing as a name nobody offers.
 
+Apart from the listing, every server's offered tools are kept by (server, the server's own tool
+name), shadowed ones included (``served``): a caller that names the server (``call-tool``'s
+``server`` and ``serverTool``) gets that server's tool, whatever the name resolves to now.
+
 The catalog is rebuilt when a server connects, drops or relists its tools, or its circuit opens
 or closes, never per request, so that ``list-tools`` is answered from memory: from JSON rendered
 once, and again at most once a second while a tool's ``retryAfterSeconds`` counts down.
@@ -39,6 +43,7 @@ __all__ = [
     "CatalogEntry",
     "NameClash",
     "NameCollision",
+    "ServedTools",
     "ServerTools",
     "ToolCatalog",
     "aggregate_tools",
@@ -154,6 +159,11 @@ def _owners(servers: Sequence[ServerTools]) -> dict[str, str]:
     return owners
 
 
+def _listed_name(entry: ServerTools, name: str, owners: dict[str, str]) -> str:
+    """The name a server's tool is listed under (before ``first_wins`` drops a shadowed one)."""
+    return name if owners.get(name, entry.server) == entry.server else prefixed_name(entry.server, name)
+
+
 def aggregate_tools(
     servers: Sequence[ServerTools], *, collision: NameCollision = "first_wins"
 ) -> tuple[dict[str, CatalogEntry], list[NameClash]]:
@@ -165,11 +175,10 @@ def aggregate_tools(
         if not entry.ready:
             continue
         for name, tool in _exposed_names(entry):
-            owner = owners.get(name, entry.server)
-            if collision == "prefix" and owner != entry.server:
-                renamed = prefixed_name(entry.server, name)
-                clashes.append(NameClash(tool=name, winner=owner, ignored=entry.server, renamed=renamed))
-                name = renamed
+            listed = _listed_name(entry, name, owners)
+            if listed != name:
+                clashes.append(NameClash(tool=name, winner=owners[name], ignored=entry.server, renamed=listed))
+                name = listed
             existing = tools.get(name)
             if existing is None:
                 tools[name] = CatalogEntry(name=name, server=entry.server, tool=tool)
@@ -189,11 +198,40 @@ def _away_entries(
             continue
         reason = entry.away or Away(reason=f'its MCP server "{entry.server}" is not ready')
         for name, tool in _exposed_names(entry):
-            if owners.get(name, entry.server) != entry.server:
-                name = prefixed_name(entry.server, name)
+            name = _listed_name(entry, name, owners)
             if name not in callable_tools and name not in away:
                 away[name] = CatalogEntry(name=name, server=entry.server, tool=tool, away=reason)
     return away
+
+
+@dataclass(frozen=True)
+class ServedTools:
+    """Every server's offered tools by (server, the server's own tool name), shadowed ones included.
+
+    ``first_wins`` lists one tool per name, so a name shared by two servers leaves the later server's
+    tool out of the listing: it is kept here, with the name it would be listed under. A tool of a
+    server that is away is here too, with its ``away``.
+    """
+
+    by_own_name: dict[tuple[str, str], CatalogEntry] = field(default_factory=dict)
+    by_listed_name: dict[tuple[str, str], CatalogEntry] = field(default_factory=dict)
+    """The same tools by each name the gateway may list them under: the server's ``toolPrefix`` and the
+    tool's own name, and that with ``<server>__`` before it (``prefix`` collisions)."""
+
+    @classmethod
+    def of(cls, servers: Sequence[ServerTools], collision: NameCollision) -> ServedTools:
+        owners = _owners(servers) if collision == "prefix" else {}
+        served = cls()
+        for entry in servers:
+            away = None if entry.ready else entry.away or Away(reason=f'its MCP server "{entry.server}" is not ready')
+            for name, tool in _exposed_names(entry):
+                listed = _listed_name(entry, name, owners)
+                served_tool = CatalogEntry(name=listed, server=entry.server, tool=tool, away=away)
+                served.by_own_name[entry.server, tool.name] = served_tool
+                served.by_listed_name[entry.server, name] = served_tool
+                # A server's own "<server>__x" (were there one) keeps its name over another tool's prefixed one.
+                served.by_listed_name.setdefault((entry.server, prefixed_name(entry.server, name)), served_tool)
+        return served
 
 
 class ToolCatalog:
@@ -203,6 +241,7 @@ class ToolCatalog:
         self._tools: dict[str, CatalogEntry] = {}
         self._infos: dict[str, ToolInfo] = {}
         self._away: dict[str, CatalogEntry] = {}
+        self._served = ServedTools()
         self._listed: list[CatalogEntry] = []
         self._counting_down = False
         self._listing = ListToolsResponse(tools=[])
@@ -238,6 +277,7 @@ class ToolCatalog:
         # Config order, each server's tools in its own order (a stable sort keeps it).
         listed = sorted([*tools.values(), *away.values()], key=lambda entry: position[entry.server])
         self._tools, self._away, self._listed = tools, away, listed
+        self._served = ServedTools.of(servers, self.collision)
         self._used_infos = {}
         self._infos = {name: self._info(entry) for name, entry in tools.items()}
         self._info_cache = self._used_infos  # only what this listing uses is kept
@@ -278,6 +318,16 @@ class ToolCatalog:
     def unavailable(self, name: str) -> CatalogEntry | None:
         """The tool ``name`` if it is listed but cannot be called now (its server is away)."""
         return self._away.get(name)
+
+    def served(self, server: str, *, server_tool: str | None = None, name: str | None = None) -> CatalogEntry | None:
+        """The tool of ``server`` that it names ``server_tool``, or else that is listed (or would be) as ``name``.
+
+        Shadowed or not, serving or away (then with its ``away``): a caller holding a call to one server's tool
+        gets that tool or nothing, never another server's. Its ``name`` is the one it is (or would be) listed under.
+        """
+        if server_tool is not None:
+            return self._served.by_own_name.get((server, server_tool))
+        return None if name is None else self._served.by_listed_name.get((server, name))
 
     def listing(self) -> ListToolsResponse:
         """The current listing; a new object after every rebuild (so its identity is a version)."""
