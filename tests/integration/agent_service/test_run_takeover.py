@@ -611,8 +611,10 @@ class Following:
         return next(data for _, seen, data in self.events if seen == kind)
 
 
+# "continue": the request follows the run it started (as a re-attached client would), "cancel": it is attached to it.
+@pytest.mark.parametrize("on_disconnect", ["cancel", "continue"])
 async def test_a_client_told_done_finds_the_run_stored_finished_with_that_answer_though_its_replica_died_at_once(
-    upstreams: Upstreams, store: Store, tmp_path: Path
+    upstreams: Upstreams, store: Store, tmp_path: Path, on_disconnect: str
 ) -> None:
     ledger, llm = upstreams.ledger, upstreams.llm
     answer = "The order is packed."
@@ -623,7 +625,9 @@ async def test_a_client_told_done_finds_the_run_stored_finished_with_that_answer
 
     async with (
         replica(upstreams, store.url, log) as first,
-        first.http.stream("POST", "/api/v1/agent/run", json=run_body("Pack the order.")) as response,
+        first.http.stream(
+            "POST", "/api/v1/agent/run", json=run_body("Pack the order.", onDisconnect=on_disconnect)
+        ) as response,
         anyio.create_task_group() as tg,
     ):
         assert response.status_code == 200
