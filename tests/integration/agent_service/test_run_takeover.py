@@ -98,15 +98,15 @@ async def upstreams() -> AsyncIterator[Upstreams]:
 
 @asynccontextmanager
 async def replica(upstreams: Upstreams, database_url: str, log: Path, **settings: object) -> AsyncIterator[Replica]:
-    """An agent-service process on ``database_url``, with a one-second lease; killed and reaped at the end."""
+    """An agent-service process on ``database_url``, with a one-second lease (unless ``settings`` say otherwise);
+    killed and reaped at the end."""
     port = free_port()
     env = agent_env(
         port,
         upstreams.completion_url,
         upstreams.gateway,
         database_url=database_url,
-        lease_seconds=LEASE_SECONDS,
-        **settings,
+        **{"lease_seconds": LEASE_SECONDS, **settings},
     )
     async with (
         spawned("agent_service", env, port, log) as process,
@@ -569,6 +569,17 @@ class Store:
         finally:
             await connection.close()
 
+    async def execute(self, statement: str) -> None:
+        if self.sqlite_file is not None:
+            with closing(sqlite3.connect(self.sqlite_file, isolation_level=None)) as database:
+                database.execute(statement)
+            return
+        connection = await asyncpg.connect(self.url)
+        try:
+            await connection.execute(statement)
+        finally:
+            await connection.close()
+
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
@@ -698,3 +709,34 @@ async def test_a_tool_result_the_client_saw_is_kept_by_the_replica_that_takes_th
     assert stored["call_pay"]["content"] == "paid 42"
     assert tool_messages(llm.requests[-1]["messages"]) == {"call_pay": "paid 42"}
     assert ledger.started("send_payment") == 1
+
+
+async def test_a_run_whose_end_cannot_be_stored_answers_that_error_and_not_the_answer(
+    upstreams: Upstreams, store: Store, tmp_path: Path
+) -> None:
+    llm = upstreams.llm
+    answering = anyio.Event()
+    llm.push(text("The answer is 42.", held_until=answering))
+    # A long lease: this replica learns of the lease taken from it by writing the run's end, not by renewing it.
+    async with replica(upstreams, store.url, tmp_path / "agent.log", lease_seconds=60) as only:
+        async with anyio.create_task_group() as tg:
+            responses: list[httpx.Response] = []
+
+            async def ask() -> None:
+                body = run_body("What is the answer?", tools=[], stream=False)
+                responses.append(await only.http.post("/api/v1/agent/run", json=body))
+
+            tg.start_soon(ask)
+            with anyio.fail_after(TAKEOVER_SECONDS):
+                await llm.wait_for_request(1)
+            # As another replica taking the run over would (this one frozen meanwhile): the run's end cannot be
+            # stored by this one any more.
+            await store.execute("UPDATE runs SET lease_owner = 'another-replica'")
+            answering.set()
+        [response] = responses
+        run = (await only.http.get(f"/api/v1/agent/runs/{response.headers['X-Agent-Run-Id']}")).json()
+
+    # Not the answer, which the run's store does not have: the error that kept it from being stored.
+    assert response.status_code == 409, response.text
+    assert response.json()["error"]["code"] == "run_moved"
+    assert run["status"] == "processing"
