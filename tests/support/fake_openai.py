@@ -56,6 +56,7 @@ ARGUMENT_FRAGMENT_CHARS = 7
 class TextReply:
     content: str
     delay: float = 0.0
+    held_until: anyio.Event | None = None
 
 
 @dataclass(frozen=True)
@@ -105,9 +106,10 @@ Reply = (
 ReplySource = Reply | Callable[[dict[str, Any]], Reply]
 
 
-def text(content: str, *, delay: float = 0.0) -> Reply:
-    """The assistant answers ``content`` (after ``delay`` seconds), finish reason ``stop``."""
-    return TextReply(content, delay)
+def text(content: str, *, delay: float = 0.0, held_until: anyio.Event | None = None) -> Reply:
+    """The assistant answers ``content`` (after ``delay`` seconds, and once ``held_until`` is set: a test's hook on
+    when the model answers), finish reason ``stop``."""
+    return TextReply(content, delay, held_until)
 
 
 def tool_calls(*calls: tuple[str, str, dict[str, Any]], delay: float = 0.0) -> Reply:
@@ -358,6 +360,8 @@ class ScriptedOpenAI:
             return JSONResponse(self._completion(completion_id, body, reply.reply))
         if reply.delay:
             await anyio.sleep(reply.delay)  # simulated slowness of the model
+        if isinstance(reply, TextReply) and reply.held_until is not None:
+            await reply.held_until.wait()
         if body.get("stream"):
             return StreamingResponse(self._chunks(completion_id, body, reply), media_type="text/event-stream")
         return JSONResponse(self._completion(completion_id, body, reply))

@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import asyncpg
 import httpx
 import pytest
 from pydantic import SecretStr
@@ -97,15 +98,15 @@ async def upstreams() -> AsyncIterator[Upstreams]:
 
 @asynccontextmanager
 async def replica(upstreams: Upstreams, database_url: str, log: Path, **settings: object) -> AsyncIterator[Replica]:
-    """An agent-service process on ``database_url``, with a one-second lease; killed and reaped at the end."""
+    """An agent-service process on ``database_url``, with a one-second lease (unless ``settings`` say otherwise);
+    killed and reaped at the end."""
     port = free_port()
     env = agent_env(
         port,
         upstreams.completion_url,
         upstreams.gateway,
         database_url=database_url,
-        lease_seconds=LEASE_SECONDS,
-        **settings,
+        **{"lease_seconds": LEASE_SECONDS, **settings},
     )
     async with (
         spawned("agent_service", env, port, log) as process,
@@ -173,6 +174,14 @@ async def wait_for_run(
             if condition(run):
                 return run
             await anyio.sleep(0.05)
+
+
+def kinds(events: list[Event]) -> list[str]:
+    return [kind for _, kind, _ in events]
+
+
+def answer_text(events: list[Event]) -> str:
+    return "".join(data["delta"] for _, kind, data in events if kind == "text")
 
 
 def ended(run: dict[str, Any]) -> bool:
@@ -524,3 +533,210 @@ async def test_a_run_cancelled_during_a_call_made_again_after_its_takeover_answe
     with anyio.fail_after(10):
         await ledger.wait_for_state("set_status", PACKED_1, 2, "cancelled")
     assert ledger.completed("set_status") == []
+
+
+# --- what a client is told is stored already -------------------------------------------------------------------
+
+QUIET_SECONDS = 0.3
+"""How long a test watches a stream for an event that must not come yet. An absence is only seen over a window; this
+one starts once the replica has done everything before the event (the text before ``done``, the tool call before its
+``tool_result``), so that an event sent too early (within a millisecond) falls well inside it."""
+
+
+@dataclass
+class Store:
+    """The database the replicas share, and a way for the test to hold its write lock."""
+
+    url: str
+    sqlite_file: Path | None = None
+
+    @asynccontextmanager
+    async def writes_held(self) -> AsyncIterator[None]:
+        """No run step can be written meanwhile (the replicas' writes wait for the lock, within their timeouts)."""
+        if self.sqlite_file is not None:
+            with closing(sqlite3.connect(self.sqlite_file, isolation_level=None)) as database:
+                database.execute("BEGIN IMMEDIATE")  # SQLite's one write lock
+                try:
+                    yield
+                finally:
+                    database.execute("ROLLBACK")
+            return
+        connection = await asyncpg.connect(self.url)
+        try:
+            async with connection.transaction():
+                await connection.execute("LOCK TABLE run_events IN SHARE MODE")  # every step inserts its events
+                yield
+        finally:
+            await connection.close()
+
+    async def execute(self, statement: str) -> None:
+        if self.sqlite_file is not None:
+            with closing(sqlite3.connect(self.sqlite_file, isolation_level=None)) as database:
+                database.execute(statement)
+            return
+        connection = await asyncpg.connect(self.url)
+        try:
+            await connection.execute(statement)
+        finally:
+            await connection.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    if request.param == "sqlite":
+        return Store(f"sqlite:///{tmp_path}/runs.db", tmp_path / "runs.db")
+    url: str = request.getfixturevalue("own_postgres_url")
+    return Store(url)
+
+
+class Following:
+    """A streamed answer read in the background as it comes, so that a test can also check what has not come."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._stream = EventStream(response)
+        self.events: list[Event] = []
+        self.cut = False
+        """The stream was cut (its replica was killed), not ended."""
+        self._changed = anyio.Event()
+
+    async def run(self) -> None:
+        try:
+            await self._stream.read(until=self._seen)
+        except httpx.TransportError:
+            self.cut = True
+        self._changed.set()
+
+    def _seen(self, events: list[Event]) -> bool:
+        self.events.append(events[-1])
+        self._changed.set()
+        self._changed = anyio.Event()
+        return False
+
+    async def wait_for(self, condition: Callable[[list[Event]], bool]) -> None:
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            while not condition(self.events):
+                await self._changed.wait()
+
+    async def wait_for_event(self, kind: str) -> dict[str, Any]:
+        await self.wait_for(lambda events: kind in kinds(events))
+        return next(data for _, seen, data in self.events if seen == kind)
+
+
+# "continue": the request follows the run it started (as a re-attached client would), "cancel": it is attached to it.
+@pytest.mark.parametrize("on_disconnect", ["cancel", "continue"])
+async def test_a_client_told_done_finds_the_run_stored_finished_with_that_answer_though_its_replica_died_at_once(
+    upstreams: Upstreams, store: Store, tmp_path: Path, on_disconnect: str
+) -> None:
+    ledger, llm = upstreams.ledger, upstreams.llm
+    answer = "The order is packed."
+    answering = anyio.Event()
+    llm.push(tool_calls(("call_packed", "set_status", PACKED_1)), text(answer, held_until=answering))
+    ledger.open("set_status", PACKED_1)
+    log = tmp_path / "agent.log"
+
+    async with (
+        replica(upstreams, store.url, log) as first,
+        first.http.stream(
+            "POST", "/api/v1/agent/run", json=run_body("Pack the order.", onDisconnect=on_disconnect)
+        ) as response,
+        anyio.create_task_group() as tg,
+    ):
+        assert response.status_code == 200
+        following = Following(response)
+        tg.start_soon(following.run)
+        await following.wait_for_event("tool_result")
+        async with store.writes_held():  # the run's end cannot be stored now
+            answering.set()
+            await following.wait_for(lambda events: answer_text(events) == answer)
+            await anyio.sleep(QUIET_SECONDS)
+            told_before_stored = kinds(following.events)
+        done = await following.wait_for_event("done")
+        await first.kill()  # at once: nothing the replica does after the client read done can count
+
+    assert "done" not in told_before_stored, following.events
+    run_id = following.events[0][2]["runId"]
+    async with replica(upstreams, store.url, log) as other:
+        run = await wait_for_run(other.http, run_id, ended)
+        async with other.http.stream("GET", f"/api/v1/agent/runs/{run_id}/events") as replay:
+            stored_events = await EventStream(replay).read()
+
+    # What the client was told is what is stored: the run finished, with the answer the client saw, not asked again.
+    assert run["status"] == "completed"
+    assert run["resumes"] == 0
+    assert run["messages"][-1] == {"role": "assistant", "content": answer}
+    assert run["iterations"] == done["iterations"] == 2
+    assert run["usage"] == done["usage"]
+    assert stored_events[-1] == next(event for event in following.events if event[1] == "done")
+    assert len(llm.requests) == 2
+
+
+async def test_a_tool_result_the_client_saw_is_kept_by_the_replica_that_takes_the_run_over(
+    upstreams: Upstreams, store: Store, tmp_path: Path
+) -> None:
+    ledger, llm = upstreams.ledger, upstreams.llm
+    # The answer twice: the replica killed may have asked for it already, and the one taking over asks again.
+    llm.push(tool_calls(("call_pay", "send_payment", PAYMENT)), text("Paid."), text("Paid."))
+    log = tmp_path / "agent.log"
+
+    async with (
+        replica(upstreams, store.url, log) as first,
+        first.http.stream("POST", "/api/v1/agent/run", json=run_body("Pay.")) as response,
+        anyio.create_task_group() as tg,
+    ):
+        assert response.status_code == 200
+        following = Following(response)
+        tg.start_soon(following.run)
+        with anyio.fail_after(TAKEOVER_SECONDS):  # started: its turn is stored (a tool runs only then)
+            await ledger.wait_for_state("send_payment", PAYMENT, 1, "started")
+        async with store.writes_held():  # the payment's result cannot be stored now
+            ledger.open("send_payment", PAYMENT)
+            with anyio.fail_after(TAKEOVER_SECONDS):
+                await ledger.wait_for_state("send_payment", PAYMENT, 1, "completed")
+            await anyio.sleep(QUIET_SECONDS)
+            told_before_stored = kinds(following.events)
+        result = await following.wait_for_event("tool_result")
+        await first.kill()  # at once, whatever the replica was doing next
+
+    assert "tool_result" not in told_before_stored
+    assert result["content"] == "paid 42"
+    run_id = following.events[0][2]["runId"]
+    async with replica(upstreams, store.url, log) as other:
+        run = await wait_for_run(other.http, run_id, ended)
+
+    # The result the client saw is the run's: stored, and what the model was told, not "the service restarted".
+    assert run["status"] == "completed"
+    stored = {message["toolCallId"]: message for message in run["messages"] if message["role"] == "tool"}
+    assert stored["call_pay"]["content"] == "paid 42"
+    assert tool_messages(llm.requests[-1]["messages"]) == {"call_pay": "paid 42"}
+    assert ledger.started("send_payment") == 1
+
+
+async def test_a_run_whose_end_cannot_be_stored_answers_that_error_and_not_the_answer(
+    upstreams: Upstreams, store: Store, tmp_path: Path
+) -> None:
+    llm = upstreams.llm
+    answering = anyio.Event()
+    llm.push(text("The answer is 42.", held_until=answering))
+    # A long lease: this replica learns of the lease taken from it by writing the run's end, not by renewing it.
+    async with replica(upstreams, store.url, tmp_path / "agent.log", lease_seconds=60) as only:
+        async with anyio.create_task_group() as tg:
+            responses: list[httpx.Response] = []
+
+            async def ask() -> None:
+                body = run_body("What is the answer?", tools=[], stream=False)
+                responses.append(await only.http.post("/api/v1/agent/run", json=body))
+
+            tg.start_soon(ask)
+            with anyio.fail_after(TAKEOVER_SECONDS):
+                await llm.wait_for_request(1)
+            # As another replica taking the run over would (this one frozen meanwhile): the run's end cannot be
+            # stored by this one any more.
+            await store.execute("UPDATE runs SET lease_owner = 'another-replica'")
+            answering.set()
+        [response] = responses
+        run = (await only.http.get(f"/api/v1/agent/runs/{response.headers['X-Agent-Run-Id']}")).json()
+
+    # Not the answer, which the run's store does not have: the error that kept it from being stored.
+    assert response.status_code == 409, response.text
+    assert response.json()["error"]["code"] == "run_moved"
+    assert run["status"] == "processing"

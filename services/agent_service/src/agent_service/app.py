@@ -56,7 +56,6 @@ from suite_common.wire import (
     RunError,
     RunErrorDetail,
     RunEvent,
-    dump,
 )
 
 __all__ = ["create_app"]
@@ -104,7 +103,7 @@ async def _stream_run(run: StartedRun, runs: AgentRuns, lifecycle: Lifecycle, se
         finished, _ = await until_interrupted(lifecycle, runs.execute(run, stream_text=True))
     except Exception as error:  # a bug, not an upstream failure: still end the stream with an event
         _log.error("run_crashed", run_id=run_id, exc_info=error)
-        await journal.emit(RunError(run_id=run_id, code="internal_error", message="The run failed unexpectedly."))
+        await journal.tell(RunError(run_id=run_id, code="internal_error", message="The run failed unexpectedly."))
         return
     if not finished:
         # Not a silent cut: the caller learns why the stream ends, and where the run goes on. Told to this client
@@ -112,7 +111,7 @@ async def _stream_run(run: StartedRun, runs: AgentRuns, lifecycle: Lifecycle, se
         _log.warning("run_interrupted_by_shutdown", run_id=run_id)
         message = _HANDED_OVER.format(run_id=run_id) if journal.store is not None else _SHUTTING_DOWN
         notice = RunError(run_id=run_id, code="shutting_down", message=message)
-        await journal.send(notice, StoredEvent(journal.next_seq, notice.type, dump(notice)))
+        await journal.tell(notice)
 
 
 async def _follow_detached(run: StartedRun, runs: AgentRuns, send: SendChunk) -> None:

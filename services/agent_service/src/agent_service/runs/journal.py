@@ -3,12 +3,19 @@
 The loop reports its steps here (``RunRecorder``); each step is one store transaction carrying the step's
 messages and every event emitted since the previous one. Events not stored yet stay readable here, so a
 client following the run on this replica sees text as it is generated, not a step later.
+
+What a client is told must be what the run's store says, even if this replica dies the next instant: an event that
+states what the run did (``DURABLE_EVENTS``: a tool call, its result, the run's end) reaches a client only once it
+is stored, and the events after it wait behind it (``_held``). This costs no write of its own: the tool calls are
+stored with their turn before any tool runs, a result by the write that already follows it (while the run goes on to
+its next LLM call), the final answer and ``done`` by the run's end.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
@@ -21,6 +28,7 @@ from agent_service.telemetry import RunTelemetry
 from suite_common.logging import get_logger
 from suite_common.wire import (
     Message,
+    RunError,
     RunErrorDetail,
     RunEvent,
     ToolCall,
@@ -28,7 +36,7 @@ from suite_common.wire import (
     dump,
 )
 
-__all__ = ["TERMINAL_EVENTS", "EventSink", "LiveSink", "RunJournal", "RunMoved"]
+__all__ = ["DURABLE_EVENTS", "TERMINAL_EVENTS", "EventSink", "LiveSink", "RunJournal", "RunMoved"]
 
 _log = get_logger("agent_service.runs")
 
@@ -39,6 +47,10 @@ LiveSink = Callable[[RunEvent, StoredEvent], Awaitable[None]]
 
 TERMINAL_EVENTS = frozenset({"done", "error"})
 """A run's last stored event is one of these."""
+DURABLE_EVENTS = frozenset({"tool_call", "tool_result", *TERMINAL_EVENTS})
+"""Events that state what the run did: told to a client (attached, or following on this replica) once stored only.
+The others (text, reasoning, progress) are told as they come: a run taken over after a crash says so
+(``run_resumed``) and asks the model again for an answer whose end was not stored."""
 
 
 class RunMoved(UpstreamError):
@@ -96,6 +108,10 @@ class RunJournal:
         """Result writes under way (``result``)."""
         self._write_lock = anyio.Lock()
         self._changed: anyio.Event | None = None
+        self._held: deque[tuple[RunEvent, StoredEvent]] = deque()
+        """Emitted, not sent to the attached client yet: from the first durable event not stored yet on, in order."""
+        self._send_lock = anyio.Lock(fast_acquire=True)
+        """Held events go out one sender at a time (a result's write ends in its own task)."""
 
     # --- events ---------------------------------------------------------------------------------------
 
@@ -105,13 +121,46 @@ class RunJournal:
         if self.store is not None:
             self.unflushed.append(stored)
             self._wake()
+            if self.send is not None and (self._held or event.type in DURABLE_EVENTS):
+                self._held.append((event, stored))  # sent by the write that stores it (``_release``)
+                return
         if self.send is not None:
             await self.send(event, stored)
 
+    async def _release(self) -> None:
+        """Send the attached client the held events that may go now: up to the first durable one not stored yet."""
+        if not self._held:
+            return
+        async with self._send_lock:
+            while self._held:
+                event, stored = self._held[0]
+                if event.type in DURABLE_EVENTS and stored.seq > self.flushed_seq:
+                    return
+                if self.send is not None:
+                    await self.send(event, stored)
+                # Taken off only once sent: an event emitted meanwhile sees one held, and queues behind it.
+                self._held.popleft()
+
+    async def tell(self, event: RunEvent) -> None:
+        """Tell the attached client ``event``, which is not stored (why its stream ends here, while the run's stored
+        events end elsewhere or never): after the held events stored, instead of those that are not."""
+        await self._settle(raise_failure=False)
+        await self._release()
+        self._held.clear()
+        if self.send is not None:
+            await self.send(event, StoredEvent(self.next_seq, event.type, dump(event)))
+
     def snapshot(self, after: int) -> tuple[int, list[StoredEvent]]:
-        """``(flushed_seq, events after ``after`` not stored yet)``, taken at one instant: together with the store's
-        events up to ``flushed_seq`` they are every event after ``after``."""
-        return self.flushed_seq, [event for event in self.unflushed if event.seq > after]
+        """``(flushed_seq, events after ``after`` not stored yet that may be told)``, taken at one instant: together
+        with the store's events up to ``flushed_seq`` they are every event after ``after`` up to the first durable
+        one not stored yet (told once stored: ``wait_changed`` returns then)."""
+        tail = []
+        for event in self.unflushed:
+            if event.type in DURABLE_EVENTS:
+                break
+            if event.seq > after:
+                tail.append(event)
+        return self.flushed_seq, tail
 
     async def wait_changed(self) -> None:
         """Returns when an event is emitted or stored (bound the wait with a cancel scope)."""
@@ -134,19 +183,30 @@ class RunJournal:
         self.unlogged.append(replace(call, attempt=self.attempt))
         if not calls:
             # The final answer: written with the run's end (``finish``), which comes right after; one write
-            # less per run. A crash in between makes the replica that takes over ask the model again.
+            # less per run. A crash in between makes the replica that takes over ask the model again (its client
+            # was not told ``done``: that waits for the end's write).
             return
         await self._write(Step(messages=[(local, message)], status="tool_loop", iterations=iterations, usage=usage))
+        await self._release()  # its tool calls
 
     async def result(self, position: int, message: Message) -> None:
         if message.tool_call_id is not None:
             self.open_calls.pop(message.tool_call_id, None)
-        # Not awaited: the run goes on (to its next LLM call) while the result is written. The next step's write
-        # and the run's end wait for it first, so that a result that could not be stored still fails the run
-        # before any other tool runs; a crash before it is stored makes the call one without a stored result.
+        # Not awaited: the run goes on (to its next LLM call) while the result is written, and its ``tool_result``
+        # event goes to the client once written. The next step's write and the run's end wait for it first, so
+        # that a result that could not be stored still fails the run before any other tool runs; a crash before
+        # it is stored makes the call one without a stored result, which no client was told.
         step = Step(messages=[(position - self.base, message)])
-        write = asyncio.get_running_loop().create_task(self._write(step, settle=False))
+        write = asyncio.get_running_loop().create_task(self._store_result(step))
         self._writing.append(write)
+
+    async def _store_result(self, step: Step) -> None:
+        await self._write(step, settle=False)
+        try:
+            await self._release()
+        except OSError:  # the client has gone (its stream says so itself): not a failure to store
+            self.send = None
+            self._held.clear()
 
     async def _settle(self, *, raise_failure: bool = True) -> None:
         """Wait for the results being written; raise the first failure among them (``raise_failure``)."""
@@ -163,6 +223,7 @@ class RunJournal:
     async def flush(self) -> None:
         """Store the events emitted since the last step now, changing nothing else."""
         await self._write(Step())
+        await self._release()
 
     # --- the end --------------------------------------------------------------------------------------
 
@@ -185,7 +246,7 @@ class RunJournal:
             error=RunErrorDetail(code=error.code, message=error.message) if error is not None else None,
             budget=outcome.budget if error is None else None,
         )
-        await self._write(step, final=True)
+        await self._end(step)
 
     async def finish_cancelled(self, done: RunEvent, reason: str) -> None:
         """A run cancelled midway: its open tool calls answered with ``reason``, ``done`` stored last."""
@@ -197,7 +258,7 @@ class RunJournal:
             usage=self.usage,
             finish_reason="cancelled",
         )
-        await self._write(step, final=True)
+        await self._end(step)
 
     async def finish_failed(self, error: RunEvent, detail: RunErrorDetail) -> None:
         """A run failed without running (a takeover refused): its open tool calls answered with the reason, ``error``
@@ -205,7 +266,17 @@ class RunJournal:
         await self.emit(error)
         reason = f"The run failed before this tool call finished: {detail.message}"
         step = Step(messages=self._open_calls_answered(reason), status="failed", finish_reason="error", error=detail)
-        await self._write(step, final=True)
+        await self._end(step)
+
+    async def _end(self, step: Step) -> None:
+        """Store the run's end, then tell the client its last events; an end not stored is told as the error it is
+        (``run_moved``: another replica has the run; ``store_unavailable``: one will take it over), and raised."""
+        try:
+            await self._write(step, final=True)
+        except UpstreamError as error:
+            await self.tell(RunError(run_id=self.run_id, code=error.code, message=error.message))
+            raise
+        await self._release()
 
     def _open_calls_answered(self, reason: str) -> list[tuple[int, Message]]:
         return [

@@ -58,7 +58,6 @@ from suite_common.wire import (
     RunErrorDetail,
     RunResumed,
     RunStarted,
-    dump,
 )
 
 __all__ = ["RESUMED_SEQ_GAP", "AgentRuns", "StartedRun"]
@@ -262,7 +261,7 @@ class AgentRuns:
                     recorder=journal if journal.store is not None else None,
                     resume=run.resume,
                 )
-                await self._store_outcome(run, outcome)
+                outcome = await self._store_outcome(run, outcome)
                 run.outcome = outcome
                 return outcome
             run.outcome = await self._stopped(run)  # only ``run.stop`` cancels this scope
@@ -294,9 +293,8 @@ class AgentRuns:
         journal = run.journal
         if run.stop_reason == "moved":
             moved = RunMoved(run.plan.run_id)
-            if journal.send is not None:  # told to its client only: the run's stored events go on elsewhere
-                error = RunError(run_id=run.plan.run_id, code=moved.code, message=moved.message)
-                await journal.send(error, StoredEvent(journal.next_seq, error.type, dump(error)))
+            # Told to its client only: the run's stored events go on elsewhere.
+            await journal.tell(RunError(run_id=run.plan.run_id, code=moved.code, message=moved.message))
             return RunOutcome("error", journal.iterations, journal.usage, [], moved)
         await self._stored_cancel(run)
         return RunOutcome("cancelled", journal.iterations, journal.usage, [])
@@ -310,16 +308,23 @@ class AgentRuns:
             except StoreError as error:
                 _log.warning("run_release_failed", run_id=run_id, error=str(error))
 
-    async def _store_outcome(self, run: StartedRun, outcome: RunOutcome) -> None:
-        if isinstance(outcome.error, RunMoved):
+    async def _store_outcome(self, run: StartedRun, outcome: RunOutcome) -> RunOutcome:
+        """The outcome stored, its last events told (``done`` or ``error``: only once stored); the outcome to answer
+        with: the loop's, or the error that kept it from being stored (no answer may say more than the store)."""
+        error = outcome.error
+        if isinstance(error, RunMoved):  # nothing more is written here
             run.stop_reason = "moved"
-            return
+            await run.journal.tell(RunError(run_id=run.plan.run_id, code=error.code, message=error.message))
+            return outcome
         try:
             await run.journal.finish(outcome)
-        except RunMoved:
+        except RunMoved as moved:
             run.stop_reason = "moved"
-        except UpstreamError as error:  # the store is down: the lease lapses and another replica finishes it
-            _log.error("run_outcome_not_stored", run_id=run.plan.run_id, error=error.message)
+            return replace(outcome, error=moved)
+        except UpstreamError as failure:  # the store is down: the lease lapses and another replica finishes it
+            _log.error("run_outcome_not_stored", run_id=run.plan.run_id, error=failure.message)
+            return replace(outcome, error=failure)
+        return outcome
 
     async def _stored_cancel(self, run: StartedRun) -> None:
         if run.journal.store is None:
