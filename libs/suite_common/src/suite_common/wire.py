@@ -47,7 +47,9 @@ __all__ = [
     "PersonaSummary",
     "ReasoningBlock",
     "ReasoningBlockEvent",
+    "ReasoningControl",
     "ReasoningDelta",
+    "ReasoningEffort",
     "ResolvedModel",
     "RunDone",
     "RunError",
@@ -76,6 +78,7 @@ __all__ = [
     "Usage",
     "UsageReport",
     "UsageTotal",
+    "Verbosity",
     "WireModel",
     "dump",
 ]
@@ -184,6 +187,9 @@ ModelName = Annotated[str, Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS),
 class Usage(WireModel):
     input_tokens: int = 0
     output_tokens: int = 0
+    reasoning_tokens: int | None = None
+    """Of ``output_tokens``, those the model spent reasoning, where the provider reports them (OpenAI's
+    ``reasoning_tokens``, Gemini's ``thoughtsTokenCount``); ``None`` when it does not."""
     cost_usd: float | None = None
     """What the tokens cost in US dollars, at the prices of completion-service's model catalog; ``None`` when no
     call of it had a price (a sum of calls counts the priced ones)."""
@@ -197,9 +203,14 @@ class Usage(WireModel):
             cost = None
         else:
             cost = (self.cost_usd or 0.0) + (other.cost_usd or 0.0)
+        if self.reasoning_tokens is None and other.reasoning_tokens is None:
+            reasoning = None
+        else:
+            reasoning = (self.reasoning_tokens or 0) + (other.reasoning_tokens or 0)
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            reasoning_tokens=reasoning,
             cost_usd=cost,
         )
 
@@ -215,6 +226,21 @@ class ToolSpec(WireModel):
     input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
+ReasoningEffort = Literal["minimal", "low", "medium", "high"]
+Verbosity = Literal["low", "medium", "high"]
+
+
+class ReasoningControl(WireModel):
+    """How much a model that can reason should think before it answers, and whether a summary of its thinking
+    comes back (as ``reasoning`` events and blocks). Each adapter maps it to its provider's own controls
+    (docs/providers.md); a model that cannot reason ignores it, with a warning in the answer."""
+
+    effort: ReasoningEffort | None = None
+    """``None``: the provider's default."""
+    summary: Literal["auto", "none"] | None = None
+    """``auto``: the provider's summary of its reasoning where it gives one; ``none``: no reasoning text back."""
+
+
 class CompletionRequest(WireModel):
     model: ModelName
     messages: list[Message] = Field(min_length=1)
@@ -223,6 +249,10 @@ class CompletionRequest(WireModel):
     stream: bool = False
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
+    reasoning: ReasoningControl | None = None
+    verbosity: Verbosity | None = None
+    """How long the answer should be, where the model takes it (OpenAI's ``verbosity``); else ignored, with a
+    warning in the answer."""
 
 
 class CompletionResponse(WireModel):
@@ -231,6 +261,9 @@ class CompletionResponse(WireModel):
     usage: Usage = Field(default_factory=Usage)
     model: str
     provider: str
+    warnings: list[str] | None = None
+    """Controls of the request the model could not take and so ignored (``reasoning``, ``verbosity``), each said
+    in a sentence; never a failed call for them."""
 
 
 class TextDelta(WireModel):
@@ -267,6 +300,8 @@ class CompletionDone(WireModel):
     usage: Usage = Field(default_factory=Usage)
     model: str
     provider: str
+    warnings: list[str] | None = None
+    """As ``CompletionResponse.warnings``."""
 
 
 class StreamError(WireModel):
@@ -419,6 +454,10 @@ class AgentRunRequest(WireModel):
     """Shorter than the service's deadline to stop sooner; longer is refused."""
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
+    reasoning: ReasoningControl | None = None
+    """Passed to every LLM call of the run (omitted: the persona's, else the provider's default)."""
+    verbosity: Verbosity | None = None
+    """Passed to every LLM call of the run (omitted: the persona's, else the provider's default)."""
     conversation_id: ConversationId | None = None
     """Continue this stored conversation: its messages come before ``messages``, and the run's are appended to it.
     An id not known yet starts a conversation. One run at a time per conversation."""
