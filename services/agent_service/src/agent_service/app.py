@@ -326,6 +326,7 @@ def create_app(
                 rules=callers.rules if callers is not None else {},
                 source=store.usage_since if store is not None else None,
                 key_prefix=settings.redis_key_prefix,
+                max_users=settings.max_users_per_tenant_month,
             )
             runs = AgentRuns(loop, store, settings, observability.lifecycle, slots, spending)
             await stack.enter_async_context(runs.running())
