@@ -36,6 +36,9 @@ GLOBEX_KEY = "globex-" + uuid.uuid4().hex
 HOOLI_KEY = "hooli-" + uuid.uuid4().hex
 ACME_TOKENS = 60
 HOOLI_TOKENS = 1000
+UMBRELLA_KEY = "umbrella-" + uuid.uuid4().hex
+UMBRELLA_TOKENS = 20_000
+UMBRELLA_CAP = 3
 
 
 CALLERS_FILE = f"""
@@ -58,6 +61,12 @@ user_monthly_tokens = 500
 {key_entry("globex-app", "globex", GLOBEX_KEY)}
 
 {key_entry("hooli-app", "hooli", HOOLI_KEY, trusted=True)}
+
+[tenants.umbrella]
+monthly_tokens = {UMBRELLA_TOKENS}
+max_concurrent_runs = {UMBRELLA_CAP}
+
+{key_entry("umbrella-app", "umbrella", UMBRELLA_KEY)}
 """
 
 
@@ -409,3 +418,53 @@ async def test_a_tenant_with_per_user_budgets_refuses_a_new_end_user_past_the_mo
         assert await client.smembers(f"{redis_prefix}spend-users:{month}:hooli") == {b"u1", b"u2", b"u3"}
     finally:
         await client.aclose()
+
+
+async def test_thirty_plain_completions_at_once_pass_the_budget_by_at_most_one_call_per_slot(
+    upstreams: Upstreams, callers_file: Path, redis_prefix: str
+) -> None:
+    answer = " ".join(["token"] * 2000)  # 2,000 completion tokens as the scripted model counts them
+    upstreams.llm.push(*[fake_openai.text(answer, delay=0.2) for _ in range(60)])
+    chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": "write at length"}]}
+    headers = {**as_caller(UMBRELLA_KEY), "X-Agent-Disabled": "true"}
+    statuses: list[tuple[int, str]] = []
+    async with running_agent(
+        upstreams.completion_url,
+        upstreams.gateway,
+        database_url="",
+        callers_file=callers_file,
+        redis_url=REDIS_URL,
+        redis_key_prefix=redis_prefix,
+    ) as agent_url:
+
+        async def ask(http: httpx.AsyncClient) -> None:
+            response = await http.post("/v1/chat/completions", json=chat, headers=headers)
+            code = response.json()["error"]["code"] if response.status_code != 200 else "ok"
+            statuses.append((response.status_code, code))
+
+        clients = [httpx.AsyncClient(base_url=agent_url, timeout=30) for _ in range(30)]
+        try:
+            with anyio.fail_after(60):
+                while ("ok" in [code for _, code in statuses[-30:]]) or not statuses:  # waves until one is all refused
+                    async with anyio.create_task_group() as task_group:
+                        for http in clients:
+                            task_group.start_soon(ask, http)
+        finally:
+            for http in clients:
+                await http.aclose()
+    answered = sum(1 for _, code in statuses if code == "ok")
+    per_call = len(answer.split()) + fake_openai_prompt_tokens(chat)
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        key = f"{redis_prefix}spend:{month_start(datetime.now(UTC)):%Y-%m}:umbrella"
+        spent = int(await client.hget(key, "tokens") or 0)
+    finally:
+        await client.aclose()
+    assert spent == answered * per_call
+    assert {code for _, code in statuses} <= {"ok", "too_many_runs", "budget_exhausted"}
+    assert spent <= UMBRELLA_TOKENS + UMBRELLA_CAP * per_call, f"{spent} tokens of a {UMBRELLA_TOKENS} budget"
+
+
+def fake_openai_prompt_tokens(chat: dict[str, Any]) -> int:
+    """The prompt's tokens as the scripted model counts them: its words, and 4 per message."""
+    return sum(len(message["content"].split()) + 4 for message in chat["messages"])

@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
 
@@ -257,7 +257,18 @@ class _Request:
         headers = {**error.headers, **self.headers}
         return _error(error.status, error.code, error.message, headers)
 
+    async def _release(self) -> None:
+        """A plain completion's slot back (a run gives its own back as it ends)."""
+        if not self.agentic:
+            await self.services.runs.release_slot(self.plan.run_id)
+
     async def answer_json(self, request: Request) -> Response:
+        try:
+            return await self._answer_json(request)
+        finally:
+            await self._release()
+
+    async def _answer_json(self, request: Request) -> Response:
         async def ignore(_: RunEvent) -> None:
             return None
 
@@ -283,6 +294,12 @@ class _Request:
         return response
 
     async def stream(self, send: SendChunk) -> ASGIApp | None:
+        try:
+            return await self._stream(send)
+        finally:
+            await self._release()
+
+    async def _stream(self, send: SendChunk) -> ASGIApp | None:
         """The answer as ``chat.completion.chunk`` frames. The status line waits for the run's first step: a
         failure of the first LLM call (a 429, an unknown model) is still an HTTP error the SDK raises as such;
         a later one is an ``{"error": ...}`` frame, which the SDK raises too."""
@@ -402,9 +419,8 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
     run = None
     if plan.tools:
         run = await services.runs.begin(plan, run_request, send=None, caller=caller)
-    else:  # one plain completion, not a run: still within the monthly budgets, and counted
-        spending = services.runs.spending
-        plan = replace(plan, spending=await spending.admit(caller.tenant, caller.user))
+    else:  # one plain completion, not a run: still within the monthly budgets, counted, and holding a slot
+        plan = await services.runs.admit(plan, caller)
     front = _Request(services, body, plan, run, caller=caller, mode=mode, events=events)
     if body.stream and mode != "disabled":
         return EventStreamResponse(front.stream, headers=front.headers, defer_start=True)
