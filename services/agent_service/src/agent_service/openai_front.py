@@ -25,6 +25,7 @@ from starlette.types import ASGIApp
 from agent_service.callers import Caller, caller_of
 from agent_service.clients import CompletionClient, UpstreamError
 from agent_service.loop import AgentLoop, LlmCall, RunPlan
+from agent_service.metering import complete_counted
 from agent_service.openai_wire import (
     AgentInfo,
     ChatCompletion,
@@ -196,27 +197,38 @@ async def _single_completion(
         temperature=plan.temperature,
     )
     streamed: list[str] = []
+    cut = Usage()
 
     async def forward(delta: TextDelta | ReasoningDelta) -> None:
         if isinstance(delta, TextDelta) and on_text is not None:
             streamed.append(delta.delta)
             await on_text(1, delta.delta)
 
+    async def count(usage: Usage, *, estimated: bool = False, provider: str = "") -> None:
+        nonlocal cut
+        cut = usage if estimated else cut
+        if plan.spending is not None:
+            await plan.spending.spent(usage)
+        await log(LlmCall(plan.model, provider, usage, estimated=estimated))
+
     try:
         with anyio.CancelScope(deadline=plan.limits.deadline.at):
-            response = await completions.complete(
-                request, plan.limits.deadline, forward if on_text is not None else None
+            response = await complete_counted(
+                completions,
+                request,
+                plan.limits.deadline,
+                forward if on_text is not None else None,
+                on_cut_off=partial(count, estimated=True),
+                stream=plan.spending is not None,
             )
-            if plan.spending is not None:
-                await plan.spending.spent(response.usage)
-            await log(LlmCall(plan.model, response.provider, response.usage))
+            await count(response.usage, provider=response.provider)
             message = response.message
             agent = AgentInfo(finish_reason=response.finish_reason, iterations=1)
             return _Answer(message.content, message.tool_calls, agent, response.usage)
     except UpstreamError as error:
-        return _Answer(None, None, AgentInfo(finish_reason="error", iterations=1), Usage(), error)
-    # The deadline passed: what was streamed is the partial answer.
-    return _Answer("".join(streamed) or None, None, AgentInfo(finish_reason="deadline", iterations=1), Usage())
+        return _Answer(None, None, AgentInfo(finish_reason="error", iterations=1), cut, error)
+    # The deadline passed: what was streamed is the partial answer, its call counted as an estimate.
+    return _Answer("".join(streamed) or None, None, AgentInfo(finish_reason="deadline", iterations=1), cut)
 
 
 class _Request:
