@@ -202,7 +202,8 @@ _RUN = Operation(
         "or the run is under a cost limit and the model, or one of its fallbacks, has no price (model_not_priced).",
         409: "The conversation (conversationId) has a run in progress.",
         429: "The tenant has its cap of runs in progress (too_many_runs), or the tenant or end user has used up a "
-        "monthly budget (budget_exhausted); Retry-After says when to try again.",
+        "monthly budget (budget_exhausted), or the end user is new past the tenant's bound of end users a month "
+        "(too_many_users); Retry-After says when to try again.",
         503: "The service is shutting down, or the run store or the run limits (Redis) are unavailable (Retry-After).",
     },
     example={"model": "demo", "messages": [{"role": "user", "content": "What time is it?"}], "stream": False},

@@ -466,7 +466,8 @@ _CHAT_COMPLETIONS = Operation(
         400: "Not a valid request (the message names the field); or the X-Agent-Persona header names a persona the "
         "caller's tenant does not have (unknown_persona).",
         429: "The tenant has its cap of runs in progress (too_many_runs), or the tenant or end user has used up a "
-        "monthly budget (budget_exhausted); Retry-After says when to try again.",
+        "monthly budget (budget_exhausted), or the end user is new past the tenant's bound of end users a month "
+        "(too_many_users); Retry-After says when to try again.",
         503: "The service is shutting down, or the run store or the run limits (Redis) are unavailable (Retry-After).",
     },
     example={"model": "demo", "messages": [{"role": "user", "content": "What time is it?"}]},
