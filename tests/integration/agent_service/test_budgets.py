@@ -61,12 +61,6 @@ user_monthly_tokens = 500
 {key_entry("globex-app", "globex", GLOBEX_KEY)}
 
 {key_entry("hooli-app", "hooli", HOOLI_KEY, trusted=True)}
-
-[tenants.umbrella]
-monthly_tokens = {UMBRELLA_TOKENS}
-max_concurrent_runs = {UMBRELLA_CAP}
-
-{key_entry("umbrella-app", "umbrella", UMBRELLA_KEY)}
 """
 
 
@@ -421,8 +415,13 @@ async def test_a_tenant_with_per_user_budgets_refuses_a_new_end_user_past_the_mo
 
 
 async def test_thirty_plain_completions_at_once_pass_the_budget_by_at_most_one_call_per_slot(
-    upstreams: Upstreams, callers_file: Path, redis_prefix: str
+    upstreams: Upstreams, tmp_path: Path, redis_prefix: str
 ) -> None:
+    callers_file = tmp_path / "umbrella.toml"  # a file of its own: a tenant's run cap makes every tenant's count
+    callers_file.write_text(
+        f"[tenants.umbrella]\nmonthly_tokens = {UMBRELLA_TOKENS}\nmax_concurrent_runs = {UMBRELLA_CAP}\n\n"
+        + key_entry("umbrella-app", "umbrella", UMBRELLA_KEY)
+    )
     answer = " ".join(["token"] * 2000)  # 2,000 completion tokens as the scripted model counts them
     upstreams.llm.push(*[fake_openai.text(answer, delay=0.2) for _ in range(60)])
     chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": "write at length"}]}
