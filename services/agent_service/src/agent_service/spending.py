@@ -36,10 +36,13 @@ next LLM call: a call that cannot be counted is not made. A usage that cannot be
 added with the run's next one.
 
 Budgets are checked before each call, not reserved: runs of one tenant in flight at once each make the call they
-have started, so the month's spend can pass a budget by up to one LLM call per run in progress. A counter seeded
-while a call is being recorded may count that call twice, or not at all (its add found no counter yet, and the seed
-read the store before the call's row was written): either way by at most one call per run in flight, and only at a
-counter's first use (a new month, a flushed Redis).
+have started, so the month's spend can pass a budget by up to one LLM call per run in progress. A call whose add finds
+no counter seeds it from the store (the month's calls before it: a call's usage is added before its row is written)
+and adds itself; another call's row written meanwhile may then be counted twice, or not at all: by at most one call
+per run in flight, and only at a counter's first use (a new month, a new user, a flushed Redis).
+
+A call cut off before its usage came (its client gone, its run cancelled or out of time) is counted with an estimate
+(``agent_service.metering``).
 
 One Redis, not Redis Cluster: the tenant's and its user's counters are read and added to in one script, and the
 suite's Redis client is not cluster-aware.
