@@ -88,7 +88,7 @@ class LlmCall:
     model: str
     """The model the run asked for (a catalog name or ``<provider>/<model>``)."""
     provider: str
-    """Who answered it."""
+    """Who answered it (empty: nobody did, the call was cut off first)."""
     usage: Usage
     """This call's own tokens and cost (not the run's so far)."""
     iteration: int | None = None

@@ -204,12 +204,15 @@ async def _single_completion(
             streamed.append(delta.delta)
             await on_text(1, delta.delta)
 
-    async def count(usage: Usage, *, estimated: bool = False, provider: str = "") -> None:
-        nonlocal cut
-        cut = usage if estimated else cut
+    async def count(usage: Usage, *, provider: str = "", estimated: bool = False) -> None:
         if plan.spending is not None:
             await plan.spending.spent(usage)
         await log(LlmCall(plan.model, provider, usage, estimated=estimated))
+
+    async def cut_off(usage: Usage) -> None:  # counted as an estimate (``metering``), and the answer's usage
+        nonlocal cut
+        cut = usage
+        await count(usage, estimated=True)
 
     try:
         with anyio.CancelScope(deadline=plan.limits.deadline.at):
@@ -218,7 +221,7 @@ async def _single_completion(
                 request,
                 plan.limits.deadline,
                 forward if on_text is not None else None,
-                on_cut_off=partial(count, estimated=True),
+                on_cut_off=cut_off,
                 stream=plan.spending is not None,
             )
             await count(response.usage, provider=response.provider)
