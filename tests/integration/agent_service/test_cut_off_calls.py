@@ -30,11 +30,12 @@ from support import fake_openai
 from support.agent_stack import running_agent
 from support.caller_keys import as_caller, key_entry
 from support.databases import REDIS_URL
-from support.upstreams import Upstreams
+from support.upstreams import Upstreams, running_upstreams
 
 pytestmark = pytest.mark.anyio
 
 KEY = "acme-" + uuid.uuid4().hex
+GLOBEX_KEY = "globex-" + uuid.uuid4().hex
 BUDGET = 3000
 WORDS = 2000
 ANSWER = " ".join(["token"] * WORDS)
@@ -45,8 +46,14 @@ CALLERS_FILE = f"""
 [tenants.acme]
 monthly_tokens = {BUDGET}
 
+[tenants.globex]
+monthly_cost_usd = 0.02
+
 {key_entry("acme-app", "acme", KEY)}
+
+{key_entry("globex-app", "globex", GLOBEX_KEY)}
 """
+PRICES = {"inputPerMillionUsd": 2.5, "outputPerMillionUsd": 10.0}
 
 
 def _run(**extra: Any) -> dict[str, Any]:
@@ -229,3 +236,37 @@ async def test_a_plain_completion_of_the_openai_front_cut_off_by_its_client_is_c
         await _eventually(logged)
         counted = _assert_one_estimated_row(tmp_path, None)
         assert await _counted(redis_prefix) == counted
+
+
+async def test_under_a_cost_budget_a_cut_off_call_costs_its_estimate_at_the_models_prices(
+    tmp_path: Path, redis_prefix: str
+) -> None:
+    catalog = [{"name": "priced", "provider": "openai", "model": "gpt-4o", "prices": PRICES}]
+    async with running_upstreams(catalog=catalog) as upstreams, _agent(upstreams, tmp_path, redis_prefix) as http:
+        upstreams.llm.push(fake_openai.text_then_hang(ANSWER))
+        body = {**_run(stream=True), "model": "priced"}
+        async with http.stream("POST", "/api/v1/agent/run", json=body, headers=as_caller(GLOBEX_KEY)) as run:
+            assert run.status_code == 200
+            await _stream_until_the_whole_answer(run.aiter_lines(), _run_text)
+
+        async def logged() -> bool:
+            return len(_usage_log(tmp_path)) == 1
+
+        await _eventually(logged)
+        [(_, input_tokens, output_tokens, estimated, _)] = _usage_log(tmp_path)
+        assert (output_tokens, estimated) == (ESTIMATED_OUTPUT, 1)
+        cost = (input_tokens * PRICES["inputPerMillionUsd"] + output_tokens * PRICES["outputPerMillionUsd"]) / 1e6
+        with sqlite3.connect(tmp_path / "runs.db") as connection:
+            [(logged_cost,)] = connection.execute("SELECT cost_usd FROM usage_log").fetchall()
+        assert logged_cost == pytest.approx(cost)
+        client = aioredis.Redis.from_url(REDIS_URL)
+        try:
+            key = f"{redis_prefix}spend:{month_start(datetime.now(UTC)):%Y-%m}:globex"
+            assert int(await client.hget(key, "micros") or 0) == round(cost * 1_000_000)  # $0.0302 of $0.02
+        finally:
+            await client.aclose()
+        refused = await http.post(
+            "/api/v1/agent/run", json={**_run(), "model": "priced"}, headers=as_caller(GLOBEX_KEY)
+        )
+        assert refused.status_code == 429, refused.text
+        assert "tenant_monthly_cost" in refused.json()["error"]["message"]

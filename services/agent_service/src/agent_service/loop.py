@@ -31,6 +31,7 @@ from suite_common.wire import (
     CallToolProgress,
     CompletionRequest,
     Message,
+    ModelPrices,
     ReasoningDelta,
     RunDone,
     RunError,
@@ -79,6 +80,9 @@ class RunPlan:
     call, after ``limits``, and told each call's usage."""
     tenant: str = DEFAULT_TENANT
     """Whose run it is: the tool-result cache keeps each tenant's results apart."""
+    prices: ModelPrices | None = None
+    """The model's prices in completion-service's catalog (``None``: unpriced, or a run taken over): what an LLM
+    call cut off before its usage came is estimated to cost (``metering``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,6 +386,7 @@ class AgentLoop:
                 forward if stream_text else None,
                 on_cut_off=cut_off,
                 stream=plan.spending is not None,
+                prices=plan.prices,
             )
             span.set_attribute("llm.provider", response.provider)
             span.set_attribute("llm.finish_reason", response.finish_reason)

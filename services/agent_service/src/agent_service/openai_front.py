@@ -223,6 +223,7 @@ async def _single_completion(
                 forward if on_text is not None else None,
                 on_cut_off=cut_off,
                 stream=plan.spending is not None,
+                prices=plan.prices,
             )
             await count(response.usage, provider=response.provider)
             message = response.message
