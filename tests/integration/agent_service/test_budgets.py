@@ -33,7 +33,12 @@ pytestmark = pytest.mark.anyio
 ACME_KEY = "acme-" + uuid.uuid4().hex
 INITECH_KEY = "initech-" + uuid.uuid4().hex
 GLOBEX_KEY = "globex-" + uuid.uuid4().hex
+HOOLI_KEY = "hooli-" + uuid.uuid4().hex
 ACME_TOKENS = 60
+HOOLI_TOKENS = 1000
+UMBRELLA_KEY = "umbrella-" + uuid.uuid4().hex
+UMBRELLA_TOKENS = 20_000
+UMBRELLA_CAP = 3
 
 
 CALLERS_FILE = f"""
@@ -45,11 +50,17 @@ user_monthly_tokens = 1
 
 [tenants.globex]
 
+[tenants.hooli]
+monthly_tokens = {HOOLI_TOKENS}
+user_monthly_tokens = 500
+
 {key_entry("acme-app", "acme", ACME_KEY)}
 
 {key_entry("initech-app", "initech", INITECH_KEY, trusted=True)}
 
 {key_entry("globex-app", "globex", GLOBEX_KEY)}
+
+{key_entry("hooli-app", "hooli", HOOLI_KEY, trusted=True)}
 """
 
 
@@ -244,7 +255,7 @@ async def test_a_run_taken_over_after_a_kill_still_counts_toward_its_end_users_b
                 run_id = started.headers["x-agent-run-id"]
             with anyio.fail_after(10):
                 await upstreams.llm.wait_for_request(1)
-            assert await client.hget(user_key, "tokens") == b"0", "admitted on A: alice's counter, nothing spent"
+            assert await client.exists(user_key) == 0, "admitted on A, nothing spent yet: no counter"
             process_a.kill()  # SIGKILL: B takes the run over once its lease has lapsed
             with anyio.fail_after(10):
                 await process_a.wait()
@@ -316,3 +327,145 @@ async def test_redis_down_refuses_runs_of_a_tenant_with_a_budget_with_503_and_no
         upstreams.llm.push(fake_openai.text("fine"))
         globex = await http.post("/api/v1/agent/run", json=_run(), headers=as_caller(GLOBEX_KEY))
         assert globex.status_code == 200, globex.text
+
+
+async def _keys(prefix: str) -> list[bytes]:
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        return sorted([key async for key in client.scan_iter(match=f"{prefix}*")])
+    finally:
+        await client.aclose()
+
+
+async def test_requests_of_new_users_of_a_tenant_whose_budget_is_used_up_leave_no_redis_keys(
+    upstreams: Upstreams, callers_file: Path, redis_prefix: str, tmp_path: Path
+) -> None:
+    database = tmp_path / "runs.db"
+    settings: dict[str, Any] = {"database_url": f"sqlite:///{database}", "callers_file": callers_file}
+    async with running_agent(upstreams.completion_url, upstreams.gateway, **settings):
+        pass  # the schema is made
+    _log_usage(database, "hooli", HOOLI_TOKENS, datetime.now(UTC) - timedelta(seconds=1))
+    async with (
+        running_agent(
+            upstreams.completion_url,
+            upstreams.gateway,
+            **settings,
+            redis_url=REDIS_URL,
+            redis_key_prefix=redis_prefix,
+            max_users_per_tenant_month=50,
+        ) as agent_url,
+        httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
+    ):
+        _assert_budget_exhausted(
+            await http.post("/api/v1/agent/run", json=_run(), headers=as_caller(HOOLI_KEY)), "tenant_monthly_tokens"
+        )
+        before = await _keys(redis_prefix)
+        chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}]}
+        for index in range(300):
+            user = f"mallory-{index}"
+            if index % 2:
+                refused = await http.post("/api/v1/agent/run", json=_run(), headers=as_caller(HOOLI_KEY, user))
+            else:
+                headers = {**as_caller(HOOLI_KEY, user), "X-Agent-Disabled": "true"}
+                refused = await http.post("/v1/chat/completions", json=chat, headers=headers)
+            assert refused.status_code == 429, refused.text
+            assert refused.json()["error"]["code"] == "budget_exhausted"
+        after = await _keys(redis_prefix)
+    assert after == before, f"{len(before)} keys before, {len(after)} after"
+    assert len(upstreams.llm.requests) == 0
+
+
+async def test_a_tenant_with_per_user_budgets_refuses_a_new_end_user_past_the_months_bound_with_429(
+    upstreams: Upstreams, callers_file: Path, redis_prefix: str
+) -> None:
+    async with (
+        running_agent(
+            upstreams.completion_url,
+            upstreams.gateway,
+            database_url="",
+            callers_file=callers_file,
+            redis_url=REDIS_URL,
+            redis_key_prefix=redis_prefix,
+            max_users_per_tenant_month=3,
+        ) as agent_url,
+        httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
+    ):
+        for user in ("u1", "u2", "u3"):
+            upstreams.llm.push(fake_openai.text("hi"))
+            answered = await http.post("/api/v1/agent/run", json=_run(), headers=as_caller(HOOLI_KEY, user))
+            assert answered.status_code == 200, answered.text
+        for index in range(20):
+            refused = await http.post("/api/v1/agent/run", json=_run(), headers=as_caller(HOOLI_KEY, f"new-{index}"))
+            assert refused.status_code == 429, refused.text
+            error = refused.json()["error"]
+            assert error["code"] == "too_many_users"
+            assert "Tenant 'hooli' has had 3 end users (X-User-Id)" in error["message"]
+            assert abs(int(refused.headers["Retry-After"]) - _seconds_to_next_month()) <= 5
+        upstreams.llm.push(fake_openai.text("again"))
+        known = await http.post("/api/v1/agent/run", json=_run(), headers=as_caller(HOOLI_KEY, "u2"))
+        assert known.status_code == 200, known.text
+    month = f"{month_start(datetime.now(UTC)):%Y-%m}"
+    user_keys = [key for key in await _keys(redis_prefix) if b":user:" in key]
+    assert len(user_keys) == 3, user_keys
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        assert await client.smembers(f"{redis_prefix}spend-users:{month}:hooli") == {b"u1", b"u2", b"u3"}
+    finally:
+        await client.aclose()
+
+
+async def test_thirty_plain_completions_at_once_pass_the_budget_by_at_most_one_call_per_slot(
+    upstreams: Upstreams, tmp_path: Path, redis_prefix: str
+) -> None:
+    callers_file = tmp_path / "umbrella.toml"  # a file of its own: a tenant's run cap makes every tenant's count
+    callers_file.write_text(
+        f"[tenants.umbrella]\nmonthly_tokens = {UMBRELLA_TOKENS}\nmax_concurrent_runs = {UMBRELLA_CAP}\n\n"
+        + key_entry("umbrella-app", "umbrella", UMBRELLA_KEY)
+    )
+    answer = " ".join(["token"] * 2000)  # 2,000 completion tokens as the scripted model counts them
+    upstreams.llm.push(*[fake_openai.text(answer, delay=0.2) for _ in range(60)])
+    chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": "write at length"}]}
+    headers = {**as_caller(UMBRELLA_KEY), "X-Agent-Disabled": "true"}
+    statuses: list[tuple[int, str]] = []
+    async with running_agent(
+        upstreams.completion_url,
+        upstreams.gateway,
+        database_url="",
+        callers_file=callers_file,
+        redis_url=REDIS_URL,
+        redis_key_prefix=redis_prefix,
+    ) as agent_url:
+
+        async def ask(http: httpx.AsyncClient) -> None:
+            response = await http.post("/v1/chat/completions", json=chat, headers=headers)
+            code = response.json()["error"]["code"] if response.status_code != 200 else "ok"
+            statuses.append((response.status_code, code))
+
+        # No connection kept alive between waves: under load one can be closed by the server as it is reused.
+        no_keepalive = httpx.Limits(max_keepalive_connections=0)
+        clients = [httpx.AsyncClient(base_url=agent_url, timeout=30, limits=no_keepalive) for _ in range(30)]
+        try:
+            with anyio.fail_after(60):
+                while ("ok" in [code for _, code in statuses[-30:]]) or not statuses:  # waves until one is all refused
+                    async with anyio.create_task_group() as task_group:
+                        for http in clients:
+                            task_group.start_soon(ask, http)
+        finally:
+            for http in clients:
+                await http.aclose()
+    answered = sum(1 for _, code in statuses if code == "ok")
+    per_call = len(answer.split()) + fake_openai_prompt_tokens(chat)
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        key = f"{redis_prefix}spend:{month_start(datetime.now(UTC)):%Y-%m}:umbrella"
+        spent = int(await client.hget(key, "tokens") or 0)
+    finally:
+        await client.aclose()
+    assert spent == answered * per_call
+    assert {code for _, code in statuses} <= {"ok", "too_many_runs", "budget_exhausted"}
+    assert spent <= UMBRELLA_TOKENS + UMBRELLA_CAP * per_call, f"{spent} tokens of a {UMBRELLA_TOKENS} budget"
+
+
+def fake_openai_prompt_tokens(chat: dict[str, Any]) -> int:
+    """The prompt's tokens as the scripted model counts them: its words, and 4 per message."""
+    return sum(len(message["content"].split()) + 4 for message in chat["messages"])

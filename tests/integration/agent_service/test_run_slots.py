@@ -423,3 +423,54 @@ async def test_a_run_taken_over_after_a_kill_takes_its_slot_on_the_replica_that_
         assert cancelled.json()["status"] == "cancelled"
         assert await client.zcard(key) == 0, "released when the resumed run ended"
     await client.aclose()
+
+
+async def test_plain_completions_of_the_openai_front_hold_a_slot_each_so_a_cap_of_one_lets_one_through(
+    upstreams: Upstreams, redis_prefix: str
+) -> None:
+    chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    # The ways to a plain completion: the opt-out header, and tool_choice "none" (no tool of ours offered).
+    requests = [({"X-Agent-Disabled": "true"}, chat), ({}, {**chat, "tool_choice": "none"})] * 4
+    async with running_agent(
+        upstreams.completion_url,
+        upstreams.gateway,
+        database_url="",
+        max_concurrent_runs_per_tenant=1,
+        redis_url=REDIS_URL,
+        redis_key_prefix=redis_prefix,
+    ) as agent_url:
+        upstreams.llm.push(fake_openai.hang())
+        refused: list[httpx.Response] = []
+        all_answered = anyio.Event()
+
+        async def send(http: httpx.AsyncClient, headers: dict[str, str], body: dict[str, Any]) -> None:
+            response = await http.post("/v1/chat/completions", json=body, headers=headers)
+            refused.append(response)
+            if len(refused) == len(requests) - 1:
+                all_answered.set()
+
+        async with _clients([agent_url] * len(requests)) as clients, anyio.create_task_group() as task_group:
+            for http, (headers, body) in zip(clients, requests, strict=True):
+                task_group.start_soon(send, http, headers, body)
+            with anyio.fail_after(20):
+                await upstreams.llm.wait_for_request(1)
+                await all_answered.wait()
+            in_flight = len(upstreams.llm.requests)
+            task_group.cancel_scope.cancel()  # the held completion's client leaves
+        assert in_flight == 1, f"{in_flight} completions in flight under a cap of 1"
+        _assert_refused_with_retry_after(refused, len(requests) - 1)
+        # Its slot came back as its client left: the next plain completion is admitted.
+        upstreams.llm.push(fake_openai.text("admitted"))
+        async with httpx.AsyncClient(base_url=agent_url, timeout=10) as http:
+            with anyio.fail_after(10):
+                while True:
+                    again = await http.post("/v1/chat/completions", json=chat, headers=requests[0][0])
+                    if again.status_code != 429:
+                        break
+                    await anyio.sleep(0.05)  # the slot is released as the cancelled request unwinds there
+            assert again.status_code == 200, again.text
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        assert await client.zcard(f"{redis_prefix}run-slots:default") == 0
+    finally:
+        await client.aclose()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,23 @@ async def test_each_llm_call_is_a_usage_row_of_the_runs_tenant_user_and_caller_w
         "run_tokens",
         Usage(input_tokens=30, output_tokens=8, cost_usd=0.5),
     )
+
+
+async def test_a_call_cut_off_is_logged_as_an_estimate_without_a_provider_beside_the_calls_answered(
+    store: RunStore,
+) -> None:
+    tenant = tenant_name()
+    run_id = await started(store, tenant)
+    await store.record(run_id, Step(iterations=1, calls=[call(10, 3)]), owner="replica-a")
+    cut = LlmCall("gpt-4o", "", Usage(input_tokens=76, output_tokens=3000), iteration=2, estimated=True)
+    await store.finish(run_id, Step(status="cancelled", iterations=2, calls=[cut]), owner="replica-a")
+    await store.log_usage(replace(cut, iteration=None), tenant=tenant, user=None, caller="acme-platform")
+    logged = await rows(store, tenant=tenant)
+    assert [(row.run_id, row.provider, row.output_tokens, row.estimated) for row in logged] == [
+        (run_id, "openai", 3, False),
+        (run_id, None, 3000, True),
+        (None, None, 3000, True),
+    ]
 
 
 async def test_a_step_the_lease_guard_refuses_logs_no_usage(store: RunStore) -> None:

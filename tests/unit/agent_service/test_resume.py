@@ -141,6 +141,9 @@ class Steps:
     async def result(self, position: int, message: Message) -> None:
         self.steps.append(("result", position, message))
 
+    async def cut_off(self, call: LlmCall, *, usage: Usage) -> None:
+        raise AssertionError("no call is cut off here")
+
 
 async def test_a_resumed_round_repeats_the_safe_calls_answers_the_others_unknown_and_the_run_goes_on() -> None:
     calls: list[str] = []

@@ -161,7 +161,6 @@ async def test_a_new_month_starts_new_counters_seeded_from_that_month() -> None:
     spend = spending(TenantRules(monthly_tokens=10), source, clock)
     guard = spend.guard("acme", None)
     assert guard is not None
-    await guard.spent(Usage(input_tokens=10))  # not seeded yet: left to the store, which has it
     await spend.admit("acme", None)
     await guard.spent(Usage(input_tokens=10))
     assert await guard.exhausted() == "tenant_monthly_tokens"
@@ -259,3 +258,54 @@ async def test_a_new_run_is_admitted_on_counters_this_replica_saw_within_a_secon
     stale = Spending(ledger, rules=rules, clock=Clock(NOW), fresh_seconds=0)  # nothing seen is fresh: Redis asked
     await refusal(stale)
     assert ledger.reads == reads + 1
+
+
+async def test_a_call_counted_before_its_counter_exists_starts_the_counter_from_the_store_and_adds_the_call() -> None:
+    source = Source({("acme", None): Usage(input_tokens=4)})
+    ledger = LocalSpendLedger()
+    spend = Spending(ledger, rules={"acme": TenantRules(monthly_tokens=10)}, source=source, clock=Clock(NOW))
+    guard = spend.guard("acme", None)
+    assert guard is not None
+    await guard.spent(Usage(input_tokens=6))  # a run taken over, or a flushed Redis: no counter yet
+    assert await ledger.read([SpendKey("acme", "2026-11")]) == [Spent(10, 0)]
+    assert (await refusal(spend)).code == "budget_exhausted"
+
+
+async def test_a_user_with_nothing_spent_gets_no_counter_until_a_call_is_counted() -> None:
+    ledger = LocalSpendLedger()
+    spend = Spending(ledger, rules={"acme": TenantRules(user_monthly_tokens=50)}, source=Source(), clock=Clock(NOW))
+    alice = SpendKey("acme", "2026-11", "alice")
+    guard = await spend.admit("acme", "alice")
+    assert guard is not None
+    assert await ledger.read([alice]) == [None], "admitted, nothing spent: nothing to keep"
+    await guard.spent(Usage(input_tokens=20))
+    assert await ledger.read([alice]) == [Spent(20, 0)]
+
+
+async def test_while_the_tenants_budget_is_used_up_a_new_user_is_refused_without_reading_or_keeping_anything() -> None:
+    source = Source({("acme", None): Usage(input_tokens=100)})
+    ledger = LocalSpendLedger()
+    rules = {"acme": TenantRules(monthly_tokens=100, user_monthly_tokens=50)}
+    spend = Spending(ledger, rules=rules, source=source, clock=Clock(NOW), max_users=5)
+    for index in range(300):
+        assert (await refusal(spend, user=f"user-{index}")).code == "budget_exhausted"
+    assert [user for _, _, user in source.asked] == [None], "the tenant's sum only, read once"
+    assert await ledger.read([SpendKey("acme", "2026-11", "user-0")]) == [None]
+    assert await ledger.join(SpendKey("acme", "2026-11", "late"), 1, NOW), "no user was counted toward the bound"
+
+
+async def test_a_tenant_with_per_user_budgets_has_at_most_max_users_end_users_a_month_then_new_ones_are_429() -> None:
+    clock = Clock(NOW)
+    rules = {"acme": TenantRules(user_monthly_tokens=50)}
+    spend = Spending(LocalSpendLedger(), rules=rules, source=Source(), clock=clock, max_users=3)
+    for user in ("u1", "u2", "u3"):
+        assert await spend.admit("acme", user) is not None
+    refused = await refusal(spend, user="u4")
+    assert (refused.status, refused.code) == (429, "too_many_users")
+    assert "Tenant 'acme' has had 3 end users (X-User-Id) in 2026-11" in refused.message
+    assert "AGENT_MAX_USERS_PER_TENANT_MONTH" in refused.message
+    assert refused.headers["Retry-After"] == str((4 * 24 + 2) * 3600)
+    assert await spend.admit("acme", "u2") is not None, "a user counted already goes on"
+    await spend.admit("acme", None)  # no user: nothing to bound
+    clock.now = datetime(2026, 12, 1, 0, 0, 1, tzinfo=UTC)
+    assert await spend.admit("acme", "u4") is not None, "a new month counts its users anew"

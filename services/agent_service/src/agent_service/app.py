@@ -206,7 +206,8 @@ _RUN = Operation(
         413: "The body is larger than the service accepts; or the run's messages would take its conversation past the "
         "size it may have (conversation_too_large).",
         429: "The tenant has its cap of runs in progress (too_many_runs), or the tenant or end user has used up a "
-        "monthly budget (budget_exhausted); Retry-After says when to try again.",
+        "monthly budget (budget_exhausted), or the end user is new past the tenant's bound of end users a month "
+        "(too_many_users); Retry-After says when to try again.",
         503: "The service is shutting down, or the run store or the run limits (Redis) are unavailable (Retry-After).",
     },
     example={"model": "demo", "messages": [{"role": "user", "content": "What time is it?"}], "stream": False},
@@ -336,6 +337,7 @@ def create_app(
                 rules=callers.rules if callers is not None else {},
                 source=store.usage_since if store is not None else None,
                 key_prefix=settings.redis_key_prefix,
+                max_users=settings.max_users_per_tenant_month,
             )
             runs = AgentRuns(loop, store, settings, observability.lifecycle, slots, spending)
             await stack.enter_async_context(runs.running())

@@ -17,6 +17,7 @@ import structlog
 
 from agent_service.clients import CompletionClient, ProgressSink, ToolsClient, UpstreamError
 from agent_service.limits import RunLimits, SpendGuard, Stop
+from agent_service.metering import complete_counted
 from agent_service.personas import with_system_prompt
 from agent_service.results import render_tool_result
 from agent_service.store import DEFAULT_TENANT
@@ -30,6 +31,7 @@ from suite_common.wire import (
     CallToolProgress,
     CompletionRequest,
     Message,
+    ModelPrices,
     ReasoningDelta,
     RunDone,
     RunError,
@@ -78,6 +80,9 @@ class RunPlan:
     call, after ``limits``, and told each call's usage."""
     tenant: str = DEFAULT_TENANT
     """Whose run it is: the tool-result cache keeps each tenant's results apart."""
+    prices: ModelPrices | None = None
+    """The model's prices in completion-service's catalog (``None``: unpriced, or a run taken over): what an LLM
+    call cut off before its usage came is estimated to cost (``metering``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +92,7 @@ class LlmCall:
     model: str
     """The model the run asked for (a catalog name or ``<provider>/<model>``)."""
     provider: str
-    """Who answered it."""
+    """Who answered it (empty: nobody did, the call was cut off first)."""
     usage: Usage
     """This call's own tokens and cost (not the run's so far)."""
     iteration: int | None = None
@@ -96,6 +101,8 @@ class LlmCall:
     """The run's ``resumes`` when the call was made, set by the journal (the loop does not know it). With the run
     and ``iteration``, the call's identity in the usage log: a step written twice logs it once, and a run taken
     over that makes its interrupted round's call again logs that second call too."""
+    estimated: bool = False
+    """The call was cut off before the provider reported its usage: ``usage`` is an estimate (``metering``)."""
 
 
 class RunRecorder(Protocol):
@@ -111,6 +118,10 @@ class RunRecorder(Protocol):
 
     async def result(self, position: int, message: Message) -> None:
         """A tool result, as soon as its call has finished."""
+
+    async def cut_off(self, call: LlmCall, *, usage: Usage) -> None:
+        """An LLM call cut off before its answer (``call.estimated``), to be logged with the run's next write;
+        ``usage``: the run's so far, this call's included. Called shielded from the run's cancellation."""
 
 
 @dataclass(frozen=True)
@@ -359,8 +370,24 @@ class AgentLoop:
             else:
                 await emit(RunReasoning(run_id=plan.run_id, iteration=iteration, delta=delta.delta))
 
+        async def cut_off(usage: Usage) -> None:  # counted like any call, as an estimate (``metering``)
+            state.usage += usage
+            if plan.spending is not None:
+                await plan.spending.spent(usage)
+            if recorder is not None:
+                call = LlmCall(plan.model, "", usage, iteration=iteration, estimated=True)
+                await recorder.cut_off(call, usage=state.usage)
+
         with self.telemetry.tracer.start_as_current_span("llm_call", attributes={"llm.model": plan.model}) as span:
-            response = await self.completions.complete(request, plan.limits.deadline, forward if stream_text else None)
+            response = await complete_counted(
+                self.completions,
+                request,
+                plan.limits.deadline,
+                forward if stream_text else None,
+                on_cut_off=cut_off,
+                stream=plan.spending is not None,
+                prices=plan.prices,
+            )
             span.set_attribute("llm.provider", response.provider)
             span.set_attribute("llm.finish_reason", response.finish_reason)
         state.usage += response.usage

@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
 
@@ -25,6 +25,7 @@ from starlette.types import ASGIApp
 from agent_service.callers import Caller, caller_of
 from agent_service.clients import CompletionClient, UpstreamError
 from agent_service.loop import AgentLoop, LlmCall, RunPlan
+from agent_service.metering import complete_counted
 from agent_service.openai_wire import (
     AgentInfo,
     ChatCompletion,
@@ -196,27 +197,42 @@ async def _single_completion(
         temperature=plan.temperature,
     )
     streamed: list[str] = []
+    cut = Usage()
 
     async def forward(delta: TextDelta | ReasoningDelta) -> None:
         if isinstance(delta, TextDelta) and on_text is not None:
             streamed.append(delta.delta)
             await on_text(1, delta.delta)
 
+    async def count(usage: Usage, *, provider: str = "", estimated: bool = False) -> None:
+        if plan.spending is not None:
+            await plan.spending.spent(usage)
+        await log(LlmCall(plan.model, provider, usage, estimated=estimated))
+
+    async def cut_off(usage: Usage) -> None:  # counted as an estimate (``metering``), and the answer's usage
+        nonlocal cut
+        cut = usage
+        await count(usage, estimated=True)
+
     try:
         with anyio.CancelScope(deadline=plan.limits.deadline.at):
-            response = await completions.complete(
-                request, plan.limits.deadline, forward if on_text is not None else None
+            response = await complete_counted(
+                completions,
+                request,
+                plan.limits.deadline,
+                forward if on_text is not None else None,
+                on_cut_off=cut_off,
+                stream=plan.spending is not None,
+                prices=plan.prices,
             )
-            if plan.spending is not None:
-                await plan.spending.spent(response.usage)
-            await log(LlmCall(plan.model, response.provider, response.usage))
+            await count(response.usage, provider=response.provider)
             message = response.message
             agent = AgentInfo(finish_reason=response.finish_reason, iterations=1)
             return _Answer(message.content, message.tool_calls, agent, response.usage)
     except UpstreamError as error:
-        return _Answer(None, None, AgentInfo(finish_reason="error", iterations=1), Usage(), error)
-    # The deadline passed: what was streamed is the partial answer.
-    return _Answer("".join(streamed) or None, None, AgentInfo(finish_reason="deadline", iterations=1), Usage())
+        return _Answer(None, None, AgentInfo(finish_reason="error", iterations=1), cut, error)
+    # The deadline passed: what was streamed is the partial answer, its call counted as an estimate.
+    return _Answer("".join(streamed) or None, None, AgentInfo(finish_reason="deadline", iterations=1), cut)
 
 
 class _Request:
@@ -257,7 +273,18 @@ class _Request:
         headers = {**error.headers, **self.headers}
         return _error(error.status, error.code, error.message, headers)
 
+    async def _release(self) -> None:
+        """A plain completion's slot back (a run gives its own back as it ends)."""
+        if not self.agentic:
+            await self.services.runs.release_slot(self.plan.run_id)
+
     async def answer_json(self, request: Request) -> Response:
+        try:
+            return await self._answer_json(request)
+        finally:
+            await self._release()
+
+    async def _answer_json(self, request: Request) -> Response:
         async def ignore(_: RunEvent) -> None:
             return None
 
@@ -283,6 +310,12 @@ class _Request:
         return response
 
     async def stream(self, send: SendChunk) -> ASGIApp | None:
+        try:
+            return await self._stream(send)
+        finally:
+            await self._release()
+
+    async def _stream(self, send: SendChunk) -> ASGIApp | None:
         """The answer as ``chat.completion.chunk`` frames. The status line waits for the run's first step: a
         failure of the first LLM call (a 429, an unknown model) is still an HTTP error the SDK raises as such;
         a later one is an ``{"error": ...}`` frame, which the SDK raises too."""
@@ -402,9 +435,8 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
     run = None
     if plan.tools:
         run = await services.runs.begin(plan, run_request, send=None, caller=caller)
-    else:  # one plain completion, not a run: still within the monthly budgets, and counted
-        spending = services.runs.spending
-        plan = replace(plan, spending=await spending.admit(caller.tenant, caller.user))
+    else:  # one plain completion, not a run: still within the monthly budgets, counted, and holding a slot
+        plan = await services.runs.admit(plan, caller)
     front = _Request(services, body, plan, run, caller=caller, mode=mode, events=events)
     if body.stream and mode != "disabled":
         return EventStreamResponse(front.stream, headers=front.headers, defer_start=True)
@@ -438,7 +470,8 @@ _CHAT_COMPLETIONS = Operation(
         400: "Not a valid request (the message names the field); or the X-Agent-Persona header names a persona the "
         "caller's tenant does not have (unknown_persona).",
         429: "The tenant has its cap of runs in progress (too_many_runs), or the tenant or end user has used up a "
-        "monthly budget (budget_exhausted); Retry-After says when to try again.",
+        "monthly budget (budget_exhausted), or the end user is new past the tenant's bound of end users a month "
+        "(too_many_users); Retry-After says when to try again.",
         503: "The service is shutting down, or the run store or the run limits (Redis) are unavailable (Retry-After).",
     },
     example={"model": "demo", "messages": [{"role": "user", "content": "What time is it?"}]},

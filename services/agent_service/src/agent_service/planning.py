@@ -308,8 +308,10 @@ async def plan_run(
     deadline = limits.deadline
     tools: list[ToolInfo] = []
     out_of_time = False
+    prices = None
     try:
         resolved = await models.check(model, deadline)
+        prices = resolved.prices
         if cost_limit is not None:
             _check_priced(model, resolved, cost_limit)
         # The plain path: no tool discovery when the caller wants no tools.
@@ -348,4 +350,5 @@ async def plan_run(
         client_tools=client_tools,
         system_prompt=system_prompt_of(request, rules),
         tenant=tenant,
+        prices=prices,
     )

@@ -136,6 +136,11 @@ class AgentSettings(ServiceSettings):
     and ``Retry-After``. A run's slot lasts ``AGENT_LEASE_SECONDS`` and is renewed with its lease, so the slots
     of a replica that died come back by themselves. A tenant's ``max_concurrent_runs`` in the callers file
     overrides it for that tenant. 0: no cap, nothing counted (Redis unused) unless some tenant has a cap."""
+    max_users_per_tenant_month: int = Field(default=10_000, ge=0)
+    """Distinct end users (``X-User-Id``) one tenant with per-user monthly budgets may have in a calendar month, over
+    all replicas; a new one past it is refused with 429 ``too_many_users`` until the month ends. Each such user has a
+    spend counter (in Redis when it is shared): this bounds how many a caller can make by inventing user ids.
+    0: no bound."""
     events_poll_seconds: float = Field(default=0.5, gt=0)
     """How often a client following a run that another replica executes is sent the newly stored events."""
     callers_file: Path | None = None

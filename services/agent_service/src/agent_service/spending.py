@@ -17,9 +17,18 @@ of its own last call: fresh to within one call, which the overshoot below allows
 
 The counters live in a ``SpendLedger``, one per tenant-month and one per tenant-user-month, tokens as integers and
 cost as integer micro-dollars: in Redis (``<prefix>spend:<YYYY-MM>:<tenant>[:user:<user>]`` hashes, expiring a day
-after their month ends) when the replicas share one, in this process's memory otherwise. A counter is seeded on its
-first use (per process in memory; set-if-absent in Redis, atomically) from the run store's usage log
-(``UsageSource``), so a restart or a flushed Redis does not hand a tenant a fresh budget.
+after their month ends) when the replicas share one, in this process's memory otherwise. A counter is seeded
+(per process in memory; set-if-absent in Redis, atomically) from the run store's usage log (``UsageSource``), so a
+restart or a flushed Redis does not hand a tenant a fresh budget; but only once there is something to count (the
+store has spend of the month, or a call's usage is added): a run refused, or one admitted that makes no call, leaves
+no counter behind.
+
+A request costs nothing it could not be charged for. The tenant's budgets are checked first: while they are used up,
+a request naming a new end user is refused without reading the store or touching Redis for that user. And each
+tenant with per-user budgets has at most ``max_users`` distinct end users a month (``AGENT_MAX_USERS_PER_TENANT_MONTH``,
+a set per tenant-month, ``<prefix>spend-users:<YYYY-MM>:<tenant>``): a new one past it is refused, 429
+``too_many_users``, so that a caller inventing ``X-User-Id`` values cannot fill Redis (with ``noeviction``, a full Redis
+refuses every tenant).
 
 Fail closed: when the ledger (or the store seeding it) cannot be read, a new run of a tenant with a budget is
 refused with 503 ``limits_unavailable``, and a run under way ends with the error ``limits_unavailable`` before its
@@ -27,10 +36,13 @@ next LLM call: a call that cannot be counted is not made. A usage that cannot be
 added with the run's next one.
 
 Budgets are checked before each call, not reserved: runs of one tenant in flight at once each make the call they
-have started, so the month's spend can pass a budget by up to one LLM call per run in progress. A counter seeded
-while a call is being recorded may count that call twice, or not at all (its add found no counter yet, and the seed
-read the store before the call's row was written): either way by at most one call per run in flight, and only at a
-counter's first use (a new month, a flushed Redis).
+have started, so the month's spend can pass a budget by up to one LLM call per run in progress. A call whose add finds
+no counter seeds it from the store (the month's calls before it: a call's usage is added before its row is written)
+and adds itself; another call's row written meanwhile may then be counted twice, or not at all: by at most one call
+per run in flight, and only at a counter's first use (a new month, a new user, a flushed Redis).
+
+A call cut off before its usage came (its client gone, its run cancelled or out of time) is counted with an estimate
+(``agent_service.metering``).
 
 One Redis, not Redis Cluster: the tenant's and its user's counters are read and added to in one script, and the
 suite's Redis client is not cluster-aware.
@@ -144,8 +156,13 @@ class SpendLedger(ABC):
 
     @abstractmethod
     async def add(self, keys: Sequence[SpendKey], spent: Spent) -> list[Spent | None]:
-        """Add ``spent`` to each of ``keys`` that is seeded (one that is not is seeded later, from the store, which
-        has the usage); returns their new values, as ``read``. Raises ``LedgerUnavailable``."""
+        """Add ``spent`` to each of ``keys`` that is seeded (``None`` for one that is not: the caller seeds it and adds
+        again); returns their new values, as ``read``. Raises ``LedgerUnavailable``."""
+
+    @abstractmethod
+    async def join(self, key: SpendKey, most: int, expires_at: datetime) -> bool:
+        """Count ``key``'s end user among its tenant's users of the month, unless ``most`` are counted already
+        (``False``; one counted already is ``True`` again). Raises ``LedgerUnavailable``."""
 
 
 class LocalSpendLedger(SpendLedger):
@@ -153,17 +170,23 @@ class LocalSpendLedger(SpendLedger):
 
     def __init__(self) -> None:
         self._spent: dict[SpendKey, Spent] = {}
+        self._users: dict[tuple[str, str], set[str]] = {}
+        """(tenant, month) → its end users counted."""
         self._month = ""
         """The newest month seeded: when a newer one starts, the months before are over and dropped."""
+
+    def _new_month(self, month: str) -> None:
+        if month > self._month:  # once a month, not per key: many end users make many keys
+            self._spent = {known: value for known, value in self._spent.items() if known.month >= month}
+            self._users = {known: users for known, users in self._users.items() if known[1] >= month}
+            self._month = month
 
     async def read(self, keys: Sequence[SpendKey]) -> list[Spent | None]:
         return [self._spent.get(key) for key in keys]
 
     async def seed(self, key: SpendKey, spent: Spent, expires_at: datetime) -> Spent:
         if key not in self._spent:
-            if key.month > self._month:  # once a month, not per key: many end users make many keys
-                self._spent = {known: value for known, value in self._spent.items() if known.month >= key.month}
-                self._month = key.month
+            self._new_month(key.month)
             self._spent[key] = spent
         return self._spent[key]
 
@@ -172,6 +195,17 @@ class LocalSpendLedger(SpendLedger):
             if key in self._spent:
                 self._spent[key] += spent
         return [self._spent.get(key) for key in keys]
+
+    async def join(self, key: SpendKey, most: int, expires_at: datetime) -> bool:
+        if key.user is None:
+            return True
+        self._new_month(key.month)
+        users = self._users.setdefault((key.tenant, key.month), set())
+        if key.user not in users:
+            if len(users) >= most:
+                return False
+            users.add(key.user)
+        return True
 
 
 # KEYS: the counters. Returns tokens, micros for each (-1, -1: never seeded).
@@ -213,6 +247,21 @@ return values
 """
 
 
+# KEYS[1]: the tenant-month's set of end users. ARGV: the user, the most it may hold, its expiry (Unix seconds).
+# Returns 1 when the user is in it (now or already), 0 when it is full.
+_JOIN = """
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then
+  return 1
+end
+if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('EXPIREAT', KEYS[1], ARGV[3])
+return 1
+"""
+
+
 class RedisSpendLedger(SpendLedger):
     """The counters in the replicas' shared Redis: ``<prefix>spend:<YYYY-MM>:<tenant>[:user:<user>]`` hashes."""
 
@@ -222,10 +271,14 @@ class RedisSpendLedger(SpendLedger):
         self._read = client.register_script(_READ)
         self._seed = client.register_script(_SEED)
         self._add = client.register_script(_ADD)
+        self._join = client.register_script(_JOIN)
 
     def key(self, key: SpendKey) -> str:
         name = f"{self.key_prefix}spend:{key.month}:{key.tenant}"  # a tenant's name has no ':'
         return name if key.user is None else f"{name}:user:{key.user}"
+
+    def users_key(self, key: SpendKey) -> str:
+        return f"{self.key_prefix}spend-users:{key.month}:{key.tenant}"
 
     async def read(self, keys: Sequence[SpendKey]) -> list[Spent | None]:
         try:
@@ -248,6 +301,16 @@ class RedisSpendLedger(SpendLedger):
         except REDIS_ERRORS as error:
             raise LedgerUnavailable(f"Redis: {type(error).__name__}: {error}") from None
         return _counters(values)
+
+    async def join(self, key: SpendKey, most: int, expires_at: datetime) -> bool:
+        if key.user is None:
+            return True
+        expiry = math.ceil(expires_at.timestamp())
+        try:
+            joined = await bounded(self._join(keys=[self.users_key(key)], args=[key.user, most, expiry]))
+        except REDIS_ERRORS as error:
+            raise LedgerUnavailable(f"Redis: {type(error).__name__}: {error}") from None
+        return int(joined) == 1
 
 
 def _counters(values: Sequence[int]) -> list[Spent | None]:
@@ -320,8 +383,11 @@ class Spending:
         source: UsageSource | None = None,
         clock: Callable[[], datetime] = _utc_now,
         fresh_seconds: float = FRESH_SECONDS,
+        max_users: int = 0,
     ) -> None:
+        """``max_users``: the most end users of one tenant with per-user budgets in a month (0: no bound)."""
         self.ledger = ledger
+        self.max_users = max_users
         self.rules = rules
         self.source = source
         self.clock = clock
@@ -354,17 +420,26 @@ class Spending:
         now = self.clock()
         return _budgets(tenant, user, rules, f"{month_start(now):%Y-%m}"), now
 
-    async def _spent(self, keys: list[SpendKey], now: datetime) -> dict[SpendKey, Spent]:
-        """Each key's counter, seeded first when it has none; raises ``LedgerUnavailable``."""
+    async def _spent(self, budgets: list[_Budget], keys: list[SpendKey], now: datetime) -> dict[SpendKey, Spent]:
+        """Each key's counter (one that has none: what the store has); raises ``LedgerUnavailable``, and
+        ``_TooManyUsers``. The tenant's key comes first: when one of its budgets is used up, the user's key is left
+        out, neither seeded nor counted among the tenant's users (reading it touches nothing)."""
         values = dict(zip(keys, await self.ledger.read(keys), strict=True))
         spent: dict[SpendKey, Spent] = {}
         for key, value in values.items():
-            if value is None:
-                value = await self.ledger.seed(
-                    key, await self._from_store(key, now), next_month_start(now) + _KEPT_AFTER_MONTH
-                )
-            spent[key] = value
+            spent[key] = value if value is not None else await self._first_use(key, now)
+            if key.user is None and any(budget.key == key and budget.used_up(spent[key]) for budget in budgets):
+                break
         return spent
+
+    async def _first_use(self, key: SpendKey, now: datetime) -> Spent:
+        """A key without a counter: its user counted among the tenant's (at most ``max_users``), then what the store
+        has of it, put in a counter only when it is something (a counter for nothing would be one per request)."""
+        expires_at = next_month_start(now) + _KEPT_AFTER_MONTH
+        if key.user is not None and self.max_users and not await self.ledger.join(key, self.max_users, expires_at):
+            raise _TooManyUsers(key, self.max_users, now)
+        spent = await self._from_store(key, now)
+        return await self.ledger.seed(key, spent, expires_at) if spent else spent
 
     async def _from_store(self, key: SpendKey, now: datetime) -> Spent:
         if self.source is None:
@@ -388,13 +463,13 @@ class Spending:
             spent = known
         else:
             fresh = self._fresh(keys)
-            spent = fresh if fresh is not None else await self._spent(keys, now)
+            spent = fresh if fresh is not None else await self._spent(budgets, keys, now)
             if fresh is None:
                 self._remember(spent)
             if known is not None:
                 known.clear()
                 known.update(spent)
-        return next(((b, spent[b.key], now) for b in budgets if b.used_up(spent[b.key])), None)
+        return next(((b, spent[b.key], now) for b in budgets if b.key in spent and b.used_up(spent[b.key])), None)
 
     async def admit(self, tenant: str, user: str | None) -> SpendGuard | None:
         """The guard of a new run of ``tenant`` and ``user`` (``None`` when the tenant has no monthly budget); refuses
@@ -405,6 +480,8 @@ class Spending:
         known: dict[SpendKey, Spent] = {}
         try:
             found = await self.used_up(tenant, user, known)
+        except _TooManyUsers as refused:
+            raise refused.error() from None
         except LedgerUnavailable as error:
             _log.warning("spending_unavailable", tenant=tenant, error=str(error))
             raise ApiError(
@@ -424,13 +501,44 @@ class Spending:
 
     async def record(self, tenant: str, user: str | None, spent: Spent) -> dict[SpendKey, Spent | None]:
         """Add one call's ``spent`` to the counters of the budgets of ``tenant`` and ``user``; their new values."""
-        budgets, _ = self._budgets_now(tenant, user)
+        budgets, now = self._budgets_now(tenant, user)
         if not budgets or not spent:
             return {}
         keys = list(dict.fromkeys(budget.key for budget in budgets))
         counters = dict(zip(keys, await self.ledger.add(keys, spent), strict=True))
+        unseeded = [key for key, value in counters.items() if value is None]
+        if unseeded:
+            # These counters' first usage: seeded from the store (the month's calls before this one, whose row is
+            # written after this), then this call added. A store that cannot say leaves them to the next check.
+            try:
+                for key in unseeded:
+                    await self.ledger.seed(
+                        key, await self._from_store(key, now), next_month_start(now) + _KEPT_AFTER_MONTH
+                    )
+                counters.update(zip(unseeded, await self.ledger.add(unseeded, spent), strict=True))
+            except LedgerUnavailable as error:
+                _log.warning("spending_not_seeded", tenant=tenant, error=str(error))
         self._remember(counters)
         return counters
+
+
+class _TooManyUsers(Exception):
+    """A new end user of a tenant that has had ``most`` this month."""
+
+    def __init__(self, key: SpendKey, most: int, now: datetime) -> None:
+        super().__init__(key.tenant)
+        self.key, self.most, self.now = key, most, now
+
+    def error(self) -> ApiError:
+        resets = next_month_start(self.now)
+        retry_after = max(1, math.ceil((resets - self.now).total_seconds()))
+        return ApiError(
+            429,
+            "too_many_users",
+            f"Tenant {self.key.tenant!r} has had {self.most} end users (X-User-Id) in {self.key.month}, the most one "
+            f"tenant may have (AGENT_MAX_USERS_PER_TENANT_MONTH); a new one can start at {resets:%Y-%m-%d %H:%M} UTC.",
+            headers={"Retry-After": str(retry_after)},
+        )
 
 
 def _budget_exhausted(budget: _Budget, spent: Spent, now: datetime) -> ApiError:
@@ -466,6 +574,9 @@ class _RunSpend:
     async def exhausted(self) -> BudgetName | None:
         try:
             found = await self.spending.used_up(self.tenant, self.user, self._known)
+        except _TooManyUsers as refused:  # a run taken over after its user's count was lost (a flushed Redis)
+            error = refused.error()
+            raise UpstreamError(error.code, error.message, status=429, headers=error.headers) from None
         except LedgerUnavailable as error:
             _log.warning("spending_unavailable", tenant=self.tenant, error=str(error))
             message = f"{_unavailable_message(str(error))}; the run was stopped before its next LLM call."
@@ -497,7 +608,8 @@ def open_spending(
     rules: Mapping[str, TenantRules],
     source: UsageSource | None,
     key_prefix: str = "agent:",
+    max_users: int = 0,
 ) -> Spending:
     """The service's budgets: on its shared Redis client when there is one, in this process otherwise."""
     ledger: SpendLedger = RedisSpendLedger(redis, key_prefix=key_prefix) if redis is not None else LocalSpendLedger()
-    return Spending(ledger, rules=rules, source=source)
+    return Spending(ledger, rules=rules, source=source, max_users=max_users)

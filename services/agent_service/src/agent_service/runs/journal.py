@@ -208,6 +208,12 @@ class RunJournal:
             self.send = None
             self._held.clear()
 
+    async def cut_off(self, call: LlmCall, *, usage: Usage) -> None:
+        # Nothing written now (the run is being cut short): the run's end, which comes next, logs it and stores
+        # ``usage`` (``finish``, or ``finish_cancelled`` with ``self.usage``).
+        self.usage = usage
+        self.unlogged.append(replace(call, attempt=self.attempt))
+
     async def _settle(self, *, raise_failure: bool = True) -> None:
         """Wait for the results being written; raise the first failure among them (``raise_failure``)."""
         writing, self._writing = self._writing, []

@@ -166,6 +166,18 @@ class AgentRuns:
         if store is None and (request.conversation_id is not None or detached):
             field = "conversationId" if request.conversation_id is not None else 'onDisconnect "continue"'
             raise ApiError(400, "runs_not_stored", f"{field} needs stored runs (AGENT_DATABASE_URL is empty).")
+        plan = await self.admit(plan, caller)
+        try:
+            return await self._begin(plan, request, send=send, caller=caller)
+        except BaseException:
+            await self.release_slot(plan.run_id)
+            raise
+
+    async def admit(self, plan: RunPlan, caller: Caller) -> RunPlan:
+        """Check the monthly budgets of ``caller``'s tenant and user (429 ``budget_exhausted``), then take a slot of
+        its tenant (429 ``too_many_runs`` over its cap) for ``plan.run_id``, renewed until ``release_slot``: what a
+        run holds from ``begin`` to its end, and a plain completion of the OpenAI front for its one call (it costs
+        what a run's call costs, so the cap bounds both together). The plan with its budgets' guard."""
         tenant = caller.tenant
         plan = replace(plan, spending=await self.spending.admit(tenant, caller.user))
         cap = caller.rules.max_concurrent_runs
@@ -173,11 +185,7 @@ class AgentRuns:
             cap = self.settings.max_concurrent_runs_per_tenant
         await self.slots.acquire(tenant, plan.run_id, cap or UNCAPPED)  # 0: no cap
         self.slots_held[plan.run_id] = tenant
-        try:
-            return await self._begin(plan, request, send=send, caller=caller)
-        except BaseException:
-            await self._release_slot(plan.run_id)
-            raise
+        return plan
 
     async def _begin(
         self, plan: RunPlan, request: AgentRunRequest, *, send: LiveSink | None, caller: Caller
@@ -278,12 +286,13 @@ class AgentRuns:
         finally:
             self.active.pop(plan.run_id, None)
             if run.stop_reason != "moved":  # moved: the slot (same run id) is the new owner's now
-                await self._release_slot(plan.run_id)
+                await self.release_slot(plan.run_id)
             else:
                 self.slots_held.pop(plan.run_id, None)
             journal.ended.set()
 
-    async def _release_slot(self, run_id: str) -> None:
+    async def release_slot(self, run_id: str) -> None:
+        """Give back the slot taken for ``run_id`` here, if any."""
         tenant = self.slots_held.pop(run_id, None)
         if tenant is not None:
             with anyio.CancelScope(shield=True):

@@ -30,17 +30,19 @@ from agent_service.store.records import DEFAULT_TENANT, Step
 __all__ = ["postgres_step", "sqlite_step", "step_rows", "usage_rows"]
 
 
-def usage_rows(step: Step) -> list[tuple[int | None, int, str, str, int, int, float | None]]:
-    """The step's LLM calls as ``(iteration, attempt, model, provider, input tokens, output tokens, cost)``."""
+def usage_rows(step: Step) -> list[tuple[int | None, int, str, str | None, int, int, float | None, bool]]:
+    """The step's LLM calls as ``(iteration, attempt, model, provider, input tokens, output tokens, cost,
+    estimated)``; a call cut off before it was answered has no provider."""
     return [
         (
             call.iteration,
             call.attempt,
             call.model,
-            call.provider,
+            call.provider or None,
             call.usage.input_tokens,
             call.usage.output_tokens,
             call.usage.cost_usd,
+            call.estimated,
         )
         for call in step.calls
     ]
@@ -99,7 +101,7 @@ def _postgres_sql(*, owned: bool, release: bool, logged: bool) -> str:
         "$11::float8",
         "$12::text",
     )
-    owner = "$25" if logged else "$18"
+    owner = "$26" if logged else "$18"
     guard = (
         f"UPDATE runs SET updated_at = $2, {counters}{_RELEASE if release else ''} "
         f"WHERE run_id = $1 AND {_ACTIVE}{f' AND lease_owner = {owner}' if owned else ''} "
@@ -108,11 +110,12 @@ def _postgres_sql(*, owned: bool, release: bool, logged: bool) -> str:
     # A step without LLM calls (a tool result, the run's end after a tool round) has no usage part at all.
     usage = (
         ", usage AS (INSERT INTO usage_log (tenant, user_id, caller, run_id, iteration, attempt, model, provider, "
-        f"input_tokens, output_tokens, cost_usd, created_at) SELECT COALESCE(guard.tenant, '{DEFAULT_TENANT}'), "
-        "guard.user_id, guard.caller, guard.run_id, u.iteration, u.attempt, u.model, u.provider, u.input_tokens, "
-        "u.output_tokens, u.cost_usd, $2 FROM guard, "
-        "unnest($18::int[], $19::int[], $20::text[], $21::text[], $22::int[], $23::int[], $24::float8[]) "
-        "AS u(iteration, attempt, model, provider, input_tokens, output_tokens, cost_usd) ON CONFLICT DO NOTHING)"
+        f"input_tokens, output_tokens, cost_usd, estimated, created_at) SELECT COALESCE(guard.tenant, "
+        f"'{DEFAULT_TENANT}'), guard.user_id, guard.caller, guard.run_id, u.iteration, u.attempt, u.model, u.provider, "
+        "u.input_tokens, u.output_tokens, u.cost_usd, u.estimated, $2 FROM guard, "
+        "unnest($18::int[], $19::int[], $20::text[], $21::text[], $22::int[], $23::int[], $24::float8[], "
+        "$25::bool[]) AS u(iteration, attempt, model, provider, input_tokens, output_tokens, cost_usd, estimated) "
+        "ON CONFLICT DO NOTHING)"
         if logged
         else ""
     )
@@ -180,8 +183,8 @@ _SQLITE_MESSAGES = (
 _SQLITE_EVENTS = "INSERT INTO run_events (run_id, seq, type, data) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"
 _SQLITE_USAGE = (
     "INSERT INTO usage_log (tenant, user_id, caller, run_id, iteration, attempt, model, provider, input_tokens, "
-    f"output_tokens, cost_usd, created_at) SELECT COALESCE(tenant, '{DEFAULT_TENANT}'), user_id, caller, run_id, "
-    "?, ?, ?, ?, ?, ?, ?, ? FROM runs WHERE run_id = ? ON CONFLICT DO NOTHING"
+    f"output_tokens, cost_usd, estimated, created_at) SELECT COALESCE(tenant, '{DEFAULT_TENANT}'), user_id, caller, "
+    "run_id, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM runs WHERE run_id = ? ON CONFLICT DO NOTHING"
 )
 _SQLITE_CONVERSATION = (
     "UPDATE conversations SET updated_at = ? "

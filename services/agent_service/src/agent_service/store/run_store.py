@@ -450,10 +450,11 @@ class RunStore:
             "caller": caller,
             "run_id": None,
             "model": call.model,
-            "provider": call.provider,
+            "provider": call.provider or None,
             "input_tokens": call.usage.input_tokens,
             "output_tokens": call.usage.output_tokens,
             "cost_usd": call.usage.cost_usd,
+            "estimated": call.estimated,
             "created_at": _now(),
         }
         await self._db.run(

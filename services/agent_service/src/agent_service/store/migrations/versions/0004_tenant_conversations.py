@@ -4,8 +4,8 @@ An existing conversation becomes its runs' tenant's (its first run's; ``default`
 and the runs of a conversation get that tenant too (NULL was the default tenant's already), so that the new foreign
 key from ``runs (tenant, conversation_id)`` holds for every stored run.
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 Create Date: 2026-11-28
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003"
-down_revision = "0002"
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
