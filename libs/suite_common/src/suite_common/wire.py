@@ -544,6 +544,9 @@ class RunDone(_RunEventBase):
     usage: Usage
     budget: BudgetName | None = None
     """Which budget ended the run, when ``finish_reason`` is ``budget``."""
+    warnings: list[str] | None = None
+    """The run's LLM calls' ``CompletionResponse.warnings``, each once: controls of the run (``reasoning``,
+    ``verbosity``) its model ignored."""
 
 
 class RunError(_RunEventBase):
@@ -578,6 +581,8 @@ class AgentRunResult(WireModel):
     usage: Usage
     budget: BudgetName | None = None
     """Which budget ended the run, when ``finish_reason`` is ``budget``."""
+    warnings: list[str] | None = None
+    """As the ``done`` event's."""
 
 
 class RunErrorDetail(WireModel):
