@@ -532,6 +532,10 @@ class RunText(_RunEventBase):
 
 
 class RunReasoning(_RunEventBase):
+    """A piece of the model's reasoning (its thinking, or the provider's summary of it) as it is generated, from
+    providers that show it, unless the run asked for ``reasoning.summary: "none"``; before that round's text and
+    tool calls. The whole of it stays on the round's assistant message (``reasoning``)."""
+
     type: Literal["reasoning"] = "reasoning"
     iteration: int
     delta: str
