@@ -273,3 +273,15 @@ async def test_a_wrong_x_agent_reasoning_header_is_a_400(fresh: Stack) -> None:
     async with fresh.sdk(**{"X-Agent-Reasoning": "maybe"}) as client:
         with pytest.raises(openai.BadRequestError, match="X-Agent-Reasoning"):
             await client.chat.completions.create(model=CLAUDE, messages=_user("hi"))
+
+
+async def test_x_agent_reasoning_in_final_only_mode_sends_the_whole_reasoning_before_the_text(fresh: Stack) -> None:
+    chunks = await _stream_front(fresh, **{"X-Agent-Reasoning": "true", "X-Agent-Stream-Mode": "final_only"})
+    assert _deltas(chunks, "reasoning_content") == THOUGHT + "\n\nNow answer."
+    assert _deltas(chunks, "content") == "It said ping."
+    kinds = [
+        next(iter(k for k in ("reasoning_content", "content") if c["choices"][0]["delta"].get(k)), None)
+        for c in chunks
+        if c["choices"]
+    ]
+    assert kinds.index("content") > max(i for i, kind in enumerate(kinds) if kind == "reasoning_content")
