@@ -109,7 +109,7 @@ async def fresh(stack: Stack) -> Stack:
     return stack
 
 
-def _user(text: str) -> list[dict[str, Any]]:
+def _user(text: str) -> list[Any]:
     return [{"role": "user", "content": text}]
 
 
