@@ -74,7 +74,13 @@ def _sse(reply: CompletionResponse) -> bytes:
             )
         )
     events.append(
-        CompletionDone(finish_reason=reply.finish_reason, usage=reply.usage, model=reply.model, provider=reply.provider)
+        CompletionDone(
+            finish_reason=reply.finish_reason,
+            usage=reply.usage,
+            model=reply.model,
+            provider=reply.provider,
+            warnings=reply.warnings,
+        )
     )
     return b"".join(encode_event(dump(event), event=event.type) for event in events)
 

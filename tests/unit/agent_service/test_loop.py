@@ -19,6 +19,7 @@ from suite_common.wire import (
     CompletionResponse,
     Message,
     ReasoningBlock,
+    ReasoningControl,
     RunDone,
     RunError,
     RunEvent,
@@ -31,6 +32,7 @@ from suite_common.wire import (
     ToolInfo,
     ToolSpec,
     Usage,
+    dump,
 )
 from unit.agent_service.scripted import Scripted, answer, call_tools
 
@@ -469,3 +471,35 @@ async def test_budgets_that_cannot_be_checked_end_the_run_with_an_error_before_i
     assert len(scripted.completion_requests) == 1
     assert [m.role for m in outcome.appended] == ["assistant", "tool"]  # the first round is kept
     assert events.events[-1] == RunError(run_id="run_test", code="limits_unavailable", message="Redis is down")
+
+
+async def test_the_runs_reasoning_and_verbosity_go_with_every_llm_call() -> None:
+    scripted = Scripted([call_tools(("c1", "echo", {"q": "x"})), answer("done")], tools={"echo": echo})
+    controlled = replace(plan("echo"), reasoning=ReasoningControl(effort="high", summary="auto"), verbosity="low")
+    await scripted.loop().run(controlled, Recorder(), stream_text=False)
+    assert len(scripted.completion_requests) == 2
+    for sent in scripted.completion_requests:
+        assert (sent["reasoning"], sent["verbosity"]) == ({"effort": "high", "summary": "auto"}, "low")
+
+
+@pytest.mark.parametrize("stream_text", [True, False])
+async def test_the_calls_warnings_and_reasoning_tokens_reach_the_done_event_and_the_outcome(stream_text: bool) -> None:
+    ignored = "The model 'scripted' cannot reason: reasoning was ignored."
+    first, last = call_tools(("c1", "echo", {"q": "x"})), answer("done")
+    first.warnings = [ignored]
+    last.warnings = [ignored, "verbosity was ignored."]
+    first.usage = Usage(input_tokens=10, output_tokens=5, reasoning_tokens=3)
+    scripted = Scripted([first, last], tools={"echo": echo})
+    events = Recorder()
+    outcome = await scripted.loop().run(plan("echo"), events, stream_text=stream_text)
+    [done] = events.of(RunDone)
+    assert done.warnings == outcome.warnings == [ignored, "verbosity was ignored."]  # each once, in order
+    assert done.usage == Usage(input_tokens=20, output_tokens=10, reasoning_tokens=3)
+
+
+async def test_a_run_whose_calls_warn_of_nothing_has_no_warnings() -> None:
+    events = Recorder()
+    await Scripted([answer("ok")]).loop().run(plan(), events, stream_text=True)
+    [done] = events.of(RunDone)
+    assert done.warnings is None
+    assert "warnings" not in dump(done)

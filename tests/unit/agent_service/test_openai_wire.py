@@ -24,14 +24,16 @@ from agent_service.openai_wire import (
     client_tool_specs,
     error_body,
     error_status,
+    final_reasoning,
     final_text,
     model_list,
     openai_finish_reason,
     to_messages,
+    to_reasoning,
     to_tool_choice,
     utf8_pieces,
 )
-from suite_common.wire import Message, NamedToolChoice, ToolCall, Usage
+from suite_common.wire import Message, NamedToolChoice, ReasoningBlock, ReasoningControl, ToolCall, Usage
 
 
 def request(**fields: Any) -> ChatCompletionRequest:
@@ -220,3 +222,70 @@ def test_the_model_list_leaves_out_provider_patterns() -> None:
 def test_chunks_are_compact_json_throughout() -> None:
     payload = ChunkWriter("chatcmpl-1", 1, "gpt-4o", include_usage=False).text("hi")
     assert payload == json.dumps(json.loads(payload), ensure_ascii=False, separators=(",", ":"))
+
+
+@pytest.mark.parametrize(
+    ("effort", "expected"),
+    [
+        ("none", "minimal"),
+        ("minimal", "minimal"),
+        ("low", "low"),
+        ("medium", "medium"),
+        ("high", "high"),
+        ("xhigh", "high"),
+        ("max", "high"),
+    ],
+)
+def test_openais_reasoning_effort_is_the_runs_nearest_effort(effort: str, expected: str) -> None:
+    assert to_reasoning(request(reasoning_effort=effort), summary=False) == ReasoningControl(effort=expected)  # type: ignore[arg-type]
+    asked = to_reasoning(request(reasoning_effort=effort), summary=True)
+    assert asked == ReasoningControl(effort=expected, summary="auto")  # type: ignore[arg-type]
+
+
+def test_without_reasoning_effort_the_run_asks_for_reasoning_only_when_the_client_wants_to_see_it() -> None:
+    assert to_reasoning(request(), summary=False) is None
+    assert to_reasoning(request(), summary=True) == ReasoningControl(summary="auto")
+    assert request(verbosity="low").verbosity == "low"
+    with pytest.raises(ValueError, match="reasoning_effort"):
+        request(reasoning_effort="extreme")
+
+
+def test_reasoning_and_its_tokens_are_what_the_sdk_parses_whole_and_streamed() -> None:
+    appended = [
+        Message(
+            role="assistant", reasoning=[ReasoningBlock(text="Look it up.")], tool_calls=[ToolCall(id="c", name="t")]
+        ),
+        Message(role="tool", tool_call_id="c", content="42"),
+        Message(role="assistant", reasoning=[ReasoningBlock(text="It is "), ReasoningBlock(text="42.")], content="42"),
+    ]
+    reasoning = final_reasoning(appended)
+    assert reasoning == "Look it up.\n\nIt is 42."
+    assert final_reasoning([Message(role="assistant", content="no thinking")]) is None
+    usage = Usage(input_tokens=3, output_tokens=20, reasoning_tokens=12)
+    agent = AgentInfo(finish_reason="stop", iterations=2, warnings=["verbosity was ignored."])
+    whole = chat_completion(
+        completion_id="c",
+        created=1,
+        model="m",
+        content="42",
+        tool_calls=None,
+        agent=agent,
+        usage=usage,
+        reasoning=reasoning,
+    )
+    parsed = SdkChatCompletion.model_validate_json(whole.model_dump_json(exclude_none=True))
+    assert (parsed.choices[0].message.model_extra or {})["reasoning_content"] == reasoning
+    assert parsed.usage is not None
+    assert parsed.usage.completion_tokens_details is not None
+    assert parsed.usage.completion_tokens_details.reasoning_tokens == 12
+    assert (parsed.model_extra or {})["agent"]["warnings"] == ["verbosity was ignored."]
+    writer = ChunkWriter("chatcmpl-1", 1, "m", include_usage=True)
+    chunk = SdkChatCompletionChunk.model_validate_json(writer.reasoning("Look"))
+    assert (chunk.choices[0].delta.model_extra or {})["reasoning_content"] == "Look"
+    ChatCompletionChunk.model_validate_json(writer.reasoning("Look"))
+    usage_chunk = SdkChatCompletionChunk.model_validate_json(writer.usage(usage))
+    assert usage_chunk.usage is not None
+    assert usage_chunk.usage.completion_tokens_details is not None
+    assert usage_chunk.usage.completion_tokens_details.reasoning_tokens == 12
+    unreported = json.loads(writer.usage(Usage(input_tokens=3, output_tokens=2)))["usage"]
+    assert "completion_tokens_details" not in unreported  # the provider said nothing of reasoning tokens

@@ -14,7 +14,7 @@ from agent_service.personas import Persona, apply_persona, system_prompt_of, wit
 from agent_service.planning import plan_run
 from agent_service.runs.plans import plan_from_record, stored_plan
 from suite_common.errors import ApiError
-from suite_common.wire import AgentRunRequest, Message
+from suite_common.wire import AgentRunRequest, Message, ReasoningControl
 from unit.agent_service.test_planning import MODELS, SETTINGS, catalog
 from unit.agent_service.test_resume import record
 
@@ -108,6 +108,9 @@ def test_a_tenants_own_persona_is_not_another_tenants() -> None:
         ("[tenants.acme.personas.p]\nsteps = 1\n", "tenant 'acme': persona 'p': unknown field 'steps'"),
         ("[tenants.acme]\nsystem_prompt = 1\n", "tenant 'acme': system_prompt must be a non-empty string"),
         ("[tenants.acme]\npersonas = 1\n", "tenants.acme.personas must be tables"),
+        ('[personas.p]\nreasoning_effort = "extreme"\n', "reasoning_effort must be one of minimal, low, medium, high"),
+        ('[personas.p]\nreasoning_summary = "detailed"\n', "reasoning_summary must be one of auto, none"),
+        ("[tenants.acme]\nverbosity = 3\n", "tenant 'acme': verbosity must be one of low, medium, high"),
     ],
 )
 def test_a_wrong_persona_is_one_line_naming_it(text: str, problem: str) -> None:
@@ -228,3 +231,50 @@ async def test_a_personas_model_the_tenant_may_not_run_is_refused_naming_the_per
         await plan_run(_request(persona="concise"), SETTINGS, tools, MODELS, rules=rules)
     assert (refused.value.status, refused.value.code) == (403, "model_not_allowed")
     assert "the model of the persona 'concise'" in refused.value.message
+
+
+_GENERATION_FILE = (
+    """
+[personas.thinker]
+reasoning_effort = "high"
+reasoning_summary = "auto"
+verbosity = "high"
+
+[personas.plain]
+model = "demo"
+
+[tenants.acme]
+reasoning_effort = "low"
+verbosity = "low"
+
+[tenants.globex]
+"""
+    + _KEY
+)
+
+
+def test_a_persona_and_a_tenant_set_reasoning_and_verbosity_each_field_the_requests_then_personas_then_tenants() -> (
+    None
+):
+    rules = parse_callers(_GENERATION_FILE).rules_of("acme")
+    thinker = apply_persona(_request(persona="thinker", model="demo"), rules)
+    assert (thinker.reasoning, thinker.verbosity) == (ReasoningControl(effort="high", summary="auto"), "high")
+    tenants = apply_persona(_request(persona="plain"), rules)  # the persona sets none: the tenant's
+    assert (tenants.reasoning, tenants.verbosity) == (ReasoningControl(effort="low"), "low")
+    own = apply_persona(
+        _request(persona="thinker", model="demo", reasoning={"effort": "minimal"}, verbosity="medium"), rules
+    )  # the request's own win, field by field: its effort, the persona's summary
+    assert (own.reasoning, own.verbosity) == (ReasoningControl(effort="minimal", summary="auto"), "medium")
+    bare = apply_persona(_request(model="demo"), parse_callers(_GENERATION_FILE).rules_of("globex"))
+    assert (bare.reasoning, bare.verbosity) == (None, None)  # no persona, a tenant without defaults
+
+
+async def test_a_planned_run_takes_its_personas_reasoning_and_verbosity_and_stores_them() -> None:
+    tools, _ = catalog("search_documents")
+    rules = parse_callers(_GENERATION_FILE).rules_of("acme")
+    plan = await plan_run(
+        _request(persona="thinker", model="demo", verbosity="low"), SETTINGS, tools, MODELS, rules=rules
+    )
+    assert (plan.reasoning, plan.verbosity) == (ReasoningControl(effort="high", summary="auto"), "low")
+    stored = stored_plan(plan)
+    assert (stored["reasoning"], stored["verbosity"]) == ({"effort": "high", "summary": "auto"}, "low")

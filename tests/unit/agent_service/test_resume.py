@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,7 +14,7 @@ from agent_service.loop import UNKNOWN_OUTCOME, LlmCall, RunPlan
 from agent_service.runs.plans import stored_plan, takeover
 from agent_service.store import RunRecord
 from suite_common.deadline import Deadline
-from suite_common.wire import Message, RunToolResult, ToolCall, ToolInfo, Usage
+from suite_common.wire import Message, ReasoningControl, RunToolResult, ToolCall, ToolInfo, Usage
 from unit.agent_service.scripted import Scripted, answer
 from unit.agent_service.test_loop import Recorder
 
@@ -191,3 +192,26 @@ async def test_a_run_taken_over_keeps_its_token_and_cost_limits_and_a_plan_store
 async def test_a_run_taken_over_keeps_its_tenant_and_one_stored_without_is_the_default_tenants() -> None:
     assert takeover(record(tenant="acme"), [], [USER, turn("lookup")]).plan.tenant == "acme"
     assert takeover(record(), [], [USER, turn("lookup")]).plan.tenant == "default"
+
+
+async def test_a_run_taken_over_sends_its_reasoning_and_verbosity_and_one_stored_without_sends_none() -> None:
+    limits = RunLimits(max_iterations=4, deadline=Deadline.after(60))
+    plan = RunPlan(
+        run_id="run_1",
+        model="scripted",
+        messages=[],
+        tools=TOOLS,
+        tool_choice="auto",
+        limits=limits,
+        reasoning=ReasoningControl(effort="low", summary="none"),
+        verbosity="high",
+    )
+    stored = json.loads(json.dumps(stored_plan(plan)))  # as the store's JSON column gives it back
+    taken = takeover(record(plan=stored), [], [USER])
+    scripted = Scripted([answer("done")])
+    await scripted.loop().run(taken.plan, Recorder(), stream_text=False, resume=taken.resume)
+    [sent] = scripted.completion_requests
+    assert (sent["reasoning"], sent["verbosity"]) == ({"effort": "low", "summary": "none"}, "high")
+    older = {key: value for key, value in stored.items() if key not in ("reasoning", "verbosity")}
+    plain = takeover(record(plan=older), [], [USER]).plan
+    assert (plain.reasoning, plain.verbosity) == (None, None)

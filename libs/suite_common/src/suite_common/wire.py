@@ -532,6 +532,10 @@ class RunText(_RunEventBase):
 
 
 class RunReasoning(_RunEventBase):
+    """A piece of the model's reasoning (its thinking, or the provider's summary of it) as it is generated, from
+    providers that show it, unless the run asked for ``reasoning.summary: "none"``; before that round's text and
+    tool calls. The whole of it stays on the round's assistant message (``reasoning``)."""
+
     type: Literal["reasoning"] = "reasoning"
     iteration: int
     delta: str
@@ -544,6 +548,9 @@ class RunDone(_RunEventBase):
     usage: Usage
     budget: BudgetName | None = None
     """Which budget ended the run, when ``finish_reason`` is ``budget``."""
+    warnings: list[str] | None = None
+    """The run's LLM calls' ``CompletionResponse.warnings``, each once: controls of the run (``reasoning``,
+    ``verbosity``) its model ignored."""
 
 
 class RunError(_RunEventBase):
@@ -578,6 +585,8 @@ class AgentRunResult(WireModel):
     usage: Usage
     budget: BudgetName | None = None
     """Which budget ended the run, when ``finish_reason`` is ``budget``."""
+    warnings: list[str] | None = None
+    """As the ``done`` event's."""
 
 
 class RunErrorDetail(WireModel):

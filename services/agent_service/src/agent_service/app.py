@@ -141,6 +141,7 @@ def _answer(run: StartedRun, outcome: RunOutcome) -> Response:
         iterations=outcome.iterations,
         usage=outcome.usage,
         budget=outcome.budget,
+        warnings=outcome.warnings,
     )
     return ModelResponse(result, headers=headers)
 

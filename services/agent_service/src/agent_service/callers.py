@@ -9,6 +9,8 @@ The keys come from the callers file (``AGENT_CALLERS_FILE``, TOML)::
                                             #   (a name matches a tool as listed or as its server names it)
     deny_tools = ["rag:add_documents"]      # never these, even when allowed above (same forms)
     system_prompt = "You answer for ACME."  # the tenant's default system prompt (see agent_service.personas)
+    reasoning_effort = "low"  # its runs' default generation controls, after the request's and the persona's:
+    verbosity = "low"         #   reasoning_effort, reasoning_summary, verbosity (see agent_service.personas)
     max_iterations = 8        # caps of a run (and the defaults when a request names none): LLM calls,
     max_run_seconds = 60      #   wall clock, input + output tokens, cost in US dollars
     max_run_tokens = 50000
@@ -62,7 +64,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agent_service.names import USER_ID_RULE, is_name, is_user_id
 from agent_service.openai_wire import error_body
-from agent_service.personas import Persona, PersonaError, parse_personas, parse_system_prompt
+from agent_service.personas import (
+    GENERATION_FIELDS,
+    NO_GENERATION,
+    Generation,
+    Persona,
+    PersonaError,
+    parse_generation,
+    parse_personas,
+    parse_system_prompt,
+)
 from agent_service.store import DEFAULT_TENANT, StoreError
 from agent_service.stored_keys import StoredKeys
 from suite_common.errors import error_response
@@ -160,6 +171,9 @@ class TenantRules:
     """The tenant's default system prompt (the last of the cascade)."""
     personas: Mapping[str, Persona] = field(default_factory=dict)
     """The personas it may use, by name: the global ones and its own (its own win)."""
+    generation: Generation = NO_GENERATION
+    """Its runs' default generation controls (``reasoning_effort``, ``reasoning_summary``, ``verbosity``), after
+    the request's and its persona's."""
 
     def allows_model(self, model: str) -> bool:
         return self.models is None or any(fnmatchcase(model, pattern) for pattern in self.models)
@@ -352,8 +366,9 @@ def _rules(name: str, table: dict[str, Any], source: str) -> TenantRules:
     )
 
 
-_PERSONA_TENANT_FIELDS = ("system_prompt", "personas")
-"""A tenant's fields that are not rules: its default system prompt and its own personas."""
+_PERSONA_TENANT_FIELDS = ("system_prompt", "personas", *GENERATION_FIELDS)
+"""A tenant's fields that are not rules: its default system prompt, its own personas and its default generation
+controls."""
 
 
 def _personas(tables: Any, tenant: str | None, source: str) -> dict[str, Persona]:
@@ -369,10 +384,11 @@ def _with_personas(
     where = f"tenant {tenant!r}"
     try:
         prompt = parse_system_prompt(table, where)
+        generation = parse_generation(table, where)
     except PersonaError as error:
         raise _fail(source, str(error)) from None
     own = _personas(table.get("personas"), tenant, source)
-    return replace(rules, system_prompt=prompt, personas={**shared, **own})
+    return replace(rules, system_prompt=prompt, personas={**shared, **own}, generation=generation)
 
 
 def parse_callers(

@@ -236,6 +236,7 @@ async def _fold_stream(events: AsyncIterator[CompletionEvent], on_delta: DeltaSi
                 usage=event.usage,
                 model=event.model,
                 provider=event.provider,
+                warnings=event.warnings,
             )
     raise UpstreamError("bad_upstream_response", "completion-service ended the stream without a done event")
 

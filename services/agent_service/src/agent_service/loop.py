@@ -32,6 +32,7 @@ from suite_common.wire import (
     CompletionRequest,
     Message,
     ModelPrices,
+    ReasoningControl,
     ReasoningDelta,
     RunDone,
     RunError,
@@ -48,6 +49,7 @@ from suite_common.wire import (
     ToolInfo,
     ToolSpec,
     Usage,
+    Verbosity,
 )
 
 __all__ = ["AgentLoop", "Emit", "LlmCall", "ResumePoint", "RunOutcome", "RunPlan", "RunRecorder"]
@@ -69,6 +71,10 @@ class RunPlan:
     limits: RunLimits
     max_tokens: int | None = None
     temperature: float | None = None
+    reasoning: ReasoningControl | None = None
+    """Sent with every LLM call of the run: the request's, else its persona's, else its tenant's (``personas``)."""
+    verbosity: Verbosity | None = None
+    """As ``reasoning``."""
     client_tools: list[ToolSpec] = field(default_factory=list)
     """Tools the caller declared and runs itself: offered to the model, never dispatched. A round that
     calls one ends the run with finish reason ``tool_calls``, handing those calls back."""
@@ -158,6 +164,8 @@ class RunOutcome:
     """The position of ``appended[0]`` in the run's conversation."""
     budget: BudgetName | None = None
     """Which budget ended the run (finish reason ``budget``)."""
+    warnings: list[str] | None = None
+    """What its LLM calls warned of (``RunDone.warnings``)."""
 
 
 @dataclass
@@ -172,6 +180,8 @@ class _RunState:
     """Result messages of the current round's calls that have finished, by tool call id."""
     turn_position: int = 0
     """The position in ``conversation`` of the current round's assistant turn."""
+    warnings: dict[str, None] = field(default_factory=dict)
+    """The LLM calls' warnings, each once, in the order they came (a dict keeps it)."""
 
     @property
     def appended_from(self) -> int:
@@ -292,13 +302,25 @@ class AgentLoop:
             iterations=state.iterations,
             duration_ms=round(elapsed * 1000, 1),
         )
+        warnings = list(state.warnings) or None
         await emit(
             RunDone(
-                run_id=plan.run_id, finish_reason=finish, iterations=state.iterations, usage=state.usage, budget=budget
+                run_id=plan.run_id,
+                finish_reason=finish,
+                iterations=state.iterations,
+                usage=state.usage,
+                budget=budget,
+                warnings=warnings,
             )
         )
         return RunOutcome(
-            finish, state.iterations, state.usage, state.appended, appended_from=state.appended_from, budget=budget
+            finish,
+            state.iterations,
+            state.usage,
+            state.appended,
+            appended_from=state.appended_from,
+            budget=budget,
+            warnings=warnings,
         )
 
     async def _finish_round(
@@ -343,6 +365,8 @@ class AgentLoop:
                     tool_choice=tool_choice,
                     max_tokens=plan.max_tokens,
                     temperature=plan.temperature,
+                    reasoning=plan.reasoning,
+                    verbosity=plan.verbosity,
                 )
                 finish = await self._round(plan, state, emit, request, stream_text, recorder)
             if finish is not None:
@@ -391,6 +415,7 @@ class AgentLoop:
             span.set_attribute("llm.provider", response.provider)
             span.set_attribute("llm.finish_reason", response.finish_reason)
         state.usage += response.usage
+        state.warnings.update(dict.fromkeys(response.warnings or ()))
         if plan.spending is not None:
             await plan.spending.spent(response.usage)
         llm_call = LlmCall(plan.model, response.provider, response.usage, iteration=iteration)

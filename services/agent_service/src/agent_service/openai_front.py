@@ -40,9 +40,11 @@ from agent_service.openai_wire import (
     client_tool_specs,
     error_body,
     error_status,
+    final_reasoning,
     final_text,
     model_list,
     to_messages,
+    to_reasoning,
     to_tool_choice,
     utf8_pieces,
 )
@@ -71,7 +73,14 @@ from suite_common.wire import (
     dump,
 )
 
-__all__ = ["DISABLED_HEADER", "EVENTS_HEADER", "PERSONA_HEADER", "STREAM_MODE_HEADER", "openai_routes"]
+__all__ = [
+    "DISABLED_HEADER",
+    "EVENTS_HEADER",
+    "PERSONA_HEADER",
+    "REASONING_HEADER",
+    "STREAM_MODE_HEADER",
+    "openai_routes",
+]
 
 _log = get_logger("agent_service.openai_front")
 
@@ -85,6 +94,9 @@ PERSONA_HEADER = "X-Agent-Persona"
 """A persona of the callers file, as a run request's ``persona``: its system prompt, tools and limits (the body's
 ``model`` is required by OpenAI's clients, so it wins over the persona's)."""
 _MAX_PERSONA_CHARS = 64
+REASONING_HEADER = "X-Agent-Reasoning"
+"""Truthy: the model's reasoning in the answer, as ``reasoning_content`` (deltas when streamed), and a summary of it
+asked for (``reasoning.summary: auto``)."""
 
 _TRUE, _FALSE = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no", ""})
 _STREAM_MODES: frozenset[str] = frozenset({"live", "final_only", "disabled"})
@@ -163,6 +175,7 @@ class _Answer:
     agent: AgentInfo
     usage: Usage
     error: UpstreamError | None = None
+    reasoning: str | None = None
 
 
 TextSink = Callable[[int, str], Awaitable[None]]
@@ -179,15 +192,26 @@ async def _run(runs: AgentRuns, run: StartedRun, on_event: EventSink, stream_tex
     outcome = await runs.execute(run, stream_text=stream_text)
     last = outcome.appended[-1] if outcome.appended else None
     handed_back = last.tool_calls if outcome.finish_reason == "tool_calls" and last is not None else None
-    agent = AgentInfo(run_id=plan.run_id, finish_reason=outcome.finish_reason, iterations=outcome.iterations)
-    return _Answer(final_text(outcome.appended), handed_back, agent, outcome.usage, outcome.error)
+    agent = AgentInfo(
+        run_id=plan.run_id,
+        finish_reason=outcome.finish_reason,
+        iterations=outcome.iterations,
+        warnings=outcome.warnings,
+    )
+    reasoning = final_reasoning(outcome.appended)
+    return _Answer(final_text(outcome.appended), handed_back, agent, outcome.usage, outcome.error, reasoning)
 
 
 async def _single_completion(
-    completions: CompletionClient, plan: RunPlan, on_text: TextSink | None, log: Callable[[LlmCall], Awaitable[None]]
+    completions: CompletionClient,
+    plan: RunPlan,
+    on_text: TextSink | None,
+    on_reasoning: TextSink | None,
+    log: Callable[[LlmCall], Awaitable[None]],
 ) -> _Answer:
     """The plain path: one completion with the client's tools, none of ours; its finish reason is the answer's.
-    ``log``: where its usage goes (the usage log), before the answer."""
+    ``on_reasoning``: where its reasoning is streamed, if the client wants it (and its text is streamed). ``log``:
+    where its usage goes (the usage log), before the answer."""
     request = CompletionRequest(
         model=plan.model,
         messages=with_system_prompt(plan.messages, plan.system_prompt),
@@ -195,6 +219,8 @@ async def _single_completion(
         tool_choice=plan.tool_choice,
         max_tokens=plan.max_tokens,
         temperature=plan.temperature,
+        reasoning=plan.reasoning,
+        verbosity=plan.verbosity,
     )
     streamed: list[str] = []
     cut = Usage()
@@ -203,6 +229,8 @@ async def _single_completion(
         if isinstance(delta, TextDelta) and on_text is not None:
             streamed.append(delta.delta)
             await on_text(1, delta.delta)
+        elif isinstance(delta, ReasoningDelta) and on_reasoning is not None:
+            await on_reasoning(1, delta.delta)
 
     async def count(usage: Usage, *, provider: str = "", estimated: bool = False) -> None:
         if plan.spending is not None:
@@ -227,8 +255,9 @@ async def _single_completion(
             )
             await count(response.usage, provider=response.provider)
             message = response.message
-            agent = AgentInfo(finish_reason=response.finish_reason, iterations=1)
-            return _Answer(message.content, message.tool_calls, agent, response.usage)
+            agent = AgentInfo(finish_reason=response.finish_reason, iterations=1, warnings=response.warnings)
+            reasoning = final_reasoning([message])
+            return _Answer(message.content, message.tool_calls, agent, response.usage, reasoning=reasoning)
     except UpstreamError as error:
         return _Answer(None, None, AgentInfo(finish_reason="error", iterations=1), cut, error)
     # The deadline passed: what was streamed is the partial answer, its call counted as an estimate.
@@ -248,8 +277,10 @@ class _Request:
         caller: Caller,
         mode: StreamMode,
         events: bool,
+        reasoning: bool,
     ):
-        """``run``: the stored run of an agentic request (``None``: one plain completion)."""
+        """``run``: the stored run of an agentic request (``None``: one plain completion). ``reasoning``: the
+        client asked for the model's reasoning (``X-Agent-Reasoning``)."""
         self.services = services
         self.body = body
         self.plan = plan
@@ -257,17 +288,20 @@ class _Request:
         self.caller = caller
         self.mode = mode
         self.events = events
+        self.reasoning = reasoning
         self.agentic = run is not None
         self.created = int(time.time())
         self.id = "chatcmpl-" + (plan.run_id.removeprefix("run_") if self.agentic else uuid.uuid4().hex)
         self.headers = {"X-Agent-Run-Id": plan.run_id} if self.agentic else {}
 
-    def work(self, on_event: EventSink, on_text: TextSink | None) -> Awaitable[_Answer]:
+    def work(
+        self, on_event: EventSink, on_text: TextSink | None, on_reasoning: TextSink | None = None
+    ) -> Awaitable[_Answer]:
+        """``on_reasoning``: the plain path's reasoning deltas (a run's come as ``reasoning`` events)."""
         if self.run is not None:
             return _run(self.services.runs, self.run, on_event, stream_text=on_text is not None)
-        return _single_completion(
-            self.services.loop.completions, self.plan, on_text, partial(self.services.runs.log_usage, self.caller)
-        )
+        log = partial(self.services.runs.log_usage, self.caller)
+        return _single_completion(self.services.loop.completions, self.plan, on_text, on_reasoning, log)
 
     def failure(self, error: UpstreamError | ApiError) -> JSONResponse:
         headers = {**error.headers, **self.headers}
@@ -304,6 +338,7 @@ class _Request:
             tool_calls=answer.tool_calls,
             agent=answer.agent,
             usage=answer.usage,
+            reasoning=answer.reasoning if self.reasoning else None,
         )
         response = ModelResponse(completion)
         response.headers.update(self.headers)
@@ -323,6 +358,7 @@ class _Request:
         writer = ChunkWriter(self.id, self.created, self.body.model, include_usage=include_usage)
         started = False
         text_round = 0  # the round whose text was streamed last (0: none yet)
+        reasoning_round = 0  # the same for its reasoning
 
         # Per text delta: one chunk encoded and sent, nothing more (hence no helper coroutines on that path).
         async def frame(payload: str) -> None:
@@ -343,9 +379,23 @@ class _Request:
                 text_round = iteration
             await send(f"data: {writer.text(delta)}\n\n".encode())
 
+        async def on_reasoning(iteration: int, delta: str) -> None:
+            nonlocal reasoning_round
+            if not started:
+                await start()
+            if reasoning_round != iteration:
+                if reasoning_round:
+                    delta = "\n\n" + delta  # as in the whole answer's reasoning_content
+                reasoning_round = iteration
+            await frame(writer.reasoning(delta))
+
         async def on_event(event: RunEvent) -> None:
             if event.type == "text":
                 await on_text(event.iteration, event.delta)
+                return
+            if event.type == "reasoning":
+                if self.reasoning:
+                    await on_reasoning(event.iteration, event.delta)
                 return
             if event.type in ("error", "run_started"):
                 return  # an error is said by the outcome, as an HTTP error if nothing was sent yet
@@ -355,9 +405,9 @@ class _Request:
                 await frame(writer.agent_event(dump(event)))
 
         try:
-            finished, answer = await until_interrupted(
-                self.services.lifecycle, self.work(on_event, on_text if self.mode == "live" else None)
-            )
+            live = self.mode == "live"
+            work = self.work(on_event, on_text if live else None, on_reasoning if live and self.reasoning else None)
+            finished, answer = await until_interrupted(self.services.lifecycle, work)
         except Exception as error:  # a bug, not an upstream failure: still end the stream with an error
             _log.error("openai_front_crashed", run_id=self.plan.run_id, exc_info=error)
             failure = ApiError(500, "internal_error", "The run failed unexpectedly.")
@@ -369,6 +419,9 @@ class _Request:
             return await self._fail(answer.error, started, frame)
         if not started:
             await start()
+        if self.mode == "final_only" and self.reasoning and answer.reasoning:
+            for piece in utf8_pieces(answer.reasoning):
+                await frame(writer.reasoning(piece))
         if self.mode == "final_only" and answer.content:
             for piece in utf8_pieces(answer.content):
                 await frame(writer.text(piece))
@@ -407,6 +460,7 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
     mode = _stream_mode(request, settings.openai_stream_mode)
     disabled = _flag(request, DISABLED_HEADER)
     events = _flag(request, EVENTS_HEADER)
+    reasoning = _flag(request, REASONING_HEADER)
     try:
         messages, client_tools, choice = to_messages(body), client_tool_specs(body), to_tool_choice(body)
     except WireError as error:
@@ -419,6 +473,8 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
         tool_choice=choice,
         max_tokens=body.max_completion_tokens or body.max_tokens,
         temperature=body.temperature,
+        reasoning=to_reasoning(body, summary=reasoning),
+        verbosity=body.verbosity,
         persona=_persona(request),
     )
     caller = caller_of(request)
@@ -437,7 +493,7 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
         run = await services.runs.begin(plan, run_request, send=None, caller=caller)
     else:  # one plain completion, not a run: still within the monthly budgets, counted, and holding a slot
         plan = await services.runs.admit(plan, caller)
-    front = _Request(services, body, plan, run, caller=caller, mode=mode, events=events)
+    front = _Request(services, body, plan, run, caller=caller, mode=mode, events=events, reasoning=reasoning)
     if body.stream and mode != "disabled":
         return EventStreamResponse(front.stream, headers=front.headers, defer_start=True)
     return await front.answer_json(request)

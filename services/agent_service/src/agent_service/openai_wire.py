@@ -13,7 +13,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from suite_common.echo import clip
-from suite_common.wire import Message, ModelName, NamedToolChoice, ToolCall, ToolChoice, ToolSpec, Usage
+from suite_common.wire import (
+    Message,
+    ModelName,
+    NamedToolChoice,
+    ReasoningControl,
+    ReasoningEffort,
+    ToolCall,
+    ToolChoice,
+    ToolSpec,
+    Usage,
+)
 
 __all__ = [
     "AGENT_FINISH_FIELD",
@@ -34,10 +44,12 @@ __all__ = [
     "client_tool_specs",
     "error_body",
     "error_status",
+    "final_reasoning",
     "final_text",
     "model_list",
     "openai_finish_reason",
     "to_messages",
+    "to_reasoning",
     "to_tool_choice",
     "utf8_pieces",
 ]
@@ -128,15 +140,26 @@ class ChatCompletionRequest(_OpenAIModel):
     temperature: float | None = Field(default=None, ge=0, le=2)
     n: int | None = Field(default=None, ge=1, le=1)
     """One choice per request: a run has one answer."""
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    """As OpenAI's SDK sends it: the run's ``reasoning.effort`` (``to_reasoning``)."""
+    verbosity: Literal["low", "medium", "high"] | None = None
+    """The run's ``verbosity``."""
 
 
 # --- the answers -------------------------------------------------------------------------------
+
+
+class CompletionTokensDetails(_OpenAIModel):
+    reasoning_tokens: int
+    """Of ``completion_tokens``, those spent reasoning."""
 
 
 class CompletionUsage(_OpenAIModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    completion_tokens_details: CompletionTokensDetails | None = None
+    """Where the provider reported its reasoning tokens."""
 
 
 class AgentInfo(_OpenAIModel):
@@ -146,6 +169,8 @@ class AgentInfo(_OpenAIModel):
     """None when the request went straight to one completion, without a run."""
     finish_reason: str
     iterations: int
+    warnings: list[str] | None = None
+    """Controls of the request its model ignored (``reasoning_effort``, ``verbosity``), each in a sentence."""
 
 
 class ResponseFunctionCall(_OpenAIModel):
@@ -164,6 +189,8 @@ class ResponseMessage(_OpenAIModel):
     content: str | None = None
     refusal: str | None = None
     tool_calls: list[ResponseToolCall] | None = None
+    reasoning_content: str | None = None
+    """The model's reasoning (as vLLM and DeepSeek send it), asked for with ``X-Agent-Reasoning: true``."""
 
 
 class Choice(_OpenAIModel):
@@ -195,6 +222,7 @@ class ChunkToolCall(_OpenAIModel):
 class ChunkDelta(_OpenAIModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning_content: str | None = None
     tool_calls: list[ChunkToolCall] | None = None
 
 
@@ -307,6 +335,28 @@ def client_tool_specs(request: ChatCompletionRequest) -> list[ToolSpec]:
     return specs
 
 
+_EFFORTS: dict[str, ReasoningEffort] = {
+    "none": "minimal",
+    "minimal": "minimal",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "xhigh": "high",
+    "max": "high",
+}
+"""OpenAI's efforts as the suite's: those beyond its four as the nearest of them."""
+
+
+def to_reasoning(request: ChatCompletionRequest, *, summary: bool) -> ReasoningControl | None:
+    """The run's ``reasoning``: OpenAI's ``reasoning_effort``, the suite's nearest for ``none`` (``minimal``) and
+    ``xhigh``/``max`` (``high``); ``summary``: the client asked to see the reasoning (``X-Agent-Reasoning``)."""
+    asked = request.reasoning_effort
+    effort = None if asked is None else _EFFORTS[asked]
+    if effort is None and not summary:
+        return None
+    return ReasoningControl(effort=effort, summary="auto" if summary else None)
+
+
 def to_tool_choice(request: ChatCompletionRequest) -> ToolChoice:
     choice = request.tool_choice
     if choice is None:
@@ -342,6 +392,13 @@ def final_text(appended: list[Message]) -> str | None:
     return ROUND_SEPARATOR.join(texts) if texts else None
 
 
+def final_reasoning(appended: list[Message]) -> str | None:
+    """The reasoning of every assistant turn of the run that has some text of it, in order, a blank line between."""
+    texts = ["".join(block.text for block in m.reasoning or ()) for m in appended if m.role == "assistant"]
+    texts = [text for text in texts if text]
+    return ROUND_SEPARATOR.join(texts) if texts else None
+
+
 def _arguments(call: ToolCall) -> str:
     if call.invalid_arguments is not None:
         return call.invalid_arguments
@@ -349,10 +406,12 @@ def _arguments(call: ToolCall) -> str:
 
 
 def _usage(usage: Usage) -> CompletionUsage:
+    reasoning = usage.reasoning_tokens
     return CompletionUsage(
         prompt_tokens=usage.input_tokens,
         completion_tokens=usage.output_tokens,
         total_tokens=usage.input_tokens + usage.output_tokens,
+        completion_tokens_details=None if reasoning is None else CompletionTokensDetails(reasoning_tokens=reasoning),
     )
 
 
@@ -365,6 +424,7 @@ def chat_completion(
     tool_calls: list[ToolCall] | None,
     agent: AgentInfo,
     usage: Usage,
+    reasoning: str | None = None,
 ) -> ChatCompletion:
     calls = [
         ResponseToolCall(id=c.id, function=ResponseFunctionCall(name=c.name, arguments=_arguments(c)))
@@ -376,7 +436,7 @@ def chat_completion(
         model=model,
         choices=[
             Choice(
-                message=ResponseMessage(content=content, tool_calls=calls or None),
+                message=ResponseMessage(content=content, tool_calls=calls or None, reasoning_content=reasoning),
                 finish_reason=openai_finish_reason(agent.finish_reason),
             )
         ],
@@ -434,6 +494,9 @@ class ChunkWriter:
     def text(self, delta: str) -> str:
         return self._choice('{"content":' + json.dumps(delta, ensure_ascii=False) + "}")
 
+    def reasoning(self, delta: str) -> str:
+        return self._choice('{"reasoning_content":' + json.dumps(delta, ensure_ascii=False) + "}")
+
     def tool_calls(self, calls: list[ToolCall]) -> str:
         items = [
             {
@@ -447,11 +510,11 @@ class ChunkWriter:
         return self._choice(json.dumps({"tool_calls": items}, ensure_ascii=False))
 
     def finish(self, agent: AgentInfo) -> str:
-        extra = f',"{AGENT_FINISH_FIELD}":{agent.model_dump_json()}'
+        extra = f',"{AGENT_FINISH_FIELD}":{agent.model_dump_json(exclude_none=True)}'
         return self._choice("{}", openai_finish_reason(agent.finish_reason), extra)
 
     def usage(self, usage: Usage) -> str:
-        return f'{self._head},"choices":[],"usage":{_usage(usage).model_dump_json()}}}'
+        return f'{self._head},"choices":[],"usage":{_usage(usage).model_dump_json(exclude_none=True)}}}'
 
     def agent_event(self, event_json: str) -> str:
         """An extra frame: no choice (so OpenAI clients skip it, as they skip the usage chunk), the event as the

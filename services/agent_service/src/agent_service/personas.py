@@ -10,15 +10,20 @@ cascade.
 
     [tenants.acme]
     system_prompt = "You answer for ACME."   # the tenant's default prompt
+    verbosity = "low"                        # the tenant's default generation controls (as a persona's below)
 
     [tenants.acme.personas.concise]      # acme's own: wins over the global one of the same name
     system_prompt = "Answer ACME's questions in one sentence."
     model = "gpt-4o-mini"
     tools = ["search_documents"]
     max_iterations = 4
+    reasoning_effort = "low"             # the generation controls of its runs: minimal, low, medium or high;
+    reasoning_summary = "auto"           #   auto or none; and verbosity = low, medium or high
 
 A run request naming ``persona`` gets the persona's fields for those it omits (its own win); the result is checked
-as any request is (the tenant's models and tools, the service's limits). The system prompt is exactly one of, first
+as any request is (the tenant's models and tools, the service's limits). The generation controls (``reasoning``,
+``verbosity``) are, each on its own (effort, summary, verbosity), the request's, else its persona's, else its
+tenant's; none: the provider's default. The system prompt is exactly one of, first
 found: a ``system`` message of the run's conversation (the request's own, or one stored earlier in its
 conversation), the persona's ``system_prompt``, the tenant's ``system_prompt``; none otherwise. The chosen prompt is
 put first in every LLM call of the run and never stored, so a conversation continued run after run is never given
@@ -35,21 +40,36 @@ from typing import TYPE_CHECKING, Any
 from agent_service.names import is_name
 from suite_common.echo import clip
 from suite_common.errors import ApiError
-from suite_common.wire import AgentRunRequest, Message
+from suite_common.wire import AgentRunRequest, Message, ReasoningControl, Verbosity
 
 if TYPE_CHECKING:
     from agent_service.callers import TenantRules
 
 __all__ = [
+    "GENERATION_FIELDS",
+    "NO_GENERATION",
     "PERSONA_FIELDS",
+    "Generation",
     "Persona",
     "PersonaError",
     "apply_persona",
+    "parse_generation",
     "parse_personas",
     "parse_system_prompt",
     "system_prompt_of",
     "with_system_prompt",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """The generation controls a persona or a tenant sets for its runs (``None``: not set)."""
+
+    reasoning: ReasoningControl | None = None
+    verbosity: Verbosity | None = None
+
+
+NO_GENERATION = Generation()
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +89,17 @@ class Persona:
     max_cost_usd: float | None = None
     temperature: float | None = None
     max_tokens: int | None = None
+    generation: Generation = NO_GENERATION
+    """Its ``reasoning_effort``, ``reasoning_summary`` and ``verbosity``."""
 
+
+GENERATION_FIELDS = ("reasoning_effort", "reasoning_summary", "verbosity")
+"""The callers file's keys of the generation controls, in a persona's table or a tenant's."""
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "reasoning_effort": ("minimal", "low", "medium", "high"),
+    "reasoning_summary": ("auto", "none"),
+    "verbosity": ("low", "medium", "high"),
+}
 
 PERSONA_FIELDS = (
     "description",
@@ -82,8 +112,9 @@ PERSONA_FIELDS = (
     "max_cost_usd",
     "temperature",
     "max_tokens",
+    *GENERATION_FIELDS,
 )
-_FILLED = tuple(name for name in PERSONA_FIELDS if name not in ("description", "system_prompt"))
+_FILLED = tuple(name for name in PERSONA_FIELDS if name not in ("description", "system_prompt", *GENERATION_FIELDS))
 """The persona's fields that are also a run request's: filled in when the request omits them."""
 
 
@@ -118,6 +149,18 @@ def _number(table: Mapping[str, Any], key: str, where: str, *, low: float, high:
     return float(value)
 
 
+def parse_generation(table: Mapping[str, Any], where: str) -> Generation:
+    """A persona's or a tenant's ``reasoning_effort``, ``reasoning_summary`` and ``verbosity``; raises
+    ``PersonaError``."""
+    for key, choices in _CHOICES.items():
+        value = table.get(key)
+        if value is not None and value not in choices:
+            raise PersonaError(f"{where}: {key} must be one of {', '.join(choices)}")
+    effort, summary = table.get("reasoning_effort"), table.get("reasoning_summary")
+    reasoning = None if effort is None and summary is None else ReasoningControl(effort=effort, summary=summary)
+    return Generation(reasoning=reasoning, verbosity=table.get("verbosity"))
+
+
 def _persona(name: str, table: Any, where: str) -> Persona:
     if not isinstance(table, dict):
         raise PersonaError(f"{where} must be a table")
@@ -139,6 +182,7 @@ def _persona(name: str, table: Any, where: str) -> Persona:
         max_cost_usd=_number(table, "max_cost_usd", where, low=0),
         temperature=_number(table, "temperature", where, low=0, high=2),
         max_tokens=_whole(table, "max_tokens", where),
+        generation=parse_generation(table, where),
     )
 
 
@@ -174,15 +218,19 @@ def _persona_named(request: AgentRunRequest, rules: TenantRules) -> Persona | No
 
 def apply_persona(request: AgentRunRequest, rules: TenantRules, default_model: str = "") -> AgentRunRequest:
     """``request`` with the fields it omits taken from the persona it names (400 ``unknown_persona`` when the
-    caller's tenant has none of that name); unchanged without one. A model is then required: the request's, else
-    its persona's, else ``default_model`` (the service's ``AGENT_DEFAULT_MODEL``), else a 400."""
+    caller's tenant has none of that name); unchanged without one. The generation controls it omits, each on its
+    own, are the persona's, else the tenant's. A model is then required: the request's, else its persona's, else
+    ``default_model`` (the service's ``AGENT_DEFAULT_MODEL``), else a 400."""
     persona = _persona_named(request, rules)
+    filled: dict[str, Any] = {}
     if persona is not None:
-        filled: dict[str, Any] = {}
         for name in _FILLED:
             value = getattr(persona, name)
             if getattr(request, name) is None and value is not None:
                 filled[name] = list(value) if name == "tools" else value
+    presets = [persona.generation] if persona is not None else []
+    filled.update(_generation(request, [*presets, rules.generation]))
+    if filled:
         request = request.model_copy(update=filled)
     if request.model is None and default_model:
         request = request.model_copy(update={"model": default_model})
@@ -191,6 +239,21 @@ def apply_persona(request: AgentRunRequest, rules: TenantRules, default_model: s
         message = f"model is required: {named}, and this service has no default model (AGENT_DEFAULT_MODEL)."
         raise ApiError(400, "invalid_request", message)
     return request
+
+
+def _generation(request: AgentRunRequest, presets: list[Generation]) -> dict[str, Any]:
+    """The request's ``reasoning`` and ``verbosity`` with what it omits, field by field, from the first of
+    ``presets`` (its persona's, its tenant's) that sets it; only the fields that change."""
+    asked = request.reasoning or ReasoningControl()
+    effort = asked.effort or next((p.reasoning.effort for p in presets if p.reasoning and p.reasoning.effort), None)
+    summary = asked.summary or next((p.reasoning.summary for p in presets if p.reasoning and p.reasoning.summary), None)
+    verbosity = request.verbosity or next((p.verbosity for p in presets if p.verbosity), None)
+    changed: dict[str, Any] = {}
+    if (effort, summary) != (asked.effort, asked.summary):
+        changed["reasoning"] = ReasoningControl(effort=effort, summary=summary)
+    if verbosity != request.verbosity:
+        changed["verbosity"] = verbosity
+    return changed
 
 
 def system_prompt_of(request: AgentRunRequest, rules: TenantRules) -> str | None:

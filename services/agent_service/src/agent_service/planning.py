@@ -347,6 +347,8 @@ async def plan_run(
         limits=limits,
         max_tokens=request.max_tokens,
         temperature=request.temperature,
+        reasoning=request.reasoning,
+        verbosity=request.verbosity,
         client_tools=client_tools,
         system_prompt=system_prompt_of(request, rules),
         tenant=tenant,

@@ -11,11 +11,12 @@ from agent_service.limits import RunLimits
 from agent_service.loop import ResumePoint, RunPlan
 from agent_service.store import DEFAULT_TENANT, RunRecord
 from suite_common.deadline import Deadline
-from suite_common.wire import Message, RunFinishReason, ToolChoice, ToolInfo, ToolSpec
+from suite_common.wire import Message, ReasoningControl, RunFinishReason, ToolChoice, ToolInfo, ToolSpec, Verbosity
 
 __all__ = ["Takeover", "plan_from_record", "stored_plan", "takeover"]
 
 _TOOL_CHOICE: TypeAdapter[ToolChoice] = TypeAdapter(ToolChoice)
+_VERBOSITY: TypeAdapter[Verbosity | None] = TypeAdapter(Verbosity | None)
 
 
 def stored_plan(plan: RunPlan) -> dict[str, Any]:
@@ -33,6 +34,8 @@ def stored_plan(plan: RunPlan) -> dict[str, Any]:
         "maxCostUsd": plan.limits.max_cost_usd,
         "maxTokens": plan.max_tokens,
         "temperature": plan.temperature,
+        "reasoning": plan.reasoning.model_dump(mode="json", by_alias=True) if plan.reasoning is not None else None,
+        "verbosity": plan.verbosity,
         "clientTools": [spec.model_dump(mode="json", by_alias=True) for spec in plan.client_tools],
         "systemPrompt": plan.system_prompt,
     }
@@ -57,6 +60,9 @@ def plan_from_record(record: RunRecord, messages: list[Message]) -> RunPlan:
         ),
         max_tokens=stored.get("maxTokens"),
         temperature=stored.get("temperature"),
+        # Absent from the plan of a run stored before they existed: the provider's defaults, as it had.
+        reasoning=ReasoningControl.model_validate(stored["reasoning"]) if stored.get("reasoning") else None,
+        verbosity=_VERBOSITY.validate_python(stored.get("verbosity")),
         client_tools=[ToolSpec.model_validate(spec) for spec in stored.get("clientTools", [])],
         system_prompt=stored.get("systemPrompt"),
         tenant=record.tenant or DEFAULT_TENANT,  # the run's own, stored with it
