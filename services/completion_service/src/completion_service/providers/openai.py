@@ -83,6 +83,11 @@ def build_request_body(
         body[max_tokens_field] = request.max_tokens
     if request.temperature is not None:
         body["temperature"] = request.temperature
+    # Only for models that take them (``controls``); Chat Completions returns no summary of OpenAI's own reasoning.
+    if request.reasoning is not None and request.reasoning.effort is not None:
+        body["reasoning_effort"] = request.reasoning.effort
+    if request.verbosity is not None:
+        body["verbosity"] = request.verbosity
     return body
 
 
@@ -156,9 +161,13 @@ def _usage(raw: Any) -> Usage:
     if not isinstance(raw, dict):
         return Usage()
     prompt, completion = raw.get("prompt_tokens"), raw.get("completion_tokens")
+    details = raw.get("completion_tokens_details")
+    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
     return Usage(
         input_tokens=prompt if isinstance(prompt, int) else 0,
+        # completion_tokens includes the reasoning tokens, billed as output like the answer's.
         output_tokens=completion if isinstance(completion, int) else 0,
+        reasoning_tokens=reasoning if isinstance(reasoning, int) and not isinstance(reasoning, bool) else None,
     )
 
 
