@@ -173,6 +173,12 @@ def test_openai_gets_the_verbosity_as_verbosity(verbosity: Verbosity, stream: bo
     assert body == expected
 
 
+@pytest.mark.parametrize(("model", "sent"), [("o3-mini", "low"), ("o4-mini", "low"), ("gpt-oss-20b", "low")])
+def test_openai_models_without_a_minimal_effort_get_their_least_one(model: str, sent: str) -> None:
+    request = _request(model, reasoning=ReasoningControl(effort="minimal"))
+    assert openai.build_request_body(request, model, stream=False)["reasoning_effort"] == sent
+
+
 def test_openai_without_an_effort_sends_no_reasoning_effort() -> None:
     body = openai.build_request_body(
         _request("gpt-5", reasoning=ReasoningControl(summary="none")), "gpt-5", stream=False

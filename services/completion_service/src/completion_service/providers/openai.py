@@ -8,6 +8,7 @@ shared ``HttpAdapter`` makes it (retries, deadline, the event stream read).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,9 @@ PROVIDER_NAME = "openai"
 TOOL_NAMES = NameRule("a-zA-Z0-9_-", 64)
 """Chat Completions' ``function.name``: ``^[a-zA-Z0-9_-]{1,64}$`` (compatible servers accept at least these)."""
 
+_TAKES_MINIMAL = re.compile(r"(^|[/.])gpt-5")
+"""The models whose ``reasoning_effort`` has ``minimal`` (GPT-5's); the others' least is ``low``."""
+
 _FINISH_REASONS: dict[str, FinishReason] = {
     "stop": "stop",
     "tool_calls": "tool_calls",
@@ -85,7 +89,10 @@ def build_request_body(
         body["temperature"] = request.temperature
     # Only for models that take them (``controls``); Chat Completions returns no summary of OpenAI's own reasoning.
     if request.reasoning is not None and request.reasoning.effort is not None:
-        body["reasoning_effort"] = request.reasoning.effort
+        effort = request.reasoning.effort
+        if effort == "minimal" and not _TAKES_MINIMAL.search(upstream_model.lower()):
+            effort = "low"  # o1, o3, o4 and gpt-oss know low, medium and high only
+        body["reasoning_effort"] = effort
     if request.verbosity is not None:
         body["verbosity"] = request.verbosity
     return body
