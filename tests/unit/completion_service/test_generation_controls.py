@@ -21,6 +21,7 @@ from completion_service.controls import (
 )
 from completion_service.providers import bedrock, gemini, openai
 from completion_service.providers.anthropic import DEFAULT_MAX_TOKENS, AnthropicProvider
+from completion_service.providers.base import events_of
 from completion_service.providers.demo import DemoProvider
 from completion_service.providers.tool_turns import repaired
 from completion_service.routing import ModelRouter
@@ -121,6 +122,19 @@ def test_warnings_are_added_to_those_an_answer_already_has() -> None:
     done = CompletionDone(finish_reason="stop", model="m", provider="p", warnings=["first."])
     assert with_warnings(done, ["second."]).warnings == ["first.", "second."]
     assert with_warnings(done, []) is done
+
+
+def test_a_whole_answer_passed_on_as_a_stream_keeps_its_warnings_on_done() -> None:
+    answer = CompletionResponse(
+        message=Message(role="assistant", content="Done."),
+        finish_reason="stop",
+        model="m",
+        provider="p",
+        warnings=["reasoning ignored: the model 'm' cannot reason."],
+    )
+    done = events_of(answer)[-1]
+    assert isinstance(done, CompletionDone)
+    assert done.warnings == answer.warnings
 
 
 def test_without_reasoning_text_an_answer_keeps_only_the_signed_and_redacted_blocks() -> None:
