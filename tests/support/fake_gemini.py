@@ -501,13 +501,15 @@ class ScriptedGemini:
             )
             return
 
+        # Thinking is over before the answer starts: every chunk's usage counts all of it, summary or not.
+        thoughts = _words(reply.thought) if isinstance(reply, TextReply) and reply.thought else 0
+
         def chunk(parts: list[dict[str, Any]], output: int, finish: str | None = None) -> bytes:
             candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}, "index": 0}
             if finish:
                 candidate["finishReason"] = finish
-            return _sse(
-                self._envelope(recorded, response_id, candidates=[candidate], usageMetadata=self._usage(body, output))
-            )
+            usage = self._usage(body, output, thoughts)
+            return _sse(self._envelope(recorded, response_id, candidates=[candidate], usageMetadata=usage))
 
         produced = 0
         if isinstance(reply, TextReply):

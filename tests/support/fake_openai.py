@@ -235,9 +235,31 @@ def _prompt_tokens(body: dict[str, Any]) -> int:
     return sum(_words(m.get("content")) + 4 for m in messages if isinstance(m, dict))
 
 
-def _usage(body: dict[str, Any], completion_tokens: int) -> dict[str, int]:
+REASONING_TOKENS: dict[str, int] = {"minimal": 0, "low": 64, "medium": 256, "high": 1024}
+"""What a request's ``reasoning_effort`` costs in reasoning tokens here (none without it)."""
+
+
+def _usage(body: dict[str, Any], answer_tokens: int) -> dict[str, Any]:
+    """OpenAI's usage: ``completion_tokens`` includes the reasoning tokens, told apart in its details (given
+    here only to a request with ``reasoning_effort``, as a compatible server without reasoning does)."""
     prompt = _prompt_tokens(body)
-    return {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens}
+    effort = body.get("reasoning_effort")
+    reasoning = REASONING_TOKENS.get(effort, 0) if isinstance(effort, str) else 0
+    completion = answer_tokens + reasoning
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    if isinstance(effort, str):
+        usage["prompt_tokens_details"] = {"cached_tokens": 0, "audio_tokens": 0}
+        usage["completion_tokens_details"] = {
+            "reasoning_tokens": reasoning,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        }
+    return usage
 
 
 def _arguments_text(arguments: dict[str, Any]) -> str:

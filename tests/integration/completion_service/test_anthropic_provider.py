@@ -414,3 +414,52 @@ async def test_a_stream_answered_with_one_message_object_gives_the_events_of_tha
             "provider": "anthropic",
         },
     ]
+
+
+# --- generation controls -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_effort_thinks_with_its_budget_and_summary_none_sends_no_reasoning_text_but_the_signed_block(
+    stream: bool,
+) -> None:
+    fake = ScriptedAnthropic(
+        [
+            tool_calls(("toolu_01A", "search_documents", {"query": "loop stop"}), reasoning=[thinking(THOUGHT)]),
+            text("After 15 iterations."),
+        ]
+    )
+    reasoning = {"effort": "medium", "summary": "none"}
+    async with completion_service(fake) as client:
+        response, events = await _complete(
+            client, _body(tools=[SEARCH], stream=stream, temperature=0.5, reasoning=reasoning)
+        )
+        first = _answer(response, events)
+        conversation = [
+            *USER,
+            first["message"],
+            {"role": "tool", "toolCallId": "toolu_01A", "content": "Max 15 iterations."},
+        ]
+        second = _answer(
+            *await _complete(client, _body(messages=conversation, tools=[SEARCH], stream=stream, reasoning=reasoning))
+        )
+    assert fake.requests[0]["thinking"] == {"type": "enabled", "budget_tokens": 8192}
+    assert fake.requests[0]["max_tokens"] == 8192 + 4096
+    assert "temperature" not in fake.requests[0]
+    assert first["warnings"] == ["temperature ignored: Claude takes no temperature with extended thinking."]
+    assert [e for e in events if e["type"] == "reasoning"] == []  # no reasoning text streamed
+    # The signed block stays in the answer: Anthropic wants it back in the tool round, and got it unchanged.
+    block = {"text": THOUGHT, "signature": fake_anthropic.signature_of(THOUGHT), "provider": "anthropic"}
+    assert first["message"]["reasoning"] == [block]
+    assert fake.requests[1]["messages"][1]["content"][0]["signature"] == block["signature"]
+    assert second["message"]["content"] == "After 15 iterations."
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_claude_model_that_cannot_think_ignores_the_effort_and_says_so(stream: bool) -> None:
+    fake = ScriptedAnthropic([text("After 15 iterations.")])
+    body = _body(model="anthropic/claude-3-5-haiku-20241022", stream=stream, reasoning={"effort": "high"})
+    async with completion_service(fake) as client:
+        answer = _answer(*await _complete(client, body))
+    assert answer["warnings"] == ["reasoning ignored: the model 'anthropic/claude-3-5-haiku-20241022' cannot reason."]
+    assert "thinking" not in fake.requests[0]

@@ -258,3 +258,41 @@ async def test_a_throttling_frame_before_any_content_is_a_429_with_retry_after()
     assert response.status_code == 429
     assert response.json()["error"]["code"] == "rate_limited"
     assert response.headers["retry-after"] == "1"  # the retry policy's wait after a first attempt, rounded up
+
+
+# --- generation controls -------------------------------------------------------------------------
+
+SONNET = "us.anthropic.claude-sonnet-4-20250514-v1:0"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_claude_on_bedrock_thinks_with_the_budget_of_the_effort_as_on_anthropic(stream: bool) -> None:
+    fake = ScriptedBedrock([BedrockReply(text="It stops at 15 iterations.", reasoning=("Check the cap.", "c2ln"))])
+    body = _body(model=f"bedrock/{SONNET}", reasoning={"effort": "high", "summary": "none"}, temperature=0.3)
+    async with bedrock_service(fake) as client:
+        if stream:
+            events = await _events(client, body)
+            done = events[-1]
+            blocks = [e["block"] for e in events if e["type"] == "reasoning_block"]
+            assert [e for e in events if e["type"] == "reasoning"] == []
+        else:
+            response = await client.post("/api/v1/completions", json=body)
+            done = response.json()
+            blocks = done["message"]["reasoning"]
+    sent = fake.requests[0]["body"]
+    assert sent["additionalModelRequestFields"] == {"thinking": {"type": "enabled", "budget_tokens": 24576}}
+    assert sent["inferenceConfig"] == {"maxTokens": 24576 + 4096}  # no temperature with thinking
+    assert done["warnings"] == ["temperature ignored: Claude takes no temperature with extended thinking."]
+    assert blocks == [{"text": "Check the cap.", "signature": "c2ln", "provider": "bedrock"}]  # kept for the next round
+
+
+async def test_a_bedrock_model_other_than_claude_said_to_reason_ignores_the_effort_and_says_so() -> None:
+    catalog = [{"name": "nova", "provider": "bedrock", "model": "amazon.nova-pro-v1:0", "reasoning": True}]
+    fake = ScriptedBedrock([BedrockReply(text="It stops at 15 iterations.")])
+    async with bedrock_service(fake, models=json.dumps(catalog)) as client:
+        response = await client.post("/api/v1/completions", json=_body(model="nova", reasoning={"effort": "low"}))
+    assert response.status_code == 200
+    assert response.json()["warnings"] == [
+        "reasoning ignored: of Bedrock's models only Claude takes it, not 'amazon.nova-pro-v1:0'."
+    ]
+    assert "additionalModelRequestFields" not in fake.requests[0]["body"]

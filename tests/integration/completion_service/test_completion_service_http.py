@@ -476,3 +476,60 @@ async def test_a_stream_answered_with_one_json_completion_of_text_streams_that_t
         response, events = await _stream(client, _body())
     assert response.status_code == 200
     assert [(e["type"], e.get("delta")) for e in events] == [("text", "It stops at 15."), ("done", None)]
+
+
+# --- generation controls ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_reasoning_model_gets_the_effort_and_verbosity_and_reports_its_reasoning_tokens(stream: bool) -> None:
+    fake = ScriptedOpenAI([text("The loop stops after 15 iterations.")])
+    body = _body(model="gpt-5", reasoning={"effort": "high", "summary": "auto"}, verbosity="low")
+    async with completion_service(fake) as client:
+        if stream:
+            response, events = await _stream(client, body)
+            done = events[-1]
+        else:
+            response = await client.post("/api/v1/completions", json=body)
+            done = response.json()
+    assert response.status_code == 200
+    sent = fake.requests[0]
+    assert (sent["reasoning_effort"], sent["verbosity"]) == ("high", "low")
+    # 6 words of answer and the scripted server's 1024 reasoning tokens for "high": all billed as output.
+    assert done["usage"] == {"inputTokens": 10, "outputTokens": 6 + 1024, "reasoningTokens": 1024}
+    assert "warnings" not in done
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_model_that_cannot_reason_ignores_the_controls_and_says_so_in_the_answer(stream: bool) -> None:
+    fake = ScriptedOpenAI([text("The loop stops after 15 iterations.")])
+    body = _body(model="gpt-4o", reasoning={"effort": "low"}, verbosity="high")
+    async with completion_service(fake) as client:
+        if stream:
+            response, events = await _stream(client, body)
+            done = events[-1]
+        else:
+            response = await client.post("/api/v1/completions", json=body)
+            done = response.json()
+    assert response.status_code == 200
+    assert done["warnings"] == [
+        "reasoning ignored: the model 'gpt-4o' cannot reason.",
+        "verbosity ignored: the model 'gpt-4o' does not take it.",
+    ]
+    assert "reasoning_effort" not in fake.requests[0]
+    assert "verbosity" not in fake.requests[0]
+    assert "reasoningTokens" not in done["usage"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_demo_model_ignores_the_controls_and_says_so_in_the_answer(stream: bool) -> None:
+    body = {"model": "demo", "messages": USER, "reasoning": {"effort": "medium"}}
+    async with completion_service(demo_enabled=True) as client:
+        if stream:
+            response, events = await _stream(client, body)
+            done = events[-1]
+        else:
+            response = await client.post("/api/v1/completions", json=body)
+            done = response.json()
+    assert response.status_code == 200
+    assert done["warnings"] == ["reasoning ignored: the model 'demo' cannot reason."]

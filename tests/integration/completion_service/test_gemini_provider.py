@@ -506,3 +506,34 @@ async def test_a_stream_answered_with_json_becomes_the_events_of_that_answer(as_
     assert events[0]["delta"] == "Let me look."
     assert (events[1]["name"], events[1]["arguments"]) == ("search_documents", {"query": "stop"})
     assert events[2]["finishReason"] == "tool_calls"
+
+
+# --- generation controls -------------------------------------------------------------------------
+
+THOUGHT = "The docs say the loop has an iteration cap."
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("summary", ["auto", "none"])
+async def test_an_effort_becomes_a_thinking_budget_and_the_thoughts_are_counted_as_reasoning_tokens(
+    stream: bool, summary: str
+) -> None:
+    fake = ScriptedGemini([text("After 15 iterations.", thought=THOUGHT)])
+    body = _body(reasoning={"effort": "low", "summary": summary}, maxTokens=200)
+    async with completion_service(fake) as client:
+        if stream:
+            response, events = await _stream(client, body)
+            done = events[-1]
+            thoughts = "".join(e["delta"] for e in events if e["type"] == "reasoning")
+        else:
+            response = await client.post("/api/v1/completions", json=body)
+            done = response.json()
+            thoughts = "".join(block["text"] for block in done["message"].get("reasoning", []))
+    assert response.status_code == 200
+    assert fake.requests[0].body["generationConfig"] == {
+        "maxOutputTokens": 200 + 2048,
+        "thinkingConfig": {"thinkingBudget": 2048, "includeThoughts": summary == "auto"},
+    }
+    assert thoughts == (THOUGHT if summary == "auto" else "")
+    # The model thought either way: its 9 words of thinking are billed, as output, beside the 3 of the answer.
+    assert done["usage"] == {"inputTokens": 8, "outputTokens": 3 + 9, "reasoningTokens": 9}

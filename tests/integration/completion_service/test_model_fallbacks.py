@@ -32,6 +32,7 @@ async def two_upstreams(primary: ScriptedOpenAI, backup: ScriptedOpenAI) -> Asyn
                 "baseUrl": f"{primary_url}/v1",
                 "apiKey": "test-key",
                 "fallbacks": ["steady"],
+                "reasoning": True,
             },
             {
                 "name": "steady",
@@ -57,6 +58,27 @@ async def test_when_the_first_model_stays_unavailable_the_fallback_answers_and_s
     assert (answer["model"], answer["provider"]) == ("steady", "openai")
     assert [r["model"] for r in primary.requests] == ["big-model", "big-model"]  # one retry, then the fallback
     assert [r["model"] for r in backup.requests] == ["small-model"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_fallback_that_cannot_reason_answers_without_the_effort_and_says_so(stream: bool) -> None:
+    primary = ScriptedOpenAI([error(503), error(503)])
+    backup = ScriptedOpenAI([text("The backup answered.")])
+    body = {"model": "smart", "messages": USER, "reasoning": {"effort": "high"}, "stream": stream}
+    async with (
+        two_upstreams(primary, backup) as client,
+        client.stream("POST", "/api/v1/completions", json=body) as response,
+    ):
+        lines = [line async for line in response.aiter_lines()]
+    assert response.status_code == 200
+    if stream:
+        answer = json.loads([line for line in lines if line.startswith("data: ")][-1].removeprefix("data: "))
+    else:
+        answer = json.loads("".join(lines))
+    assert answer["model"] == "steady"
+    assert answer["warnings"] == ["reasoning ignored: the model 'steady' cannot reason."]
+    assert [r["reasoning_effort"] for r in primary.requests] == ["high", "high"]  # the catalog says it reasons
+    assert "reasoning_effort" not in backup.requests[0]
 
 
 async def test_a_stream_falls_back_before_anything_reached_the_caller() -> None:

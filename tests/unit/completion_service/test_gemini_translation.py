@@ -322,11 +322,11 @@ def _response(
     }
 
 
-def test_a_text_answer_parses_with_thinking_tokens_counted_as_output() -> None:
+def test_a_text_answer_parses_with_thinking_tokens_counted_as_output_and_as_reasoning_tokens() -> None:
     response = parse_response(_response([{"text": "It stops after "}, {"text": "15 iterations."}]), "gemini/x")
     assert response.message == Message(role="assistant", content="It stops after 15 iterations.")
     assert response.finish_reason == "stop"
-    assert response.usage == Usage(input_tokens=21, output_tokens=37)
+    assert response.usage == Usage(input_tokens=21, output_tokens=37, reasoning_tokens=28)
     assert (response.model, response.provider) == ("gemini/x", "gemini")
 
 

@@ -16,6 +16,13 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from completion_service.controls import (
+    fitted,
+    hides_reasoning_text,
+    with_warnings,
+    without_reasoning_text,
+    without_reasoning_text_events,
+)
 from completion_service.pricing import priced
 from completion_service.providers._transport import CallStats, call_stats
 from completion_service.routing import ModelRoute, ModelRouter
@@ -87,19 +94,24 @@ async def _close(events: AsyncIterator[CompletionEvent]) -> None:
         await aclose()
 
 
-async def _priced_events(events: AsyncIterator[CompletionEvent], prices: ModelPrices) -> AsyncIterator[CompletionEvent]:
+async def _finished_events(
+    events: AsyncIterator[CompletionEvent], prices: ModelPrices | None, warnings: list[str]
+) -> AsyncIterator[CompletionEvent]:
     try:
         async for event in events:
-            yield priced(event, prices) if isinstance(event, CompletionDone) else event
+            yield with_warnings(priced(event, prices), warnings) if isinstance(event, CompletionDone) else event
     finally:
         await _close(events)  # closing this stream closes the provider's at once, not when collected
 
 
 def _answers(body: CompletionRequest, route: ModelRoute, left: float) -> AsyncIterator[CompletionEvent]:
-    """The route's stream, its ``done`` priced at the route's prices (the model that answers is the one whose
-    prices apply)."""
-    events = route.provider.stream(_as(body, route), route.upstream_model, left)
-    return events if route.prices is None else _priced_events(events, route.prices)
+    """The route's stream, without the controls its model cannot take, its ``done`` priced at the route's prices
+    (the model that answers is the one whose prices apply) and warned of the controls taken out."""
+    request, warnings = fitted(_as(body, route), route.controls)
+    events = route.provider.stream(request, route.upstream_model, left)
+    if hides_reasoning_text(request):
+        events = without_reasoning_text_events(events)
+    return events if route.prices is None and not warnings else _finished_events(events, route.prices, warnings)
 
 
 async def _first_event(events: AsyncIterator[CompletionEvent]) -> CompletionEvent:
@@ -134,8 +146,9 @@ async def _complete(
         token = call_stats.set(stats)
         attributes = {"llm.provider": candidate.provider.name, "llm.model": candidate.name}
         try:
+            request, warnings = fitted(_as(body, candidate), candidate.controls)
             with provider_call_span(services.tracer, attributes):
-                answer = await candidate.provider.complete(_as(body, candidate), candidate.upstream_model, left)
+                answer = await candidate.provider.complete(request, candidate.upstream_model, left)
         except ApiError as error:
             _record(services, candidate, error.code, started, stats, None)
             if not _falls_back(error, candidate, chain, services.telemetry):
@@ -143,7 +156,10 @@ async def _complete(
             continue
         finally:
             call_stats.reset(token)
-        response = priced(answer, candidate.prices)  # the prices of the model that answered
+        # The prices of the model that answered, and the controls it could not take.
+        if hides_reasoning_text(request):
+            answer = without_reasoning_text(answer)
+        response = with_warnings(priced(answer, candidate.prices), warnings)
         _record(services, candidate, "ok", started, stats, response.usage)
         return response
     raise AssertionError("the last route returns or raises")  # pragma: no cover

@@ -5,7 +5,7 @@ TOML), in that order. An entry::
 
     {"name": "smart", "provider": "anthropic", "model": "claude-sonnet-4-5",
      "apiKey": "${env:TEAM_ANTHROPIC_KEY}", "fallbacks": ["openai/gpt-4o"],
-     "prices": {"inputPerMillionUsd": 3, "outputPerMillionUsd": 15}}
+     "prices": {"inputPerMillionUsd": 3, "outputPerMillionUsd": 15}, "reasoning": true}
 
 Credentials are references (``${env:NAME}`` or ``${file:/path}``), resolved when the service
 starts; a literal key is accepted too, for local files that are never committed.
@@ -53,6 +53,11 @@ class CatalogModel(WireModel):
     prices: ModelPrices | None = None
     """US dollars per million input and output tokens; the completions this entry answers carry their
     ``usage.costUsd`` at them. Unset: its completions have no cost."""
+    reasoning: bool | None = None
+    """The model can reason, so a request's ``reasoning`` reaches it; unset: said by the model's family
+    (``controls.controls_by_name``). A model that cannot ignores it, with a warning in the answer."""
+    verbosity: bool | None = None
+    """The model takes OpenAI's ``verbosity``; unset: said by the model's family (OpenAI's gpt-5)."""
 
     @field_validator("name")
     @classmethod

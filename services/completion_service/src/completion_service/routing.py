@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from completion_service.catalog import PROVIDER_KINDS, CatalogModel
+from completion_service.controls import NO_CONTROLS, ModelControls, controls_by_name
 from completion_service.providers.base import Provider
 from suite_common.echo import clip
 from suite_common.errors import ApiError
@@ -41,6 +42,8 @@ class ModelRoute:
     fallbacks: tuple[ModelRoute, ...] = field(default=())
     prices: ModelPrices | None = None
     """The catalog entry's prices, at which this route's answers are priced; ``None``: not a priced entry."""
+    controls: ModelControls = NO_CONTROLS
+    """The generation controls the model takes; the others are taken out of its requests, with a warning."""
 
     def chain(self) -> list[ModelRoute]:
         """This route, then its fallbacks in order."""
@@ -88,17 +91,27 @@ class ModelRouter:
 
     @staticmethod
     def _alias_route(name: str, alias: _Alias, fallbacks: tuple[ModelRoute, ...] = ()) -> ModelRoute:
-        return ModelRoute(name, alias.provider, alias.entry.model, fallbacks, alias.entry.prices)
+        entry = alias.entry
+        family = controls_by_name(entry.provider, entry.model)
+        controls = ModelControls(
+            reasoning=family.reasoning if entry.reasoning is None else entry.reasoning,
+            verbosity=family.verbosity if entry.verbosity is None else entry.verbosity,
+        )
+        return ModelRoute(name, alias.provider, entry.model, fallbacks, entry.prices, controls)
 
     def _direct(self, model: str) -> ModelRoute | None:
         if model == "demo" and self._demo is not None:
-            return ModelRoute(model, self._demo, model)
+            return ModelRoute(model, self._demo, model)  # the demo takes no generation controls
         kind, slash, upstream = model.partition("/")
         if slash and kind in PROVIDER_KINDS:
             provider = self._providers.get(kind)
-            return ModelRoute(model, provider, upstream) if provider is not None and upstream else None
+            if provider is None or not upstream:
+                return None
+            return ModelRoute(model, provider, upstream, controls=controls_by_name(kind, upstream))
         openai = self._providers.get("openai")
-        return ModelRoute(model, openai, model) if openai is not None else None
+        if openai is None:
+            return None
+        return ModelRoute(model, openai, model, controls=controls_by_name("openai", model))
 
     def route(self, model: str, *, not_found_status: int = 400) -> ModelRoute:
         """The route of ``model``, or a ``model_not_found`` error (``not_found_status``) that says what is

@@ -81,7 +81,8 @@ class CompletionSettings(ServiceSettings):
         default=None,
         ge=1024,
         description=(
-            "Turn on Anthropic extended thinking with this many tokens of budget (at least 1024). Thinking "
+            "Turn on Anthropic extended thinking with this many tokens of budget (at least 1024) for requests "
+            "that give no `reasoning.effort` (an effort has its own budget, docs/providers.md). Thinking "
             "streams as `reasoning` events; the blocks are sent back, signatures included, during tool use."
         ),
     )
@@ -100,8 +101,9 @@ class CompletionSettings(ServiceSettings):
     gemini_include_thoughts: bool = Field(
         default=False,
         description=(
-            "Ask Gemini (and Vertex AI) thinking models for thought summaries, streamed as `reasoning` events. Off "
-            "by default: models without thinking reject the setting."
+            "Ask Gemini (and Vertex AI) thinking models for thought summaries, streamed as `reasoning` events, "
+            "when a request's `reasoning.summary` does not say. Off by default: models without thinking reject "
+            "the setting."
         ),
     )
     vertex_project: _OptionalText = Field(

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 import httpx
 
+from completion_service.controls import with_warnings
 from completion_service.providers._transport import ErrorTranslator, Upstream, media_type, parse_json
 from completion_service.providers.tool_names import NameRule, ToolNames
 from completion_service.providers.tool_turns import repaired
 from suite_common.deadline import Deadline
-from suite_common.wire import CompletionEvent, CompletionRequest, CompletionResponse
+from suite_common.wire import CompletionDone, CompletionEvent, CompletionRequest, CompletionResponse
 
 __all__ = ["SSE", "HttpAdapter", "Outbound", "StreamDecoder"]
 
@@ -31,11 +32,14 @@ SSE = "text/event-stream"
 @dataclass(frozen=True)
 class Outbound:
     """One call's request as ``Upstream.open`` sends it: ``build`` makes each attempt afresh (a signature may
-    depend on the time), ``translate`` reads the provider's error bodies, ``upstream`` scrubs the call's secrets."""
+    depend on the time), ``translate`` reads the provider's error bodies, ``upstream`` scrubs the call's secrets;
+    ``warnings`` say which controls of the request the provider could not take in this call (the answer's
+    ``warnings``)."""
 
     upstream: Upstream
     build: Callable[[], httpx.Request]
     translate: ErrorTranslator
+    warnings: list[str] = field(default_factory=list)
 
 
 class StreamDecoder(Protocol):
@@ -86,10 +90,11 @@ class HttpAdapter:
         request = repaired(request)
         names = ToolNames.plan(request, self.tool_names)
         deadline = Deadline.after(timeout_seconds)
-        upstream, response = await self._open(
+        call, response = await self._open(
             request if names is None else names.outbound(request), upstream_model, deadline, stream=False
         )
-        answer = self._parse(await upstream.read_json(response, deadline), request.model)
+        answer = self._parse(await call.upstream.read_json(response, deadline), request.model)
+        answer = with_warnings(answer, call.warnings)
         return answer if names is None else names.inbound(answer)
 
     async def stream(
@@ -98,11 +103,13 @@ class HttpAdapter:
         request = repaired(request)
         names = ToolNames.plan(request, self.tool_names)
         deadline = Deadline.after(timeout_seconds)
-        upstream, response = await self._open(
+        call, response = await self._open(
             request if names is None else names.outbound(request), upstream_model, deadline, stream=True
         )
+        upstream = call.upstream
         if self.stream_media_type == SSE and media_type(response) == "application/json":
             for event in await self._whole_stream(upstream, response, deadline, request.model):
+                event = _warned(event, call.warnings)
                 yield event if names is None else names.inbound_event(event)
             return
         decoder = self._decoder(request.model)
@@ -131,10 +138,16 @@ class HttpAdapter:
                         if decoder.ended:
                             break  # the answer is complete: nothing more belongs to it
             for event in decoder.finish():
+                event = _warned(event, call.warnings)
                 yield event if names is None else names.inbound_event(event)
 
     async def _open(
         self, request: CompletionRequest, upstream_model: str, deadline: Deadline, *, stream: bool
-    ) -> tuple[Upstream, httpx.Response]:
+    ) -> tuple[Outbound, httpx.Response]:
         call = await self._outbound(request, upstream_model, stream=stream)
-        return call.upstream, await call.upstream.open(call.build, call.translate, deadline)
+        return call, await call.upstream.open(call.build, call.translate, deadline)
+
+
+def _warned(event: CompletionEvent, warnings: list[str]) -> CompletionEvent:
+    """``done`` with the call's warnings; other events as they are."""
+    return with_warnings(event, warnings) if warnings and isinstance(event, CompletionDone) else event

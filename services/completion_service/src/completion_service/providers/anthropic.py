@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import httpx
 
+from completion_service.controls import thinking_budget
 from completion_service.providers._adapter import HttpAdapter, Outbound
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
 from completion_service.providers._transport import Upstream
@@ -52,6 +53,7 @@ __all__ = [
     "build_request_body",
     "parse_response",
     "stream_error",
+    "thinking_warnings",
     "translate_error",
 ]
 
@@ -593,6 +595,19 @@ class StreamAssembler:
         return events
 
 
+def thinking_warnings(request: CompletionRequest, thinking: bool, budget: int | None, upstream_model: str) -> list[str]:
+    """What a Claude request with extended thinking (Anthropic's or Bedrock's) could not take: the reasoning
+    asked for when thinking could not be on, the temperature when it was (Anthropic forbids one with thinking)."""
+    if budget is not None and not thinking:
+        reason = "the request forces a tool, or continues a tool-use turn that began without thinking"
+        _log.info("anthropic_thinking_skipped", model=upstream_model, reason=reason)
+        if request.reasoning is not None:
+            return [f"reasoning ignored for this call: Claude cannot think when {reason}."]
+    if thinking and request.temperature is not None and request.temperature != 1:
+        return ["temperature ignored: Claude takes no temperature with extended thinking."]
+    return []
+
+
 # --- errors ------------------------------------------------------------------------------------
 
 
@@ -676,21 +691,15 @@ class AnthropicProvider(HttpAdapter):
         self._api_key = api_key or None
         self._upstream = Upstream(http, provider=name, base_url=base_url, secrets=[api_key], max_retries=max_retries)
 
-    def request_body(self, request: CompletionRequest, upstream_model: str, *, stream: bool) -> dict[str, Any]:
+    def request_body(
+        self, request: CompletionRequest, upstream_model: str, *, stream: bool
+    ) -> tuple[dict[str, Any], list[str]]:
+        """The body, and the controls of the request it could not carry (the answer's ``warnings``)."""
+        budget = thinking_budget(request, self.thinking_budget_tokens)
         body = build_request_body(
-            request,
-            upstream_model,
-            stream=stream,
-            thinking_budget_tokens=self.thinking_budget_tokens,
-            provider=self.name,
+            request, upstream_model, stream=stream, thinking_budget_tokens=budget, provider=self.name
         )
-        if self.thinking_budget_tokens is not None and "thinking" not in body:
-            _log.info(
-                "anthropic_thinking_skipped",
-                model=upstream_model,
-                reason="the request forces a tool, or continues a tool-use turn that began without thinking",
-            )
-        return body
+        return body, thinking_warnings(request, body.get("thinking") is not None, budget, upstream_model)
 
     def _parse(self, body: Any, model: str) -> CompletionResponse:
         # Also a compatible server's answer to a stream as one message object: that is the whole answer.
@@ -700,7 +709,7 @@ class AnthropicProvider(HttpAdapter):
         return StreamAssembler(model=model, provider=self.name)
 
     async def _outbound(self, request: CompletionRequest, upstream_model: str, *, stream: bool) -> Outbound:
-        body = self.request_body(request, upstream_model, stream=stream)
+        body, warnings = self.request_body(request, upstream_model, stream=stream)
         headers = {
             "anthropic-version": ANTHROPIC_VERSION,
             "accept": "text/event-stream" if stream else "application/json",
@@ -714,4 +723,4 @@ class AnthropicProvider(HttpAdapter):
         def translate(status: int, content: bytes, response_headers: httpx.Headers) -> ApiError:
             return translate_error(status, content, response_headers, upstream_model=upstream_model)
 
-        return Outbound(self._upstream, build, translate)
+        return Outbound(self._upstream, build, translate, warnings)

@@ -60,7 +60,11 @@ def events_of(response: CompletionResponse) -> list[CompletionEvent]:
     events.extend(ToolCallEvent(**dict(call)) for call in message.tool_calls or [])  # the same fields
     events.append(
         CompletionDone(
-            finish_reason=response.finish_reason, usage=response.usage, model=response.model, provider=response.provider
+            finish_reason=response.finish_reason,
+            usage=response.usage,
+            model=response.model,
+            provider=response.provider,
+            warnings=response.warnings,
         )
     )
     return events

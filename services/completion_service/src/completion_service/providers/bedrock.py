@@ -22,10 +22,12 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials, ReadOnlyCredentials
 from botocore.eventstream import EventStreamBuffer, ParserError
 
+from completion_service.controls import thinking_budget
 from completion_service.providers._adapter import HttpAdapter, Outbound
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
 from completion_service.providers._transport import Upstream, parse_json
-from completion_service.providers.anthropic import MAX_TEMPERATURE
+from completion_service.providers.anthropic import DEFAULT_MAX_TOKENS as ANTHROPIC_DEFAULT_MAX_TOKENS
+from completion_service.providers.anthropic import MAX_TEMPERATURE, thinking_warnings
 from completion_service.providers.openai import parse_arguments
 from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
@@ -77,15 +79,23 @@ def build_request_body(
     request: CompletionRequest, *, provider: str = PROVIDER_NAME, upstream_model: str = ""
 ) -> dict[str, Any]:
     """The JSON body of ``POST /model/{modelId}/converse`` (or ``converse-stream``: the same body);
-    ``upstream_model`` is the Bedrock model id, whose family bounds some settings."""
+    ``upstream_model`` is the Bedrock model id, whose family bounds some settings.
+
+    A Claude model asked to reason thinks as on Anthropic's own API (``additionalModelRequestFields.thinking``,
+    its budget from the effort, on top of the answer's tokens, without a temperature), with the same exceptions:
+    not when a tool is forced, nor in a tool-use turn that began without thinking."""
     system = [{"text": m.content} for m in request.messages if m.role == "system" and m.content]
     body: dict[str, Any] = {"messages": _turns(request.messages, provider)}
     if system:
         body["system"] = system
     inference: dict[str, Any] = {}
-    if request.max_tokens is not None:
+    budget = _thinking_budget(request, provider, upstream_model)
+    if budget is not None:
+        body["additionalModelRequestFields"] = {"thinking": {"type": "enabled", "budget_tokens": budget}}
+        inference["maxTokens"] = budget + (request.max_tokens or ANTHROPIC_DEFAULT_MAX_TOKENS)
+    elif request.max_tokens is not None:
         inference["maxTokens"] = request.max_tokens
-    if request.temperature is not None:
+    if request.temperature is not None and budget is None:
         temperature = request.temperature
         if _is_claude(upstream_model):
             # Claude's temperature runs from 0 to 1 on Bedrock too; the neutral contract allows up to 2.
@@ -97,6 +107,27 @@ def build_request_body(
     if tool_config is not None:
         body["toolConfig"] = tool_config
     return body
+
+
+def _thinking_budget(request: CompletionRequest, provider: str, upstream_model: str) -> int | None:
+    """The thinking budget of a Claude request that may think (see ``build_request_body``), else ``None``."""
+    budget = thinking_budget(request, None)
+    if budget is None or not _is_claude(upstream_model):
+        return None
+    if request.tools and request.tool_choice not in ("auto", "none"):
+        return None  # Claude refuses a forced tool with thinking
+    last_user = max((i for i, m in enumerate(request.messages) if m.role == "user"), default=-1)
+    first_reply = next((m for m in request.messages[last_user + 1 :] if m.role == "assistant"), None)
+    if first_reply is not None and not any(block.provider == provider for block in first_reply.reasoning or []):
+        return None  # Claude refuses to start thinking in the middle of a tool-use turn
+    return budget
+
+
+def _warnings(request: CompletionRequest, body: dict[str, Any], upstream_model: str) -> list[str]:
+    if request.reasoning is not None and request.reasoning.effort is not None and not _is_claude(upstream_model):
+        return [f"reasoning ignored: of Bedrock's models only Claude takes it, not {upstream_model!r}."]
+    thinking = "additionalModelRequestFields" in body
+    return thinking_warnings(request, thinking, thinking_budget(request, None), upstream_model)
 
 
 def _is_claude(model_id: str) -> bool:
@@ -529,9 +560,9 @@ class BedrockProvider(HttpAdapter):
                 "or give the service a role.",
             )
         self._upstream.hide(credentials.secret_key, credentials.token)
-        body = json.dumps(
-            build_request_body(request, provider=self.name, upstream_model=upstream_model), ensure_ascii=False
-        ).encode()
+        fields = build_request_body(request, provider=self.name, upstream_model=upstream_model)
+        warnings = _warnings(request, fields, upstream_model)
+        body = json.dumps(fields, ensure_ascii=False).encode()
         # The model id goes into the path percent-encoded, ':' included, exactly as AWS's SDKs send it.
         url = f"{self._base}/model/{quote(upstream_model, safe='')}/{'converse-stream' if stream else 'converse'}"
         accept = _EVENT_STREAM if stream else "application/json"
@@ -546,7 +577,7 @@ class BedrockProvider(HttpAdapter):
         def translate(status: int, content: bytes, headers: httpx.Headers) -> ApiError:
             return translate_error(status, content, headers, upstream_model=upstream_model)
 
-        return Outbound(self._upstream, build, translate)
+        return Outbound(self._upstream, build, translate, warnings)
 
 
 class _FrameDecoder:

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from completion_service.controls import THINKING_BUDGETS
 from completion_service.providers._adapter import HttpAdapter, Outbound
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
 from completion_service.providers._transport import Upstream
@@ -62,6 +63,7 @@ __all__ = [
     "StreamAssembler",
     "build_request_body",
     "parse_response",
+    "thinking_config",
     "translate_error",
 ]
 
@@ -94,6 +96,8 @@ _CONTENT_FILTER = frozenset(
 )
 _BROKEN_CALL = frozenset({"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"})
 
+_GEMINI_3 = re.compile(r"(^|/)gemini-([3-9]|\d\d)")
+"""Gemini 3 and later take a ``thinkingLevel``; 2.5 a ``thinkingBudget`` (one or the other: both is a 400)."""
 _MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]*")
 _RETRY_DELAY = re.compile(r"(\d+(?:\.\d+)?)s")
 
@@ -107,11 +111,14 @@ def build_request_body(
     provider: str = PROVIDER_NAME,
     send_call_ids: bool = True,
     include_thoughts: bool = False,
+    upstream_model: str = "",
 ) -> dict[str, Any]:
     """The JSON body of ``generateContent`` / ``streamGenerateContent`` for ``request``.
 
     ``provider`` says whose reasoning blocks are sent back; ``send_call_ids`` puts the tool call ids
-    on ``functionCall`` / ``functionResponse`` (the Gemini API knows the field, Vertex AI v1 does not).
+    on ``functionCall`` / ``functionResponse`` (the Gemini API knows the field, Vertex AI v1 does not);
+    ``include_thoughts`` asks for thought summaries when the request's ``reasoning`` does not say;
+    ``upstream_model`` says whether the effort is a ``thinkingLevel`` (Gemini 3) or a ``thinkingBudget``.
     """
     system, contents = _contents(request.messages, provider=provider, send_call_ids=send_call_ids)
     body: dict[str, Any] = {"contents": contents}
@@ -130,15 +137,36 @@ def build_request_body(
         body["tools"] = [{"functionDeclarations": declarations}]
         body["toolConfig"] = {"functionCallingConfig": _calling_config(request.tool_choice)}
     generation: dict[str, Any] = {}
+    thinking = thinking_config(request, upstream_model, include_thoughts=include_thoughts)
     if request.max_tokens is not None:
-        generation["maxOutputTokens"] = request.max_tokens
+        # Thinking counts against maxOutputTokens: a budget comes on top, so maxTokens keeps bounding the answer.
+        generation["maxOutputTokens"] = request.max_tokens + thinking.get("thinkingBudget", 0)
     if request.temperature is not None:
         generation["temperature"] = request.temperature
-    if include_thoughts:
-        generation["thinkingConfig"] = {"includeThoughts": True}
+    if thinking:
+        generation["thinkingConfig"] = thinking
     if generation:
         body["generationConfig"] = generation
     return body
+
+
+def thinking_config(request: CompletionRequest, upstream_model: str, *, include_thoughts: bool) -> dict[str, Any]:
+    """``generationConfig.thinkingConfig`` for ``request`` (empty: none). The effort is a ``thinkingLevel`` for
+    Gemini 3 (``low`` or ``high``, the two every Gemini 3 model takes), else a ``thinkingBudget``
+    (``controls.THINKING_BUDGETS``); ``summary`` says ``includeThoughts``, unset: ``include_thoughts``."""
+    reasoning = request.reasoning
+    config: dict[str, Any] = {}
+    if reasoning is not None and reasoning.effort is not None:
+        if _GEMINI_3.search(upstream_model.lower()):
+            config["thinkingLevel"] = "low" if reasoning.effort in ("minimal", "low") else "high"
+        else:
+            config["thinkingBudget"] = THINKING_BUDGETS[reasoning.effort]
+    summary = reasoning.summary if reasoning is not None else None
+    if summary is not None:
+        config["includeThoughts"] = summary == "auto"
+    elif include_thoughts:
+        config["includeThoughts"] = True
+    return config
 
 
 def _calling_config(choice: ToolChoice) -> dict[str, Any]:
@@ -389,10 +417,12 @@ def _count(raw: Mapping[str, Any], key: str) -> int:
 def _usage(raw: Any) -> Usage:
     if not isinstance(raw, dict):
         return Usage()
+    thoughts = raw.get("thoughtsTokenCount")
     return Usage(
         input_tokens=_count(raw, "promptTokenCount") + _count(raw, "toolUsePromptTokenCount"),
-        # Thinking is billed as output; Gemini counts it apart from the answer.
+        # Thinking is billed as output; Gemini counts it apart from the answer (candidatesTokenCount leaves it out).
         output_tokens=_count(raw, "candidatesTokenCount") + _count(raw, "thoughtsTokenCount"),
+        reasoning_tokens=thoughts if isinstance(thoughts, int) and not isinstance(thoughts, bool) else None,
     )
 
 
@@ -764,6 +794,7 @@ class GeminiProvider(HttpAdapter):
             provider=self.name,
             send_call_ids=endpoint.sends_call_ids,
             include_thoughts=self._include_thoughts,
+            upstream_model=upstream_model,
         )
         url = endpoint.url(upstream_model, stream=stream)
         headers, secret = endpoint.credentials()

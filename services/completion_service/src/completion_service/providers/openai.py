@@ -8,6 +8,7 @@ shared ``HttpAdapter`` makes it (retries, deadline, the event stream read).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,9 @@ PROVIDER_NAME = "openai"
 TOOL_NAMES = NameRule("a-zA-Z0-9_-", 64)
 """Chat Completions' ``function.name``: ``^[a-zA-Z0-9_-]{1,64}$`` (compatible servers accept at least these)."""
 
+_TAKES_MINIMAL = re.compile(r"(^|[/.])gpt-5")
+"""The models whose ``reasoning_effort`` has ``minimal`` (GPT-5's); the others' least is ``low``."""
+
 _FINISH_REASONS: dict[str, FinishReason] = {
     "stop": "stop",
     "tool_calls": "tool_calls",
@@ -83,6 +87,14 @@ def build_request_body(
         body[max_tokens_field] = request.max_tokens
     if request.temperature is not None:
         body["temperature"] = request.temperature
+    # Only for models that take them (``controls``); Chat Completions returns no summary of OpenAI's own reasoning.
+    if request.reasoning is not None and request.reasoning.effort is not None:
+        effort = request.reasoning.effort
+        if effort == "minimal" and not _TAKES_MINIMAL.search(upstream_model.lower()):
+            effort = "low"  # o1, o3, o4 and gpt-oss know low, medium and high only
+        body["reasoning_effort"] = effort
+    if request.verbosity is not None:
+        body["verbosity"] = request.verbosity
     return body
 
 
@@ -156,9 +168,13 @@ def _usage(raw: Any) -> Usage:
     if not isinstance(raw, dict):
         return Usage()
     prompt, completion = raw.get("prompt_tokens"), raw.get("completion_tokens")
+    details = raw.get("completion_tokens_details")
+    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
     return Usage(
         input_tokens=prompt if isinstance(prompt, int) else 0,
+        # completion_tokens includes the reasoning tokens, billed as output like the answer's.
         output_tokens=completion if isinstance(completion, int) else 0,
+        reasoning_tokens=reasoning if isinstance(reasoning, int) and not isinstance(reasoning, bool) else None,
     )
 
 
