@@ -11,7 +11,6 @@ scripted servers speaking OpenAI's and Anthropic's wire formats (Anthropic's wit
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -49,15 +48,6 @@ verbosity = "high"
 
 THOUGHT = "The user wants an echo: call echo, then answer with what it said."
 CLAUDE = "anthropic/claude-sonnet-4-5"
-
-pending_provider_mapping = pytest.mark.xfail(
-    importlib.util.find_spec("completion_service.controls") is None,
-    reason="completion-service maps reasoning/verbosity to the provider's fields, and reads OpenAI's reasoning "
-    "tokens, from issue 30's completion-service work (not merged here yet)",
-    strict=True,
-)
-"""On a test that needs completion-service's side of issue 30: what agent-service sends is only seen at the
-provider once completion-service passes it on."""
 
 
 @dataclass
@@ -146,7 +136,6 @@ def _completion_with_reasoning_tokens(content: str, reasoning_tokens: int) -> fa
     return fake_openai.raw(json.dumps(body).encode())
 
 
-@pending_provider_mapping
 async def test_a_runs_reasoning_and_verbosity_reach_the_provider_in_every_round(fresh: Stack) -> None:
     fresh.openai_llm.push(*_echo_then("It said ping."))
     body = {"model": "gpt-5", "messages": _user("echo ping"), "reasoning": {"effort": "low"}, "verbosity": "low"}
@@ -156,7 +145,6 @@ async def test_a_runs_reasoning_and_verbosity_reach_the_provider_in_every_round(
     assert [_controls(sent) for sent in fresh.openai_llm.requests] == [("low", "low"), ("low", "low")]
 
 
-@pending_provider_mapping
 async def test_a_personas_reasoning_and_verbosity_reach_the_provider_and_the_requests_own_win(fresh: Stack) -> None:
     fresh.openai_llm.push(fake_openai.text("Thought hard."), fake_openai.text("Thought a little."))
     preset = await fresh.http.post("/api/v1/agent/run", json={"persona": "thinker", "messages": _user("hi")})
@@ -167,7 +155,6 @@ async def test_a_personas_reasoning_and_verbosity_reach_the_provider_and_the_req
     assert [_controls(sent) for sent in fresh.openai_llm.requests] == [("high", "high"), ("minimal", "high")]
 
 
-@pending_provider_mapping
 async def test_the_openai_sdks_reasoning_effort_and_verbosity_reach_the_provider_through_the_front(
     fresh: Stack,
 ) -> None:
@@ -183,7 +170,6 @@ async def test_the_openai_sdks_reasoning_effort_and_verbosity_reach_the_provider
     assert sent == [("high", "low"), ("high", "low"), ("minimal", None)]
 
 
-@pending_provider_mapping
 async def test_reasoning_tokens_and_ignored_controls_reach_the_agent_api_and_the_front(fresh: Stack) -> None:
     fresh.openai_llm.push(_completion_with_reasoning_tokens("Reasoned.", 30))
     answer = await fresh.http.post("/api/v1/agent/run", json={"model": "gpt-5", "messages": _user("hi")})
