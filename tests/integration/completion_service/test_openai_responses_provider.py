@@ -10,8 +10,10 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from completion_service.app import create_app
+from completion_service.catalog import CatalogError
 from completion_service.settings import CompletionSettings
 from support.fake_openai_responses import ScriptedResponses, error, text, tool_calls
 from support.servers import serve_app
@@ -39,7 +41,9 @@ async def completion_service(
 ) -> AsyncIterator[httpx.AsyncClient]:
     """The service with its OpenAI settings (key and base URL) pointed at ``fake``."""
     async with serve_app(fake.app) as upstream:
-        app = create_app(CompletionSettings(openai_base_url=f"{upstream}/v1", openai_api_key=api_key, **settings))
+        app = create_app(
+            CompletionSettings(openai_base_url=f"{upstream}/v1", openai_api_key=SecretStr(api_key), **settings)
+        )
         async with serve_app(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
             yield client
 
@@ -110,8 +114,8 @@ async def test_openai_responses_names_and_catalog_entries_with_api_responses_rou
 
 async def test_a_catalog_entry_of_another_provider_cannot_ask_for_the_responses_api() -> None:
     catalog = json.dumps([{"name": "x", "provider": "anthropic", "model": "claude", "api": "responses"}])
-    with pytest.raises(Exception, match="for provider 'openai' only"):
-        create_app(CompletionSettings(models=catalog, anthropic_api_key="k"))
+    with pytest.raises(CatalogError, match="for provider 'openai' only"):
+        create_app(CompletionSettings(models=catalog, anthropic_api_key=SecretStr("k")))
 
 
 @pytest.mark.parametrize("stream", [False, True])
