@@ -47,11 +47,34 @@ from suite_common.wire import (
     Usage,
 )
 
-__all__ = ["PROVIDER_NAME", "ResponsesProvider", "ResponsesStream", "build_request_body", "parse_response"]
+__all__ = [
+    "IGNORED_EVENTS",
+    "PROVIDER_NAME",
+    "ResponsesProvider",
+    "ResponsesStream",
+    "build_request_body",
+    "parse_response",
+]
 
 PROVIDER_NAME = "openai-responses"
 SUMMARY_SEPARATOR = "\n\n"
 """Between the parts of one reasoning summary, in the block's text and between their streamed deltas."""
+
+IGNORED_EVENTS = frozenset(
+    {
+        "response.created",
+        "response.in_progress",
+        "response.content_part.added",
+        "response.content_part.done",
+        "response.output_text.done",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_part.done",
+        "response.reasoning_summary_text.done",
+        "response.function_call_arguments.done",
+    }
+)
+"""Stream events whose content the decoder already has from the deltas and items (or never needs): the adapter
+skips them by their ``event:`` name without parsing them (``response.created`` echoes the whole request)."""
 
 _INCOMPLETE: dict[str, FinishReason] = {"max_output_tokens": "length", "content_filter": "content_filter"}
 
@@ -371,6 +394,7 @@ class ResponsesProvider(HttpAdapter):
     """Calls ``{base_url}/responses`` with the OpenAI settings' key and base URL."""
 
     tool_names = TOOL_NAMES
+    ignored_sse_events = IGNORED_EVENTS
 
     def __init__(
         self,
