@@ -44,6 +44,7 @@ from suite_common.wire import (
 )
 
 __all__ = [
+    "TOOL_NAMES",
     "OpenAIProvider",
     "StreamAssembler",
     "build_request_body",
