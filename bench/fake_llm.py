@@ -3,7 +3,10 @@
 ``POST /v1/chat/completions`` answers the Chat Completions wire format, JSON or, with
 ``"stream": true``, ``chat.completion.chunk`` events over SSE (text in one chunk per word, a tool
 call's arguments split in two deltas, a usage chunk when ``stream_options.include_usage`` is set,
-then ``data: [DONE]``). The model name is the script:
+then ``data: [DONE]``). ``POST /v1/responses`` answers the same in OpenAI's Responses API: a
+``response`` object, or its stream events (``event:`` and ``data:``, text one
+``response.output_text.delta`` per word, arguments in two ``response.function_call_arguments.delta``,
+``response.completed`` with the usage). The model name is the script:
 
 - ``rounds-K``: while the conversation holds fewer than K tool results, call the first tool of the
   request with ``{"text": "round N"}``; then answer a short text. ``rounds-0`` always answers.
@@ -37,12 +40,13 @@ def reply_for(body: dict[str, Any]) -> tuple[dict[str, Any], str, float]:
     rounds = int(model["rounds"]) if model else 0
     delay = int(model["delay"]) / 1000 if model and model["delay"] else 0.0
     done = sum(1 for message in body.get("messages", []) if message.get("role") == "tool")
-    tools = body.get("tools") or []
+    done += sum(1 for item in body.get("input", []) if item.get("type") == "function_call_output")
+    tools = [tool.get("function", tool) for tool in body.get("tools") or []]  # Chat nests the function; Responses not
     if done < rounds and tools:
         call = {
             "id": f"call_{done}",
             "type": "function",
-            "function": {"name": tools[0]["function"]["name"], "arguments": json.dumps({"text": f"round {done}"})},
+            "function": {"name": tools[0]["name"], "arguments": json.dumps({"text": f"round {done}"})},
         }
         return {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls", delay
     return {"role": "assistant", "content": ANSWER}, "stop", delay
@@ -103,6 +107,73 @@ def _chunks(model: str, message: dict[str, Any], finish: str, include_usage: boo
     return chunks
 
 
+_RESPONSES_USAGE = {
+    "input_tokens": 42,
+    "input_tokens_details": {"cached_tokens": 0},
+    "output_tokens": 17,
+    "output_tokens_details": {"reasoning_tokens": 0},
+    "total_tokens": 59,
+}
+
+
+def _response_output(message: dict[str, Any]) -> dict[str, Any]:
+    """The output item of ``message`` (what ``reply_for`` gave) in the Responses API."""
+    if message.get("tool_calls"):
+        call = message["tool_calls"][0]
+        return {
+            "id": "fc_bench",
+            "type": "function_call",
+            "status": "completed",
+            "call_id": call["id"],
+            "name": call["function"]["name"],
+            "arguments": call["function"]["arguments"],
+        }
+    content = [{"type": "output_text", "annotations": [], "text": message["content"]}]
+    return {"id": "msg_bench", "type": "message", "status": "completed", "role": "assistant", "content": content}
+
+
+def _response(model: str, output: list[dict[str, Any]], status: str) -> dict[str, Any]:
+    return {
+        "id": "resp_bench",
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": status,
+        "error": None,
+        "incomplete_details": None,
+        "model": model,
+        "output": output,
+        "usage": _RESPONSES_USAGE if status == "completed" else None,
+    }
+
+
+def _response_events(model: str, item: dict[str, Any]) -> list[dict[str, Any]]:
+    at = {"output_index": 0, "item_id": item["id"]}
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": _response(model, [], "in_progress")},
+        {"type": "response.in_progress", "response": _response(model, [], "in_progress")},
+    ]
+    if item["type"] == "function_call":
+        events.append({"type": "response.output_item.added", "output_index": 0, "item": {**item, "arguments": ""}})
+        half = len(item["arguments"]) // 2
+        for piece in (item["arguments"][:half], item["arguments"][half:]):
+            events.append({"type": "response.function_call_arguments.delta", **at, "delta": piece})
+        events.append({"type": "response.function_call_arguments.done", **at, "arguments": item["arguments"]})
+    else:
+        text = item["content"][0]["text"]
+        events.append({"type": "response.output_item.added", "output_index": 0, "item": {**item, "content": []}})
+        part = {"type": "output_text", "annotations": [], "text": ""}
+        events.append({"type": "response.content_part.added", **at, "content_index": 0, "part": part})
+        words = text.split(" ")
+        for i, word in enumerate(words):
+            delta = word if i == 0 else " " + word
+            events.append({"type": "response.output_text.delta", **at, "content_index": 0, "delta": delta})
+        events.append({"type": "response.output_text.done", **at, "content_index": 0, "text": text})
+        events.append({"type": "response.content_part.done", **at, "content_index": 0, "part": item["content"][0]})
+    events.append({"type": "response.output_item.done", "output_index": 0, "item": item})
+    events.append({"type": "response.completed", "response": _response(model, [item], "completed")})
+    return [{**event, "sequence_number": number} for number, event in enumerate(events)]
+
+
 async def _read_body(receive: Receive) -> bytes:
     body = b""
     while True:
@@ -119,7 +190,7 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": _JSON})
         await send({"type": "http.response.body", "body": b'{"hello":"world"}'})
         return
-    if scope["path"] != "/v1/chat/completions" or scope["method"] != "POST":
+    if scope["path"] not in ("/v1/chat/completions", "/v1/responses") or scope["method"] != "POST":
         await send({"type": "http.response.start", "status": 404, "headers": _JSON})
         await send({"type": "http.response.body", "body": b'{"error":{"message":"not found"}}'})
         return
@@ -128,6 +199,9 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
     if delay:
         await asyncio.sleep(delay)
     model = str(body.get("model"))
+    if scope["path"] == "/v1/responses":
+        await _answer_responses(send, model, message, stream=bool(body.get("stream")))
+        return
     if not body.get("stream"):
         await send({"type": "http.response.start", "status": 200, "headers": _JSON})
         await send({"type": "http.response.body", "body": _completion(model, message, finish)})
@@ -139,6 +213,19 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
             {"type": "http.response.body", "body": b"data: " + json.dumps(chunk).encode() + b"\n\n", "more_body": True}
         )
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+
+
+async def _answer_responses(send: Send, model: str, message: dict[str, Any], *, stream: bool) -> None:
+    item = _response_output(message)
+    if not stream:
+        await send({"type": "http.response.start", "status": 200, "headers": _JSON})
+        await send({"type": "http.response.body", "body": json.dumps(_response(model, [item], "completed")).encode()})
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+    for event in _response_events(model, item):
+        frame = f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+        await send({"type": "http.response.body", "body": frame, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
 
 
 if __name__ == "__main__":

@@ -113,7 +113,8 @@ async def test_the_model_endpoints_show_the_prices_of_the_entries_that_have_them
         smart = (await client.get("/api/v1/models/smart")).json()
         direct = (await client.get("/api/v1/models/direct")).json()
     assert (listed["smart"]["prices"], listed["steady"]["prices"]) == (SMART, STEADY)
-    assert [name for name, entry in listed.items() if "prices" not in entry] == ["plain", "demo", "openai/*"]
+    unpriced = [name for name, entry in listed.items() if "prices" not in entry]
+    assert unpriced == ["plain", "demo", "openai/*", "openai-responses/*"]
     assert smart["prices"] == SMART
     assert smart["fallbacks"] == [
         {"id": "steady", "provider": "openai", "upstreamModel": "small-model", "prices": STEADY}

@@ -409,7 +409,11 @@ async def test_models_and_readiness_reflect_the_configured_providers() -> None:
     async with completion_service(ScriptedOpenAI()) as client:
         models = await client.get("/api/v1/models")
         ready = await client.get("/readyz")
-    assert [(m["id"], m["provider"]) for m in models.json()["models"]] == [("demo", "demo"), ("openai/*", "openai")]
+    assert [(m["id"], m["provider"]) for m in models.json()["models"]] == [
+        ("demo", "demo"),
+        ("openai/*", "openai"),
+        ("openai-responses/*", "openai-responses"),
+    ]
     assert ready.status_code == 200
     async with completion_service(demo_enabled=False) as client:
         not_ready = await client.get("/readyz")

@@ -76,7 +76,7 @@ async def test_a_call_held_to_a_server_runs_there_although_the_name_moved_to_ano
         with capture_logs() as logs:
             answered = await gateway.http.post(CALL, json=held)
             streamed = await gateway.http.post(CALL, json=held, headers={"accept": "text/event-stream"})
-        unheld = await gateway.http.post(CALL, json={"name": "whoami"})  # the contract of DESIGN.md, unchanged
+        unheld = await gateway.http.post(CALL, json={"name": "whoami"})  # the contract without a server
     finally:
         await _reload(gateway, BOTH)
 

@@ -20,15 +20,30 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import AfterValidator, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from suite_common.settings import http_url
 from suite_common.wire import ModelPrices, WireModel
 
-__all__ = ["PROVIDER_KINDS", "CatalogError", "CatalogModel", "ProviderKind", "load_catalog", "resolve_secret"]
+__all__ = [
+    "PROVIDER_KINDS",
+    "RESPONSES_KIND",
+    "ROUTE_KINDS",
+    "CatalogError",
+    "CatalogModel",
+    "ProviderKind",
+    "WireApi",
+    "load_catalog",
+    "resolve_secret",
+]
 
 ProviderKind = Literal["openai", "anthropic", "gemini", "vertex", "bedrock"]
 PROVIDER_KINDS: tuple[ProviderKind, ...] = ("openai", "anthropic", "gemini", "vertex", "bedrock")
+RESPONSES_KIND = "openai-responses"
+"""``openai-responses/<model>``: the OpenAI provider's settings, spoken to in the Responses API."""
+ROUTE_KINDS: tuple[str, ...] = (*PROVIDER_KINDS, RESPONSES_KIND)
+"""Every ``<kind>/<model>`` prefix a model name may start with."""
+WireApi = Literal["chat", "responses"]
 
 _REFERENCE = re.compile(r"^\$\{(env|file):(.+)\}$")
 
@@ -50,6 +65,9 @@ class CatalogModel(WireModel):
     fallbacks: list[str] = Field(default_factory=list)
     """Model names tried in order when this one fails with a retryable error after its retries."""
     description: str = ""
+    api: WireApi = "chat"
+    """For ``provider: openai`` only: ``responses`` speaks OpenAI's Responses API (``/responses``) rather than
+    Chat Completions (``/chat/completions``), for reasoning summaries and reasoning kept between rounds."""
     prices: ModelPrices | None = None
     """US dollars per million input and output tokens; the completions this entry answers carry their
     ``usage.costUsd`` at them. Unset: its completions have no cost."""
@@ -63,9 +81,15 @@ class CatalogModel(WireModel):
     @classmethod
     def _no_slash_prefix_clash(cls, name: str) -> str:
         kind = name.split("/", 1)[0]
-        if "/" in name and kind in PROVIDER_KINDS:
+        if "/" in name and kind in ROUTE_KINDS:
             raise ValueError(f"{name!r} would hide the {kind}/<model> names; pick a name without that prefix")
         return name
+
+    @model_validator(mode="after")
+    def _api_of_openai_only(self) -> CatalogModel:
+        if self.api != "chat" and self.provider != "openai":
+            raise ValueError(f"api {self.api!r} is for provider 'openai' only")
+        return self
 
 
 _Entries = TypeAdapter(list[CatalogModel])

@@ -70,7 +70,7 @@ def controls_by_name(kind: str, upstream_model: str) -> ModelControls:
     gpt-5 and gpt-oss reason and gpt-5 takes verbosity; Anthropic's (and Bedrock's) Claude 3.7 and 4 or later
     reason; Gemini 2.5 and later reason. Others take neither."""
     model = upstream_model.lower()
-    if kind == "openai":
+    if kind in ("openai", "openai-responses"):  # one model family, whichever OpenAI wire format it is asked through
         return ModelControls(
             reasoning=bool(_OPENAI_REASONING.search(model)), verbosity=bool(_OPENAI_VERBOSITY.search(model))
         )

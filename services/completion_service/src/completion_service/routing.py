@@ -1,7 +1,8 @@
 """Model names to providers: catalog aliases, ``<provider>/<model>``, ``demo``, and bare names.
 
 A name resolves, in order, to: a catalog entry; ``demo``; ``<provider>/<model>`` for a configured
-provider (``openai``, ``anthropic``, ``gemini``, ``vertex``, ``bedrock``); any other name to the
+provider (``openai``, ``anthropic``, ``gemini``, ``vertex``, ``bedrock``, and ``openai-responses``: the
+OpenAI provider in the Responses API); any other name to the
 OpenAI-compatible endpoint when one is configured. A catalog entry's fallbacks come with its route.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from completion_service.catalog import PROVIDER_KINDS, CatalogModel
+from completion_service.catalog import RESPONSES_KIND, ROUTE_KINDS, CatalogModel
 from completion_service.controls import NO_CONTROLS, ModelControls, controls_by_name
 from completion_service.providers.base import Provider
 from suite_common.echo import clip
@@ -103,7 +104,7 @@ class ModelRouter:
         if model == "demo" and self._demo is not None:
             return ModelRoute(model, self._demo, model)  # the demo takes no generation controls
         kind, slash, upstream = model.partition("/")
-        if slash and kind in PROVIDER_KINDS:
+        if slash and kind in ROUTE_KINDS:
             provider = self._providers.get(kind)
             if provider is None or not upstream:
                 return None
@@ -125,9 +126,9 @@ class ModelRouter:
         names = ", ".join(str(entry["id"]) for entry in self.available()) or "none"
         message = f"Unknown model {clip(model)!r}. Available models: {names}."
         kind = model.partition("/")[0]
-        if kind in PROVIDER_KINDS and kind not in self._providers:
-            message += f" The provider {kind!r} is not configured."  # one of PROVIDER_KINDS
-        if len(self._providers) < len(PROVIDER_KINDS):
+        if kind in ROUTE_KINDS and kind not in self._providers:
+            message += f" The provider {kind!r} is not configured."  # one of ROUTE_KINDS
+        if len(self._providers) < len(ROUTE_KINDS):
             message += " " + _CONFIGURE
         return message
 
@@ -153,5 +154,7 @@ class ModelRouter:
             description = f"Any model of the configured {kind} provider, as {kind}/<model id>"
             if kind == "openai":
                 description += " or by its bare name (gpt-4o, llama3.1, ...)"
+            elif kind == RESPONSES_KIND:
+                description = f"Any model of the configured openai provider in the Responses API, as {kind}/<model id>"
             models.append({"id": f"{kind}/*", "provider": provider.name, "description": description + "."})
         return models

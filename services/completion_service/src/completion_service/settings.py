@@ -50,7 +50,8 @@ class CompletionSettings(ServiceSettings):
             "Base URL of the Chat Completions API (the service calls <url>/chat/completions): OpenAI, "
             "or any OpenAI-compatible server such as vLLM (http://host:8000/v1), Ollama "
             "(http://127.0.0.1:11434/v1) or LM Studio (http://127.0.0.1:1234/v1). Changing it from the "
-            "default enables the endpoint even without an API key."
+            "default enables the endpoint even without an API key. openai-responses/<model> names call "
+            "<url>/responses (OpenAI's Responses API) with the same key."
         ),
     )
     openai_auth_header: str = Field(
@@ -148,7 +149,8 @@ class CompletionSettings(ServiceSettings):
         description=(
             'The model catalog as JSON: a list (or {"models": [...]}) of entries {name, provider (openai, '
             "anthropic, gemini, vertex, bedrock), model, apiKey? (${env:NAME}, ${file:/path} or the key), baseUrl?, "
-            "fallbacks?, description?, prices? {inputPerMillionUsd, outputPerMillionUsd}}. Callers use the names; "
+            "fallbacks?, description?, prices? {inputPerMillionUsd, outputPerMillionUsd}, api? (chat or responses, "
+            "openai only)}. Callers use the names; "
             "`<provider>/<model>` works without an entry."
         ),
     )

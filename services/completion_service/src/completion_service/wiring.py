@@ -6,13 +6,21 @@ nothing to a service that does not use them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
 from pydantic import SecretStr
 
-from completion_service.catalog import CatalogError, CatalogModel, ProviderKind, load_catalog, resolve_secret
+from completion_service.catalog import (
+    RESPONSES_KIND,
+    CatalogError,
+    CatalogModel,
+    ProviderKind,
+    WireApi,
+    load_catalog,
+    resolve_secret,
+)
 from completion_service.providers.base import Provider
 from completion_service.providers.demo import DemoProvider
 from completion_service.routing import ModelRouter
@@ -41,11 +49,12 @@ def _key(value: SecretStr | None, path: Path | None, setting: str) -> str | None
 
 @dataclass(frozen=True)
 class _Endpoint:
-    """What distinguishes two adapters of one kind: where they call and with which key."""
+    """What distinguishes two adapters of one kind: where they call, with which key, in which of its APIs."""
 
     kind: ProviderKind
     base_url: str | None
     api_key: str | None
+    api: WireApi = "chat"
 
 
 class _Factory:
@@ -61,6 +70,13 @@ class _Factory:
 
     def _build(self, endpoint: _Endpoint) -> Provider:
         settings, http, retries = self._settings, self._http, self._settings.max_retries
+        if endpoint.kind == "openai" and endpoint.api == "responses":
+            from completion_service.providers.openai_responses import ResponsesProvider
+
+            base_url = endpoint.base_url or DEFAULT_OPENAI_BASE_URL
+            return ResponsesProvider(
+                http, base_url, endpoint.api_key, max_retries=retries, auth_header=settings.openai_auth_header
+            )
         if endpoint.kind == "openai":
             from completion_service.providers.openai import OpenAIProvider
 
@@ -144,12 +160,14 @@ class _Factory:
         )
 
 
-def _default_endpoints(settings: CompletionSettings) -> dict[ProviderKind, _Endpoint]:
-    """The providers the settings configure on their own, usable as ``<kind>/<model>``."""
-    endpoints: dict[ProviderKind, _Endpoint] = {}
+def _default_endpoints(settings: CompletionSettings) -> dict[str, _Endpoint]:
+    """The providers the settings configure on their own, usable as ``<kind>/<model>`` (a ``ROUTE_KINDS`` kind)."""
+    endpoints: dict[str, _Endpoint] = {}
     openai_key = _key(settings.openai_api_key, settings.openai_api_key_file, "COMPLETION_OPENAI_API_KEY")
     if openai_key is not None or settings.openai_base_url != DEFAULT_OPENAI_BASE_URL:
         endpoints["openai"] = _Endpoint("openai", settings.openai_base_url, openai_key)
+        # The same endpoint and key in the Responses API (OpenAI's own, Azure's; compatible servers rarely have it).
+        endpoints[RESPONSES_KIND] = _Endpoint("openai", settings.openai_base_url, openai_key, "responses")
     anthropic_key = _key(settings.anthropic_api_key, settings.anthropic_api_key_file, "COMPLETION_ANTHROPIC_API_KEY")
     if anthropic_key is not None:
         endpoints["anthropic"] = _Endpoint("anthropic", settings.anthropic_base_url, anthropic_key)
@@ -164,9 +182,7 @@ def _default_endpoints(settings: CompletionSettings) -> dict[ProviderKind, _Endp
     return endpoints
 
 
-def _catalog_endpoint(
-    entry: CatalogModel, defaults: dict[ProviderKind, _Endpoint], settings: CompletionSettings
-) -> _Endpoint:
+def _catalog_endpoint(entry: CatalogModel, defaults: dict[str, _Endpoint], settings: CompletionSettings) -> _Endpoint:
     what = f"catalog model {entry.name!r}"
     key = resolve_secret(entry.api_key, what=what) if entry.api_key else None
     default = defaults.get(entry.provider)
@@ -176,7 +192,7 @@ def _catalog_endpoint(
                 f"{what} uses the provider {entry.provider!r}, which is not configured: set its settings "
                 "or give the entry an apiKey"
             )
-        return default
+        return replace(default, api=entry.api)
     if entry.provider == "bedrock" and not settings.bedrock_region:
         raise CatalogError(f"{what} uses Bedrock: set COMPLETION_BEDROCK_REGION")
     if entry.provider == "vertex" and not settings.vertex_project:
@@ -185,6 +201,7 @@ def _catalog_endpoint(
         entry.provider,
         entry.base_url or (default.base_url if default else None),
         key if key is not None else (default.api_key if default else None),
+        entry.api,
     )
 
 

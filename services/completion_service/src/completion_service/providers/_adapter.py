@@ -66,6 +66,8 @@ class HttpAdapter:
     """The Content-Type of a streamed answer: server-sent events, or a binary framing the decoder reads."""
     sse_end: ClassVar[str | None] = None
     """An SSE ``data`` that ends the stream without being an event (OpenAI's ``[DONE]``)."""
+    ignored_sse_events: ClassVar[frozenset[str]] = frozenset()
+    """SSE ``event:`` names that tell the decoder nothing: skipped unread (their JSON never parsed)."""
 
     async def _outbound(self, request: CompletionRequest, upstream_model: str, *, stream: bool) -> Outbound:
         raise NotImplementedError
@@ -126,7 +128,10 @@ class HttpAdapter:
                             break
             else:
                 async with aclosing(upstream.iter_sse(response, deadline)) as sse_events:
+                    ignored = self.ignored_sse_events
                     async for sse in sse_events:
+                        if sse.event in ignored:
+                            continue
                         data = sse.data.strip()
                         if not data:
                             continue

@@ -9,16 +9,22 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from completion_service.providers._adapter import HttpAdapter, Outbound
-from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
+from completion_service.providers._errors import bad_response
+from completion_service.providers._openai_wire import (
+    TOOL_NAMES,
+    arguments_text,
+    auth_headers,
+    error_detail,
+    parse_arguments,
+    translate_error,
+)
 from completion_service.providers._transport import Upstream
-from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
 from suite_common.wire import (
     CompletionDone,
@@ -39,6 +45,7 @@ from suite_common.wire import (
 )
 
 __all__ = [
+    "TOOL_NAMES",
     "OpenAIProvider",
     "StreamAssembler",
     "build_request_body",
@@ -48,8 +55,6 @@ __all__ = [
 ]
 
 PROVIDER_NAME = "openai"
-TOOL_NAMES = NameRule("a-zA-Z0-9_-", 64)
-"""Chat Completions' ``function.name``: ``^[a-zA-Z0-9_-]{1,64}$`` (compatible servers accept at least these)."""
 
 _TAKES_MINIMAL = re.compile(r"(^|[/.])gpt-5")
 """The models whose ``reasoning_effort`` has ``minimal`` (GPT-5's); the others' least is ``low``."""
@@ -110,18 +115,11 @@ def _message(message: Message) -> dict[str, Any]:
             "role": "assistant",
             "content": message.content,
             "tool_calls": [
-                {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": _arguments_text(call)}}
+                {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments_text(call)}}
                 for call in message.tool_calls
             ],
         }
     return {"role": message.role, "content": message.content or ""}
-
-
-def _arguments_text(call: ToolCall) -> str:
-    # Replaying what the model really wrote lets it see (and fix) its own malformed arguments.
-    if call.invalid_arguments is not None:
-        return call.invalid_arguments
-    return json.dumps(call.arguments, ensure_ascii=False)
 
 
 def _tool(tool: ToolSpec) -> dict[str, Any]:
@@ -138,22 +136,6 @@ def _tool_choice(choice: ToolChoice) -> str | dict[str, Any]:
 
 
 # --- Chat Completions -> neutral ---------------------------------------------------------------
-
-
-def parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
-    """``(arguments, invalid_arguments)``: a JSON object, or ``{}`` and the raw text when it is not one."""
-    if isinstance(raw, dict):  # some compatible servers send an object instead of its JSON text
-        return raw, None
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return {}, None  # a tool without parameters
-    text = raw if isinstance(raw, str) else json.dumps(raw)
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        return {}, text
-    if not isinstance(parsed, dict):
-        return {}, text
-    return parsed, None
 
 
 def _finish_reason(raw: Any, *, has_tool_calls: bool) -> FinishReason:
@@ -265,7 +247,7 @@ class StreamAssembler:
         if not isinstance(chunk, dict):
             raise bad_response("a stream chunk is not a JSON object")
         if "error" in chunk:
-            message, _ = _error_detail(chunk)
+            message, _ = error_detail(chunk)
             raise ApiError(
                 503,
                 "upstream_unavailable",
@@ -354,47 +336,6 @@ class StreamAssembler:
         return events
 
 
-# --- errors ------------------------------------------------------------------------------------
-
-
-def _error_detail(payload: Any) -> tuple[str | None, str | None]:
-    """``(message, code)`` of an error body: OpenAI's ``{"error": {...}}`` and the usual variants."""
-    if not isinstance(payload, dict):
-        return None, None
-    error = payload.get("error", payload)
-    if isinstance(error, str):
-        return error[:MAX_MESSAGE_CHARS], None
-    if not isinstance(error, dict):
-        return None, None
-    message = error.get("message") or error.get("detail")
-    code = error.get("code") or error.get("type")
-    return (
-        message[:MAX_MESSAGE_CHARS] if isinstance(message, str) else None,
-        code if isinstance(code, str) else None,
-    )
-
-
-def translate_error(status: int, content: bytes, headers: Mapping[str, str], *, upstream_model: str) -> ApiError:
-    """The caller's view of a provider's HTTP error (``status`` >= 400)."""
-    try:
-        message, code = _error_detail(json.loads(content))
-    except ValueError:
-        message, code = None, None
-    if status == 404 and message is None:
-        message = "is COMPLETION_OPENAI_BASE_URL right (it usually ends in /v1)?"
-    return provider_error(
-        status,
-        provider="The OpenAI-compatible provider",
-        message=message,
-        headers=headers,
-        upstream_model=upstream_model,
-        credentials_hint="COMPLETION_OPENAI_API_KEY",
-        context_length_exceeded=code == "context_length_exceeded",
-        # A 429 for a spent budget: waiting does not help (OpenAI's code, and the type some servers copy).
-        quota_exhausted=code in ("insufficient_quota", "billing_hard_limit_reached"),
-    )
-
-
 # --- I/O ---------------------------------------------------------------------------------------
 
 
@@ -433,10 +374,7 @@ class OpenAIProvider(HttpAdapter):
     async def _outbound(self, request: CompletionRequest, upstream_model: str, *, stream: bool) -> Outbound:
         body = build_request_body(request, upstream_model, stream=stream, max_tokens_field=self._max_tokens_field)
         headers = {"Accept": "text/event-stream" if stream else "application/json"}
-        if self._api_key:
-            # Azure OpenAI takes its keys bare, in ``api-key``; everyone else as a bearer token.
-            bearer = self._auth_header.lower() == "authorization"
-            headers[self._auth_header] = f"Bearer {self._api_key}" if bearer else self._api_key
+        headers.update(auth_headers(self._api_key, self._auth_header))
 
         def build() -> httpx.Request:
             return self._upstream.http.build_request("POST", self._url, json=body, headers=headers)

@@ -1,0 +1,89 @@
+"""What OpenAI's two wire formats share: Chat Completions (``openai``) and the Responses API
+(``openai_responses``) name tools, write arguments and report errors the same way."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from completion_service.providers._errors import MAX_MESSAGE_CHARS, provider_error
+from completion_service.providers.tool_names import NameRule
+from suite_common.errors import ApiError
+from suite_common.wire import ToolCall
+
+__all__ = ["TOOL_NAMES", "arguments_text", "auth_headers", "error_detail", "parse_arguments", "translate_error"]
+
+TOOL_NAMES = NameRule("a-zA-Z0-9_-", 64)
+"""OpenAI's function ``name``: ``^[a-zA-Z0-9_-]{1,64}$`` (compatible servers accept at least these)."""
+
+
+def auth_headers(api_key: str | None, header: str) -> dict[str, str]:
+    """The key as ``header`` takes it: Azure OpenAI takes its keys bare, in ``api-key``; everyone else as a bearer
+    token in ``Authorization``. No key, no header (local servers)."""
+    if not api_key:
+        return {}
+    return {header: f"Bearer {api_key}" if header.lower() == "authorization" else api_key}
+
+
+def arguments_text(call: ToolCall) -> str:
+    """A tool call's arguments as the JSON text OpenAI's formats carry them."""
+    # Replaying what the model really wrote lets it see (and fix) its own malformed arguments.
+    if call.invalid_arguments is not None:
+        return call.invalid_arguments
+    return json.dumps(call.arguments, ensure_ascii=False)
+
+
+def parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
+    """``(arguments, invalid_arguments)``: a JSON object, or ``{}`` and the raw text when it is not one."""
+    if isinstance(raw, dict):  # some compatible servers send an object instead of its JSON text
+        return raw, None
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}, None  # a tool without parameters
+    text = raw if isinstance(raw, str) else json.dumps(raw)
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return {}, text
+    if not isinstance(parsed, dict):
+        return {}, text
+    return parsed, None
+
+
+def error_detail(payload: Any) -> tuple[str | None, str | None]:
+    """``(message, code)`` of an error body: OpenAI's ``{"error": {...}}``, a stream's error event, the usual
+    variants."""
+    if not isinstance(payload, dict):
+        return None, None
+    error = payload.get("error", payload)
+    if isinstance(error, str):
+        return error[:MAX_MESSAGE_CHARS], None
+    if not isinstance(error, dict):
+        return None, None
+    message = error.get("message") or error.get("detail")
+    code = error.get("code") or error.get("type")
+    return (
+        message[:MAX_MESSAGE_CHARS] if isinstance(message, str) else None,
+        code if isinstance(code, str) else None,
+    )
+
+
+def translate_error(status: int, content: bytes, headers: Mapping[str, str], *, upstream_model: str) -> ApiError:
+    """The caller's view of a provider's HTTP error (``status`` >= 400)."""
+    try:
+        message, code = error_detail(json.loads(content))
+    except ValueError:
+        message, code = None, None
+    if status == 404 and message is None:
+        message = "is COMPLETION_OPENAI_BASE_URL right (it usually ends in /v1)?"
+    return provider_error(
+        status,
+        provider="The OpenAI-compatible provider",
+        message=message,
+        headers=headers,
+        upstream_model=upstream_model,
+        credentials_hint="COMPLETION_OPENAI_API_KEY",
+        context_length_exceeded=code == "context_length_exceeded",
+        # A 429 for a spent budget: waiting does not help (OpenAI's code, and the type some servers copy).
+        quota_exhausted=code in ("insufficient_quota", "billing_hard_limit_reached"),
+    )
