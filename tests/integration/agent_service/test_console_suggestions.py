@@ -30,19 +30,23 @@ prompt = "What does a late return cost?"
 """
 
 
-def _settings(**overrides: object) -> AgentSettings:
+def _settings(suggestions: Path | None = None) -> AgentSettings:
     closed = "http://127.0.0.1:9"  # nothing is called: the suggestions need no other service
     return AgentSettings(
-        completion_url=closed, mcp_client_url=closed, mcp_service_secret=SecretStr("s"), database_url="", **overrides
+        completion_url=closed,
+        mcp_client_url=closed,
+        mcp_service_secret=SecretStr("s"),
+        database_url="",
+        console_suggestions_file=suggestions,
     )
 
 
 async def test_the_operators_cards_are_served_in_the_files_order(tmp_path: Path) -> None:
     cards = tmp_path / "cards.toml"
     cards.write_text(CARDS)
-    async with serve_app(create_app(_settings(console_suggestions_file=cards))) as url:
-        async with httpx.AsyncClient(base_url=url) as http:
-            answer = await http.get("/api/v1/agent/console/suggestions")
+    app = create_app(_settings(cards))
+    async with serve_app(app) as url, httpx.AsyncClient(base_url=url) as http:
+        answer = await http.get("/api/v1/agent/console/suggestions")
     assert answer.status_code == 200, answer.text
     assert answer.json() == {
         "suggestions": [
@@ -53,10 +57,9 @@ async def test_the_operators_cards_are_served_in_the_files_order(tmp_path: Path)
 
 
 async def test_without_a_file_the_demo_corpus_set_is_served(tmp_path: Path) -> None:
-    async with serve_app(create_app(_settings())) as url:
-        async with httpx.AsyncClient(base_url=url) as http:
-            answer = await http.get("/api/v1/agent/console/suggestions")
-            as_file = await http.get("/console/suggestions.toml")
+    async with serve_app(create_app(_settings())) as url, httpx.AsyncClient(base_url=url) as http:
+        answer = await http.get("/api/v1/agent/console/suggestions")
+        as_file = await http.get("/console/suggestions.toml")
     assert answer.status_code == 200, answer.text
     served = answer.json()["suggestions"]
     assert served == load_suggestions(DEFAULT_SUGGESTIONS_FILE).model_dump()["suggestions"]
