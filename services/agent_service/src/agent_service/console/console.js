@@ -888,7 +888,7 @@
     ui.maxTokens.value = settings.maxTokens ? String(settings.maxTokens) : "";
     const allowed = settings.tools ? new Set(settings.tools) : null;
     state.disabledTools = new Set(state.tools.map((tool) => tool.name).filter((name) => allowed && !allowed.has(name)));
-    renderTools();
+    if (state.tools.length) renderTools(); // none listed (the gateway is away): its note stays
   }
 
   // What the run asks for besides its messages: the settings its conversation then keeps.
