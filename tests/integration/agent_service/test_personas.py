@@ -187,9 +187,67 @@ async def test_the_personas_a_caller_may_use_are_listed(stack: Stack) -> None:
     assert listed.status_code == 200, listed.text
     personas = listed.json()["personas"]
     assert [persona["name"] for persona in personas] == ["concise", "elsewhere", "limited", "shared"]
-    assert personas[0] == {"name": "concise", "description": "Short answers, with echo", "model": "gpt-4o-mini"}
+    assert personas[0] == {
+        "name": "concise",
+        "description": "Short answers, with echo",
+        "model": "gpt-4o-mini",
+        "systemPrompt": "Answer in one sentence.",  # what the console shows for a new conversation of it
+    }
     assert personas[3]["description"] == "ACME's own"
+    assert personas[3]["systemPrompt"] == "ACME's own shared prompt."
+    assert "systemPrompt" not in personas[2]
+    assert listed.json()["systemPrompt"] == "You answer for ACME."  # the tenant's: a conversation without a persona's
+    globex = await stack.http.get("/api/v1/agent/personas", headers=as_caller(GLOBEX_KEY))
+    assert "systemPrompt" not in globex.json()
     unauthenticated = await stack.http.get("/api/v1/agent/personas")
+    assert unauthenticated.status_code == 401
+
+
+async def test_a_conversation_keeps_the_settings_its_newest_run_asked_for_and_its_first_system_prompt(
+    stack: Stack,
+) -> None:
+    conversation = f"conv-{uuid.uuid4().hex}"
+    first = _run(
+        {"role": "system", "content": "Be terse."},
+        {"role": "user", "content": "hello"},
+        persona="concise",
+        model="gpt-4o",
+        tools=["echo"],
+        reasoning={"effort": "low", "summary": "auto"},
+        verbosity="high",
+        maxTokens=321,
+        conversationId=conversation,
+    )
+    await _sent(stack, ACME_KEY, first)
+    stored = await stack.http.get(f"/api/v1/agent/conversations/{conversation}", headers=as_caller(ACME_KEY))
+    assert stored.status_code == 200, stored.text
+    assert stored.json()["settings"] == {
+        "model": "gpt-4o",
+        "persona": "concise",
+        "tools": ["echo"],
+        "reasoning": {"effort": "low", "summary": "auto"},
+        "verbosity": "high",
+        "maxTokens": 321,
+        "systemPrompt": "Be terse.",
+    }
+
+    # The next run's settings replace them (what it left out is left out: the defaults applied), its system
+    # prompt stays the one the conversation started with.
+    await _sent(
+        stack, ACME_KEY, _run({"role": "user", "content": "again"}, persona="shared", conversationId=conversation)
+    )
+    stored = await stack.http.get(f"/api/v1/agent/conversations/{conversation}", headers=as_caller(ACME_KEY))
+    assert stored.json()["settings"] == {"persona": "shared", "systemPrompt": "Be terse."}
+    listed = await stack.http.get("/api/v1/agent/conversations", headers=as_caller(ACME_KEY))
+    [entry] = [item for item in listed.json()["conversations"] if item["conversationId"] == conversation]
+    assert entry["settings"] == {"persona": "shared", "systemPrompt": "Be terse."}
+
+
+async def test_the_console_suggestions_need_a_caller_key(stack: Stack) -> None:
+    served = await stack.http.get("/api/v1/agent/console/suggestions", headers=as_caller(GLOBEX_KEY))
+    assert served.status_code == 200, served.text
+    assert served.json()["suggestions"]
+    unauthenticated = await stack.http.get("/api/v1/agent/console/suggestions")
     assert unauthenticated.status_code == 401
 
 

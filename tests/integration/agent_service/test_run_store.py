@@ -43,8 +43,10 @@ from agent_service.store._engine import Database, database_url, open_database
 from agent_service.store._migrations import alembic_config, current_revision, head_revision, upgrade
 from agent_service.store.schema import metadata, usage_log
 from suite_common.wire import (
+    ConversationSettings,
     Message,
     ReasoningBlock,
+    ReasoningControl,
     RunErrorDetail,
     ToolCall,
     Usage,
@@ -449,6 +451,49 @@ async def test_a_run_past_its_conversations_size_or_run_count_is_refused_storing
     assert len(record.runs) == 2
 
 
+async def test_a_conversation_keeps_its_newest_runs_settings_and_the_system_prompt_it_started_with(
+    store: RunStore,
+) -> None:
+    conversation = f"conv_{uuid.uuid4().hex}"
+    first_settings = ConversationSettings(
+        model="demo",
+        persona="brief",
+        tools=["search_documents"],
+        reasoning=ReasoningControl(effort="high", summary="auto"),
+        verbosity="low",
+        max_tokens=300,
+        system_prompt="Answer in one sentence.",
+    )
+    first = dataclasses.replace(new_run(conversation_id=conversation), settings=first_settings)
+    await store.create_run(first, owner="replica-a", lease_seconds=LEASE)
+    await store.finish(first.run_id, Step(status="completed"), owner="replica-a")
+
+    record = await store.get_conversation(conversation)
+    assert record is not None
+    assert record.settings == first_settings
+    (listed,) = await store.list_conversations(10)
+    assert listed.settings == first_settings
+
+    # A later run's settings replace them, but the system prompt the conversation started with stays.
+    later_settings = ConversationSettings(model="other", reasoning=ReasoningControl(effort="minimal"))
+    later = dataclasses.replace(new_run(conversation_id=conversation), settings=later_settings)
+    await store.create_run(later, owner="replica-b", lease_seconds=LEASE)
+    await store.finish(later.run_id, Step(status="completed"), owner="replica-b")
+    record = await store.get_conversation(conversation, limit=1)
+    assert record is not None
+    assert record.settings == later_settings.model_copy(update={"system_prompt": "Answer in one sentence."})
+
+    # A run that brings no settings (NewRun's default) leaves them as they are; a refused run changes nothing.
+    await store.create_run(new_run(conversation_id=conversation), owner="replica-a", lease_seconds=LEASE)
+    refused = dataclasses.replace(new_run(conversation_id=conversation), settings=ConversationSettings(model="x"))
+    with pytest.raises(ConversationBusy):
+        await store.create_run(refused, owner="replica-a", lease_seconds=LEASE)
+    record = await store.get_conversation(conversation)
+    assert record is not None
+    assert record.settings is not None
+    assert record.settings.model == "other"
+
+
 async def test_a_conversation_is_read_in_bounded_pages_newest_first_each_in_order(store: RunStore) -> None:
     conversation = f"conv_{uuid.uuid4().hex}"
     for index in range(5):
@@ -789,6 +834,7 @@ async def test_conversations_stored_before_tenant_keys_stay_readable_by_their_te
             assert legacy is not None
             assert [run.run_id for run in legacy.runs] == ["run_l1", "run_l2"]
             assert [m.content for m in legacy.messages] == ["first", "first answer", "second"]
+            assert legacy.settings is None  # stored before conversations kept their settings
             assert [e.seq for e in await store.events_after("run_l1", 0)] == [1, 2]
             assert await store.get_conversation("legacy", tenant="acme") is None
             acme = await store.get_conversation("acme-talk", tenant="acme")

@@ -29,6 +29,7 @@ __all__ = [
     "CompletionResponse",
     "ConversationId",
     "ConversationList",
+    "ConversationSettings",
     "ConversationSummaryView",
     "ConversationView",
     "ErrorDetail",
@@ -66,6 +67,8 @@ __all__ = [
     "RunToolResult",
     "RunView",
     "StreamError",
+    "Suggestion",
+    "SuggestionList",
     "TextDelta",
     "ToolCall",
     "ToolCallEvent",
@@ -640,12 +643,31 @@ class RunView(WireModel):
     cancel_requested: bool = False
 
 
+class ConversationSettings(WireModel):
+    """What a conversation's newest run asked for, kept with the conversation so that a client (another tab, another
+    browser, a reload) continues it with the same settings: the run request's own fields (``None``: the request left
+    it out, so the persona's, tenant's or service's default applied), and the system prompt it started with."""
+
+    model: str | None = None
+    persona: str | None = None
+    tools: list[str] | None = None
+    """The tools the run was offered by name; ``None``: every available tool."""
+    reasoning: ReasoningControl | None = None
+    verbosity: Verbosity | None = None
+    max_tokens: int | None = None
+    system_prompt: str | None = None
+    """The first ``system`` message a run of the conversation sent (kept when later runs send none); ``None``: the
+    conversation runs on its persona's or tenant's prompt."""
+
+
 class ConversationView(WireModel):
     """A stored conversation, as ``GET /api/v1/agent/conversations/{conversationId}`` answers it."""
 
     conversation_id: str
     created_at: str
     updated_at: str
+    settings: ConversationSettings | None = None
+    """What its newest run asked for (absent for a conversation stored before conversations kept them)."""
     messages: list[Message]
     """Every run's messages, run after run: what a next run continues (a run that failed before the model answered
     it adds none). One page of them: the newest, or those before ``?before=``."""
@@ -670,6 +692,8 @@ class ConversationSummaryView(WireModel):
     """How many runs it has."""
     status: RunStatus
     """Its newest run's status."""
+    settings: ConversationSettings | None = None
+    """What its newest run asked for (absent for a conversation stored before conversations kept them)."""
 
 
 class ConversationList(WireModel):
@@ -733,6 +757,21 @@ class ToolList(WireModel):
     tools: list[ToolSummary]
 
 
+class Suggestion(WireModel):
+    """A suggestion card of the console: a question an empty conversation offers."""
+
+    title: str
+    """The card's text."""
+    prompt: str
+    """The message a click on it sends."""
+
+
+class SuggestionList(WireModel):
+    """``GET /api/v1/agent/console/suggestions``: in the file's order."""
+
+    suggestions: list[Suggestion]
+
+
 class PersonaSummary(WireModel):
     """A persona the caller's runs may name (``persona`` on a run request), as ``GET /api/v1/agent/personas`` lists
     it."""
@@ -741,9 +780,14 @@ class PersonaSummary(WireModel):
     description: str | None = None
     model: str | None = None
     """The model it runs when the request names none (None: the request must name one)."""
+    system_prompt: str | None = None
+    """The system prompt a conversation of it starts with (None: the tenant's, if any)."""
 
 
 class PersonaList(WireModel):
     """``GET /api/v1/agent/personas``: sorted by name."""
 
     personas: list[PersonaSummary]
+    system_prompt: str | None = None
+    """The caller's tenant's system prompt: what a conversation without a persona (or of a persona without a prompt)
+    starts with; None: none."""

@@ -35,6 +35,7 @@ from agent_service.shared_redis import connect_redis
 from agent_service.spending import open_spending
 from agent_service.store import RunStore, StoredEvent, StoreError
 from agent_service.stored_keys import StoredKeys
+from agent_service.suggestions import load_suggestions
 from agent_service.telemetry import RunTelemetry
 from agent_service.tool_cache import open_tool_cache
 from agent_service.usage_api import usage_routes
@@ -279,6 +280,7 @@ def create_app(
     if not secret:
         raise ValueError("AGENT_MCP_SERVICE_SECRET is required: the shared secret of mcp-client-service")
     callers = _callers(settings)
+    suggestions = load_suggestions(settings.console_suggestions_file)
     stored_keys = (
         StoredKeys(cache_seconds=settings.caller_keys_cache_seconds) if settings.caller_keys_in_store else None
     )
@@ -349,7 +351,7 @@ def create_app(
             ApiRoute("/api/v1/agent/run", run_agent, method="POST", operation=_RUN),
             *runs_routes(),
             *usage_routes(),
-            *console_routes(),
+            *console_routes(suggestions),
             *openai_routes(),
             *health_routes(_readiness, observability.lifecycle),
             *observability.routes(),

@@ -1,4 +1,5 @@
-"""What the web console needs from agent-service: the tools and personas a run may use, and the console's own files.
+"""What the web console needs from agent-service: the tools and personas a run may use, its suggestion cards, and
+the console's own files.
 
 The console is plain HTML, CSS and JavaScript in the package folder ``agent_service/console`` (no build step),
 served at ``/console`` with a strict Content-Security-Policy: everything from this origin, nothing inline.
@@ -7,6 +8,7 @@ served at ``/console`` with a strict Content-Security-Policy: everything from th
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -22,7 +24,7 @@ from suite_common.echo import clip
 from suite_common.errors import ApiError
 from suite_common.http import ModelResponse
 from suite_common.openapi import ApiRoute, Operation
-from suite_common.wire import PersonaList, PersonaSummary, ToolInfo, ToolList, ToolSummary
+from suite_common.wire import PersonaList, PersonaSummary, SuggestionList, ToolInfo, ToolList, ToolSummary
 
 __all__ = ["CONSOLE_DIR", "CONSOLE_HEADERS", "console_routes"]
 
@@ -84,15 +86,26 @@ async def list_tools(request: Request) -> Response:
 
 async def list_personas(request: Request) -> Response:
     """The personas the caller's tenant may name: the callers file's global ones and its own, sorted by name."""
-    personas = caller_of(request).rules.personas
+    rules = caller_of(request).rules
     return ModelResponse(
         PersonaList(
             personas=[
-                PersonaSummary(name=name, description=persona.description, model=persona.model)
-                for name, persona in sorted(personas.items())
-            ]
+                PersonaSummary(
+                    name=name, description=persona.description, model=persona.model, system_prompt=persona.system_prompt
+                )
+                for name, persona in sorted(rules.personas.items())
+            ],
+            system_prompt=rules.system_prompt,
         )
     )
+
+
+def _suggestions(cards: SuggestionList) -> Callable[[Request], Awaitable[Response]]:
+    async def list_suggestions(request: Request) -> Response:
+        """The console's suggestion cards (``AGENT_CONSOLE_SUGGESTIONS_FILE``, read at start), in the file's order."""
+        return ModelResponse(cards)
+
+    return list_suggestions
 
 
 def _not_found(name: str) -> ApiError:
@@ -131,11 +144,25 @@ _LIST_PERSONAS = Operation(
 )
 
 
-def console_routes() -> list[BaseRoute]:
+_LIST_SUGGESTIONS = Operation(
+    "The console's suggestion cards: questions an empty conversation offers (AGENT_CONSOLE_SUGGESTIONS_FILE, else "
+    "a set for the demo corpus), in the file's order",
+    answer=SuggestionList,
+)
+
+
+def console_routes(suggestions: SuggestionList) -> list[BaseRoute]:
+    """``suggestions``: the cards, loaded at start (``agent_service.suggestions``)."""
     # The console's files are not part of the JSON API: left out of /openapi.json.
     return [
         ApiRoute("/api/v1/agent/tools", list_tools, method="GET", operation=_LIST_TOOLS),
         ApiRoute("/api/v1/agent/personas", list_personas, method="GET", operation=_LIST_PERSONAS),
+        ApiRoute(
+            "/api/v1/agent/console/suggestions",
+            _suggestions(suggestions),
+            method="GET",
+            operation=_LIST_SUGGESTIONS,
+        ),
         Route("/console", console_file, methods=["GET"], include_in_schema=False),
         Route("/console/", console_file, methods=["GET"], include_in_schema=False),
         Route("/console/{file:path}", console_file, methods=["GET"], include_in_schema=False),

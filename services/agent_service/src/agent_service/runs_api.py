@@ -166,6 +166,7 @@ async def get_conversation(request: Request) -> Response:
             messages=conversation.messages,
             runs=[run_view(record) for record in conversation.runs],
             earlier=f"{earlier[0]}:{earlier[1]}" if earlier is not None else None,
+            settings=conversation.settings,
         )
     )
 
@@ -194,6 +195,7 @@ def _summary_view(summary: ConversationSummary) -> ConversationSummaryView:
         updated_at=summary.updated_at.isoformat(),
         runs=summary.runs,
         status=summary.latest_status,
+        settings=summary.settings,
     )
 
 

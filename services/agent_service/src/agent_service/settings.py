@@ -149,6 +149,11 @@ class AgentSettings(ServiceSettings):
     request is the caller ``anonymous`` of the tenant ``default`` (a laptop), unless ``AGENT_CALLER_KEYS_IN_STORE``
     is on. With store keys on, a file of ``[tenants.*]`` only (no ``[[keys]]``) is fine: it gives store keys' tenants
     their rules."""
+    console_suggestions_file: Path | None = None
+    """The console's suggestion cards (TOML: ``[[suggestions]]`` tables of ``title`` and ``prompt``, at most 12),
+    offered by an empty conversation (docs/agent-api.md, "Tools and the console"). Unset: a set of questions the
+    demo corpus answers. A file without ``[[suggestions]]``: no cards. A file that cannot be read or parsed refuses
+    the start."""
     caller_keys_in_store: bool = False
     """Caller keys are also kept in the run store (``python -m agent_service.keys add|list|revoke``), beside the
     callers file's; on, every request to the API needs a key even without a callers file. Needs

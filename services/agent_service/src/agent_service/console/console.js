@@ -7,8 +7,7 @@
   const KEY_STORE = "console.apiKey"; // sessionStorage only: the key never outlives the tab
   const INFLIGHT_STORE = "console.inflight"; // {runId, conversationId} while a run streams
   const CONVERSATION_STORE = "console.conversation";
-  const TOOLS_STORE = "console.disabledTools";
-  const MODEL_STORE = "console.model";
+  const MODEL_STORE = "console.model"; // the model of a new conversation; a stored one keeps its own (its settings)
   const LONG_RESULT_CHARS = 800;
   const LONG_RESULT_LINES = 16;
   const MAX_REATTACHES = 5;
@@ -27,6 +26,15 @@
     conversationsNote: $("conversations-note"),
     tools: $("tools"),
     toolsNote: $("tools-note"),
+    persona: $("persona"),
+    personaNote: $("persona-note"),
+    effort: $("effort"),
+    verbosity: $("verbosity"),
+    maxTokens: $("max-tokens"),
+    newChat: $("new-chat"),
+    systemPromptBox: $("system-prompt-box"),
+    systemPrompt: $("system-prompt"),
+    suggestions: $("suggestions"),
     transcript: $("transcript"),
     composer: $("composer"),
     message: $("message"),
@@ -43,7 +51,13 @@
     abort: null, // closes the run's own stream: how a run that is not stored is stopped
     unstored: false, // agent-service keeps no runs (AGENT_DATABASE_URL empty): no conversations, no re-attach
     tools: [], // [{name, description, server, title, unavailable}]
-    disabledTools: new Set(JSON.parse(sessionStorage.getItem(TOOLS_STORE) || "[]")),
+    // The tools switched off: the conversation's (its stored settings' tools), not this tab's; a new conversation
+    // starts with those of the one shown before.
+    disabledTools: new Set(),
+    personas: new Map(), // name -> {name, description, model, systemPrompt}
+    tenantPrompt: null, // the tenant's system prompt: a conversation without a persona's starts with it
+    fresh: true, // nothing of the conversation is stored yet: its first message carries the system prompt
+    promptEdited: false, // the system prompt was typed in: a persona picked later does not replace it
   };
 
   // --- small DOM helpers --------------------------------------------------------------------------
@@ -588,9 +602,21 @@
     try {
       conversation = await json(`/api/v1/agent/conversations/${encodeURIComponent(conversationId)}`);
     } catch (failure) {
-      if (failure.status === 404) return null; // nothing stored yet: a new conversation
+      if (failure.status === 404) {
+        startFresh(); // nothing stored yet: a new conversation
+        return null;
+      }
       showError(`Could not load the conversation: ${failure.message}`);
       return null;
+    }
+    state.fresh = false;
+    ui.newChat.hidden = true;
+    applySettings(conversation.settings);
+    if (conversation.settings && conversation.settings.systemPrompt) {
+      const prompt = el("details", "system-prompt-shown");
+      prompt.appendChild(el("summary", null, "System prompt"));
+      prompt.appendChild(el("div", "system-prompt-text", conversation.settings.systemPrompt));
+      ui.transcript.appendChild(prompt);
     }
     let messages = conversation.messages || [];
     let runs = conversation.runs || [];
@@ -699,6 +725,16 @@
     return ui.model.value === OTHER_MODEL ? ui.modelOther.value.trim() : ui.model.value;
   }
 
+  function setModel(name) {
+    if ([...ui.model.options].some((option) => option.value === name)) {
+      ui.model.value = name;
+    } else {
+      ui.model.value = OTHER_MODEL;
+      ui.modelOther.value = name;
+    }
+    ui.modelOther.hidden = ui.model.value !== OTHER_MODEL;
+  }
+
   function rememberModel() {
     ui.modelOther.hidden = ui.model.value !== OTHER_MODEL;
     localStorage.setItem(MODEL_STORE, chosenModel());
@@ -713,6 +749,11 @@
       ui.toolsNote.textContent = `Tools unavailable: ${failure.message}`;
       return;
     }
+    renderTools();
+  }
+
+  // The switches, from ``state.disabledTools``.
+  function renderTools() {
     const servers = new Map();
     for (const tool of state.tools) {
       const server = tool.server || "tools";
@@ -771,7 +812,6 @@
   function setTool(name, on) {
     if (on) state.disabledTools.delete(name);
     else state.disabledTools.add(name);
-    sessionStorage.setItem(TOOLS_STORE, JSON.stringify([...state.disabledTools]));
   }
 
   // The run's ``tools``: omitted when every tool is on (the service then offers what is available now).
@@ -779,6 +819,87 @@
     const names = state.tools.map((tool) => tool.name);
     if (!names.some((name) => state.disabledTools.has(name))) return undefined;
     return names.filter((name) => !state.disabledTools.has(name));
+  }
+
+  // --- personas, generation settings, suggestions -------------------------------------------------------
+
+  async function loadPersonas() {
+    try {
+      const body = await json("/api/v1/agent/personas");
+      state.tenantPrompt = body.systemPrompt || null;
+      const personas = body.personas || [];
+      state.personas = new Map(personas.map((persona) => [persona.name, persona]));
+      const options = personas.map((persona) => {
+        const option = el("option", null, persona.description ? `${persona.name}: ${persona.description}` : persona.name);
+        option.value = persona.name;
+        return option;
+      });
+      ui.persona.replaceChildren(Object.assign(el("option", null, "None"), { value: "" }), ...options);
+    } catch (failure) {
+      ui.personaNote.hidden = false;
+      ui.personaNote.textContent = `Personas unavailable: ${failure.message}`;
+    }
+  }
+
+  // The system prompt a new conversation of the persona picked starts with: its own, else the tenant's.
+  function defaultPrompt() {
+    const persona = state.personas.get(ui.persona.value);
+    return (persona && persona.systemPrompt) || state.tenantPrompt || "";
+  }
+
+  function choosePersona() {
+    const persona = state.personas.get(ui.persona.value);
+    if (persona && persona.model) setModel(persona.model);
+    if (!state.promptEdited) ui.systemPrompt.value = defaultPrompt();
+  }
+
+  async function loadSuggestions() {
+    try {
+      const body = await json("/api/v1/agent/console/suggestions");
+      ui.suggestions.replaceChildren(
+        ...(body.suggestions || []).map((suggestion) => {
+          const card = el("button", "suggestion", suggestion.title);
+          card.type = "button";
+          card.title = suggestion.prompt;
+          card.addEventListener("click", () => send(suggestion.prompt));
+          return card;
+        }),
+      );
+    } catch {
+      ui.suggestions.replaceChildren(); // no cards: the page works without them
+    }
+  }
+
+  // A conversation with nothing stored: its system prompt may be set, and the suggestions are offered.
+  function startFresh() {
+    state.fresh = true;
+    state.promptEdited = false;
+    ui.systemPrompt.value = defaultPrompt();
+    ui.newChat.hidden = false;
+  }
+
+  // The controls from a stored conversation's settings (what its newest run asked for); none: they stay.
+  function applySettings(settings) {
+    if (!settings) return;
+    ui.persona.value = settings.persona && state.personas.has(settings.persona) ? settings.persona : "";
+    if (settings.model) setModel(settings.model);
+    ui.effort.value = (settings.reasoning && settings.reasoning.effort) || "";
+    ui.verbosity.value = settings.verbosity || "";
+    ui.maxTokens.value = settings.maxTokens ? String(settings.maxTokens) : "";
+    const allowed = settings.tools ? new Set(settings.tools) : null;
+    state.disabledTools = new Set(state.tools.map((tool) => tool.name).filter((name) => allowed && !allowed.has(name)));
+    if (state.tools.length) renderTools(); // none listed (the gateway is away): its note stays
+  }
+
+  // What the run asks for besides its messages: the settings its conversation then keeps.
+  function chosenSettings() {
+    const settings = {};
+    if (ui.persona.value) settings.persona = ui.persona.value;
+    if (ui.effort.value) settings.reasoning = { effort: ui.effort.value, summary: "auto" };
+    if (ui.verbosity.value) settings.verbosity = ui.verbosity.value;
+    const maxTokens = Number(ui.maxTokens.value);
+    if (ui.maxTokens.value.trim() && Number.isInteger(maxTokens) && maxTokens >= 1) settings.maxTokens = maxTokens;
+    return settings;
   }
 
   // --- running ------------------------------------------------------------------------------------
@@ -817,9 +938,13 @@
     }
     const conversationId = state.conversationId;
     sessionStorage.setItem(CONVERSATION_STORE, conversationId);
+    const prompt = state.fresh ? ui.systemPrompt.value.trim() : "";
+    ui.newChat.hidden = true;
     addUserMessage(text);
     ui.message.value = "";
-    const body = { model: chosenModel(), messages: [{ role: "user", content: text }], stream: true };
+    const messages = [{ role: "user", content: text }];
+    if (prompt) messages.unshift({ role: "system", content: prompt });
+    const body = { model: chosenModel(), messages, stream: true, ...chosenSettings() };
     if (!state.unstored) Object.assign(body, { conversationId, onDisconnect: "continue" });
     const tools = chosenTools();
     if (tools !== undefined) body.tools = tools;
@@ -845,6 +970,7 @@
       return;
     }
     const runId = response.headers.get("X-Agent-Run-Id");
+    state.fresh = state.unstored; // stored now, with its system prompt (an unstored run sends it each time)
     setRunning(runId, conversationId);
     const turn = new Turn();
     try {
@@ -905,9 +1031,14 @@
     state.conversationId = newConversationId();
     sessionStorage.setItem(CONVERSATION_STORE, state.conversationId);
     ui.transcript.replaceChildren();
+    startFresh();
     markCurrentConversation();
     closeSideOnPhone();
     ui.message.focus();
+  });
+  ui.persona.addEventListener("change", choosePersona);
+  ui.systemPrompt.addEventListener("input", () => {
+    state.promptEdited = true;
   });
   ui.toggleSide.addEventListener("click", () => {
     const open = document.body.classList.toggle("side-open");
@@ -918,14 +1049,17 @@
   });
 
   async function start() {
-    await Promise.all([loadModels(), loadTools(), refreshConversations()]);
+    await Promise.all([loadModels(), loadTools(), loadPersonas(), loadSuggestions(), refreshConversations()]);
     // A run in flight when the page was left (reloaded): its conversation shows it, re-attached.
     const inflight = JSON.parse(sessionStorage.getItem(INFLIGHT_STORE) || "null");
     sessionStorage.removeItem(INFLIGHT_STORE);
     if (inflight && inflight.conversationId) state.conversationId = inflight.conversationId;
     // A conversation this tab has not sent to yet is not stored: nothing to load.
     if (inflight || sessionStorage.getItem(CONVERSATION_STORE)) await showConversation(state.conversationId);
-    else document.body.dataset.ready = "true";
+    else {
+      startFresh();
+      document.body.dataset.ready = "true";
+    }
   }
 
   start();

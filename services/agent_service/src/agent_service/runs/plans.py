@@ -11,12 +11,37 @@ from agent_service.limits import RunLimits
 from agent_service.loop import ResumePoint, RunPlan
 from agent_service.store import DEFAULT_TENANT, RunRecord
 from suite_common.deadline import Deadline
-from suite_common.wire import Message, ReasoningControl, RunFinishReason, ToolChoice, ToolInfo, ToolSpec, Verbosity
+from suite_common.wire import (
+    AgentRunRequest,
+    ConversationSettings,
+    Message,
+    ReasoningControl,
+    RunFinishReason,
+    ToolChoice,
+    ToolInfo,
+    ToolSpec,
+    Verbosity,
+)
 
-__all__ = ["Takeover", "plan_from_record", "stored_plan", "takeover"]
+__all__ = ["Takeover", "conversation_settings", "plan_from_record", "stored_plan", "takeover"]
 
 _TOOL_CHOICE: TypeAdapter[ToolChoice] = TypeAdapter(ToolChoice)
 _VERBOSITY: TypeAdapter[Verbosity | None] = TypeAdapter(Verbosity | None)
+
+
+def conversation_settings(request: AgentRunRequest) -> ConversationSettings:
+    """What ``request`` asked for, as its conversation keeps it: its own fields as sent (not the defaults a persona
+    or the service filled in, so that a later run gets a changed default too), and its first system message."""
+    system_prompt = next((message.content for message in request.messages if message.role == "system"), None)
+    return ConversationSettings(
+        model=request.model,
+        persona=request.persona,
+        tools=request.tools,
+        reasoning=request.reasoning,
+        verbosity=request.verbosity,
+        max_tokens=request.max_tokens,
+        system_prompt=system_prompt,
+    )
 
 
 def stored_plan(plan: RunPlan) -> dict[str, Any]:

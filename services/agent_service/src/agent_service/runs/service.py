@@ -28,7 +28,7 @@ from agent_service.clients import UpstreamError
 from agent_service.loop import AgentLoop, LlmCall, ResumePoint, RunOutcome, RunPlan
 from agent_service.run_slots import UNCAPPED, LocalRunSlots, RunSlots
 from agent_service.runs.journal import TERMINAL_EVENTS, EventSink, LiveSink, RunJournal, RunMoved
-from agent_service.runs.plans import stored_plan, takeover
+from agent_service.runs.plans import conversation_settings, stored_plan, takeover
 from agent_service.settings import AgentSettings
 from agent_service.spending import LocalSpendLedger, Spending
 from agent_service.store import (
@@ -204,6 +204,7 @@ class AgentRuns:
             caller=caller.name,
             tenant=caller.tenant,
             user=caller.user,
+            settings=conversation_settings(request) if request.conversation_id is not None else None,
         )
         limits = ConversationLimits(self.settings.conversation_max_bytes, self.settings.conversation_max_runs)
         try:

@@ -6,7 +6,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from suite_common.wire import BudgetName, Message, RunErrorDetail, RunFinishReason, RunStatus, Usage
+from suite_common.wire import (
+    BudgetName,
+    ConversationSettings,
+    Message,
+    RunErrorDetail,
+    RunFinishReason,
+    RunStatus,
+    Usage,
+)
 
 if TYPE_CHECKING:
     from agent_service.loop import LlmCall
@@ -114,6 +122,9 @@ class NewRun:
     tenant: str | None = None
     user: str | None = None
     """The end user a trusted caller named (``X-User-Id``); a new conversation is that user's too."""
+    settings: ConversationSettings | None = None
+    """What the run asked for: becomes its conversation's settings (its ``system_prompt`` only while the
+    conversation has none). ``None``: the conversation's stay as they are."""
 
 
 @dataclass(slots=True)
@@ -179,6 +190,8 @@ class ConversationRecord:
     before the model answered it is not part of its conversation (its input is not sent again)."""
     runs: list[RunRecord]
     """Oldest first: the runs of ``messages`` (a run cut by the page's start is on both pages)."""
+    settings: ConversationSettings | None = None
+    """What its newest run asked for (``None``: stored before conversations kept them)."""
     earlier: tuple[str, int] | None = None
     """Where the page before this one ends, ``(run id, position)`` of this page's first message; ``None``: this
     page starts at the conversation's first message."""
@@ -197,6 +210,8 @@ class ConversationSummary:
     runs: int
     latest_status: RunStatus
     """The status of its newest run."""
+    settings: ConversationSettings | None = None
+    """What its newest run asked for (``None``: stored before conversations kept them)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ from agent_service.store.records import (
     UnknownCursor,
 )
 from agent_service.store.schema import conversations, run_events, run_messages, runs, usage_log
-from suite_common.wire import Message, RunError, RunErrorDetail, Usage, dump
+from suite_common.wire import ConversationSettings, Message, RunError, RunErrorDetail, Usage, dump
 
 if TYPE_CHECKING:
     from agent_service.loop import LlmCall
@@ -84,6 +84,23 @@ def _now() -> datetime:
 
 def _message_json(message: Message) -> dict[str, Any]:
     return message.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _settings_json(settings: ConversationSettings) -> dict[str, Any]:
+    return settings.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _stored_settings(stored: Any) -> ConversationSettings | None:
+    return ConversationSettings.model_validate(stored) if stored is not None else None
+
+
+def _merged_settings(stored: Any, new: ConversationSettings) -> ConversationSettings:
+    """A run's settings as its conversation's: the newest run's, but the system prompt the conversation started
+    with stays (a later run's own system message does not replace the stored one in the model's context either)."""
+    before = _stored_settings(stored)
+    if before is None or before.system_prompt is None:
+        return new
+    return new.model_copy(update={"system_prompt": before.system_prompt})
 
 
 def _abandoned_message(abandoned_for: timedelta) -> str:
@@ -223,7 +240,7 @@ class RunStore:
         # Two creates for one conversation queue here on PostgreSQL (SQLite: the writing transaction holds the
         # database's one write lock already), so the second sees the first's run below.
         key = _conversation_key(tenant, conversation_id)
-        connection.execute(sa.select(conversations.c.conversation_id).where(*key).with_for_update()).one()
+        stored = connection.execute(sa.select(conversations.c.settings).where(*key).with_for_update()).scalar_one()
         active = connection.execute(
             sa.select(runs.c.run_id)
             .where(*_runs_of(tenant, conversation_id), runs.c.status.in_(ACTIVE_STATUSES))
@@ -231,7 +248,10 @@ class RunStore:
         ).scalar_one_or_none()
         if active is not None:
             raise ConversationBusy(conversation_id, active)
-        connection.execute(conversations.update().where(*key).values(updated_at=now))
+        changes: dict[str, Any] = {"updated_at": now}
+        if run.settings is not None:
+            changes["settings"] = _settings_json(_merged_settings(stored, run.settings))
+        connection.execute(conversations.update().where(*key).values(**changes))
 
     async def record(self, run_id: str, step: Step, *, owner: str) -> None:
         """Write one step in one transaction: upsert its messages, insert its events, update the run's status and
@@ -362,6 +382,7 @@ class RunStore:
                 messages=[Message.model_validate(pair.message) for pair in pairs],
                 runs=[_run_record(run_row) for run_row in run_rows],
                 earlier=earlier,
+                settings=_stored_settings(row.settings),
             )
 
         return await self._db.run(f"read conversation {conversation_id}", read, write=False)
@@ -393,6 +414,7 @@ class RunStore:
                 conversations.c.conversation_id,
                 conversations.c.created_at,
                 conversations.c.updated_at,
+                conversations.c.settings,
                 run_count.label("run_count"),
                 latest_status.label("latest_status"),
                 first_user_text.label("first_user_text"),
@@ -412,6 +434,7 @@ class RunStore:
                     first_user_text=row.first_user_text,
                     runs=row.run_count,
                     latest_status=row.latest_status,
+                    settings=_stored_settings(row.settings),
                 )
                 for row in connection.execute(query)
                 # A conversation is created with its first run, in one transaction: never without a run.
@@ -733,7 +756,12 @@ def _page_length(keys: Sequence[sa.Row[Any]], limit: int, max_bytes: int | None)
 
 def _empty_page(row: sa.Row[Any]) -> ConversationRecord:
     return ConversationRecord(
-        conversation_id=row.conversation_id, created_at=row.created_at, updated_at=row.updated_at, messages=[], runs=[]
+        conversation_id=row.conversation_id,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        messages=[],
+        runs=[],
+        settings=_stored_settings(row.settings),
     )
 
 

@@ -68,6 +68,9 @@ conversations = sa.Table(
     sa.Column("updated_at", UtcDateTime, nullable=False),
     # The end user a trusted caller named (X-User-Id) when the conversation started.
     sa.Column("user_id", sa.Text, nullable=True),
+    # The wire JSON of ``suite_common.wire.ConversationSettings``: what its newest run asked for, and the system
+    # prompt it started with (NULL: stored before conversations kept their settings).
+    sa.Column("settings", sa.JSON, nullable=True),
     # Each tenant names its conversations: the same id of two tenants is two conversations (one namespace for all
     # would let a tenant learn that an id is used, and take an id another tenant will use).
     sa.PrimaryKeyConstraint("tenant", "conversation_id"),
