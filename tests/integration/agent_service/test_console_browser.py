@@ -141,6 +141,15 @@ async def _services(
     ):
         with anyio.fail_after(60):
             await gateway.wait_until_ready("rag", "tools")
+        # One search before any test, as make run does before its banner: the RAG tool loads its embedding model on
+        # the first search, which on a busy machine takes longer than a page's wait for a tool card's result.
+        with anyio.fail_after(120):
+            warm = await gateway.http.post(
+                "/mcp/v1/tools/call-tool",
+                json={"name": "search_documents", "arguments": {"query": "deadline"}},
+                timeout=120,
+            )
+            assert warm.status_code == 200, warm.text
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
             yield Stack(agent_url, gateway, browser, llm, unstored_agent_url, persona_agent_url)
