@@ -1,8 +1,12 @@
 # agent-service. Build from the repository root (compose does):
 #   docker build -f deploy/docker/agent-service.Dockerfile -t loopsuite/agent-service:dev .
 
+# The base of both stages: the official image by default; `make images` passes a stand-in built from Debian's
+# packages where no container registry can be reached (deploy/docker/build_images.py).
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+
 # ---- builder: a virtual environment holding the service, loopsuite-common and their dependencies ----
-FROM python:3.11-slim-bookworm AS builder
+FROM ${BASE_IMAGE} AS builder
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -28,7 +32,7 @@ RUN pip install --no-cache-dir --no-deps ./libs/suite_common ./services/agent_se
     && pip check
 
 # ---- runtime: the slim base, the virtual environment and an unprivileged user; no compiler, no sources ----
-FROM python:3.11-slim-bookworm
+FROM ${BASE_IMAGE}
 
 LABEL org.opencontainers.image.title="loopsuite agent-service" \
       org.opencontainers.image.description="The agent loop as a service: POST /api/v1/agent/run"

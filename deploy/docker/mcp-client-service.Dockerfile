@@ -3,8 +3,12 @@
 # In containers the tool servers are their own containers, reached over streamable HTTP ("url" entries of
 # the servers file); a stdio entry ("command") needs its executable in this image, which has none.
 
+# The base of both stages: the official image by default; `make images` passes a stand-in built from Debian's
+# packages where no container registry can be reached (deploy/docker/build_images.py).
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+
 # ---- builder: a virtual environment holding the service, loopsuite-common and their dependencies ----
-FROM python:3.11-slim-bookworm AS builder
+FROM ${BASE_IMAGE} AS builder
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -30,7 +34,7 @@ RUN pip install --no-cache-dir --no-deps ./libs/suite_common ./services/mcp_clie
     && pip check
 
 # ---- runtime: the slim base, the virtual environment and an unprivileged user; no compiler, no sources ----
-FROM python:3.11-slim-bookworm
+FROM ${BASE_IMAGE}
 
 LABEL org.opencontainers.image.title="loopsuite mcp-client-service" \
       org.opencontainers.image.description="The tool registry over many MCP servers: /mcp/v1/tools/list-tools and call-tool"
