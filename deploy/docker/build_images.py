@@ -42,6 +42,7 @@ __all__ = [
     "STAND_INS",
     "SUITE_IMAGES",
     "build_suite_image",
+    "image_name",
     "main",
     "make_stand_in_base",
     "stage_torch_wheel",
@@ -154,8 +155,13 @@ def _pip_config(key: str) -> list[str]:
     return values
 
 
+def image_name(name: str, tag: str) -> str:
+    """The image a Dockerfile is built into: what compose and the Kubernetes manifests run."""
+    return f"loopsuite/{name}:{tag}"
+
+
 def build_suite_image(name: str, tag: str, base: str, build_args: Sequence[str] = ()) -> dict[str, object]:
-    image = f"loopsuite/{name}:{tag}"
+    image = image_name(name, tag)
     command = [docker(), "build", "--network", "host", "-f", str(DOCKER_DIR / f"{name}.Dockerfile"), "-t", image]
     command += ["--build-arg", f"BASE_IMAGE={base}"]
     for arg in build_args:

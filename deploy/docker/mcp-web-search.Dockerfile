@@ -26,10 +26,12 @@ RUN python deploy/docker/pyproject_requirements.py \
     && pip install --no-cache-dir -r requirements.txt
 
 # Then the code, without resolving anything again; pip check fails the build if a dependency is missing.
+# pip and setuptools then leave the environment: the service never installs anything (about 30 MB less).
 COPY libs/suite_common/src libs/suite_common/src
 COPY tools/mcp_web_search/src tools/mcp_web_search/src
 RUN pip install --no-cache-dir --no-deps ./libs/suite_common ./tools/mcp_web_search \
-    && pip check
+    && pip check \
+    && python -m pip uninstall --yes --quiet pip setuptools
 
 # ---- runtime: the slim base, the virtual environment and an unprivileged user; no compiler, no sources ----
 FROM ${BASE_IMAGE}
