@@ -38,8 +38,8 @@ from pathlib import Path
 
 __all__ = [
     "OFFICIAL_BASE",
-    "STAND_IN_BASE",
     "STAND_INS",
+    "STAND_IN_BASE",
     "SUITE_IMAGES",
     "build_suite_image",
     "image_name",
@@ -76,7 +76,7 @@ def docker() -> str:
 def _reachable(url: str, timeout: float = 5.0) -> bool:
     """Any HTTP answer counts (the registry says 401 to an anonymous probe); a refused or silent host does not."""
     try:
-        urllib.request.urlopen(url, timeout=timeout).close()  # noqa: S310 - fixed https URLs
+        urllib.request.urlopen(url, timeout=timeout).close()
     except urllib.error.HTTPError:
         return True
     except (urllib.error.URLError, OSError):
@@ -192,8 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for stand_in, dockerfile in STAND_INS.items():
             if not _image_exists(stand_in):
                 subprocess.run(
-                    [docker(), "build", "--network", "host", "-f", str(dockerfile), "-t", stand_in]
-                    + ["--build-arg", f"BASE_IMAGE={base}", str(dockerfile.parent)],
+                    [
+                        *(docker(), "build", "--network", "host", "-f", str(dockerfile), "-t", stand_in),
+                        *("--build-arg", f"BASE_IMAGE={base}", str(dockerfile.parent)),
+                    ],
                     check=True,
                     stdout=sys.stderr,
                 )

@@ -186,7 +186,11 @@ def test_the_build_context_lists_exactly_the_files_the_images_need_with_either_b
     images: list[dict[str, Any]],
 ) -> None:
     tracked = run("git", "ls-files", cwd=ROOT).stdout.splitlines()
-    allowed = ("deploy/docker/pyproject_requirements.py", "deploy/docker/wheels/", "deploy/demo_corpus/")
+    allowed: tuple[str, ...] = (
+        "deploy/docker/pyproject_requirements.py",
+        "deploy/docker/wheels/",
+        "deploy/demo_corpus/",
+    )
     packages = [path.rsplit("/", 1)[0] for path in tracked if path.count("/") == 2 and path.endswith("pyproject.toml")]
     allowed += tuple(f"{package}/pyproject.toml" for package in packages) + tuple(f"{p}/src/" for p in packages)
     expected = {path for path in tracked if path.startswith(allowed)}
@@ -238,7 +242,8 @@ def test_only_agent_service_is_published_and_only_on_loopback() -> None:
 def test_the_readmes_run_searches_the_demo_corpus_in_the_rag_container_and_cites_it() -> None:
     seen = stream_run(RUN_REQUEST)
     names = [name for name, _ in seen]
-    assert names[0] == "run_started" and names[-1] == "done", names
+    assert names[0] == "run_started", names
+    assert names[-1] == "done", names
     (call,) = [body for name, body in seen if name == "tool_call"]
     assert call["name"] == "search_documents"
     (result,) = [body for name, body in seen if name == "tool_result"]
@@ -263,7 +268,9 @@ def test_the_logs_are_json_on_stdout_and_name_the_run() -> None:
 @pytest.mark.usefixtures("suite")
 def test_metrics_answer_inside_the_compose_network() -> None:
     for service, port in SUITE.items():
-        probe = f"import urllib.request; print(urllib.request.urlopen('http://{service}:{port}/metrics').read().decode())"
+        probe = (
+            f"import urllib.request; print(urllib.request.urlopen('http://{service}:{port}/metrics').read().decode())"
+        )
         answer = compose("exec", "-T", "mcp-client-service", "python", "-c", probe).stdout
         assert "# TYPE" in answer, service
 
@@ -301,7 +308,7 @@ def test_each_container_is_ready_within_5_seconds_of_its_start() -> None:
         started = time.monotonic()
         run(DOCKER, "start", container(service))
         url = f"http://{address(service)}:{port}/readyz"
-        poll(lambda: ready(url), 300, f"{service} ready")
+        poll(lambda url=url: ready(url), 300, f"{service} ready")  # type: ignore[misc]
         seconds[service] = round(time.monotonic() - started, 2)
     record("start_to_ready_seconds", seconds)
     assert {name: seconds[name] for name in LIGHT if seconds[name] > 5} == {}

@@ -293,7 +293,9 @@ def test_the_build_context_holds_every_file_the_images_copy() -> None:
 
 def test_the_build_context_names_every_package_without_wildcards() -> None:
     """Docker 20.10 ignores an exception with a wildcard under an excluded folder (``!services/*/src``)."""
-    exceptions = [line[1:] for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines() if line[:1] == "!"]
+    exceptions = [
+        line[1:] for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines() if line[:1] == "!"
+    ]
     assert [line for line in exceptions if "*" in line or "?" in line] == []
     for pyproject in ROOT.glob("*/*/pyproject.toml"):
         package = pyproject.parent.relative_to(ROOT).as_posix()

@@ -181,7 +181,8 @@ def test_the_schema_check_would_catch_a_misspelt_field() -> None:
 def _built_images() -> dict[str, str]:
     """What ``make images`` (deploy/docker/build_images.py) tags, by component: ``loopsuite/<name>:<tag>``."""
     spec = importlib.util.spec_from_file_location("build_images", DEPLOY / "docker" / "build_images.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return {name: module.image_name(name, "dev") for name in module.SUITE_IMAGES}
