@@ -251,8 +251,9 @@ def test_the_readmes_run_searches_the_demo_corpus_in_the_rag_container_and_cites
     answer = "".join(body["delta"] for name, body in seen if name == "text")
     assert {source for source in DEMO_CORPUS if source in json.dumps(result["content"])}, result
     assert {source for source in DEMO_CORPUS if source in answer}, answer
-    # The call went over streamable HTTP to the RAG tool's own container: its log has the request.
-    assert "search_documents" in compose("logs", "--no-log-prefix", "mcp-rag-tool").stdout
+    # The call went to the RAG tool's own container (over streamable HTTP: deploy/compose/mcp_servers.json).
+    searches = [json.loads(line) for line in compose("logs", "--no-log-prefix", "mcp-rag-tool").stdout.splitlines()]
+    assert [line for line in searches if line.get("event") == "search_done"]
     record("readme_run_id", seen[0][1]["runId"])
 
 
