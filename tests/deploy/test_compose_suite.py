@@ -27,7 +27,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-DOCKER = os.environ.get("DOCKER") or shutil.which("docker") or "docker"
+DEBIAN_DOCKER = "/usr/bin/docker"
+"""Debian's client (docker.io), which builds with either builder (DOCKER_BUILDKIT=0/1) by itself; a newer client
+elsewhere on PATH may need the buildx plugin for BuildKit."""
+DOCKER = os.environ.get("DOCKER") or (
+    DEBIAN_DOCKER if Path(DEBIAN_DOCKER).exists() else shutil.which("docker") or "docker"
+)
 PROJECT = "loopsuite-test"
 SUITE = {
     "agent-service": 8000,
