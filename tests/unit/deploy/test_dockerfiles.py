@@ -48,12 +48,20 @@ def _instructions(path: Path) -> list[Instruction]:
 
 
 def _stages(path: Path) -> list[list[Instruction]]:
+    """The instructions of each stage; the global ARGs before the first FROM are in none."""
     stages: list[list[Instruction]] = []
     for instruction in _instructions(path):
         if instruction.keyword == "FROM":
             stages.append([])
-        stages[-1].append(instruction)
+        if stages:
+            stages[-1].append(instruction)
     return stages
+
+
+def _global_args(path: Path) -> list[str]:
+    instructions = _instructions(path)
+    first_from = next(i for i, instruction in enumerate(instructions) if instruction.keyword == "FROM")
+    return [instruction.arguments for instruction in instructions[:first_from] if instruction.keyword == "ARG"]
 
 
 def _copied_sources(path: Path) -> list[str]:
@@ -102,10 +110,11 @@ def test_the_dockerfile_passes_hadolint(item: Component) -> None:
 @pytest.mark.parametrize("item", COMPONENTS, ids=lambda item: item.name)
 def test_the_image_is_built_in_a_builder_stage_and_runs_from_a_clean_slim_one(item: Component) -> None:
     builder, runtime = _stages(item.dockerfile)
-    assert builder[0].arguments == f"{BASE_IMAGE} AS builder"
+    assert _global_args(item.dockerfile) == [f"BASE_IMAGE={BASE_IMAGE}"], "the official base unless told otherwise"
+    assert builder[0].arguments == "${BASE_IMAGE} AS builder"
     (make_venv,) = [i.arguments for i in builder if i.keyword == "RUN" and "-m venv /opt/venv" in i.arguments]
     assert re.search(r"pip install --no-cache-dir --upgrade pip==[0-9.]+$", make_venv), "a pinned pip resolves the same"
-    assert runtime[0].arguments == BASE_IMAGE
+    assert runtime[0].arguments == "${BASE_IMAGE}"
     runs = " ".join(instruction.arguments for instruction in runtime if instruction.keyword == "RUN")
     assert not re.search(r"\b(pip|apt-get|apt|gcc|make)\b", runs), "the runtime stage installs nothing"
     copies = [instruction.arguments for instruction in runtime if instruction.keyword == "COPY"]
@@ -148,6 +157,7 @@ def test_the_image_holds_only_its_own_package_and_loopsuite_common(item: Compone
     }
     if item.name == "mcp-rag-tool":
         allowed.add("deploy/demo_corpus")  # the corpus it indexes by default
+        allowed.add("deploy/docker/wheels/")  # torch's CPU wheel where PyTorch's index is unreachable
     assert set(_copied_sources(item.dockerfile)) <= allowed
     builder_runs = " ".join(i.arguments for i in _stages(item.dockerfile)[0] if i.keyword == "RUN")
     assert f"libs/suite_common/pyproject.toml {item.package}/pyproject.toml" in builder_runs
@@ -171,8 +181,11 @@ def test_the_rag_image_installs_cpu_torch_first_and_bakes_the_model_in() -> None
     runs = [instruction.arguments for instruction in builder if instruction.keyword == "RUN"]
     pyproject = tomllib.loads((ROOT / "tools/mcp_rag_tool/pyproject.toml").read_text(encoding="utf-8"))
     torch_pin = next(dep for dep in pyproject["project"]["dependencies"] if _name(dep) == "torch")
-    torch_step = next(i for i, run in enumerate(runs) if "download.pytorch.org/whl/cpu" in run)
-    assert runs[torch_step].endswith(f"--index-url https://download.pytorch.org/whl/cpu {torch_pin}")
+    torch_step = next(i for i, run in enumerate(runs) if run.endswith(f" {torch_pin}"))
+    assert runs[torch_step].endswith(f"--find-links /wheels --index-url ${{TORCH_INDEX_URL}} {torch_pin}")
+    args = [i.arguments for i in builder if i.keyword == "ARG"]
+    assert args == ["TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu"], "PyTorch's CPU index unless told otherwise"
+    assert "deploy/docker/wheels/ /wheels/" in [i.arguments for i in builder if i.keyword == "COPY"]
     assert torch_step < next(i for i, run in enumerate(runs) if "-r requirements.txt" in run)
     assert any("HF_HUB_OFFLINE=1" in run and "get_model_path()" in run for run in runs), "the build loads the model"
     runtime_env = " ".join(instruction.arguments for instruction in runtime if instruction.keyword == "ENV")
@@ -276,6 +289,17 @@ def test_the_build_context_holds_every_file_the_images_copy() -> None:
         assert found, f"{source} is copied but does not exist"
         files += [p.relative_to(ROOT).as_posix() for p in found]
     assert [path for path in files if not _in_build_context(path)] == []
+
+
+def test_the_build_context_names_every_package_without_wildcards() -> None:
+    """Docker 20.10 ignores an exception with a wildcard under an excluded folder (``!services/*/src``)."""
+    exceptions = [
+        line[1:] for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines() if line[:1] == "!"
+    ]
+    assert [line for line in exceptions if "*" in line or "?" in line] == []
+    for pyproject in ROOT.glob("*/*/pyproject.toml"):
+        package = pyproject.parent.relative_to(ROOT).as_posix()
+        assert {f"{package}/pyproject.toml", f"{package}/src"} <= set(exceptions), package
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ kubernetes-validate package ships, offline. No cluster is involved.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import ipaddress
 import json
 import re
@@ -175,6 +176,29 @@ def test_the_schema_check_would_catch_a_misspelt_field() -> None:
     deployment = json.loads(json.dumps(named("dev", "Deployment", "agent-service")))
     deployment["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {"httpGet": {"path": "/readyz"}}
     assert schema_errors(deployment, OLDEST_SUPPORTED) != []
+
+
+def _built_images() -> dict[str, str]:
+    """What ``make images`` (deploy/docker/build_images.py) tags, by component: ``loopsuite/<name>:<tag>``."""
+    spec = importlib.util.spec_from_file_location("build_images", DEPLOY / "docker" / "build_images.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {name: module.image_name(name, "dev") for name in module.SUITE_IMAGES}
+
+
+def test_the_dev_overlay_runs_exactly_the_images_make_images_builds() -> None:
+    running = {item.name: container("dev", item)["image"] for item in COMPONENTS}
+    assert running == _built_images()
+
+
+def test_the_prod_overlay_runs_the_same_images_under_their_release_tag() -> None:
+    built = _built_images()
+    for item in COMPONENTS:
+        repository, _, tag = container("prod", item)["image"].rpartition(":")
+        assert repository == built[item.name].rpartition(":")[0]
+        assert re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", tag), "prod runs a release, never the dev tag"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
