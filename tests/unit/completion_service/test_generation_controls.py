@@ -20,9 +20,11 @@ from completion_service.controls import (
     without_reasoning_text,
 )
 from completion_service.providers import bedrock, gemini, openai
+from completion_service.providers._openai_wire import reasons, temperature_warnings
 from completion_service.providers.anthropic import DEFAULT_MAX_TOKENS, AnthropicProvider
 from completion_service.providers.base import events_of
 from completion_service.providers.demo import DemoProvider
+from completion_service.providers.openai_responses import ResponsesProvider
 from completion_service.providers.tool_turns import repaired
 from completion_service.routing import ModelRouter
 from suite_common.wire import (
@@ -187,10 +189,44 @@ def test_openai_gets_the_verbosity_as_verbosity(verbosity: Verbosity, stream: bo
     assert body == expected
 
 
-@pytest.mark.parametrize(("model", "sent"), [("o3-mini", "low"), ("o4-mini", "low"), ("gpt-oss-20b", "low")])
+@pytest.mark.parametrize(
+    ("model", "sent"),
+    [
+        ("o3-mini", "low"),
+        ("o4-mini", "low"),
+        ("gpt-oss-20b", "low"),
+        ("gpt-5.1", "low"),
+        ("gpt-5.2-chat-latest", "low"),
+        ("openai/gpt-5.1", "low"),
+        ("gpt-5", "minimal"),
+        ("gpt-5-mini", "minimal"),
+        ("gpt-5-nano", "minimal"),
+        ("gpt-5-2025-08-07", "minimal"),
+    ],
+)
 def test_openai_models_without_a_minimal_effort_get_their_least_one(model: str, sent: str) -> None:
     request = _request(model, reasoning=ReasoningControl(effort="minimal"))
     assert openai.build_request_body(request, model, stream=False)["reasoning_effort"] == sent
+
+
+def test_openai_reasoning_models_get_no_temperature_and_say_so() -> None:
+    request = _request("o3", temperature=0.2)
+    assert openai.build_request_body(request, "o3", stream=False, reasoning=True) == {
+        "model": "o3",
+        "messages": [{"role": "user", "content": "Why does the loop stop?"}],
+        "stream": False,
+    }
+    assert openai.build_request_body(request, "gpt-4.1", stream=False, reasoning=False)["temperature"] == 0.2
+    assert temperature_warnings(request, True) == [
+        "temperature ignored: OpenAI's reasoning models take no temperature."
+    ]
+    assert temperature_warnings(request, False) == []
+
+
+@pytest.mark.parametrize(("model", "reasoning"), [("o3", True), ("gpt-5.1", True), ("gpt-4o", False)])
+def test_an_openai_model_reasons_by_its_family_or_by_the_reasoning_that_reached_it(model: str, reasoning: bool) -> None:
+    assert reasons(_request(model), model) is reasoning
+    assert reasons(_request(model, reasoning=ReasoningControl(effort="low")), model) is True
 
 
 def test_openai_without_an_effort_sends_no_reasoning_effort() -> None:
@@ -386,3 +422,51 @@ def test_bedrocks_other_models_get_no_thinking_fields() -> None:
     request = _request("amazon.nova-pro-v1:0", reasoning=ReasoningControl(effort="high"))
     body = bedrock.build_request_body(request, upstream_model="amazon.nova-pro-v1:0")
     assert "additionalModelRequestFields" not in body
+
+
+# --- OpenAI's reasoning models and temperature, through the adapters ----------------------------
+
+
+CHAT_ANSWER = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "model": "o3",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Done."}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+}
+RESPONSES_ANSWER = {
+    "id": "resp_1",
+    "object": "response",
+    "status": "completed",
+    "model": "o3",
+    "output": [
+        {
+            "type": "message",
+            "id": "msg_1",
+            "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Done.", "annotations": []}],
+        }
+    ],
+    "usage": {"input_tokens": 5, "output_tokens": 2, "total_tokens": 7},
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_an_openai_reasoning_model_is_sent_no_temperature_and_the_answer_warns_of_it(api: str) -> None:
+    sent: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, json=CHAT_ANSWER if api == "chat" else RESPONSES_ANSWER)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        provider = (
+            openai.OpenAIProvider(http, "https://api.openai.com/v1", "k")
+            if api == "chat"
+            else ResponsesProvider(http, "https://api.openai.com/v1", "k")
+        )
+        answer = await provider.complete(_request("o3", temperature=0.2), "o3", 10)
+    assert "temperature" not in sent[0]
+    assert answer.warnings == ["temperature ignored: OpenAI's reasoning models take no temperature."]

@@ -54,6 +54,50 @@ def test_a_summary_of_none_asks_for_no_summary_and_no_controls_send_none() -> No
     }
 
 
+@pytest.mark.parametrize(
+    ("model", "sent"),
+    [
+        ("gpt-5", "minimal"),
+        ("gpt-5-mini", "minimal"),
+        ("gpt-5-2025-08-07", "minimal"),
+        ("gpt-5.1", "low"),
+        ("o3", "low"),
+        ("o4-mini", "low"),
+        ("gpt-oss-120b", "low"),
+    ],
+)
+def test_a_minimal_effort_is_low_for_the_models_without_minimal(model: str, sent: str) -> None:
+    body = build_request_body(_request(reasoning=ReasoningControl(effort="minimal")), model, stream=False)
+    assert body == {
+        "model": model,
+        "input": [{"role": "user", "content": "hi"}],
+        "stream": False,
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+        "reasoning": {"effort": sent},
+    }
+
+
+def test_a_reasoning_model_gets_no_temperature_and_a_model_that_cannot_reason_no_include() -> None:
+    request = _request(temperature=0.3)
+    reasoning = build_request_body(request, "o3", stream=False, reasoning=True)
+    plain = build_request_body(request, "gpt-4o", stream=False, reasoning=False)
+    assert reasoning == {
+        "model": "o3",
+        "input": [{"role": "user", "content": "hi"}],
+        "stream": False,
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+    }
+    assert plain == {
+        "model": "gpt-4o",
+        "input": [{"role": "user", "content": "hi"}],
+        "stream": False,
+        "store": False,
+        "temperature": 0.3,
+    }
+
+
 def test_a_conversation_becomes_instructions_and_input_items_in_order() -> None:
     messages = [
         Message(role="system", content="Be brief."),
@@ -75,7 +119,7 @@ def test_a_conversation_becomes_instructions_and_input_items_in_order() -> None:
     request = _request(
         messages=messages, tools=[ToolSpec(name="search")], tool_choice=NamedToolChoice(name="search"), temperature=0.3
     )
-    body = build_request_body(request, "gpt-5", stream=False)
+    body = build_request_body(request, "gpt-4.1", stream=False, reasoning=False)
     assert body["instructions"] == "Be brief.\n\nCite."
     assert body["input"] == [
         {"role": "user", "content": "hi"},
@@ -156,6 +200,27 @@ def test_a_body_that_is_not_a_response_is_a_502(body: Any) -> None:
     with pytest.raises(ApiError) as raised:
         parse_response(body, "m")
     assert (raised.value.status, raised.value.code) == (502, "bad_upstream_response")
+
+
+@pytest.mark.parametrize("code", ["invalid_prompt", "invalid_request_error", "invalid_image"])
+def test_a_response_failed_by_the_request_is_a_400_invalid_request_with_its_message(code: str) -> None:
+    failed = _response([], status="failed", error={"code": code, "message": "The prompt was flagged."})
+    with pytest.raises(ApiError) as raised:
+        parse_response(failed, "m")
+    assert (raised.value.status, raised.value.code, raised.value.retryable) == (400, "invalid_request", False)
+    assert "The prompt was flagged." in raised.value.message
+    stream = ResponsesStream(model="m")
+    with pytest.raises(ApiError) as streamed:
+        stream.feed({"type": "error", "sequence_number": 3, "code": code, "message": "Bad.", "param": None})
+    assert (streamed.value.status, streamed.value.code, streamed.value.retryable) == (400, "invalid_request", False)
+
+
+@pytest.mark.parametrize("code", ["server_error", "rate_limit_exceeded", "some_new_code"])
+def test_a_response_failed_by_the_server_or_an_unknown_cause_stays_a_retryable_503(code: str) -> None:
+    failed = _response([], status="failed", error={"code": code, "message": "Try again."})
+    with pytest.raises(ApiError) as raised:
+        parse_response(failed, "m")
+    assert (raised.value.status, raised.value.code, raised.value.retryable) == (503, "upstream_unavailable", True)
 
 
 def test_a_failed_response_is_a_retryable_503_with_its_message() -> None:

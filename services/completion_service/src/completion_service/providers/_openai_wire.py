@@ -4,18 +4,55 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
+from completion_service.controls import controls_by_name
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, provider_error
 from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
-from suite_common.wire import ToolCall
+from suite_common.wire import CompletionRequest, ReasoningEffort, ToolCall
 
-__all__ = ["TOOL_NAMES", "arguments_text", "auth_headers", "error_detail", "parse_arguments", "translate_error"]
+__all__ = [
+    "TOOL_NAMES",
+    "arguments_text",
+    "auth_headers",
+    "error_detail",
+    "parse_arguments",
+    "reasoning_effort",
+    "reasons",
+    "temperature_warnings",
+    "translate_error",
+]
 
 TOOL_NAMES = NameRule("a-zA-Z0-9_-", 64)
 """OpenAI's function ``name``: ``^[a-zA-Z0-9_-]{1,64}$`` (compatible servers accept at least these)."""
+
+
+_TAKES_MINIMAL = re.compile(r"(^|[/.])gpt-5(-|$)")
+"""The models whose effort has ``minimal``: GPT-5 itself (``gpt-5``, ``gpt-5-mini``, ``gpt-5-2025-08-07``), not
+gpt-5.1 and later (none, low, medium, high) nor o1, o3, o4 and gpt-oss (low, medium, high)."""
+
+
+def reasoning_effort(effort: ReasoningEffort, upstream_model: str) -> str:
+    """``effort`` as ``upstream_model`` takes it: ``minimal`` becomes ``low`` where the model has no ``minimal``."""
+    if effort == "minimal" and not _TAKES_MINIMAL.search(upstream_model.lower()):
+        return "low"
+    return effort
+
+
+def reasons(request: CompletionRequest, upstream_model: str) -> bool:
+    """The model reasons: ``reasoning`` reached the adapter (``controls.fitted`` lets it through only to a model
+    that reasons), or the model's family reasons (a request without ``reasoning`` still reaches a reasoning model)."""
+    return request.reasoning is not None or controls_by_name("openai", upstream_model).reasoning
+
+
+def temperature_warnings(request: CompletionRequest, reasoning: bool) -> list[str]:
+    """OpenAI's reasoning models refuse ``temperature`` (400 "Unsupported parameter"): it is left out, and said so."""
+    if reasoning and request.temperature is not None:
+        return ["temperature ignored: OpenAI's reasoning models take no temperature."]
+    return []
 
 
 def auth_headers(api_key: str | None, header: str) -> dict[str, str]:

@@ -25,10 +25,10 @@ from botocore.eventstream import EventStreamBuffer, ParserError
 from completion_service.controls import thinking_budget
 from completion_service.providers._adapter import HttpAdapter, Outbound
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
+from completion_service.providers._openai_wire import parse_arguments
 from completion_service.providers._transport import Upstream, parse_json
 from completion_service.providers.anthropic import DEFAULT_MAX_TOKENS as ANTHROPIC_DEFAULT_MAX_TOKENS
 from completion_service.providers.anthropic import MAX_TEMPERATURE, thinking_warnings
-from completion_service.providers.openai import parse_arguments
 from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
 from suite_common.wire import (

@@ -8,7 +8,6 @@ shared ``HttpAdapter`` makes it (retries, deadline, the event stream read).
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +21,9 @@ from completion_service.providers._openai_wire import (
     auth_headers,
     error_detail,
     parse_arguments,
+    reasoning_effort,
+    reasons,
+    temperature_warnings,
     translate_error,
 )
 from completion_service.providers._transport import Upstream
@@ -56,9 +58,6 @@ __all__ = [
 
 PROVIDER_NAME = "openai"
 
-_TAKES_MINIMAL = re.compile(r"(^|[/.])gpt-5")
-"""The models whose ``reasoning_effort`` has ``minimal`` (GPT-5's); the others' least is ``low``."""
-
 _FINISH_REASONS: dict[str, FinishReason] = {
     "stop": "stop",
     "tool_calls": "tool_calls",
@@ -72,10 +71,16 @@ _FINISH_REASONS: dict[str, FinishReason] = {
 
 
 def build_request_body(
-    request: CompletionRequest, upstream_model: str, *, stream: bool, max_tokens_field: str = "max_tokens"
+    request: CompletionRequest,
+    upstream_model: str,
+    *,
+    stream: bool,
+    max_tokens_field: str = "max_tokens",
+    reasoning: bool = False,
 ) -> dict[str, Any]:
     """The JSON body of ``POST /chat/completions`` for ``request``; ``max_tokens_field`` is
-    ``max_completion_tokens`` for OpenAI itself, whose reasoning models refuse ``max_tokens``."""
+    ``max_completion_tokens`` for OpenAI itself, whose reasoning models refuse ``max_tokens``; ``reasoning``: the
+    model reasons (``reasons``), so it gets no ``temperature`` (``temperature_warnings`` says so)."""
     body: dict[str, Any] = {
         "model": upstream_model,
         "messages": [_message(message) for message in request.messages],
@@ -90,14 +95,11 @@ def build_request_body(
         body["tool_choice"] = _tool_choice(request.tool_choice)
     if request.max_tokens is not None:
         body[max_tokens_field] = request.max_tokens
-    if request.temperature is not None:
+    if request.temperature is not None and not reasoning:
         body["temperature"] = request.temperature
     # Only for models that take them (``controls``); Chat Completions returns no summary of OpenAI's own reasoning.
     if request.reasoning is not None and request.reasoning.effort is not None:
-        effort = request.reasoning.effort
-        if effort == "minimal" and not _TAKES_MINIMAL.search(upstream_model.lower()):
-            effort = "low"  # o1, o3, o4 and gpt-oss know low, medium and high only
-        body["reasoning_effort"] = effort
+        body["reasoning_effort"] = reasoning_effort(request.reasoning.effort, upstream_model)
     if request.verbosity is not None:
         body["verbosity"] = request.verbosity
     return body
@@ -372,7 +374,10 @@ class OpenAIProvider(HttpAdapter):
         return StreamAssembler(model=model, provider=self.name)
 
     async def _outbound(self, request: CompletionRequest, upstream_model: str, *, stream: bool) -> Outbound:
-        body = build_request_body(request, upstream_model, stream=stream, max_tokens_field=self._max_tokens_field)
+        reasoning = reasons(request, upstream_model)
+        body = build_request_body(
+            request, upstream_model, stream=stream, max_tokens_field=self._max_tokens_field, reasoning=reasoning
+        )
         headers = {"Accept": "text/event-stream" if stream else "application/json"}
         headers.update(auth_headers(self._api_key, self._auth_header))
 
@@ -382,4 +387,4 @@ class OpenAIProvider(HttpAdapter):
         def translate(status: int, content: bytes, response_headers: httpx.Headers) -> ApiError:
             return translate_error(status, content, response_headers, upstream_model=upstream_model)
 
-        return Outbound(self._upstream, build, translate)
+        return Outbound(self._upstream, build, translate, temperature_warnings(request, reasoning))

@@ -25,6 +25,9 @@ from completion_service.providers._openai_wire import (
     auth_headers,
     error_detail,
     parse_arguments,
+    reasoning_effort,
+    reasons,
+    temperature_warnings,
     translate_error,
 )
 from completion_service.providers._transport import Upstream
@@ -82,17 +85,17 @@ _INCOMPLETE: dict[str, FinishReason] = {"max_output_tokens": "length", "content_
 # --- neutral -> Responses ----------------------------------------------------------------------
 
 
-def build_request_body(request: CompletionRequest, upstream_model: str, *, stream: bool) -> dict[str, Any]:
-    """The JSON body of ``POST /responses`` for ``request``."""
+def build_request_body(
+    request: CompletionRequest, upstream_model: str, *, stream: bool, reasoning: bool = True
+) -> dict[str, Any]:
+    """The JSON body of ``POST /responses`` for ``request``; ``reasoning``: the model reasons (``reasons``), so it
+    gets no ``temperature`` and its reasoning items come back encrypted (a model that cannot reason refuses
+    ``include: ["reasoning.encrypted_content"]``)."""
     instructions, items = _input(request.messages)
-    body: dict[str, Any] = {
-        "model": upstream_model,
-        "input": items,
-        "stream": stream,
-        # Nothing kept at OpenAI: each call carries the conversation, reasoning included (encrypted).
-        "store": False,
-        "include": ["reasoning.encrypted_content"],
-    }
+    # Nothing kept at OpenAI (``store: false``): each call carries the conversation, reasoning included (encrypted).
+    body: dict[str, Any] = {"model": upstream_model, "input": items, "stream": stream, "store": False}
+    if reasoning:
+        body["include"] = ["reasoning.encrypted_content"]
     if instructions:
         body["instructions"] = instructions
     if request.tools:
@@ -100,16 +103,16 @@ def build_request_body(request: CompletionRequest, upstream_model: str, *, strea
         body["tool_choice"] = _tool_choice(request.tool_choice)
     if request.max_tokens is not None:
         body["max_output_tokens"] = request.max_tokens
-    if request.temperature is not None:
+    if request.temperature is not None and not reasoning:
         body["temperature"] = request.temperature
     if request.reasoning is not None:
-        reasoning: dict[str, str] = {}
+        control: dict[str, str] = {}
         if request.reasoning.effort is not None:
-            reasoning["effort"] = request.reasoning.effort
+            control["effort"] = reasoning_effort(request.reasoning.effort, upstream_model)
         if request.reasoning.summary == "auto":
-            reasoning["summary"] = "auto"  # "none": no summary asked for, so none comes back
-        if reasoning:
-            body["reasoning"] = reasoning
+            control["summary"] = "auto"  # "none": no summary asked for, so none comes back
+        if control:
+            body["reasoning"] = control
     if request.verbosity is not None:
         body["text"] = {"verbosity": request.verbosity}
     return body
@@ -204,9 +207,37 @@ def _finish_reason(response: dict[str, Any], *, has_tool_calls: bool) -> FinishR
     return "tool_calls" if has_tool_calls else "stop"
 
 
+_REQUEST_FAILURES = frozenset(
+    {
+        "invalid_prompt",
+        "invalid_request_error",
+        "invalid_image",
+        "invalid_image_format",
+        "invalid_base64_image",
+        "invalid_image_url",
+        "image_too_large",
+        "image_too_small",
+        "image_parse_error",
+        "image_content_policy_violation",
+        "invalid_image_mode",
+        "image_file_too_large",
+        "unsupported_image_media_type",
+        "empty_image_file",
+        "failed_to_download_image",
+        "image_file_not_found",
+    }
+)
+"""The codes of a failed response (OpenAI's reference of ``response.error.code``) that say the request itself is
+wrong: the same request fails again, on any try. The others (``server_error``, ``rate_limit_exceeded``,
+``vector_store_timeout``, codes added since) may pass on another try or model."""
+
+
 def _failed(payload: Any) -> ApiError:
-    """A response with ``status: failed`` (whole, or in ``response.failed``) or the stream's ``error`` event."""
-    message, _ = error_detail(payload)  # the response's ``error`` object, or the event itself
+    """A response with ``status: failed`` (whole, or in ``response.failed``) or the stream's ``error`` event: a
+    fault of the request (``_REQUEST_FAILURES``) is the caller's 400, anything else a retryable 503."""
+    message, code = error_detail(payload)  # the response's ``error`` object, or the event itself
+    if code in _REQUEST_FAILURES:
+        return ApiError(400, "invalid_request", f"The provider refused the request: {message or code}")
     return ApiError(
         503,
         "upstream_unavailable",
@@ -418,7 +449,8 @@ class ResponsesProvider(HttpAdapter):
         return ResponsesStream(model=model, provider=self.name)
 
     async def _outbound(self, request: CompletionRequest, upstream_model: str, *, stream: bool) -> Outbound:
-        body = build_request_body(request, upstream_model, stream=stream)
+        reasoning = reasons(request, upstream_model)
+        body = build_request_body(request, upstream_model, stream=stream, reasoning=reasoning)
         headers = {"Accept": "text/event-stream" if stream else "application/json", **self._headers}
 
         def build() -> httpx.Request:
@@ -427,4 +459,4 @@ class ResponsesProvider(HttpAdapter):
         def translate(status: int, content: bytes, response_headers: httpx.Headers) -> ApiError:
             return translate_error(status, content, response_headers, upstream_model=upstream_model)
 
-        return Outbound(self._upstream, build, translate)
+        return Outbound(self._upstream, build, translate, temperature_warnings(request, reasoning))
