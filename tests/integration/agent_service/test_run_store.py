@@ -378,6 +378,25 @@ async def test_the_same_conversation_id_of_two_tenants_is_two_conversations(stor
     assert [(c.conversation_id, c.runs, c.first_user_text) for c in listed] == [(conversation, 1, "globex's")]
 
 
+async def test_a_run_ending_leaves_another_tenants_conversation_of_the_same_id_as_it_was(store: RunStore) -> None:
+    conversation = f"conv_{uuid.uuid4().hex}"
+    globex = dataclasses.replace(new_run(conversation_id=conversation), tenant="globex")
+    await store.create_run(globex, owner="replica-a", lease_seconds=LEASE)
+    await store.finish(globex.run_id, Step(status="completed", finish_reason="stop"), owner="replica-a")
+    older = dataclasses.replace(new_run(conversation_id=f"conv_{uuid.uuid4().hex}"), tenant="globex")
+    await store.create_run(older, owner="replica-a", lease_seconds=LEASE)
+    await store.finish(older.run_id, Step(status="completed", finish_reason="stop"), owner="replica-a")
+    before = await store.list_conversations(10, tenant="globex")
+    acme = dataclasses.replace(new_run(conversation_id=conversation), tenant="acme")
+    await store.create_run(acme, owner="replica-a", lease_seconds=LEASE)
+
+    await store.finish(acme.run_id, Step(status="completed", finish_reason="stop"), owner="replica-a")
+
+    after = await store.list_conversations(10, tenant="globex")
+    assert [(c.conversation_id, c.updated_at) for c in after] == [(c.conversation_id, c.updated_at) for c in before]
+    assert [c.conversation_id for c in after] == [older.conversation_id, conversation]
+
+
 async def _answered_run(store: RunStore, conversation: str, question: str, answer: str) -> NewRun:
     run = new_run(conversation_id=conversation, messages=[Message(role="user", content=question)])
     await store.create_run(run, owner="replica-a", lease_seconds=LEASE)
