@@ -436,6 +436,21 @@ async def test_a_run_that_failed_before_the_model_answered_leaves_its_conversati
     assert await store.get_conversation(only_refused.conversation_id or "") is None, "as if never used"
 
 
+async def test_conversations_whose_runs_all_failed_before_an_answer_take_no_place_in_a_listings_limit(
+    store: RunStore,
+) -> None:
+    good = [await _answered_run(store, f"conv_{uuid.uuid4().hex}", "question", "answer") for _ in range(2)]
+    error = RunErrorDetail(code="payload_too_large", message="completion-service: too large")
+    for _ in range(3):  # newer than the good ones
+        refused = new_run(conversation_id=f"conv_{uuid.uuid4().hex}")
+        await store.create_run(refused, owner="replica-a", lease_seconds=LEASE)
+        await store.finish(refused.run_id, Step(status="failed", error=error), owner="replica-a")
+
+    listed = await store.list_conversations(2)
+
+    assert [c.conversation_id for c in listed] == [run.conversation_id for run in reversed(good)]
+
+
 async def test_a_run_past_its_conversations_size_or_run_count_is_refused_storing_nothing(store: RunStore) -> None:
     conversation = f"conv_{uuid.uuid4().hex}"
     await _answered_run(store, conversation, "one", "first answer")

@@ -419,6 +419,9 @@ class RunStore:
                 latest_status.label("latest_status"),
                 first_user_text.label("first_user_text"),
             )
+            # A conversation whose runs all failed before the model answered has no run in it: it is not listed.
+            # The query leaves it out, so that the limit counts listed conversations only.
+            .where(sa.exists().where(of_conversation))
             .order_by(conversations.c.updated_at.desc(), conversations.c.conversation_id.desc())
             .limit(limit)
         )
@@ -437,8 +440,6 @@ class RunStore:
                     settings=_stored_settings(row.settings),
                 )
                 for row in connection.execute(query)
-                # A conversation is created with its first run, in one transaction: never without a run.
-                if row.latest_status is not None
             ]
 
         return await self._db.run("list the conversations", read, write=False)
