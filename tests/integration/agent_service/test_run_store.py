@@ -451,11 +451,40 @@ async def test_conversations_whose_runs_all_failed_before_an_answer_take_no_plac
     assert [c.conversation_id for c in listed] == [run.conversation_id for run in reversed(good)]
 
 
+async def test_non_ascii_input_counts_toward_a_conversations_size_as_the_utf8_bytes_it_is_stored_in(
+    store: RunStore,
+) -> None:
+    conversation = f"conv_{uuid.uuid4().hex}"
+    await _answered_run(store, conversation, "one", "first answer")
+    stored = await _stored_size(store, conversation)
+    question = Message(role="user", content="Zürich 🌦 " * 30)
+    adding = len(question.model_dump_json(by_alias=True, exclude_none=True).encode())
+    assert adding < len(json.dumps(question.model_dump(mode="json", by_alias=True, exclude_none=True))) / 1.5
+
+    run = new_run(conversation_id=conversation, messages=[question])
+    await store.create_run(run, owner="replica-a", lease_seconds=LEASE, limits=ConversationLimits(stored + adding, 10))
+    await store.finish(run.run_id, Step(status="completed"), owner="replica-a")
+
+    assert await _stored_size(store, conversation) == stored + adding
+
+
+async def _stored_size(store: RunStore, conversation: str) -> int:
+    """The conversation's stored bytes as the database measures them (a run refused at a limit of 0 says)."""
+    with pytest.raises(ConversationTooLarge) as measured:
+        await store.create_run(
+            new_run(conversation_id=conversation),
+            owner="replica-a",
+            lease_seconds=LEASE,
+            limits=ConversationLimits(0, 10),
+        )
+    return measured.value.stored
+
+
 async def test_a_run_past_its_conversations_size_or_run_count_is_refused_storing_nothing(store: RunStore) -> None:
     conversation = f"conv_{uuid.uuid4().hex}"
     await _answered_run(store, conversation, "one", "first answer")
     question = Message(role="user", content="y" * 100)
-    adding = len(json.dumps(question.model_dump(mode="json", by_alias=True, exclude_none=True)))
+    adding = len(question.model_dump_json(by_alias=True, exclude_none=True).encode())
     too_large = new_run(conversation_id=conversation, messages=[question])
     with pytest.raises(ConversationTooLarge) as measured:
         await store.create_run(too_large, owner="replica-a", lease_seconds=LEASE, limits=ConversationLimits(1, 10))
@@ -541,7 +570,7 @@ async def test_a_conversation_is_read_in_bounded_pages_newest_first_each_in_orde
     while True:
         page = await store.get_conversation(conversation, limit=3, max_bytes=400, before=before)
         assert page is not None
-        sizes = [len(json.dumps(m.model_dump(mode="json", by_alias=True, exclude_none=True))) for m in page.messages]
+        sizes = [len(m.model_dump_json(by_alias=True, exclude_none=True).encode()) for m in page.messages]
         assert 1 <= len(page.messages) <= 3
         assert len(page.messages) == 1 or sum(sizes) <= 400
         run_of = {run.run_id for run in page.runs}

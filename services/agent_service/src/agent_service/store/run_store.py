@@ -7,7 +7,6 @@ Times are the replica's wall clock, in UTC.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -713,8 +712,9 @@ def _message_at(run: int, position: int) -> sa.Tuple:
 
 
 def _stored_bytes(message: Message) -> int:
-    """The size of ``message`` as the store keeps it: SQLAlchemy's JSON serializer (``json.dumps``: ASCII only)."""
-    return len(json.dumps(_message_json(message)))
+    """The bytes of ``message`` as the store keeps it: compact JSON in UTF-8, as a step writes a message and as the
+    engines' JSON serializer (``compact_json``) writes a run's input."""
+    return len(message.model_dump_json(by_alias=True, exclude_none=True).encode())
 
 
 def _size_of_message(connection: Connection) -> sa.ColumnElement[int]:
