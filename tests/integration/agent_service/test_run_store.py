@@ -835,6 +835,33 @@ async def test_the_migrated_schema_is_the_schema_the_store_declares(
             await migrate_and_compare(url)
 
 
+async def test_a_sqlite_store_is_never_downgraded_past_a_table_rebuild_that_would_delete_its_runs(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path}/store/agent.db"
+    store = await RunStore.open(url)
+    run = new_run(conversation_id=f"conv_{uuid.uuid4().hex}")
+    await store.create_run(run, owner="replica-a", lease_seconds=LEASE)
+    await store.aclose()
+    database = open_database(database_url(url))
+
+    def downgrade_on(connection: sa.Connection) -> None:
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0003")
+
+    try:
+        with pytest.raises(NotImplementedError, match="never downgraded on SQLite"):
+            await database.run("downgrade", downgrade_on, write=True)
+    finally:
+        await database.dispose()
+    store = await RunStore.open(url)
+    try:
+        assert await store.get_run(run.run_id) is not None
+    finally:
+        await store.aclose()
+
+
 def _upgrade_to(revision: str) -> Callable[[sa.Connection], None]:
     def upgrade_on(connection: sa.Connection) -> None:
         config = alembic_config()
