@@ -149,6 +149,12 @@ async def test_a_conversation_is_read_in_pages_newest_first_each_in_order(stack:
     assert "earlier" not in middle
     assert middle["messages"] + latest["messages"] == whole.json()["messages"]
 
-    for params in ({"limit": 0}, {"limit": 1001}, {"before": "nonsense"}, {"before": "run_unknown:0"}):
+    for params in (
+        {"limit": 0},
+        {"limit": 1001},
+        {"before": "nonsense"},
+        {"before": "run_unknown:0"},
+        {"before": "run_x:²"},
+    ):
         bad = await _conversation(stack, conversation, **params)
         assert (bad.status_code, bad.json()["error"]["code"]) == (400, "invalid_request"), params

@@ -378,6 +378,25 @@ async def test_the_same_conversation_id_of_two_tenants_is_two_conversations(stor
     assert [(c.conversation_id, c.runs, c.first_user_text) for c in listed] == [(conversation, 1, "globex's")]
 
 
+async def test_a_run_ending_leaves_another_tenants_conversation_of_the_same_id_as_it_was(store: RunStore) -> None:
+    conversation = f"conv_{uuid.uuid4().hex}"
+    globex = dataclasses.replace(new_run(conversation_id=conversation), tenant="globex")
+    await store.create_run(globex, owner="replica-a", lease_seconds=LEASE)
+    await store.finish(globex.run_id, Step(status="completed", finish_reason="stop"), owner="replica-a")
+    older = dataclasses.replace(new_run(conversation_id=f"conv_{uuid.uuid4().hex}"), tenant="globex")
+    await store.create_run(older, owner="replica-a", lease_seconds=LEASE)
+    await store.finish(older.run_id, Step(status="completed", finish_reason="stop"), owner="replica-a")
+    before = await store.list_conversations(10, tenant="globex")
+    acme = dataclasses.replace(new_run(conversation_id=conversation), tenant="acme")
+    await store.create_run(acme, owner="replica-a", lease_seconds=LEASE)
+
+    await store.finish(acme.run_id, Step(status="completed", finish_reason="stop"), owner="replica-a")
+
+    after = await store.list_conversations(10, tenant="globex")
+    assert [(c.conversation_id, c.updated_at) for c in after] == [(c.conversation_id, c.updated_at) for c in before]
+    assert [c.conversation_id for c in after] == [older.conversation_id, conversation]
+
+
 async def _answered_run(store: RunStore, conversation: str, question: str, answer: str) -> NewRun:
     run = new_run(conversation_id=conversation, messages=[Message(role="user", content=question)])
     await store.create_run(run, owner="replica-a", lease_seconds=LEASE)
@@ -417,11 +436,55 @@ async def test_a_run_that_failed_before_the_model_answered_leaves_its_conversati
     assert await store.get_conversation(only_refused.conversation_id or "") is None, "as if never used"
 
 
+async def test_conversations_whose_runs_all_failed_before_an_answer_take_no_place_in_a_listings_limit(
+    store: RunStore,
+) -> None:
+    good = [await _answered_run(store, f"conv_{uuid.uuid4().hex}", "question", "answer") for _ in range(2)]
+    error = RunErrorDetail(code="payload_too_large", message="completion-service: too large")
+    for _ in range(3):  # newer than the good ones
+        refused = new_run(conversation_id=f"conv_{uuid.uuid4().hex}")
+        await store.create_run(refused, owner="replica-a", lease_seconds=LEASE)
+        await store.finish(refused.run_id, Step(status="failed", error=error), owner="replica-a")
+
+    listed = await store.list_conversations(2)
+
+    assert [c.conversation_id for c in listed] == [run.conversation_id for run in reversed(good)]
+
+
+async def test_non_ascii_input_counts_toward_a_conversations_size_as_the_utf8_bytes_it_is_stored_in(
+    store: RunStore,
+) -> None:
+    conversation = f"conv_{uuid.uuid4().hex}"
+    await _answered_run(store, conversation, "one", "first answer")
+    stored = await _stored_size(store, conversation)
+    question = Message(role="user", content="Zürich 🌦 " * 30)
+    adding = len(question.model_dump_json(by_alias=True, exclude_none=True).encode())
+    assert adding < len(json.dumps(question.model_dump(mode="json", by_alias=True, exclude_none=True))) / 1.5
+
+    run = new_run(conversation_id=conversation, messages=[question])
+    await store.create_run(run, owner="replica-a", lease_seconds=LEASE, limits=ConversationLimits(stored + adding, 10))
+    await store.finish(run.run_id, Step(status="completed"), owner="replica-a")
+
+    assert await _stored_size(store, conversation) == stored + adding
+
+
+async def _stored_size(store: RunStore, conversation: str) -> int:
+    """The conversation's stored bytes as the database measures them (a run refused at a limit of 0 says)."""
+    with pytest.raises(ConversationTooLarge) as measured:
+        await store.create_run(
+            new_run(conversation_id=conversation),
+            owner="replica-a",
+            lease_seconds=LEASE,
+            limits=ConversationLimits(0, 10),
+        )
+    return measured.value.stored
+
+
 async def test_a_run_past_its_conversations_size_or_run_count_is_refused_storing_nothing(store: RunStore) -> None:
     conversation = f"conv_{uuid.uuid4().hex}"
     await _answered_run(store, conversation, "one", "first answer")
     question = Message(role="user", content="y" * 100)
-    adding = len(json.dumps(question.model_dump(mode="json", by_alias=True, exclude_none=True)))
+    adding = len(question.model_dump_json(by_alias=True, exclude_none=True).encode())
     too_large = new_run(conversation_id=conversation, messages=[question])
     with pytest.raises(ConversationTooLarge) as measured:
         await store.create_run(too_large, owner="replica-a", lease_seconds=LEASE, limits=ConversationLimits(1, 10))
@@ -507,7 +570,7 @@ async def test_a_conversation_is_read_in_bounded_pages_newest_first_each_in_orde
     while True:
         page = await store.get_conversation(conversation, limit=3, max_bytes=400, before=before)
         assert page is not None
-        sizes = [len(json.dumps(m.model_dump(mode="json", by_alias=True, exclude_none=True))) for m in page.messages]
+        sizes = [len(m.model_dump_json(by_alias=True, exclude_none=True).encode()) for m in page.messages]
         assert 1 <= len(page.messages) <= 3
         assert len(page.messages) == 1 or sum(sizes) <= 400
         run_of = {run.run_id for run in page.runs}
@@ -770,6 +833,33 @@ async def test_the_migrated_schema_is_the_schema_the_store_declares(
     else:
         with fresh_postgres_database("agent_migrate") as url:
             await migrate_and_compare(url)
+
+
+async def test_a_sqlite_store_is_never_downgraded_past_a_table_rebuild_that_would_delete_its_runs(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path}/store/agent.db"
+    store = await RunStore.open(url)
+    run = new_run(conversation_id=f"conv_{uuid.uuid4().hex}")
+    await store.create_run(run, owner="replica-a", lease_seconds=LEASE)
+    await store.aclose()
+    database = open_database(database_url(url))
+
+    def downgrade_on(connection: sa.Connection) -> None:
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0003")
+
+    try:
+        with pytest.raises(NotImplementedError, match="never downgraded on SQLite"):
+            await database.run("downgrade", downgrade_on, write=True)
+    finally:
+        await database.dispose()
+    store = await RunStore.open(url)
+    try:
+        assert await store.get_run(run.run_id) is not None
+    finally:
+        await store.aclose()
 
 
 def _upgrade_to(revision: str) -> Callable[[sa.Connection], None]:

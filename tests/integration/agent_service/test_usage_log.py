@@ -334,3 +334,23 @@ async def test_a_round_made_again_by_a_run_taken_over_logs_its_second_call_as_a_
         (1, 1, 12),
     ]
     assert await store.usage_since(tenant, since) == Usage(input_tokens=22, output_tokens=7)
+
+
+async def test_a_call_cut_off_by_a_shutdown_is_logged_before_the_run_is_handed_over(store: RunStore) -> None:
+    """A shutdown ends the run without its end being written (another replica takes it over): the call it cut off,
+    counted in the budgets with its estimate, is logged all the same, and the run's messages are left as stored."""
+    tenant = tenant_name()
+    since = datetime.now(UTC) - timedelta(seconds=1)
+    run_id = await started(store, tenant)
+    journal = RunJournal(run_id, store=store, owner="replica-a", base=0)
+    estimate = Usage(input_tokens=25, output_tokens=10)
+    await journal.cut_off(LlmCall("gpt-4o", "", estimate, iteration=1, estimated=True), usage=estimate)
+
+    await journal.log_calls()
+
+    assert [(row.iteration, row.attempt, row.estimated) for row in await rows(store, run_id=run_id)] == [(1, 0, True)]
+    assert await store.usage_since(tenant, since) == estimate
+    assert journal.unlogged == []
+    record = await store.get_run(run_id)
+    assert record is not None
+    assert (record.status, record.usage.input_tokens) == ("processing", 25)

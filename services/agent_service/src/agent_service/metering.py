@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from agent_service.clients import CompletionClient, DeltaSink, UpstreamError
+from agent_service.clients import CompletionClient, DeltaSink
 from suite_common.deadline import Deadline
 from suite_common.logging import get_logger
 from suite_common.wire import (
@@ -81,8 +81,10 @@ async def complete_counted(
     except anyio.get_cancelled_exc_class():
         await _count(on_cut_off, _estimate(prompt, output, prices))
         raise
-    except UpstreamError:
-        if output:  # failed midway: what was streamed was generated (a failure before any output costs nothing)
+    except Exception:
+        # Failed midway, whatever failed (completion-service's stream, or the delta sink when the client has gone):
+        # what was streamed was generated. A failure before any output costs nothing.
+        if output:
             await _count(on_cut_off, _estimate(prompt, output, prices))
         raise
 

@@ -142,7 +142,7 @@ def _cursor(request: Request) -> tuple[str, int] | None:
     if raw is None:
         return None
     run_id, _, position = raw.rpartition(":")
-    if not run_id or len(run_id) > _MAX_ID_CHARS or not position.isdigit() or len(position) > 9:
+    if not run_id or len(run_id) > _MAX_ID_CHARS or not _WHOLE_NUMBER.fullmatch(position) or len(position) > 9:
         raise ApiError(400, "invalid_request", f"before must be the earlier of a page (got {clip(raw)!r}).")
     return run_id, int(position)
 

@@ -64,6 +64,10 @@ class RunMoved(UpstreamError):
         )
 
 
+_LOG_CALLS_SECONDS = 2.0
+"""How long logging the calls of a run being handed over may hold up the shutdown (one short write)."""
+
+
 class RunJournal:
     """Implements the loop's ``RunRecorder``. Without a store, it only numbers events and hands them on."""
 
@@ -213,6 +217,24 @@ class RunJournal:
         # ``usage`` (``finish``, or ``finish_cancelled`` with ``self.usage``).
         self.usage = usage
         self.unlogged.append(replace(call, attempt=self.attempt))
+
+    async def log_calls(self) -> None:
+        """Log the calls no step logged yet (a call cut off by the shutdown that hands the run over, whose estimate
+        is in the budgets already), with the run's usage so far, and nothing else: the run's messages and events stay
+        as stored, for the replica that takes it over. Shielded and bounded (``_LOG_CALLS_SECONDS``); a failure is
+        noted only (the run is being handed over: its lease lapses either way)."""
+        store = self.store
+        if store is None or not self.unlogged:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_LOG_CALLS_SECONDS):
+            async with self._write_lock:
+                logged = list(self.unlogged)
+                try:
+                    await store.record(self.run_id, Step(usage=self.usage, calls=logged), owner=self.owner)
+                except (LeaseLost, StoreError) as error:
+                    _log.warning("run_calls_not_logged", run_id=self.run_id, calls=len(logged), error=str(error))
+                    return
+                del self.unlogged[: len(logged)]
 
     async def _settle(self, *, raise_failure: bool = True) -> None:
         """Wait for the results being written; raise the first failure among them (``raise_failure``)."""

@@ -278,6 +278,7 @@ class AgentRuns:
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 if self.lifecycle.interrupted:
+                    await journal.log_calls()  # a call the shutdown cut off: counted in the budgets, so logged
                     await self._release(plan.run_id)
                 elif run.stop_reason is None:  # its client left
                     journal.send = None

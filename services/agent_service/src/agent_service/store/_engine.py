@@ -18,6 +18,7 @@ which hold the messages).
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -45,6 +46,13 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+def compact_json(value: Any) -> str:
+    """How a JSON column is written: compact, non-ASCII as itself (UTF-8), as a step writes its messages
+    (pydantic's ``model_dump_json``), so that a message takes the same bytes however it was stored."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 10.0
 """How long a SQLite writer waits for another to finish (SQLite has one writer at a time)."""
@@ -141,6 +149,7 @@ class _PostgresDatabase(Database):
             pool_timeout=_POOL_TIMEOUT_SECONDS,
             # Connections are replaced before proxies' idle timeouts close them under the store's feet.
             pool_recycle=1800,
+            json_serializer=compact_json,
             connect_args={
                 "timeout": STATEMENT_TIMEOUT_SECONDS,
                 "command_timeout": STATEMENT_TIMEOUT_SECONDS,
@@ -169,6 +178,7 @@ class _SqliteDatabase(Database):
         self._engine = sa.create_engine(
             url,
             pool_size=_SQLITE_THREADS,
+            json_serializer=compact_json,
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False},
         )
         _set_up_sqlite(self._engine)

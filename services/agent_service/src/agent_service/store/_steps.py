@@ -105,7 +105,7 @@ def _postgres_sql(*, owned: bool, release: bool, logged: bool) -> str:
     guard = (
         f"UPDATE runs SET updated_at = $2, {counters}{_RELEASE if release else ''} "
         f"WHERE run_id = $1 AND {_ACTIVE}{f' AND lease_owner = {owner}' if owned else ''} "
-        f"RETURNING run_id, conversation_id{', tenant, user_id, caller' if logged else ''}"
+        f"RETURNING run_id, conversation_id, tenant{', user_id, caller' if logged else ''}"
     )
     # A step without LLM calls (a tool result, the run's end after a tool round) has no usage part at all.
     usage = (
@@ -119,9 +119,10 @@ def _postgres_sql(*, owned: bool, release: bool, logged: bool) -> str:
         if logged
         else ""
     )
+    # A conversation is (tenant, conversation_id): another tenant's conversation of the same id is left alone.
     conversation = (
         ", conversation AS (UPDATE conversations SET updated_at = $2 FROM guard "
-        "WHERE conversations.conversation_id = guard.conversation_id)"
+        "WHERE conversations.conversation_id = guard.conversation_id AND conversations.tenant = guard.tenant)"
         if release
         else ""
     )
@@ -188,7 +189,7 @@ _SQLITE_USAGE = (
 )
 _SQLITE_CONVERSATION = (
     "UPDATE conversations SET updated_at = ? "
-    "WHERE conversation_id = (SELECT conversation_id FROM runs WHERE run_id = ?)"
+    "WHERE (tenant, conversation_id) = (SELECT tenant, conversation_id FROM runs WHERE run_id = ?)"
 )
 
 

@@ -7,7 +7,6 @@ Times are the replica's wall clock, in UTC.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -419,6 +418,9 @@ class RunStore:
                 latest_status.label("latest_status"),
                 first_user_text.label("first_user_text"),
             )
+            # A conversation whose runs all failed before the model answered has no run in it: it is not listed.
+            # The query leaves it out, so that the limit counts listed conversations only.
+            .where(sa.exists().where(of_conversation))
             .order_by(conversations.c.updated_at.desc(), conversations.c.conversation_id.desc())
             .limit(limit)
         )
@@ -437,8 +439,6 @@ class RunStore:
                     settings=_stored_settings(row.settings),
                 )
                 for row in connection.execute(query)
-                # A conversation is created with its first run, in one transaction: never without a run.
-                if row.latest_status is not None
             ]
 
         return await self._db.run("list the conversations", read, write=False)
@@ -712,8 +712,9 @@ def _message_at(run: int, position: int) -> sa.Tuple:
 
 
 def _stored_bytes(message: Message) -> int:
-    """The size of ``message`` as the store keeps it: SQLAlchemy's JSON serializer (``json.dumps``: ASCII only)."""
-    return len(json.dumps(_message_json(message)))
+    """The bytes of ``message`` as the store keeps it: compact JSON in UTF-8, as a step writes a message and as the
+    engines' JSON serializer (``compact_json``) writes a run's input."""
+    return len(message.model_dump_json(by_alias=True, exclude_none=True).encode())
 
 
 def _size_of_message(connection: Connection) -> sa.ColumnElement[int]:

@@ -59,6 +59,12 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name == "sqlite":
+        raise NotImplementedError(
+            "The run store is never downgraded on SQLite: rebuilding the conversations table with foreign keys on "
+            "would delete every run of a conversation (ON DELETE CASCADE). Restore a copy of the database file taken "
+            "before the upgrade instead."
+        )
     # Only where no conversation id is used by two tenants: the old key has room for one of each.
     with op.batch_alter_table("runs") as batch:
         batch.drop_constraint("fk_runs_tenant_conversations", type_="foreignkey")

@@ -24,5 +24,11 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name == "sqlite":
+        raise NotImplementedError(
+            "The run store is never downgraded on SQLite: rebuilding the conversations table with foreign keys on "
+            "would delete every run of a conversation (ON DELETE CASCADE). Restore a copy of the database file taken "
+            "before the upgrade instead."
+        )
     with op.batch_alter_table("conversations") as batch:
         batch.drop_column("settings")
