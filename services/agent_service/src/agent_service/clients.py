@@ -255,19 +255,7 @@ class ToolsClient:
         self.auth = {secret_header: secret}
 
     async def list_tools(self, deadline: Deadline) -> list[ToolInfo]:
-        try:
-            response = await self.http.request(
-                "GET",
-                self.list_url,
-                headers={**self.auth, **deadline.header(), **trace_headers()},
-                time_limit=deadline.remaining(),
-            )
-        except httpx.HTTPError as error:
-            raise _transport_error(self.service, error) from None
-        if response.status == 401:
-            raise _unauthorized()
-        if response.status != 200:
-            raise _error_from_response(self.service, response)
+        response = await self._get(self.list_url, deadline)
         try:
             return ListToolsResponse.model_validate_json(response.content).tools
         except ValidationError:
@@ -276,10 +264,19 @@ class ToolsClient:
     async def list_servers(self, deadline: Deadline) -> set[str]:
         """The names of the MCP servers the gateway is configured with (``GET /mcp/v1/servers``): serving, failed,
         connecting or disabled alike."""
+        response = await self._get(self.servers_url, deadline)
+        try:
+            servers = json.loads(response.content)["servers"]
+            return {str(server["name"]) for server in servers}
+        except (ValueError, KeyError, TypeError):
+            raise UpstreamError("bad_upstream_response", f"{self.service} sent a malformed server list") from None
+
+    async def _get(self, url: str, deadline: Deadline) -> PeerReply:
+        """A GET of the gateway answered 200; anything else raises (a rejected secret as ``_unauthorized``)."""
         try:
             response = await self.http.request(
                 "GET",
-                self.servers_url,
+                url,
                 headers={**self.auth, **deadline.header(), **trace_headers()},
                 time_limit=deadline.remaining(),
             )
@@ -289,11 +286,7 @@ class ToolsClient:
             raise _unauthorized()
         if response.status != 200:
             raise _error_from_response(self.service, response)
-        try:
-            servers = json.loads(response.content)["servers"]
-            return {str(server["name"]) for server in servers}
-        except (ValueError, KeyError, TypeError):
-            raise UpstreamError("bad_upstream_response", f"{self.service} sent a malformed server list") from None
+        return response
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], deadline: Deadline, *, route: ToolInfo | None = None
