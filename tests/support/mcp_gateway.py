@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from pydantic import SecretStr
 
 from mcp_client_service.app import create_app
-from mcp_client_service.servers.registry import ServerRegistry
+from mcp_client_service.registry.server_registry import ServerRegistry
 from mcp_client_service.settings import MCPClientSettings
 from support.echo_mcp_server import build_echo_server
 from support.servers import serve_app

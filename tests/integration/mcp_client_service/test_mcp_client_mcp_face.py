@@ -22,9 +22,9 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from mcp_client_service.calls.router import ToolRouter
-from mcp_client_service.mcp_server.endpoint import MCP_FACE_PATH, McpFace
-from mcp_client_service.servers.config import parse_servers_config
-from mcp_client_service.servers.registry import ServerRegistry
+from mcp_client_service.config.servers_file import parse_servers_config
+from mcp_client_service.mcp_face.endpoint import MCP_FACE_PATH, McpFace
+from mcp_client_service.registry.server_registry import ServerRegistry
 from support.mcp_gateway import GATEWAY_SECRET, Gateway, echo_http_server, running_gateway
 from support.misbehaving_mcp_server import PLAN_TRIP_SCHEMA, build_misbehaving_server
 from support.servers import serve_app

@@ -14,7 +14,7 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
-from mcp_client_service.servers.registry import ServerRegistry
+from mcp_client_service.registry.server_registry import ServerRegistry
 from support.mcp_gateway import (
     FAST_RETRIES,
     WAIT_SECONDS,

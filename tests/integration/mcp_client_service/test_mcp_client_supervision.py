@@ -19,9 +19,9 @@ from mcp_types import ListToolsResult, PaginatedRequestParams, Tool
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcp_client_service.servers.config import parse_servers_config
-from mcp_client_service.servers.options import Backoff, ConnectionOptions
-from mcp_client_service.servers.registry import ServerRegistry
+from mcp_client_service.config.options import Backoff, ConnectionOptions
+from mcp_client_service.config.servers_file import parse_servers_config
+from mcp_client_service.registry.server_registry import ServerRegistry
 from suite_common.ssrf import EgressPolicy
 from support.echo_mcp_server import ECHO_TOOLS, build_echo_server
 from support.mcp_gateway import FAST_RETRIES, WAIT_SECONDS, echo_http_server, echo_stdio_server, running_gateway

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 import yaml
 
-from mcp_client_service.servers.config import HttpServerConfig, parse_servers_config
+from mcp_client_service.config.servers_file import HttpServerConfig, parse_servers_config
 from suite_common.mcp_tool import MCP_PATH
 from suite_common.ssrf import EgressPolicy, blocked_reason
 from unit.deploy.components import (

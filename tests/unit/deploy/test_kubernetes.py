@@ -25,7 +25,7 @@ from jsonschema import Draft202012Validator
 from prometheus_client import CollectorRegistry
 from referencing import Registry, Resource
 
-from mcp_client_service.servers.config import HttpServerConfig, parse_servers_config
+from mcp_client_service.config.servers_file import HttpServerConfig, parse_servers_config
 from suite_common.mcp_tool import MCP_PATH
 from suite_common.metrics import metrics_route
 from suite_common.ssrf import EgressPolicy, blocked_reason

@@ -20,7 +20,7 @@ from agent_service.settings import AgentSettings
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from mcp_client_service.app import create_app as create_gateway_app
-from mcp_client_service.servers.config import ServersFile
+from mcp_client_service.config.servers_file import ServersFile
 from mcp_client_service.settings import MCPClientSettings
 from unit.deploy.components import COMPONENTS, DEPLOY
 

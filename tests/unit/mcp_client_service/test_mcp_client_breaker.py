@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from mcp_client_service.connection.breaker import BreakerPolicy, CallDurations, CircuitBreaker
+from mcp_client_service.config.options import BreakerPolicy
+from mcp_client_service.connection.breaker import CallDurations, CircuitBreaker
 
 
 class Clock:

@@ -26,7 +26,7 @@ from mcp_types import (
 
 from mcp_client_service.calls.call import CallRecord, RoutedTool, call_routed_tool
 from mcp_client_service.calls.validation import SchemaValidators
-from mcp_client_service.connection.failures import ServerUnavailableError
+from mcp_client_service.failures import ServerUnavailableError
 
 pytestmark = pytest.mark.anyio
 

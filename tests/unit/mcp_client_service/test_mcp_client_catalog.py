@@ -7,8 +7,8 @@ import json
 from mcp_types import Tool, ToolAnnotations
 from structlog.testing import capture_logs
 
-from mcp_client_service.servers.catalog import Away, NameClash, ServerTools, ToolCatalog, aggregate_tools
-from mcp_client_service.servers.config import StdioServerConfig
+from mcp_client_service.config.servers_file import StdioServerConfig
+from mcp_client_service.registry.catalog import Away, NameClash, ServerTools, ToolCatalog, aggregate_tools
 
 
 def _tool(name: str, description: str = "") -> Tool:

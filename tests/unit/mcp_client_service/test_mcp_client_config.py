@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from structlog.testing import capture_logs
 
 from mcp_client_service.__main__ import main
-from mcp_client_service.servers.config import (
+from mcp_client_service.config.servers_file import (
     ConfigError,
     HttpServerConfig,
     StdioServerConfig,

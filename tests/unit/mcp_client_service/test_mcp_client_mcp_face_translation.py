@@ -8,7 +8,7 @@ import pytest
 from mcp_types import TextContent
 
 from mcp_client_service.calls.call import RoutedTool
-from mcp_client_service.mcp_server.endpoint import to_call_tool_result, transport_security
+from mcp_client_service.mcp_face.endpoint import to_call_tool_result, transport_security
 from suite_common.wire import CallToolResponse
 
 

@@ -6,9 +6,9 @@ import logging
 
 import pytest
 
-from mcp_client_service.connection.redaction import RedactUrlsFilter, redact, redact_urls, secret_forms
+from mcp_client_service.config.servers_file import HttpServerConfig, StdioServerConfig
 from mcp_client_service.connection.server_connection import ServerConnection
-from mcp_client_service.servers.config import HttpServerConfig, StdioServerConfig
+from mcp_client_service.redaction import RedactUrlsFilter, redact, redact_urls, secret_forms
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_client_service.servers.references import MAX_SECRET_FILE_BYTES, ReferenceResolver, UnresolvedReferenceError
+from mcp_client_service.config.references import MAX_SECRET_FILE_BYTES, ReferenceResolver, UnresolvedReferenceError
 
 
 def test_env_and_file_references_are_replaced_and_their_values_remembered_for_masking(tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ import pytest
 from mcp.shared.message import SessionMessage
 from mcp_types import JSONRPCRequest, JSONRPCResponse
 
-from mcp_client_service.servers.schemas import ToolListingFilter, input_schema_problem
-from mcp_client_service.transport.open import WatchedTransport
+from mcp_client_service.config.schemas import ToolListingFilter, input_schema_problem
+from mcp_client_service.transport.session_transport import WatchedTransport
 
 OBJECT = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
 

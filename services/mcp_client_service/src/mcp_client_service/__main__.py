@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 
 from mcp_client_service.app import create_app
-from mcp_client_service.connection.redaction import RedactUrlsFilter
-from mcp_client_service.servers.config import ConfigError
+from mcp_client_service.config.servers_file import ConfigError
+from mcp_client_service.redaction import RedactUrlsFilter
 from mcp_client_service.settings import MCPClientSettings
 from suite_common.startup import run_service
 

@@ -40,12 +40,11 @@ from mcp_client_service.calls.router import (
     ToolUnavailableError,
 )
 from mcp_client_service.calls.telemetry import GatewayTelemetry
-from mcp_client_service.connection.breaker import BreakerPolicy
-from mcp_client_service.mcp_server.endpoint import MCP_FACE_PATH, McpFace
-from mcp_client_service.mcp_server.features import FeatureRouter
-from mcp_client_service.servers.config import ConfigError, ServersFile, load_servers_config
-from mcp_client_service.servers.options import Backoff, ConnectionOptions
-from mcp_client_service.servers.registry import ReloadResult, ServerRegistry, ServersResponse
+from mcp_client_service.config.options import Backoff, BreakerPolicy, ConnectionOptions
+from mcp_client_service.config.servers_file import ConfigError, ServersFile, load_servers_config
+from mcp_client_service.mcp_face.endpoint import MCP_FACE_PATH, McpFace
+from mcp_client_service.mcp_face.features import FeatureRouter
+from mcp_client_service.registry.server_registry import ReloadResult, ServerRegistry, ServersResponse
 from mcp_client_service.settings import MCPClientSettings
 from mcp_client_service.transport.ssrf_guard import EgressPolicy
 from suite_common.auth import SharedSecretMiddleware
@@ -271,7 +270,7 @@ def create_app(
     at startup; ``environ`` (default ``os.environ``) is what stdio servers inherit from and what
     ``${env:...}`` references read.
 
-    Raises ``ValueError`` without a secret and ``config.ConfigError`` for a bad servers file, so a
+    Raises ``ValueError`` without a secret and ``config.servers_file.ConfigError`` for a bad servers file, so a
     misconfigured service stops before it listens.
     """
     secret = settings.service_secret.get_secret_value()

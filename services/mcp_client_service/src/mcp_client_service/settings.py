@@ -8,11 +8,13 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from mcp_client_service.servers.options import DEFAULT_INHERITED_ENV
-from mcp_client_service.servers.schemas import DEFAULT_MAX_TOOLS
-from mcp_client_service.transport.response_limits import DEFAULT_MAX_RESPONSE_BYTES
-from mcp_client_service.transport.ssrf_guard import DEFAULT_MAX_CONNECTIONS
-from mcp_client_service.transport.stdio import DEFAULT_MAX_LINE_BYTES
+from mcp_client_service.config.options import (
+    DEFAULT_INHERITED_ENV,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES,
+)
+from mcp_client_service.config.schemas import DEFAULT_MAX_TOOLS
 from suite_common.settings import CidrList, ServiceSettings, StringList
 
 __all__ = ["MCPClientSettings"]

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from mcp_client_service.calls.results import dump_content, error_result, to_response
 from mcp_client_service.calls.validation import SchemaValidators, Violation, describe_violations, violation_from_error
-from mcp_client_service.connection.failures import (
+from mcp_client_service.failures import (
     ServerUnavailableError,
     connection_lost,
     describe_error,
@@ -262,16 +262,26 @@ async def call_routed_tool(
         _log.info("mcp_tool_call_failed", tool=tool.name, server=server, error=session.redact(describe_error(error)))
         return finish(outcome, error_result(session.redact(text), server=server, duration_ms=elapsed_ms()))
     duration_ms = elapsed_ms()
-    if not result.is_error and tool.output_schema is not None:
-        if result.structured_content is None:
-            violations = [_OUTPUT_MISSING]
-        else:
-            violations = validators.check((tool.name, "outputSchema"), tool.output_schema, result.structured_content)
-        if violations:
-            unchecked = dump_content(result, max_chars)
-            note = " Its unchecked content follows." if unchecked else ""
-            content = [{"type": "text", "text": _contract_text(tool.name, server, violations) + note}, *unchecked]
-            response = CallToolResponse(content=content, is_error=True, server=server, duration_ms=duration_ms)
-            return finish("contract_violation", response)
+    breach = _output_breach(tool, result, validators, max_chars=max_chars, duration_ms=duration_ms)
+    if breach is not None:
+        return finish("contract_violation", breach)
     response = to_response(result, server=server, duration_ms=duration_ms, max_chars=max_chars)
     return finish("tool_error" if result.is_error else "ok", response)
+
+
+def _output_breach(
+    tool: RoutedTool, result: CallToolResult, validators: SchemaValidators, *, max_chars: int, duration_ms: float
+) -> CallToolResponse | None:
+    """The answer for a result that breaks the tool's ``outputSchema``; ``None`` when it keeps it (or has none)."""
+    if result.is_error or tool.output_schema is None:
+        return None
+    if result.structured_content is None:
+        violations = [_OUTPUT_MISSING]
+    else:
+        violations = validators.check((tool.name, "outputSchema"), tool.output_schema, result.structured_content)
+    if not violations:
+        return None
+    unchecked = dump_content(result, max_chars)
+    note = " Its unchecked content follows." if unchecked else ""
+    content = [{"type": "text", "text": _contract_text(tool.name, tool.server, violations) + note}, *unchecked]
+    return CallToolResponse(content=content, is_error=True, server=tool.server, duration_ms=duration_ms)

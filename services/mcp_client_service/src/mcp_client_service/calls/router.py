@@ -20,8 +20,8 @@ from opentelemetry.trace import Tracer
 from mcp_client_service.calls.call import CallRecord, RoutedTool, call_routed_tool
 from mcp_client_service.calls.results import error_result
 from mcp_client_service.calls.validation import SchemaValidators
-from mcp_client_service.servers.catalog import CatalogEntry
-from mcp_client_service.servers.registry import ServerRegistry
+from mcp_client_service.registry.catalog import CatalogEntry
+from mcp_client_service.registry.server_registry import ServerRegistry
 from suite_common.deadline import Deadline
 from suite_common.echo import clip
 from suite_common.logging import get_logger

@@ -16,7 +16,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from mcp_client_service.calls.call import CallRecord
-from mcp_client_service.servers.registry import ServerRegistry
+from mcp_client_service.registry.server_registry import ServerRegistry
 from suite_common.metrics import LATENCY_BUCKETS
 from suite_common.tracing import mark_span_failed
 

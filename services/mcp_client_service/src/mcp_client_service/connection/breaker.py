@@ -8,6 +8,7 @@ calls fail fast with a message saying so and the supervisor stops reconnecting. 
 next outcome closes it (a success) or opens it again (a failure). A success while closed clears
 the count, so only failures in a row trip it.
 
+The policy (``BreakerPolicy``) is part of the connection options (``config.options``).
 Time comes from an injected clock (``time.monotonic`` by default), so tests can move it.
 """
 
@@ -17,19 +18,13 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["BreakerPolicy", "CallDurations", "CircuitBreaker", "CircuitState"]
+from mcp_client_service.config.options import BreakerPolicy
+
+__all__ = ["CallDurations", "CircuitBreaker", "CircuitState"]
 
 CircuitState = Literal["closed", "open", "half_open"]
-
-
-@dataclass(frozen=True)
-class BreakerPolicy:
-    failure_threshold: int = 5
-    window_seconds: float = 60.0
-    open_seconds: float = 30.0
 
 
 class CircuitBreaker:

@@ -5,7 +5,8 @@ list, probe, reconnect), the tools of its listings (``tool_listing.ToolListing``
 flight and their outcomes (``call_accounting.CallAccounting``, feeding the ``CircuitBreaker``),
 the calls of its tools that can only run as tasks (``tasks.TaskCalls``), and the log of what a
 stdio child writes besides JSON-RPC (``child_output.ChildOutputLog``).
-It keeps the state they share (the open ``mcp.Client``, the last error) and makes the calls.
+The state they share (the open ``mcp.Client``, the last error) is a ``state.ConnectionState``,
+kept up to date by the session loop; the connection reads it and makes the calls.
 
 ``mcp.Client`` must be entered and exited in one task, so the session loop owns it. Request
 handlers call ``call_tool`` from their own tasks: JSON-RPC multiplexes concurrent calls over the
@@ -25,17 +26,16 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_REQUEST, CallToolResult, RequestParamsMeta, ServerCapabilities
 
+from mcp_client_service.config.options import ConnectionOptions
+from mcp_client_service.config.servers_file import ServerConfig
 from mcp_client_service.connection.breaker import CircuitBreaker, CircuitState
 from mcp_client_service.connection.call_accounting import CallAccounting
 from mcp_client_service.connection.child_output import ChildOutputLog
-from mcp_client_service.connection.failures import CircuitOpenError, ServerUnavailableError, connection_lost
-from mcp_client_service.connection.redaction import redact, secret_forms
+from mcp_client_service.connection.state import ConnectionState
 from mcp_client_service.connection.supervisor import SessionLoop
 from mcp_client_service.connection.tasks import TaskCalls
 from mcp_client_service.connection.tool_listing import ToolListing
-from mcp_client_service.servers.config import ServerConfig
-from mcp_client_service.servers.options import ConnectionOptions
-from mcp_client_service.transport.open import literal_secrets
+from mcp_client_service.failures import CircuitOpenError, ServerUnavailableError, connection_lost
 from mcp_client_service.transport.response_limits import is_oversized_answer
 from suite_common.tracing import trace_headers
 
@@ -65,30 +65,61 @@ class ServerConnection:
         self.config = config
         self.options = options or ConnectionOptions()
         self.base_dir = base_dir or Path()
-        self.changed = on_change
-        self._secrets = secret_forms([*literal_secrets(config), *self.options.forbidden_values])
         self.breaker = CircuitBreaker(self.options.breaker)
-        self._loop = SessionLoop(self)
         self.listing = ToolListing(name)
-        self.calls = CallAccounting(name, self.breaker, on_change=on_change, on_circuit_opened=self._loop.wake)
+        self.calls = CallAccounting(name, self.breaker, on_change=on_change, on_circuit_opened=self._wake_loop)
         self.output = ChildOutputLog(name, self.redact)
         self.tasks = TaskCalls(name, self.redact)
-        # The state the session loop keeps up to date:
-        self.client: Client | None = None
-        """The open session while the server serves (its tools listed); ``None`` otherwise."""
-        self.connecting = True
-        self.first_attempt_done = False
-        """Whether its first connection attempt has ended, serving or failed (readiness waits for that)."""
-        self.attempts = 0
-        self.last_error: str | None = None
-        self.retry_at: float | None = None
-        """While it waits to reconnect: when (``time.monotonic``) the next attempt starts."""
+        self._state = ConnectionState(
+            name=name,
+            config=config,
+            options=self.options,
+            base_dir=self.base_dir,
+            breaker=self.breaker,
+            listing=self.listing,
+            calls=self.calls,
+            output=self.output,
+            tasks=self.tasks,
+            changed=on_change,
+        )
+        """What the session loop keeps up to date (read through the properties below)."""
+        self._loop = SessionLoop(self._state)
 
     async def run(self) -> None:
         """Connect, serve, reconnect: until cancelled (which closes the session and any stdio child)."""
         await self._loop.run()
 
+    def _wake_loop(self) -> None:
+        self._loop.wake()
+
     # --- state ---------------------------------------------------------------------------------
+
+    @property
+    def client(self) -> Client | None:
+        """The open session while the server serves (its tools listed); ``None`` otherwise."""
+        return self._state.client
+
+    @property
+    def connecting(self) -> bool:
+        return self._state.connecting
+
+    @property
+    def first_attempt_done(self) -> bool:
+        """Whether its first connection attempt has ended, serving or failed (readiness waits for that)."""
+        return self._state.first_attempt_done
+
+    @property
+    def attempts(self) -> int:
+        return self._state.attempts
+
+    @property
+    def last_error(self) -> str | None:
+        return self._state.last_error
+
+    @property
+    def retry_at(self) -> float | None:
+        """While it waits to reconnect: when (``time.monotonic``) the next attempt starts."""
+        return self._state.retry_at
 
     @property
     def transport(self) -> str:
@@ -138,12 +169,11 @@ class ServerConnection:
 
     def redact(self, text: str) -> str:
         """``text`` without this server's secrets (configured or resolved) or any URL's credentials."""
-        return redact(text, self._secrets)
+        return self._state.redact(text)
 
     def remember_secrets(self, values: Sequence[str]) -> None:
         """Secrets resolved from references (``${env:...}``, ``${file:...}``): redacted from now on."""
-        if values:
-            self._secrets = secret_forms([*literal_secrets(self.config), *self.options.forbidden_values, *values])
+        self._state.remember_secrets(values)
 
     def away(self) -> tuple[str, float | None] | None:
         """``None`` while it takes calls; else why not, in words that stay true while it lasts (no

@@ -1,6 +1,6 @@
 """The session loop of one server: connect, list its tools, keep the session, reconnect.
 
-``SessionLoop.run()`` resolves the server's secret references, connects (``transport.open``: a
+``SessionLoop.run()`` resolves the server's secret references, connects (``transport.session_transport``: a
 stdio child with its allowed environment, or an HTTP session through the SSRF guard), lists the
 server's tools to the last page (at most ``max_tools``), drops the ones whose schema is unusable,
 publishes the rest, and keeps the session until it ends. While open, the session is probed every
@@ -15,7 +15,7 @@ records why and reconnects after a bounded exponential backoff; the connection's
 window, and tries again later.
 
 ``mcp.Client`` must be entered and exited in one task, so the loop owns it and hands it to its
-connection (``ServerConnection.client``) while the session serves.
+connection (``ConnectionState.client``, which ``ServerConnection`` reads) while the session serves.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 import time
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING
 
 import anyio
 from mcp import Client
@@ -33,17 +32,20 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import Implementation, ProgressNotification, Tool, ToolListChangedNotification
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from mcp_client_service.connection.failures import connection_lost, describe_error, request_timed_out
+from mcp_client_service.config.schemas import ToolListingFilter
+from mcp_client_service.connection.state import ConnectionState
 from mcp_client_service.connection.tasks import runs_tools_as_tasks
 from mcp_client_service.connection.tool_listing import list_all_tools
-from mcp_client_service.servers.schemas import ToolListingFilter
+from mcp_client_service.failures import connection_lost, describe_error, request_timed_out
 from mcp_client_service.transport.legacy_sse import OversizedEventError
-from mcp_client_service.transport.open import StdioCallbacks, WatchedTransport, open_transport, resolve_config
+from mcp_client_service.transport.session_transport import (
+    StdioCallbacks,
+    WatchedTransport,
+    open_transport,
+    resolve_config,
+)
 from mcp_client_service.transport.stdio import describe_exit
 from suite_common.logging import get_logger
-
-if TYPE_CHECKING:
-    from mcp_client_service.connection.server_connection import ServerConnection
 
 __all__ = ["SessionLoop"]
 
@@ -64,10 +66,11 @@ async def _probe(client: Client) -> None:
 
 
 class SessionLoop:
-    """The supervisor of one ``ServerConnection``: it runs its sessions one after another."""
+    """The supervisor of one server's connection: it runs its sessions one after another, and keeps
+    the session fields of the connection's ``ConnectionState`` up to date."""
 
-    def __init__(self, connection: ServerConnection) -> None:
-        self._connection = connection
+    def __init__(self, state: ConnectionState) -> None:
+        self._state = state
         self._wake = anyio.Event()
         self._session_ended = False
         self._refresh_wanted = False
@@ -98,7 +101,7 @@ class SessionLoop:
 
     def _request_refresh(self, why: str | None = None) -> None:
         if why is not None and not self._refresh_wanted:
-            _log.info(why, server=self._connection.name)  # once per refresh: a change may be announced twice
+            _log.info(why, server=self._state.name)  # once per refresh: a change may be announced twice
         self._refresh_wanted = True
         self._wake.set()
 
@@ -110,34 +113,34 @@ class SessionLoop:
         if isinstance(message, ToolListChangedNotification):
             self._request_refresh("mcp_server_tools_list_changed")
         elif isinstance(message, ProgressNotification):
-            await self._connection.tasks.on_progress(message.params)  # a task's, after its call was answered
+            await self._state.tasks.on_progress(message.params)  # a task's, after its call was answered
         elif isinstance(message, Exception):
             _log.warning(
                 "mcp_server_transport_error",
-                server=self._connection.name,
-                error=self._connection.redact(describe_error(message)),
+                server=self._state.name,
+                error=self._state.redact(describe_error(message)),
             )
 
     async def run(self) -> None:
         """Connect, serve, reconnect: until cancelled (which closes the session and any stdio child)."""
-        connection = self._connection
-        breaker, options = connection.breaker, connection.options
+        state = self._state
+        breaker, options = state.breaker, state.options
         delay = options.backoff.initial
         while True:
             wait = breaker.seconds_until_half_open()
             if wait > 0:
-                connection.connecting = False
-                connection.changed()
-                _log.warning("mcp_server_circuit_open", server=connection.name, retry_in_seconds=round(wait, 1))
+                state.connecting = False
+                state.changed()
+                _log.warning("mcp_server_circuit_open", server=state.name, retry_in_seconds=round(wait, 1))
                 await anyio.sleep(wait)
-            connection.attempts += 1
-            connection.connecting = True
-            connection.changed()
+            state.attempts += 1
+            state.connecting = True
+            state.changed()
             _log.info(
                 "mcp_server_connecting",
-                server=connection.name,
-                transport=connection.transport,
-                attempt=connection.attempts,
+                server=state.name,
+                transport=state.config.transport,
+                attempt=state.attempts,
             )
             started = anyio.current_time()
             self._exit_status = None
@@ -150,20 +153,20 @@ class SessionLoop:
                 # A session that saw its transport close: for a stdio child, how the process ended says more.
                 closed = self._exit_reason() if _connection_closed(raised) else None
                 error = self._end_reason or closed or describe_error(raised)
-            error = connection.redact(error)
-            connection.connecting = False
-            connection.first_attempt_done = True
+            error = state.redact(error)
+            state.connecting = False
+            state.first_attempt_done = True
             if anyio.current_time() - started >= options.backoff.maximum:
                 delay = options.backoff.initial
             # An answer too large for the gateway ends an SSE session, but says nothing of the
             # server's health: it is not counted against its circuit.
             oversized = failure is not None and _caused_by(failure, OversizedEventError)
             opened = False if oversized else breaker.record_failure(error)
-            connection.last_error = error
-            connection.retry_at = None if opened else time.monotonic() + delay
-            connection.changed()
+            state.last_error = error
+            state.retry_at = None if opened else time.monotonic() + delay
+            state.changed()
             _log.warning(
-                "mcp_server_failed", server=connection.name, error=error, retry_in_seconds=delay, circuit=breaker.state
+                "mcp_server_failed", server=state.name, error=error, retry_in_seconds=delay, circuit=breaker.state
             )
             if not opened:
                 await anyio.sleep(delay)
@@ -171,29 +174,16 @@ class SessionLoop:
 
     async def _serve_one_session(self) -> None:
         """One session from connect to its end; returns when it ends, raises if it cannot start."""
-        connection = self._connection
-        options = connection.options
+        state = self._state
+        options = state.options
         self._session_ended = False
         self._refresh_wanted = False
         self._end_reason = None
-        connection.output.new_session()
-        connection.calls.new_session()
+        state.output.new_session()
+        state.calls.new_session()
         self._wake = anyio.Event()
-        listing = connection.listing.new_filter(options.max_tools)
-        resolved, resolved_values = resolve_config(connection.config, options, connection.base_dir)
-        connection.remember_secrets(resolved_values)
-        callbacks = StdioCallbacks(
-            on_noise=connection.output.on_stdout_noise,
-            on_fatal=self.end_session,
-            on_exit=self._on_exit,
-            on_stderr=connection.output.on_stderr,
-        )
-        transport = WatchedTransport(
-            open_transport(resolved, options, callbacks),
-            self._transport_ended,
-            listing,
-            on_message=self._on_transport_message,
-        )
+        listing = state.listing.new_filter(options.max_tools)
+        transport = self._watched_transport(listing)
         phase = f"connecting timed out after {options.connect_timeout:g} s"
         started = anyio.current_time()
         # One scope whose deadline moves: a cancel scope may not be left while the task groups
@@ -209,42 +199,65 @@ class SessionLoop:
                     deadline.deadline = anyio.current_time() + options.list_timeout
                     tools = await list_all_tools(client)
                     deadline.deadline = math.inf
-                    connection.client = client
-                    connection.first_attempt_done = True
-                    # Serving again: why an earlier session ended is history (the log keeps it).
-                    connection.last_error = None
-                    try:
-                        self._publish(tools, listing)
-                        if connection.breaker.state == "half_open":
-                            connection.breaker.record_success()
-                        _log.info(
-                            "mcp_server_ready",
-                            server=connection.name,
-                            tool_count=len(connection.listing.tools),
-                            protocol_version=client.protocol_version,
-                            seconds=round(anyio.current_time() - started, 3),
-                        )
-                        async with anyio.create_task_group() as tg:
-                            if client.protocol_version in MODERN_PROTOCOL_VERSIONS and _announces_changes(client):
-                                tg.start_soon(self._listen_for_changes, client)
-                            await self._keep_alive(client, listing)
-                            tg.cancel_scope.cancel()
-                    finally:
-                        connection.client = None
-                        connection.listing.withdraw()
+                    await self._serve(client, tools, listing, started)
         finally:
-            connection.output.report_suppressed()  # the child's stderr was read to its end on the way out
+            state.output.report_suppressed()  # the child's stderr was read to its end on the way out
         if deadline.cancelled_caught:
             raise TimeoutError(phase)
 
+    def _watched_transport(self, listing: ToolListingFilter) -> WatchedTransport:
+        """The transport of the next session, its config resolved (its secrets remembered for redaction)."""
+        state = self._state
+        resolved, resolved_values = resolve_config(state.config, state.options, state.base_dir)
+        state.remember_secrets(resolved_values)
+        callbacks = StdioCallbacks(
+            on_noise=state.output.on_stdout_noise,
+            on_fatal=self.end_session,
+            on_exit=self._on_exit,
+            on_stderr=state.output.on_stderr,
+        )
+        return WatchedTransport(
+            open_transport(resolved, state.options, callbacks),
+            self._transport_ended,
+            listing,
+            on_message=self._on_transport_message,
+        )
+
+    async def _serve(self, client: Client, tools: list[Tool], listing: ToolListingFilter, started: float) -> None:
+        """The session open and its tools listed: publish them and keep the session until it ends."""
+        state = self._state
+        state.client = client
+        state.first_attempt_done = True
+        # Serving again: why an earlier session ended is history (the log keeps it).
+        state.last_error = None
+        try:
+            self._publish(tools, listing)
+            if state.breaker.state == "half_open":
+                state.breaker.record_success()
+            _log.info(
+                "mcp_server_ready",
+                server=state.name,
+                tool_count=len(state.listing.tools),
+                protocol_version=client.protocol_version,
+                seconds=round(anyio.current_time() - started, 3),
+            )
+            async with anyio.create_task_group() as tg:
+                if client.protocol_version in MODERN_PROTOCOL_VERSIONS and _announces_changes(client):
+                    tg.start_soon(self._listen_for_changes, client)
+                await self._keep_alive(client, listing)
+                tg.cancel_scope.cancel()
+        finally:
+            state.client = None
+            state.listing.withdraw()
+
     def _publish(self, tools: list[Tool], listing: ToolListingFilter) -> None:
-        self._connection.listing.publish(tools, listing)
-        self._connection.changed()
+        self._state.listing.publish(tools, listing)
+        self._state.changed()
 
     async def _keep_alive(self, client: Client, listing: ToolListingFilter) -> None:
         """Serve until the session ends: probe it, and list the tools again when they may have changed."""
-        connection = self._connection
-        breaker, options, tool_listing = connection.breaker, connection.options, connection.listing
+        state = self._state
+        breaker, options, tool_listing = state.breaker, state.options, state.listing
         now = anyio.current_time()
         next_probe, next_refresh = now + options.probe_interval, now + options.catalog_ttl
         while True:
@@ -259,7 +272,7 @@ class SessionLoop:
             if self._session_ended:
                 return
             if half_open_in < math.inf and breaker.state != "open":
-                connection.changed()
+                state.changed()
             now = anyio.current_time()
             announced = self._refresh_wanted and now >= tool_listing.listed_at + options.list_changed_debounce
             refresh = announced or now >= next_refresh
@@ -282,8 +295,8 @@ class SessionLoop:
                 # limit) or messages keep arriving. The next probe decides.
                 _log.info(
                     "mcp_server_busy",
-                    server=connection.name,
-                    calls_in_flight=connection.calls.in_flight,
+                    server=state.name,
+                    calls_in_flight=state.calls.in_flight,
                     detail=f"a {'listing' if refresh else 'probe'} went unanswered for {options.list_timeout:g} s "
                     "while the server is busy; the session is kept",
                 )
@@ -301,7 +314,7 @@ class SessionLoop:
 
     def _busy_since(self, moment: float) -> bool:
         """Whether calls are in flight, or a message arrived since ``moment``: the server is not silent."""
-        return self._connection.calls.in_flight > 0 or self._last_message_at >= moment
+        return self._state.calls.in_flight > 0 or self._last_message_at >= moment
 
     async def _listen_for_changes(self, client: Client) -> None:
         """At protocol 2026 a server tells of changed tools only on a ``subscriptions/listen`` stream."""
@@ -309,7 +322,7 @@ class SessionLoop:
         while True:
             try:
                 async with AsyncExitStack() as stack:
-                    with anyio.fail_after(self._connection.options.list_timeout):
+                    with anyio.fail_after(self._state.options.list_timeout):
                         subscription = await stack.enter_async_context(client.listen(tools_list_changed=True))
                     if not subscription.honored.tools_list_changed:
                         return
@@ -321,8 +334,8 @@ class SessionLoop:
             except (SubscriptionLost, MCPError, TimeoutError) as lost:
                 _log.info(
                     "mcp_server_listen_lost",
-                    server=self._connection.name,
-                    error=self._connection.redact(describe_error(lost)),
+                    server=self._state.name,
+                    error=self._state.redact(describe_error(lost)),
                 )
             self._request_refresh()  # events may have been missed while no stream was open
             await anyio.sleep(pause)

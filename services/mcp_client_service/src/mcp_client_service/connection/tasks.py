@@ -54,7 +54,7 @@ from mcp_types import (
     TextContent,
 )
 
-from mcp_client_service.connection.failures import connection_lost, describe_error, request_timed_out
+from mcp_client_service.failures import connection_lost, describe_error, request_timed_out
 from suite_common.logging import get_logger
 
 __all__ = ["TASK_PROTOCOL_VERSIONS", "TaskCalls", "runs_tools_as_tasks"]

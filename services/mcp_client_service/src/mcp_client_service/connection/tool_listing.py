@@ -9,7 +9,7 @@ import anyio
 from mcp import Client
 from mcp_types import Tool
 
-from mcp_client_service.servers.schemas import DroppedTool, ToolListingFilter
+from mcp_client_service.config.schemas import DroppedTool, ToolListingFilter
 from suite_common.logging import get_logger
 
 __all__ = ["ToolListing", "list_all_tools"]

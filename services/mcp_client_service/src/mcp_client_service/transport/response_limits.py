@@ -18,9 +18,7 @@ from collections.abc import AsyncIterator
 
 import httpx2
 
-__all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "ResponseTooLarge", "is_oversized_answer", "limit_response"]
-
-DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+__all__ = ["ResponseTooLarge", "is_oversized_answer", "limit_response"]
 
 _TOO_LARGE = "is larger than the gateway accepts"
 _SSE_EVENT_TOO_LARGE = "Server-sent event exceeded the"

@@ -23,19 +23,17 @@ from collections.abc import Mapping
 import httpcore2
 import httpx2
 
-from mcp_client_service.transport.response_limits import DEFAULT_MAX_RESPONSE_BYTES, limit_response
+from mcp_client_service.config.options import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_RESPONSE_BYTES
+from mcp_client_service.transport.response_limits import limit_response
 from suite_common.egress import guarded_pool
 from suite_common.ssrf import EgressBlocked, EgressError, EgressPolicy, Resolver, check_url
 
 __all__ = [
-    "DEFAULT_MAX_CONNECTIONS",
     "EgressError",
     "EgressPolicy",
     "check_endpoint",
     "guarded_http_client",
 ]
-
-DEFAULT_MAX_CONNECTIONS = 1000
 
 _MAX_IDLE_CONNECTIONS = 100
 """Connections kept open while idle, beyond which a finished one is closed."""

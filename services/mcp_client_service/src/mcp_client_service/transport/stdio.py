@@ -36,16 +36,15 @@ from mcp.shared.message import SessionMessage
 from mcp_types import PARSE_ERROR, ErrorData, JSONRPCError, JSONRPCMessage, jsonrpc_message_adapter
 from pydantic import ValidationError
 
+from mcp_client_service.config.options import DEFAULT_MAX_LINE_BYTES
+
 __all__ = [
-    "DEFAULT_MAX_LINE_BYTES",
     "STDERR_LINE_BYTES",
     "bounded_stdio_transport",
     "describe_exit",
     "inherited_environment",
     "split_lines",
 ]
-
-DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 
 STDERR_LINE_BYTES = 4096
 """Longest stderr line handed on; the rest of a longer one is skipped."""
@@ -172,6 +171,128 @@ def _kill_group(process: Process) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
+async def _spawn(command: str, args: Sequence[str], env: dict[str, str], cwd: Path | None) -> tuple[Process, int]:
+    """The child, leading a process group of its own, and the (non-blocking) read end of its stderr pipe."""
+    # stderr on a pipe of our own: the SDK's shutdown closes the process's pipes, and what the
+    # child wrote just before it ended must still be read after that.
+    stderr_read, stderr_write = os.pipe()
+    try:
+        os.set_blocking(stderr_read, False)
+        process = await anyio.open_process(
+            [command, *args], env=env, cwd=cwd, stderr=stderr_write, start_new_session=True
+        )
+    except BaseException:
+        os.close(stderr_read)
+        raise
+    finally:
+        os.close(stderr_write)  # the child has its copy: the pipe ends when the child (and its children) do
+    return process, stderr_read
+
+
+class _ChildPipes:
+    """The tasks that carry one child's stdin, stdout and stderr, and its shutdown.
+
+    ``read_stream`` and ``write_stream`` are the session's ends of them.
+    """
+
+    def __init__(
+        self,
+        process: Process,
+        stderr_read: int,
+        *,
+        max_line_bytes: int,
+        on_noise: Callable[[str], None],
+        on_fatal: Callable[[str], None],
+        on_exit: Callable[[int | None], None],
+        on_stderr: Callable[[str], None],
+    ) -> None:
+        self._process = process
+        self._stderr_read = stderr_read
+        self._max_line_bytes = max_line_bytes
+        self._on_noise, self._on_fatal, self._on_exit, self._on_stderr = on_noise, on_fatal, on_exit, on_stderr
+        self._read_stream_writer, self.read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        self.write_stream, self._write_stream_reader = anyio.create_memory_object_stream[SessionMessage](0)
+        self._writer_done = anyio.Event()
+        self._stderr_done = anyio.Event()
+        self._stderr_scope = anyio.CancelScope()
+
+    async def _deliver(self, line: bytes) -> None:
+        line = line.rstrip(b"\r")
+        if not line.strip():
+            return
+        message = _parse_message(line)
+        if message is None:
+            unreadable = _unreadable_answer(line)
+            if unreadable is not None:
+                await self._read_stream_writer.send(SessionMessage(unreadable))
+                return
+            preview = line[:_NOISE_PREVIEW_CHARS].decode("utf-8", "replace")
+            self._on_noise(preview + ("..." if len(line) > _NOISE_PREVIEW_CHARS else ""))
+            return
+        await self._read_stream_writer.send(SessionMessage(message))
+
+    async def read_stderr(self) -> None:
+        try:
+            with self._stderr_scope, suppress(OSError):
+                await _read_stderr_lines(_pipe_reader(self._stderr_read), self._on_stderr)
+        finally:
+            self._stderr_done.set()
+
+    async def read_stdout(self) -> None:
+        process, max_line_bytes = self._process, self._max_line_bytes
+        assert process.stdout is not None
+        pending = bytearray()
+        try:
+            async with self._read_stream_writer:
+                try:
+                    async for chunk in process.stdout:
+                        lines, rest = split_lines(pending, chunk, max_line_bytes)
+                        if lines:
+                            pending.clear()
+                        for line in lines:
+                            await self._deliver(line)
+                        pending += chunk[rest:]
+                        if len(pending) > max_line_bytes:
+                            _kill_group(process)
+                            self._on_fatal(
+                                f"the server wrote more than {max_line_bytes} bytes without a newline "
+                                "(MCP_CLIENT_STDIO_MAX_LINE_BYTES), so its session was closed"
+                            )
+                            return
+                finally:
+                    pending.clear()
+                    await _drain_stdout(process)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError):
+            pass  # the session is gone or our own shutdown closed the pipe: the session sees the end
+
+    async def write_stdin(self) -> None:
+        stdin = self._process.stdin
+        assert stdin is not None
+        try:
+            async with self._write_stream_reader:
+                async for session_message in self._write_stream_reader:
+                    text = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await stdin.send((text + "\n").encode())
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            await self._read_stream_writer.aclose()  # the session sees the end instead of a request hanging
+        finally:
+            self._writer_done.set()
+
+    async def shutdown(self) -> None:
+        self.read_stream.close()
+        self.write_stream.close()
+        with anyio.move_on_after(_WRITER_FLUSH_TIMEOUT):
+            await self._writer_done.wait()
+        await _stop_server_process(self._process)
+        self._on_exit(self._process.returncode)
+        with anyio.move_on_after(_STDERR_DRAIN_SECONDS):
+            await self._stderr_done.wait()
+        self._stderr_scope.cancel()
+        for stream in (self.read_stream, self.write_stream, self._read_stream_writer, self._write_stream_reader):
+            await stream.aclose()
+        await anyio.lowlevel.checkpoint()
+
+
 @asynccontextmanager
 async def bounded_stdio_transport(
     command: str,
@@ -190,112 +311,29 @@ async def bounded_stdio_transport(
     ``on_exit`` gets the child's exit status once it is gone (negative: the signal that ended it).
     Raises ``OSError`` if the process cannot be started.
     """
-    # stderr on a pipe of our own: the SDK's shutdown closes the process's pipes, and what the
-    # child wrote just before it ended must still be read after that.
-    stderr_read, stderr_write = os.pipe()
-    try:
-        os.set_blocking(stderr_read, False)
-        process = await anyio.open_process(
-            [command, *args], env=env, cwd=cwd, stderr=stderr_write, start_new_session=True
-        )
-    except BaseException:
-        os.close(stderr_read)
-        raise
-    finally:
-        os.close(stderr_write)  # the child has its copy: the pipe ends when the child (and its children) do
+    process, stderr_read = await _spawn(command, args, env, cwd)
     # As in the SDK: no await between the spawn and the task group, or a cancellation there
     # would leak the live process.
-    read_stream_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write_stream, write_stream_reader = anyio.create_memory_object_stream[SessionMessage](0)
-    writer_done = anyio.Event()
-    stderr_done = anyio.Event()
-    stderr_scope = anyio.CancelScope()
-
-    async def deliver(line: bytes) -> None:
-        line = line.rstrip(b"\r")
-        if not line.strip():
-            return
-        message = _parse_message(line)
-        if message is None:
-            unreadable = _unreadable_answer(line)
-            if unreadable is not None:
-                await read_stream_writer.send(SessionMessage(unreadable))
-                return
-            preview = line[:_NOISE_PREVIEW_CHARS].decode("utf-8", "replace")
-            on_noise(preview + ("..." if len(line) > _NOISE_PREVIEW_CHARS else ""))
-            return
-        await read_stream_writer.send(SessionMessage(message))
-
-    async def stderr_reader() -> None:
-        try:
-            with stderr_scope, suppress(OSError):
-                await _read_stderr_lines(_pipe_reader(stderr_read), on_stderr)
-        finally:
-            stderr_done.set()
-
-    async def stdout_reader() -> None:
-        assert process.stdout is not None
-        pending = bytearray()
-        try:
-            async with read_stream_writer:
-                try:
-                    async for chunk in process.stdout:
-                        lines, rest = split_lines(pending, chunk, max_line_bytes)
-                        if lines:
-                            pending.clear()
-                        for line in lines:
-                            await deliver(line)
-                        pending += chunk[rest:]
-                        if len(pending) > max_line_bytes:
-                            _kill_group(process)
-                            on_fatal(
-                                f"the server wrote more than {max_line_bytes} bytes without a newline "
-                                "(MCP_CLIENT_STDIO_MAX_LINE_BYTES), so its session was closed"
-                            )
-                            return
-                finally:
-                    pending.clear()
-                    await _drain_stdout(process)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError):
-            pass  # the session is gone or our own shutdown closed the pipe: the session sees the end
-
-    async def stdin_writer() -> None:
-        assert process.stdin is not None
-        try:
-            async with write_stream_reader:
-                async for session_message in write_stream_reader:
-                    json = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await process.stdin.send((json + "\n").encode())
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            await read_stream_writer.aclose()  # the session sees the end instead of a request hanging
-        finally:
-            writer_done.set()
-
-    async def shutdown() -> None:
-        read_stream.close()
-        write_stream.close()
-        with anyio.move_on_after(_WRITER_FLUSH_TIMEOUT):
-            await writer_done.wait()
-        await _stop_server_process(process)
-        on_exit(process.returncode)
-        with anyio.move_on_after(_STDERR_DRAIN_SECONDS):
-            await stderr_done.wait()
-        stderr_scope.cancel()
-        for stream in (read_stream, write_stream, read_stream_writer, write_stream_reader):
-            await stream.aclose()
-        await anyio.lowlevel.checkpoint()
-
+    pipes = _ChildPipes(
+        process,
+        stderr_read,
+        max_line_bytes=max_line_bytes,
+        on_noise=on_noise,
+        on_fatal=on_fatal,
+        on_exit=on_exit,
+        on_stderr=on_stderr,
+    )
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(stdout_reader)
-            tg.start_soon(stdin_writer)
-            tg.start_soon(stderr_reader)
+            tg.start_soon(pipes.read_stdout)
+            tg.start_soon(pipes.write_stdin)
+            tg.start_soon(pipes.read_stderr)
             try:
-                yield read_stream, write_stream
+                yield pipes.read_stream, pipes.write_stream
             finally:
                 # Bounded inside, and shielded so that a cancelled caller cannot leak the child.
                 with anyio.CancelScope(shield=True):
-                    await shutdown()
+                    await pipes.shutdown()
                 tg.cancel_scope.cancel()
     finally:
         os.close(stderr_read)  # no task waits on it any more

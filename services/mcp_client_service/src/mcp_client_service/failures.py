@@ -7,8 +7,8 @@ import re
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
-from mcp_client_service.servers.references import UnresolvedReferenceError
-from mcp_client_service.transport.ssrf_guard import EgressError
+from mcp_client_service.config.references import UnresolvedReferenceError
+from suite_common.ssrf import EgressError
 
 __all__ = [
     "POST_FAILED_PREFIX",

@@ -46,7 +46,7 @@ from pydantic import (
     model_validator,
 )
 
-from mcp_client_service.servers.references import check_references, has_references
+from mcp_client_service.config.references import check_references, has_references
 from suite_common.logging import get_logger
 
 __all__ = [
@@ -61,7 +61,7 @@ __all__ = [
     "unknown_keys",
 ]
 
-_log = get_logger("mcp_client_service.servers.config")
+_log = get_logger("mcp_client_service.config.servers_file")
 
 ConfigFormat = Literal["json", "toml"]
 

@@ -1,20 +1,47 @@
-"""How every server is connected and supervised: the options the service's settings give."""
+"""How every server is connected and supervised: the options the service's settings give.
+
+The defaults of the caps live here, beside the options that carry them, so that the settings,
+the transports and the connections all take them from one place below them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from mcp_client_service.connection.breaker import BreakerPolicy
-from mcp_client_service.servers.schemas import DEFAULT_MAX_TOOLS
-from mcp_client_service.transport.response_limits import DEFAULT_MAX_RESPONSE_BYTES
-from mcp_client_service.transport.ssrf_guard import DEFAULT_MAX_CONNECTIONS, EgressPolicy
-from mcp_client_service.transport.stdio import DEFAULT_MAX_LINE_BYTES
+from mcp_client_service.config.schemas import DEFAULT_MAX_TOOLS
+from suite_common.ssrf import EgressPolicy
 
-__all__ = ["DEFAULT_INHERITED_ENV", "Backoff", "ConnectionOptions"]
+__all__ = [
+    "DEFAULT_INHERITED_ENV",
+    "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_MAX_LINE_BYTES",
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "Backoff",
+    "BreakerPolicy",
+    "ConnectionOptions",
+]
 
 DEFAULT_INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TZ")
 """The SDK's safe defaults, plus the locale and time zone: nothing that holds a secret."""
+
+DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
+"""Longest line (one JSON-RPC message) a stdio server may write (``transport.stdio``)."""
+
+DEFAULT_MAX_CONNECTIONS = 1000
+"""Connections one HTTP server's client may hold at once (``transport.ssrf_guard``)."""
+
+DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+"""Most one HTTP answer, or one SSE event, may hold (``transport.response_limits``)."""
+
+
+@dataclass(frozen=True)
+class BreakerPolicy:
+    """When a server's circuit opens, and for how long (``connection.breaker``)."""
+
+    failure_threshold: int = 5
+    window_seconds: float = 60.0
+    open_seconds: float = 30.0
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ from starlette.types import Receive, Scope, Send
 from mcp_client_service.calls.call import RoutedTool
 from mcp_client_service.calls.progress import ProgressRelay
 from mcp_client_service.calls.router import ToolNotFoundError, ToolRouter
-from mcp_client_service.mcp_server.features import FeatureRouter
+from mcp_client_service.mcp_face.features import FeatureRouter
 from suite_common.auth import secrets_match
 from suite_common.deadline import Deadline
 from suite_common.errors import ApiError, error_response

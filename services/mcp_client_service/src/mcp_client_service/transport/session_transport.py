@@ -26,11 +26,11 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
 
-from mcp_client_service.connection.failures import ServerStartError, describe_error
-from mcp_client_service.servers.config import HttpServerConfig, ServerConfig, StdioServerConfig
-from mcp_client_service.servers.options import ConnectionOptions
-from mcp_client_service.servers.references import ReferenceResolver
-from mcp_client_service.servers.schemas import ToolListingFilter
+from mcp_client_service.config.options import ConnectionOptions
+from mcp_client_service.config.references import ReferenceResolver
+from mcp_client_service.config.schemas import ToolListingFilter
+from mcp_client_service.config.servers_file import HttpServerConfig, ServerConfig, StdioServerConfig
+from mcp_client_service.failures import ServerStartError, describe_error
 from mcp_client_service.transport.legacy_sse import legacy_sse_transport
 from mcp_client_service.transport.ssrf_guard import check_endpoint, guarded_http_client
 from mcp_client_service.transport.stdio import bounded_stdio_transport, inherited_environment

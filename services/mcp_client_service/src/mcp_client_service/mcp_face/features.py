@@ -39,16 +39,16 @@ from mcp_types import (
     ResourceTemplate,
 )
 
-from mcp_client_service.connection.failures import ServerUnavailableError, describe_error
 from mcp_client_service.connection.server_connection import ServerConnection
-from mcp_client_service.servers.catalog import NameCollision, prefixed_name
-from mcp_client_service.servers.registry import ServerRegistry
+from mcp_client_service.failures import ServerUnavailableError, describe_error
+from mcp_client_service.registry.catalog import NameCollision, prefixed_name
+from mcp_client_service.registry.server_registry import ServerRegistry
 from suite_common.deadline import Deadline
 from suite_common.logging import get_logger
 
 __all__ = ["Feature", "FeatureRouter"]
 
-_log = get_logger("mcp_client_service.mcp_server.features")
+_log = get_logger("mcp_client_service.mcp_face.features")
 
 Feature = Literal["resources", "prompts"]
 

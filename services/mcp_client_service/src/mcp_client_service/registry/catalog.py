@@ -50,7 +50,7 @@ __all__ = [
     "prefixed_name",
 ]
 
-_log = get_logger("mcp_client_service.servers.catalog")
+_log = get_logger("mcp_client_service.registry.catalog")
 
 NameCollision = Literal["first_wins", "prefix"]
 

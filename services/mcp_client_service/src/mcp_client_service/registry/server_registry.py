@@ -26,17 +26,17 @@ from collections.abc import Callable
 import anyio
 from anyio.abc import TaskGroup
 
+from mcp_client_service.config.options import ConnectionOptions
+from mcp_client_service.config.references import ReferenceResolver, UnresolvedReferenceError, has_references
+from mcp_client_service.config.servers_file import ServerConfig, ServersFile, StdioServerConfig
 from mcp_client_service.connection.server_connection import ServerConnection
-from mcp_client_service.servers.catalog import Away, NameCollision, ServerTools, ToolCatalog
-from mcp_client_service.servers.config import ServerConfig, ServersFile, StdioServerConfig
-from mcp_client_service.servers.options import ConnectionOptions
-from mcp_client_service.servers.references import ReferenceResolver, UnresolvedReferenceError, has_references
+from mcp_client_service.registry.catalog import Away, NameCollision, ServerTools, ToolCatalog
 from suite_common.logging import get_logger
 from suite_common.wire import WireModel
 
 __all__ = ["InvalidTool", "Readiness", "ReloadResult", "ServerRegistry", "ServerStatus", "ServersResponse"]
 
-_log = get_logger("mcp_client_service.servers.registry")
+_log = get_logger("mcp_client_service.registry.server_registry")
 
 _DRAIN_GRACE_SECONDS = 5.0
 """A removed server's in-flight calls get their call timeout and this much more to finish."""
