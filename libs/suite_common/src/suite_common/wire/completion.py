@@ -33,16 +33,14 @@ __all__ = [
 ]
 
 FinishReason = Literal["stop", "tool_calls", "length", "content_filter"]
+ReasoningEffort = Literal["minimal", "low", "medium", "high"]
+Verbosity = Literal["low", "medium", "high"]
 
 
 class ToolSpec(WireModel):
     name: str = Field(min_length=1)
     description: str = ""
     input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
-
-
-ReasoningEffort = Literal["minimal", "low", "medium", "high"]
-Verbosity = Literal["low", "medium", "high"]
 
 
 class ReasoningControl(WireModel):

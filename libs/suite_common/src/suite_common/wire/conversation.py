@@ -15,7 +15,6 @@ __all__ = [
     "ModelName",
     "NamedToolChoice",
     "ReasoningBlock",
-    "Role",
     "ToolCall",
     "ToolChoice",
     "Usage",
