@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -12,6 +13,7 @@ from starlette.routing import Route
 
 from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes
+from suite_common.metrics import LATENCY_BUCKETS, CallMetrics
 from suite_common.observability import Observability
 from suite_common.settings import ServiceSettings
 
@@ -101,3 +103,20 @@ async def test_each_app_has_its_own_registry() -> None:
         await one.get("/items/1")
         text = (await two.get("/metrics")).text
     assert not [labels for labels in _samples(text, "http_requests_total") if ("route", "/items/{item_id}") in labels]
+
+
+def test_call_metrics_count_and_time_each_call_under_the_same_labels() -> None:
+    registry = CollectorRegistry()
+    calls = CallMetrics(registry, "thing_call", labels=["kind"], counted="Things called.", timed="Time of a thing.")
+
+    calls.observe("a", seconds=0.2)
+    calls.observe("a", seconds=0.3)
+    text = generate_latest(registry).decode()
+
+    assert "# HELP thing_calls_total Things called.\n" in text
+    assert "# HELP thing_call_duration_seconds Time of a thing.\n" in text
+    assert _samples(text, "thing_calls_total") == {(("kind", "a"),): 2.0}
+    assert _samples(text, "thing_call_duration_seconds_count") == {(("kind", "a"),): 2.0}
+    assert _samples(text, "thing_call_duration_seconds_sum") == {(("kind", "a"),): pytest.approx(0.5)}
+    buckets = _samples(text, "thing_call_duration_seconds_bucket")
+    assert sorted(float(le) for (_, (_, le)) in buckets) == sorted([*LATENCY_BUCKETS, float("inf")])

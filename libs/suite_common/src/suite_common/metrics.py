@@ -1,7 +1,8 @@
 """Prometheus metrics: one registry per app, HTTP request counts and latency for every service.
 
 Each service adds its own metrics to the same registry (runs, tool calls, LLM calls...) and
-serves them all at ``GET /metrics`` in the Prometheus text format. A registry per app, not
+serves them all at ``GET /metrics`` in the Prometheus text format; ``CallMetrics`` is the pair most of them are
+(a count of calls and a histogram of their latency, under the same labels). A registry per app, not
 the process-wide default, keeps apps (and tests) from sharing counters; each registry also carries
 the process's own figures (CPU, memory, file descriptors, garbage collections, Python version).
 """
@@ -9,6 +10,7 @@ the process's own figures (CPU, memory, file descriptors, garbage collections, P
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -28,7 +30,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from suite_common.openapi import ApiRoute, Operation
 
-__all__ = ["LATENCY_BUCKETS", "HttpMetrics", "HttpMetricsMiddleware", "bounded_label", "metrics_route", "new_registry"]
+__all__ = [
+    "LATENCY_BUCKETS",
+    "CallMetrics",
+    "HttpMetrics",
+    "HttpMetricsMiddleware",
+    "bounded_label",
+    "metrics_route",
+    "new_registry",
+]
 
 # A ``*_created`` sample per series doubles a scrape for a figure Prometheus never uses (it has the
 # counter's resets). Process-wide in prometheus_client, and wanted in every app of the suite.
@@ -60,20 +70,44 @@ def bounded_label(value: str, known: set[str], *, limit: int, other: str = "othe
     return other
 
 
-class HttpMetrics:
+class CallMetrics:
+    """A counter of calls and a histogram of their seconds, under the same labels: ``<name>s`` (exposed as
+    ``<name>s_total``) and ``<name>_duration_seconds`` (``name="llm_call"``: ``llm_calls_total``,
+    ``llm_call_duration_seconds``). ``counted`` and ``timed`` are their help texts."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        name: str,
+        *,
+        labels: Sequence[str],
+        counted: str,
+        timed: str,
+        buckets: Sequence[float] = LATENCY_BUCKETS,
+    ) -> None:
+        self.calls = Counter(f"{name}s", counted, labels, registry=registry)
+        self.latency = Histogram(f"{name}_duration_seconds", timed, labels, buckets=buckets, registry=registry)
+
+    def observe(self, *labels: str, seconds: float) -> None:
+        """One call that took ``seconds``, under ``labels`` (in the order they were declared)."""
+        self.calls.labels(*labels).inc()
+        self.latency.labels(*labels).observe(seconds)
+
+    def series(self, *labels: str) -> tuple[Counter, Histogram]:
+        """The counter's and the histogram's children for ``labels``, for a caller that keeps them."""
+        return self.calls.labels(*labels), self.latency.labels(*labels)
+
+
+class HttpMetrics(CallMetrics):
+    """The requests every service serves (``http_requests_total``, ``http_request_duration_seconds``)."""
+
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = Counter(
-            "http_requests",
-            "HTTP requests served, by route and status.",
-            ["method", "route", "status"],
-            registry=registry,
-        )
-        self.latency = Histogram(
-            "http_request_duration_seconds",
-            "Time to the end of the response (a stream's whole length), by route and status.",
-            ["method", "route", "status"],
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
+        super().__init__(
+            registry,
+            "http_request",
+            labels=["method", "route", "status"],
+            counted="HTTP requests served, by route and status.",
+            timed="Time to the end of the response (a stream's whole length), by route and status.",
         )
 
 
@@ -113,10 +147,7 @@ class HttpMetricsMiddleware:
         key = (method, template, status)
         series = self._children.get(key)
         if series is None:
-            series = (
-                self.metrics.requests.labels(method, template, str(status)),
-                self.metrics.latency.labels(method, template, str(status)),
-            )
+            series = self.metrics.series(method, template, str(status))
             if len(self._children) < _MAX_CACHED_SERIES:  # methods are the client's choice: keep the cache bounded
                 self._children[key] = series
         return series

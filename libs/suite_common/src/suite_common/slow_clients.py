@@ -92,90 +92,107 @@ def _over_capacity_app(limits: ReceiveLimits) -> Any:
     return over_capacity
 
 
+class _ReceiveLimited(asyncio.Protocol):
+    """The timers and the connection limit, mixed in before one of uvicorn's HTTP protocol classes, whose
+    attributes (``app``, ``cycle``, ``connections``, ``transport``, ``loop``, ``client``) it uses."""
+
+    _limits: ReceiveLimits
+    _refuse: Any
+    _timeouts: dict[Phase, float]
+    app: Any
+    cycle: Any
+    connections: set[Any]
+    transport: asyncio.Transport
+    loop: asyncio.AbstractEventLoop
+    client: Any
+
+    _receive_timer: asyncio.TimerHandle | None = None
+    _receiving: Phase | None = None
+    _seen_cycle: Any = None
+    _app_for_requests: Any = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._app_for_requests = self.app
+        self._arm("head")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._receiving is None:
+            self._arm("head")  # the first bytes of the next request on a kept-alive connection
+        self.app = self._refuse if len(self.connections) > self._limits.max_connections else self._app_for_requests
+        super().data_received(data)
+        self._advance()
+
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn answers a request it cannot parse in plain text; the suite's clients read the JSON error.
+        self._disarm()
+        cycle = self.cycle
+        if cycle is None or not cycle.response_started or cycle.response_complete:
+            message = f"The request is not valid HTTP/1.1: {msg}"
+            self.transport.write(_raw_response(b"400 Bad Request", "invalid_http_request", message))
+        self.transport.close()
+
+    def _arm(self, phase: Phase) -> None:
+        self._disarm()
+        self._receiving = phase
+        self._receive_timer = self.loop.call_later(self._timeouts[phase], self._expired, phase)
+
+    def _disarm(self) -> None:
+        if self._receive_timer is not None:
+            self._receive_timer.cancel()
+            self._receive_timer = None
+        self._receiving = None
+
+    def _advance(self) -> None:
+        """Move on from the head to the body, and from the body to nothing, as the parser did."""
+        cycle = self.cycle
+        if self._receiving is not None and cycle is not None and cycle is not self._seen_cycle:
+            # A new head is in. From the body phase too: the parser moved past the previous body,
+            # which uvicorn no longer marks complete once the app has answered without reading it.
+            self._seen_cycle = cycle
+            if cycle.more_body:
+                self._arm("body")
+            else:
+                self._disarm()
+        elif self._receiving == "body" and not self._seen_cycle.more_body:
+            self._disarm()
+
+    def _expired(self, phase: Phase) -> None:
+        self._receive_timer = None
+        self._advance()  # h11 parses a pipelined head outside data_received
+        if self._receiving != phase or self._receive_timer is not None:
+            return
+        self._receiving = None
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        if cycle is not None and cycle.response_started and not cycle.response_complete:
+            cycle.keep_alive = False  # an answer is going out: let it end, then close
+            return
+        if cycle is not None and not cycle.response_complete:
+            # The app waits for the body: it sees the client gone, and whatever it answers is dropped.
+            cycle.disconnected = True
+            cycle.message_event.set()
+        what = "head" if phase == "head" else "body"
+        seconds = self._timeouts[phase]
+        setting = f"{self._limits.env_prefix}REQUEST_{what.upper()}_TIMEOUT_SECONDS"
+        _log.info("request_receive_timeout", part=what, seconds=seconds, client=self.client)
+        message = f"The request's {what} did not arrive within {seconds:g} s ({setting})."
+        self.transport.write(_raw_response(b"408 Request Timeout", "request_timeout", message))
+        self.transport.close()
+
+
 def receive_limited_protocol(limits: ReceiveLimits, base: type[asyncio.Protocol] = _Default) -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol class ``base`` (httptools, else h11) with ``limits``; pass it as ``Config(http=...)``."""
-    refuse = _over_capacity_app(limits)
-    timeouts = {"head": limits.head_timeout_seconds, "body": limits.body_timeout_seconds}
 
-    class ReceiveLimitedProtocol(base):  # type: ignore[valid-type, misc]
-        _receive_timer: asyncio.TimerHandle | None = None
-        _receiving: Phase | None = None
-        _seen_cycle: Any = None
-        _app_for_requests: Any = None
-
-        def connection_made(self, transport: asyncio.Transport) -> None:
-            super().connection_made(transport)
-            self._app_for_requests = self.app
-            self._arm("head")
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
-
-        def data_received(self, data: bytes) -> None:
-            if self._receiving is None:
-                self._arm("head")  # the first bytes of the next request on a kept-alive connection
-            self.app = refuse if len(self.connections) > limits.max_connections else self._app_for_requests
-            super().data_received(data)
-            self._advance()
-
-        def send_400_response(self, msg: str) -> None:
-            # uvicorn answers a request it cannot parse in plain text; the suite's clients read the JSON error.
-            self._disarm()
-            cycle = self.cycle
-            if cycle is None or not cycle.response_started or cycle.response_complete:
-                message = f"The request is not valid HTTP/1.1: {msg}"
-                self.transport.write(_raw_response(b"400 Bad Request", "invalid_http_request", message))
-            self.transport.close()
-
-        def _arm(self, phase: Phase) -> None:
-            self._disarm()
-            self._receiving = phase
-            self._receive_timer = self.loop.call_later(timeouts[phase], self._expired, phase)
-
-        def _disarm(self) -> None:
-            if self._receive_timer is not None:
-                self._receive_timer.cancel()
-                self._receive_timer = None
-            self._receiving = None
-
-        def _advance(self) -> None:
-            """Move on from the head to the body, and from the body to nothing, as the parser did."""
-            cycle = self.cycle
-            if self._receiving is not None and cycle is not None and cycle is not self._seen_cycle:
-                # A new head is in. From the body phase too: the parser moved past the previous body,
-                # which uvicorn no longer marks complete once the app has answered without reading it.
-                self._seen_cycle = cycle
-                if cycle.more_body:
-                    self._arm("body")
-                else:
-                    self._disarm()
-            elif self._receiving == "body" and not self._seen_cycle.more_body:
-                self._disarm()
-
-        def _expired(self, phase: Phase) -> None:
-            self._receive_timer = None
-            self._advance()  # h11 parses a pipelined head outside data_received
-            if self._receiving != phase or self._receive_timer is not None:
-                return
-            self._receiving = None
-            if self.transport.is_closing():
-                return
-            cycle = self.cycle
-            if cycle is not None and cycle.response_started and not cycle.response_complete:
-                cycle.keep_alive = False  # an answer is going out: let it end, then close
-                return
-            if cycle is not None and not cycle.response_complete:
-                # The app waits for the body: it sees the client gone, and whatever it answers is dropped.
-                cycle.disconnected = True
-                cycle.message_event.set()
-            what = "head" if phase == "head" else "body"
-            seconds = timeouts[phase]
-            setting = f"{limits.env_prefix}REQUEST_{what.upper()}_TIMEOUT_SECONDS"
-            _log.info("request_receive_timeout", part=what, seconds=seconds, client=self.client)
-            message = f"The request's {what} did not arrive within {seconds:g} s ({setting})."
-            self.transport.write(_raw_response(b"408 Request Timeout", "request_timeout", message))
-            self.transport.close()
+    class ReceiveLimitedProtocol(_ReceiveLimited, base):  # type: ignore[valid-type, misc]
+        _limits = limits
+        _refuse = staticmethod(_over_capacity_app(limits))  # the ASGI app itself, not a method
+        _timeouts = {"head": limits.head_timeout_seconds, "body": limits.body_timeout_seconds}
 
     ReceiveLimitedProtocol.__name__ = f"ReceiveLimited{base.__name__}"
     return ReceiveLimitedProtocol

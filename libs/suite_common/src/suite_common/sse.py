@@ -82,81 +82,103 @@ class EventStreamResponse:
         self.defer_start = defer_start
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = [
+        stream = _Stream(send, self._headers(), self.ping_interval)
+        if not self.defer_start:
+            await stream.start()
+        stream.last_sent = anyio.current_time()
+        with stream.cancel_scope:
+            # Bare asyncio tasks tied to this scope by the ``finally`` below, not an anyio task group:
+            # per stream, the group and its two tasks cost several times as much CPU (uvicorn runs on asyncio).
+            loop = asyncio.get_running_loop()
+            watchers = (loop.create_task(stream.watch_disconnect(receive)), loop.create_task(stream.keep_alive()))
+            instead: ASGIApp | None = None
+            try:
+                instead = await self.producer(stream.send_chunk)
+            except OSError:
+                stream.client_gone = True  # the transport refused a write
+            finally:
+                for watcher in watchers:
+                    watcher.cancel()
+        if not stream.started and not stream.client_gone and instead is not None:
+            await instead(scope, receive, send)
+            return
+        if not stream.client_gone:
+            await stream.end()
+
+    def _headers(self) -> list[tuple[bytes, bytes]]:
+        return [
             (b"content-type", b"text/event-stream; charset=utf-8"),
             (b"cache-control", b"no-cache"),
             (b"x-accel-buffering", b"no"),
             *((k.lower().encode(), v.encode()) for k, v in self.headers.items()),
         ]
-        started = False
 
-        async def start() -> None:
-            nonlocal started
-            started = True
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
 
-        if not self.defer_start:
-            await start()
+class _Stream:
+    """One response's state while its producer runs: whether it has started, when it last sent, whether the
+    client has gone (cancelling ``cancel_scope``, the producer's)."""
+
+    __slots__ = (
+        "_headers",
+        "_ping_interval",
+        "_send",
+        "_send_lock",
+        "cancel_scope",
+        "client_gone",
+        "last_sent",
+        "started",
+    )
+
+    def __init__(self, send: Send, headers: list[tuple[bytes, bytes]], ping_interval: float) -> None:
+        self._send = send
+        self._headers = headers
+        self._ping_interval = ping_interval
         # The producer is not the only sender: the agent loop emits the results of parallel tool calls
         # from their own tasks, and the keep-alive pings come from another. The lock keeps each event
         # whole; ``fast_acquire`` takes it without a trip through the event loop when it is free.
-        send_lock = anyio.Lock(fast_acquire=True)
-        last_sent = anyio.current_time()
-        client_gone = False
+        self._send_lock = anyio.Lock(fast_acquire=True)
+        self.cancel_scope = anyio.CancelScope()
+        self.started = False
+        self.client_gone = False
+        self.last_sent = 0.0
 
-        async def send_chunk(chunk: bytes) -> None:
-            nonlocal last_sent
-            async with send_lock:
-                if not started:
-                    await start()
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            last_sent = anyio.current_time()
+    async def start(self) -> None:
+        self.started = True
+        await self._send({"type": "http.response.start", "status": 200, "headers": self._headers})
 
-        with anyio.CancelScope() as cancel_scope:
+    async def send_chunk(self, chunk: bytes) -> None:
+        async with self._send_lock:
+            if not self.started:
+                await self.start()
+            await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
+        self.last_sent = anyio.current_time()
 
-            async def watch_disconnect() -> None:
-                nonlocal client_gone
-                try:
-                    while (await receive())["type"] != "http.disconnect":
-                        pass
-                except Exception:  # cannot tell any more: a failed write will say when the client has gone
-                    return
-                client_gone = True
-                cancel_scope.cancel()
-
-            async def keep_alive() -> None:
-                nonlocal client_gone
-                while True:
-                    if not started:  # a ping would start the response
-                        await anyio.sleep(self.ping_interval)
-                        continue
-                    await anyio.sleep(max(0.0, last_sent + self.ping_interval - anyio.current_time()))
-                    if anyio.current_time() - last_sent >= self.ping_interval:
-                        try:
-                            await send_chunk(PING)
-                        except OSError:  # the transport refused a write: the client has gone
-                            client_gone = True
-                            cancel_scope.cancel()
-                            return
-
-            # Bare asyncio tasks tied to this scope by the ``finally`` below, not an anyio task group:
-            # per stream, the group and its two tasks cost several times as much CPU (uvicorn runs on asyncio).
-            loop = asyncio.get_running_loop()
-            watchers = (loop.create_task(watch_disconnect()), loop.create_task(keep_alive()))
-            instead: ASGIApp | None = None
-            try:
-                instead = await self.producer(send_chunk)
-            except OSError:
-                client_gone = True  # the transport refused a write
-            finally:
-                for watcher in watchers:
-                    watcher.cancel()
-        if not started and not client_gone and instead is not None:
-            await instead(scope, receive, send)
+    async def watch_disconnect(self, receive: Receive) -> None:
+        try:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+        except Exception:  # cannot tell any more: a failed write will say when the client has gone
             return
-        if not client_gone:
-            with contextlib.suppress(OSError):
-                async with send_lock:  # after a ping that may still be being written
-                    if not started:
-                        await start()
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+        self.client_gone = True
+        self.cancel_scope.cancel()
+
+    async def keep_alive(self) -> None:
+        while True:
+            if not self.started:  # a ping would start the response
+                await anyio.sleep(self._ping_interval)
+                continue
+            await anyio.sleep(max(0.0, self.last_sent + self._ping_interval - anyio.current_time()))
+            if anyio.current_time() - self.last_sent >= self._ping_interval:
+                try:
+                    await self.send_chunk(PING)
+                except OSError:  # the transport refused a write: the client has gone
+                    self.client_gone = True
+                    self.cancel_scope.cancel()
+                    return
+
+    async def end(self) -> None:
+        with contextlib.suppress(OSError):
+            async with self._send_lock:  # after a ping that may still be being written
+                if not self.started:
+                    await self.start()
+                await self._send({"type": "http.response.body", "body": b"", "more_body": False})

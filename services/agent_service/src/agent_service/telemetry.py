@@ -16,7 +16,7 @@ from opentelemetry.trace import Span, Tracer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from suite_common.logging import get_logger
-from suite_common.metrics import LATENCY_BUCKETS
+from suite_common.metrics import LATENCY_BUCKETS, CallMetrics
 from suite_common.tracing import mark_request_failed, mark_span_failed
 
 __all__ = ["UNLISTED_TOOL", "RunTelemetry"]
@@ -43,18 +43,12 @@ class RunTelemetry:
             "agent_run_rounds", "LLM rounds per run.", buckets=(1, 2, 3, 4, 5, 7, 10, 15), registry=registry
         )
         self._in_flight = Gauge("agent_runs_in_flight", "Runs under way.", registry=registry)
-        self._tool_calls = Counter(
-            "agent_tool_calls",
-            "Tool calls made by runs, by server, tool and status.",
-            ["server", "tool", "status"],
-            registry=registry,
-        )
-        self._tool_latency = Histogram(
-            "agent_tool_call_duration_seconds",
-            "Time of one tool call as the loop saw it, by server, tool and status.",
-            ["server", "tool", "status"],
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
+        self._tool_calls = CallMetrics(
+            registry,
+            "agent_tool_call",
+            labels=["server", "tool", "status"],
+            counted="Tool calls made by runs, by server, tool and status.",
+            timed="Time of one tool call as the loop saw it, by server, tool and status.",
         )
 
         self._store_writes = Histogram(
@@ -125,8 +119,7 @@ class RunTelemetry:
         ``server`` is ``-`` for a tool the run does not list: its name is the model's, so the metrics count
         it under ``tool="unlisted"`` (the audit line keeps the name)."""
         label = tool if server != "-" else UNLISTED_TOOL
-        self._tool_calls.labels(server, label, status).inc()
-        self._tool_latency.labels(server, label, status).observe(seconds)
+        self._tool_calls.observe(server, label, status, seconds=seconds)
         _audit.info(
             "audit_tool_call",
             run_id=run_id,

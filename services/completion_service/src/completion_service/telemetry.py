@@ -11,11 +11,11 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from opentelemetry.trace import Span, Tracer
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter
 
 from completion_service.providers._transport import CallStats
 from suite_common.errors import ApiError
-from suite_common.metrics import LATENCY_BUCKETS, bounded_label
+from suite_common.metrics import CallMetrics, bounded_label
 from suite_common.tracing import mark_span_failed
 from suite_common.wire import Usage
 
@@ -53,19 +53,13 @@ class LlmTelemetry:
     def __init__(self, registry: CollectorRegistry) -> None:
         self._catalog_models: frozenset[str] = frozenset()
         self._caller_models: set[str] = set()
-        self._calls = Counter(
-            "llm_calls",
-            "Calls of a model (each model of a fallback chain counts), by provider, model and outcome "
+        self._calls = CallMetrics(
+            registry,
+            "llm_call",
+            labels=["provider", "model", "outcome"],
+            counted="Calls of a model (each model of a fallback chain counts), by provider, model and outcome "
             "(ok or the neutral error code).",
-            ["provider", "model", "outcome"],
-            registry=registry,
-        )
-        self._latency = Histogram(
-            "llm_call_duration_seconds",
-            "Time of one model call, retries included (a stream's whole length), by provider, model and outcome.",
-            ["provider", "model", "outcome"],
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
+            timed="Time of one model call, retries included (a stream's whole length), by provider, model and outcome.",
         )
         self._tokens = Counter(
             "llm_tokens",
@@ -93,8 +87,7 @@ class LlmTelemetry:
         self, *, provider: str, model: str, outcome: str, seconds: float, stats: CallStats, usage: Usage | None
     ) -> None:
         model = self._model(model)
-        self._calls.labels(provider, model, outcome).inc()
-        self._latency.labels(provider, model, outcome).observe(seconds)
+        self._calls.observe(provider, model, outcome, seconds=seconds)
         if stats.retries:
             self._retries.labels(provider).inc(stats.retries)
         if usage is not None:

@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from suite_common.json_types import json_type
+
 __all__ = ["ALLOWED_KEYWORDS", "ALLOWED_TYPES", "to_gemini_parameters", "to_gemini_schema"]
 
 ALLOWED_KEYWORDS = frozenset(
@@ -417,29 +419,15 @@ def _implied_type(node: Mapping[str, Any], enum: list[Any] | None) -> str | None
     if any(key in node for key in _ARRAY_HINTS):
         return "array"
     if enum:
-        kinds = {_json_type(value) for value in enum}
-        if len(kinds) == 1:
-            return kinds.pop()
-        return "string"  # mixed values: each one is spelled out as a string
+        kinds = {json_type(value) for value in enum}
+        if len(kinds) == 1 and (kind := kinds.pop()) in ALLOWED_TYPES:
+            return kind
+        return "string"  # mixed values (or of no Gemini type): each one is spelled out as a string
     if any(key in node for key in _STRING_HINTS) or node.get("format") in _FORMATS["string"]:
         return "string"
     if any(key in node for key in _NUMBER_HINTS):
         return "number"
     return None
-
-
-def _json_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    return "string"
 
 
 def _annotated(node: Mapping[str, Any], result: dict[str, Any]) -> dict[str, Any]:

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from opentelemetry import trace
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from mcp_client_service.calls.call import CallRecord
 from mcp_client_service.registry.server_registry import ServerRegistry
-from suite_common.metrics import LATENCY_BUCKETS
+from suite_common.metrics import CallMetrics
 from suite_common.tracing import mark_span_failed
 
 __all__ = ["GatewayTelemetry"]
@@ -49,25 +49,19 @@ class _ServerStates(Collector):
 
 class GatewayTelemetry:
     def __init__(self, metrics: CollectorRegistry, servers: ServerRegistry) -> None:
-        self._calls = Counter(
-            "mcp_tool_calls",
-            "Tool calls by server, tool and outcome (ok, tool_error, invalid_arguments, timeout, cancelled, ...).",
-            ["server", "tool", "outcome"],
-            registry=metrics,
-        )
-        self._latency = Histogram(
-            "mcp_tool_call_duration_seconds",
-            "Time of one tool call through the gateway, by server, tool and outcome.",
-            ["server", "tool", "outcome"],
-            buckets=LATENCY_BUCKETS,
-            registry=metrics,
+        self._calls = CallMetrics(
+            metrics,
+            "mcp_tool_call",
+            labels=["server", "tool", "outcome"],
+            counted="Tool calls by server, tool and outcome "
+            "(ok, tool_error, invalid_arguments, timeout, cancelled, ...).",
+            timed="Time of one tool call through the gateway, by server, tool and outcome.",
         )
         metrics.register(_ServerStates(servers))
 
     def call(self, record: CallRecord) -> None:
         """Counted, timed, and noted on the call's span (the current one: calls end inside it)."""
-        self._calls.labels(record.server, record.tool, record.outcome).inc()
-        self._latency.labels(record.server, record.tool, record.outcome).observe(record.duration_ms / 1000)
+        self._calls.observe(record.server, record.tool, record.outcome, seconds=record.duration_ms / 1000)
         span = trace.get_current_span()
         span.set_attributes({"tool.server": record.server, "tool.outcome": record.outcome})
         if record.outcome != "ok":

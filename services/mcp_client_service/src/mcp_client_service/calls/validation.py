@@ -29,6 +29,7 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 
 from suite_common.echo import clip
+from suite_common.json_types import json_type
 from suite_common.logging import get_logger
 
 __all__ = [
@@ -83,27 +84,9 @@ def _render(value: Any) -> str:
     return clip(text, _MAX_VALUE_CHARS)
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
-
-
 def _got(value: Any) -> str:
     """``got string "ten"``; containers by their type alone, as their text says little."""
-    kind = _json_type(value)
+    kind = json_type(value)
     return f"got {kind}" if kind in ("object", "array") else f"got {kind} {_render(value)}"
 
 

@@ -37,6 +37,8 @@ from mcp_types.methods import validate_server_result
 from pydantic import ValidationError
 from referencing.jsonschema import UnknownDialect, specification_with
 
+from suite_common.json_types import json_type
+
 __all__ = [
     "DEFAULT_MAX_TOOLS",
     "MAX_SCHEMA_DEPTH",
@@ -111,7 +113,7 @@ def input_schema_problem(tool: Mapping[str, Any]) -> str | None:
         return "it has no inputSchema"
     schema = tool["inputSchema"]
     if not isinstance(schema, dict):
-        return f"its inputSchema is a JSON {_json_type(schema)}, not an object"
+        return f"its inputSchema is a JSON {json_type(schema, integers=False)}, not an object"
     for key in ("inputSchema", "outputSchema"):
         depth = _nesting_beyond(tool.get(key), MAX_SCHEMA_DEPTH)
         if depth is not None:
@@ -157,18 +159,6 @@ def tool_problem(tool: Any, result: Mapping[str, Any], protocol_version: str | N
     except (KeyError, ValueError):
         return None  # a version the SDK has no schema for: nothing more to check
     return None
-
-
-def _json_type(value: Any) -> str:
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, list):
-        return "array"
-    return "null" if value is None else type(value).__name__
 
 
 class ToolListingFilter:

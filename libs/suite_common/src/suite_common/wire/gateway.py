@@ -1,0 +1,80 @@
+"""mcp-client-service's contract: the tools it lists and a call of one, with its progress (docs/gateway-api.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from suite_common.wire.base import WireModel
+
+__all__ = [
+    "CallToolProgress",
+    "CallToolRequest",
+    "CallToolResponse",
+    "ListToolsResponse",
+    "ToolInfo",
+    "ToolUnavailable",
+]
+
+
+class ToolUnavailable(WireModel):
+    """Why a configured tool cannot be called now (its server is restarting, its circuit is open)."""
+
+    reason: str
+    retry_after_seconds: float | None = None
+    """When to try again, as far as the gateway knows; ``None`` while it is reconnecting right now."""
+
+
+class ToolInfo(WireModel):
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any]
+    server: str
+    server_tool: str | None = None
+    """The tool's own name on its server, set when the gateway lists it under another (a server's
+    ``toolPrefix``, or ``<server>__<tool>`` under ``MCP_CLIENT_TOOL_NAME_COLLISION=prefix``);
+    ``None``: the same as ``name``."""
+    title: str | None = None
+    annotations: dict[str, Any] | None = None
+    """MCP ``ToolAnnotations`` as the server sent them: ``readOnlyHint``, ``destructiveHint``,
+    ``idempotentHint``, ``openWorldHint``, ``title``."""
+    output_schema: dict[str, Any] | None = None
+    unavailable: ToolUnavailable | None = None
+    """Set on a tool whose server is known but cannot take calls now: it is listed all the same,
+    and ``call-tool`` answers 503 ``tool_unavailable`` with ``Retry-After``."""
+
+
+class ListToolsResponse(WireModel):
+    tools: list[ToolInfo]
+
+
+class CallToolRequest(WireModel):
+    name: str = Field(min_length=1)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    server: str | None = Field(default=None, min_length=1)
+    """The MCP server to run the tool on (``server`` of its ``list-tools`` entry). Given, the gateway calls that
+    server's tool, or nothing: whatever ``name`` resolves to now (under ``first_wins`` a name falls to the next
+    server while its first is away, and back), the call never runs on another server. 409
+    ``tool_server_mismatch`` if that server does not have the tool now; 503 ``tool_unavailable`` while it is away."""
+    server_tool: str | None = Field(default=None, min_length=1)
+    """With ``server``: the tool's own name there (``serverTool``, else ``name``, of its ``list-tools`` entry);
+    ``name`` must then be a name that tool is listed under (its server's ``toolPrefix`` and its own name, or
+    ``<server>__`` and that)."""
+
+
+class CallToolResponse(WireModel):
+    content: list[dict[str, Any]]
+    """MCP content blocks as the server sent them (``{"type": "text", "text": ...}`` and so on)."""
+    structured_content: dict[str, Any] | None = None
+    is_error: bool = False
+    server: str
+    duration_ms: float
+
+
+class CallToolProgress(WireModel):
+    """A ``progress`` event of a ``call-tool`` answered as SSE: the MCP server's ``notifications/progress``."""
+
+    progress: float
+    total: float | None = None
+    message: str | None = None
