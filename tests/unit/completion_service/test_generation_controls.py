@@ -20,8 +20,9 @@ from completion_service.controls import (
     without_reasoning_text,
 )
 from completion_service.providers import bedrock, gemini, openai
+from completion_service.providers._anthropic_shape import DEFAULT_MAX_TOKENS
 from completion_service.providers._openai_wire import reasons, temperature_warnings
-from completion_service.providers.anthropic import DEFAULT_MAX_TOKENS, AnthropicProvider
+from completion_service.providers.anthropic import AnthropicProvider
 from completion_service.providers.base import events_of
 from completion_service.providers.demo import DemoProvider
 from completion_service.providers.openai_responses import ResponsesProvider

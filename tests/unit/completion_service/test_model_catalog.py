@@ -10,8 +10,8 @@ import pytest
 from pydantic import SecretStr
 
 from completion_service.catalog import CatalogError, load_catalog, resolve_secret
+from completion_service.routing import build_router
 from completion_service.settings import CompletionSettings
-from completion_service.wiring import build_router
 from suite_common.wire import CompletionRequest, Message
 
 

@@ -264,6 +264,62 @@ async def _single_completion(
     return _Answer("".join(streamed) or None, None, AgentInfo(finish_reason="deadline", iterations=1), cut)
 
 
+class _Chunks:
+    """The frames of one streamed answer as the run goes: the role chunk first (once, whatever comes first), then
+    the rounds' text and reasoning deltas (a blank line between two rounds', as in the whole answer) and, asked for
+    with ``X-Agent-Events``, the run's other events as extra frames."""
+
+    def __init__(self, writer: ChunkWriter, send: SendChunk, *, events: bool, reasoning: bool) -> None:
+        self.writer = writer
+        self.started = False
+        self._send = send
+        self._events = events
+        self._reasoning = reasoning
+        self._text_round = 0  # the round whose text was streamed last (0: none yet)
+        self._reasoning_round = 0  # the same for its reasoning
+
+    # Per text delta: one chunk encoded and sent, nothing more (hence no helper coroutines on that path).
+    async def frame(self, payload: str) -> None:
+        await self._send(f"data: {payload}\n\n".encode())
+
+    async def start(self) -> None:
+        self.started = True
+        await self._send(f"data: {self.writer.role()}\n\n".encode())
+
+    async def on_text(self, iteration: int, delta: str) -> None:
+        if not self.started:
+            await self.start()
+        if self._text_round != iteration:
+            if self._text_round:
+                delta = "\n\n" + delta  # as in the answer's content: a blank line between the rounds' texts
+            self._text_round = iteration
+        await self._send(f"data: {self.writer.text(delta)}\n\n".encode())
+
+    async def on_reasoning(self, iteration: int, delta: str) -> None:
+        if not self.started:
+            await self.start()
+        if self._reasoning_round != iteration:
+            if self._reasoning_round:
+                delta = "\n\n" + delta  # as in the whole answer's reasoning_content
+            self._reasoning_round = iteration
+        await self.frame(self.writer.reasoning(delta))
+
+    async def on_event(self, event: RunEvent) -> None:
+        if event.type == "text":
+            await self.on_text(event.iteration, event.delta)
+            return
+        if event.type == "reasoning":
+            if self._reasoning:
+                await self.on_reasoning(event.iteration, event.delta)
+            return
+        if event.type in ("error", "run_started"):
+            return  # an error is said by the outcome, as an HTTP error if nothing was sent yet
+        if not self.started:
+            await self.start()
+        if self._events and event.type not in _NOT_FORWARDED:
+            await self.frame(self.writer.agent_event(dump(event)))
+
+
 class _Request:
     """One chat completion request, planned: how it runs and how it is answered."""
 
@@ -356,69 +412,24 @@ class _Request:
         a later one is an ``{"error": ...}`` frame, which the SDK raises too."""
         include_usage = bool(self.body.stream_options and self.body.stream_options.include_usage)
         writer = ChunkWriter(self.id, self.created, self.body.model, include_usage=include_usage)
-        started = False
-        text_round = 0  # the round whose text was streamed last (0: none yet)
-        reasoning_round = 0  # the same for its reasoning
-
-        # Per text delta: one chunk encoded and sent, nothing more (hence no helper coroutines on that path).
-        async def frame(payload: str) -> None:
-            await send(f"data: {payload}\n\n".encode())
-
-        async def start() -> None:
-            nonlocal started
-            started = True
-            await send(f"data: {writer.role()}\n\n".encode())
-
-        async def on_text(iteration: int, delta: str) -> None:
-            nonlocal text_round
-            if not started:
-                await start()
-            if text_round != iteration:
-                if text_round:
-                    delta = "\n\n" + delta  # as in the answer's content: a blank line between the rounds' texts
-                text_round = iteration
-            await send(f"data: {writer.text(delta)}\n\n".encode())
-
-        async def on_reasoning(iteration: int, delta: str) -> None:
-            nonlocal reasoning_round
-            if not started:
-                await start()
-            if reasoning_round != iteration:
-                if reasoning_round:
-                    delta = "\n\n" + delta  # as in the whole answer's reasoning_content
-                reasoning_round = iteration
-            await frame(writer.reasoning(delta))
-
-        async def on_event(event: RunEvent) -> None:
-            if event.type == "text":
-                await on_text(event.iteration, event.delta)
-                return
-            if event.type == "reasoning":
-                if self.reasoning:
-                    await on_reasoning(event.iteration, event.delta)
-                return
-            if event.type in ("error", "run_started"):
-                return  # an error is said by the outcome, as an HTTP error if nothing was sent yet
-            if not started:
-                await start()
-            if self.events and event.type not in _NOT_FORWARDED:
-                await frame(writer.agent_event(dump(event)))
-
+        chunks = _Chunks(writer, send, events=self.events, reasoning=self.reasoning)
         try:
             live = self.mode == "live"
-            work = self.work(on_event, on_text if live else None, on_reasoning if live and self.reasoning else None)
+            on_reasoning = chunks.on_reasoning if live and self.reasoning else None
+            work = self.work(chunks.on_event, chunks.on_text if live else None, on_reasoning)
             finished, answer = await until_interrupted(self.services.lifecycle, work)
         except Exception as error:  # a bug, not an upstream failure: still end the stream with an error
             _log.error("openai_front_crashed", run_id=self.plan.run_id, exc_info=error)
-            failure = ApiError(500, "internal_error", "The run failed unexpectedly.")
-            return await self._fail(failure, started, frame)
+            return await self._fail(ApiError(500, "internal_error", "The run failed unexpectedly."), chunks)
         if not finished or answer is None:
-            failure = ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"})
-            return await self._fail(failure, started, frame)
+            return await self._fail(
+                ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"}), chunks
+            )
         if answer.error is not None:
-            return await self._fail(answer.error, started, frame)
-        if not started:
-            await start()
+            return await self._fail(answer.error, chunks)
+        if not chunks.started:
+            await chunks.start()
+        frame = chunks.frame
         if self.mode == "final_only" and self.reasoning and answer.reasoning:
             for piece in utf8_pieces(answer.reasoning):
                 await frame(writer.reasoning(piece))
@@ -433,14 +444,12 @@ class _Request:
         await frame("[DONE]")
         return None
 
-    async def _fail(
-        self, error: UpstreamError | ApiError, started: bool, frame: Callable[[str], Awaitable[None]]
-    ) -> ASGIApp | None:
-        if not started:
+    async def _fail(self, error: UpstreamError | ApiError, chunks: _Chunks) -> ASGIApp | None:
+        if not chunks.started:
             return self.failure(error)
         body = error_body(error_status(error.status, error.code), error.code, error.message)
-        await frame(json.dumps(body, ensure_ascii=False))
-        await frame("[DONE]")
+        await chunks.frame(json.dumps(body, ensure_ascii=False))
+        await chunks.frame("[DONE]")
         return None
 
 

@@ -1,8 +1,10 @@
 """OpenAI's Chat Completions wire format and the suite's runs, translated both ways. Pure: no I/O.
 
 The request and response models are explicit so that the front's routes can declare them (OpenAPI).
-They keep OpenAI's snake_case field names and ignore fields the front does not use (``top_p``,
-``logprobs``, ``user``, ...), as OpenAI-compatible servers commonly do. See docs/openai-front.md.
+The shapes the format has in both directions (messages, tool calls, usage, choices) and its argument
+and usage helpers are ``suite_common.openai_chat``'s, shared with completion-service's ``openai`` provider;
+what is the front's own is here: the request it accepts (its limits), the ``agent`` extension fields,
+the model list, errors, and the stream's chunks. See docs/openai-front.md.
 """
 
 from __future__ import annotations
@@ -10,9 +12,25 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from suite_common.echo import clip
+from suite_common.openai_chat import (
+    ChatMessage,
+    Choice,
+    ChunkChoice,
+    CompletionUsage,
+    NamedToolChoiceItem,
+    OpenAIModel,
+    ResponseFunctionCall,
+    ResponseMessage,
+    ResponseToolCall,
+    StreamOptions,
+    ToolDefinition,
+    arguments_text,
+    completion_usage,
+    to_tool_call,
+)
 from suite_common.wire import (
     Message,
     ModelName,
@@ -32,9 +50,7 @@ __all__ = [
     "ChatCompletion",
     "ChatCompletionChunk",
     "ChatCompletionRequest",
-    "ChatMessage",
     "ChunkWriter",
-    "CompletionUsage",
     "ModelCard",
     "ModelList",
     "OpenAIError",
@@ -70,62 +86,10 @@ class WireError(ValueError):
     """The request is well-formed JSON but cannot be translated; the message says why (a 400)."""
 
 
-class _OpenAIModel(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
 # --- the request -------------------------------------------------------------------------------
 
 
-class FunctionDefinition(_OpenAIModel):
-    name: str = Field(min_length=1)
-    description: str = ""
-    parameters: dict[str, Any] | None = None
-
-
-class ToolDefinition(_OpenAIModel):
-    type: Literal["function"] = "function"
-    function: FunctionDefinition
-
-
-class FunctionCall(_OpenAIModel):
-    name: str
-    arguments: str = ""
-
-
-class ToolCallItem(_OpenAIModel):
-    id: str
-    type: Literal["function"] = "function"
-    function: FunctionCall
-
-
-class ContentPart(_OpenAIModel):
-    type: str
-    text: str | None = None
-
-
-class ChatMessage(_OpenAIModel):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
-    tool_calls: list[ToolCallItem] | None = None
-    tool_call_id: str | None = None
-
-
-class NamedFunction(_OpenAIModel):
-    name: str = Field(min_length=1)
-
-
-class NamedToolChoiceItem(_OpenAIModel):
-    type: Literal["function"] = "function"
-    function: NamedFunction
-
-
-class StreamOptions(_OpenAIModel):
-    include_usage: bool = False
-
-
-class ChatCompletionRequest(_OpenAIModel):
+class ChatCompletionRequest(OpenAIModel):
     """``POST /v1/chat/completions``."""
 
     model: ModelName
@@ -149,20 +113,7 @@ class ChatCompletionRequest(_OpenAIModel):
 # --- the answers -------------------------------------------------------------------------------
 
 
-class CompletionTokensDetails(_OpenAIModel):
-    reasoning_tokens: int
-    """Of ``completion_tokens``, those spent reasoning."""
-
-
-class CompletionUsage(_OpenAIModel):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-    completion_tokens_details: CompletionTokensDetails | None = None
-    """Where the provider reported its reasoning tokens."""
-
-
-class AgentInfo(_OpenAIModel):
+class AgentInfo(OpenAIModel):
     """How the run ended in the suite's own terms (``finish_reason``: stop, tool_calls, max_iterations, ...)."""
 
     run_id: str | None = None
@@ -173,34 +124,7 @@ class AgentInfo(_OpenAIModel):
     """Controls of the request its model ignored (``reasoning_effort``, ``verbosity``), each in a sentence."""
 
 
-class ResponseFunctionCall(_OpenAIModel):
-    name: str
-    arguments: str
-
-
-class ResponseToolCall(_OpenAIModel):
-    id: str
-    type: Literal["function"] = "function"
-    function: ResponseFunctionCall
-
-
-class ResponseMessage(_OpenAIModel):
-    role: Literal["assistant"] = "assistant"
-    content: str | None = None
-    refusal: str | None = None
-    tool_calls: list[ResponseToolCall] | None = None
-    reasoning_content: str | None = None
-    """The model's reasoning (as vLLM and DeepSeek send it), asked for with ``X-Agent-Reasoning: true``."""
-
-
-class Choice(_OpenAIModel):
-    index: int = 0
-    message: ResponseMessage
-    finish_reason: str
-    logprobs: None = None
-
-
-class ChatCompletion(_OpenAIModel):
+class ChatCompletion(OpenAIModel):
     """The answer with ``stream: false`` (or in the ``disabled`` stream mode)."""
 
     id: str
@@ -212,28 +136,7 @@ class ChatCompletion(_OpenAIModel):
     agent: AgentInfo
 
 
-class ChunkToolCall(_OpenAIModel):
-    index: int
-    id: str
-    type: Literal["function"] = "function"
-    function: ResponseFunctionCall
-
-
-class ChunkDelta(_OpenAIModel):
-    role: Literal["assistant"] | None = None
-    content: str | None = None
-    reasoning_content: str | None = None
-    tool_calls: list[ChunkToolCall] | None = None
-
-
-class ChunkChoice(_OpenAIModel):
-    index: int = 0
-    delta: ChunkDelta
-    finish_reason: str | None = None
-    logprobs: None = None
-
-
-class ChatCompletionChunk(_OpenAIModel):
+class ChatCompletionChunk(OpenAIModel):
     """One ``data:`` frame of a streamed answer; ``ChunkWriter`` writes them."""
 
     id: str
@@ -248,28 +151,28 @@ class ChatCompletionChunk(_OpenAIModel):
     """On the extra frames (``choices: []``) asked for with ``X-Agent-Events``: one event of the agent API."""
 
 
-class ModelCard(_OpenAIModel):
+class ModelCard(OpenAIModel):
     id: str
     object: Literal["model"] = "model"
     created: int = 0
     owned_by: str
 
 
-class ModelList(_OpenAIModel):
+class ModelList(OpenAIModel):
     """``GET /v1/models``."""
 
     object: Literal["list"] = "list"
     data: list[ModelCard]
 
 
-class OpenAIErrorDetail(_OpenAIModel):
+class OpenAIErrorDetail(OpenAIModel):
     message: str
     type: str
     param: str | None = None
     code: str | None = None
 
 
-class OpenAIError(_OpenAIModel):
+class OpenAIError(OpenAIModel):
     """Every error of the front: the SDK reads ``error.message`` and picks its exception class by status."""
 
     error: OpenAIErrorDetail
@@ -292,17 +195,6 @@ def _text(message: ChatMessage) -> str | None:
     return "".join(texts)
 
 
-def _tool_call(item: ToolCallItem) -> ToolCall:
-    try:
-        arguments = json.loads(item.function.arguments) if item.function.arguments.strip() else {}
-    except ValueError:
-        arguments = None
-    if isinstance(arguments, dict):
-        return ToolCall(id=item.id, name=item.function.name, arguments=arguments)
-    # Replayed as the model wrote it, so the conversation stays what it was.
-    return ToolCall(id=item.id, name=item.function.name, invalid_arguments=item.function.arguments)
-
-
 def to_messages(request: ChatCompletionRequest) -> list[Message]:
     """The conversation in the suite's terms; ``developer`` is a ``system`` message."""
     messages = []
@@ -313,7 +205,7 @@ def to_messages(request: ChatCompletionRequest) -> list[Message]:
                 Message(
                     role=role,
                     content=_text(message),
-                    tool_calls=[_tool_call(item) for item in message.tool_calls] if message.tool_calls else None,
+                    tool_calls=[to_tool_call(item) for item in message.tool_calls] if message.tool_calls else None,
                     tool_call_id=message.tool_call_id,
                 )
             )
@@ -399,22 +291,6 @@ def final_reasoning(appended: list[Message]) -> str | None:
     return ROUND_SEPARATOR.join(texts) if texts else None
 
 
-def _arguments(call: ToolCall) -> str:
-    if call.invalid_arguments is not None:
-        return call.invalid_arguments
-    return json.dumps(call.arguments, ensure_ascii=False)
-
-
-def _usage(usage: Usage) -> CompletionUsage:
-    reasoning = usage.reasoning_tokens
-    return CompletionUsage(
-        prompt_tokens=usage.input_tokens,
-        completion_tokens=usage.output_tokens,
-        total_tokens=usage.input_tokens + usage.output_tokens,
-        completion_tokens_details=None if reasoning is None else CompletionTokensDetails(reasoning_tokens=reasoning),
-    )
-
-
 def chat_completion(
     *,
     completion_id: str,
@@ -427,7 +303,7 @@ def chat_completion(
     reasoning: str | None = None,
 ) -> ChatCompletion:
     calls = [
-        ResponseToolCall(id=c.id, function=ResponseFunctionCall(name=c.name, arguments=_arguments(c)))
+        ResponseToolCall(id=c.id, function=ResponseFunctionCall(name=c.name, arguments=arguments_text(c)))
         for c in tool_calls or []
     ]
     return ChatCompletion(
@@ -440,7 +316,7 @@ def chat_completion(
                 finish_reason=openai_finish_reason(agent.finish_reason),
             )
         ],
-        usage=_usage(usage),
+        usage=completion_usage(usage),
         agent=agent,
     )
 
@@ -503,7 +379,7 @@ class ChunkWriter:
                 "index": index,
                 "id": call.id,
                 "type": "function",
-                "function": {"name": call.name, "arguments": _arguments(call)},
+                "function": {"name": call.name, "arguments": arguments_text(call)},
             }
             for index, call in enumerate(calls)
         ]
@@ -514,7 +390,7 @@ class ChunkWriter:
         return self._choice("{}", openai_finish_reason(agent.finish_reason), extra)
 
     def usage(self, usage: Usage) -> str:
-        return f'{self._head},"choices":[],"usage":{_usage(usage).model_dump_json(exclude_none=True)}}}'
+        return f'{self._head},"choices":[],"usage":{completion_usage(usage).model_dump_json(exclude_none=True)}}}'
 
     def agent_event(self, event_json: str) -> str:
         """An extra frame: no choice (so OpenAI clients skip it, as they skip the usage chunk), the event as the

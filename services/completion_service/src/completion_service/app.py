@@ -25,10 +25,9 @@ from completion_service.controls import (
 )
 from completion_service.pricing import priced
 from completion_service.providers._transport import CallStats, call_stats
-from completion_service.routing import ModelRoute, ModelRouter
+from completion_service.routing import ModelRoute, ModelRouter, build_router
 from completion_service.settings import CompletionSettings
 from completion_service.telemetry import LlmTelemetry, provider_call_span, set_provider_outcome
-from completion_service.wiring import build_router
 from suite_common.deadline import Deadline
 from suite_common.errors import ApiError, install_error_handlers
 from suite_common.health import health_routes

@@ -4,6 +4,7 @@ A name resolves, in order, to: a catalog entry; ``demo``; ``<provider>/<model>``
 provider (``openai``, ``anthropic``, ``gemini``, ``vertex``, ``bedrock``, and ``openai-responses``: the
 OpenAI provider in the Responses API); any other name to the
 OpenAI-compatible endpoint when one is configured. A catalog entry's fallbacks come with its route.
+``build_router`` makes the router of the settings, its providers built by ``providers.registry``.
 """
 
 from __future__ import annotations
@@ -11,14 +12,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from completion_service.catalog import RESPONSES_KIND, ROUTE_KINDS, CatalogModel
+import httpx
+
+from completion_service.catalog import RESPONSES_KIND, ROUTE_KINDS, CatalogError, CatalogModel, load_catalog
 from completion_service.controls import NO_CONTROLS, ModelControls, controls_by_name
 from completion_service.providers.base import Provider
+from completion_service.providers.demo import DemoProvider
+from completion_service.providers.registry import ProviderRegistry
+from completion_service.settings import CompletionSettings
 from suite_common.echo import clip
 from suite_common.errors import ApiError
 from suite_common.wire import ModelPrices
 
-__all__ = ["ModelRoute", "ModelRouter"]
+__all__ = ["ModelRoute", "ModelRouter", "build_router"]
 
 _CONFIGURE = (
     "Configure a provider to use other models: COMPLETION_OPENAI_API_KEY or COMPLETION_OPENAI_BASE_URL "
@@ -158,3 +164,21 @@ class ModelRouter:
                 description = f"Any model of the configured openai provider in the Responses API, as {kind}/<model id>"
             models.append({"id": f"{kind}/*", "provider": provider.name, "description": description + "."})
         return models
+
+
+def build_router(settings: CompletionSettings, http: httpx.AsyncClient) -> ModelRouter:
+    """Every configured provider and catalog entry; raises ``CatalogError`` on a configuration that cannot work."""
+    registry = ProviderRegistry(settings, http)
+    catalog = {
+        entry.name: (entry, registry.for_entry(entry)) for entry in load_catalog(settings.models, settings.models_file)
+    }
+    router = ModelRouter(
+        demo=DemoProvider() if settings.demo_enabled else None,
+        providers=registry.defaults(),
+        catalog=catalog,
+    )
+    for name, (entry, _) in catalog.items():
+        for fallback in entry.fallbacks:
+            if router.find(fallback) is None:
+                raise CatalogError(f"the fallback {fallback!r} of {name!r} is not an available model")
+    return router

@@ -60,12 +60,28 @@ def provider_error(
     if status == 408:
         return ApiError(504, "upstream_timeout", f"{provider} timed out (HTTP 408): {reason}", retryable=True)
     if status == 429:
-        if quota_exhausted:
-            # Waiting does not bring a spent budget back: retrying would only delay the same answer.
-            return ApiError(429, "quota_exhausted", f"{provider} says the account's quota is used up: {reason}")
-        return ApiError(
-            429, "rate_limited", f"{provider} is rate limiting requests: {reason}", headers=retry_after, retryable=True
-        )
+        return _too_many_requests(provider, reason, retry_after, quota_exhausted=quota_exhausted)
+    if status >= 500:
+        return _server_failure(status, provider, reason, retry_after)
+    if status == 413:
+        return ApiError(400, "invalid_request", f"{provider} refused the request as too large (HTTP 413): {reason}")
+    return ApiError(400, "invalid_request", f"{provider} rejected the request (HTTP {status}): {reason}")
+
+
+def _too_many_requests(
+    provider: str, reason: str, retry_after: dict[str, str] | None, *, quota_exhausted: bool
+) -> ApiError:
+    """A 429: a rate limit, retried after the wait the provider gave, or a spent quota, which is not."""
+    if quota_exhausted:
+        # Waiting does not bring a spent budget back: retrying would only delay the same answer.
+        return ApiError(429, "quota_exhausted", f"{provider} says the account's quota is used up: {reason}")
+    return ApiError(
+        429, "rate_limited", f"{provider} is rate limiting requests: {reason}", headers=retry_after, retryable=True
+    )
+
+
+def _server_failure(status: int, provider: str, reason: str, retry_after: dict[str, str] | None) -> ApiError:
+    """A 5xx (and Anthropic's 529): overloaded, timed out or failed; all of them retryable."""
     if status in (503, 529):
         return ApiError(
             503,
@@ -76,17 +92,13 @@ def provider_error(
         )
     if status == 504:
         return ApiError(504, "upstream_timeout", f"{provider} timed out (HTTP 504): {reason}", retryable=True)
-    if status >= 500:
-        return ApiError(
-            503,
-            "upstream_unavailable",
-            f"{provider} failed (HTTP {status}): {reason}",
-            headers=retry_after,
-            retryable=True,
-        )
-    if status == 413:
-        return ApiError(400, "invalid_request", f"{provider} refused the request as too large (HTTP 413): {reason}")
-    return ApiError(400, "invalid_request", f"{provider} rejected the request (HTTP {status}): {reason}")
+    return ApiError(
+        503,
+        "upstream_unavailable",
+        f"{provider} failed (HTTP {status}): {reason}",
+        headers=retry_after,
+        retryable=True,
+    )
 
 
 def retry_after_header(headers: Mapping[str, str]) -> dict[str, str] | None:

@@ -1,5 +1,6 @@
 """What OpenAI's two wire formats share: Chat Completions (``openai``) and the Responses API
-(``openai_responses``) name tools, write arguments and report errors the same way."""
+(``openai_responses``) name tools, take reasoning and keys, and report errors the same way (their tool
+call arguments, JSON text in both, are read and written by ``suite_common.openai_chat``)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,12 @@ from completion_service.controls import controls_by_name
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, provider_error
 from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
-from suite_common.wire import CompletionRequest, ReasoningEffort, ToolCall
+from suite_common.wire import CompletionRequest, ReasoningEffort
 
 __all__ = [
     "TOOL_NAMES",
-    "arguments_text",
     "auth_headers",
     "error_detail",
-    "parse_arguments",
     "reasoning_effort",
     "reasons",
     "temperature_warnings",
@@ -61,30 +60,6 @@ def auth_headers(api_key: str | None, header: str) -> dict[str, str]:
     if not api_key:
         return {}
     return {header: f"Bearer {api_key}" if header.lower() == "authorization" else api_key}
-
-
-def arguments_text(call: ToolCall) -> str:
-    """A tool call's arguments as the JSON text OpenAI's formats carry them."""
-    # Replaying what the model really wrote lets it see (and fix) its own malformed arguments.
-    if call.invalid_arguments is not None:
-        return call.invalid_arguments
-    return json.dumps(call.arguments, ensure_ascii=False)
-
-
-def parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
-    """``(arguments, invalid_arguments)``: a JSON object, or ``{}`` and the raw text when it is not one."""
-    if isinstance(raw, dict):  # some compatible servers send an object instead of its JSON text
-        return raw, None
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return {}, None  # a tool without parameters
-    text = raw if isinstance(raw, str) else json.dumps(raw)
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        return {}, text
-    if not isinstance(parsed, dict):
-        return {}, text
-    return parsed, None
 
 
 def error_detail(payload: Any) -> tuple[str | None, str | None]:

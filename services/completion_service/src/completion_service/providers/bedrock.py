@@ -24,13 +24,19 @@ from botocore.eventstream import EventStreamBuffer, ParserError
 
 from completion_service.controls import thinking_budget
 from completion_service.providers._adapter import HttpAdapter, Outbound
+from completion_service.providers._anthropic_shape import (
+    DEFAULT_MAX_TOKENS,
+    MAX_TEMPERATURE,
+    ContentBlocks,
+    finish_reason,
+    thinking_warnings,
+    tool_call,
+)
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
-from completion_service.providers._openai_wire import parse_arguments
 from completion_service.providers._transport import Upstream, parse_json
-from completion_service.providers.anthropic import DEFAULT_MAX_TOKENS as ANTHROPIC_DEFAULT_MAX_TOKENS
-from completion_service.providers.anthropic import MAX_TEMPERATURE, thinking_warnings
 from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
+from suite_common.openai_chat import parse_arguments
 from suite_common.wire import (
     CompletionDone,
     CompletionEvent,
@@ -42,7 +48,6 @@ from suite_common.wire import (
     ReasoningBlockEvent,
     ReasoningDelta,
     TextDelta,
-    ToolCall,
     ToolCallEvent,
     ToolChoice,
     Usage,
@@ -92,7 +97,7 @@ def build_request_body(
     budget = _thinking_budget(request, provider, upstream_model)
     if budget is not None:
         body["additionalModelRequestFields"] = {"thinking": {"type": "enabled", "budget_tokens": budget}}
-        inference["maxTokens"] = budget + (request.max_tokens or ANTHROPIC_DEFAULT_MAX_TOKENS)
+        inference["maxTokens"] = budget + (request.max_tokens or DEFAULT_MAX_TOKENS)
     elif request.max_tokens is not None:
         inference["maxTokens"] = request.max_tokens
     if request.temperature is not None and budget is None:
@@ -243,13 +248,6 @@ def _usage(raw: Any) -> Usage:
     )
 
 
-def _finish(raw: Any, *, has_tool_calls: bool) -> FinishReason:
-    reason = _STOP_REASONS.get(raw) if isinstance(raw, str) else None
-    if has_tool_calls and reason in (None, "stop"):
-        return "tool_calls"
-    return reason or "stop"
-
-
 def _reasoning_block(raw: Any, provider: str) -> ReasoningBlock | None:
     if not isinstance(raw, dict):
         return None
@@ -274,43 +272,28 @@ def parse_response(body: Any, model: str, *, provider: str = PROVIDER_NAME) -> C
     message = (body.get("output") or {}).get("message") if isinstance(body.get("output"), dict) else None
     if not isinstance(message, dict) or not isinstance(message.get("content"), list):
         raise bad_response("output.message.content is missing")
-    texts: list[str] = []
-    calls: list[ToolCall] = []
-    reasoning: list[ReasoningBlock] = []
+    found = ContentBlocks()
     for position, block in enumerate(message["content"]):
         if not isinstance(block, dict):
             raise bad_response(f"content block {position} is not an object")
         if isinstance(block.get("text"), str):
-            texts.append(block["text"])
+            found.texts.append(block["text"])
         elif isinstance(block.get("toolUse"), dict):
-            calls.append(_tool_use(block["toolUse"], position))
+            use = block["toolUse"]
+            arguments, fallback_id = parse_arguments(use.get("input")), f"tooluse_{position}"
+            found.calls.append(
+                tool_call(
+                    use.get("toolUseId"),
+                    use.get("name"),
+                    arguments,
+                    what=f"tool use {position}",
+                    fallback_id=fallback_id,
+                )
+            )
         elif (thought := _reasoning_block(block.get("reasoningContent"), provider)) is not None:
-            reasoning.append(thought)
-    return CompletionResponse(
-        message=Message(
-            role="assistant",
-            content="".join(texts) or None,
-            reasoning=reasoning or None,
-            tool_calls=calls or None,
-        ),
-        finish_reason=_finish(body.get("stopReason"), has_tool_calls=bool(calls)),
-        usage=_usage(body.get("usage")),
-        model=model,
-        provider=provider,
-    )
-
-
-def _tool_use(raw: dict[str, Any], position: int) -> ToolCall:
-    name, call_id = raw.get("name"), raw.get("toolUseId")
-    if not isinstance(name, str) or not name:
-        raise bad_response(f"tool use {position} has no name")
-    arguments, invalid = parse_arguments(raw.get("input"))
-    return ToolCall(
-        id=call_id if isinstance(call_id, str) and call_id else f"tooluse_{position}",
-        name=name,
-        arguments=arguments,
-        invalid_arguments=invalid,
-    )
+            found.reasoning.append(thought)
+    finish = finish_reason(_STOP_REASONS, body.get("stopReason"), has_tool_calls=bool(found.calls))
+    return found.response(finish, _usage(body.get("usage")), model=model, provider=provider)
 
 
 @dataclass
@@ -409,7 +392,7 @@ class ConverseStreamAssembler:
         return [
             *self._calls,
             CompletionDone(
-                finish_reason=_finish(self.stop_reason, has_tool_calls=bool(self._calls)),
+                finish_reason=finish_reason(_STOP_REASONS, self.stop_reason, has_tool_calls=bool(self._calls)),
                 usage=self._usage,
                 model=self.model,
                 provider=self.provider,
@@ -473,7 +456,7 @@ def translate_stream_exception(kind: str, payload: bytes) -> ApiError:
     except (ValueError, AttributeError):
         message = None
     status = _STREAM_EXCEPTION_STATUS.get(kind, 500)
-    error = provider_error(
+    return provider_error(
         status,
         provider="Bedrock",
         message=f"{kind}: {message}" if isinstance(message, str) else kind,
@@ -482,7 +465,6 @@ def translate_stream_exception(kind: str, payload: bytes) -> ApiError:
         credentials_hint="the AWS credentials",
         context_length_exceeded=status == 400 and _is_context_overflow(message if isinstance(message, str) else None),
     )
-    return error
 
 
 # --- I/O -----------------------------------------------------------------------------------------

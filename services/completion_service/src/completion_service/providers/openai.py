@@ -1,8 +1,10 @@
 """OpenAI Chat Completions, which every OpenAI-compatible server (vLLM, Ollama, LM Studio) speaks.
 
 The first half is pure translation between the neutral wire models and the Chat Completions
-JSON, tested on exact bodies. The second half, ``OpenAIProvider``, says how a call is made; the
-shared ``HttpAdapter`` makes it (retries, deadline, the event stream read).
+JSON, tested on exact bodies: the request is built from ``suite_common.openai_chat``'s shapes (which
+agent-service's OpenAI front reads), the answer read field by field with its helpers. The second half,
+``OpenAIProvider``, says how a call is made; the shared ``HttpAdapter`` makes it (retries, deadline, the
+event stream read).
 """
 
 from __future__ import annotations
@@ -17,10 +19,8 @@ from completion_service.providers._adapter import HttpAdapter, Outbound
 from completion_service.providers._errors import bad_response
 from completion_service.providers._openai_wire import (
     TOOL_NAMES,
-    arguments_text,
     auth_headers,
     error_detail,
-    parse_arguments,
     reasoning_effort,
     reasons,
     temperature_warnings,
@@ -28,6 +28,18 @@ from completion_service.providers._openai_wire import (
 )
 from completion_service.providers._transport import Upstream
 from suite_common.errors import ApiError
+from suite_common.openai_chat import (
+    ChatMessage,
+    FunctionCall,
+    FunctionDefinition,
+    NamedFunction,
+    NamedToolChoiceItem,
+    ToolCallItem,
+    ToolDefinition,
+    arguments_text,
+    parse_arguments,
+    usage_of,
+)
 from suite_common.wire import (
     CompletionDone,
     CompletionEvent,
@@ -51,7 +63,6 @@ __all__ = [
     "OpenAIProvider",
     "StreamAssembler",
     "build_request_body",
-    "parse_arguments",
     "parse_response",
     "translate_error",
 ]
@@ -111,30 +122,32 @@ def _message(message: Message) -> dict[str, Any]:
         content = message.content or ""
         if message.is_error and not content.lower().startswith("error"):
             content = f"Error: {content}"
-        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": content}
+        return _dump(ChatMessage(role="tool", tool_call_id=message.tool_call_id, content=content))
     if message.role == "assistant" and message.tool_calls:
-        return {
-            "role": "assistant",
-            "content": message.content,
-            "tool_calls": [
-                {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments_text(call)}}
-                for call in message.tool_calls
-            ],
-        }
-    return {"role": message.role, "content": message.content or ""}
+        calls = [
+            ToolCallItem(
+                id=call.id, type="function", function=FunctionCall(name=call.name, arguments=arguments_text(call))
+            )
+            for call in message.tool_calls
+        ]
+        return _dump(ChatMessage(role="assistant", content=message.content, tool_calls=calls))
+    return _dump(ChatMessage(role=message.role, content=message.content or ""))
 
 
 def _tool(tool: ToolSpec) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {"name": tool.name, "description": tool.description, "parameters": tool.input_schema},
-    }
+    function = FunctionDefinition(name=tool.name, description=tool.description, parameters=tool.input_schema)
+    return _dump(ToolDefinition(type="function", function=function))
 
 
 def _tool_choice(choice: ToolChoice) -> str | dict[str, Any]:
     if isinstance(choice, str):
         return choice
-    return {"type": "function", "function": {"name": choice.name}}
+    return _dump(NamedToolChoiceItem(type="function", function=NamedFunction(name=choice.name)))
+
+
+def _dump(shape: ChatMessage | ToolDefinition | NamedToolChoiceItem) -> dict[str, Any]:
+    """A shape as JSON, with the fields it was given (``None`` included: an assistant turn's ``content: null``)."""
+    return shape.model_dump(mode="json", exclude_unset=True)
 
 
 # --- Chat Completions -> neutral ---------------------------------------------------------------
@@ -146,20 +159,6 @@ def _finish_reason(raw: Any, *, has_tool_calls: bool) -> FinishReason:
         # Some compatible servers say "stop" after a tool call; the calls are what counts.
         return "tool_calls"
     return reason or "stop"
-
-
-def _usage(raw: Any) -> Usage:
-    if not isinstance(raw, dict):
-        return Usage()
-    prompt, completion = raw.get("prompt_tokens"), raw.get("completion_tokens")
-    details = raw.get("completion_tokens_details")
-    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
-    return Usage(
-        input_tokens=prompt if isinstance(prompt, int) else 0,
-        # completion_tokens includes the reasoning tokens, billed as output like the answer's.
-        output_tokens=completion if isinstance(completion, int) else 0,
-        reasoning_tokens=reasoning if isinstance(reasoning, int) and not isinstance(reasoning, bool) else None,
-    )
 
 
 def _text(raw: Any, what: str) -> str | None:
@@ -189,7 +188,7 @@ def parse_response(body: Any, model: str, *, provider: str = PROVIDER_NAME) -> C
     return CompletionResponse(
         message=Message(role="assistant", content=content or None, reasoning=reasoning, tool_calls=calls or None),
         finish_reason=_finish_reason(choice.get("finish_reason"), has_tool_calls=bool(calls)),
-        usage=_usage(body.get("usage")),
+        usage=usage_of(body.get("usage")),
         model=model,
         provider=provider,
     )
@@ -257,7 +256,7 @@ class StreamAssembler:
                 retryable=True,
             )
         if isinstance(chunk.get("usage"), dict):
-            self._usage = _usage(chunk["usage"])
+            self._usage = usage_of(chunk["usage"])
         choices = chunk.get("choices") or []
         if not isinstance(choices, list):
             raise bad_response("chunk choices is not a list")

@@ -21,10 +21,8 @@ from completion_service.providers._adapter import HttpAdapter, Outbound
 from completion_service.providers._errors import bad_response
 from completion_service.providers._openai_wire import (
     TOOL_NAMES,
-    arguments_text,
     auth_headers,
     error_detail,
-    parse_arguments,
     reasoning_effort,
     reasons,
     temperature_warnings,
@@ -32,6 +30,7 @@ from completion_service.providers._openai_wire import (
 )
 from completion_service.providers._transport import Upstream
 from suite_common.errors import ApiError
+from suite_common.openai_chat import arguments_text, parse_arguments
 from suite_common.wire import (
     CompletionDone,
     CompletionEvent,

@@ -1,7 +1,9 @@
-"""Settings and catalog to provider adapters: which providers exist, with which keys and endpoints.
+"""The provider factory: settings and catalog entries to provider adapters, with their keys and endpoints.
 
-Provider modules are imported only when a provider is configured, so botocore and friends cost
-nothing to a service that does not use them.
+``ProviderRegistry`` builds one adapter per distinct endpoint (kind, URL, key, API), shared by every
+name that reaches it; ``routing.build_router`` puts them behind model names. Provider modules are
+imported only when a provider is configured, so botocore and friends cost nothing to a service that
+does not use them. A new provider kind is built here.
 """
 
 from __future__ import annotations
@@ -18,15 +20,12 @@ from completion_service.catalog import (
     CatalogModel,
     ProviderKind,
     WireApi,
-    load_catalog,
     resolve_secret,
 )
 from completion_service.providers.base import Provider
-from completion_service.providers.demo import DemoProvider
-from completion_service.routing import ModelRouter
 from completion_service.settings import DEFAULT_OPENAI_BASE_URL, CompletionSettings
 
-__all__ = ["build_router"]
+__all__ = ["ProviderRegistry"]
 
 
 def _is_openai_itself(base_url: str) -> bool:
@@ -57,13 +56,28 @@ class _Endpoint:
     api: WireApi = "chat"
 
 
-class _Factory:
+class ProviderRegistry:
+    """The adapters of the providers the settings configure and of the catalog's entries, one per endpoint.
+
+    Raises ``CatalogError`` on a configuration that cannot work (a key file that cannot be read, a catalog
+    entry of a provider that is not configured, a Vertex AI project or location that would change the URL).
+    """
+
     def __init__(self, settings: CompletionSettings, http: httpx.AsyncClient) -> None:
         self._settings = settings
         self._http = http
         self._built: dict[_Endpoint, Provider] = {}
+        self._defaults = _default_endpoints(settings)
 
-    def get(self, endpoint: _Endpoint) -> Provider:
+    def defaults(self) -> dict[str, Provider]:
+        """The providers the settings configure on their own, by kind (``<kind>/<model>``)."""
+        return {kind: self._get(endpoint) for kind, endpoint in self._defaults.items()}
+
+    def for_entry(self, entry: CatalogModel) -> Provider:
+        """The adapter a catalog entry calls: its provider's, or one of its own URL or key."""
+        return self._get(_catalog_endpoint(entry, self._defaults, self._settings))
+
+    def _get(self, endpoint: _Endpoint) -> Provider:
         if endpoint not in self._built:
             self._built[endpoint] = self._build(endpoint)
         return self._built[endpoint]
@@ -203,23 +217,3 @@ def _catalog_endpoint(entry: CatalogModel, defaults: dict[str, _Endpoint], setti
         key if key is not None else (default.api_key if default else None),
         entry.api,
     )
-
-
-def build_router(settings: CompletionSettings, http: httpx.AsyncClient) -> ModelRouter:
-    """Every configured provider and catalog entry; raises ``CatalogError`` on a configuration that cannot work."""
-    factory = _Factory(settings, http)
-    defaults = _default_endpoints(settings)
-    catalog = {
-        entry.name: (entry, factory.get(_catalog_endpoint(entry, defaults, settings)))
-        for entry in load_catalog(settings.models, settings.models_file)
-    }
-    router = ModelRouter(
-        demo=DemoProvider() if settings.demo_enabled else None,
-        providers={kind: factory.get(endpoint) for kind, endpoint in defaults.items()},
-        catalog=catalog,
-    )
-    for name, (entry, _) in catalog.items():
-        for fallback in entry.fallbacks:
-            if router.find(fallback) is None:
-                raise CatalogError(f"the fallback {fallback!r} of {name!r} is not an available model")
-    return router
