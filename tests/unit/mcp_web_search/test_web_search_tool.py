@@ -236,7 +236,7 @@ async def test_site_is_passed_to_the_backend_and_results_off_the_domain_are_drop
 @pytest.mark.anyio
 async def test_the_same_search_within_the_ttl_is_answered_from_the_cache() -> None:
     backend = _ScriptedBackend("searxng", [_PAGE])
-    async with _client([backend], cache_ttl_seconds=60) as client:
+    async with _client([backend], cache_seconds=60) as client:
         first = await client.call_tool("web_search", {"query": "what is mcp"})
         again = await client.call_tool("web_search", {"query": "  What   is MCP "})
         other = await client.call_tool("web_search", {"query": "what is mcp", "max_results": 2})
@@ -251,7 +251,7 @@ async def test_the_same_search_within_the_ttl_is_answered_from_the_cache() -> No
 @pytest.mark.anyio
 async def test_a_ttl_of_zero_turns_the_cache_off_and_failures_are_never_cached() -> None:
     flaky = _ScriptedBackend("searxng", error=SearchBackendError("searxng", "failed with HTTP 502"))
-    async with _client([flaky], cache_ttl_seconds=0) as client:
+    async with _client([flaky], cache_seconds=0) as client:
         await client.call_tool("web_search", {"query": "mcp"})
         await client.call_tool("web_search", {"query": "mcp"})
 

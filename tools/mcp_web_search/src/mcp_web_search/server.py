@@ -110,7 +110,7 @@ def build_server(
             searcher = WebSearcher(
                 chosen,
                 deadline_seconds=settings.timeout_seconds,
-                cache=TtlCache(settings.cache_ttl_seconds, settings.cache_max_entries),
+                cache=TtlCache(settings.cache_seconds, settings.cache_max_entries),
                 unconfigured=unconfigured,
             )
             yield WebSearchState(searcher=searcher, fetch_client=fetch_http)
