@@ -39,10 +39,11 @@ from mcp_rag_tool import bm25
 from mcp_rag_tool.cli import run_ingest
 from mcp_rag_tool.embeddings import MiniLMEmbedder, Precision
 from mcp_rag_tool.fusion import Ranking, reciprocal_rank_fusion
+from mcp_rag_tool.points import SearchFilter
 from mcp_rag_tool.rerank import maximal_marginal_relevance
 from mcp_rag_tool.retrieval import Retriever, SearchOptions
 from mcp_rag_tool.settings import RagSettings
-from mcp_rag_tool.store import SearchFilter, VectorStore
+from mcp_rag_tool.store import VectorStore
 from suite_common.logging import configure_logging
 
 ROOT = Path(__file__).resolve().parent.parent

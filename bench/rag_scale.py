@@ -36,10 +36,11 @@ from bench.report import Section, Table, Target
 from mcp_rag_tool import bm25
 from mcp_rag_tool.chunking import Chunk
 from mcp_rag_tool.embeddings import MiniLMEmbedder
+from mcp_rag_tool.points import SourceRecord
 from mcp_rag_tool.retrieval import Retriever, SearchOptions
 from mcp_rag_tool.server import build_server
 from mcp_rag_tool.settings import IN_MEMORY, RagSettings
-from mcp_rag_tool.store import SourceRecord, VectorStore
+from mcp_rag_tool.store import VectorStore
 from mcp_rag_tool.tokens import WordCounter
 from suite_common.logging import configure_logging
 

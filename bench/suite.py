@@ -159,7 +159,7 @@ def _start_processes(stack: ExitStack, cores: Cores, data: Path, secret: str, lo
             "MCP_CLIENT_PORT": str(ports["mcp"]),
             "MCP_CLIENT_SERVICE_SECRET": secret,
             "MCP_CLIENT_SECRET_HEADER": SECRET_HEADER,
-            "MCP_CLIENT_SERVERS_CONFIG": str(config),
+            "MCP_CLIENT_SERVERS_FILE": str(config),
             "MCP_CLIENT_SSRF_ALLOW_LOOPBACK": "true",  # the echo server over HTTP is on loopback
             **logging_env("MCP_CLIENT_"),
         },

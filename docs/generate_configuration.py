@@ -62,6 +62,11 @@ Slow clients are bounded on every service and tool served over HTTP: a client pa
 `<PREFIX>MAX_CONNECTIONS` gets `503 too_many_connections` with `Retry-After: 1`. Neither bound
 touches a response being streamed. A request that is not valid HTTP/1.1 gets
 `400 invalid_http_request` in the same JSON error shape.
+
+Names follow one convention: a duration ends in `_SECONDS` (a time limit in `_TIMEOUT_SECONDS`, how
+long something is cached in `_CACHE_SECONDS`), a file in `_FILE`. A renamed setting keeps its former
+name, still read but deprecated: its row names it, and a service started with it logs
+`deprecated_setting` with the name that replaces it.
 """
 
 _SHARED = tuple(ServiceSettings.model_fields)

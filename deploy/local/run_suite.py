@@ -179,7 +179,7 @@ def main() -> int:
             {
                 "MCP_CLIENT_PORT": str(mcp),
                 "MCP_CLIENT_SERVICE_SECRET": secret,
-                "MCP_CLIENT_SERVERS_CONFIG": str(_mcp_config(data_dir)),
+                "MCP_CLIENT_SERVERS_FILE": str(_mcp_config(data_dir)),
                 # Local mode: a tool server added to the list may listen on this machine's loopback.
                 "MCP_CLIENT_SSRF_ALLOW_LOOPBACK": os.environ.get("MCP_CLIENT_SSRF_ALLOW_LOOPBACK", "true"),
             },

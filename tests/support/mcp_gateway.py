@@ -169,7 +169,7 @@ async def running_gateway(
             settings = MCPClientSettings(
                 service_secret=SecretStr(GATEWAY_SECRET), **{"ssrf_allow_loopback": True, **overrides}
             )
-        settings = settings.model_copy(update={"servers_config": config})
+        settings = settings.model_copy(update={"servers_file": config})
         app = create_app(settings, environ=environ, tracer_provider=tracer_provider)
         registry: ServerRegistry = app.state.registry
         async with serve_app(app) as url:

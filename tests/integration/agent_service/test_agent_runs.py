@@ -92,7 +92,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
             )
         )
         mcp_settings = MCPClientSettings(
-            servers_config=config, service_secret=SecretStr(SECRET), ssrf_allow_loopback=True
+            servers_file=config, service_secret=SecretStr(SECRET), ssrf_allow_loopback=True
         )
         completion_settings = CompletionSettings(
             openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0

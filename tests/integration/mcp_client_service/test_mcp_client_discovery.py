@@ -38,7 +38,7 @@ pytestmark = pytest.mark.anyio
 
 LIST = "/mcp/v1/tools/list-tools"
 CALL = "/mcp/v1/tools/call-tool"
-QUIET: dict[str, Any] = {"health_check_interval_seconds": 3600.0, "catalog_ttl_seconds": 3600.0}
+QUIET: dict[str, Any] = {"health_check_interval_seconds": 3600.0, "catalog_cache_seconds": 3600.0}
 """Neither probes nor TTL refreshes: only a notification can make the gateway list again."""
 
 
@@ -242,7 +242,7 @@ async def test_a_silent_change_is_picked_up_when_the_catalog_ttl_passes() -> Non
     async with (
         serve_app(_counting_server(names, lists).streamable_http_app()) as url,
         running_gateway(
-            {"counting": {"url": url + "/mcp"}}, catalog_ttl_seconds=0.3, health_check_interval_seconds=3600
+            {"counting": {"url": url + "/mcp"}}, catalog_cache_seconds=0.3, health_check_interval_seconds=3600
         ) as gateway,
     ):
         await gateway.wait_until_ready("counting")

@@ -97,7 +97,7 @@ def test_a_servers_file_the_gateway_cannot_use_ends_it_with_one_line_naming_the_
     servers = tmp_path / "servers.json"
     servers.write_text('{"mcpServers": {"rag": {"command": 7}}}')
     finished = _start(
-        "mcp_client_service", tmp_path, MCP_CLIENT_SERVICE_SECRET="s3cret", MCP_CLIENT_SERVERS_CONFIG=str(servers)
+        "mcp_client_service", tmp_path, MCP_CLIENT_SERVICE_SECRET="s3cret", MCP_CLIENT_SERVERS_FILE=str(servers)
     )
     assert finished.returncode == 1
     assert finished.stderr.splitlines() == [
@@ -113,7 +113,7 @@ async def test_json_logging_applies_from_the_first_line_a_service_logs(tmp_path:
     env = _environment(
         tmp_path,
         MCP_CLIENT_SERVICE_SECRET="s3cret",
-        MCP_CLIENT_SERVERS_CONFIG=str(servers),
+        MCP_CLIENT_SERVERS_FILE=str(servers),
         MCP_CLIENT_LOG_FORMAT="json",
     )
     async with await anyio.open_process([sys.executable, "-m", "mcp_client_service"], env=env, cwd=tmp_path) as process:

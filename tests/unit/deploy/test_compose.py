@@ -209,7 +209,7 @@ def test_mcp_client_service_reaches_both_tool_servers_over_streamable_http_by_co
         volume.split(":")[1]: COMPOSE_FILE.parent / volume.split(":")[0]
         for volume in SERVICES["mcp-client-service"]["volumes"]
     }
-    servers_file: Path = mounted[environment["MCP_CLIENT_SERVERS_CONFIG"]]
+    servers_file: Path = mounted[environment["MCP_CLIENT_SERVERS_FILE"]]
     servers = parse_servers_config(servers_file.read_text(encoding="utf-8"), source=str(servers_file)).servers
     targets = set()
     for server in servers.values():

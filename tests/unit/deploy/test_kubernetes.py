@@ -61,7 +61,7 @@ CLUSTER_VALUES = {
     "completion-service": {"COMPLETION_HOST", "COMPLETION_SHUTDOWN_GRACE_SECONDS"},
     "mcp-client-service": {
         "MCP_CLIENT_HOST",
-        "MCP_CLIENT_SERVERS_CONFIG",
+        "MCP_CLIENT_SERVERS_FILE",
         "MCP_CLIENT_SSRF_ALLOW_PRIVATE",
         "MCP_CLIENT_SHUTDOWN_GRACE_SECONDS",
     },
@@ -401,7 +401,7 @@ def test_agent_service_calls_the_other_services_by_their_service_names_and_ports
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_mcp_client_service_reaches_the_tool_servers_by_service_name_over_streamable_http(overlay: str) -> None:
     gateway = component("mcp-client-service")
-    servers_path = PurePosixPath(config(overlay, gateway)["MCP_CLIENT_SERVERS_CONFIG"])
+    servers_path = PurePosixPath(config(overlay, gateway)["MCP_CLIENT_SERVERS_FILE"])
     pod = named(overlay, "Deployment", gateway.name)["spec"]["template"]["spec"]
     (mount,) = [m for m in container(overlay, gateway)["volumeMounts"] if m["mountPath"] == str(servers_path.parent)]
     (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]

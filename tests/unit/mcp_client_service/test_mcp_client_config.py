@@ -18,6 +18,7 @@ from mcp_client_service.config.servers_file import (
     parse_servers_config,
 )
 from mcp_client_service.settings import MCPClientSettings
+from suite_common.settings import deprecated_names_in_use
 
 
 def test_a_claude_desktop_style_file_keeps_servers_in_file_order(tmp_path: Path) -> None:
@@ -111,15 +112,44 @@ def test_a_missing_file_is_an_error_naming_the_path(tmp_path: Path) -> None:
 
 def test_settings_come_from_mcp_client_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MCP_CLIENT_SERVICE_SECRET", "s3cret")
-    monkeypatch.setenv("MCP_CLIENT_SERVERS_CONFIG", "/etc/mcp/servers.json")
+    monkeypatch.setenv("MCP_CLIENT_SERVERS_FILE", "/etc/mcp/servers.json")
     monkeypatch.setenv("MCP_CLIENT_CALL_TIMEOUT_SECONDS", "5")
 
     settings = MCPClientSettings()
 
     assert settings.service_secret.get_secret_value() == "s3cret"
-    assert settings.servers_config == Path("/etc/mcp/servers.json")
+    assert settings.servers_file == Path("/etc/mcp/servers.json")
     assert (settings.port, settings.call_timeout_seconds, settings.secret_header) == (8002, 5.0, "X-MCP-Service-Secret")
     assert "s3cret" not in repr(settings)
+
+
+def test_the_former_names_of_the_servers_file_and_the_catalog_cache_are_still_read_and_logged_as_deprecated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MCP_CLIENT_SERVICE_SECRET", "s3cret")
+    monkeypatch.setenv("MCP_CLIENT_SERVERS_CONFIG", "/etc/mcp/servers.json")
+    monkeypatch.setenv("MCP_CLIENT_CATALOG_TTL_SECONDS", "42")
+
+    settings = MCPClientSettings()
+
+    assert (settings.servers_file, settings.catalog_cache_seconds) == (Path("/etc/mcp/servers.json"), 42.0)
+    # What start-up logs as deprecated_setting, one line each.
+    assert sorted(deprecated_names_in_use(MCPClientSettings)) == [
+        ("MCP_CLIENT_CATALOG_TTL_SECONDS", "MCP_CLIENT_CATALOG_CACHE_SECONDS"),
+        ("MCP_CLIENT_SERVERS_CONFIG", "MCP_CLIENT_SERVERS_FILE"),
+    ]
+
+
+def test_the_new_names_win_over_the_former_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCP_CLIENT_SERVICE_SECRET", "s3cret")
+    monkeypatch.setenv("MCP_CLIENT_SERVERS_CONFIG", "/etc/mcp/old.json")
+    monkeypatch.setenv("MCP_CLIENT_SERVERS_FILE", "/etc/mcp/new.json")
+    monkeypatch.setenv("MCP_CLIENT_CATALOG_TTL_SECONDS", "42")
+    monkeypatch.setenv("MCP_CLIENT_CATALOG_CACHE_SECONDS", "7")
+
+    settings = MCPClientSettings()
+
+    assert (settings.servers_file, settings.catalog_cache_seconds) == (Path("/etc/mcp/new.json"), 7.0)
 
 
 @pytest.mark.parametrize("secret", [None, "", "   "])
@@ -142,7 +172,7 @@ def test_the_service_refuses_to_start_with_a_bad_servers_file(monkeypatch: pytes
     path = tmp_path / "servers.json"
     path.write_text('{"mcpServers": {"rag": {"command": 7}}}')
     monkeypatch.setenv("MCP_CLIENT_SERVICE_SECRET", "s3cret")
-    monkeypatch.setenv("MCP_CLIENT_SERVERS_CONFIG", str(path))
+    monkeypatch.setenv("MCP_CLIENT_SERVERS_FILE", str(path))
 
     with pytest.raises(SystemExit) as exited:
         main()
@@ -289,7 +319,7 @@ def test_list_settings_are_comma_separated_and_the_gateways_own_variables_never_
 
     assert settings.stdio_inherit_env == ["PATH", "HOME", "LANG"]
     assert settings.ssrf_allowed_networks == ["10.20.0.0/16", "fd00::/8"]
-    assert (settings.catalog_ttl_seconds, settings.tool_name_collision, settings.ssrf_allow_loopback) == (
+    assert (settings.catalog_cache_seconds, settings.tool_name_collision, settings.ssrf_allow_loopback) == (
         600.0,
         "first_wins",
         False,

@@ -11,7 +11,8 @@ from unit.mcp_rag_tool.rag_fakes import memory_settings
 
 from mcp_rag_tool import bm25
 from mcp_rag_tool.chunking import Chunk
-from mcp_rag_tool.store import DENSE, SearchFilter, SourceRecord, VectorStore
+from mcp_rag_tool.points import DENSE, SearchFilter, SourceRecord
+from mcp_rag_tool.store import VectorStore
 
 pytestmark = pytest.mark.anyio
 

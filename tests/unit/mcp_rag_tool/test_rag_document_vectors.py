@@ -17,8 +17,9 @@ from unit.mcp_rag_tool.rag_fakes import WordHashEmbedder, memory_settings
 
 from mcp_rag_tool.chunking import ChunkLimits
 from mcp_rag_tool.ingest import API_ORIGIN, DocumentInput, Ingester
+from mcp_rag_tool.points import DENSE, SearchFilter
 from mcp_rag_tool.settings import RagSettings
-from mcp_rag_tool.store import DENSE, SearchFilter, VectorStore
+from mcp_rag_tool.store import VectorStore
 from mcp_rag_tool.tokens import WordCounter
 
 pytestmark = pytest.mark.anyio

@@ -13,7 +13,8 @@ from unit.mcp_rag_tool.rag_fakes import WordHashEmbedder, memory_settings
 from mcp_rag_tool import bm25
 from mcp_rag_tool.chunking import ChunkLimits
 from mcp_rag_tool.ingest import API_ORIGIN, DocumentInput, Ingester, IngestProgress, find_documents, folder_origin
-from mcp_rag_tool.store import SearchFilter, VectorStore
+from mcp_rag_tool.points import SearchFilter
+from mcp_rag_tool.store import VectorStore
 from mcp_rag_tool.tokens import WordCounter
 
 pytestmark = pytest.mark.anyio

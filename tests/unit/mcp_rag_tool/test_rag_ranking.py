@@ -13,31 +13,29 @@ import pytest
 from unit.mcp_rag_tool.rag_fakes import WordHashEmbedder
 
 from mcp_rag_tool.bm25 import SparseVector
+from mcp_rag_tool.points import SearchFilter, SearchHit
 from mcp_rag_tool.retrieval import Retriever, SearchOptions
-from mcp_rag_tool.store import SearchFilter, StoredChunk
 
 pytestmark = pytest.mark.anyio
 
 
-def _chunk(chunk_id: str, *, link_list: bool = False) -> StoredChunk:
+def _chunk(chunk_id: str, *, link_list: bool = False) -> SearchHit:
     source = chunk_id.rstrip("0123456789") + ".html"  # "b2" is chunk 2 of b.html
     position = int(chunk_id[len(source) - 5 :] or 0)
-    return StoredChunk(chunk_id, source, source, "", position, f"text of {chunk_id}", (), 0.0, link_list)
+    return SearchHit(chunk_id, source, source, "", position, f"text of {chunk_id}", (), 0.0, link_list)
 
 
 class ScriptedStore:
     """Answers every search with the same dense, BM25 and document-vector rankings; records what it was asked."""
 
-    def __init__(
-        self, dense: Sequence[StoredChunk], sparse: Sequence[StoredChunk], documents: Sequence[str] = ()
-    ) -> None:
+    def __init__(self, dense: Sequence[SearchHit], sparse: Sequence[SearchHit], documents: Sequence[str] = ()) -> None:
         self.dense, self.sparse, self.documents = list(dense), list(sparse), list(documents)
         self.asked: list[tuple[int, int]] = []
         self.documents_asked: list[int] = []
 
     async def search(
         self, dense: Sequence[Sequence[float]], sparse: Sequence[SparseVector], limit: int, _: SearchFilter
-    ) -> tuple[list[list[StoredChunk]], list[list[StoredChunk]]]:
+    ) -> tuple[list[list[SearchHit]], list[list[SearchHit]]]:
         self.asked.append((len(dense), len(sparse)))
         return [self.dense[:limit] for _ in dense], [self.sparse[:limit] for _ in sparse]
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from mcp_rag_tool.points import SearchFilter, SearchHit, source_prefixes
 from mcp_rag_tool.search import (
     InvalidSearchRequest,
-    SearchHit,
     format_hits,
     format_no_documents,
     format_no_match,
@@ -16,11 +16,11 @@ from mcp_rag_tool.search import (
     structured_output,
     validate_request,
 )
-from mcp_rag_tool.store import SearchFilter, source_prefixes
 
 
 def _hit(source: str, position: int, score: float, heading: str = "H", title: str = "T") -> SearchHit:
     return SearchHit(
+        id=f"{source}#{position}",
         source=source,
         title=title,
         heading=heading,
@@ -33,9 +33,9 @@ def _hit(source: str, position: int, score: float, heading: str = "H", title: st
 
 def test_results_are_numbered_with_source_heading_and_score_above_the_passage() -> None:
     hits = [
-        SearchHit(source="guide/design.md", title="Design", heading="Design > Wire contracts", position=3,
+        SearchHit(id="d3", source="guide/design.md", title="Design", heading="Design > Wire contracts", position=3,
                   text="JSON is camelCase.", tags=(), score=0.8349),
-        SearchHit(source="faq.txt", title="faq.txt", heading="", position=0, text="Ask the lead.", tags=(),
+        SearchHit(id="f0", source="faq.txt", title="faq.txt", heading="", position=0, text="Ask the lead.", tags=(),
                   score=0.41),
     ]  # fmt: skip
 

@@ -14,14 +14,16 @@ import httpx
 import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent
 from structlog.testing import capture_logs
 from unit.mcp_rag_tool.rag_fakes import FailingEmbedder, StuckEmbedder, WordHashEmbedder, memory_settings
 
 from mcp_rag_tool.embeddings import Embedder
 from mcp_rag_tool.index import DocumentIndex
-from mcp_rag_tool.server import build_server
+from mcp_rag_tool.server import add_documents_tool, build_server, list_sources_tool, search_documents_tool
 from mcp_rag_tool.settings import RagSettings
+from mcp_rag_tool.sources import NewDocument
 from mcp_rag_tool.store import VectorStore
 from mcp_rag_tool.tokens import WordCounter
 from support.servers import serve_app
@@ -383,3 +385,29 @@ async def test_add_documents_reports_progress_to_a_caller_that_asks_for_it(docs:
     assert heard[-1][:2] == (3, 3)
     assert heard[-1][2] == "3/3 documents, 3 chunks"
     assert [p for p, _, _ in heard] == sorted({p for p, _, _ in heard})  # strictly increasing, as MCP requires
+
+
+async def test_the_tool_functions_answer_without_an_mcp_session(docs: Path) -> None:
+    settings = memory_settings(docs)
+    index = DocumentIndex(settings, embedder=WordHashEmbedder(), counter=WordCounter())
+    heard: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append((progress, total, message))
+
+    note = NewDocument(source="notes/kettle.md", text="# Kettle\n\nThe kettle boils water for the tea.")
+    with anyio.fail_after(10):
+        async with index.serving():
+            added = await add_documents_tool(index, [note], on_progress)
+            found = await search_documents_tool(index, settings, ["kettle boils water"], 1, {"source_prefix": "notes/"})
+            listed = await list_sources_tool(index, " /kitchen/", 10)
+            with pytest.raises(ToolError, match=r"limit must be between 1 and 1000 \(got 0\)"):
+                await list_sources_tool(index, None, 0)
+            with pytest.raises(ToolError, match="queries is empty"):
+                await search_documents_tool(index, settings, [], 5, None)
+
+    assert not added.is_error
+    assert heard[-1][:2] == (1, 1)
+    assert _sources(found) == ["notes/kettle.md"]
+    assert listed.structured_content is not None
+    assert [s["source"] for s in listed.structured_content["sources"]] == ["kitchen/baking.md"]

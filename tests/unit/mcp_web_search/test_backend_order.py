@@ -141,7 +141,7 @@ async def test_a_site_restricted_search_uses_each_backends_own_way() -> None:
 async def test_a_repeated_search_is_served_from_the_cache_without_reaching_the_backend() -> None:
     with anyio.fail_after(15):
         async with _upstreams() as up:
-            settings = WebSearchSettings(backends=["brave"], cache_ttl_seconds=60, **up.settings)
+            settings = WebSearchSettings(backends=["brave"], cache_seconds=60, **up.settings)
             async with Client(build_server(settings)) as client:
                 first = await client.call_tool("web_search", {"query": "model context protocol"})
                 second = await client.call_tool("web_search", {"query": "model context protocol"})

@@ -9,6 +9,7 @@ import pydantic
 import pytest
 
 from mcp_web_search.settings import WebSearchSettings
+from suite_common.settings import deprecated_names_in_use
 from suite_common.ssrf import EgressPolicy
 from suite_common.startup import start
 
@@ -28,7 +29,7 @@ def test_defaults_listen_on_8102_with_every_backend_in_order_and_a_strict_fetch_
     )
     assert settings.backends == ["searxng", "brave", "tavily", "ddgs"]
     assert (settings.brave_api_key, settings.tavily_api_key, settings.ddgs_engines) == (None, None, "duckduckgo")
-    assert settings.cache_ttl_seconds == 300
+    assert settings.cache_seconds == 300
     assert settings.egress_policy() == EgressPolicy()
 
 
@@ -103,6 +104,19 @@ def test_the_new_name_wins_over_the_former_one(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("WEB_SEARCH_SSRF_ALLOW_LOOPBACK", "false")
 
     assert WebSearchSettings().ssrf_allow_loopback is False
+
+
+def test_the_former_name_of_the_cache_lifetime_is_still_read_and_logged_as_deprecated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("WEB_SEARCH_CACHE_TTL_SECONDS", "60")
+
+    assert WebSearchSettings().cache_seconds == 60
+    # What start-up logs as deprecated_setting.
+    assert deprecated_names_in_use(WebSearchSettings) == [("WEB_SEARCH_CACHE_TTL_SECONDS", "WEB_SEARCH_CACHE_SECONDS")]
+
+    monkeypatch.setenv("WEB_SEARCH_CACHE_SECONDS", "0")
+    assert WebSearchSettings().cache_seconds == 0
 
 
 def test_a_malformed_allowed_network_is_refused() -> None:

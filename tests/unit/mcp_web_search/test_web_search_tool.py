@@ -6,13 +6,17 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
+import httpx
 import pytest
 from mcp import Client
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 
 from mcp_web_search.backends.base import SearchBackend, SearchBackendError
+from mcp_web_search.cache import TtlCache
 from mcp_web_search.results import SearchResult
-from mcp_web_search.server import build_server
+from mcp_web_search.search import WebSearcher
+from mcp_web_search.server import build_server, fetch_url_tool, web_search_tool
 from mcp_web_search.settings import WebSearchSettings
 
 _PAGE = SearchResult(title="MCP", url="https://modelcontextprotocol.io", snippet="The protocol.")
@@ -236,7 +240,7 @@ async def test_site_is_passed_to_the_backend_and_results_off_the_domain_are_drop
 @pytest.mark.anyio
 async def test_the_same_search_within_the_ttl_is_answered_from_the_cache() -> None:
     backend = _ScriptedBackend("searxng", [_PAGE])
-    async with _client([backend], cache_ttl_seconds=60) as client:
+    async with _client([backend], cache_seconds=60) as client:
         first = await client.call_tool("web_search", {"query": "what is mcp"})
         again = await client.call_tool("web_search", {"query": "  What   is MCP "})
         other = await client.call_tool("web_search", {"query": "what is mcp", "max_results": 2})
@@ -251,7 +255,7 @@ async def test_the_same_search_within_the_ttl_is_answered_from_the_cache() -> No
 @pytest.mark.anyio
 async def test_a_ttl_of_zero_turns_the_cache_off_and_failures_are_never_cached() -> None:
     flaky = _ScriptedBackend("searxng", error=SearchBackendError("searxng", "failed with HTTP 502"))
-    async with _client([flaky], cache_ttl_seconds=0) as client:
+    async with _client([flaky], cache_seconds=0) as client:
         await client.call_tool("web_search", {"query": "mcp"})
         await client.call_tool("web_search", {"query": "mcp"})
 
@@ -270,3 +274,34 @@ async def test_when_every_backend_fails_the_error_names_the_unconfigured_ones_to
     assert "- searxng: could not reach SearXNG at http://127.0.0.1:9" in text
     assert "Not configured: brave (set WEB_SEARCH_BRAVE_API_KEY), tavily (set WEB_SEARCH_TAVILY_API_KEY)." in text
     assert "Do not retry this call right away" in text
+
+
+@pytest.mark.anyio
+async def test_the_tool_functions_answer_without_an_mcp_session() -> None:
+    backend = _ScriptedBackend("searxng", [_PAGE])
+    searcher = WebSearcher([backend], deadline_seconds=5, cache=TtlCache(60, 8))
+    settings = _settings()
+
+    first = await web_search_tool(searcher, settings, "  what is mcp ", 3, "modelcontextprotocol.io")
+    again = await web_search_tool(searcher, settings, "what is mcp", 3, "modelcontextprotocol.io")
+
+    assert backend.calls == [("what is mcp", 3)]  # the second answer came from the searcher's cache
+    assert first.structured_content == again.structured_content
+    assert first.structured_content is not None
+    assert (first.structured_content["backend"], first.structured_content["site"]) == (
+        "searxng",
+        "modelcontextprotocol.io",
+    )
+
+    # fetch_url reads through whatever client it is given (the server gives it the guarded one).
+    def page(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text="Plain words.", headers={"content-type": "text/plain"})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(page)) as client:
+        fetched = await fetch_url_tool(client, settings, "https://example.org/notes.txt", 500)
+        with pytest.raises(ToolError, match="max_chars must be between 100 and 100000, got 99"):
+            await fetch_url_tool(client, settings, "https://example.org/notes.txt", 99)
+
+    assert fetched.structured_content is not None
+    assert fetched.structured_content["final_url"] == "https://example.org/notes.txt"
+    assert "Plain words." in _text(fetched)

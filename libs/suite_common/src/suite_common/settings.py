@@ -6,6 +6,9 @@ Validators for the field shapes that recur across services live here too; use th
 every service: a JSON array or a comma-separated string. A renamed setting keeps its old
 environment name as a deprecated alias (``renamed``); ``deprecated_names_in_use`` lists those
 still set, which start-up logs.
+
+Environment names follow one convention: a duration ends in ``_SECONDS`` (a time limit in
+``_TIMEOUT_SECONDS``, how long something is cached in ``_CACHE_SECONDS``), a file in ``_FILE``.
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ async def reload_servers(request: Request) -> Response:
     """Read the servers file again: added servers connect, removed ones close, changed ones reconnect."""
     services = _services(request)
     try:
-        servers = load_servers_config(services.settings.servers_config)
+        servers = load_servers_config(services.settings.servers_file)
     except ConfigError as error:
         # The running servers stay as they are; the message names the server and field at fault.
         raise ApiError(400, "invalid_servers_config", f"The servers config was not reloaded: {error}") from None
@@ -235,7 +235,7 @@ def connection_options(settings: MCPClientSettings, environ: Mapping[str, str]) 
         connect_timeout=settings.connect_timeout_seconds,
         list_timeout=settings.list_timeout_seconds,
         probe_interval=settings.health_check_interval_seconds,
-        catalog_ttl=settings.catalog_ttl_seconds,
+        catalog_ttl=settings.catalog_cache_seconds,
         call_timeout=settings.call_timeout_seconds,
         backoff=Backoff(initial=settings.restart_backoff_initial_seconds, maximum=settings.restart_backoff_max_seconds),
         breaker=BreakerPolicy(
@@ -266,7 +266,7 @@ def create_app(
     environ: Mapping[str, str] | None = None,
     tracer_provider: TracerProvider | None = None,
 ) -> Starlette:
-    """The service, ready to serve. ``servers`` overrides the config file (``settings.servers_config``)
+    """The service, ready to serve. ``servers`` overrides the config file (``settings.servers_file``)
     at startup; ``environ`` (default ``os.environ``) is what stdio servers inherit from and what
     ``${env:...}`` references read.
 
@@ -277,7 +277,7 @@ def create_app(
     if not secret.strip():
         raise ValueError("MCP_CLIENT_SERVICE_SECRET must be set to a non-empty shared secret")
     if servers is None:
-        servers = load_servers_config(settings.servers_config)
+        servers = load_servers_config(settings.servers_file)
     options = connection_options(settings, os.environ if environ is None else environ)
     registry = ServerRegistry(servers, options, collision=settings.tool_name_collision)
     observability = Observability.create("mcp-client-service", settings, tracer_provider=tracer_provider)

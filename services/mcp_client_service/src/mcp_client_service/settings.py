@@ -15,20 +15,22 @@ from mcp_client_service.config.options import (
     DEFAULT_MAX_RESPONSE_BYTES,
 )
 from mcp_client_service.config.schemas import DEFAULT_MAX_TOOLS
-from suite_common.settings import CidrList, ServiceSettings, StringList
+from suite_common.settings import CidrList, ServiceSettings, StringList, renamed
 
 __all__ = ["MCPClientSettings"]
 
 
 class MCPClientSettings(ServiceSettings):
-    model_config = SettingsConfigDict(env_prefix="MCP_CLIENT_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="MCP_CLIENT_", extra="ignore", populate_by_name=True)
 
     port: int = Field(default=8002, description="The port the service listens on.")
-    servers_config: Path = Field(
+    servers_file: Path = Field(
         default=Path("mcp_servers.json"),
+        validation_alias=renamed("MCP_CLIENT_SERVERS_FILE", "MCP_CLIENT_SERVERS_CONFIG"),
         description=(
             "The file of MCP servers to connect to, in the mcpServers format of Claude Desktop, Cursor and "
-            "VS Code: JSON, or TOML when its name ends in .toml. Read at startup and on POST /mcp/v1/servers/reload."
+            "VS Code: JSON, or TOML when its name ends in .toml. Read at startup and on POST /mcp/v1/servers/reload. "
+            "Formerly `MCP_CLIENT_SERVERS_CONFIG` (still read, deprecated)."
         ),
     )
     service_secret: SecretStr = Field(
@@ -70,12 +72,14 @@ class MCPClientSettings(ServiceSettings):
             "arrives, is reconnected."
         ),
     )
-    catalog_ttl_seconds: float = Field(
+    catalog_cache_seconds: float = Field(
         default=600.0,
         gt=0,
+        validation_alias=renamed("MCP_CLIENT_CATALOG_CACHE_SECONDS", "MCP_CLIENT_CATALOG_TTL_SECONDS"),
         description=(
             "How long a server's tool list is served from memory before it is listed again. A server that sends "
-            "notifications/tools/list_changed is listed again at once."
+            "notifications/tools/list_changed is listed again at once. "
+            "Formerly `MCP_CLIENT_CATALOG_TTL_SECONDS` (still read, deprecated)."
         ),
     )
     list_changed_debounce_seconds: float = Field(

@@ -20,11 +20,11 @@ from mcp_rag_tool.chunking import ChunkLimits
 from mcp_rag_tool.embeddings import Embedder, MiniLMEmbedder
 from mcp_rag_tool.ingest import DocumentInput, Ingester, IngestReport, ProgressListener
 from mcp_rag_tool.openai_embeddings import OpenAIEmbedder
+from mcp_rag_tool.points import SearchFilter, SearchHit, SourceRecord
 from mcp_rag_tool.rerank import CrossEncoderScorer, PassageScorer
 from mcp_rag_tool.retrieval import Retriever, SearchOptions
-from mcp_rag_tool.search import SearchHit
 from mcp_rag_tool.settings import IN_MEMORY, RagSettings
-from mcp_rag_tool.store import SearchFilter, SourceRecord, StoreLocked, VectorStore
+from mcp_rag_tool.store import StoreLocked, VectorStore
 from mcp_rag_tool.tokens import TokenCounter, WordPieceCounter
 from suite_common.logging import get_logger
 

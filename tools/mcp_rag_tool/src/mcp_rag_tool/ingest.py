@@ -32,7 +32,8 @@ from mcp_rag_tool.bm25 import SparseVector
 from mcp_rag_tool.chunking import Chunk, ChunkLimits, chunk_sections, embedding_text
 from mcp_rag_tool.documents import SUPPORTED_SUFFIXES, DocumentKind, UnreadableDocument, kind_of, parse_document
 from mcp_rag_tool.embeddings import Embedder
-from mcp_rag_tool.store import SCHEMA_VERSION, SourceRecord, VectorStore, chunk_point_id
+from mcp_rag_tool.points import SCHEMA_VERSION, SourceRecord, chunk_point_id
+from mcp_rag_tool.store import VectorStore
 from suite_common.logging import get_logger
 
 __all__ = [

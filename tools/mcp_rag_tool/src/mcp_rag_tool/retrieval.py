@@ -36,10 +36,10 @@ from mcp_rag_tool.fusion import (
     document_rankings,
     reciprocal_rank_fusion,
 )
+from mcp_rag_tool.points import SearchFilter, SearchHit
 from mcp_rag_tool.rerank import PassageScorer, maximal_marginal_relevance
-from mcp_rag_tool.search import SearchHit
 from mcp_rag_tool.settings import RagSettings
-from mcp_rag_tool.store import SearchFilter, StoredChunk, VectorStore
+from mcp_rag_tool.store import VectorStore
 
 __all__ = ["DENSE_RETRIEVER", "DOCUMENT_RETRIEVER", "SPARSE_RETRIEVER", "Retriever", "SearchOptions"]
 
@@ -150,7 +150,7 @@ class Retriever:
         self,
         rankings: Sequence[Ranking[str]],
         page_rankings: Sequence[Ranking[str]],
-        chunks: dict[str, StoredChunk],
+        chunks: dict[str, SearchHit],
         weights: dict[str, float],
         options: SearchOptions,
         chunk_score: dict[str, float],
@@ -176,7 +176,7 @@ class Retriever:
         return dict(ranked)
 
     async def _relevance(
-        self, queries: Sequence[str], pool: Sequence[FusedItem[str]], chunks: dict[str, StoredChunk], scale: float
+        self, queries: Sequence[str], pool: Sequence[FusedItem[str]], chunks: dict[str, SearchHit], scale: float
     ) -> list[float]:
         if self._scorer is None or not pool:
             return [item.score / scale for item in pool]
@@ -200,7 +200,7 @@ class Retriever:
 
 def _by_document(
     order: Sequence[str],
-    chunks: dict[str, StoredChunk],
+    chunks: dict[str, SearchHit],
     chunk_score: dict[str, float],
     documents: dict[str, float],
     per_document: int,
@@ -239,18 +239,10 @@ def _by_document(
     return hits
 
 
-def _passage(chunk: StoredChunk) -> str:
+def _passage(chunk: SearchHit) -> str:
     context = chunk.heading or chunk.title
     return f"{context}\n\n{chunk.text}" if context else chunk.text
 
 
-def _hit(chunk: StoredChunk, score: float) -> SearchHit:
-    return SearchHit(
-        source=chunk.source,
-        title=chunk.title,
-        heading=chunk.heading,
-        position=chunk.position,
-        text=chunk.text,
-        tags=chunk.tags,
-        score=min(1.0, max(0.0, score)),
-    )
+def _hit(chunk: SearchHit, score: float) -> SearchHit:
+    return replace(chunk, score=min(1.0, max(0.0, score)))

@@ -8,13 +8,12 @@ what to change; ``format_hits`` renders the numbered passages the model reads an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from mcp_rag_tool.documents import normalize_tags
-from mcp_rag_tool.store import SearchFilter
+from mcp_rag_tool.points import SearchFilter, SearchHit
 
 __all__ = [
     "FILTER_SCHEMA",
@@ -24,7 +23,6 @@ __all__ = [
     "DocumentMatch",
     "InvalidSearchRequest",
     "SearchDocumentsOutput",
-    "SearchHit",
     "describe_filter",
     "format_hits",
     "format_no_documents",
@@ -52,19 +50,6 @@ FILTER_SCHEMA: dict[str, Any] = {
     },
     "additionalProperties": False,
 }
-
-
-@dataclass(frozen=True)
-class SearchHit:
-    """A chunk in the final results, with its relevance on a 0-1 scale."""
-
-    source: str
-    title: str
-    heading: str
-    position: int
-    text: str
-    tags: tuple[str, ...]
-    score: float
 
 
 class DocumentMatch(BaseModel):

@@ -1,4 +1,8 @@
-"""The MCP server: ``search_documents``, ``list_sources`` and ``add_documents`` over one document index."""
+"""The MCP server: ``search_documents``, ``list_sources`` and ``add_documents`` over one document index.
+
+Each tool's body is a function of its own (``search_documents_tool(index, settings, ...)`` and so on), callable
+without an MCP session; ``build_server`` only registers them, with the parameters the SDK publishes.
+"""
 
 from __future__ import annotations
 
@@ -53,7 +57,15 @@ from mcp_rag_tool.tokens import TokenCounter
 from suite_common.logging import get_logger
 from suite_common.mcp_tool import add_health_routes
 
-__all__ = ["SEARCH_DOCUMENTS_DESCRIPTION", "SERVER_NAME", "build_server"]
+__all__ = [
+    "SEARCH_DOCUMENTS_DESCRIPTION",
+    "SERVER_NAME",
+    "ProgressReporter",
+    "add_documents_tool",
+    "build_server",
+    "list_sources_tool",
+    "search_documents_tool",
+]
 
 SERVER_NAME = "mcp-rag-tool"
 
@@ -103,6 +115,34 @@ _QUERIES_SCHEMA: dict[str, Any] = {
 _TOP_K_DESCRIPTION = f"How many passages to return overall, 1 to {MAX_TOP_K}."
 
 
+_READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+_ADDS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+_INSTRUCTIONS = (
+    "Use search_documents to look up facts in the indexed document collection before answering "
+    "questions about it, and cite the sources of the passages you use. list_sources shows what "
+    "the collection holds; add_documents adds to it."
+)
+
+ProgressReporter = Callable[[float, float | None, str | None], Awaitable[None]]
+"""How ``add_documents`` reports progress: ``(progress, total, message)``, as ``Context.report_progress``."""
+
+
+def _one_query_as_list(value: object) -> object:
+    # Models often send a single query as a bare string; take it as the list of one it means.
+    return [value] if isinstance(value, str) else value
+
+
+# The tools' parameters as the SDK publishes them (their JSON Schema is read from these annotations).
+_Queries = Annotated[list[str], BeforeValidator(_one_query_as_list), WithJsonSchema(_QUERIES_SCHEMA)]
+_TopK = Annotated[int, Field(description=_TOP_K_DESCRIPTION)]
+_Filter = Annotated[Any, WithJsonSchema(FILTER_SCHEMA)]
+_SourcePrefix = Annotated[
+    str | None, Field(description='Only documents under this folder or equal to this file, e.g. "guides/".')
+]
+_Limit = Annotated[int, Field(description=f"How many to list, 1 to {MAX_SOURCES_LISTED}.")]
+_Documents = Annotated[list[NewDocument], Field(description="The documents to index.")]
+
+
 def build_server(
     settings: RagSettings,
     embedder: Embedder | None = None,
@@ -125,118 +165,102 @@ def build_server(
             yield index
 
     server: MCPServer[DocumentIndex] = MCPServer(
-        SERVER_NAME,
-        version=_package_version(),
-        instructions=(
-            "Use search_documents to look up facts in the indexed document collection before answering "
-            "questions about it, and cite the sources of the passages you use. list_sources shows what "
-            "the collection holds; add_documents adds to it."
-        ),
-        lifespan=lifespan,
+        SERVER_NAME, version=_package_version(), instructions=_INSTRUCTIONS, lifespan=lifespan
     )
 
-    @server.tool(
-        name="search_documents",
-        title="Search documents",
-        description=SEARCH_DOCUMENTS_DESCRIPTION,
-        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
-    )
+    # server.tool(name, title, description, annotations); the parameters' annotations are the published schema.
+    @server.tool("search_documents", "Search documents", SEARCH_DOCUMENTS_DESCRIPTION, _READ_ONLY)
     async def search_documents(
-        queries: Annotated[list[str], BeforeValidator(_one_query_as_list), WithJsonSchema(_QUERIES_SCHEMA)],
-        top_k: Annotated[int, Field(description=_TOP_K_DESCRIPTION)] = 5,
-        filter: Annotated[Any, WithJsonSchema(FILTER_SCHEMA)] = None,
+        queries: _Queries, top_k: _TopK = 5, filter: _Filter = None
     ) -> Annotated[CallToolResult, SearchDocumentsOutput]:
-        started = time.perf_counter()
-        try:
-            cleaned = validate_request(queries, top_k)
-            search_filter = parse_filter(filter)
-            await index.wait_ready()
-            if index.chunk_count == 0:
-                paths = _configured_paths(settings, index.startup_report)
-                return _result(format_no_documents(paths), structured_output([]))
-            hits = await index.search(cleaned, top_k, search_filter)
-        except (InvalidSearchRequest, IndexUnavailable) as exc:
-            raise ToolError(str(exc)) from exc
-        _log.info(
-            "search_done",
-            queries=len(cleaned),
-            top_k=top_k,
-            filtered=bool(search_filter.source_prefix or search_filter.tags),
-            hits=len(hits),
-            milliseconds=round((time.perf_counter() - started) * 1000, 1),
-        )
-        if not hits and (search_filter.source_prefix or search_filter.tags):
-            return _result(format_no_match(search_filter), structured_output([]))
-        return _result(format_hits(hits), structured_output(hits))
+        return await search_documents_tool(index, settings, queries, top_k, filter)
 
-    @server.tool(
-        name="list_sources",
-        title="List indexed documents",
-        description=LIST_SOURCES_DESCRIPTION,
-        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
-    )
+    @server.tool("list_sources", "List indexed documents", LIST_SOURCES_DESCRIPTION, _READ_ONLY)
     async def list_sources(
-        source_prefix: Annotated[
-            str | None, Field(description='Only documents under this folder or equal to this file, e.g. "guides/".')
-        ] = None,
-        limit: Annotated[int, Field(description=f"How many to list, 1 to {MAX_SOURCES_LISTED}.")] = 100,
+        source_prefix: _SourcePrefix = None, limit: _Limit = 100
     ) -> Annotated[CallToolResult, ListSourcesOutput]:
-        if not 1 <= limit <= MAX_SOURCES_LISTED:
-            raise ToolError(f"limit must be between 1 and {MAX_SOURCES_LISTED} (got {limit}).")
-        prefix = (source_prefix or "").strip().lstrip("/") or None
-        try:
-            records = await index.sources()
-        except IndexUnavailable as exc:
-            raise ToolError(str(exc)) from exc
-        output = list_output(select_sources(records, prefix), limit)
-        return _result(format_sources(output, prefix), output)
+        return await list_sources_tool(index, source_prefix, limit)
 
     if settings.add_documents_enabled:
 
-        @server.tool(
-            name="add_documents",
-            title="Add documents to the index",
-            description=ADD_DOCUMENTS_DESCRIPTION,
-            annotations=ToolAnnotations(
-                read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-            ),
-        )
+        @server.tool("add_documents", "Add documents to the index", ADD_DOCUMENTS_DESCRIPTION, _ADDS)
         async def add_documents(
-            documents: Annotated[list[NewDocument], Field(description="The documents to index.")],
-            ctx: Context[DocumentIndex, Any],
+            documents: _Documents, ctx: Context[DocumentIndex, Any]
         ) -> Annotated[CallToolResult, AddDocumentsOutput]:
-            sent = [-1]
-
-            async def report_progress(progress: IngestProgress) -> None:
-                # Sent only when the caller asked for progress (a progressToken); the SDK drops it otherwise.
-                # MCP wants each notification's progress higher than the last: documents done only grow.
-                if progress.documents_done <= sent[0]:
-                    return
-                sent[0] = progress.documents_done
-                await ctx.report_progress(
-                    progress.documents_done,
-                    progress.documents_total,
-                    f"{progress.documents_done}/{progress.documents_total} documents, {progress.chunks} chunks",
-                )
-
-            try:
-                report = await index.add(lambda known: validate_new_documents(documents, known), report_progress)
-            except (InvalidDocuments, IndexUnavailable) as exc:
-                raise ToolError(str(exc)) from exc
-            output = added_output(report)
-            return _result(format_added(output), output)
+            return await add_documents_tool(index, documents, ctx.report_progress)
 
     async def readiness(_: Request) -> dict[str, str]:
         return {"index": index.status}
 
     add_health_routes(server, readiness)
-
     return server
 
 
-def _one_query_as_list(value: object) -> object:
-    # Models often send a single query as a bare string; take it as the list of one it means.
-    return [value] if isinstance(value, str) else value
+async def search_documents_tool(
+    index: DocumentIndex, settings: RagSettings, queries: Sequence[str], top_k: int, filter: object
+) -> CallToolResult:
+    """The ``search_documents`` tool: the best passages for ``queries``; ``ToolError`` for what to change."""
+    started = time.perf_counter()
+    try:
+        cleaned = validate_request(queries, top_k)
+        search_filter = parse_filter(filter)
+        await index.wait_ready()
+        if index.chunk_count == 0:
+            paths = _configured_paths(settings, index.startup_report)
+            return _result(format_no_documents(paths), structured_output([]))
+        hits = await index.search(cleaned, top_k, search_filter)
+    except (InvalidSearchRequest, IndexUnavailable) as exc:
+        raise ToolError(str(exc)) from exc
+    _log.info(
+        "search_done",
+        queries=len(cleaned),
+        top_k=top_k,
+        filtered=bool(search_filter.source_prefix or search_filter.tags),
+        hits=len(hits),
+        milliseconds=round((time.perf_counter() - started) * 1000, 1),
+    )
+    if not hits and (search_filter.source_prefix or search_filter.tags):
+        return _result(format_no_match(search_filter), structured_output([]))
+    return _result(format_hits(hits), structured_output(hits))
+
+
+async def list_sources_tool(index: DocumentIndex, source_prefix: str | None, limit: int) -> CallToolResult:
+    """The ``list_sources`` tool: the indexed documents under ``source_prefix``, at most ``limit``."""
+    if not 1 <= limit <= MAX_SOURCES_LISTED:
+        raise ToolError(f"limit must be between 1 and {MAX_SOURCES_LISTED} (got {limit}).")
+    prefix = (source_prefix or "").strip().lstrip("/") or None
+    try:
+        records = await index.sources()
+    except IndexUnavailable as exc:
+        raise ToolError(str(exc)) from exc
+    output = list_output(select_sources(records, prefix), limit)
+    return _result(format_sources(output, prefix), output)
+
+
+async def add_documents_tool(
+    index: DocumentIndex, documents: Sequence[NewDocument], report_progress: ProgressReporter
+) -> CallToolResult:
+    """The ``add_documents`` tool: index ``documents``, reporting each one done to ``report_progress``."""
+    sent = [-1]
+
+    async def report(progress: IngestProgress) -> None:
+        # Sent only when the caller asked for progress (a progressToken); the SDK drops it otherwise.
+        # MCP wants each notification's progress higher than the last: documents done only grow.
+        if progress.documents_done <= sent[0]:
+            return
+        sent[0] = progress.documents_done
+        await report_progress(
+            progress.documents_done,
+            progress.documents_total,
+            f"{progress.documents_done}/{progress.documents_total} documents, {progress.chunks} chunks",
+        )
+
+    try:
+        added = await index.add(lambda known: validate_new_documents(documents, known), report)
+    except (InvalidDocuments, IndexUnavailable) as exc:
+        raise ToolError(str(exc)) from exc
+    output = added_output(added)
+    return _result(format_added(output), output)
 
 
 def _result(text: str, structured: BaseModel) -> CallToolResult:

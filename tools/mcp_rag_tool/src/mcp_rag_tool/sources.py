@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from mcp_rag_tool.documents import kind_of, normalize_tags
 from mcp_rag_tool.ingest import API_ORIGIN, DocumentInput, IngestReport
-from mcp_rag_tool.store import SourceRecord
+from mcp_rag_tool.points import SourceRecord
 
 __all__ = [
     "MAX_DOCUMENT_CHARS",

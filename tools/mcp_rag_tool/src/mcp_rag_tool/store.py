@@ -19,6 +19,8 @@ vectors are mirrored in an in-process inverted index (``sparse_index``) and the 
 in-process matrices (``dense_index``: one of chunks, one of document vectors), all built from the
 store when its collections are opened and kept in step by every write made here; the store
 remains the only persisted copy. A Qdrant server answers every kind of query itself.
+
+What each point holds (ids, payloads, the records and hits read back) is ``points``.
 """
 
 from __future__ import annotations
@@ -26,10 +28,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-import uuid
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import asdict, dataclass
-from pathlib import PurePosixPath
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -41,120 +40,36 @@ from mcp_rag_tool.bm25 import SparseVector
 from mcp_rag_tool.chunking import Chunk
 from mcp_rag_tool.dense_index import DenseChunk, DenseIndex
 from mcp_rag_tool.index_rows import prefix_candidates
+from mcp_rag_tool.points import (
+    DENSE,
+    SCHEMA_VERSION,
+    SPARSE,
+    SearchFilter,
+    SearchHit,
+    SourceRecord,
+    chunk_payload,
+    chunk_point_id,
+    dense_vector,
+    document_row,
+    hit_from_payload,
+    hit_from_point,
+    indexed_chunk,
+    record_from_payload,
+    record_payload,
+    source_point_id,
+    source_prefixes,
+)
 from mcp_rag_tool.settings import RagSettings
 from mcp_rag_tool.sparse_index import IndexedChunk, SparseIndex
 
-__all__ = [
-    "DENSE",
-    "SCHEMA_VERSION",
-    "SPARSE",
-    "SearchFilter",
-    "SourceRecord",
-    "StoreLocked",
-    "StoredChunk",
-    "VectorStore",
-    "chunk_point_id",
-    "source_prefixes",
-]
-
-DENSE = "dense"
-SPARSE = "bm25"
-SCHEMA_VERSION = 2
-"""Bumped when the layout of points changes; a collection of another version is rebuilt."""
+__all__ = ["StoreLocked", "VectorStore"]
 
 _T = TypeVar("_T")
-_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/loopsuite/mcp-rag-tool/chunk")
 _SCROLL_PAGE = 256
 
 
 class StoreLocked(Exception):
     """The local-mode folder is held by another process (Qdrant local mode allows one at a time)."""
-
-
-def chunk_point_id(source: str, content_hash: str, position: int) -> str:
-    """A chunk of one version of a document always gets the same id: re-ingesting it overwrites it."""
-    return str(uuid.uuid5(_NAMESPACE, f"{source}\0{content_hash}\0{position}"))
-
-
-def _source_point_id(source: str) -> str:
-    return str(uuid.uuid5(_NAMESPACE, f"source\0{source}"))
-
-
-def source_prefixes(source: str) -> list[str]:
-    """Every folder a source lies in ("a/", "a/b/") and the source itself: what a prefix filter matches."""
-    parts = PurePosixPath(source).parts
-    return [*("/".join(parts[: depth + 1]) + "/" for depth in range(len(parts) - 1)), source]
-
-
-@dataclass(frozen=True)
-class SearchFilter:
-    """Chunks of sources under ``source_prefix`` (a folder or a file, whole path segments) carrying any of ``tags``."""
-
-    source_prefix: str | None = None
-    tags: tuple[str, ...] = ()
-
-    def to_qdrant(self) -> models.Filter | None:
-        must: list[models.Condition] = []
-        if self.source_prefix is not None:
-            candidates = list(prefix_candidates(self.source_prefix))
-            must.append(models.FieldCondition(key="source_prefixes", match=models.MatchAny(any=candidates)))
-        if self.tags:
-            must.append(models.FieldCondition(key="tags", match=models.MatchAny(any=list(self.tags))))
-        return models.Filter(must=must) if must else None
-
-
-@dataclass(frozen=True)
-class SourceRecord:
-    """What the store remembers of one document.
-
-    ``content_hash``/``chunks`` describe the version searches see; ``pending_hash``/``pending_chunks``
-    a version being written. A version is announced (pending) before its chunks are stored and
-    committed after, so that an ingest interrupted halfway leaves a record of which chunks to
-    clean up, and every clean-up is a deletion by point id (never a scan of the collection).
-    """
-
-    source: str
-    title: str
-    tags: tuple[str, ...]
-    kind: str
-    origin: str
-    """``folder:<absolute path>`` (found there at start-up or by the CLI) or ``api`` (add_documents)."""
-    content_hash: str
-    """sha256 of the document's bytes and of the settings that shape its chunks; empty until committed."""
-    chunks: int
-    updated_at: str
-    pending_hash: str = ""
-    pending_chunks: int = 0
-    link_list: bool = False
-    """The document is mostly links (an index, a table of contents): searches rank it below content."""
-
-    @property
-    def committed(self) -> bool:
-        return bool(self.content_hash)
-
-    def point_ids(self) -> set[str]:
-        """Every chunk id this record accounts for: the committed version's and the pending one's."""
-        ids = (
-            {chunk_point_id(self.source, self.content_hash, n) for n in range(self.chunks)} if self.committed else set()
-        )
-        if self.pending_hash:
-            ids |= {chunk_point_id(self.source, self.pending_hash, n) for n in range(self.pending_chunks)}
-        return ids
-
-
-@dataclass(frozen=True)
-class StoredChunk:
-    """A chunk as a search finds it."""
-
-    id: str
-    source: str
-    title: str
-    heading: str
-    position: int
-    text: str
-    tags: tuple[str, ...]
-    score: float
-    link_list: bool = False
 
 
 class VectorStore:
@@ -289,7 +204,7 @@ class VectorStore:
                 owner = committed.get(str(payload.get("source", "")))
                 if owner is None or payload.get("content_hash") != owner.content_hash:
                     continue  # a pending version's chunk, or one left behind
-                vector = np.asarray(_dense_vector(point), dtype=np.float64)
+                vector = np.asarray(dense_vector(point), dtype=np.float64)
                 if owner.source in sums:
                     sums[owner.source] += vector
                 else:
@@ -306,13 +221,13 @@ class VectorStore:
         """Local mode: the in-process indexes, from one scroll over every chunk and one over the documents."""
         documents = DenseIndex(dimension)
         for points in self._pages(self._documents, ["source", "source_prefixes", "tags"], [DENSE]):
-            documents.add(_document_row(point) for point in points)
+            documents.add(document_row(point) for point in points)
         sparse, dense = SparseIndex(), DenseIndex(dimension)
         for points in self._pages(self._chunks, ["source_prefixes", "tags"], [SPARSE, DENSE]):
-            chunks = [_indexed_chunk(point) for point in points]
+            chunks = [indexed_chunk(point) for point in points]
             sparse.add(chunks)
             dense.add(
-                DenseChunk(chunk.id, _dense_vector(point), chunk.source_prefixes, chunk.tags)
+                DenseChunk(chunk.id, dense_vector(point), chunk.source_prefixes, chunk.tags)
                 for chunk, point in zip(chunks, points, strict=True)
             )
         return sparse, dense, documents
@@ -343,7 +258,7 @@ class VectorStore:
                 with_vectors=False,
             )
             for point in points:
-                record = _record(point.payload or {})
+                record = record_from_payload(point.payload or {})
                 records[record.source] = record
             if offset is None:
                 return records
@@ -365,7 +280,7 @@ class VectorStore:
                     DENSE: list(vector),
                     SPARSE: models.SparseVector(indices=sparse_vector.indices, values=sparse_vector.values),
                 },
-                payload=_chunk_payload(chunk, record),
+                payload=chunk_payload(chunk, record),
             )
             for chunk, record, vector, sparse_vector in zip(chunks, records, dense, sparse, strict=True)
         ]
@@ -392,7 +307,7 @@ class VectorStore:
     async def write_records(self, records: Sequence[SourceRecord]) -> None:
         if records:
             points = [
-                models.PointStruct(id=_source_point_id(record.source), vector={}, payload=_record_payload(record))
+                models.PointStruct(id=source_point_id(record.source), vector={}, payload=record_payload(record))
                 for record in records
             ]
             await self._call(self._client.upsert, self._sources, points=points, wait=True)
@@ -412,7 +327,7 @@ class VectorStore:
         if rows:
             points = [
                 models.PointStruct(
-                    id=_source_point_id(row.id),
+                    id=source_point_id(row.id),
                     vector={DENSE: list(row.vector)},
                     payload={"source": row.id, "source_prefixes": list(row.source_prefixes), "tags": list(row.tags)},
                 )
@@ -425,7 +340,7 @@ class VectorStore:
             self._document_index.add(rows)
 
     def _delete_document_vectors(self, sources: list[str]) -> None:
-        ids: list[models.ExtendedPointId] = [_source_point_id(source) for source in sources]
+        ids: list[models.ExtendedPointId] = [source_point_id(source) for source in sources]
         self._client.delete(self._documents, points_selector=models.PointIdsList(points=ids), wait=True)
         if self._document_index is not None:
             self._document_index.remove(sources)
@@ -448,7 +363,7 @@ class VectorStore:
             return
         await self.delete_chunks({point for record in records for point in record.point_ids()})
         await self._call(self._delete_document_vectors, [record.source for record in records])
-        ids: list[models.ExtendedPointId] = [_source_point_id(record.source) for record in records]
+        ids: list[models.ExtendedPointId] = [source_point_id(record.source) for record in records]
         await self._call(self._client.delete, self._sources, points_selector=models.PointIdsList(points=ids), wait=True)
 
     async def count(self) -> int:
@@ -463,7 +378,7 @@ class VectorStore:
         sparse: Sequence[SparseVector],
         limit: int,
         search_filter: SearchFilter,
-    ) -> tuple[list[list[StoredChunk]], list[list[StoredChunk]]]:
+    ) -> tuple[list[list[SearchHit]], list[list[SearchHit]]]:
         """For each dense and each sparse query vector, its ``limit`` best chunks; one round trip."""
         if self._sparse_index is not None and self._dense_index is not None:
             indexes = (self._dense_index, self._sparse_index)
@@ -486,7 +401,7 @@ class VectorStore:
         if not requests:
             return [], []
         responses = await self._call(self._client.query_batch_points, self._chunks, requests=requests)
-        rankings = [[_stored_chunk(point) for point in response.points] for response in responses]
+        rankings = [[hit_from_point(point) for point in response.points] for response in responses]
         return rankings[: len(dense)], rankings[len(dense) :]
 
     def _local_search(
@@ -496,7 +411,7 @@ class VectorStore:
         sparse: Sequence[SparseVector],
         limit: int,
         search_filter: SearchFilter,
-    ) -> tuple[list[list[StoredChunk]], list[list[StoredChunk]]]:
+    ) -> tuple[list[list[SearchHit]], list[list[SearchHit]]]:
         """Local mode: both rankings from the in-process indexes, then the payloads of the chunks found."""
         dense_index, sparse_index = indexes
         prefixes, tags = prefix_candidates(search_filter.source_prefix), search_filter.tags
@@ -507,7 +422,7 @@ class VectorStore:
         payloads = {str(record.id): record.payload or {} for record in records}
         rankings = [
             [
-                _chunk_from_payload(chunk_id, payloads[chunk_id], score)
+                hit_from_payload(chunk_id, payloads[chunk_id], score)
                 for chunk_id, score in ranking
                 if chunk_id in payloads
             ]
@@ -555,89 +470,3 @@ class VectorStore:
             if isinstance(vector, list):
                 vectors[str(point.id)] = [float(value) for value in vector if isinstance(value, int | float)]
         return vectors
-
-
-def _chunk_payload(chunk: Chunk, record: SourceRecord) -> dict[str, Any]:
-    return {
-        "source": chunk.source,
-        "source_prefixes": source_prefixes(chunk.source),
-        "title": chunk.title,
-        "heading": chunk.heading,
-        "position": chunk.position,
-        "text": chunk.text,
-        "tags": list(record.tags),
-        "content_hash": record.content_hash,
-        "link_list": record.link_list,
-    }
-
-
-def _record_payload(record: SourceRecord) -> dict[str, Any]:
-    payload = asdict(record)
-    payload["tags"] = list(record.tags)
-    return payload
-
-
-def _record(payload: dict[str, Any]) -> SourceRecord:
-    return SourceRecord(
-        source=str(payload.get("source", "")),
-        title=str(payload.get("title", "")),
-        tags=tuple(str(tag) for tag in payload.get("tags") or ()),
-        kind=str(payload.get("kind", "")),
-        origin=str(payload.get("origin", "")),
-        content_hash=str(payload.get("content_hash", "")),
-        chunks=int(payload.get("chunks", 0)),
-        updated_at=str(payload.get("updated_at", "")),
-        pending_hash=str(payload.get("pending_hash", "")),
-        pending_chunks=int(payload.get("pending_chunks", 0)),
-        link_list=bool(payload.get("link_list", False)),
-    )
-
-
-def _indexed_chunk(point: models.Record) -> IndexedChunk:
-    vectors = point.vector if isinstance(point.vector, dict) else {}
-    sparse = vectors.get(SPARSE)
-    indices, values = (
-        (list(sparse.indices), list(sparse.values)) if isinstance(sparse, models.SparseVector) else ([], [])
-    )
-    payload = point.payload or {}
-    return IndexedChunk(
-        str(point.id),
-        SparseVector(indices=indices, values=values),
-        tuple(str(prefix) for prefix in payload.get("source_prefixes") or ()),
-        tuple(str(tag) for tag in payload.get("tags") or ()),
-    )
-
-
-def _document_row(point: models.Record) -> DenseChunk:
-    """A row of the document-vector index: named by its source, filtered as its chunks are."""
-    payload = point.payload or {}
-    return DenseChunk(
-        str(payload.get("source", "")),
-        _dense_vector(point),
-        tuple(str(prefix) for prefix in payload.get("source_prefixes") or ()),
-        tuple(str(tag) for tag in payload.get("tags") or ()),
-    )
-
-
-def _dense_vector(point: models.Record) -> list[float]:
-    vectors = point.vector if isinstance(point.vector, dict) else {}
-    vector = vectors.get(DENSE)
-    return [float(value) for value in vector if isinstance(value, int | float)] if isinstance(vector, list) else []
-
-
-def _stored_chunk(point: models.ScoredPoint) -> StoredChunk:
-    return _chunk_from_payload(str(point.id), point.payload or {}, float(point.score))
-
-
-def _chunk_from_payload(chunk_id: str, payload: dict[str, Any], score: float) -> StoredChunk:
-    return StoredChunk(
-        id=chunk_id,
-        source=str(payload.get("source", "")),
-        title=str(payload.get("title", "")),
-        heading=str(payload.get("heading", "")),
-        position=int(payload.get("position", 0)),
-        text=str(payload.get("text", "")),
-        tags=tuple(str(tag) for tag in payload.get("tags") or ()),
-        score=score,
-        link_list=bool(payload.get("link_list", False)),
-    )

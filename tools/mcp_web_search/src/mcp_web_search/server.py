@@ -1,11 +1,15 @@
 """The MCP server: ``web_search`` over the configured backends, and ``fetch_url`` through the SSRF guard.
 
+Each tool's body is a function of its own (``web_search_tool(searcher, settings, ...)``, ``fetch_url_tool(client,
+settings, ...)``), callable without an MCP session; ``build_server`` only registers them, with the parameters
+the SDK publishes, and ``open_state`` is the lifespan that holds what they use.
+
 No ``from __future__ import annotations`` here: the SDK reads the tools' annotations at run time
 to build their schemas, and string annotations inside ``build_server`` could not be resolved.
 """
 
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Annotated, Any
@@ -33,7 +37,15 @@ from suite_common.mcp_tool import add_health_routes
 from suite_common.ssrf import Resolver
 from suite_common.ssrf_httpx import guarded_client
 
-__all__ = ["FETCH_URL_DESCRIPTION", "WEB_SEARCH_DESCRIPTION", "WebSearchState", "build_server"]
+__all__ = [
+    "FETCH_URL_DESCRIPTION",
+    "WEB_SEARCH_DESCRIPTION",
+    "WebSearchState",
+    "build_server",
+    "fetch_url_tool",
+    "open_state",
+    "web_search_tool",
+]
 
 _VERSION = version("loopsuite-mcp-web-search")
 # Some instances (and their bot limiters) refuse clients that do not say who they are.
@@ -68,6 +80,13 @@ class WebSearchState:
     fetch_client: httpx.AsyncClient
 
 
+_READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=True)
+_INSTRUCTIONS = (
+    "web_search finds current information on the web; fetch_url reads one page. Cite the URLs of the results you use."
+)
+_SITE_DESCRIPTION = "Only return pages of this domain and its subdomains, e.g. `docs.python.org`."
+
+
 def build_server(
     settings: WebSearchSettings,
     backends: Sequence[SearchBackend] | None = None,
@@ -80,114 +99,117 @@ def build_server(
     ``backends`` replaces the ones the settings configure, ``ddgs_client_factory`` the ``ddgs.DDGS``
     client, ``resolver`` the system DNS resolver of fetch_url (tests, embedding).
     """
-    fetch_limits = FetchLimits(
-        timeout_seconds=settings.fetch_timeout_seconds,
-        max_bytes=settings.fetch_max_bytes,
-        max_redirects=settings.fetch_max_redirects,
-    )
 
-    @asynccontextmanager
-    async def lifespan(_: MCPServer[WebSearchState]) -> AsyncIterator[WebSearchState]:
-        # One client per purpose for every call: connection pooling, and a timeout on every request.
-        # Search APIs are the operator's choice (a SearXNG on loopback is normal): a plain client.
-        # fetch_url goes where a model says: the guarded client, which checks every address it connects to.
-        search_timeout = settings.timeout_seconds + _CLIENT_TIMEOUT_MARGIN_SECONDS
-        headers = {"User-Agent": _USER_AGENT}
-        async with (
-            httpx.AsyncClient(timeout=search_timeout, headers=headers) as search_http,
-            guarded_client(
-                settings.egress_policy(),
-                timeout=settings.fetch_timeout_seconds + _CLIENT_TIMEOUT_MARGIN_SECONDS,
-                headers=headers,
-                resolver=resolver,
-            ) as fetch_http,
-        ):
-            if backends is not None:
-                chosen, unconfigured = list(backends), []
-            else:
-                choice = configured_backends(settings, search_http, ddgs_client_factory)
-                chosen, unconfigured = choice.backends, choice.unconfigured
-            searcher = WebSearcher(
-                chosen,
-                deadline_seconds=settings.timeout_seconds,
-                cache=TtlCache(settings.cache_ttl_seconds, settings.cache_max_entries),
-                unconfigured=unconfigured,
-            )
-            yield WebSearchState(searcher=searcher, fetch_client=fetch_http)
+    def lifespan(_: MCPServer[WebSearchState]) -> AbstractAsyncContextManager[WebSearchState]:
+        return open_state(settings, backends, ddgs_client_factory, resolver)
 
     server: MCPServer[WebSearchState] = MCPServer(
-        "web-search",
-        version=_VERSION,
-        instructions=(
-            "web_search finds current information on the web; fetch_url reads one page. "
-            "Cite the URLs of the results you use."
-        ),
-        lifespan=lifespan,
+        "web-search", version=_VERSION, instructions=_INSTRUCTIONS, lifespan=lifespan
     )
+    cap, chars_cap = settings.max_results_cap, settings.fetch_max_chars_cap
 
-    @server.tool(
-        name="web_search",
-        title="Web search",
-        description=WEB_SEARCH_DESCRIPTION,
-        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=True),
-    )
+    # server.tool(name, title, description, annotations); the parameters' annotations are the published schema.
+    @server.tool("web_search", "Web search", WEB_SEARCH_DESCRIPTION, _READ_ONLY)
     async def web_search(
         ctx: Context[WebSearchState, Any],
         query: Annotated[
             str, Field(description=f"What to search for: a few keywords, at most {MAX_QUERY_CHARS} characters.")
         ],
-        max_results: Annotated[
-            int, Field(description=f"How many results to return, from 1 to {settings.max_results_cap}.")
-        ] = 5,
-        site: Annotated[
-            str | None,
-            Field(description="Only return pages of this domain and its subdomains, e.g. `docs.python.org`."),
-        ] = None,
+        max_results: Annotated[int, Field(description=f"How many results to return, from 1 to {cap}.")] = 5,
+        site: Annotated[str | None, Field(description=_SITE_DESCRIPTION)] = None,
     ) -> Annotated[CallToolResult, WebSearchOutput]:
-        request = validate_search_request(query, max_results, settings.max_results_cap, site)
-        state = ctx.request_context.lifespan_context
-        answer = await state.searcher.search(request)
-        output = WebSearchOutput(query=request.query, site=request.site, backend=answer.backend, results=answer.results)
-        return CallToolResult(
-            content=[TextContent(type="text", text=format_results(request.query, answer.results, request.site))],
-            structured_content=output.model_dump(mode="json"),
-        )
+        return await web_search_tool(ctx.request_context.lifespan_context.searcher, settings, query, max_results, site)
 
-    @server.tool(
-        name="fetch_url",
-        title="Fetch a web page",
-        description=FETCH_URL_DESCRIPTION,
-        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=True),
-    )
+    @server.tool("fetch_url", "Fetch a web page", FETCH_URL_DESCRIPTION, _READ_ONLY)
     async def fetch_url(
         ctx: Context[WebSearchState, Any],
         url: Annotated[str, Field(description="The http:// or https:// URL of the page.")],
         max_chars: Annotated[
             int,
-            Field(
-                description=f"Return at most this many characters of text, from {_MIN_MAX_CHARS} "
-                f"to {settings.fetch_max_chars_cap}."
-            ),
-        ] = min(_DEFAULT_MAX_CHARS, settings.fetch_max_chars_cap),
+            Field(description=f"Return at most this many characters of text, from {_MIN_MAX_CHARS} to {chars_cap}."),
+        ] = min(_DEFAULT_MAX_CHARS, chars_cap),
     ) -> Annotated[CallToolResult, FetchUrlOutput]:
-        if not _MIN_MAX_CHARS <= max_chars <= settings.fetch_max_chars_cap:
-            raise ToolError(
-                f"max_chars must be between {_MIN_MAX_CHARS} and {settings.fetch_max_chars_cap}, got {max_chars}."
-            )
-        state = ctx.request_context.lifespan_context
-        page = await fetch_page(state.fetch_client, url, max_chars, fetch_limits)
-        text = format_page(page, max_chars, settings.fetch_max_chars_cap, settings.fetch_max_bytes)
-        return CallToolResult(
-            content=[TextContent(type="text", text=text)], structured_content=page.model_dump(mode="json")
-        )
+        return await fetch_url_tool(ctx.request_context.lifespan_context.fetch_client, settings, url, max_chars)
 
     async def readiness(_: Request) -> dict[str, str]:
-        if backends is not None:
-            has_backend = bool(backends)
-        else:
-            has_backend = len(missing_configuration(settings)) < len(settings.backends)
-        return {"backends": "ok" if has_backend else NO_BACKEND_MESSAGE}
+        return {"backends": "ok" if _has_backend(settings, backends) else NO_BACKEND_MESSAGE}
 
     add_health_routes(server, readiness)
-
     return server
+
+
+@asynccontextmanager
+async def open_state(
+    settings: WebSearchSettings,
+    backends: Sequence[SearchBackend] | None = None,
+    ddgs_client_factory: Callable[[], DdgsClient] | None = None,
+    resolver: Resolver | None = None,
+) -> AsyncIterator[WebSearchState]:
+    """What every tool call uses while the server runs (its lifespan): the searcher and fetch_url's client.
+
+    One client per purpose for every call: connection pooling, and a timeout on every request.
+    Search APIs are the operator's choice (a SearXNG on loopback is normal): a plain client.
+    fetch_url goes where a model says: the guarded client, which checks every address it connects to.
+    """
+    search_timeout = settings.timeout_seconds + _CLIENT_TIMEOUT_MARGIN_SECONDS
+    headers = {"User-Agent": _USER_AGENT}
+    async with (
+        httpx.AsyncClient(timeout=search_timeout, headers=headers) as search_http,
+        guarded_client(
+            settings.egress_policy(),
+            timeout=settings.fetch_timeout_seconds + _CLIENT_TIMEOUT_MARGIN_SECONDS,
+            headers=headers,
+            resolver=resolver,
+        ) as fetch_http,
+    ):
+        if backends is not None:
+            chosen, unconfigured = list(backends), []
+        else:
+            choice = configured_backends(settings, search_http, ddgs_client_factory)
+            chosen, unconfigured = choice.backends, choice.unconfigured
+        searcher = WebSearcher(
+            chosen,
+            deadline_seconds=settings.timeout_seconds,
+            cache=TtlCache(settings.cache_seconds, settings.cache_max_entries),
+            unconfigured=unconfigured,
+        )
+        yield WebSearchState(searcher=searcher, fetch_client=fetch_http)
+
+
+async def web_search_tool(
+    searcher: WebSearcher, settings: WebSearchSettings, query: str, max_results: int, site: str | None
+) -> CallToolResult:
+    """The ``web_search`` tool: the results of the first backend that answers, as text and structured content."""
+    request = validate_search_request(query, max_results, settings.max_results_cap, site)
+    answer = await searcher.search(request)
+    output = WebSearchOutput(query=request.query, site=request.site, backend=answer.backend, results=answer.results)
+    return CallToolResult(
+        content=[TextContent(type="text", text=format_results(request.query, answer.results, request.site))],
+        structured_content=output.model_dump(mode="json"),
+    )
+
+
+async def fetch_url_tool(
+    client: httpx.AsyncClient, settings: WebSearchSettings, url: str, max_chars: int
+) -> CallToolResult:
+    """The ``fetch_url`` tool: the page at ``url`` through ``client`` (the guarded one), cut at ``max_chars``."""
+    if not _MIN_MAX_CHARS <= max_chars <= settings.fetch_max_chars_cap:
+        raise ToolError(
+            f"max_chars must be between {_MIN_MAX_CHARS} and {settings.fetch_max_chars_cap}, got {max_chars}."
+        )
+    limits = FetchLimits(
+        timeout_seconds=settings.fetch_timeout_seconds,
+        max_bytes=settings.fetch_max_bytes,
+        max_redirects=settings.fetch_max_redirects,
+    )
+    page = await fetch_page(client, url, max_chars, limits)
+    text = format_page(page, max_chars, settings.fetch_max_chars_cap, settings.fetch_max_bytes)
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=page.model_dump(mode="json")
+    )
+
+
+def _has_backend(settings: WebSearchSettings, backends: Sequence[SearchBackend] | None) -> bool:
+    if backends is not None:
+        return bool(backends)
+    return len(missing_configuration(settings)) < len(settings.backends)

@@ -78,10 +78,14 @@ class WebSearchSettings(ServiceSettings):
         ge=1,
         description="The largest `max_results` a caller may ask of web_search; larger requests are refused.",
     )
-    cache_ttl_seconds: float = Field(
+    cache_seconds: float = Field(
         default=300,
         ge=0,
-        description="How long a search's results are reused for the same query, in seconds; 0 turns the cache off.",
+        validation_alias=renamed("WEB_SEARCH_CACHE_SECONDS", "WEB_SEARCH_CACHE_TTL_SECONDS"),
+        description=(
+            "How long a search's results are reused for the same query, in seconds; 0 turns the cache off. "
+            "Formerly `WEB_SEARCH_CACHE_TTL_SECONDS` (still read, deprecated)."
+        ),
     )
     cache_max_entries: int = Field(default=256, ge=1, description="Searches kept in the cache at most.")
 
