@@ -35,7 +35,7 @@ _log = get_logger("agent_service.run_slots")
 
 UNCAPPED = 2**31
 """A cap no tenant reaches: a run taken over after a crash was admitted once and is not refused again, but its slot
-still counts against its tenant's cap (see ``AgentRuns._resume``)."""
+still counts against its tenant's cap (see ``LeaseKeeper._hold_slot``)."""
 
 
 def too_many_runs(tenant: str, cap: int, retry_after_seconds: float) -> ApiError:

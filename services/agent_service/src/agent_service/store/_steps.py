@@ -6,7 +6,7 @@ statements and about 0.4 ms of CPU on SQLite, and on PostgreSQL five round trips
 database, took most of it). Here a step is, on PostgreSQL, one statement (its parts are CTEs, so it is
 one round trip and atomic without BEGIN and COMMIT), prepared once per connection by asyncpg; on SQLite,
 three statements (four with usage log rows) on the standard driver in one ``BEGIN IMMEDIATE`` transaction.
-Everything else the store does goes through SQLAlchemy Core (``run_store``): this module holds only what the
+Everything else the store does goes through SQLAlchemy Core (``RunStore``): this module holds only what the
 benchmark justified.
 
 A step's LLM calls (``Step.calls``) become rows of the usage log in the same statement or transaction, each with

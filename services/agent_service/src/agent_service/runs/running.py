@@ -1,0 +1,311 @@
+"""Runs as this replica executes them: begun (admitted, stored), executed to their end, detached.
+
+``RunExecutor`` holds what the replica's runs share: its lease owner's name, the runs executing here (``active``),
+the tenant slots they hold (``slots_held``), and the task group detached and resumed runs execute in (set while
+``AgentRuns.running`` is entered). Reading runs (``reading``) and keeping their leases (``takeover``) work on it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field, replace
+
+import anyio
+from anyio.abc import TaskGroup
+
+from agent_service.callers import Caller
+from agent_service.clients import UpstreamError
+from agent_service.loop import AgentLoop, ResumePoint, RunOutcome, RunPlan
+from agent_service.run_slots import UNCAPPED, RunSlots
+from agent_service.runs.journal import LiveSink, RunJournal, RunMoved
+from agent_service.runs.plans import conversation_settings, stored_plan
+from agent_service.settings import AgentSettings
+from agent_service.spending import Spending
+from agent_service.store import (
+    ConversationBusy,
+    ConversationFull,
+    ConversationLimits,
+    ConversationTooLarge,
+    NewRun,
+    RunStore,
+    StoreError,
+)
+from suite_common.errors import ApiError
+from suite_common.lifecycle import Lifecycle
+from suite_common.logging import get_logger
+from suite_common.wire import AgentRunRequest, RunDone, RunError, RunStarted
+
+__all__ = ["CANCELLED_CALL", "RunExecutor", "StartedRun", "store_unavailable"]
+
+_log = get_logger("agent_service.runs")
+
+CANCELLED_CALL = "The run was cancelled before this tool call finished."
+"""The result of a tool call that a cancelled run did not see finish."""
+
+
+def store_unavailable(error: StoreError) -> ApiError:
+    """503 ``store_unavailable``; the driver's words (addresses, SQL states) go to the log only."""
+    _log.warning("store_unavailable", error=str(error))
+    return ApiError(
+        503, "store_unavailable", "The run store is unavailable; try again shortly.", headers={"Retry-After": "1"}
+    )
+
+
+@dataclass
+class StartedRun:
+    """A run stored and about to be executed here."""
+
+    plan: RunPlan
+    journal: RunJournal
+    detached: bool
+    resume: ResumePoint | None = None
+    scope: anyio.CancelScope | None = None
+    outcome: RunOutcome | None = None
+    """Set once the run has ended here."""
+    stop_reason: str | None = None
+    """Why this replica stopped it: ``cancelled`` (asked to), ``moved`` (the lease was lost); ``None``: its client
+    left or the service is shutting down."""
+
+    def stop(self, reason: str) -> None:
+        self.stop_reason = reason
+        if self.scope is not None:
+            self.scope.cancel()
+
+
+def _owner_name() -> str:
+    """This replica's name as the owner of leases: its host, its process and a random part."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(eq=False)
+class RunExecutor:
+    """Begins runs and executes them here, in the calling task or detached; the state the replica's runs share."""
+
+    loop: AgentLoop
+    store: RunStore | None
+    settings: AgentSettings
+    lifecycle: Lifecycle
+    slots: RunSlots
+    spending: Spending
+    owner: str = field(default_factory=_owner_name, init=False)
+    active: dict[str, StartedRun] = field(default_factory=dict, init=False)
+    slots_held: dict[str, str] = field(default_factory=dict, init=False)
+    """Run id → tenant, for each run holding a slot taken here (renewed by the keeper, released at its end)."""
+    task_group: TaskGroup | None = field(default=None, init=False)
+    """Where detached and resumed runs execute: set while ``AgentRuns.running`` is entered."""
+
+    async def begin(
+        self, plan: RunPlan, request: AgentRunRequest, *, send: LiveSink | None, caller: Caller
+    ) -> StartedRun:
+        """Check the monthly budgets of ``caller``'s tenant and user (429 ``budget_exhausted``), take a slot of its
+        tenant (429 ``too_many_runs`` over its cap), then store the run, as ``caller``'s, before the response starts
+        (a busy conversation is still a plain 409); ``send``: the client that stays attached (``None``: the run is
+        detached and followed through its journal). A refused run is never stored."""
+        detached = request.on_disconnect == "continue"
+        store = self.store
+        if store is None and (request.conversation_id is not None or detached):
+            field = "conversationId" if request.conversation_id is not None else 'onDisconnect "continue"'
+            raise ApiError(400, "runs_not_stored", f"{field} needs stored runs (AGENT_DATABASE_URL is empty).")
+        plan = await self.admit(plan, caller)
+        try:
+            return await self._begin(plan, request, send=send, caller=caller)
+        except BaseException:
+            await self.release_slot(plan.run_id)
+            raise
+
+    async def admit(self, plan: RunPlan, caller: Caller) -> RunPlan:
+        """Check the monthly budgets of ``caller``'s tenant and user (429 ``budget_exhausted``), then take a slot of
+        its tenant (429 ``too_many_runs`` over its cap) for ``plan.run_id``, renewed until ``release_slot``: what a
+        run holds from ``begin`` to its end, and a plain completion of the OpenAI front for its one call (it costs
+        what a run's call costs, so the cap bounds both together). The plan with its budgets' guard."""
+        tenant = caller.tenant
+        plan = replace(plan, spending=await self.spending.admit(tenant, caller.user))
+        cap = caller.rules.max_concurrent_runs
+        if cap is None:
+            cap = self.settings.max_concurrent_runs_per_tenant
+        await self.slots.acquire(tenant, plan.run_id, cap or UNCAPPED)  # 0: no cap
+        self.slots_held[plan.run_id] = tenant
+        return plan
+
+    async def _begin(
+        self, plan: RunPlan, request: AgentRunRequest, *, send: LiveSink | None, caller: Caller
+    ) -> StartedRun:
+        detached = request.on_disconnect == "continue"
+        store = self.store
+        if store is None:
+            journal = RunJournal(plan.run_id, store=None, owner=self.owner, base=0, send=send)
+            return StartedRun(plan, journal, detached)
+        new = NewRun(
+            run_id=plan.run_id,
+            model=plan.model,
+            plan=stored_plan(plan),
+            input_messages=plan.messages,
+            conversation_id=request.conversation_id,
+            caller=caller.name,
+            tenant=caller.tenant,
+            user=caller.user,
+            settings=conversation_settings(request) if request.conversation_id is not None else None,
+        )
+        limits = ConversationLimits(self.settings.conversation_max_bytes, self.settings.conversation_max_runs)
+        try:
+            earlier = await store.create_run(
+                new, owner=self.owner, lease_seconds=self.settings.lease_seconds, limits=limits
+            )
+        except ConversationTooLarge as large:
+            raise ApiError(
+                413,
+                "conversation_too_large",
+                f"Conversation {large.conversation_id} holds {large.stored} bytes of messages; with this run's "
+                f"{large.adding} it would pass its limit of {large.limit} bytes. Start a new conversation.",
+            ) from None
+        except ConversationFull as full:
+            raise ApiError(
+                409,
+                "conversation_full",
+                f"Conversation {full.conversation_id} has {full.runs} runs, its limit of runs. Start a new "
+                "conversation.",
+            ) from None
+        except ConversationBusy as busy:
+            raise ApiError(
+                409,
+                "conversation_busy",
+                f"Conversation {busy.conversation_id} has a run in progress ({busy.run_id}); "
+                "wait for it to end or cancel it.",
+            ) from None
+        except StoreError as error:
+            raise store_unavailable(error) from None
+        if earlier:
+            plan = replace(plan, messages=[*earlier, *plan.messages])
+        journal = RunJournal(
+            plan.run_id, store=store, owner=self.owner, base=len(earlier), send=send, telemetry=self.loop.telemetry
+        )
+        started = StartedRun(plan, journal, detached)
+        self.active[plan.run_id] = started
+        return started
+
+    async def execute(self, run: StartedRun, *, stream_text: bool) -> RunOutcome:
+        """Run to the end here, in the calling task; ``run_started`` first, unless the run is resumed. A run stopped
+        through ``StartedRun.stop`` ends with finish reason ``cancelled``, or the error ``run_moved``. Raises only
+        when cancelled from outside: its client left (the run is stored as cancelled) or the service is shutting
+        down (the run is released to another replica)."""
+        plan, journal = run.plan, run.journal
+        try:
+            with anyio.CancelScope() as scope:
+                run.scope = scope
+                if run.stop_reason is not None:  # stopped before it started
+                    scope.cancel()
+                if run.resume is None:
+                    await journal.emit(
+                        RunStarted(
+                            run_id=plan.run_id,
+                            model=plan.model,
+                            tools=[tool.name for tool in plan.tools],
+                            max_iterations=plan.limits.max_iterations,
+                        )
+                    )
+                outcome = await self.loop.run(
+                    plan,
+                    journal.emit,
+                    stream_text=stream_text,
+                    recorder=journal if journal.store is not None else None,
+                    resume=run.resume,
+                )
+                outcome = await self._store_outcome(run, outcome)
+                run.outcome = outcome
+                return outcome
+            run.outcome = await self._stopped(run)  # only ``run.stop`` cancels this scope
+            return run.outcome
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                if self.lifecycle.interrupted:
+                    await journal.log_calls()  # a call the shutdown cut off: counted in the budgets, so logged
+                    await self._release(plan.run_id)
+                elif run.stop_reason is None:  # its client left
+                    journal.send = None
+                    run.stop_reason = "cancelled"
+                    await self._stored_cancel(run)
+            raise
+        finally:
+            self.active.pop(plan.run_id, None)
+            if run.stop_reason != "moved":  # moved: the slot (same run id) is the new owner's now
+                await self.release_slot(plan.run_id)
+            else:
+                self.slots_held.pop(plan.run_id, None)
+            journal.ended.set()
+
+    async def release_slot(self, run_id: str) -> None:
+        """Give back the slot taken for ``run_id`` here, if any."""
+        tenant = self.slots_held.pop(run_id, None)
+        if tenant is not None:
+            with anyio.CancelScope(shield=True):
+                await self.slots.release(tenant, run_id)
+
+    async def _stopped(self, run: StartedRun) -> RunOutcome:
+        journal = run.journal
+        if run.stop_reason == "moved":
+            moved = RunMoved(run.plan.run_id)
+            # Told to its client only: the run's stored events go on elsewhere.
+            await journal.tell(RunError(run_id=run.plan.run_id, code=moved.code, message=moved.message))
+            return RunOutcome("error", journal.iterations, journal.usage, [], moved)
+        await self._stored_cancel(run)
+        return RunOutcome("cancelled", journal.iterations, journal.usage, [])
+
+    async def _release(self, run_id: str) -> None:
+        if self.store is None:
+            return
+        with anyio.move_on_after(2.0):
+            try:
+                await self.store.release(self.owner, [run_id])
+            except StoreError as error:
+                _log.warning("run_release_failed", run_id=run_id, error=str(error))
+
+    async def _store_outcome(self, run: StartedRun, outcome: RunOutcome) -> RunOutcome:
+        """The outcome stored, its last events told (``done`` or ``error``: only once stored); the outcome to answer
+        with: the loop's, or the error that kept it from being stored (no answer may say more than the store)."""
+        error = outcome.error
+        if isinstance(error, RunMoved):  # nothing more is written here
+            run.stop_reason = "moved"
+            await run.journal.tell(RunError(run_id=run.plan.run_id, code=error.code, message=error.message))
+            return outcome
+        try:
+            await run.journal.finish(outcome)
+        except RunMoved as moved:
+            run.stop_reason = "moved"
+            return replace(outcome, error=moved)
+        except UpstreamError as failure:  # the store is down: the lease lapses and another replica finishes it
+            _log.error("run_outcome_not_stored", run_id=run.plan.run_id, error=failure.message)
+            return replace(outcome, error=failure)
+        return outcome
+
+    async def _stored_cancel(self, run: StartedRun) -> None:
+        if run.journal.store is None:
+            return
+        done = RunDone(
+            run_id=run.plan.run_id,
+            finish_reason="cancelled",
+            iterations=run.journal.iterations,
+            usage=run.journal.usage,
+        )
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5.0):
+            try:
+                await run.journal.finish_cancelled(done, CANCELLED_CALL)
+            except UpstreamError as error:
+                _log.error("run_cancel_not_stored", run_id=run.plan.run_id, error=error.message)
+
+    def detach(self, run: StartedRun, *, stream_text: bool) -> None:
+        """Execute ``run`` in the background: its client may leave, the run goes on until it ends or the service
+        stops (then another replica takes it over)."""
+        if self.task_group is None:
+            raise RuntimeError("AgentRuns.running() is not entered")
+        self.task_group.start_soon(self.execute_tracked, run, stream_text)
+
+    async def execute_tracked(self, run: StartedRun, stream_text: bool) -> None:
+        """``execute`` as a task of ``task_group`` (a detached or resumed run): counted as work in flight, so that a
+        draining service waits for it as for a request; a crash is logged, not raised."""
+        with self.lifecycle.track(), anyio.CancelScope() as scope, self.lifecycle.cancels(scope):
+            try:
+                await self.execute(run, stream_text=stream_text)
+            except Exception as error:  # a bug: logged; the lease lapses and the run is taken over
+                _log.error("run_crashed", run_id=run.plan.run_id, exc_info=error)
