@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from support.upstreams import Upstreams, running_upstreams
+from support.stacks import Upstreams, running_upstreams
 
 
 @pytest.fixture

@@ -16,10 +16,10 @@ from pydantic import SecretStr
 
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
-from support.agent_stack import running_agent
 from support.fake_anthropic import ScriptedAnthropic, signature_of, text, thinking, tool_calls
 from support.mcp_gateway import echo_http_server, running_gateway
 from support.servers import serve_app
+from support.stacks import running_agent
 
 pytestmark = pytest.mark.anyio
 

@@ -12,27 +12,19 @@ import json
 import os
 import signal
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import httpx
 import pytest
-from pydantic import SecretStr
 
-from completion_service.app import create_app as create_completion_app
-from completion_service.settings import CompletionSettings
 from support import fake_openai
-from support.agent_stack import running_agent
-from support.fake_openai import ScriptedOpenAI
 from support.mcp_gateway import (
     WAIT_SECONDS,
-    Gateway,
     echo_http_server,
     echo_stdio_server,
-    running_gateway,
 )
-from support.servers import serve_app
+from support.stacks import AgentStack, running_stack
 
 pytestmark = pytest.mark.anyio
 
@@ -40,37 +32,22 @@ RESTART_BACKOFF: dict[str, Any] = {"restart_backoff_initial_seconds": 30.0, "res
 """The killed server is restarted only after 30 s: it stays away for the whole test."""
 
 
-@dataclass
-class Stack:
-    agent_url: str
-    gateway: Gateway
-    llm: ScriptedOpenAI
-
-
 @pytest.fixture
-async def stack_with_a_killed_server() -> AsyncIterator[Stack]:
-    llm = ScriptedOpenAI()
+async def stack_with_a_killed_server() -> AsyncIterator[AgentStack]:
     async with (
-        serve_app(llm.app) as llm_url,
         echo_http_server("other", tool_prefix="other_") as other_url,
-        running_gateway(
-            {"local": echo_stdio_server("local"), "other": {"url": other_url}}, **RESTART_BACKOFF
-        ) as gateway,
+        running_stack(
+            echo={},
+            servers={"local": echo_stdio_server("local"), "other": {"url": other_url}},
+            gateway_settings=RESTART_BACKOFF,
+        ) as stack,
     ):
-        completion_settings = CompletionSettings(
-            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
-        )
-        async with (
-            serve_app(create_completion_app(completion_settings)) as completion_url,
-            running_agent(completion_url, gateway) as agent_url,
-        ):
-            await gateway.wait_until_ready("local", "other")
-            pid = (await gateway.http.post("/mcp/v1/tools/call-tool", json={"name": "pid"})).json()
-            os.kill(pid["structuredContent"]["result"], signal.SIGKILL)
-            local = gateway.registry.connections["local"]
-            with anyio.fail_after(WAIT_SECONDS):
-                await gateway.registry.wait_until(lambda _: local.state == "failed")
-            yield Stack(agent_url, gateway, llm)
+        pid = (await stack.gateway.http.post("/mcp/v1/tools/call-tool", json={"name": "pid"})).json()
+        os.kill(pid["structuredContent"]["result"], signal.SIGKILL)
+        local = stack.gateway.registry.connections["local"]
+        with anyio.fail_after(WAIT_SECONDS):
+            await stack.gateway.registry.wait_until(lambda _: local.state == "failed")
+        yield stack
 
 
 def _run(tools: list[str], *, stream: bool) -> dict[str, Any]:
@@ -78,7 +55,7 @@ def _run(tools: list[str], *, stream: bool) -> dict[str, Any]:
 
 
 async def test_a_run_naming_a_tool_whose_server_is_restarting_goes_on_and_the_call_says_when_to_retry(
-    stack_with_a_killed_server: Stack,
+    stack_with_a_killed_server: AgentStack,
 ) -> None:
     stack = stack_with_a_killed_server
     stack.llm.push(
@@ -108,7 +85,7 @@ async def test_a_run_naming_a_tool_whose_server_is_restarting_goes_on_and_the_ca
 
 
 async def test_a_run_whose_tools_are_all_unavailable_is_a_503_with_retry_after(
-    stack_with_a_killed_server: Stack,
+    stack_with_a_killed_server: AgentStack,
 ) -> None:
     async with httpx.AsyncClient(timeout=30) as http:
         refused = await http.post(

@@ -12,24 +12,16 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import httpx
 import pytest
-from pydantic import SecretStr
 
-from agent_service.app import create_app as create_agent_app
-from agent_service.settings import AgentSettings
-from completion_service.app import create_app as create_completion_app
-from completion_service.settings import CompletionSettings
 from suite_common.sse_parser import EventStreamParser
 from support import fake_openai
 from support.everything_server import everything_stdio_server
-from support.fake_openai import ScriptedOpenAI
-from support.mcp_gateway import GATEWAY_SECRET, Gateway, running_gateway
-from support.servers import serve_app
+from support.stacks import AgentStack, running_stack
 from support.task_mcp_server import TASK_SCRIPT
 
 pytestmark = pytest.mark.anyio
@@ -37,38 +29,14 @@ pytestmark = pytest.mark.anyio
 LONG_TOOL = "trigger-long-running-operation"
 
 
-@dataclass
-class Stack:
-    agent_url: str
-    llm: ScriptedOpenAI
-    gateway: Gateway
-
-
 @pytest.fixture(scope="module")
-async def stack() -> AsyncIterator[Stack]:
-    llm = ScriptedOpenAI()
-    async with serve_app(llm.app) as llm_url:
-        completion_settings = CompletionSettings(
-            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
-        )
-        async with (
-            running_gateway(
-                {
-                    "everything": everything_stdio_server(),
-                    "tasks": {"command": sys.executable, "args": [str(TASK_SCRIPT)]},
-                }
-            ) as gateway,
-            serve_app(create_completion_app(completion_settings)) as completion_url,
-        ):
-            agent_settings = AgentSettings(
-                completion_url=completion_url,
-                mcp_client_url=gateway.url,
-                mcp_service_secret=SecretStr(GATEWAY_SECRET),
-                catalog_cache_seconds=0,
-            )
-            async with serve_app(create_agent_app(agent_settings)) as agent_url:
-                await gateway.wait_until_ready("everything", "tasks")
-                yield Stack(agent_url, llm, gateway)
+async def stack() -> AsyncIterator[AgentStack]:
+    servers = {
+        "everything": everything_stdio_server(),
+        "tasks": {"command": sys.executable, "args": [str(TASK_SCRIPT)]},
+    }
+    async with running_stack(echo={}, servers=servers) as stack:
+        yield stack
 
 
 def _body(stream: bool, tools: tuple[str, ...] = (LONG_TOOL,), **extra: Any) -> dict[str, Any]:
@@ -81,7 +49,7 @@ def _body(stream: bool, tools: tuple[str, ...] = (LONG_TOOL,), **extra: Any) -> 
     }
 
 
-async def _run_events(stack: Stack, body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+async def _run_events(stack: AgentStack, body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     parser = EventStreamParser()
     events: list[tuple[str, dict[str, Any]]] = []
     with anyio.fail_after(30):
@@ -95,7 +63,7 @@ async def _run_events(stack: Stack, body: dict[str, Any]) -> list[tuple[str, dic
     return events
 
 
-async def test_a_streamed_run_reports_the_tools_progress_before_its_result(stack: Stack) -> None:
+async def test_a_streamed_run_reports_the_tools_progress_before_its_result(stack: AgentStack) -> None:
     stack.llm.push(
         fake_openai.tool_calls(("call_long", LONG_TOOL, {"duration": 0.3, "steps": 3})),
         fake_openai.text("It finished."),
@@ -149,7 +117,7 @@ async def test_a_streamed_run_reports_the_tools_progress_before_its_result(stack
     assert result["content"] == "Long running operation completed. Duration: 0.3 seconds, Steps: 3."
 
 
-async def test_a_non_streamed_run_calls_the_same_long_tool_and_answers_with_json(stack: Stack) -> None:
+async def test_a_non_streamed_run_calls_the_same_long_tool_and_answers_with_json(stack: AgentStack) -> None:
     stack.llm.push(
         fake_openai.tool_calls(("call_long", LONG_TOOL, {"duration": 0.2, "steps": 2})),
         fake_openai.text("It finished."),
@@ -164,7 +132,7 @@ async def test_a_non_streamed_run_calls_the_same_long_tool_and_answers_with_json
     assert result["messages"][1]["content"] == "Long running operation completed. Duration: 0.2 seconds, Steps: 2."
 
 
-async def test_a_run_calls_a_tool_that_can_only_run_as_a_task_and_gets_its_stages_and_report(stack: Stack) -> None:
+async def test_a_run_calls_a_tool_that_can_only_run_as_a_task_and_gets_its_stages_and_report(stack: AgentStack) -> None:
     research = "simulate-research-query"
     stack.llm.push(
         fake_openai.tool_calls(("call_research", research, {"topic": "tides"})),
@@ -188,7 +156,9 @@ async def test_a_run_calls_a_tool_that_can_only_run_as_a_task_and_gets_its_stage
     assert result["content"].startswith("# Research Report: tides")
 
 
-async def test_a_run_whose_deadline_passes_during_a_task_has_the_task_cancelled_on_the_server(stack: Stack) -> None:
+async def test_a_run_whose_deadline_passes_during_a_task_has_the_task_cancelled_on_the_server(
+    stack: AgentStack,
+) -> None:
     stack.llm.push(
         fake_openai.tool_calls(
             ("call_research", "research", {"topic": "run-deadline", "steps": 200, "step_seconds": 0.1})

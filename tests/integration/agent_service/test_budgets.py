@@ -21,12 +21,11 @@ import redis.asyncio as aioredis
 
 from agent_service.spending import month_start, next_month_start
 from support import fake_openai
-from support.agent_stack import running_agent
 from support.caller_keys import as_caller, key_entry
 from support.databases import REDIS_URL
 from support.processes import agent_env, spawned
 from support.servers import free_port
-from support.upstreams import Upstreams
+from support.stacks import Upstreams, running_agent
 
 pytestmark = pytest.mark.anyio
 

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +20,11 @@ import httpx
 import openai
 import pytest
 import structlog
-from pydantic import SecretStr
 from structlog.testing import capture_logs
 
-from completion_service.app import create_app as create_completion_app
-from completion_service.settings import CompletionSettings
 from support import fake_openai
-from support.agent_stack import running_agent
 from support.caller_keys import as_caller, key_entry
-from support.fake_openai import ScriptedOpenAI
-from support.mcp_gateway import Gateway, echo_http_server, running_gateway
-from support.servers import serve_app
+from support.stacks import AgentStack, running_stack
 
 pytestmark = pytest.mark.anyio
 
@@ -56,13 +49,6 @@ key_env = "{_KEY_ENV}"
 """
 
 
-@dataclass
-class Stack:
-    agent_url: str
-    llm: ScriptedOpenAI
-    http: httpx.AsyncClient
-
-
 @pytest.fixture(scope="module")
 def key_in_environment() -> Iterator[None]:
     os.environ[_KEY_ENV] = ACME_ENV_KEY
@@ -73,37 +59,19 @@ def key_in_environment() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-async def stack(tmp_path_factory: pytest.TempPathFactory, key_in_environment: None) -> AsyncIterator[Stack]:
+async def stack(tmp_path_factory: pytest.TempPathFactory, key_in_environment: None) -> AsyncIterator[AgentStack]:
     folder = tmp_path_factory.mktemp("callers")
     callers = folder / "callers.toml"
     callers.write_text(CALLERS_FILE)
-    llm = ScriptedOpenAI()
-    async with (
-        serve_app(llm.app) as llm_url,
-        echo_http_server("tools") as tools_url,
-        running_gateway({"tools": {"url": tools_url}}) as gateway,
-    ):
-        completion_settings = CompletionSettings(
-            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
-        )
-        async with (
-            serve_app(create_completion_app(completion_settings)) as completion_url,
-            _agent(completion_url, gateway, folder, callers) as agent_url,
-            httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
-        ):
-            await gateway.wait_until_ready("tools")
-            yield Stack(agent_url, llm, http)
-
-
-def _agent(completion_url: str, gateway: Gateway, folder: Path, callers: Path) -> Any:
-    return running_agent(completion_url, gateway, database_url=f"sqlite:///{folder}/runs.db", callers_file=callers)
+    async with running_stack(database_url=f"sqlite:///{folder}/runs.db", callers_file=callers) as stack:
+        yield stack
 
 
 def _run(content: str, **extra: Any) -> dict[str, Any]:
     return {"model": "gpt-4o", "messages": [{"role": "user", "content": content}], "tools": ["echo"], **extra}
 
 
-async def _finished_run(stack: Stack, key: str, **extra: Any) -> dict[str, Any]:
+async def _finished_run(stack: AgentStack, key: str, **extra: Any) -> dict[str, Any]:
     stack.llm.push(fake_openai.text("done"))
     response = await stack.http.post("/api/v1/agent/run", json=_run("hello", **extra), headers=as_caller(key))
     assert response.status_code == 200, response.text
@@ -112,7 +80,7 @@ async def _finished_run(stack: Stack, key: str, **extra: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("headers", [{}, as_caller("not-a-key"), {"Authorization": f"Basic {ACME_KEY}"}])
-async def test_the_agent_api_refuses_a_request_without_a_known_key(stack: Stack, headers: dict[str, str]) -> None:
+async def test_the_agent_api_refuses_a_request_without_a_known_key(stack: AgentStack, headers: dict[str, str]) -> None:
     for method, path in [
         ("POST", "/api/v1/agent/run"),
         ("GET", "/api/v1/agent/runs/run_x"),
@@ -126,19 +94,19 @@ async def test_the_agent_api_refuses_a_request_without_a_known_key(stack: Stack,
         assert ACME_KEY not in response.text
 
 
-async def test_health_metrics_openapi_and_the_console_page_stay_open(stack: Stack) -> None:
+async def test_health_metrics_openapi_and_the_console_page_stay_open(stack: AgentStack) -> None:
     for path in ["/healthz", "/metrics", "/openapi.json", "/console"]:
         response = await stack.http.get(path)
         assert response.status_code == 200, path
 
 
-async def test_a_key_from_the_file_and_a_key_from_the_environment_both_work(stack: Stack) -> None:
+async def test_a_key_from_the_file_and_a_key_from_the_environment_both_work(stack: AgentStack) -> None:
     for key in (ACME_KEY, ACME_ENV_KEY, GLOBEX_KEY):
         run = await _finished_run(stack, key)
         assert run["message"]["content"] == "done"
 
 
-async def test_the_openai_front_refuses_a_wrong_key_in_openais_shape(stack: Stack) -> None:
+async def test_the_openai_front_refuses_a_wrong_key_in_openais_shape(stack: AgentStack) -> None:
     async with openai.AsyncOpenAI(base_url=f"{stack.agent_url}/v1", api_key="wrong", max_retries=0) as client:
         with pytest.raises(openai.AuthenticationError) as refused:
             await client.models.list()
@@ -147,14 +115,14 @@ async def test_the_openai_front_refuses_a_wrong_key_in_openais_shape(stack: Stac
             await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
 
 
-async def test_the_openai_front_serves_the_right_key(stack: Stack) -> None:
+async def test_the_openai_front_serves_the_right_key(stack: AgentStack) -> None:
     stack.llm.push(fake_openai.text("hello from the front"))
     async with openai.AsyncOpenAI(base_url=f"{stack.agent_url}/v1", api_key=ACME_KEY, max_retries=0) as client:
         completion = await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
     assert completion.choices[0].message.content == "hello from the front"
 
 
-async def test_only_a_trusted_key_may_name_the_end_user(stack: Stack) -> None:
+async def test_only_a_trusted_key_may_name_the_end_user(stack: AgentStack) -> None:
     trusted = await _finished_run_with_user(stack, ACME_KEY, "user-42")
     assert trusted.status_code == 200, trusted.text
     untrusted = await stack.http.post(
@@ -168,12 +136,12 @@ async def test_only_a_trusted_key_may_name_the_end_user(stack: Stack) -> None:
     assert malformed.status_code == 400
 
 
-async def _finished_run_with_user(stack: Stack, key: str, user: str) -> httpx.Response:
+async def _finished_run_with_user(stack: AgentStack, key: str, user: str) -> httpx.Response:
     stack.llm.push(fake_openai.text("done"))
     return await stack.http.post("/api/v1/agent/run", json=_run("hi"), headers={**as_caller(key), "X-User-Id": user})
 
 
-async def test_the_lines_a_run_logs_name_its_caller_tenant_and_user_never_the_key(stack: Stack) -> None:
+async def test_the_lines_a_run_logs_name_its_caller_tenant_and_user_never_the_key(stack: AgentStack) -> None:
     with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
         response = await _finished_run_with_user(stack, ACME_KEY, "user-7")
     assert response.status_code == 200, response.text
@@ -187,7 +155,7 @@ def _without_id(response: httpx.Response, unknown: str, known: str) -> tuple[int
     return response.status_code, response.text.replace(unknown, "ID").replace(known, "ID")
 
 
-async def test_another_tenants_run_is_answered_exactly_as_an_unknown_one(stack: Stack) -> None:
+async def test_another_tenants_run_is_answered_exactly_as_an_unknown_one(stack: AgentStack) -> None:
     run_id = (await _finished_run(stack, ACME_KEY))["runId"]
     unknown = "run_" + uuid.uuid4().hex
     assert (await stack.http.get(f"/api/v1/agent/runs/{run_id}", headers=as_caller(ACME_ENV_KEY))).status_code == 200
@@ -202,7 +170,7 @@ async def test_another_tenants_run_is_answered_exactly_as_an_unknown_one(stack: 
         assert _without_id(theirs, run_id, unknown) == _without_id(nobodys, unknown, run_id)
 
 
-async def test_conversations_belong_to_their_tenant(stack: Stack) -> None:
+async def test_conversations_belong_to_their_tenant(stack: AgentStack) -> None:
     conversation = "conv_" + uuid.uuid4().hex
     await _finished_run(stack, ACME_KEY, conversationId=conversation)
     await _finished_run(stack, ACME_ENV_KEY, conversationId=conversation)  # same tenant, another key: continues
@@ -222,7 +190,7 @@ async def test_conversations_belong_to_their_tenant(stack: Stack) -> None:
     assert conversation in {c["conversationId"] for c in listed.json()["conversations"]}
 
 
-async def test_a_conversation_id_another_tenant_uses_is_a_new_conversation_of_ones_own(stack: Stack) -> None:
+async def test_a_conversation_id_another_tenant_uses_is_a_new_conversation_of_ones_own(stack: AgentStack) -> None:
     """Conversations are keyed by (tenant, id): globex naming acme's id gets exactly what an unused id gets (a new
     conversation of its own), learns nothing of acme's, and acme's is left as it was."""
     conversation, unused = "conv_" + uuid.uuid4().hex, "conv_" + uuid.uuid4().hex

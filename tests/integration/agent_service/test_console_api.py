@@ -7,7 +7,6 @@ over streamable HTTP behind a real mcp-client-service; only the LLM is scripted 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -17,49 +16,24 @@ from pydantic import SecretStr
 from agent_service.app import create_app as create_agent_app
 from agent_service.console_api import CONSOLE_HEADERS
 from agent_service.settings import AgentSettings
-from completion_service.app import create_app as create_completion_app
-from completion_service.settings import CompletionSettings
 from support import fake_openai
-from support.agent_stack import running_agent
-from support.fake_openai import ScriptedOpenAI
-from support.mcp_gateway import GATEWAY_SECRET, echo_http_server, running_gateway
+from support.mcp_gateway import GATEWAY_SECRET
 from support.servers import free_port, serve_app
+from support.stacks import AgentStack, running_stack
 
 pytestmark = pytest.mark.anyio
 
 
-@dataclass
-class Stack:
-    llm: ScriptedOpenAI
-    http: httpx.AsyncClient
-
-
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
-async def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+async def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[AgentStack]:
     if request.param == "sqlite":
         database_url = f"sqlite:///{tmp_path_factory.mktemp('runs')}/runs.db"
     else:
         database_url = request.getfixturevalue("postgres_url")
-    llm = ScriptedOpenAI()
-    async with (
-        serve_app(llm.app) as llm_url,
-        echo_http_server("tools") as tools_url,
-        # Named after "tools" but with tools named before its: the list is sorted by server first.
-        echo_http_server("zeta", tool_prefix="a_") as zeta_url,
-        running_gateway(
-            {"tools": {"url": tools_url}, "zeta": {"url": zeta_url, "allowedTools": ["a_echo"]}}
-        ) as gateway,
-    ):
-        completion_settings = CompletionSettings(
-            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
-        )
-        async with (
-            serve_app(create_completion_app(completion_settings)) as completion_url,
-            running_agent(completion_url, gateway, database_url=database_url) as agent_url,
-            httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
-        ):
-            await gateway.wait_until_ready("tools", "zeta")
-            yield Stack(llm, http)
+    # "zeta": named after "tools" but with tools named before its: the list is sorted by server first.
+    servers = {"zeta": {"allowedTools": ["a_echo"]}}
+    async with running_stack(echo={"tools": "", "zeta": "a_"}, servers=servers, database_url=database_url) as stack:
+        yield stack
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +50,7 @@ async def bare_agent() -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
-async def _run(stack: Stack, conversation_id: str, content: str, answer: str) -> str:
+async def _run(stack: AgentStack, conversation_id: str, content: str, answer: str) -> str:
     stack.llm.push(fake_openai.text(answer))
     body = {
         "model": "gpt-4o",
@@ -90,7 +64,7 @@ async def _run(stack: Stack, conversation_id: str, content: str, answer: str) ->
     return run_id
 
 
-async def test_the_tools_are_listed_by_server_then_name_without_schemas(stack: Stack) -> None:
+async def test_the_tools_are_listed_by_server_then_name_without_schemas(stack: AgentStack) -> None:
     response = await stack.http.get("/api/v1/agent/tools")
 
     assert response.status_code == 200, response.text
@@ -114,7 +88,7 @@ async def test_the_tools_of_a_gateway_that_is_down_are_its_error(bare_agent: htt
     assert response.json()["error"]["code"] == "upstream_unavailable"
 
 
-async def test_conversations_are_listed_newest_first_with_title_run_count_and_status(stack: Stack) -> None:
+async def test_conversations_are_listed_newest_first_with_title_run_count_and_status(stack: AgentStack) -> None:
     long_question = "Where\nis the   " + "very " * 30 + "long road?"
     older, newer = f"conv-older-{free_port()}", f"conv-newer-{free_port()}"
     await _run(stack, older, long_question, "Far away.")
@@ -139,7 +113,7 @@ async def test_conversations_are_listed_newest_first_with_title_run_count_and_st
 
 
 @pytest.mark.parametrize("limit", ["0", "201", "-1", "ten", "1.5", ""])
-async def test_a_conversations_limit_out_of_range_is_refused(stack: Stack, limit: str) -> None:
+async def test_a_conversations_limit_out_of_range_is_refused(stack: AgentStack, limit: str) -> None:
     response = await stack.http.get("/api/v1/agent/conversations", params={"limit": limit})
 
     assert response.status_code == 400

@@ -32,11 +32,11 @@ from agent_service.suggestions import load_suggestions
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from support import fake_openai
-from support.agent_stack import running_agent
 from support.caller_keys import key_entry
 from support.fake_openai import ScriptedOpenAI
 from support.mcp_gateway import Gateway, echo_http_server, running_gateway
 from support.servers import serve_app
+from support.stacks import running_agent
 
 pytestmark = pytest.mark.anyio
 

@@ -9,20 +9,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
-from pydantic import SecretStr
 
-from completion_service.app import create_app as create_completion_app
-from completion_service.settings import CompletionSettings
 from support import fake_openai
-from support.agent_stack import running_agent
-from support.fake_openai import ScriptedOpenAI
-from support.mcp_gateway import echo_http_server, running_gateway
-from support.servers import serve_app
+from support.stacks import AgentStack, running_stack
 
 pytestmark = pytest.mark.anyio
 
@@ -30,59 +23,35 @@ MAX_BYTES = 2048
 MAX_RUNS = 4
 
 
-@dataclass
-class Stack:
-    llm: ScriptedOpenAI
-    http: httpx.AsyncClient
-
-
 @pytest.fixture(scope="module")
-async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[AgentStack]:
     database_url = f"sqlite:///{tmp_path_factory.mktemp('conversations')}/agent.db"
-    llm = ScriptedOpenAI()
-    async with (
-        serve_app(llm.app) as llm_url,
-        echo_http_server("tools") as tools_url,
-        running_gateway({"tools": {"url": tools_url}}) as gateway,
-    ):
-        completion_settings = CompletionSettings(
-            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
-        )
-        async with (
-            serve_app(create_completion_app(completion_settings)) as completion_url,
-            running_agent(
-                completion_url,
-                gateway,
-                database_url=database_url,
-                conversation_max_bytes=MAX_BYTES,
-                conversation_max_runs=MAX_RUNS,
-            ) as agent_url,
-            httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
-        ):
-            await gateway.wait_until_ready("tools")
-            yield Stack(llm, http)
+    async with running_stack(
+        database_url=database_url, conversation_max_bytes=MAX_BYTES, conversation_max_runs=MAX_RUNS
+    ) as stack:
+        yield stack
 
 
 def _conversation_id() -> str:
     return "conv_" + uuid.uuid4().hex
 
 
-async def _run(stack: Stack, conversation: str, content: str) -> httpx.Response:
+async def _run(stack: AgentStack, conversation: str, content: str) -> httpx.Response:
     body = {"model": "gpt-4o", "conversationId": conversation, "messages": [{"role": "user", "content": content}]}
     return await stack.http.post("/api/v1/agent/run", json=body)
 
 
-async def _answered(stack: Stack, conversation: str, content: str, answer: str = "done") -> None:
+async def _answered(stack: AgentStack, conversation: str, content: str, answer: str = "done") -> None:
     stack.llm.push(fake_openai.text(answer))
     response = await _run(stack, conversation, content)
     assert response.status_code == 200, response.text
 
 
-async def _conversation(stack: Stack, conversation: str, **params: Any) -> httpx.Response:
+async def _conversation(stack: AgentStack, conversation: str, **params: Any) -> httpx.Response:
     return await stack.http.get(f"/api/v1/agent/conversations/{conversation}", params=params)
 
 
-async def test_a_run_the_model_refused_leaves_its_conversation_as_it_was(stack: Stack) -> None:
+async def test_a_run_the_model_refused_leaves_its_conversation_as_it_was(stack: AgentStack) -> None:
     conversation = _conversation_id()
     await _answered(stack, conversation, "first question")
     before = (await _conversation(stack, conversation)).json()
@@ -99,7 +68,9 @@ async def test_a_run_the_model_refused_leaves_its_conversation_as_it_was(stack: 
     assert contents == ["first question", "done", "second question"], "the refused input is not sent again"
 
 
-async def test_a_run_that_would_take_its_conversation_past_its_size_is_a_413_naming_the_limit(stack: Stack) -> None:
+async def test_a_run_that_would_take_its_conversation_past_its_size_is_a_413_naming_the_limit(
+    stack: AgentStack,
+) -> None:
     conversation = _conversation_id()
     await _answered(stack, conversation, "short")
     before = (await _conversation(stack, conversation)).json()
@@ -118,7 +89,7 @@ async def test_a_run_that_would_take_its_conversation_past_its_size_is_a_413_nam
     assert (await _conversation(stack, new)).status_code == 404, "nothing stored"
 
 
-async def test_a_run_past_its_conversations_count_of_runs_is_a_409_naming_the_limit(stack: Stack) -> None:
+async def test_a_run_past_its_conversations_count_of_runs_is_a_409_naming_the_limit(stack: AgentStack) -> None:
     conversation = _conversation_id()
     for index in range(MAX_RUNS):
         await _answered(stack, conversation, f"question {index}")
@@ -132,7 +103,7 @@ async def test_a_run_past_its_conversations_count_of_runs_is_a_409_naming_the_li
     assert len((await _conversation(stack, conversation)).json()["runs"]) == MAX_RUNS
 
 
-async def test_a_conversation_is_read_in_pages_newest_first_each_in_order(stack: Stack) -> None:
+async def test_a_conversation_is_read_in_pages_newest_first_each_in_order(stack: AgentStack) -> None:
     conversation = _conversation_id()
     for index in range(3):
         await _answered(stack, conversation, f"question {index}", f"answer {index}")

@@ -27,10 +27,9 @@ import redis.asyncio as aioredis
 from agent_service.metering import CHARS_PER_TOKEN
 from agent_service.spending import month_start
 from support import fake_openai
-from support.agent_stack import running_agent
 from support.caller_keys import as_caller, key_entry
 from support.databases import REDIS_URL
-from support.upstreams import Upstreams, running_upstreams
+from support.stacks import Upstreams, running_agent, running_upstreams
 
 pytestmark = pytest.mark.anyio
 

@@ -16,16 +16,14 @@ import httpx
 import openai
 import pytest
 from openai.types.chat import ChatCompletionFunctionToolParam
-from pydantic import SecretStr
 
-from agent_service.app import create_app as create_agent_app
-from agent_service.settings import AgentSettings
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import DEFAULT_OPENAI_BASE_URL, CompletionSettings
 from support import fake_openai
 from support.fake_openai import ScriptedOpenAI
-from support.mcp_gateway import GATEWAY_SECRET, echo_http_server, running_gateway
+from support.mcp_gateway import running_gateway
 from support.servers import serve_app
+from support.stacks import running_agent, running_upstreams
 
 pytestmark = pytest.mark.anyio
 
@@ -61,40 +59,20 @@ class Stack:
         return client
 
 
-def _agent(completion_url: str, mcp_url: str, **settings: Any) -> AgentSettings:
-    return AgentSettings(
-        completion_url=completion_url,
-        mcp_client_url=mcp_url,
-        mcp_service_secret=SecretStr(GATEWAY_SECRET),
-        catalog_cache_seconds=0,
-        **settings,
-    )
-
-
 @pytest.fixture(scope="module")
 async def stack() -> AsyncIterator[Stack]:
-    llm = ScriptedOpenAI()
+    demo_only = CompletionSettings(openai_api_key=None, openai_base_url=DEFAULT_OPENAI_BASE_URL)
+    limited = {"max_iterations": 2, "openai_stream_mode": "final_only"}
     async with (
-        serve_app(llm.app) as llm_url,
-        echo_http_server("echo") as echo_url,
-        running_gateway({"echo": {"url": echo_url}}) as gateway,
+        running_upstreams(echo={"echo": ""}) as upstreams,
         running_gateway({}) as empty_gateway,
+        serve_app(create_completion_app(demo_only)) as demo_completion_url,
+        running_agent(upstreams.completion_url, upstreams.gateway) as agent_url,
+        running_agent(upstreams.completion_url, upstreams.gateway, **limited) as limited_url,
+        running_agent(upstreams.completion_url, empty_gateway) as toolless_url,
+        running_agent(demo_completion_url, upstreams.gateway) as demo_only_url,
     ):
-        await gateway.wait_until_ready("echo")
-        scripted = CompletionSettings(
-            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
-        )
-        demo_only = CompletionSettings(openai_api_key=None, openai_base_url=DEFAULT_OPENAI_BASE_URL)
-        limited = {"max_iterations": 2, "openai_stream_mode": "final_only"}
-        async with (
-            serve_app(create_completion_app(scripted)) as completion_url,
-            serve_app(create_completion_app(demo_only)) as demo_completion_url,
-            serve_app(create_agent_app(_agent(completion_url, gateway.url))) as agent_url,
-            serve_app(create_agent_app(_agent(completion_url, gateway.url, **limited))) as limited_url,
-            serve_app(create_agent_app(_agent(completion_url, empty_gateway.url))) as toolless_url,
-            serve_app(create_agent_app(_agent(demo_completion_url, gateway.url))) as demo_only_url,
-        ):
-            yield Stack(agent_url, limited_url, toolless_url, demo_only_url, llm)
+        yield Stack(agent_url, limited_url, toolless_url, demo_only_url, upstreams.llm)
 
 
 @pytest.fixture

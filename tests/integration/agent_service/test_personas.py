@@ -9,22 +9,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import openai
 import pytest
-from pydantic import SecretStr
 
-from completion_service.app import create_app as create_completion_app
-from completion_service.settings import CompletionSettings
 from support import fake_openai
-from support.agent_stack import running_agent
 from support.caller_keys import as_caller, key_entry
-from support.fake_openai import ScriptedOpenAI
-from support.mcp_gateway import echo_http_server, running_gateway
-from support.servers import serve_app
+from support.stacks import AgentStack, running_stack
 
 pytestmark = pytest.mark.anyio
 
@@ -67,43 +59,20 @@ model = "gpt-4o"
 """
 
 
-@dataclass
-class Stack:
-    agent_url: str
-    llm: ScriptedOpenAI
-    http: httpx.AsyncClient
-
-
 @pytest.fixture(scope="module")
-async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[AgentStack]:
     folder = tmp_path_factory.mktemp("personas")
     callers = folder / "callers.toml"
     callers.write_text(CALLERS_FILE)
-    llm = ScriptedOpenAI()
-    async with (
-        serve_app(llm.app) as llm_url,
-        echo_http_server("tools") as tools_url,
-        running_gateway({"tools": {"url": tools_url}}) as gateway,
-    ):
-        completion_settings = CompletionSettings(
-            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
-        )
-        async with (
-            serve_app(create_completion_app(completion_settings)) as completion_url,
-            running_agent(
-                completion_url, gateway, database_url=f"sqlite:///{folder}/runs.db", callers_file=callers
-            ) as agent_url,
-            httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
-        ):
-            await gateway.wait_until_ready("tools")
-            yield Stack(agent_url, llm, http)
+    async with running_stack(database_url=f"sqlite:///{folder}/runs.db", callers_file=callers) as stack:
+        yield stack
 
 
 def _run(*messages: dict[str, str], **extra: Any) -> dict[str, Any]:
     return {"messages": list(messages) or [{"role": "user", "content": "hello"}], **extra}
 
 
-async def _sent(stack: Stack, key: str, body: dict[str, Any]) -> dict[str, Any]:
+async def _sent(stack: AgentStack, key: str, body: dict[str, Any]) -> dict[str, Any]:
     """Runs ``body`` as ``key``'s caller (the LLM answers at once) and returns what the LLM was sent."""
     stack.llm.push(fake_openai.text("done"))
     asked = len(stack.llm.requests)
@@ -126,14 +95,14 @@ def _offered(request: dict[str, Any]) -> set[str]:
     return {tool["function"]["name"] for tool in request.get("tools") or []}
 
 
-async def test_a_persona_gives_the_run_its_model_tools_and_system_prompt(stack: Stack) -> None:
+async def test_a_persona_gives_the_run_its_model_tools_and_system_prompt(stack: AgentStack) -> None:
     sent = await _sent(stack, GLOBEX_KEY, _run(persona="concise"))
     assert sent["model"] == "gpt-4o-mini"
     assert _offered(sent) == {"echo"}
     assert _system(sent) == ["Answer in one sentence."]
 
 
-async def test_the_requests_own_fields_and_system_message_win_over_the_personas(stack: Stack) -> None:
+async def test_the_requests_own_fields_and_system_message_win_over_the_personas(stack: AgentStack) -> None:
     own = _run({"role": "system", "content": "My own prompt."}, {"role": "user", "content": "hello"})
     sent = await _sent(stack, ACME_KEY, {**own, "persona": "concise", "model": "gpt-4o", "tools": []})
     assert sent["model"] == "gpt-4o"
@@ -141,18 +110,18 @@ async def test_the_requests_own_fields_and_system_message_win_over_the_personas(
     assert _system(sent) == ["My own prompt."]  # exactly one: neither the persona's nor the tenant's is added
 
 
-async def test_without_a_persona_prompt_the_tenants_default_is_used_and_without_one_none(stack: Stack) -> None:
+async def test_without_a_persona_prompt_the_tenants_default_is_used_and_without_one_none(stack: AgentStack) -> None:
     assert _system(await _sent(stack, ACME_KEY, _run(model="gpt-4o"))) == ["You answer for ACME."]
     assert _system(await _sent(stack, ACME_KEY, _run(persona="limited"))) == ["You answer for ACME."]
     assert _system(await _sent(stack, GLOBEX_KEY, _run(model="gpt-4o"))) == []
 
 
-async def test_a_tenants_own_persona_shadows_the_global_one_of_its_name(stack: Stack) -> None:
+async def test_a_tenants_own_persona_shadows_the_global_one_of_its_name(stack: AgentStack) -> None:
     assert _system(await _sent(stack, ACME_KEY, _run(persona="shared"))) == ["ACME's own shared prompt."]
     assert _system(await _sent(stack, GLOBEX_KEY, _run(persona="shared"))) == ["The global shared prompt."]
 
 
-async def test_an_unknown_persona_is_a_400_listing_the_tenants_personas(stack: Stack) -> None:
+async def test_an_unknown_persona_is_a_400_listing_the_tenants_personas(stack: AgentStack) -> None:
     asked = len(stack.llm.requests)
     refused = await stack.http.post("/api/v1/agent/run", json=_run(persona="verbose"), headers=as_caller(ACME_KEY))
     assert refused.status_code == 400, refused.text
@@ -162,13 +131,13 @@ async def test_an_unknown_persona_is_a_400_listing_the_tenants_personas(stack: S
     assert len(stack.llm.requests) == asked
 
 
-async def test_a_persona_is_still_held_to_the_tenants_models(stack: Stack) -> None:
+async def test_a_persona_is_still_held_to_the_tenants_models(stack: AgentStack) -> None:
     refused = await stack.http.post("/api/v1/agent/run", json=_run(persona="elsewhere"), headers=as_caller(ACME_KEY))
     assert refused.status_code == 403, refused.text
     assert refused.json()["error"]["code"] == "model_not_allowed"
 
 
-async def test_a_continued_conversation_is_given_the_prompt_once_on_every_run(stack: Stack) -> None:
+async def test_a_continued_conversation_is_given_the_prompt_once_on_every_run(stack: AgentStack) -> None:
     conversation = f"conv-{uuid.uuid4().hex}"
     first = await _sent(stack, ACME_KEY, _run(persona="concise", conversationId=conversation))
     assert _system(first) == ["Answer in one sentence."]
@@ -182,7 +151,7 @@ async def test_a_continued_conversation_is_given_the_prompt_once_on_every_run(st
     assert "system" not in {message["role"] for message in stored.json()["messages"]}  # never stored
 
 
-async def test_the_personas_a_caller_may_use_are_listed(stack: Stack) -> None:
+async def test_the_personas_a_caller_may_use_are_listed(stack: AgentStack) -> None:
     listed = await stack.http.get("/api/v1/agent/personas", headers=as_caller(ACME_KEY))
     assert listed.status_code == 200, listed.text
     personas = listed.json()["personas"]
@@ -204,7 +173,7 @@ async def test_the_personas_a_caller_may_use_are_listed(stack: Stack) -> None:
 
 
 async def test_a_conversation_keeps_the_settings_its_newest_run_asked_for_and_its_first_system_prompt(
-    stack: Stack,
+    stack: AgentStack,
 ) -> None:
     conversation = f"conv-{uuid.uuid4().hex}"
     first = _run(
@@ -243,7 +212,7 @@ async def test_a_conversation_keeps_the_settings_its_newest_run_asked_for_and_it
     assert entry["settings"] == {"persona": "shared", "systemPrompt": "Be terse."}
 
 
-async def test_the_console_suggestions_need_a_caller_key(stack: Stack) -> None:
+async def test_the_console_suggestions_need_a_caller_key(stack: AgentStack) -> None:
     served = await stack.http.get("/api/v1/agent/console/suggestions", headers=as_caller(GLOBEX_KEY))
     assert served.status_code == 200, served.text
     assert served.json()["suggestions"]
@@ -251,7 +220,7 @@ async def test_the_console_suggestions_need_a_caller_key(stack: Stack) -> None:
     assert unauthenticated.status_code == 401
 
 
-async def test_the_openai_front_takes_a_persona_by_header(stack: Stack) -> None:
+async def test_the_openai_front_takes_a_persona_by_header(stack: AgentStack) -> None:
     stack.llm.push(fake_openai.text("done"))
     asked = len(stack.llm.requests)
     async with openai.AsyncOpenAI(base_url=f"{stack.agent_url}/v1", api_key=GLOBEX_KEY, max_retries=0) as client:

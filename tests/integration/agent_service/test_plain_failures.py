@@ -13,11 +13,10 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from support.agent_stack import running_agent
 from support.caller_keys import as_caller, key_entry
 from support.databases import ADMIN_DSN, fresh_postgres_database
 from support.servers import free_port
-from support.upstreams import Upstreams
+from support.stacks import Upstreams, running_agent
 
 pytestmark = pytest.mark.anyio
 

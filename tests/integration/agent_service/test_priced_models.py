@@ -17,9 +17,8 @@ import openai
 import pytest
 
 from support import fake_openai
-from support.agent_stack import running_agent
 from support.caller_keys import as_caller, key_entry
-from support.upstreams import Upstreams, running_upstreams
+from support.stacks import Upstreams, running_agent, running_upstreams
 
 pytestmark = pytest.mark.anyio
 

@@ -17,20 +17,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import openai
 import pytest
 from pydantic import SecretStr
 
-from completion_service.app import create_app as create_completion_app
-from completion_service.settings import CompletionSettings
 from support import fake_anthropic, fake_openai
-from support.agent_stack import running_agent
 from support.caller_keys import as_caller, key_entry
 from support.fake_anthropic import ScriptedAnthropic
-from support.fake_openai import ScriptedOpenAI
-from support.mcp_gateway import echo_http_server, running_gateway
 from support.servers import serve_app
+from support.stacks import AgentStack, running_stack
 
 pytestmark = pytest.mark.anyio
 
@@ -51,11 +46,8 @@ CLAUDE = "anthropic/claude-sonnet-4-5"
 
 
 @dataclass
-class Stack:
-    agent_url: str
-    openai_llm: ScriptedOpenAI
+class Stack(AgentStack):
     anthropic_llm: ScriptedAnthropic
-    http: httpx.AsyncClient
 
     def sdk(self, **headers: str) -> openai.AsyncOpenAI:
         return openai.AsyncOpenAI(
@@ -68,33 +60,20 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
     folder = tmp_path_factory.mktemp("reasoning")
     callers = folder / "callers.toml"
     callers.write_text(CALLERS_FILE)
-    openai_llm, anthropic_llm = ScriptedOpenAI(), ScriptedAnthropic()
-    async with (
-        serve_app(openai_llm.app) as openai_url,
-        serve_app(anthropic_llm.app) as anthropic_url,
-        echo_http_server("tools") as tools_url,
-        running_gateway({"tools": {"url": tools_url}}) as gateway,
-    ):
-        settings = CompletionSettings(
-            openai_base_url=f"{openai_url}/v1",
-            openai_api_key=SecretStr("test-key"),
-            anthropic_base_url=anthropic_url,
-            anthropic_api_key=SecretStr("test-key"),
-            anthropic_thinking_budget_tokens=2048,
-            max_retries=0,
-        )
-        async with (
-            serve_app(create_completion_app(settings)) as completion_url,
-            running_agent(completion_url, gateway, callers_file=callers) as agent_url,
-            httpx.AsyncClient(base_url=agent_url, timeout=30, headers=as_caller(KEY)) as http,
-        ):
-            await gateway.wait_until_ready("tools")
-            yield Stack(agent_url, openai_llm, anthropic_llm, http)
+    anthropic_llm = ScriptedAnthropic()
+    async with serve_app(anthropic_llm.app) as anthropic_url:
+        anthropic = {
+            "anthropic_base_url": anthropic_url,
+            "anthropic_api_key": SecretStr("test-key"),
+            "anthropic_thinking_budget_tokens": 2048,
+        }
+        async with running_stack(completion_settings=anthropic, headers=as_caller(KEY), callers_file=callers) as stack:
+            yield Stack(**vars(stack), anthropic_llm=anthropic_llm)
 
 
 @pytest.fixture
 async def fresh(stack: Stack) -> Stack:
-    stack.openai_llm.requests.clear()
+    stack.llm.requests.clear()
     stack.anthropic_llm.requests.clear()
     return stack
 
@@ -137,28 +116,28 @@ def _completion_with_reasoning_tokens(content: str, reasoning_tokens: int) -> fa
 
 
 async def test_a_runs_reasoning_and_verbosity_reach_the_provider_in_every_round(fresh: Stack) -> None:
-    fresh.openai_llm.push(*_echo_then("It said ping."))
+    fresh.llm.push(*_echo_then("It said ping."))
     body = {"model": "gpt-5", "messages": _user("echo ping"), "reasoning": {"effort": "low"}, "verbosity": "low"}
     response = await fresh.http.post("/api/v1/agent/run", json=body)
     assert response.status_code == 200, response.text
     assert response.json()["iterations"] == 2
-    assert [_controls(sent) for sent in fresh.openai_llm.requests] == [("low", "low"), ("low", "low")]
+    assert [_controls(sent) for sent in fresh.llm.requests] == [("low", "low"), ("low", "low")]
 
 
 async def test_a_personas_reasoning_and_verbosity_reach_the_provider_and_the_requests_own_win(fresh: Stack) -> None:
-    fresh.openai_llm.push(fake_openai.text("Thought hard."), fake_openai.text("Thought a little."))
+    fresh.llm.push(fake_openai.text("Thought hard."), fake_openai.text("Thought a little."))
     preset = await fresh.http.post("/api/v1/agent/run", json={"persona": "thinker", "messages": _user("hi")})
     assert preset.status_code == 200, preset.text
     own = {"persona": "thinker", "messages": _user("hi"), "reasoning": {"effort": "minimal"}}
     overridden = await fresh.http.post("/api/v1/agent/run", json=own)
     assert overridden.status_code == 200, overridden.text
-    assert [_controls(sent) for sent in fresh.openai_llm.requests] == [("high", "high"), ("minimal", "high")]
+    assert [_controls(sent) for sent in fresh.llm.requests] == [("high", "high"), ("minimal", "high")]
 
 
 async def test_the_openai_sdks_reasoning_effort_and_verbosity_reach_the_provider_through_the_front(
     fresh: Stack,
 ) -> None:
-    fresh.openai_llm.push(*_echo_then("It said ping."), fake_openai.text("Plain."))
+    fresh.llm.push(*_echo_then("It said ping."), fake_openai.text("Plain."))
     async with fresh.sdk() as client:
         run = await client.chat.completions.create(
             model="gpt-5", messages=_user("echo ping"), reasoning_effort="high", verbosity="low"
@@ -166,23 +145,23 @@ async def test_the_openai_sdks_reasoning_effort_and_verbosity_reach_the_provider
     async with fresh.sdk(**{"X-Agent-Disabled": "true"}) as client:  # one plain completion, not a run
         plain = await client.chat.completions.create(model="gpt-5", messages=_user("hi"), reasoning_effort="minimal")
     assert (run.choices[0].message.content, plain.choices[0].message.content) == ("It said ping.", "Plain.")
-    sent = [_controls(body) for body in fresh.openai_llm.requests]
+    sent = [_controls(body) for body in fresh.llm.requests]
     assert sent == [("high", "low"), ("high", "low"), ("minimal", None)]
 
 
 async def test_reasoning_tokens_and_ignored_controls_reach_the_agent_api_and_the_front(fresh: Stack) -> None:
-    fresh.openai_llm.push(_completion_with_reasoning_tokens("Reasoned.", 30))
+    fresh.llm.push(_completion_with_reasoning_tokens("Reasoned.", 30))
     answer = await fresh.http.post("/api/v1/agent/run", json={"model": "gpt-5", "messages": _user("hi")})
     assert answer.status_code == 200, answer.text
     assert answer.json()["usage"]["reasoningTokens"] == 30
-    fresh.openai_llm.push(_completion_with_reasoning_tokens("Reasoned.", 25))
+    fresh.llm.push(_completion_with_reasoning_tokens("Reasoned.", 25))
     async with fresh.sdk() as client:
         completion = await client.chat.completions.create(model="gpt-5", messages=_user("hi"))
     assert completion.usage is not None
     assert completion.usage.completion_tokens_details is not None
     assert completion.usage.completion_tokens_details.reasoning_tokens == 25
     # gpt-4o cannot reason: the control is dropped, and the caller is told so, in the answer and the done event.
-    fresh.openai_llm.push(fake_openai.text("No thinking."), fake_openai.text("No thinking."))
+    fresh.llm.push(fake_openai.text("No thinking."), fake_openai.text("No thinking."))
     body = {"model": "gpt-4o", "messages": _user("hi"), "reasoning": {"effort": "high"}}
     answer = await fresh.http.post("/api/v1/agent/run", json=body)
     assert answer.status_code == 200, answer.text
@@ -191,7 +170,7 @@ async def test_reasoning_tokens_and_ignored_controls_reach_the_agent_api_and_the
     streamed = await fresh.http.post("/api/v1/agent/run", json={**body, "stream": True})
     done = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: ")][-1]
     assert (done["type"], done["warnings"]) == ("done", [warning])
-    assert "reasoning_effort" not in fresh.openai_llm.requests[-1]
+    assert "reasoning_effort" not in fresh.llm.requests[-1]
 
 
 async def _stream_front(stack: Stack, **headers: str) -> list[dict[str, Any]]:

@@ -26,12 +26,11 @@ from agent_service.run_slots import LocalRunSlots, RedisRunSlots, RunSlots
 from agent_service.shared_redis import connect_redis
 from suite_common.errors import ApiError
 from support import fake_openai
-from support.agent_stack import running_agent
 from support.databases import REDIS_URL
 from support.fake_openai import ScriptedOpenAI
 from support.processes import agent_env, spawned
 from support.servers import free_port
-from support.upstreams import Upstreams
+from support.stacks import Upstreams, running_agent
 
 pytestmark = pytest.mark.anyio
 

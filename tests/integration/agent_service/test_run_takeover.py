@@ -26,17 +26,15 @@ import anyio.abc
 import asyncpg
 import httpx
 import pytest
-from pydantic import SecretStr
 
 from agent_service.loop import UNKNOWN_OUTCOME
-from completion_service.app import create_app as create_completion_app
-from completion_service.settings import CompletionSettings
 from suite_common.sse_parser import EventStreamParser
-from support.fake_openai import ScriptedOpenAI, text, text_then_hang, tool_calls
+from support import stacks
+from support.fake_openai import text, text_then_hang, tool_calls
 from support.ledger_mcp_server import Ledger
-from support.mcp_gateway import Gateway, running_gateway
 from support.processes import agent_env, spawned
-from support.servers import free_port, serve_app
+from support.servers import free_port
+from support.stacks import running_upstreams, wait_for_run
 
 pytestmark = pytest.mark.anyio
 
@@ -56,13 +54,10 @@ PAYMENT = {"amount": 42}
 
 
 @dataclass
-class Upstreams:
+class Upstreams(stacks.Upstreams):
     """What the agent-service processes use, all in the test's process: it survives their kills."""
 
     ledger: Ledger
-    llm: ScriptedOpenAI
-    gateway: Gateway
-    completion_url: str
 
 
 @dataclass
@@ -82,18 +77,11 @@ class Replica:
 @pytest.fixture
 async def upstreams() -> AsyncIterator[Upstreams]:
     ledger = Ledger()
-    llm = ScriptedOpenAI()
     async with (
-        serve_app(llm.app) as llm_url,
         ledger.serving() as ledger_url,
-        running_gateway({"ledger": {"url": ledger_url}}) as gateway,
+        running_upstreams(echo={}, servers={"ledger": {"url": ledger_url}}) as running,
     ):
-        settings = CompletionSettings(
-            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
-        )
-        async with serve_app(create_completion_app(settings)) as completion_url:
-            await gateway.wait_until_ready("ledger")
-            yield Upstreams(ledger, llm, gateway, completion_url)
+        yield Upstreams(**vars(running), ledger=ledger)
 
 
 @asynccontextmanager
@@ -162,20 +150,6 @@ async def start_detached(http: httpx.AsyncClient, content: str, **fields: Any) -
     return run_id
 
 
-async def wait_for_run(
-    http: httpx.AsyncClient, run_id: str, condition: Callable[[dict[str, Any]], bool]
-) -> dict[str, Any]:
-    """Polls the stored run (another process changes it: there is nothing to await) until ``condition`` holds."""
-    with anyio.fail_after(TAKEOVER_SECONDS):
-        while True:
-            response = await http.get(f"/api/v1/agent/runs/{run_id}")
-            assert response.status_code == 200, response.text
-            run: dict[str, Any] = response.json()
-            if condition(run):
-                return run
-            await anyio.sleep(0.05)
-
-
 def kinds(events: list[Event]) -> list[str]:
     return [kind for _, kind, _ in events]
 
@@ -219,7 +193,7 @@ async def test_a_run_killed_mid_tool_call_resumes_on_restart_redoing_only_its_id
         with anyio.fail_after(TAKEOVER_SECONDS):
             await ledger.wait_for_state("set_status", PACKED_2, 1, "started")
             await ledger.wait_for_state("send_payment", PAYMENT, 1, "started")
-        await wait_for_run(first.http, run_id, result_stored("call_packed_1"))
+        await wait_for_run(first.http, run_id, result_stored("call_packed_1"), within=TAKEOVER_SECONDS)
         killed_at = await first.kill()
 
     # The gateway abandons the calls of a caller whose connection is gone: neither completes behind the run's back.
@@ -232,7 +206,7 @@ async def test_a_run_killed_mid_tool_call_resumes_on_restart_redoing_only_its_id
             await ledger.wait_for_state("set_status", PACKED_2, 2, "started")
         _log.info("killed_to_call_made_again_seconds: %.2f", time.monotonic() - killed_at)
         ledger.open("set_status", PACKED_2, attempt=2)
-        run = await wait_for_run(restarted.http, run_id, ended)
+        run = await wait_for_run(restarted.http, run_id, ended, within=TAKEOVER_SECONDS)
 
     assert run["status"] == "completed", run
     assert run["resumes"] == 1
@@ -381,7 +355,7 @@ async def test_a_run_killed_again_after_its_takeover_is_taken_over_again_and_cou
         with anyio.fail_after(TAKEOVER_SECONDS):
             await ledger.wait_for_state("set_status", PACKED_1, 3, "started")
         ledger.open("set_status", PACKED_1, attempt=3)
-        run = await wait_for_run(third.http, run_id, ended)
+        run = await wait_for_run(third.http, run_id, ended, within=TAKEOVER_SECONDS)
         async with third.http.stream("GET", f"/api/v1/agent/runs/{run_id}/events") as replay:
             events = await EventStream(replay).read()
 
@@ -416,7 +390,7 @@ async def test_a_run_taken_over_more_often_than_max_resumes_is_failed_and_not_ru
         await first.kill()
 
     async with replica(upstreams, database_url, log, max_resumes=0) as restarted:
-        run = await wait_for_run(restarted.http, run_id, ended)
+        run = await wait_for_run(restarted.http, run_id, ended, within=TAKEOVER_SECONDS)
         async with restarted.http.stream("GET", f"/api/v1/agent/runs/{run_id}/events") as replay:
             events = await EventStream(replay).read()
         following = await restarted.http.post(
@@ -457,7 +431,7 @@ async def test_cancel_through_one_replica_stops_a_run_executing_on_another(
             assert cancelled.status_code in (200, 202), cancelled.text
             with anyio.fail_after(TAKEOVER_SECONDS):
                 rest = await stream.read()
-        run = await wait_for_run(b.http, run_id, ended)
+        run = await wait_for_run(b.http, run_id, ended, within=TAKEOVER_SECONDS)
 
     assert rest[-1][1] == "done"
     assert rest[-1][2]["finishReason"] == "cancelled"
@@ -487,7 +461,7 @@ async def test_a_run_cancelled_while_no_replica_holds_it_answers_its_open_tool_c
         # Before the lease expires: the run is A's still, and nobody executes it.
         cancelled = await b.http.post(f"/api/v1/agent/runs/{run_id}/cancel")
         assert cancelled.status_code in (200, 202), cancelled.text
-        run = await wait_for_run(b.http, run_id, ended)
+        run = await wait_for_run(b.http, run_id, ended, within=TAKEOVER_SECONDS)
         following = await b.http.post(
             "/api/v1/agent/run", json=run_body("Did it go through?", conversationId="conv-orphan", stream=False)
         )
@@ -520,7 +494,7 @@ async def test_a_run_cancelled_during_a_call_made_again_after_its_takeover_answe
             await ledger.wait_for_state("set_status", PACKED_1, 2, "started")
         cancelled = await b.http.post(f"/api/v1/agent/runs/{run_id}/cancel")
         assert cancelled.status_code in (200, 202), cancelled.text
-        run = await wait_for_run(b.http, run_id, ended)
+        run = await wait_for_run(b.http, run_id, ended, within=TAKEOVER_SECONDS)
         following = await b.http.post(
             "/api/v1/agent/run", json=run_body("Is it packed?", conversationId="conv-again", stream=False)
         )
@@ -656,7 +630,7 @@ async def test_a_client_told_done_finds_the_run_stored_finished_with_that_answer
     assert "done" not in told_before_stored, following.events
     run_id = following.events[0][2]["runId"]
     async with replica(upstreams, store.url, log) as other:
-        run = await wait_for_run(other.http, run_id, ended)
+        run = await wait_for_run(other.http, run_id, ended, within=TAKEOVER_SECONDS)
         async with other.http.stream("GET", f"/api/v1/agent/runs/{run_id}/events") as replay:
             stored_events = await EventStream(replay).read()
 
@@ -701,7 +675,7 @@ async def test_a_tool_result_the_client_saw_is_kept_by_the_replica_that_takes_th
     assert result["content"] == "paid 42"
     run_id = following.events[0][2]["runId"]
     async with replica(upstreams, store.url, log) as other:
-        run = await wait_for_run(other.http, run_id, ended)
+        run = await wait_for_run(other.http, run_id, ended, within=TAKEOVER_SECONDS)
 
     # The result the client saw is the run's: stored, and what the model was told, not "the service restarted".
     assert run["status"] == "completed"

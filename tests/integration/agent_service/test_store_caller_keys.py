@@ -22,19 +22,13 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from pydantic import SecretStr
 
 from agent_service.callers import hash_key
 from agent_service.keys import new_key as make_key
 from agent_service.store import RunStore
-from completion_service.app import create_app as create_completion_app
-from completion_service.settings import CompletionSettings
 from support import fake_openai
-from support.agent_stack import running_agent
 from support.databases import ADMIN_DSN
-from support.fake_openai import ScriptedOpenAI
-from support.mcp_gateway import Gateway, echo_http_server, running_gateway
-from support.servers import serve_app
+from support.stacks import AgentStack, running_agent, running_stack
 
 pytestmark = pytest.mark.anyio
 
@@ -51,14 +45,14 @@ sha256 = "{hashlib.sha256(FILE_KEY.encode()).hexdigest()}"
 CONVERSATIONS = "/api/v1/agent/conversations"
 
 
+IN_STORE: dict[str, Any] = {"caller_keys_in_store": True, "caller_keys_cache_seconds": 0}
+"""agent-service's settings here: caller keys read from its store, on every request."""
+
+
 @dataclass
-class Stack:
-    completion_url: str
-    gateway: Gateway
-    llm: ScriptedOpenAI
+class Stack(AgentStack):
     database_url: str
     callers: Path
-    http: httpx.AsyncClient
 
 
 def keys_command(database_url: str, *arguments: str, callers: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -98,39 +92,14 @@ async def stored_key(database_url: str, name: str, tenant: str, *, trusted: bool
     return key
 
 
-def _agent(stack_url: str, gateway: Gateway, database_url: str, callers: Path | None) -> Any:
-    return running_agent(
-        stack_url,
-        gateway,
-        database_url=database_url,
-        callers_file=callers,
-        caller_keys_in_store=True,
-        caller_keys_cache_seconds=0,
-    )
-
-
 @pytest.fixture(scope="module")
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
     folder = tmp_path_factory.mktemp("store-keys")
     callers = folder / "callers.toml"
     callers.write_text(CALLERS_FILE)
     database_url = f"sqlite:///{folder}/agent.db"
-    llm = ScriptedOpenAI()
-    async with (
-        serve_app(llm.app) as llm_url,
-        echo_http_server("tools") as tools_url,
-        running_gateway({"tools": {"url": tools_url}}) as gateway,
-    ):
-        completion_settings = CompletionSettings(
-            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
-        )
-        async with (
-            serve_app(create_completion_app(completion_settings)) as completion_url,
-            _agent(completion_url, gateway, database_url, callers) as agent_url,
-            httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
-        ):
-            await gateway.wait_until_ready("tools")
-            yield Stack(completion_url, gateway, llm, database_url, callers, http)
+    async with running_stack(database_url=database_url, callers_file=callers, **IN_STORE) as stack:
+        yield Stack(**vars(stack), database_url=database_url, callers=callers)
 
 
 def _as(key: str, **headers: str) -> dict[str, str]:
@@ -251,7 +220,9 @@ async def test_an_unreachable_store_is_a_503_not_a_401(stack: Stack, own_postgre
     database = own_postgres_url.rsplit("/", 1)[1]
     key = new_key(own_postgres_url, "acme-pg", "acme", callers=stack.callers)  # the command on PostgreSQL too
     async with (
-        _agent(stack.completion_url, stack.gateway, own_postgres_url, None) as agent_url,
+        running_agent(
+            stack.completion_url, stack.gateway, database_url=own_postgres_url, callers_file=None, **IN_STORE
+        ) as agent_url,
         httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
     ):
         assert (await http.get(CONVERSATIONS, headers=_as(key))).status_code == 200

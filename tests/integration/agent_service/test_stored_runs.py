@@ -11,27 +11,21 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import ExitStack, asynccontextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import httpx
 import pytest
-from pydantic import SecretStr
 from structlog.testing import capture_logs
 
 from agent_service.store import NewRun, RunStore
-from completion_service.app import create_app as create_completion_app
-from completion_service.settings import CompletionSettings
 from suite_common.sse_parser import EventStreamParser
 from suite_common.wire import Message
 from support import fake_openai
-from support.agent_stack import running_agent
 from support.databases import fresh_postgres_database
-from support.fake_openai import ScriptedOpenAI
-from support.mcp_gateway import Gateway, echo_http_server, running_gateway
-from support.servers import serve_app
+from support.stacks import AgentStack, running_stack, status_in, wait_for_run
 
 pytestmark = pytest.mark.anyio
 
@@ -39,12 +33,8 @@ Event = tuple[int, str, dict[str, Any]]
 
 
 @dataclass
-class Stack:
+class Stack(AgentStack):
     database_url: str
-    agent_url: str
-    gateway: Gateway
-    llm: ScriptedOpenAI
-    http: httpx.AsyncClient
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -54,28 +44,8 @@ async def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
             database_url = f"sqlite:///{tmp_path_factory.mktemp('runs')}/runs.db"
         else:  # the module's own: an agent-service takes over the runs it finds, other tests' included
             database_url = databases.enter_context(fresh_postgres_database())
-        async with _stack(database_url) as stack:
-            yield stack
-
-
-@asynccontextmanager
-async def _stack(database_url: str) -> AsyncIterator[Stack]:
-    llm = ScriptedOpenAI()
-    async with (
-        serve_app(llm.app) as llm_url,
-        echo_http_server("tools") as tools_url,
-        running_gateway({"tools": {"url": tools_url}}) as gateway,
-    ):
-        completion_settings = CompletionSettings(
-            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
-        )
-        async with (
-            serve_app(create_completion_app(completion_settings)) as completion_url,
-            running_agent(completion_url, gateway, database_url=database_url, lease_seconds=1.5) as agent_url,
-            httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
-        ):
-            await gateway.wait_until_ready("tools")
-            yield Stack(database_url, agent_url, gateway, llm, http)
+        async with running_stack(database_url=database_url, lease_seconds=1.5) as stack:
+            yield Stack(**vars(stack), database_url=database_url)
 
 
 def _run(content: str, **extra: Any) -> dict[str, Any]:
@@ -124,15 +94,6 @@ async def _open_gate(stack: Stack, tag: str) -> None:
         "/mcp/v1/tools/call-tool", json={"name": "open_gate", "arguments": {"tag": tag}}
     )
     assert reply.status_code == 200, reply.text
-
-
-async def _wait_for_status(stack: Stack, run_id: str, *statuses: str) -> dict[str, Any]:
-    with anyio.fail_after(20):
-        while True:
-            run: dict[str, Any] = (await stack.http.get(f"/api/v1/agent/runs/{run_id}")).json()
-            if run["status"] in statuses:
-                return run
-            await anyio.sleep(0.05)
 
 
 async def test_a_finished_run_reads_back_with_its_messages_usage_and_every_event(stack: Stack) -> None:
@@ -207,7 +168,7 @@ async def test_a_detached_run_goes_on_after_its_client_leaves(stack: Stack) -> N
         run_id = (await _events(response, until="run_started"))[0][2]["runId"]
     await _gate_started(stack, "detached")
     await _open_gate(stack, "detached")
-    run = await _wait_for_status(stack, run_id, "completed", "failed", "cancelled")
+    run = await wait_for_run(stack.http, run_id, status_in("completed", "failed", "cancelled"))
     assert run["status"] == "completed"
     assert run["messages"][-1]["content"] == "Done."
 
@@ -216,7 +177,7 @@ async def test_a_run_whose_client_leaves_is_cancelled_and_stored_so(stack: Stack
     stack.llm.push(fake_openai.tool_calls(("call_gate", "gate", {"tag": "left"})))
     async with stack.http.stream("POST", "/api/v1/agent/run", json=_run("wait", stream=True)) as response:
         run_id = (await _events(response, until="tool_call"))[0][2]["runId"]
-    run = await _wait_for_status(stack, run_id, "cancelled", "completed", "failed")
+    run = await wait_for_run(stack.http, run_id, status_in("cancelled", "completed", "failed"))
     assert run["status"] == "cancelled"
     assert run["finishReason"] == "cancelled"
     # Every tool call has its result, so the conversation can go on.
@@ -237,7 +198,7 @@ async def test_cancel_stops_a_run_in_its_tool_loop_and_its_stream_ends_with_done
             rest = await reader.read()
     assert rest[-1][1] == "done"
     assert rest[-1][2]["finishReason"] == "cancelled"
-    run = await _wait_for_status(stack, run_id, "cancelled")
+    run = await wait_for_run(stack.http, run_id, status_in("cancelled"))
     assert run["cancelRequested"] is True
     assert run["messages"][-1]["content"] == "The run was cancelled before this tool call finished."
     async with stack.http.stream("GET", f"/api/v1/agent/runs/{run_id}/events") as replay:
@@ -341,7 +302,7 @@ async def test_a_run_left_behind_that_cannot_be_resumed_is_failed_once_and_says_
         await store.create_run(run, owner="a-replica-long-gone", lease_seconds=0.001)
     finally:
         await store.aclose()
-    failed = await _wait_for_status(stack, run.run_id, "failed")
+    failed = await wait_for_run(stack.http, run.run_id, status_in("failed"))
     assert failed["error"]["code"] == "not_resumable"
     stack.llm.push(fake_openai.text("Still taking runs."))
     answer = await stack.http.post("/api/v1/agent/run", json=_run("hello"))

@@ -9,23 +9,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import httpx
 import openai
 import pytest
-from pydantic import SecretStr
 
-from completion_service.app import create_app as create_completion_app
-from completion_service.settings import CompletionSettings
 from support import fake_openai
-from support.agent_stack import running_agent
 from support.caller_keys import as_caller, key_entry
-from support.fake_openai import ScriptedOpenAI
-from support.mcp_gateway import echo_http_server, running_gateway
-from support.servers import serve_app
+from support.stacks import AgentStack, running_stack
 
 pytestmark = pytest.mark.anyio
 
@@ -53,38 +46,17 @@ max_concurrent_runs = 1
 """
 
 
-@dataclass
-class Stack:
-    agent_url: str
-    llm: ScriptedOpenAI
-    http: httpx.AsyncClient
-
-
 @pytest.fixture(scope="module")
-async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[AgentStack]:
     folder = tmp_path_factory.mktemp("tenant-rules")
     callers = folder / "callers.toml"
     callers.write_text(CALLERS_FILE)
-    llm = ScriptedOpenAI()
-    async with (
-        serve_app(llm.app) as llm_url,
-        echo_http_server("tools") as tools_url,
-        echo_http_server("other", tool_prefix="other_") as other_url,
-        running_gateway({"tools": {"url": tools_url}, "other": {"url": other_url}}) as gateway,
-    ):
-        completion_settings = CompletionSettings(
-            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
-        )
-        async with (
-            serve_app(create_completion_app(completion_settings)) as completion_url,
-            running_agent(
-                completion_url, gateway, database_url=f"sqlite:///{folder}/runs.db", callers_file=callers
-            ) as agent_url,
-            httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
-        ):
-            await gateway.wait_until_ready("tools")
-            await gateway.wait_until_ready("other")
-            yield Stack(agent_url, llm, http)
+    async with running_stack(
+        echo={"tools": "", "other": "other_"},
+        database_url=f"sqlite:///{folder}/runs.db",
+        callers_file=callers,
+    ) as stack:
+        yield stack
 
 
 def _run(model: str = "gpt-4o", **extra: Any) -> dict[str, Any]:
@@ -95,7 +67,7 @@ def _offered(body: dict[str, Any]) -> set[str]:
     return {tool["function"]["name"] for tool in body.get("tools") or []}
 
 
-async def _tools_offered(stack: Stack, key: str) -> set[str]:
+async def _tools_offered(stack: AgentStack, key: str) -> set[str]:
     stack.llm.push(fake_openai.text("done"))
     asked = len(stack.llm.requests)
     response = await stack.http.post("/api/v1/agent/run", json=_run(), headers=as_caller(key))
@@ -104,7 +76,7 @@ async def _tools_offered(stack: Stack, key: str) -> set[str]:
     return _offered(request)
 
 
-async def test_a_model_the_tenant_may_not_run_is_refused_before_anything_runs(stack: Stack) -> None:
+async def test_a_model_the_tenant_may_not_run_is_refused_before_anything_runs(stack: AgentStack) -> None:
     asked = len(stack.llm.requests)
     refused = await stack.http.post("/api/v1/agent/run", json=_run("demo"), headers=as_caller(ACME_KEY))
     assert refused.status_code == 403, refused.text
@@ -116,7 +88,7 @@ async def test_a_model_the_tenant_may_not_run_is_refused_before_anything_runs(st
     assert len(stack.llm.requests) == asked  # nothing reached the LLM
 
 
-async def _every_tool(stack: Stack) -> list[dict[str, Any]]:
+async def _every_tool(stack: AgentStack) -> list[dict[str, Any]]:
     """The whole tool list, as globex (no rules) sees it."""
     listed = await stack.http.get("/api/v1/agent/tools", headers=as_caller(GLOBEX_KEY))
     assert listed.status_code == 200
@@ -124,7 +96,7 @@ async def _every_tool(stack: Stack) -> list[dict[str, Any]]:
     return tools
 
 
-async def _acme_tools(stack: Stack) -> set[str]:
+async def _acme_tools(stack: AgentStack) -> set[str]:
     """What acme's rules allow: echo, and the whole other server but other_fail."""
     every = await _every_tool(stack)
     allowed = {tool["name"] for tool in every if tool["server"] == "other" and tool["name"] != "other_fail"}
@@ -132,7 +104,7 @@ async def _acme_tools(stack: Stack) -> set[str]:
     return allowed | {"echo"}
 
 
-async def test_the_openai_model_list_shows_a_tenant_only_its_models(stack: Stack) -> None:
+async def test_the_openai_model_list_shows_a_tenant_only_its_models(stack: AgentStack) -> None:
     async with (
         openai.AsyncOpenAI(base_url=f"{stack.agent_url}/v1", api_key=ACME_KEY, max_retries=0) as acme,
         openai.AsyncOpenAI(base_url=f"{stack.agent_url}/v1", api_key=GLOBEX_KEY, max_retries=0) as globex,
@@ -143,7 +115,7 @@ async def test_the_openai_model_list_shows_a_tenant_only_its_models(stack: Stack
     assert mine == [name for name in every if name.startswith("gpt-4o")]
 
 
-async def test_a_tenant_is_offered_only_its_allowed_tools_and_others_all(stack: Stack) -> None:
+async def test_a_tenant_is_offered_only_its_allowed_tools_and_others_all(stack: AgentStack) -> None:
     acme = await _tools_offered(stack, ACME_KEY)
     assert acme == await _acme_tools(stack)  # "add" is not allowed; "other_fail" is denied after "other:*"
     globex = await _tools_offered(stack, GLOBEX_KEY)
@@ -151,14 +123,14 @@ async def test_a_tenant_is_offered_only_its_allowed_tools_and_others_all(stack: 
     assert {"add", "other_fail"} <= globex
 
 
-async def test_the_tool_list_shows_a_tenant_only_its_allowed_tools(stack: Stack) -> None:
+async def test_the_tool_list_shows_a_tenant_only_its_allowed_tools(stack: AgentStack) -> None:
     acme = await stack.http.get("/api/v1/agent/tools", headers=as_caller(ACME_KEY))
     assert acme.status_code == 200
     assert {tool["name"] for tool in acme.json()["tools"]} == await _acme_tools(stack)
 
 
 @pytest.mark.parametrize("tool", ["add", "other_fail"])
-async def test_a_run_naming_a_tool_the_tenant_may_not_use_is_refused_naming_it(stack: Stack, tool: str) -> None:
+async def test_a_run_naming_a_tool_the_tenant_may_not_use_is_refused_naming_it(stack: AgentStack, tool: str) -> None:
     refused = await stack.http.post("/api/v1/agent/run", json=_run(tools=["echo", tool]), headers=as_caller(ACME_KEY))
     assert refused.status_code == 403, refused.text
     error = refused.json()["error"]
@@ -166,7 +138,7 @@ async def test_a_run_naming_a_tool_the_tenant_may_not_use_is_refused_naming_it(s
     assert tool in error["message"]
 
 
-async def test_a_tool_nobody_has_is_still_unknown(stack: Stack) -> None:
+async def test_a_tool_nobody_has_is_still_unknown(stack: AgentStack) -> None:
     refused = await stack.http.post("/api/v1/agent/run", json=_run(tools=["nope"]), headers=as_caller(ACME_KEY))
     assert refused.status_code == 400
     assert refused.json()["error"]["code"] == "unknown_tools"
@@ -174,7 +146,7 @@ async def test_a_tool_nobody_has_is_still_unknown(stack: Stack) -> None:
     assert set(available.split(", ")) == await _acme_tools(stack)  # only its own are named
 
 
-async def test_a_model_call_to_a_tool_outside_the_tenants_rules_is_refused_without_dispatch(stack: Stack) -> None:
+async def test_a_model_call_to_a_tool_outside_the_tenants_rules_is_refused_without_dispatch(stack: AgentStack) -> None:
     stack.llm.push(fake_openai.tool_calls(("call_1", "other_fail", {"message": "boom"})), fake_openai.text("ok"))
     asked = len(stack.llm.requests)
     response = await stack.http.post("/api/v1/agent/run", json=_run(), headers=as_caller(ACME_KEY))
@@ -185,7 +157,7 @@ async def test_a_model_call_to_a_tool_outside_the_tenants_rules_is_refused_witho
     assert "boom" not in result["content"]
 
 
-async def test_a_tenants_own_cap_refuses_its_second_run_while_another_tenant_runs(stack: Stack) -> None:
+async def test_a_tenants_own_cap_refuses_its_second_run_while_another_tenant_runs(stack: AgentStack) -> None:
     stack.llm.push(fake_openai.hang())
     asked = len(stack.llm.requests)
     async with (

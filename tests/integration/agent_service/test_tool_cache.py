@@ -26,17 +26,13 @@ import redis.asyncio as aioredis
 from pydantic import SecretStr
 
 from agent_service.tool_cache import cache_key
-from completion_service.app import create_app as create_completion_app
-from completion_service.settings import CompletionSettings
-from support import fake_openai
-from support.agent_stack import running_agent
+from support import fake_openai, stacks
 from support.caller_keys import key_entry
 from support.databases import REDIS_URL
-from support.fake_openai import ScriptedOpenAI
 from support.ledger_mcp_server import Ledger
-from support.mcp_gateway import Gateway, running_gateway
 from support.processes import agent_env, spawned
-from support.servers import free_port, serve_app
+from support.servers import free_port
+from support.stacks import running_agent, running_upstreams
 
 pytestmark = pytest.mark.anyio
 
@@ -57,11 +53,8 @@ PEPPER = "pepper-" + uuid.uuid4().hex
 
 
 @dataclass
-class Upstreams:
+class Upstreams(stacks.Upstreams):
     ledger: Ledger
-    llm: ScriptedOpenAI
-    gateway: Gateway
-    completion_url: str
     callers_file: Path
 
 
@@ -70,18 +63,11 @@ async def upstreams(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[U
     callers = tmp_path_factory.mktemp("tool-cache") / "callers.toml"
     callers.write_text(CALLERS_FILE)
     ledger = Ledger()
-    llm = ScriptedOpenAI()
     async with (
-        serve_app(llm.app) as llm_url,
         ledger.serving() as ledger_url,
-        running_gateway({"ledger": {"url": ledger_url}}) as gateway,
+        running_upstreams(echo={}, servers={"ledger": {"url": ledger_url}}) as running,
     ):
-        settings = CompletionSettings(
-            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
-        )
-        async with serve_app(create_completion_app(settings)) as completion_url:
-            await gateway.wait_until_ready("ledger")
-            yield Upstreams(ledger, llm, gateway, completion_url, callers)
+        yield Upstreams(**vars(running), ledger=ledger, callers_file=callers)
 
 
 @asynccontextmanager

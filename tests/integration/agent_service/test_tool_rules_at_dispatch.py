@@ -13,23 +13,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import httpx
 import pytest
-from pydantic import SecretStr
 from structlog.testing import capture_logs
 
-from completion_service.app import create_app as create_completion_app
-from completion_service.settings import CompletionSettings
 from support import fake_openai
-from support.agent_stack import running_agent
 from support.caller_keys import as_caller, key_entry
-from support.fake_openai import ScriptedOpenAI
-from support.mcp_gateway import WAIT_SECONDS, Gateway, echo_stdio_server, running_gateway
-from support.servers import serve_app
+from support.mcp_gateway import WAIT_SECONDS, echo_stdio_server
+from support.stacks import AgentStack, running_stack
 
 pytestmark = pytest.mark.anyio
 
@@ -58,33 +52,16 @@ ONLY_B = {"echo-b": BOTH["echo-b"]}
 B_WITHOUT_WHOAMI = {"echo-a": BOTH["echo-a"], "echo-b": {**BOTH["echo-b"], "deniedTools": ["whoami"]}}
 
 
-@dataclass
-class Stack:
-    llm: ScriptedOpenAI
-    gateway: Gateway
-    http: httpx.AsyncClient
-
-
 @pytest.fixture(scope="module")
-async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[AgentStack]:
     folder = tmp_path_factory.mktemp("rules-at-dispatch")
     callers = folder / "callers.toml"
     callers.write_text(CALLERS_FILE)
-    llm = ScriptedOpenAI()
-    async with serve_app(llm.app) as llm_url, running_gateway(BOTH) as gateway:
-        completion_settings = CompletionSettings(
-            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
-        )
-        async with (
-            serve_app(create_completion_app(completion_settings)) as completion_url,
-            running_agent(completion_url, gateway, callers_file=callers, tool_cache_ttls={"whoami": 300}) as agent_url,
-            httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
-        ):
-            await gateway.wait_until_ready("echo-a", "echo-b")
-            yield Stack(llm, gateway, http)
+    async with running_stack(echo={}, servers=BOTH, callers_file=callers, tool_cache_ttls={"whoami": 300}) as stack:
+        yield stack
 
 
-async def _serve(stack: Stack, servers: dict[str, Any]) -> None:
+async def _serve(stack: AgentStack, servers: dict[str, Any]) -> None:
     """The gateway's servers become ``servers`` (a reload), each of them serving before this returns."""
     stack.gateway.write_servers(servers)
     reloaded = await stack.gateway.http.post("/mcp/v1/servers/reload")
@@ -101,7 +78,7 @@ def _offered(body: dict[str, Any]) -> set[str]:
 
 
 async def _run_planned_on_echo_b_and_called_after_a_reload(
-    stack: Stack, key: str, servers: dict[str, Any]
+    stack: AgentStack, key: str, servers: dict[str, Any]
 ) -> tuple[httpx.Response, dict[str, Any]]:
     """A run planned while only echo-b serves, whose model calls ``whoami`` once the gateway serves ``servers``
     (with echo-a back, first again, "whoami" is echo-a's); its answer and the LLM's request that got the tool's
@@ -138,7 +115,9 @@ def _servers_called(logs: Sequence[Mapping[str, Any]]) -> list[str]:
     return [log["server"] for log in logs if log["event"] == "mcp_tool_call"]
 
 
-async def test_a_name_that_moved_to_a_denied_server_after_planning_runs_on_the_planned_server(stack: Stack) -> None:
+async def test_a_name_that_moved_to_a_denied_server_after_planning_runs_on_the_planned_server(
+    stack: AgentStack,
+) -> None:
     try:
         with capture_logs() as logs:
             response, second = await _run_planned_on_echo_b_and_called_after_a_reload(stack, ACME_KEY, BOTH)
@@ -155,7 +134,7 @@ async def test_a_name_that_moved_to_a_denied_server_after_planning_runs_on_the_p
 
 
 async def test_the_result_of_a_moved_name_is_cached_under_the_server_that_ran_it_not_under_the_name(
-    stack: Stack,
+    stack: AgentStack,
 ) -> None:
     try:
         _, moved = await _run_planned_on_echo_b_and_called_after_a_reload(stack, GLOBEX_KEY, BOTH)
@@ -177,7 +156,7 @@ async def test_the_result_of_a_moved_name_is_cached_under_the_server_that_ran_it
 
 
 async def test_a_planned_server_that_no_longer_has_the_tool_is_refused_and_no_other_server_runs_it(
-    stack: Stack,
+    stack: AgentStack,
 ) -> None:
     try:
         with capture_logs() as logs:

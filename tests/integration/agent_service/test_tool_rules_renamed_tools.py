@@ -26,10 +26,10 @@ from agent_service.settings import AgentSettings
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from suite_common.peer_client import HttpxPeerClient
-from support.agent_stack import running_agent
 from support.caller_keys import as_caller, key_entry
 from support.mcp_gateway import GATEWAY_SECRET, Gateway, echo_stdio_server, running_gateway
 from support.servers import free_port, serve_app
+from support.stacks import running_agent
 
 pytestmark = pytest.mark.anyio
 

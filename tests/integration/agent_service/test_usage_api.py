@@ -18,16 +18,10 @@ from typing import Any
 
 import httpx
 import pytest
-from pydantic import SecretStr
 
-from completion_service.app import create_app as create_completion_app
-from completion_service.settings import CompletionSettings
 from support import fake_openai
-from support.agent_stack import running_agent
 from support.caller_keys import as_caller, key_entry
-from support.fake_openai import ScriptedOpenAI
-from support.mcp_gateway import echo_http_server, running_gateway
-from support.servers import serve_app
+from support.stacks import AgentStack, running_agent, running_stack
 
 pytestmark = pytest.mark.anyio
 
@@ -49,9 +43,7 @@ CALLERS_FILE = f"""
 
 
 @dataclass
-class Stack:
-    llm: ScriptedOpenAI
-    http: httpx.AsyncClient
+class Stack(AgentStack):
     database: Path
     unstored_url: str
     """An agent-service alike but storing no runs (``AGENT_DATABASE_URL=""``)."""
@@ -63,25 +55,11 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
     callers = folder / "callers.toml"
     callers.write_text(CALLERS_FILE)
     database = folder / "runs.db"
-    llm = ScriptedOpenAI()
     async with (
-        serve_app(llm.app) as llm_url,
-        echo_http_server("tools") as tools_url,
-        running_gateway({"tools": {"url": tools_url}}) as gateway,
+        running_stack(database_url=f"sqlite:///{database}", callers_file=callers) as stack,
+        running_agent(stack.completion_url, stack.gateway, database_url="", callers_file=callers) as unstored_url,
     ):
-        completion_settings = CompletionSettings(
-            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
-        )
-        async with (
-            serve_app(create_completion_app(completion_settings)) as completion_url,
-            running_agent(
-                completion_url, gateway, database_url=f"sqlite:///{database}", callers_file=callers
-            ) as agent_url,
-            running_agent(completion_url, gateway, database_url="", callers_file=callers) as unstored_url,
-            httpx.AsyncClient(base_url=agent_url, timeout=30) as http,
-        ):
-            await gateway.wait_until_ready("tools")
-            yield Stack(llm, http, database, unstored_url)
+        yield Stack(**vars(stack), database=database, unstored_url=unstored_url)
 
 
 async def _two_call_run(stack: Stack, key: str, user: str | None = None) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from suite_common.wire import (
     Usage,
     dump,
 )
-from unit.agent_service.scripted import Scripted, answer, call_tools
+from support.scripted import Scripted, answer, call_tools
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,7 @@ from agent_service.runs.plans import stored_plan, takeover
 from agent_service.store import RunRecord
 from suite_common.deadline import Deadline
 from suite_common.wire import Message, ReasoningControl, RunToolResult, ToolCall, ToolInfo, Usage
-from unit.agent_service.scripted import Scripted, answer
+from support.scripted import Scripted, answer
 from unit.agent_service.test_loop import Recorder
 
 pytestmark = pytest.mark.anyio

@@ -24,7 +24,7 @@ from agent_service.spending import (
 from agent_service.store import StoreError
 from suite_common.errors import ApiError
 from suite_common.wire import Usage
-from unit.agent_service.scripted import Scripted, call_tools
+from support.scripted import Scripted, call_tools
 from unit.agent_service.test_loop import Recorder, echo, plan
 
 pytestmark = pytest.mark.anyio

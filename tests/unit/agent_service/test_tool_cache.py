@@ -30,7 +30,7 @@ from agent_service.tool_cache import (
 )
 from suite_common.deadline import Deadline
 from suite_common.wire import Message, RunEvent, RunToolResult, ToolInfo
-from unit.agent_service.scripted import Scripted, answer, call_tools
+from support.scripted import Scripted, answer, call_tools
 
 pytestmark = pytest.mark.anyio
 

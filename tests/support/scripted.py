@@ -1,4 +1,4 @@
-"""Scripted completion-service and mcp-client-service behind ``httpx.MockTransport``.
+"""Scripted completion-service and mcp-client-service behind ``httpx.MockTransport``, for agent-service's unit tests.
 
 They speak the suite's neutral wire format, so the loop's real HTTP clients are exercised.
 """
@@ -30,6 +30,8 @@ from suite_common.wire import (
     Usage,
     dump,
 )
+
+__all__ = ["Scripted", "Tool", "answer", "call_tools"]
 
 Tool = Callable[[dict[str, Any]], Awaitable[str]]
 
