@@ -14,8 +14,8 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
+from agent_service.api.console import CONSOLE_HEADERS
 from agent_service.app import create_app as create_agent_app
-from agent_service.console_api import CONSOLE_HEADERS
 from agent_service.settings import AgentSettings
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings

@@ -28,7 +28,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from agent_service.loop import UNKNOWN_OUTCOME
+from agent_service.core.run import UNKNOWN_OUTCOME
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from suite_common.sse_parser import EventStreamParser

@@ -24,7 +24,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from agent_service.callers import hash_key
+from agent_service.access.callers_file import hash_key
 from agent_service.keys import new_key as make_key
 from agent_service.store import RunStore
 from completion_service.app import create_app as create_completion_app

@@ -25,7 +25,7 @@ import pytest
 import redis.asyncio as aioredis
 from pydantic import SecretStr
 
-from agent_service.tool_cache import cache_key
+from agent_service.engine.tool_cache import cache_key
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from support import fake_openai

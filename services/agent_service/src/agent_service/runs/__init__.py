@@ -1,6 +1,6 @@
 """Runs kept: stored step by step, followed from any replica, cancelled, taken over after a crash."""
 
-from agent_service.runs.journal import TERMINAL_EVENTS, EventSink, LiveSink, RunJournal, RunMoved
+from agent_service.runs.journal import TERMINAL_EVENTS, LiveSink, RunJournal, RunMoved, StoredEventSink
 from agent_service.runs.service import AgentRuns, StartedRun
 
-__all__ = ["TERMINAL_EVENTS", "AgentRuns", "EventSink", "LiveSink", "RunJournal", "RunMoved", "StartedRun"]
+__all__ = ["TERMINAL_EVENTS", "AgentRuns", "LiveSink", "RunJournal", "RunMoved", "StartedRun", "StoredEventSink"]

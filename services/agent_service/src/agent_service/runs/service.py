@@ -23,16 +23,17 @@ from datetime import UTC, datetime, timedelta
 import anyio
 from anyio.abc import TaskGroup
 
-from agent_service.callers import Caller
-from agent_service.clients import UpstreamError
-from agent_service.loop import AgentLoop, LlmCall, ResumePoint, RunOutcome, RunPlan
-from agent_service.run_slots import UNCAPPED, LocalRunSlots, RunSlots
-from agent_service.runs.journal import TERMINAL_EVENTS, EventSink, LiveSink, RunJournal, RunMoved
+from agent_service.admission.budgets import Spending
+from agent_service.admission.run_slots import UNCAPPED, LocalRunSlots, RunSlots
+from agent_service.admission.spend_ledgers import LocalSpendLedger
+from agent_service.core.errors import UpstreamError
+from agent_service.core.run import LlmCall, ResumePoint, RunOutcome, RunPlan
+from agent_service.core.tenancy import DEFAULT_TENANT, Caller
+from agent_service.engine.loop import AgentLoop
+from agent_service.runs.journal import TERMINAL_EVENTS, LiveSink, RunJournal, RunMoved, StoredEventSink
 from agent_service.runs.plans import conversation_settings, stored_plan, takeover
 from agent_service.settings import AgentSettings
-from agent_service.spending import LocalSpendLedger, Spending
 from agent_service.store import (
-    DEFAULT_TENANT,
     ConversationBusy,
     ConversationFull,
     ConversationLimits,
@@ -397,7 +398,7 @@ class AgentRuns:
         expires = record.lease_expires_at
         return expires is None or expires < self._abandon_before()
 
-    async def follow(self, run_id: str, after: int, send: EventSink) -> None:
+    async def follow(self, run_id: str, after: int, send: StoredEventSink) -> None:
         """Send the run's events after ``after``, stored ones first, then live ones until its last; from whichever
         replica executes it (here: as they are emitted; elsewhere: as they are stored, polled)."""
         store = self._store()

@@ -15,12 +15,12 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 
+from agent_service.core.tenancy import DEFAULT_TENANT
 from agent_service.store._engine import Database, database_url, open_database
 from agent_service.store._migrations import current_revision, head_revision, upgrade
 from agent_service.store.caller_keys import CallerKeyStore
 from agent_service.store.records import (
     ACTIVE_STATUSES,
-    DEFAULT_TENANT,
     ConversationBusy,
     ConversationFull,
     ConversationLimits,
@@ -40,7 +40,7 @@ from agent_service.store.schema import conversations, run_events, run_messages, 
 from suite_common.wire import ConversationSettings, Message, RunError, RunErrorDetail, Usage, dump
 
 if TYPE_CHECKING:
-    from agent_service.loop import LlmCall
+    from agent_service.core.run import LlmCall
 
 __all__ = ["RunStore"]
 
