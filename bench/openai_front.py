@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agent_service.openai_wire import (
+from agent_service.api.openai_wire import (
     AgentInfo,
     ChatCompletionRequest,
     ChunkWriter,

@@ -13,8 +13,8 @@ from typing import Any
 import anyio
 import httpx
 
-from agent_service.clients import CompletionClient, ToolsClient
-from agent_service.loop import AgentLoop
+from agent_service.engine.loop import AgentLoop
+from agent_service.infra.peers import CompletionClient, ToolsClient
 from suite_common.peer_client import HttpxPeerClient
 from suite_common.sse import encode_event
 from suite_common.wire import (

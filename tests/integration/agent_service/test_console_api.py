@@ -13,8 +13,8 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
+from agent_service.api.console import CONSOLE_HEADERS
 from agent_service.app import create_app as create_agent_app
-from agent_service.console_api import CONSOLE_HEADERS
 from agent_service.settings import AgentSettings
 from support import fake_openai
 from support.mcp_gateway import GATEWAY_SECRET

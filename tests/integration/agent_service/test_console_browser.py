@@ -28,7 +28,7 @@ import pytest
 from playwright.async_api import Browser, BrowserContext, Page, Request, Route, async_playwright, expect
 from pydantic import SecretStr
 
-from agent_service.suggestions import load_suggestions
+from agent_service.api.suggestions import load_suggestions
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from support import fake_openai

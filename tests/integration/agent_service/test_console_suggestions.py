@@ -12,9 +12,9 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
+from agent_service.api.suggestions import DEFAULT_SUGGESTIONS_FILE, SuggestionsFileError, load_suggestions
 from agent_service.app import create_app
 from agent_service.settings import AgentSettings
-from agent_service.suggestions import DEFAULT_SUGGESTIONS_FILE, SuggestionsFileError, load_suggestions
 from support.servers import serve_app
 
 pytestmark = pytest.mark.anyio

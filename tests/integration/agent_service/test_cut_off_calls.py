@@ -24,8 +24,8 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from agent_service.metering import CHARS_PER_TOKEN
-from agent_service.spending import month_start
+from agent_service.admission.spend_ledgers import month_start
+from agent_service.engine.metering import CHARS_PER_TOKEN
 from support import fake_openai
 from support.caller_keys import as_caller, key_entry
 from support.databases import REDIS_URL

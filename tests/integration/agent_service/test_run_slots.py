@@ -22,8 +22,8 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from agent_service.run_slots import LocalRunSlots, RedisRunSlots, RunSlots
-from agent_service.shared_redis import connect_redis
+from agent_service.admission.run_slots import LocalRunSlots, RedisRunSlots, RunSlots
+from agent_service.infra.shared_redis import connect_redis
 from suite_common.errors import ApiError
 from support import fake_openai
 from support.databases import REDIS_URL

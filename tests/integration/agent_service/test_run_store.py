@@ -25,8 +25,8 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
+from agent_service.core.tenancy import DEFAULT_TENANT
 from agent_service.store import (
-    DEFAULT_TENANT,
     ConversationBusy,
     ConversationFull,
     ConversationLimits,

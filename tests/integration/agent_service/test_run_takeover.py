@@ -27,7 +27,7 @@ import asyncpg
 import httpx
 import pytest
 
-from agent_service.loop import UNKNOWN_OUTCOME
+from agent_service.core.run import UNKNOWN_OUTCOME
 from suite_common.sse_parser import EventStreamParser
 from support import stacks
 from support.fake_openai import text, text_then_hang, tool_calls

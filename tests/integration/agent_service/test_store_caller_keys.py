@@ -23,7 +23,7 @@ import asyncpg
 import httpx
 import pytest
 
-from agent_service.callers import hash_key
+from agent_service.access.callers_file import hash_key
 from agent_service.keys import new_key as make_key
 from agent_service.store import RunStore
 from support import fake_openai

@@ -25,7 +25,7 @@ import pytest
 import redis.asyncio as aioredis
 from pydantic import SecretStr
 
-from agent_service.tool_cache import cache_key
+from agent_service.engine.tool_cache import cache_key
 from support import fake_openai, stacks
 from support.caller_keys import key_entry
 from support.databases import REDIS_URL

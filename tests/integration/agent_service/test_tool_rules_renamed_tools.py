@@ -18,10 +18,10 @@ import pytest
 from pydantic import SecretStr
 from structlog.testing import capture_logs
 
+from agent_service.access.callers_file import parse_callers
+from agent_service.admission.rule_servers import check_rule_servers
 from agent_service.app import create_app as create_agent_app
-from agent_service.callers import parse_callers
-from agent_service.clients import ToolsClient
-from agent_service.rule_servers import check_rule_servers
+from agent_service.infra.peers import ToolsClient
 from agent_service.settings import AgentSettings
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings

@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from agent_service.clients import UpstreamError
-from agent_service.loop import LlmCall, RunOutcome
+from agent_service.core.errors import UpstreamError
+from agent_service.core.run import LlmCall, RunOutcome
+from agent_service.core.tenancy import DEFAULT_TENANT
 from agent_service.runs.journal import RunJournal
-from agent_service.store import DEFAULT_TENANT, LeaseLost, ModelUsage, NewRun, RunRecord, RunStore, Step, StoreError
+from agent_service.store import LeaseLost, ModelUsage, NewRun, RunRecord, RunStore, Step, StoreError
 from agent_service.store.schema import conversations, usage_log
 from suite_common.wire import Message, ToolCall, Usage
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_service.callers import CallersFileError, TenantRules, load_callers, parse_callers
+from agent_service.access.callers_file import CallersFileError, load_callers, parse_callers
+from agent_service.core.tenancy import TenantRules
 from support.caller_keys import key_sha256
 
 _GOOD = f"""

@@ -9,7 +9,8 @@ import anyio
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from agent_service.clients import CompletionClient, UpstreamError
+from agent_service.core.errors import UpstreamError
+from agent_service.infra.peers import CompletionClient
 from suite_common import wire
 from suite_common.deadline import Deadline
 from suite_common.peer_client import AiohttpPeerClient

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_service.limits import DEADLINE_SLACK_SECONDS, RunLimits, Stop
+from agent_service.core.limits import DEADLINE_SLACK_SECONDS, RunLimits, Stop
 from suite_common.deadline import Deadline
 from suite_common.wire import Usage
 

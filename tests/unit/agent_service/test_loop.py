@@ -9,9 +9,9 @@ import anyio
 import httpx
 import pytest
 
-from agent_service.clients import UpstreamError
-from agent_service.limits import RunLimits
-from agent_service.loop import RunPlan
+from agent_service.core.errors import UpstreamError
+from agent_service.core.limits import RunLimits
+from agent_service.core.run import RunPlan
 from suite_common.deadline import Deadline
 from suite_common.wire import (
     BudgetName,

@@ -8,8 +8,8 @@ from typing import Any, cast
 import anyio
 import pytest
 
-from agent_service.clients import CompletionClient, DeltaSink
-from agent_service.metering import complete_counted
+from agent_service.engine.metering import complete_counted
+from agent_service.infra.peers import CompletionClient, DeltaSink
 from suite_common.deadline import Deadline
 from suite_common.wire import CompletionRequest, CompletionResponse, Message, TextDelta, Usage
 

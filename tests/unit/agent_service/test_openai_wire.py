@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from openai.types.chat import ChatCompletion as SdkChatCompletion
 from openai.types.chat import ChatCompletionChunk as SdkChatCompletionChunk
 
-from agent_service.openai_wire import (
+from agent_service.api.openai_wire import (
     AgentInfo,
     ChatCompletionChunk,
     ChatCompletionRequest,

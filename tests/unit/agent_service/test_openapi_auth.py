@@ -8,8 +8,8 @@ import pytest
 from pydantic import SecretStr
 from starlette.testclient import TestClient
 
+from agent_service.api.auth import PROTECTED_PREFIXES
 from agent_service.app import create_app
-from agent_service.callers import PROTECTED_PREFIXES
 from agent_service.settings import AgentSettings
 
 RUN_ROUTES = {("post", "/api/v1/agent/run"), ("post", "/v1/chat/completions")}

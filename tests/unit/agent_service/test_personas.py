@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from agent_service.callers import CallersFileError, TenantRules, parse_callers
-from agent_service.personas import Persona, apply_persona, system_prompt_of, with_system_prompt
-from agent_service.planning import plan_run
+from agent_service.access.callers_file import CallersFileError, parse_callers
+from agent_service.admission.planning import apply_persona, plan_run, system_prompt_of
+from agent_service.core.personas import Persona, with_system_prompt
+from agent_service.core.tenancy import TenantRules
 from agent_service.runs.plans import plan_from_record, stored_plan
 from suite_common.errors import ApiError
 from suite_common.wire import AgentRunRequest, Message, ReasoningControl

@@ -8,10 +8,10 @@ import anyio
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from agent_service.callers import TenantRules
-from agent_service.clients import UpstreamError
-from agent_service.personas import Persona
-from agent_service.planning import ModelCheck, ToolCatalog, plan_run
+from agent_service.admission.planning import ModelCheck, ToolCatalog, plan_run
+from agent_service.core.errors import UpstreamError
+from agent_service.core.personas import Persona
+from agent_service.core.tenancy import TenantRules
 from agent_service.settings import AgentSettings
 from suite_common.deadline import Deadline
 from suite_common.errors import ApiError

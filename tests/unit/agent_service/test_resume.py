@@ -9,8 +9,8 @@ from typing import Any
 import anyio
 import pytest
 
-from agent_service.limits import RunLimits
-from agent_service.loop import UNKNOWN_OUTCOME, LlmCall, RunPlan
+from agent_service.core.limits import RunLimits
+from agent_service.core.run import UNKNOWN_OUTCOME, LlmCall, RunPlan
 from agent_service.runs.plans import stored_plan, takeover
 from agent_service.store import RunRecord
 from suite_common.deadline import Deadline

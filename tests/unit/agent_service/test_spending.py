@@ -1,4 +1,5 @@
-"""Monthly budgets (``agent_service.spending``) on the in-process ledger: months, seeding, refusals, the guard."""
+"""Monthly budgets (``agent_service.admission.budgets``) on the in-process ledger: months, seeding, refusals,
+the guard."""
 
 from __future__ import annotations
 
@@ -9,18 +10,18 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 import redis.asyncio as aioredis
 
-from agent_service.callers import TenantRules
-from agent_service.clients import UpstreamError
-from agent_service.spending import (
+from agent_service.admission.budgets import Spending
+from agent_service.admission.spend_ledgers import (
     LedgerUnavailable,
     LocalSpendLedger,
     RedisSpendLedger,
-    Spending,
     SpendKey,
     Spent,
     month_start,
     next_month_start,
 )
+from agent_service.core.errors import UpstreamError
+from agent_service.core.tenancy import TenantRules
 from agent_service.store import StoreError
 from suite_common.errors import ApiError
 from suite_common.wire import Usage

@@ -19,11 +19,13 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from structlog.testing import capture_logs
 
+from agent_service.access.callers_file import CallersFileError, parse_callers
+from agent_service.access.stored_keys import StoredKeys
+from agent_service.api.auth import CallerMiddleware, caller_of
 from agent_service.app import create_app
-from agent_service.callers import NO_RULES, CallerMiddleware, CallersFileError, caller_of, parse_callers
+from agent_service.core.tenancy import NO_RULES
 from agent_service.settings import AgentSettings
 from agent_service.store import CallerKeyStore, StoredCallerKey, StoreError
-from agent_service.stored_keys import StoredKeys
 
 pytestmark = pytest.mark.anyio
 

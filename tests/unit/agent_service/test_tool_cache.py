@@ -16,11 +16,10 @@ from opentelemetry.trace import StatusCode
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr, ValidationError
 
-from agent_service.limits import RunLimits
-from agent_service.loop import AgentLoop, RunPlan
-from agent_service.settings import AgentSettings
-from agent_service.telemetry import RunTelemetry
-from agent_service.tool_cache import (
+from agent_service.core.limits import RunLimits
+from agent_service.core.run import RunPlan
+from agent_service.engine.loop import AgentLoop
+from agent_service.engine.tool_cache import (
     MemoryStore,
     ToolCache,
     ToolCachePolicy,
@@ -28,6 +27,8 @@ from agent_service.tool_cache import (
     open_tool_cache,
     sign,
 )
+from agent_service.infra.telemetry import RunTelemetry
+from agent_service.settings import AgentSettings
 from suite_common.deadline import Deadline
 from suite_common.wire import Message, RunEvent, RunToolResult, ToolInfo
 from support.scripted import Scripted, answer, call_tools
@@ -225,7 +226,7 @@ async def test_the_memory_store_expires_values_and_drops_the_least_recently_used
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [1000.0]
-    monkeypatch.setattr("agent_service.tool_cache.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("agent_service.engine.tool_cache.time.monotonic", lambda: now[0])
     store = MemoryStore(2)
     await store.set("a", b"1", 10)
     await store.set("b", b"2", 10)

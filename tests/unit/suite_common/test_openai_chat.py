@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agent_service.openai_wire import (
+from agent_service.api.openai_wire import (
     AgentInfo,
     ChatCompletionRequest,
     ChunkWriter,

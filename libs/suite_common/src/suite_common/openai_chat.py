@@ -1,6 +1,6 @@
 """OpenAI's Chat Completions wire format, once for both directions of the suite. Pure: no I/O.
 
-agent-service's OpenAI-compatible front reads requests in it and writes answers (``agent_service.openai_wire``);
+agent-service's OpenAI-compatible front reads requests in it and writes answers (``agent_service.api.openai_wire``);
 completion-service's ``openai`` provider writes requests in it and reads answers
 (``completion_service.providers.openai``). Both take the shapes and the helpers of this module, so that a
 request one side writes is a request the other reads, and an answer likewise (tests/unit/suite_common).

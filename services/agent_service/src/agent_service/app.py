@@ -1,224 +1,55 @@
-"""agent-service's HTTP API: ``POST /api/v1/agent/run``, streamed as SSE or answered as JSON."""
+"""agent-service's composition root: ``create_app`` builds the service from its settings (peers, store, Redis,
+loop, admission, runs) and mounts every HTTP face of ``agent_service.api``; ``/readyz`` asks its peers.
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
 
 import anyio
 import httpx
 from opentelemetry.sdk.trace import TracerProvider
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
 
-from agent_service.callers import (
-    CALLER_ERRORS,
-    PROTECTED_PREFIXES,
-    CallerMiddleware,
-    Callers,
-    caller_of,
-    load_callers,
-)
-from agent_service.clients import CompletionClient, ToolsClient
-from agent_service.console_api import console_routes
-from agent_service.loop import AgentLoop, RunOutcome
-from agent_service.openai_front import openai_routes
-from agent_service.planning import ModelCheck, ToolCatalog, plan_run
-from agent_service.rule_servers import check_rule_servers
-from agent_service.run_slots import open_run_slots
-from agent_service.runs import AgentRuns, LiveSink, StartedRun
-from agent_service.runs_api import event_sender, runs_routes
+from agent_service.access.callers_file import Callers, load_callers
+from agent_service.access.stored_keys import StoredKeys
+from agent_service.admission.budgets import open_spending
+from agent_service.admission.planning import ModelCheck, ToolCatalog
+from agent_service.admission.rule_servers import check_rule_servers
+from agent_service.admission.run_slots import open_run_slots
+from agent_service.api.auth import CALLER_ERRORS, PROTECTED_PREFIXES, CallerMiddleware
+from agent_service.api.console import console_routes
+from agent_service.api.openai_front import openai_routes
+from agent_service.api.run import run_routes
+from agent_service.api.runs import runs_routes
+from agent_service.api.services import Services, services_of
+from agent_service.api.suggestions import load_suggestions
+from agent_service.api.usage import usage_routes
+from agent_service.engine.loop import AgentLoop
+from agent_service.engine.tool_cache import open_tool_cache
+from agent_service.infra.peers import CompletionClient, ToolsClient
+from agent_service.infra.shared_redis import connect_redis
+from agent_service.infra.telemetry import RunTelemetry
+from agent_service.runs import AgentRuns
 from agent_service.settings import AgentSettings
-from agent_service.shared_redis import connect_redis
-from agent_service.spending import open_spending
-from agent_service.store import RunStore, StoredEvent, StoreError
-from agent_service.stored_keys import StoredKeys
-from agent_service.suggestions import load_suggestions
-from agent_service.telemetry import RunTelemetry
-from agent_service.tool_cache import open_tool_cache
-from agent_service.usage_api import usage_routes
-from suite_common.errors import ApiError, install_error_handlers
+from agent_service.store import RunStore, StoreError
+from suite_common.errors import install_error_handlers
 from suite_common.health import health_routes
-from suite_common.http import ModelResponse, read_model, run_for_client
-from suite_common.lifecycle import Lifecycle, until_interrupted
 from suite_common.logging import get_logger
 from suite_common.observability import Observability
-from suite_common.openapi import ApiRoute, BearerScheme, Operation, add_openapi
+from suite_common.openapi import BearerScheme, add_openapi
 from suite_common.peer_client import AiohttpPeerClient, HttpxPeerClient, PeerClient
-from suite_common.sse import Emit as SendChunk
-from suite_common.sse import EventStreamResponse
-from suite_common.wire import (
-    AgentRunFailure,
-    AgentRunRequest,
-    AgentRunResult,
-    Message,
-    RunError,
-    RunErrorDetail,
-    RunEvent,
-)
 
 __all__ = ["create_app"]
 
 _log = get_logger("agent_service.app")
 
 
-@dataclass(frozen=True)
-class _Services:
-    settings: AgentSettings
-    http: PeerClient
-    loop: AgentLoop
-    catalog: ToolCatalog
-    models: ModelCheck
-    lifecycle: Lifecycle
-    runs: AgentRuns
-
-
-def _services(request: Request) -> _Services:
-    services: _Services = request.state.services
-    return services
-
-
-_SHUTTING_DOWN = "The service is shutting down; the run was stopped. Start it again: another instance will take it."
-_HANDED_OVER = (
-    "The service is shutting down; another instance takes this run over from its last stored step: "
-    "follow it at GET /api/v1/agent/runs/{run_id}/events."
-)
-
-
-def _live_sender(send: SendChunk) -> LiveSink:
-    to_stream = event_sender(send)
-
-    async def send_event(_: RunEvent, event: StoredEvent) -> None:
-        await to_stream(event)
-
-    return send_event
-
-
-async def _stream_run(run: StartedRun, runs: AgentRuns, lifecycle: Lifecycle, send: SendChunk) -> None:
-    journal = run.journal
-    journal.send = _live_sender(send)
-    run_id = run.plan.run_id
-    try:
-        finished, _ = await until_interrupted(lifecycle, runs.execute(run, stream_text=True))
-    except Exception as error:  # a bug, not an upstream failure: still end the stream with an event
-        _log.error("run_crashed", run_id=run_id, exc_info=error)
-        await journal.tell(RunError(run_id=run_id, code="internal_error", message="The run failed unexpectedly."))
-        return
-    if not finished:
-        # Not a silent cut: the caller learns why the stream ends, and where the run goes on. Told to this client
-        # only: the run's own events go on where it is taken over.
-        _log.warning("run_interrupted_by_shutdown", run_id=run_id)
-        message = _HANDED_OVER.format(run_id=run_id) if journal.store is not None else _SHUTTING_DOWN
-        notice = RunError(run_id=run_id, code="shutting_down", message=message)
-        await journal.tell(notice)
-
-
-async def _follow_detached(run: StartedRun, runs: AgentRuns, send: SendChunk) -> None:
-    await runs.follow(run.plan.run_id, 0, event_sender(send))
-
-
-def _answer(run: StartedRun, outcome: RunOutcome) -> Response:
-    plan = run.plan
-    headers = {"X-Agent-Run-Id": plan.run_id}
-    error = outcome.error
-    if error is not None:
-        # The error shape, plus what the run did before it failed: tools may have run, with effects.
-        failure = AgentRunFailure(
-            error=RunErrorDetail(code=error.code, message=error.message),
-            run_id=plan.run_id,
-            messages=outcome.appended,
-            iterations=outcome.iterations,
-            usage=outcome.usage,
-        )
-        return ModelResponse(failure, status_code=error.status, headers={**error.headers, **headers})
-    final = next((m for m in reversed(outcome.appended) if m.role == "assistant"), Message(role="assistant"))
-    result = AgentRunResult(
-        run_id=plan.run_id,
-        message=final,
-        messages=outcome.appended,
-        finish_reason=outcome.finish_reason,
-        iterations=outcome.iterations,
-        usage=outcome.usage,
-        budget=outcome.budget,
-        warnings=outcome.warnings,
-    )
-    return ModelResponse(result, headers=headers)
-
-
-async def run_agent(request: Request) -> Response | EventStreamResponse:
-    services = _services(request)
-    lifecycle = services.lifecycle
-    runs = services.runs
-    try:
-        if lifecycle.draining:
-            raise ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"})
-        body = await read_model(request, AgentRunRequest)
-        caller = caller_of(request)
-        plan = await plan_run(
-            body,
-            services.settings,
-            services.catalog,
-            services.models,
-            rules=caller.rules,
-            tenant=caller.tenant,
-            user=caller.user,
-        )
-        run = await runs.begin(plan, body, send=None, caller=caller)
-    except ApiError as refusal:  # counted and logged: a run refused is a run an operator should see
-        services.loop.telemetry.run_refused(code=refusal.code, status=refusal.status, message=refusal.message)
-        raise
-    headers = {"X-Agent-Run-Id": plan.run_id}
-    if run.detached:  # executed apart from this request, which only follows it
-        runs.detach(run, stream_text=body.stream)
-        if body.stream:
-            return EventStreamResponse(lambda send: _follow_detached(run, runs, send), headers=headers)
-        waited = await run_for_client(request, run.journal.ended.wait(), lifecycle=lifecycle)
-        if waited.client_gone:
-            return Response(status_code=499)  # the run goes on; nobody reads this
-        if run.outcome is None:
-            raise ApiError(503, "shutting_down", _HANDED_OVER.format(run_id=plan.run_id), headers={"Retry-After": "1"})
-        return _answer(run, run.outcome)
-    if body.stream:
-        return EventStreamResponse(lambda send: _stream_run(run, runs, lifecycle, send), headers=headers)
-    outcome = await run_for_client(request, runs.execute(run, stream_text=False), lifecycle=lifecycle)
-    if outcome.client_gone:
-        return Response(status_code=499)  # the client has gone; nobody reads this
-    if not outcome.finished or outcome.result is None:
-        message = _HANDED_OVER.format(run_id=plan.run_id) if run.journal.store is not None else _SHUTTING_DOWN
-        raise ApiError(503, "shutting_down", message, headers={"Retry-After": "1", **headers})
-    return _answer(run, outcome.result)
-
-
-_RUN = Operation(
-    "Run the agent loop: LLM calls and tool calls until a final answer",
-    body=AgentRunRequest,
-    answer=AgentRunResult,
-    events=RunEvent,
-    errors={
-        400: (
-            "The body is not valid JSON, or not a valid request (the message names the field); or it names a persona "
-            "the caller's tenant does not have (unknown_persona, listing those it has)."
-        ),
-        403: "The tenant may not run this model (model_not_allowed) or use a tool the run names (tool_not_allowed); "
-        "or the run is under a cost limit and the model, or one of its fallbacks, has no price (model_not_priced).",
-        409: "The conversation (conversationId) has a run in progress (conversation_busy), or as many runs as it may "
-        "have (conversation_full).",
-        413: "The body is larger than the service accepts; or the run's messages would take its conversation past the "
-        "size it may have (conversation_too_large).",
-        429: "The tenant has its cap of runs in progress (too_many_runs), or the tenant or end user has used up a "
-        "monthly budget (budget_exhausted), or the end user is new past the tenant's bound of end users a month "
-        "(too_many_users); Retry-After says when to try again.",
-        503: "The service is shutting down, or the run store or the run limits (Redis) are unavailable (Retry-After).",
-    },
-    example={"model": "demo", "messages": [{"role": "user", "content": "What time is it?"}], "stream": False},
-)
-
-
 async def _readiness(request: Request) -> dict[str, str]:
     """completion-service ready, and mcp-client-service accepting our secret."""
-    services = _services(request)
+    services = services_of(request)
     settings = services.settings
     probes = {
         "completion-service": (settings.completion_url + "/readyz", {}),
@@ -288,7 +119,7 @@ def create_app(
     telemetry = RunTelemetry(observability.registry, observability.tracer)
 
     @asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[dict[str, _Services]]:
+    async def lifespan(_: Starlette) -> AsyncIterator[dict[str, Services]]:
         # One pooled client for every run, straight on aiohttp (see suite_common.peer_client: httpx
         # cost about 30% of the service's CPU). No read timeout here: each call is bounded by its run's
         # deadline instead, which a slow LLM or tool cannot push back. Idle connections are dropped
@@ -344,11 +175,11 @@ def create_app(
             )
             runs = AgentRuns(loop, store, settings, observability.lifecycle, slots, spending)
             await stack.enter_async_context(runs.running())
-            yield {"services": _Services(settings, http, loop, catalog, models, observability.lifecycle, runs)}
+            yield {"services": Services(settings, http, loop, catalog, models, observability.lifecycle, runs)}
 
     app = Starlette(
         routes=[
-            ApiRoute("/api/v1/agent/run", run_agent, method="POST", operation=_RUN),
+            *run_routes(),
             *runs_routes(),
             *usage_routes(),
             *console_routes(suggestions),

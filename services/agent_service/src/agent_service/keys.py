@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from agent_service.callers import hash_key, load_callers
-from agent_service.names import is_name
+from agent_service.access.callers_file import hash_key, load_callers
+from agent_service.core.names import is_name
 from agent_service.settings import AgentSettings
 from agent_service.store import RunStore, StoredCallerKey, StoreError
 from agent_service.store.migrate import DatabaseSettings

@@ -9,7 +9,7 @@ from typing import Annotated, Literal, Self
 from pydantic import AfterValidator, BeforeValidator, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
-from agent_service.callers import TOOL_PATTERN
+from agent_service.core.tenancy import TOOL_PATTERN
 from suite_common.settings import ServiceSettings, blank_as_none, http_url
 
 __all__ = ["HARD_MAX_ITERATIONS", "MIN_PEPPER_CHARS", "AgentSettings"]

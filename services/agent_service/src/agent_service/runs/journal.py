@@ -21,10 +21,10 @@ from dataclasses import replace
 
 import anyio
 
-from agent_service.clients import UpstreamError
-from agent_service.loop import LlmCall, RunOutcome
+from agent_service.core.errors import UpstreamError
+from agent_service.core.run import LlmCall, RunOutcome
+from agent_service.infra.telemetry import RunTelemetry
 from agent_service.store import LeaseLost, RunStore, Step, StoredEvent, StoreError
-from agent_service.telemetry import RunTelemetry
 from suite_common.logging import get_logger
 from suite_common.wire import (
     Message,
@@ -36,11 +36,11 @@ from suite_common.wire import (
     dump,
 )
 
-__all__ = ["DURABLE_EVENTS", "TERMINAL_EVENTS", "EventSink", "LiveSink", "RunJournal", "RunMoved"]
+__all__ = ["DURABLE_EVENTS", "TERMINAL_EVENTS", "LiveSink", "RunJournal", "RunMoved", "StoredEventSink"]
 
 _log = get_logger("agent_service.runs")
 
-EventSink = Callable[[StoredEvent], Awaitable[None]]
+StoredEventSink = Callable[[StoredEvent], Awaitable[None]]
 """Where a follower's events go, as stored."""
 LiveSink = Callable[[RunEvent, StoredEvent], Awaitable[None]]
 """Where the attached client's events go, as emitted and as stored (numbered and encoded)."""

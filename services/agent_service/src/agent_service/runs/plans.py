@@ -7,9 +7,10 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from agent_service.limits import RunLimits
-from agent_service.loop import ResumePoint, RunPlan
-from agent_service.store import DEFAULT_TENANT, RunRecord
+from agent_service.core.limits import RunLimits
+from agent_service.core.run import ResumePoint, RunPlan
+from agent_service.core.tenancy import DEFAULT_TENANT
+from agent_service.store import RunRecord
 from suite_common.deadline import Deadline
 from suite_common.wire import (
     AgentRunRequest,

@@ -10,13 +10,12 @@ from datetime import UTC, datetime, timedelta
 
 import anyio
 
-from agent_service.callers import Caller
-from agent_service.loop import LlmCall
-from agent_service.runs.journal import TERMINAL_EVENTS, EventSink
+from agent_service.core.run import LlmCall
+from agent_service.core.tenancy import DEFAULT_TENANT, Caller
+from agent_service.runs.journal import TERMINAL_EVENTS, StoredEventSink
 from agent_service.runs.running import RunExecutor, store_unavailable
 from agent_service.settings import AgentSettings
 from agent_service.store import (
-    DEFAULT_TENANT,
     ConversationRecord,
     ConversationSummary,
     ModelUsage,
@@ -77,7 +76,7 @@ class RunReader:
         expires = record.lease_expires_at
         return expires is None or expires < abandon_before(self._runs.settings)
 
-    async def follow(self, run_id: str, after: int, send: EventSink) -> None:
+    async def follow(self, run_id: str, after: int, send: StoredEventSink) -> None:
         """Send the run's events after ``after``, stored ones first, then live ones until its last; from whichever
         replica executes it (here: as they are emitted; elsewhere: as they are stored, polled)."""
         store = self._store()

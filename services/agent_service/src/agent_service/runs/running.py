@@ -15,14 +15,15 @@ from dataclasses import dataclass, field, replace
 import anyio
 from anyio.abc import TaskGroup
 
-from agent_service.callers import Caller
-from agent_service.clients import UpstreamError
-from agent_service.loop import AgentLoop, ResumePoint, RunOutcome, RunPlan
-from agent_service.run_slots import UNCAPPED, RunSlots
+from agent_service.admission.budgets import Spending
+from agent_service.admission.run_slots import UNCAPPED, RunSlots
+from agent_service.core.errors import UpstreamError
+from agent_service.core.run import ResumePoint, RunOutcome, RunPlan
+from agent_service.core.tenancy import Caller
+from agent_service.engine.loop import AgentLoop
 from agent_service.runs.journal import LiveSink, RunJournal, RunMoved
 from agent_service.runs.plans import conversation_settings, stored_plan
 from agent_service.settings import AgentSettings
-from agent_service.spending import Spending
 from agent_service.store import (
     ConversationBusy,
     ConversationFull,

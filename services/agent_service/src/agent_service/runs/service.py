@@ -21,15 +21,17 @@ from datetime import datetime
 
 import anyio
 
-from agent_service.callers import Caller
-from agent_service.loop import AgentLoop, LlmCall, RunOutcome, RunPlan
-from agent_service.run_slots import LocalRunSlots, RunSlots
-from agent_service.runs.journal import EventSink, LiveSink
+from agent_service.admission.budgets import Spending
+from agent_service.admission.run_slots import LocalRunSlots, RunSlots
+from agent_service.admission.spend_ledgers import LocalSpendLedger
+from agent_service.core.run import LlmCall, RunOutcome, RunPlan
+from agent_service.core.tenancy import Caller
+from agent_service.engine.loop import AgentLoop
+from agent_service.runs.journal import LiveSink, StoredEventSink
 from agent_service.runs.reading import RunReader
 from agent_service.runs.running import RunExecutor, StartedRun
 from agent_service.runs.takeover import LeaseKeeper
 from agent_service.settings import AgentSettings
-from agent_service.spending import LocalSpendLedger, Spending
 from agent_service.store import ConversationRecord, ConversationSummary, ModelUsage, RunRecord, RunStore
 from suite_common.lifecycle import Lifecycle
 from suite_common.wire import AgentRunRequest, Message
@@ -104,7 +106,7 @@ class AgentRuns:
     async def get(self, run_id: str, *, tenant: str | None = None) -> RunRecord | None:
         return await self.reader.get(run_id, tenant=tenant)
 
-    async def follow(self, run_id: str, after: int, send: EventSink) -> None:
+    async def follow(self, run_id: str, after: int, send: StoredEventSink) -> None:
         await self.reader.follow(run_id, after, send)
 
     async def messages(self, run_id: str) -> list[Message]:

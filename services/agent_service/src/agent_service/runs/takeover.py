@@ -12,14 +12,15 @@ from dataclasses import replace
 
 import anyio
 
-from agent_service.clients import UpstreamError
-from agent_service.loop import RunOutcome
-from agent_service.run_slots import UNCAPPED
+from agent_service.admission.run_slots import UNCAPPED
+from agent_service.core.errors import UpstreamError
+from agent_service.core.run import RunOutcome
+from agent_service.core.tenancy import DEFAULT_TENANT
 from agent_service.runs.journal import RunJournal
 from agent_service.runs.plans import Takeover, takeover
 from agent_service.runs.reading import abandon_before
 from agent_service.runs.running import CANCELLED_CALL, RunExecutor, StartedRun
-from agent_service.store import DEFAULT_TENANT, RunRecord, RunStore, StoreError
+from agent_service.store import RunRecord, RunStore, StoreError
 from suite_common.errors import ApiError
 from suite_common.logging import get_logger
 from suite_common.wire import RunDone, RunError, RunErrorDetail, RunResumed

@@ -3,7 +3,6 @@
 from agent_service.store.caller_keys import CallerKeyStore, KeyNameTaken, StoredCallerKey
 from agent_service.store.records import (
     ACTIVE_STATUSES,
-    DEFAULT_TENANT,
     ConversationBusy,
     ConversationFull,
     ConversationLimits,
@@ -24,7 +23,6 @@ from agent_service.store.run_store import RunStore
 
 __all__ = [
     "ACTIVE_STATUSES",
-    "DEFAULT_TENANT",
     "CallerKeyStore",
     "ConversationBusy",
     "ConversationFull",

@@ -15,11 +15,11 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 
+from agent_service.core.tenancy import DEFAULT_TENANT
 from agent_service.store._engine import Database
 from agent_service.store._rows import read_messages, run_record
 from agent_service.store.records import (
     ACTIVE_STATUSES,
-    DEFAULT_TENANT,
     ConversationBusy,
     ConversationRecord,
     ConversationSummary,

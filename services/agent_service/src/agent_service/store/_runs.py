@@ -13,6 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
+from agent_service.core.tenancy import DEFAULT_TENANT
 from agent_service.store._conversations import (
     MESSAGES_OF_RUNS,
     conversation_messages,
@@ -24,7 +25,6 @@ from agent_service.store._conversations import (
 from agent_service.store._engine import Database
 from agent_service.store._rows import read_messages, read_run, utc_now
 from agent_service.store.records import (
-    DEFAULT_TENANT,
     ConversationFull,
     ConversationLimits,
     ConversationTooLarge,

@@ -25,7 +25,8 @@ import sqlite3
 from datetime import UTC, datetime
 from typing import Any
 
-from agent_service.store.records import DEFAULT_TENANT, Step
+from agent_service.core.tenancy import DEFAULT_TENANT
+from agent_service.store.records import Step
 
 __all__ = ["postgres_step", "sqlite_step", "step_rows", "usage_rows"]
 

@@ -19,7 +19,7 @@ from agent_service.store.schema import usage_log
 from suite_common.wire import Usage
 
 if TYPE_CHECKING:
-    from agent_service.loop import LlmCall
+    from agent_service.core.run import LlmCall
 
 __all__ = ["UsageLog"]
 

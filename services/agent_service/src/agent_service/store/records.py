@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from agent_service.core.run import LlmCall
 from suite_common.wire import (
     BudgetName,
     ConversationSettings,
@@ -16,12 +17,8 @@ from suite_common.wire import (
     Usage,
 )
 
-if TYPE_CHECKING:
-    from agent_service.loop import LlmCall
-
 __all__ = [
     "ACTIVE_STATUSES",
-    "DEFAULT_TENANT",
     "ConversationBusy",
     "ConversationFull",
     "ConversationLimits",
@@ -48,11 +45,6 @@ class StoreError(Exception):
 
 class LeaseLost(StoreError):
     """Another replica owns the run now (this one's lease expired): stop working on it, write nothing more."""
-
-
-DEFAULT_TENANT = "default"
-"""The tenant of a run stored without one (before callers were configured, or by an open API), and of the
-conversations stored before conversations were keyed by tenant."""
 
 
 class ConversationBusy(StoreError):

@@ -159,7 +159,7 @@ usage_log = sa.Table(
     # US dollars; NULL when the model has no price in completion-service's catalog.
     sa.Column("cost_usd", sa.Float, nullable=True),
     # True: the call was cut off before the provider reported its usage (its client gone, its run cancelled or out
-    # of time); its tokens are an estimate of its prompt and of what it streamed (``agent_service.metering``).
+    # of time); its tokens are an estimate of its prompt and of what it streamed (``agent_service.engine.metering``).
     sa.Column("estimated", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("created_at", UtcDateTime, nullable=False),
     # A tenant's usage over a time range, and a user's within it.

@@ -20,7 +20,7 @@ branch_labels = None
 depends_on = None
 
 _DEFAULT_TENANT = "default"
-"""``agent_service.store.DEFAULT_TENANT`` as this revision knows it (a migration does not follow later code)."""
+"""``agent_service.core.tenancy.DEFAULT_TENANT`` as this revision knows it (a migration does not follow later code)."""
 
 
 def upgrade() -> None:

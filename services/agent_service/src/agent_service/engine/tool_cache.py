@@ -34,10 +34,10 @@ from typing import Any, Literal
 
 import redis.asyncio as aioredis
 
-from agent_service.callers import tool_matches
+from agent_service.core.tenancy import tool_matches
+from agent_service.infra.shared_redis import REDIS_ERRORS, bounded
+from agent_service.infra.telemetry import RunTelemetry
 from agent_service.settings import AgentSettings
-from agent_service.shared_redis import REDIS_ERRORS, bounded
-from agent_service.telemetry import RunTelemetry
 from suite_common.logging import get_logger
 from suite_common.wire import ToolInfo
 

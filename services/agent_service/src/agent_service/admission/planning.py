@@ -1,6 +1,8 @@
-"""From a run request to a ``RunPlan``: limits checked, the tenant's rules applied, tools discovered and filtered.
+"""From a run request to a ``RunPlan``: its persona applied, limits checked, the tenant's rules applied, tools
+discovered and filtered.
 
-Everything here happens before the response starts, so every problem is still a plain 4xx/5xx.
+Everything here happens before the response starts, so every problem is still a plain 4xx/5xx. The persona and
+system-prompt cascade (``apply_persona``, ``system_prompt_of``) is described in ``agent_service.core.personas``.
 """
 
 from __future__ import annotations
@@ -8,22 +10,98 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 
-from agent_service.callers import DEFAULT_TENANT, NO_RULES, TenantRules
-from agent_service.clients import CompletionClient, ToolsClient, UpstreamError
-from agent_service.limits import RunLimits
-from agent_service.loop import RunPlan
-from agent_service.personas import apply_persona, system_prompt_of
+from agent_service.core.errors import UpstreamError
+from agent_service.core.limits import RunLimits
+from agent_service.core.personas import GENERATION_FIELDS, PERSONA_FIELDS, Generation, Persona
+from agent_service.core.run import RunPlan
+from agent_service.core.tenancy import DEFAULT_TENANT, NO_RULES, TenantRules
+from agent_service.infra.peers import CompletionClient, ToolsClient
 from agent_service.settings import AgentSettings
 from suite_common.deadline import Deadline
 from suite_common.echo import clip, clip_names
 from suite_common.errors import ApiError
-from suite_common.wire import AgentRunRequest, NamedToolChoice, ResolvedModel, ToolChoice, ToolInfo, ToolSpec
+from suite_common.wire import (
+    AgentRunRequest,
+    ModelPrices,
+    NamedToolChoice,
+    ReasoningControl,
+    ResolvedModel,
+    ToolChoice,
+    ToolInfo,
+    ToolSpec,
+)
 
-__all__ = ["ModelCheck", "ToolCatalog", "allowed_tools", "plan_run"]
+__all__ = ["ModelCheck", "ToolCatalog", "allowed_tools", "apply_persona", "plan_run", "system_prompt_of"]
+
+_FILLED = tuple(name for name in PERSONA_FIELDS if name not in ("description", "system_prompt", *GENERATION_FIELDS))
+"""The persona's fields that are also a run request's: filled in when the request omits them."""
+
+
+def _persona_named(request: AgentRunRequest, rules: TenantRules) -> Persona | None:
+    if request.persona is None:
+        return None
+    persona = rules.personas.get(request.persona)
+    if persona is None:
+        names = ", ".join(sorted(rules.personas)) or "none"
+        message = f"Unknown persona '{clip(request.persona)}'. Personas this caller may use: {names}."
+        raise ApiError(400, "unknown_persona", message)
+    return persona
+
+
+def apply_persona(request: AgentRunRequest, rules: TenantRules, default_model: str = "") -> AgentRunRequest:
+    """``request`` with the fields it omits taken from the persona it names (400 ``unknown_persona`` when the
+    caller's tenant has none of that name); unchanged without one. The generation controls it omits, each on its
+    own, are the persona's, else the tenant's. A model is then required: the request's, else its persona's, else
+    ``default_model`` (the service's ``AGENT_DEFAULT_MODEL``), else a 400."""
+    persona = _persona_named(request, rules)
+    filled: dict[str, Any] = {}
+    if persona is not None:
+        for name in _FILLED:
+            value = getattr(persona, name)
+            if getattr(request, name) is None and value is not None:
+                filled[name] = list(value) if name == "tools" else value
+    presets = [persona.generation] if persona is not None else []
+    filled.update(_generation(request, [*presets, rules.generation]))
+    if filled:
+        request = request.model_copy(update=filled)
+    if request.model is None and default_model:
+        request = request.model_copy(update={"model": default_model})
+    if request.model is None:
+        named = f"the persona '{clip(request.persona)}' names none" if request.persona else "the request names none"
+        message = f"model is required: {named}, and this service has no default model (AGENT_DEFAULT_MODEL)."
+        raise ApiError(400, "invalid_request", message)
+    return request
+
+
+def _generation(request: AgentRunRequest, presets: list[Generation]) -> dict[str, Any]:
+    """The request's ``reasoning`` and ``verbosity`` with what it omits, field by field, from the first of
+    ``presets`` (its persona's, its tenant's) that sets it; only the fields that change."""
+    asked = request.reasoning or ReasoningControl()
+    effort = asked.effort or next((p.reasoning.effort for p in presets if p.reasoning and p.reasoning.effort), None)
+    summary = asked.summary or next((p.reasoning.summary for p in presets if p.reasoning and p.reasoning.summary), None)
+    verbosity = request.verbosity or next((p.verbosity for p in presets if p.verbosity), None)
+    changed: dict[str, Any] = {}
+    if (effort, summary) != (asked.effort, asked.summary):
+        changed["reasoning"] = ReasoningControl(effort=effort, summary=summary)
+    if verbosity != request.verbosity:
+        changed["verbosity"] = verbosity
+    return changed
+
+
+def system_prompt_of(request: AgentRunRequest, rules: TenantRules) -> str | None:
+    """The system prompt the cascade chooses for ``request``, or None: when the request has a system message of its
+    own (that one is used), or neither its persona nor its tenant has a prompt. A conversation's stored system
+    message also wins; that is checked on each LLM call (``with_system_prompt``), where the conversation is known."""
+    if any(message.role == "system" for message in request.messages):
+        return None
+    persona = _persona_named(request, rules)
+    if persona is not None and persona.system_prompt is not None:
+        return persona.system_prompt
+    return rules.system_prompt
 
 
 class ToolCatalog:
@@ -277,6 +355,51 @@ def _check_tool_choice(choice: ToolChoice, names: set[str]) -> None:
         raise ApiError(400, "invalid_request", "toolChoice is 'required' but no tool is available to this run.")
 
 
+async def _resolve(
+    request: AgentRunRequest,
+    model: str,
+    rules: TenantRules,
+    limits: RunLimits,
+    cost_limit: str | None,
+    catalog: ToolCatalog,
+    models: ModelCheck,
+) -> tuple[list[ToolInfo], ModelPrices | None, bool]:
+    """What the peers say of the run: its tools, its model's prices, and whether the run's own deadline ran out
+    while they were asked (``True``: the run goes on with what is known, and ends as ``deadline`` in the loop)."""
+    deadline = limits.deadline
+    tools: list[ToolInfo] = []
+    prices = None
+    try:
+        resolved = await models.check(model, deadline)
+        prices = resolved.prices
+        if cost_limit is not None:
+            _check_priced(model, resolved, cost_limit)
+        # The plain path: no tool discovery when the caller wants no tools.
+        if request.tool_choice != "none" and request.tools != []:
+            tools = await _discover_tools(request, rules, catalog, deadline)
+    except UpstreamError as error:
+        if error.code == "model_not_found":
+            raise await models.unknown(model, rules, Deadline.after(_LIST_MODELS_SECONDS)) from None
+        if not limits.out_of_time():
+            raise  # the peer's failure, as it is (an ``ApiError``)
+        # The run's own deadline ran out, not the peer: the loop ends the run as "deadline", as it
+        # does when the deadline passes in any round (a 504 here blamed the peer; found by fuzzing).
+        return tools, prices, True
+    return tools, prices, False
+
+
+async def _discover_tools(
+    request: AgentRunRequest, rules: TenantRules, catalog: ToolCatalog, deadline: Deadline
+) -> list[ToolInfo]:
+    """The run's tools from the catalog; 503 ``tools_unavailable`` when none of them can be called now."""
+    tools = _select_tools(request, await catalog.tools(deadline), rules)
+    if _all_unavailable(tools):  # maybe back already: asked again before refusing
+        tools = _select_tools(request, await catalog.tools(deadline, max_age=_RECHECK_UNAVAILABLE_SECONDS), rules)
+        if _all_unavailable(tools):
+            raise _unavailable_error(tools)
+    return tools
+
+
 async def plan_run(
     request: AgentRunRequest,
     settings: AgentSettings,
@@ -292,7 +415,7 @@ async def plan_run(
     name is left out of the run, since the caller, who declared it, expects to run it. ``rules``: the caller's
     tenant's; a model it may not run is refused before anything else (403 ``model_not_allowed``), and a tool it
     may not use is never in the run. ``tenant``: the caller's, whose run it is. A persona the request names fills
-    what it omits, first of all (see ``agent_service.personas``); what it fills is checked as the request's own
+    what it omits, first of all (``apply_persona``); what it fills is checked as the request's own
     fields are. ``user``: the run's end user, whose monthly budget counts too. A run under any cost limit may only use
     a model with known prices, its fallbacks' included (403 ``model_not_priced``)."""
     asked = request
@@ -305,32 +428,7 @@ async def plan_run(
     _check_model(model, rules, request.persona if from_persona else None)
     limits = _check_limits(request, settings, rules, preset)
     cost_limit = _cost_limit(asked, request, rules, user)
-    deadline = limits.deadline
-    tools: list[ToolInfo] = []
-    out_of_time = False
-    prices = None
-    try:
-        resolved = await models.check(model, deadline)
-        prices = resolved.prices
-        if cost_limit is not None:
-            _check_priced(model, resolved, cost_limit)
-        # The plain path: no tool discovery when the caller wants no tools.
-        if request.tool_choice != "none" and request.tools != []:
-            tools = _select_tools(request, await catalog.tools(deadline), rules)
-            if _all_unavailable(tools):  # maybe back already: asked again before refusing
-                tools = _select_tools(
-                    request, await catalog.tools(deadline, max_age=_RECHECK_UNAVAILABLE_SECONDS), rules
-                )
-                if _all_unavailable(tools):
-                    raise _unavailable_error(tools)
-    except UpstreamError as error:
-        if error.code == "model_not_found":
-            raise await models.unknown(model, rules, Deadline.after(_LIST_MODELS_SECONDS)) from None
-        if not limits.out_of_time():
-            raise ApiError(error.status, error.code, error.message, headers=error.headers) from None
-        # The run's own deadline ran out, not the peer: the loop ends the run as "deadline", as it
-        # does when the deadline passes in any round (a 504 here blamed the peer; found by fuzzing).
-        out_of_time = True
+    tools, prices, out_of_time = await _resolve(request, model, rules, limits, cost_limit, catalog, models)
     client_tools = client_tools or []
     if client_tools:
         client_names = {spec.name for spec in client_tools}

@@ -28,7 +28,7 @@ class RunLimits:
     """The limits of one run; the loop reads them through ``stop_before_call`` only.
 
     The monthly budgets of the run's tenant and end user are not here but in the run's ``SpendGuard``
-    (``RunPlan.spending``, see ``agent_service.spending``), which the loop asks right after this.
+    (``RunPlan.spending``, see ``agent_service.admission.budgets``), which the loop asks right after this.
     """
 
     max_iterations: int

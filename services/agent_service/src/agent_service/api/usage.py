@@ -9,10 +9,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
-from agent_service.callers import caller_of
-from agent_service.names import USER_ID_RULE, is_user_id
-from agent_service.runs import AgentRuns
-from agent_service.spending import month_start
+from agent_service.admission.spend_ledgers import month_start
+from agent_service.api.auth import caller_of
+from agent_service.api.services import services_of
+from agent_service.core.names import USER_ID_RULE, is_user_id
 from agent_service.store import ModelUsage
 from suite_common.echo import clip
 from suite_common.errors import ApiError
@@ -97,7 +97,7 @@ def _report(tenant: str, user: str | None, start: datetime, end: datetime, lines
 
 
 async def get_usage(request: Request) -> Response:
-    runs: AgentRuns = request.state.services.runs
+    runs = services_of(request).runs
     start, end = _range(request)
     user = _user(request)
     # Any key of the tenant may read the tenant's usage, and any of its users' (as it may read any of its runs).

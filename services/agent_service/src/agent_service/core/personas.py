@@ -1,5 +1,6 @@
-"""Personas: named presets of a run (system prompt, model, tools, limits) in the callers file, and the system-prompt
-cascade.
+"""Personas: named presets of a run (system prompt, model, tools, limits) in the callers file, parsed; and the
+system-prompt cascade they take part in (applied to a run request by ``agent_service.admission.planning``:
+``apply_persona``, ``system_prompt_of``; put first in each LLM call by ``with_system_prompt``, here).
 
 ::
 
@@ -35,15 +36,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from agent_service.names import is_name
-from suite_common.echo import clip
-from suite_common.errors import ApiError
-from suite_common.wire import AgentRunRequest, Message, ReasoningControl, Verbosity
-
-if TYPE_CHECKING:
-    from agent_service.callers import TenantRules
+from agent_service.core.names import is_name
+from suite_common.wire import Message, ReasoningControl, Verbosity
 
 __all__ = [
     "GENERATION_FIELDS",
@@ -52,11 +48,9 @@ __all__ = [
     "Generation",
     "Persona",
     "PersonaError",
-    "apply_persona",
     "parse_generation",
     "parse_personas",
     "parse_system_prompt",
-    "system_prompt_of",
     "with_system_prompt",
 ]
 
@@ -114,8 +108,6 @@ PERSONA_FIELDS = (
     "max_tokens",
     *GENERATION_FIELDS,
 )
-_FILLED = tuple(name for name in PERSONA_FIELDS if name not in ("description", "system_prompt", *GENERATION_FIELDS))
-"""The persona's fields that are also a run request's: filled in when the request omits them."""
 
 
 class PersonaError(ValueError):
@@ -203,69 +195,6 @@ def parse_personas(tables: Any, tenant: str | None = None) -> dict[str, Persona]
 def parse_system_prompt(table: Mapping[str, Any], where: str) -> str | None:
     """A tenant's default ``system_prompt``; raises ``PersonaError``."""
     return _text(table, "system_prompt", where)
-
-
-def _persona_named(request: AgentRunRequest, rules: TenantRules) -> Persona | None:
-    if request.persona is None:
-        return None
-    persona = rules.personas.get(request.persona)
-    if persona is None:
-        names = ", ".join(sorted(rules.personas)) or "none"
-        message = f"Unknown persona '{clip(request.persona)}'. Personas this caller may use: {names}."
-        raise ApiError(400, "unknown_persona", message)
-    return persona
-
-
-def apply_persona(request: AgentRunRequest, rules: TenantRules, default_model: str = "") -> AgentRunRequest:
-    """``request`` with the fields it omits taken from the persona it names (400 ``unknown_persona`` when the
-    caller's tenant has none of that name); unchanged without one. The generation controls it omits, each on its
-    own, are the persona's, else the tenant's. A model is then required: the request's, else its persona's, else
-    ``default_model`` (the service's ``AGENT_DEFAULT_MODEL``), else a 400."""
-    persona = _persona_named(request, rules)
-    filled: dict[str, Any] = {}
-    if persona is not None:
-        for name in _FILLED:
-            value = getattr(persona, name)
-            if getattr(request, name) is None and value is not None:
-                filled[name] = list(value) if name == "tools" else value
-    presets = [persona.generation] if persona is not None else []
-    filled.update(_generation(request, [*presets, rules.generation]))
-    if filled:
-        request = request.model_copy(update=filled)
-    if request.model is None and default_model:
-        request = request.model_copy(update={"model": default_model})
-    if request.model is None:
-        named = f"the persona '{clip(request.persona)}' names none" if request.persona else "the request names none"
-        message = f"model is required: {named}, and this service has no default model (AGENT_DEFAULT_MODEL)."
-        raise ApiError(400, "invalid_request", message)
-    return request
-
-
-def _generation(request: AgentRunRequest, presets: list[Generation]) -> dict[str, Any]:
-    """The request's ``reasoning`` and ``verbosity`` with what it omits, field by field, from the first of
-    ``presets`` (its persona's, its tenant's) that sets it; only the fields that change."""
-    asked = request.reasoning or ReasoningControl()
-    effort = asked.effort or next((p.reasoning.effort for p in presets if p.reasoning and p.reasoning.effort), None)
-    summary = asked.summary or next((p.reasoning.summary for p in presets if p.reasoning and p.reasoning.summary), None)
-    verbosity = request.verbosity or next((p.verbosity for p in presets if p.verbosity), None)
-    changed: dict[str, Any] = {}
-    if (effort, summary) != (asked.effort, asked.summary):
-        changed["reasoning"] = ReasoningControl(effort=effort, summary=summary)
-    if verbosity != request.verbosity:
-        changed["verbosity"] = verbosity
-    return changed
-
-
-def system_prompt_of(request: AgentRunRequest, rules: TenantRules) -> str | None:
-    """The system prompt the cascade chooses for ``request``, or None: when the request has a system message of its
-    own (that one is used), or neither its persona nor its tenant has a prompt. A conversation's stored system
-    message also wins; that is checked on each LLM call (``with_system_prompt``), where the conversation is known."""
-    if any(message.role == "system" for message in request.messages):
-        return None
-    persona = _persona_named(request, rules)
-    if persona is not None and persona.system_prompt is not None:
-        return persona.system_prompt
-    return rules.system_prompt
 
 
 def with_system_prompt(messages: list[Message], prompt: str | None) -> list[Message]:

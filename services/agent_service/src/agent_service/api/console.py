@@ -16,9 +16,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from agent_service.callers import caller_of
-from agent_service.clients import UpstreamError
-from agent_service.planning import ToolCatalog, allowed_tools
+from agent_service.admission.planning import ToolCatalog, allowed_tools
+from agent_service.api.auth import caller_of
+from agent_service.api.services import services_of
 from suite_common.deadline import Deadline
 from suite_common.echo import clip
 from suite_common.errors import ApiError
@@ -28,7 +28,7 @@ from suite_common.wire import PersonaList, PersonaSummary, SuggestionList, ToolI
 
 __all__ = ["CONSOLE_DIR", "CONSOLE_HEADERS", "console_routes"]
 
-CONSOLE_DIR = Path(__file__).parent / "console"
+CONSOLE_DIR = Path(__file__).parent.parent / "console"
 """The console's files; shipped inside the package (the wheel takes everything under ``agent_service``)."""
 
 CONSOLE_HEADERS = {
@@ -62,8 +62,7 @@ _LIST_TOOLS_SECONDS = 10.0
 
 
 def _catalog(request: Request) -> ToolCatalog:
-    catalog: ToolCatalog = request.state.services.catalog
-    return catalog
+    return services_of(request).catalog
 
 
 def _summary(tool: ToolInfo) -> ToolSummary:
@@ -76,10 +75,7 @@ async def list_tools(request: Request) -> Response:
     """The gateway's tool list as the caller's runs see it (cached for ``AGENT_CATALOG_CACHE_SECONDS``): only the
     tools its tenant may use, sorted by server, then name; a tool whose server cannot take calls now is listed
     with ``unavailable``."""
-    try:
-        tools = await _catalog(request).tools(Deadline.after(_LIST_TOOLS_SECONDS))
-    except UpstreamError as error:
-        raise ApiError(error.status, error.code, error.message, headers=error.headers) from None
+    tools = await _catalog(request).tools(Deadline.after(_LIST_TOOLS_SECONDS))  # a peer's UpstreamError is an ApiError
     ordered = sorted(allowed_tools(tools, caller_of(request).rules), key=lambda tool: (tool.server, tool.name))
     return ModelResponse(ToolList(tools=[_summary(tool) for tool in ordered]))
 
@@ -152,7 +148,7 @@ _LIST_SUGGESTIONS = Operation(
 
 
 def console_routes(suggestions: SuggestionList) -> list[BaseRoute]:
-    """``suggestions``: the cards, loaded at start (``agent_service.suggestions``)."""
+    """``suggestions``: the cards, loaded at start (``agent_service.api.suggestions``)."""
     # The console's files are not part of the JSON API: left out of /openapi.json.
     return [
         ApiRoute("/api/v1/agent/tools", list_tools, method="GET", operation=_LIST_TOOLS),

@@ -8,35 +8,41 @@ in-flight LLM and tool call.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import anyio
 import structlog
+from opentelemetry.trace import Span
 
-from agent_service.clients import CompletionClient, ProgressSink, ToolsClient, UpstreamError
-from agent_service.limits import RunLimits, SpendGuard, Stop
-from agent_service.metering import complete_counted
-from agent_service.personas import with_system_prompt
-from agent_service.results import render_tool_result
-from agent_service.store import DEFAULT_TENANT
-from agent_service.telemetry import RunTelemetry
-from agent_service.tool_cache import ToolCache
+from agent_service.core.errors import UpstreamError
+from agent_service.core.limits import Stop
+from agent_service.core.personas import with_system_prompt
+from agent_service.core.run import (
+    UNKNOWN_OUTCOME,
+    EventSink,
+    LlmCall,
+    ResumePoint,
+    RunOutcome,
+    RunPlan,
+    RunRecorder,
+)
+from agent_service.engine.metering import complete_counted
+from agent_service.engine.tool_cache import ToolCache
+from agent_service.engine.tool_results import render_tool_result
+from agent_service.infra.peers import CompletionClient, ProgressSink, ToolsClient
+from agent_service.infra.telemetry import RunTelemetry
 from suite_common.echo import clip
 from suite_common.logging import get_logger
 from suite_common.tracing import mark_span_failed
 from suite_common.wire import (
-    BudgetName,
     CallToolProgress,
+    CallToolResponse,
     CompletionRequest,
+    CompletionResponse,
     Message,
-    ModelPrices,
-    ReasoningControl,
     ReasoningDelta,
     RunDone,
     RunError,
-    RunEvent,
     RunFinishReason,
     RunReasoning,
     RunText,
@@ -45,127 +51,14 @@ from suite_common.wire import (
     RunToolResult,
     TextDelta,
     ToolCall,
-    ToolChoice,
     ToolInfo,
     ToolSpec,
     Usage,
-    Verbosity,
 )
 
-__all__ = ["AgentLoop", "Emit", "LlmCall", "ResumePoint", "RunOutcome", "RunPlan", "RunRecorder"]
+__all__ = ["AgentLoop"]
 
 _log = get_logger("agent_service.loop")
-
-Emit = Callable[[RunEvent], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    """A validated run: the tools are already discovered and filtered."""
-
-    run_id: str
-    model: str
-    messages: list[Message]
-    tools: list[ToolInfo]
-    tool_choice: ToolChoice
-    limits: RunLimits
-    max_tokens: int | None = None
-    temperature: float | None = None
-    reasoning: ReasoningControl | None = None
-    """Sent with every LLM call of the run: the request's, else its persona's, else its tenant's (``personas``)."""
-    verbosity: Verbosity | None = None
-    """As ``reasoning``."""
-    client_tools: list[ToolSpec] = field(default_factory=list)
-    """Tools the caller declared and runs itself: offered to the model, never dispatched. A round that
-    calls one ends the run with finish reason ``tool_calls``, handing those calls back."""
-    system_prompt: str | None = None
-    """Put first in each LLM call unless the conversation has a system message; never part of ``messages`` (nor
-    stored), so a conversation continued run after run does not repeat it (``agent_service.personas``)."""
-    spending: SpendGuard | None = None
-    """The monthly budgets of the run's tenant and end user (``None``: they have none): asked before each LLM
-    call, after ``limits``, and told each call's usage."""
-    tenant: str = DEFAULT_TENANT
-    """Whose run it is: the tool-result cache keeps each tenant's results apart."""
-    prices: ModelPrices | None = None
-    """The model's prices in completion-service's catalog (``None``: unpriced, or a run taken over): what an LLM
-    call cut off before its usage came is estimated to cost (``metering``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class LlmCall:
-    """One LLM call of a run, as the usage log keeps it."""
-
-    model: str
-    """The model the run asked for (a catalog name or ``<provider>/<model>``)."""
-    provider: str
-    """Who answered it (empty: nobody did, the call was cut off first)."""
-    usage: Usage
-    """This call's own tokens and cost (not the run's so far)."""
-    iteration: int | None = None
-    """The run's round this call answered (``None``: a call outside any run)."""
-    attempt: int = 0
-    """The run's ``resumes`` when the call was made, set by the journal (the loop does not know it). With the run
-    and ``iteration``, the call's identity in the usage log: a step written twice logs it once, and a run taken
-    over that makes its interrupted round's call again logs that second call too."""
-    estimated: bool = False
-    """The call was cut off before the provider reported its usage: ``usage`` is an estimate (``metering``)."""
-
-
-class RunRecorder(Protocol):
-    """Where the loop reports each step, before it goes on: the run store's journal (``agent_service.runs``).
-
-    Positions are indices into the run's conversation (``RunPlan.messages`` first). A failure to record
-    raises ``UpstreamError``, and the run fails with it: a step that cannot be stored is not taken.
-    """
-
-    async def turn(self, position: int, message: Message, *, iterations: int, usage: Usage, call: LlmCall) -> None:
-        """An assistant turn, before any of its tool calls runs. ``usage``: the run's so far; ``call``: the LLM call
-        that answered this turn (one row of the usage log)."""
-
-    async def result(self, position: int, message: Message) -> None:
-        """A tool result, as soon as its call has finished."""
-
-    async def cut_off(self, call: LlmCall, *, usage: Usage) -> None:
-        """An LLM call cut off before its answer (``call.estimated``), to be logged with the run's next write;
-        ``usage``: the run's so far, this call's included. Called shielded from the run's cancellation."""
-
-
-@dataclass(frozen=True)
-class ResumePoint:
-    """Where a run taken over after a crash picks up: its stored counters and the last round's loose ends."""
-
-    iterations: int
-    usage: Usage
-    turn_position: int = 0
-    """The position of the last assistant turn, whose tool calls follow."""
-    calls: list[ToolCall] = field(default_factory=list)
-    """That turn's tool calls, in the model's order; empty when the last round was complete."""
-    results: dict[str, Message] = field(default_factory=dict)
-    """The stored results among them, by tool call id."""
-    redispatch: set[str] = field(default_factory=set)
-    """The ids of the calls without a result that may run again (their tools say they are idempotent); each other
-    one gets a result saying its outcome is unknown."""
-
-
-UNKNOWN_OUTCOME = (
-    "The service running this conversation restarted while this tool call was in progress, so whether it took "
-    "effect is unknown. The tool does not say that calling it again is safe: check its effect before calling it again."
-)
-
-
-@dataclass
-class RunOutcome:
-    finish_reason: RunFinishReason
-    iterations: int
-    usage: Usage
-    appended: list[Message]
-    error: UpstreamError | None = None
-    appended_from: int = 0
-    """The position of ``appended[0]`` in the run's conversation."""
-    budget: BudgetName | None = None
-    """Which budget ended the run (finish reason ``budget``)."""
-    warnings: list[str] | None = None
-    """What its LLM calls warned of (``RunDone.warnings``)."""
 
 
 @dataclass
@@ -221,7 +114,7 @@ class AgentLoop:
     async def run(
         self,
         plan: RunPlan,
-        emit: Emit,
+        emit: EventSink,
         *,
         stream_text: bool,
         recorder: RunRecorder | None = None,
@@ -264,7 +157,7 @@ class AgentLoop:
         self,
         plan: RunPlan,
         state: _RunState,
-        emit: Emit,
+        emit: EventSink,
         stream_text: bool,
         recorder: RunRecorder | None,
         resume: ResumePoint | None,
@@ -279,18 +172,18 @@ class AgentLoop:
                 stop = Stop("deadline")
         except UpstreamError as error:
             if not plan.limits.out_of_time():
-                state.close_round(f"The run failed before this tool call finished: {error.message}")
-                _log.warning("run_failed", code=error.code, message=error.message, iterations=state.iterations)
-                await emit(RunError(run_id=plan.run_id, code=error.code, message=error.message))
-                return RunOutcome("error", state.iterations, state.usage, state.appended, error, state.appended_from)
+                return await _failed(plan, state, emit, error)
             stop = Stop("deadline")
         except anyio.get_cancelled_exc_class():
             _log.info("run_cancelled", iterations=state.iterations)
             raise
+        return await self._finish(plan, state, emit, stop, time.perf_counter() - started)
+
+    async def _finish(self, plan: RunPlan, state: _RunState, emit: EventSink, stop: Stop, elapsed: float) -> RunOutcome:
+        """The run ends with ``stop`` (not a failure): logged, told in ``done``, its outcome returned."""
         finish, budget = stop.reason, stop.budget
         if finish == "deadline":
             state.close_round("The run's deadline passed before this tool call finished.")
-        elapsed = time.perf_counter() - started
         if finish in ("deadline", "max_iterations", "budget"):
             self.telemetry.budget_exhausted(
                 run_id=plan.run_id, budget=budget or finish, rounds=state.iterations, seconds=elapsed
@@ -327,7 +220,7 @@ class AgentLoop:
         self,
         plan: RunPlan,
         state: _RunState,
-        emit: Emit,
+        emit: EventSink,
         resume: ResumePoint,
         recorder: RunRecorder | None,
         stream_text: bool,
@@ -347,7 +240,7 @@ class AgentLoop:
         state.close_round("The tool call did not finish.")
 
     async def _rounds(
-        self, plan: RunPlan, state: _RunState, emit: Emit, stream_text: bool, recorder: RunRecorder | None
+        self, plan: RunPlan, state: _RunState, emit: EventSink, stream_text: bool, recorder: RunRecorder | None
     ) -> Stop:
         specs = [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema) for t in plan.tools]
         specs += plan.client_tools
@@ -380,12 +273,52 @@ class AgentLoop:
         self,
         plan: RunPlan,
         state: _RunState,
-        emit: Emit,
+        emit: EventSink,
         request: CompletionRequest,
         stream_text: bool,
         recorder: RunRecorder | None,
     ) -> RunFinishReason | None:
         """One LLM call and the tool calls it asks for; a finish reason when the run ends with this round."""
+        iteration = state.iterations
+        response = await self._complete(plan, state, emit, request, stream_text, recorder)
+        state.usage += response.usage
+        state.warnings.update(dict.fromkeys(response.warnings or ()))
+        if plan.spending is not None:
+            await plan.spending.spent(response.usage)
+        llm_call = LlmCall(plan.model, response.provider, response.usage, iteration=iteration)
+        message, calls = _hand_back(plan, response.message)
+        state.turn_position = len(state.conversation)
+        state.append(message)
+        if not calls:
+            if recorder is not None:
+                await recorder.turn(
+                    state.turn_position, message, iterations=iteration, usage=state.usage, call=llm_call
+                )
+            return "tool_calls" if message.tool_calls else "stop"
+        state.pending = list(calls)
+        for call in calls:
+            await emit(
+                RunToolCall(
+                    run_id=plan.run_id, iteration=iteration, id=call.id, name=call.name, arguments=call.arguments
+                )
+            )
+        if recorder is not None:  # stored before any tool runs: a crash from here on resumes these calls
+            await recorder.turn(state.turn_position, message, iterations=iteration, usage=state.usage, call=llm_call)
+        await self._dispatch(plan, state, emit, calls, recorder, stream_text)
+        # Results go back in the order the model asked for them, whatever order they finished in.
+        state.close_round("The tool call did not finish.")
+        return None
+
+    async def _complete(
+        self,
+        plan: RunPlan,
+        state: _RunState,
+        emit: EventSink,
+        request: CompletionRequest,
+        stream_text: bool,
+        recorder: RunRecorder | None,
+    ) -> CompletionResponse:
+        """The round's LLM call, its deltas streamed when ``stream_text``; cut off, it is counted all the same."""
         iteration = state.iterations
 
         async def forward(delta: TextDelta | ReasoningDelta) -> None:
@@ -414,48 +347,13 @@ class AgentLoop:
             )
             span.set_attribute("llm.provider", response.provider)
             span.set_attribute("llm.finish_reason", response.finish_reason)
-        state.usage += response.usage
-        state.warnings.update(dict.fromkeys(response.warnings or ()))
-        if plan.spending is not None:
-            await plan.spending.spent(response.usage)
-        llm_call = LlmCall(plan.model, response.provider, response.usage, iteration=iteration)
-        message = response.message
-        calls = message.tool_calls or []
-        if plan.client_tools and calls:
-            client_names = {spec.name for spec in plan.client_tools}
-            handed_back = [call for call in calls if call.name in client_names]
-            if handed_back:
-                # The caller runs these and continues the conversation; our tools asked for in the same turn are
-                # dropped unrun (their results could not reach the caller): the model asks again if it needs them.
-                message = message.model_copy(update={"tool_calls": handed_back})
-                calls = []
-        state.turn_position = len(state.conversation)
-        state.append(message)
-        if not calls:
-            if recorder is not None:
-                await recorder.turn(
-                    state.turn_position, message, iterations=iteration, usage=state.usage, call=llm_call
-                )
-            return "tool_calls" if message.tool_calls else "stop"
-        state.pending = list(calls)
-        for call in calls:
-            await emit(
-                RunToolCall(
-                    run_id=plan.run_id, iteration=iteration, id=call.id, name=call.name, arguments=call.arguments
-                )
-            )
-        if recorder is not None:  # stored before any tool runs: a crash from here on resumes these calls
-            await recorder.turn(state.turn_position, message, iterations=iteration, usage=state.usage, call=llm_call)
-        await self._dispatch(plan, state, emit, calls, recorder, stream_text)
-        # Results go back in the order the model asked for them, whatever order they finished in.
-        state.close_round("The tool call did not finish.")
-        return None
+        return response
 
     async def _dispatch(
         self,
         plan: RunPlan,
         state: _RunState,
-        emit: Emit,
+        emit: EventSink,
         calls: list[ToolCall],
         recorder: RunRecorder | None,
         stream_text: bool,
@@ -481,7 +379,7 @@ class AgentLoop:
         plan: RunPlan,
         call: ToolCall,
         allowed: set[str],
-        emit: Emit,
+        emit: EventSink,
         state: _RunState,
         recorder: RunRecorder | None,
         failures: list[UpstreamError],
@@ -497,43 +395,22 @@ class AgentLoop:
         tool = next((tool for tool in plan.tools if tool.name == call.name), None)
         server = tool.server if tool is not None else "-"
         status, cached = "refused", False
-        attributes = {"tool.name": call.name, "tool.call_id": call.id}
         with (
             structlog.contextvars.bound_contextvars(tool_call_id=call.id),
-            self.telemetry.tracer.start_as_current_span("tool_call", attributes=attributes) as span,
+            self.telemetry.tracer.start_as_current_span(
+                "tool_call", attributes={"tool.name": call.name, "tool.call_id": call.id}
+            ) as span,
         ):
-            if call.name not in allowed:
-                content, is_error = (
-                    f"Tool '{clip(call.name)}' is not available in this run. "
-                    f"Available tools: {', '.join(sorted(allowed))}.",
-                    True,
-                )
-            elif call.invalid_arguments is not None:
-                content, is_error = (
-                    f"The arguments for '{call.name}' were not a JSON object: {call.invalid_arguments[:200]!r}. "
-                    "Call the tool again with a JSON object that matches its input schema.",
-                    True,
-                )
+            if (refusal := _refusal(call, allowed)) is not None:
+                content, is_error = refusal, True
             elif (hit := await self._cached(plan, tool, call)) is not None:
                 content, is_error, status, cached = hit, False, "cached", True  # nothing called: the earlier result
             else:
                 try:
-                    if streamed:
-                        result = await self.tools.call_tool_streamed(
-                            call.name,
-                            call.arguments,
-                            plan.limits.deadline,
-                            _progress_reporter(plan, iteration, call, emit),
-                            route=tool,
-                        )
-                    else:  # the cheaper JSON answer: nobody would see the progress
-                        result = await self.tools.call_tool(call.name, call.arguments, plan.limits.deadline, route=tool)
+                    result = await self._execute(plan, tool, call, iteration, emit, streamed)
                 except UpstreamError as error:
                     failures.append(error)
-                    span.set_attributes({"tool.server": server, "tool.status": "failed"})
-                    mark_span_failed(span, error.code, error.message)
-                    if siblings is not None:
-                        siblings.cancel()  # the round's other calls cannot help now
+                    _gateway_failed(span, server, error, siblings)
                     self._audit(plan, iteration, position, call, server, "failed", started)
                     return
                 except anyio.get_cancelled_exc_class():
@@ -545,9 +422,8 @@ class AgentLoop:
                 # The server that ran it (the planned one: the gateway runs the call there or nowhere); a call
                 # that no server ran (refused, the gateway unreachable) keeps the planned one.
                 server, status = result.server or server, "error" if result.is_error else "ok"
-                if status == "ok" and tool is not None and tool.server == server and self.tool_cache is not None:
-                    # Kept under the server that ran it, never under another (a gateway that ignored the route).
-                    await self.tool_cache.remember(plan.tenant, tool, call.arguments, content)
+                if status == "ok":
+                    await self._remember(plan, tool, call, server, content)
             span.set_attributes({"tool.server": server, "tool.status": status})
             if status not in ("ok", "cached"):
                 mark_span_failed(span, status)
@@ -558,8 +434,26 @@ class AgentLoop:
             plan, state, emit, recorder, call, message, duration_ms=round(seconds * 1000, 2), cached=cached
         )
 
+    async def _execute(
+        self, plan: RunPlan, tool: ToolInfo | None, call: ToolCall, iteration: int, emit: EventSink, streamed: bool
+    ) -> CallToolResponse:
+        """The tool call made through the gateway (routed to ``tool``'s server); raises the gateway's failure."""
+        if streamed:
+            progress = _progress_reporter(plan, iteration, call, emit)
+            return await self.tools.call_tool_streamed(
+                call.name, call.arguments, plan.limits.deadline, progress, route=tool
+            )
+        # the cheaper JSON answer: nobody would see the progress
+        return await self.tools.call_tool(call.name, call.arguments, plan.limits.deadline, route=tool)
+
+    async def _remember(self, plan: RunPlan, tool: ToolInfo | None, call: ToolCall, server: str, content: str) -> None:
+        """A successful result kept in the tool-result cache: under the server that ran it, never under another (a
+        gateway that ignored the route)."""
+        if tool is not None and tool.server == server and self.tool_cache is not None:
+            await self.tool_cache.remember(plan.tenant, tool, call.arguments, content)
+
     async def _cached(self, plan: RunPlan, tool: ToolInfo | None, call: ToolCall) -> str | None:
-        """The earlier result of this very call, if the tool-result cache has one (``agent_service.tool_cache``)."""
+        """The earlier result of this very call, if the tool-result cache has one (``engine.tool_cache``)."""
         if self.tool_cache is None or tool is None:
             return None
         return await self.tool_cache.lookup(plan.tenant, tool, call.arguments)
@@ -568,7 +462,7 @@ class AgentLoop:
         self,
         plan: RunPlan,
         state: _RunState,
-        emit: Emit,
+        emit: EventSink,
         recorder: RunRecorder | None,
         call: ToolCall,
         message: Message,
@@ -611,6 +505,48 @@ class AgentLoop:
         return seconds
 
 
+async def _failed(plan: RunPlan, state: _RunState, emit: EventSink, error: UpstreamError) -> RunOutcome:
+    """The run fails with ``error`` (a peer's failure, not its deadline): told in an ``error`` event."""
+    state.close_round(f"The run failed before this tool call finished: {error.message}")
+    _log.warning("run_failed", code=error.code, message=error.message, iterations=state.iterations)
+    await emit(RunError(run_id=plan.run_id, code=error.code, message=error.message))
+    return RunOutcome("error", state.iterations, state.usage, state.appended, error, state.appended_from)
+
+
+def _hand_back(plan: RunPlan, message: Message) -> tuple[Message, list[ToolCall]]:
+    """The assistant turn as kept, and the tool calls of ours to run now. A turn calling one of the caller's own
+    tools (``RunPlan.client_tools``) hands only those back, and runs none of ours."""
+    calls = message.tool_calls or []
+    if plan.client_tools and calls:
+        client_names = {spec.name for spec in plan.client_tools}
+        handed_back = [call for call in calls if call.name in client_names]
+        if handed_back:
+            # The caller runs these and continues the conversation; our tools asked for in the same turn are
+            # dropped unrun (their results could not reach the caller): the model asks again if it needs them.
+            return message.model_copy(update={"tool_calls": handed_back}), []
+    return message, calls
+
+
+def _gateway_failed(span: Span, server: str, error: UpstreamError, siblings: anyio.CancelScope | None) -> None:
+    """The gateway itself failed a call (not the tool): its span marked, the round's other calls cancelled."""
+    span.set_attributes({"tool.server": server, "tool.status": "failed"})
+    mark_span_failed(span, error.code, error.message)
+    if siblings is not None:
+        siblings.cancel()  # the round's other calls cannot help now
+
+
+def _refusal(call: ToolCall, allowed: set[str]) -> str | None:
+    """Why the model's ``call`` is not made (a tool result it can act on), or None."""
+    if call.name not in allowed:
+        return f"Tool '{clip(call.name)}' is not available in this run. Available tools: {', '.join(sorted(allowed))}."
+    if call.invalid_arguments is not None:
+        return (
+            f"The arguments for '{call.name}' were not a JSON object: {call.invalid_arguments[:200]!r}. "
+            "Call the tool again with a JSON object that matches its input schema."
+        )
+    return None
+
+
 async def _stop_before_call(plan: RunPlan, state: _RunState) -> Stop | None:
     """The one question before each LLM call: the run's own limits, then its tenant's and user's monthly budgets."""
     stop = plan.limits.stop_before_call(state.iterations, state.usage)
@@ -619,7 +555,7 @@ async def _stop_before_call(plan: RunPlan, state: _RunState) -> Stop | None:
     return stop
 
 
-def _progress_reporter(plan: RunPlan, iteration: int, call: ToolCall, emit: Emit) -> ProgressSink:
+def _progress_reporter(plan: RunPlan, iteration: int, call: ToolCall, emit: EventSink) -> ProgressSink:
     async def report(progress: CallToolProgress) -> None:
         await emit(
             RunToolProgress(

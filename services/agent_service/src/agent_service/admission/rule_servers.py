@@ -13,8 +13,9 @@ from collections.abc import Mapping
 
 import anyio
 
-from agent_service.callers import TenantRules
-from agent_service.clients import ToolsClient, UpstreamError
+from agent_service.core.errors import UpstreamError
+from agent_service.core.tenancy import TenantRules
+from agent_service.infra.peers import ToolsClient
 from suite_common.deadline import Deadline
 from suite_common.logging import get_logger
 

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from agent_service.clients import CompletionClient, DeltaSink
+from agent_service.infra.peers import CompletionClient, DeltaSink
 from suite_common.deadline import Deadline
 from suite_common.logging import get_logger
 from suite_common.wire import (

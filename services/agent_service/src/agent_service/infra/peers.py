@@ -1,7 +1,7 @@
 """HTTP clients of completion-service and mcp-client-service, as the loop needs them.
 
 Every call carries the run's remaining time in ``X-Deadline-Ms`` and is bounded by it; every
-failure becomes an ``UpstreamError`` with a code the loop can report.
+failure becomes an ``UpstreamError`` (``agent_service.core.errors``) with a code the loop can report.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import anyio
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
+from agent_service.core.errors import UpstreamError
 from suite_common.deadline import Deadline
 from suite_common.errors import ApiError
 from suite_common.http import check_model_name
@@ -43,7 +44,7 @@ from suite_common.wire import (
     dump,
 )
 
-__all__ = ["CompletionClient", "DeltaSink", "ProgressSink", "ToolsClient", "UpstreamError"]
+__all__ = ["CompletionClient", "DeltaSink", "ProgressSink", "ToolsClient"]
 
 _completion_event = TypeAdapter[CompletionEvent](CompletionEvent)
 
@@ -52,17 +53,6 @@ DeltaSink = Callable[[TextDelta | ReasoningDelta], Awaitable[None]]
 
 ProgressSink = Callable[[CallToolProgress], Awaitable[None]]
 """Where a tool call answered as SSE hands each progress event of the tool."""
-
-
-class UpstreamError(Exception):
-    """A call to one of the suite's services failed; ``code`` and ``message`` go to the caller."""
-
-    def __init__(self, code: str, message: str, *, status: int = 502, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.status = status
-        self.headers = headers or {}
 
 
 _PASSED_THROUGH = frozenset({400, 413, 429, 503, 504})

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 
-from agent_service.shared_redis import REDIS_ERRORS, bounded
+from agent_service.infra.shared_redis import REDIS_ERRORS, bounded
 from suite_common.errors import ApiError
 from suite_common.logging import get_logger
 

@@ -14,7 +14,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
 
 import anyio
 from starlette.requests import Request
@@ -22,11 +21,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
-from agent_service.callers import Caller, caller_of
-from agent_service.clients import CompletionClient, UpstreamError
-from agent_service.loop import AgentLoop, LlmCall, RunPlan
-from agent_service.metering import complete_counted
-from agent_service.openai_wire import (
+from agent_service.admission.planning import plan_run
+from agent_service.api.auth import caller_of
+from agent_service.api.openai_wire import (
     AgentInfo,
     ChatCompletion,
     ChatCompletionChunk,
@@ -48,20 +45,23 @@ from agent_service.openai_wire import (
     to_tool_choice,
     utf8_pieces,
 )
-from agent_service.personas import with_system_prompt
-from agent_service.planning import ModelCheck, ToolCatalog, plan_run
+from agent_service.api.services import Services, services_of
+from agent_service.core.errors import UpstreamError
+from agent_service.core.personas import with_system_prompt
+from agent_service.core.run import EventSink, LlmCall, RunPlan
+from agent_service.core.tenancy import Caller
+from agent_service.engine.metering import complete_counted
+from agent_service.infra.peers import CompletionClient
 from agent_service.runs import AgentRuns, StartedRun
-from agent_service.settings import AgentSettings
 from agent_service.store import StoredEvent
 from suite_common.deadline import Deadline
 from suite_common.echo import clip
 from suite_common.errors import ApiError
 from suite_common.http import ModelResponse, read_model, run_for_client
-from suite_common.lifecycle import Lifecycle, until_interrupted
+from suite_common.lifecycle import until_interrupted
 from suite_common.logging import get_logger
 from suite_common.openapi import ApiRoute, Operation
-from suite_common.sse import Emit as SendChunk
-from suite_common.sse import EventStreamResponse
+from suite_common.sse import Emit, EventStreamResponse
 from suite_common.wire import (
     AgentRunRequest,
     CompletionRequest,
@@ -106,28 +106,6 @@ _NOT_FORWARDED = frozenset({"run_started", "text", "reasoning", "done", "error"}
 _SHUTTING_DOWN = (
     "The service is shutting down; the run was stopped. Send the request again: another instance will take it."
 )
-
-
-class FrontServices(Protocol):
-    """What the front needs of the service's lifespan state (``agent_service.app``)."""
-
-    @property
-    def settings(self) -> AgentSettings: ...
-    @property
-    def loop(self) -> AgentLoop: ...
-    @property
-    def catalog(self) -> ToolCatalog: ...
-    @property
-    def models(self) -> ModelCheck: ...
-    @property
-    def lifecycle(self) -> Lifecycle: ...
-    @property
-    def runs(self) -> AgentRuns: ...
-
-
-def _services(request: Request) -> FrontServices:
-    services: FrontServices = request.state.services
-    return services
 
 
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -180,7 +158,6 @@ class _Answer:
 
 TextSink = Callable[[int, str], Awaitable[None]]
 """Where a streamed answer's text goes, with the round it came from."""
-EventSink = Callable[[RunEvent], Awaitable[None]]
 
 
 async def _run(runs: AgentRuns, run: StartedRun, on_event: EventSink, stream_text: bool) -> _Answer:
@@ -269,7 +246,7 @@ class _Chunks:
     the rounds' text and reasoning deltas (a blank line between two rounds', as in the whole answer) and, asked for
     with ``X-Agent-Events``, the run's other events as extra frames."""
 
-    def __init__(self, writer: ChunkWriter, send: SendChunk, *, events: bool, reasoning: bool) -> None:
+    def __init__(self, writer: ChunkWriter, send: Emit, *, events: bool, reasoning: bool) -> None:
         self.writer = writer
         self.started = False
         self._send = send
@@ -325,7 +302,7 @@ class _Request:
 
     def __init__(
         self,
-        services: FrontServices,
+        services: Services,
         body: ChatCompletionRequest,
         plan: RunPlan,
         run: StartedRun | None,
@@ -400,13 +377,13 @@ class _Request:
         response.headers.update(self.headers)
         return response
 
-    async def stream(self, send: SendChunk) -> ASGIApp | None:
+    async def stream(self, send: Emit) -> ASGIApp | None:
         try:
             return await self._stream(send)
         finally:
             await self._release()
 
-    async def _stream(self, send: SendChunk) -> ASGIApp | None:
+    async def _stream(self, send: Emit) -> ASGIApp | None:
         """The answer as ``chat.completion.chunk`` frames. The status line waits for the run's first step: a
         failure of the first LLM call (a 429, an unknown model) is still an HTTP error the SDK raises as such;
         a later one is an ``{"error": ...}`` frame, which the SDK raises too."""
@@ -461,7 +438,7 @@ async def chat_completions(request: Request) -> Response | EventStreamResponse:
 
 
 async def _chat_completions(request: Request) -> Response | EventStreamResponse:
-    services = _services(request)
+    services = services_of(request)
     if services.lifecycle.draining:
         raise ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"})
     body = await read_model(request, ChatCompletionRequest)
@@ -509,7 +486,7 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
 
 
 async def list_models(request: Request) -> Response:
-    services = _services(request)
+    services = services_of(request)
     try:
         models = await services.loop.completions.list_models(Deadline.after(services.settings.connect_timeout_seconds))
     except UpstreamError as error:

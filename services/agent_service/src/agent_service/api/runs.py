@@ -8,15 +8,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
-from agent_service.callers import caller_of
-from agent_service.runs import AgentRuns, EventSink
+from agent_service.api.auth import caller_of
+from agent_service.api.services import services_of
+from agent_service.runs import AgentRuns, StoredEventSink
 from agent_service.store import ConversationSummary, RunRecord, StoredEvent
 from suite_common.echo import clip
 from suite_common.errors import ApiError
 from suite_common.http import ModelResponse
 from suite_common.openapi import ApiRoute, Operation
-from suite_common.sse import Emit as SendChunk
-from suite_common.sse import EventStreamResponse, encode_event
+from suite_common.sse import Emit, EventStreamResponse, encode_event
 from suite_common.wire import (
     ConversationList,
     ConversationSummaryView,
@@ -44,7 +44,7 @@ MAX_EVENT_ID = 2**31 - 1
 _WHOLE_NUMBER = re.compile(r"[0-9]{1,20}")
 
 
-def event_sender(send: SendChunk) -> EventSink:
+def event_sender(send: Emit) -> StoredEventSink:
     """Where a followed run's events go: the SSE stream, each as stored (its sequence number as the event id)."""
 
     async def send_event(event: StoredEvent) -> None:
@@ -54,8 +54,7 @@ def event_sender(send: SendChunk) -> EventSink:
 
 
 def _runs(request: Request) -> AgentRuns:
-    runs: AgentRuns = request.state.services.runs
-    return runs
+    return services_of(request).runs
 
 
 def run_view(record: RunRecord, messages: list[Message] | None = None) -> RunView:
@@ -121,7 +120,7 @@ async def get_events(request: Request) -> EventStreamResponse:
     after = _after(request)
     await _record(request, runs, run_id)
 
-    async def stream(send: SendChunk) -> None:
+    async def stream(send: Emit) -> None:
         await runs.follow(run_id, after, event_sender(send))
 
     return EventStreamResponse(stream, headers={"X-Agent-Run-Id": run_id})

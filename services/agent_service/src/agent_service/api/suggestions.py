@@ -18,7 +18,7 @@ from suite_common.wire import Suggestion, SuggestionList
 
 __all__ = ["DEFAULT_SUGGESTIONS_FILE", "SuggestionsFileError", "load_suggestions", "parse_suggestions"]
 
-DEFAULT_SUGGESTIONS_FILE = Path(__file__).parent / "console" / "suggestions.toml"
+DEFAULT_SUGGESTIONS_FILE = Path(__file__).parent.parent / "console" / "suggestions.toml"
 """The default set: questions the demo corpus answers (``search_documents``). Not served as a console file (the
 console serves no ``.toml``)."""
 

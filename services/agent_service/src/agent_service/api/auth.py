@@ -1,0 +1,156 @@
+"""Who is calling each HTTP request: ``CallerMiddleware`` identifies the caller by its key (``Authorization:
+Bearer``), its tenant, and the end user a trusted caller names (``X-User-Id``); handlers read it with ``caller_of``.
+
+A presented key is looked up in the callers file first (``agent_service.access.callers_file``, in memory, in
+constant time), then, with ``AGENT_CALLER_KEYS_IN_STORE``, in the run store by its hash when no key of the file
+matched (``agent_service.access.stored_keys``); such a key's tenant has the rules of its ``[tenants.<name>]`` table
+in the file, if there is one, else none. Without a callers file and store keys the API is open, as on a laptop:
+every request is the caller ``anonymous`` of the tenant ``default``, which may name a user.
+
+``CallerMiddleware`` is the one place that checks: ``/api/v1/agent/*`` and ``/v1/*`` need a key; the health,
+metrics, OpenAPI and console page routes stay open. The store unreachable when a key has to be looked up there:
+503 ``store_unavailable``. With keys, the lines logged while serving a request carry
+``caller``, ``tenant`` and ``user``. Handlers (and the limiter) read the caller with ``caller_of``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import structlog
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from agent_service.access.callers_file import Callers, hash_key
+from agent_service.access.stored_keys import StoredKeys
+from agent_service.api.openai_wire import error_body
+from agent_service.core.names import USER_ID_RULE, is_user_id
+from agent_service.core.tenancy import ANONYMOUS, NO_RULES, Caller
+from agent_service.store import StoreError
+from suite_common.errors import error_response
+from suite_common.logging import get_logger
+
+__all__ = ["CALLER_ERRORS", "PROTECTED_PREFIXES", "CallerMiddleware", "caller_of"]
+
+_log = get_logger("agent_service.callers")
+
+PROTECTED_PREFIXES = ("/api/v1/agent/", "/v1/")
+"""The paths that need a caller key (when the service has keys): the one list, which /openapi.json documents too."""
+CALLER_ERRORS = {
+    400: "X-User-Id is not 1 to 128 printable ASCII characters without spaces (invalid_request).",
+    401: "No caller key (Authorization: Bearer), or an unknown or revoked one (unauthorized, WWW-Authenticate).",
+    403: "X-User-Id from a caller whose key is not trusted (user_not_allowed).",
+    503: "The run store, which holds caller keys (AGENT_CALLER_KEYS_IN_STORE), is unavailable (store_unavailable).",
+}
+"""What ``CallerMiddleware`` answers on a protected path, by status, for /openapi.json (with the operation's own)."""
+_OPENAI_PREFIX = "/v1/"
+_USER_HEADER = b"x-user-id"
+
+
+def caller_of(request: Request) -> Caller:
+    """The request's caller, as ``CallerMiddleware`` identified it."""
+    caller = request.scope.get("state", {}).get("caller")
+    if not isinstance(caller, Caller):
+        raise RuntimeError("no caller on the request: CallerMiddleware is not installed")
+    return caller
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    return next((value.decode("latin-1") for key, value in scope["headers"] if key == name), None)
+
+
+def _bearer(scope: Scope) -> str | None:
+    value = _header(scope, b"authorization")
+    if value is None:
+        return None
+    scheme, _, token = value.strip().partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+class CallerMiddleware:
+    """Identifies the caller of every HTTP request (``scope["state"]["caller"]``); refuses a protected path without
+    a known key (401), and ``X-User-Id`` from a key that may not name users (403).
+
+    The keys: the callers file's (``callers``), checked first, in memory; then, when ``stored`` is given, the run
+    store's, only for a protected path that no file key matched. Neither: an open API."""
+
+    def __init__(self, app: ASGIApp, *, callers: Callers | None, stored: StoredKeys | None = None) -> None:
+        self.app = app
+        self.callers = callers
+        self.stored = stored
+        self.open = callers is None and stored is None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        protected = path.startswith(PROTECTED_PREFIXES)
+        user = _header(scope, _USER_HEADER)
+        if self.open:
+            caller, trusted = ANONYMOUS, True  # an open API: whoever can reach it is trusted, as on a laptop
+        else:
+            presented = _bearer(scope)
+            try:
+                identified = await self._identify(presented, protected)
+            except StoreError as error:
+                _log.warning("caller_keys_unavailable", path=path, error=str(error))
+                message = "The run store, which holds the caller keys, is unavailable; try again shortly."
+                refusal = self._refuse(path, 503, "store_unavailable", message, {"Retry-After": "1"})
+                await refusal(scope, receive, send)
+                return
+            if identified is None:
+                if protected:
+                    reason = "Missing" if presented is None else "Unknown"
+                    message = f"{reason} caller key: send Authorization: Bearer <key>."
+                    await self._refuse(path, 401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})(
+                        scope, receive, send
+                    )
+                    return
+                caller, trusted = ANONYMOUS, False
+            else:
+                caller, trusted = identified
+        if user is not None and protected:
+            if not trusted:
+                message = f"The caller {caller.name} may not name the end user (X-User-Id): its key is not trusted."
+                await self._refuse(path, 403, "user_not_allowed", message)(scope, receive, send)
+                return
+            if not is_user_id(user):
+                message = f"X-User-Id must be {USER_ID_RULE}."
+                await self._refuse(path, 400, "invalid_request", message)(scope, receive, send)
+                return
+            caller = replace(caller, user=user)
+        scope.setdefault("state", {})["caller"] = caller
+        if self.open or caller is ANONYMOUS:
+            await self.app(scope, receive, send)
+            return
+        # Every line logged while serving the request says whose it is (names only, never the key).
+        context = {"caller": caller.name, "tenant": caller.tenant} | ({"user": caller.user} if caller.user else {})
+        with structlog.contextvars.bound_contextvars(**context):
+            await self.app(scope, receive, send)
+
+    async def _identify(self, presented: str | None, protected: bool) -> tuple[Caller, bool] | None:
+        """The caller whose key is ``presented`` and whether it is trusted, or None for no key or an unknown one.
+        The store is asked only for a protected path (an open one serves anybody the same)."""
+        if presented is None:
+            return None
+        if self.callers is not None:
+            key = self.callers.identify(presented)
+            if key is not None:
+                return Caller(key.name, key.tenant, rules=self.callers.rules[key.tenant]), key.trusted
+        if self.stored is None or not protected:
+            return None
+        stored = await self.stored.find(hash_key(presented))
+        if stored is None:
+            return None
+        rules = self.callers.rules_of(stored.tenant) if self.callers is not None else NO_RULES
+        return Caller(stored.name, stored.tenant, rules=rules), stored.trusted
+
+    @staticmethod
+    def _refuse(path: str, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        _log.info("caller_refused", path=path, status=status, code=code)
+        if path.startswith(_OPENAI_PREFIX):  # the OpenAI SDK reads its own error shape
+            return JSONResponse(error_body(status, code, message), status_code=status, headers=headers)
+        return error_response(status, code, message, headers)

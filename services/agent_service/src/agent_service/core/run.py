@@ -1,0 +1,155 @@
+"""A run as plain values: its plan (``RunPlan``), its LLM calls (``LlmCall``), where a run taken over resumes
+(``ResumePoint``), how it ended (``RunOutcome``), and the two ways it reports while it runs: its events
+(``EventSink``) and its steps (``RunRecorder``, which the journal implements).
+
+No I/O: the loop (``agent_service.engine.loop``) runs a ``RunPlan``; the run store keeps ``LlmCall``s in its usage
+log; planning makes the plans (``agent_service.admission.planning``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from agent_service.core.errors import UpstreamError
+from agent_service.core.limits import RunLimits, SpendGuard
+from agent_service.core.tenancy import DEFAULT_TENANT
+from suite_common.wire import (
+    BudgetName,
+    Message,
+    ModelPrices,
+    ReasoningControl,
+    RunEvent,
+    RunFinishReason,
+    ToolCall,
+    ToolChoice,
+    ToolInfo,
+    ToolSpec,
+    Usage,
+    Verbosity,
+)
+
+__all__ = [
+    "UNKNOWN_OUTCOME",
+    "EventSink",
+    "LlmCall",
+    "ResumePoint",
+    "RunOutcome",
+    "RunPlan",
+    "RunRecorder",
+]
+
+EventSink = Callable[[RunEvent], Awaitable[None]]
+"""Where a run's events go as they happen (the loop's ``emit``): a stream, a journal, the OpenAI front."""
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A validated run: the tools are already discovered and filtered."""
+
+    run_id: str
+    model: str
+    messages: list[Message]
+    tools: list[ToolInfo]
+    tool_choice: ToolChoice
+    limits: RunLimits
+    max_tokens: int | None = None
+    temperature: float | None = None
+    reasoning: ReasoningControl | None = None
+    """Sent with every LLM call of the run: the request's, else its persona's, else its tenant's
+    (``agent_service.core.personas``)."""
+    verbosity: Verbosity | None = None
+    """As ``reasoning``."""
+    client_tools: list[ToolSpec] = field(default_factory=list)
+    """Tools the caller declared and runs itself: offered to the model, never dispatched. A round that
+    calls one ends the run with finish reason ``tool_calls``, handing those calls back."""
+    system_prompt: str | None = None
+    """Put first in each LLM call unless the conversation has a system message; never part of ``messages`` (nor
+    stored), so a conversation continued run after run does not repeat it (``agent_service.core.personas``)."""
+    spending: SpendGuard | None = None
+    """The monthly budgets of the run's tenant and end user (``None``: they have none): asked before each LLM
+    call, after ``limits``, and told each call's usage."""
+    tenant: str = DEFAULT_TENANT
+    """Whose run it is: the tool-result cache keeps each tenant's results apart."""
+    prices: ModelPrices | None = None
+    """The model's prices in completion-service's catalog (``None``: unpriced, or a run taken over): what an LLM
+    call cut off before its usage came is estimated to cost (``agent_service.engine.metering``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LlmCall:
+    """One LLM call of a run, as the usage log keeps it."""
+
+    model: str
+    """The model the run asked for (a catalog name or ``<provider>/<model>``)."""
+    provider: str
+    """Who answered it (empty: nobody did, the call was cut off first)."""
+    usage: Usage
+    """This call's own tokens and cost (not the run's so far)."""
+    iteration: int | None = None
+    """The run's round this call answered (``None``: a call outside any run)."""
+    attempt: int = 0
+    """The run's ``resumes`` when the call was made, set by the journal (the loop does not know it). With the run
+    and ``iteration``, the call's identity in the usage log: a step written twice logs it once, and a run taken
+    over that makes its interrupted round's call again logs that second call too."""
+    estimated: bool = False
+    """The call was cut off before the provider reported its usage: ``usage`` is an estimate
+    (``agent_service.engine.metering``)."""
+
+
+class RunRecorder(Protocol):
+    """Where the loop reports each step, before it goes on: the run store's journal (``agent_service.runs``).
+
+    Positions are indices into the run's conversation (``RunPlan.messages`` first). A failure to record
+    raises ``UpstreamError``, and the run fails with it: a step that cannot be stored is not taken.
+    """
+
+    async def turn(self, position: int, message: Message, *, iterations: int, usage: Usage, call: LlmCall) -> None:
+        """An assistant turn, before any of its tool calls runs. ``usage``: the run's so far; ``call``: the LLM call
+        that answered this turn (one row of the usage log)."""
+
+    async def result(self, position: int, message: Message) -> None:
+        """A tool result, as soon as its call has finished."""
+
+    async def cut_off(self, call: LlmCall, *, usage: Usage) -> None:
+        """An LLM call cut off before its answer (``call.estimated``), to be logged with the run's next write;
+        ``usage``: the run's so far, this call's included. Called shielded from the run's cancellation."""
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a run taken over after a crash picks up: its stored counters and the last round's loose ends."""
+
+    iterations: int
+    usage: Usage
+    turn_position: int = 0
+    """The position of the last assistant turn, whose tool calls follow."""
+    calls: list[ToolCall] = field(default_factory=list)
+    """That turn's tool calls, in the model's order; empty when the last round was complete."""
+    results: dict[str, Message] = field(default_factory=dict)
+    """The stored results among them, by tool call id."""
+    redispatch: set[str] = field(default_factory=set)
+    """The ids of the calls without a result that may run again (their tools say they are idempotent); each other
+    one gets a result saying its outcome is unknown."""
+
+
+UNKNOWN_OUTCOME = (
+    "The service running this conversation restarted while this tool call was in progress, so whether it took "
+    "effect is unknown. The tool does not say that calling it again is safe: check its effect before calling it again."
+)
+
+
+@dataclass
+class RunOutcome:
+    finish_reason: RunFinishReason
+    iterations: int
+    usage: Usage
+    appended: list[Message]
+    error: UpstreamError | None = None
+    appended_from: int = 0
+    """The position of ``appended[0]`` in the run's conversation."""
+    budget: BudgetName | None = None
+    """Which budget ended the run (finish reason ``budget``)."""
+    warnings: list[str] | None = None
+    """What its LLM calls warned of (``RunDone.warnings``)."""

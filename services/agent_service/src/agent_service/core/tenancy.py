@@ -1,0 +1,119 @@
+"""Tenancy as plain values: who calls (``Caller``), what its tenant may do (``TenantRules``), and how a tool rule
+names tools (``TOOL_PATTERN``, ``tool_matches``).
+
+No I/O: the callers file that fills these in is read by ``agent_service.access.callers_file``, and the request's
+caller is identified by ``agent_service.api.auth``. ``DEFAULT_TENANT`` is the tenant of an open API and of runs
+stored before tenants existed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+from agent_service.core.personas import NO_GENERATION, Generation, Persona
+
+__all__ = ["ANONYMOUS", "DEFAULT_TENANT", "NO_RULES", "TOOL_PATTERN", "Caller", "TenantRules", "tool_matches"]
+
+DEFAULT_TENANT = "default"
+"""The tenant of a run stored without one (before callers were configured, or by an open API), and of the
+conversations stored before conversations were keyed by tenant."""
+
+TOOL_PATTERN = re.compile(r"[^:\s]+(:[^:\s]+)?")
+"""What ``tool_matches`` takes: a tool's name, ``<server>:<tool>`` or ``<server>:*``."""
+
+
+def tool_matches(pattern: str, server: str, tool: str, server_tool: str | None = None) -> bool:
+    """``pattern``: a tool's name, ``<server>:<tool>``, or ``<server>:*`` (every tool of that MCP server).
+
+    A tool has two names when the gateway renames it (a server's ``toolPrefix``, ``<server>__<tool>`` under
+    ``MCP_CLIENT_TOOL_NAME_COLLISION=prefix``): ``tool`` as the gateway lists it and ``server_tool`` as its
+    server knows it. A name in a pattern matches either, so that a rule holds however the tool is listed."""
+    names = (tool,) if server_tool is None else (tool, server_tool)
+    pattern_server, colon, pattern_tool = pattern.partition(":")
+    if not colon:
+        return pattern in names
+    return pattern_server == server and (pattern_tool == "*" or pattern_tool in names)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRules:
+    """What a tenant may use (its ``[tenants.<name>]`` table); ``None``: no rule, everything is allowed."""
+
+    max_concurrent_runs: int | None = None
+    """Overrides ``AGENT_MAX_CONCURRENT_RUNS_PER_TENANT`` for this tenant (0: no cap)."""
+    models: tuple[str, ...] | None = None
+    """fnmatch globs of the model names it may run."""
+    tools: tuple[str, ...] | None = None
+    """The tools it may use: names, ``<server>:<tool>`` or ``<server>:*``."""
+    deny_tools: tuple[str, ...] = ()
+    """Tools it may never use, even when ``tools`` allows them (same forms)."""
+    max_iterations: int | None = None
+    """LLM calls per run at most: caps a request's ``maxIterations``, and is its default (below the service's)."""
+    max_run_seconds: float | None = None
+    """Wall clock of a run at most: caps ``deadlineSeconds``, and is its default."""
+    max_run_tokens: int | None = None
+    """Input and output tokens of a run at most: caps ``maxTotalTokens``, and is its default."""
+    max_run_cost_usd: float | None = None
+    """Cost of a run at most, in US dollars: caps ``maxCostUsd``, and is its default."""
+    monthly_tokens: int | None = None
+    """Tokens of all the tenant's runs in a calendar month (UTC)."""
+    monthly_cost_usd: float | None = None
+    """Cost of all the tenant's runs in a calendar month (UTC), in US dollars."""
+    user_monthly_tokens: int | None = None
+    """Tokens of each end user's (``X-User-Id``) runs in a calendar month (UTC); runs without a user count toward
+    the tenant's budgets only."""
+    user_monthly_cost_usd: float | None = None
+    """Cost of each end user's runs in a calendar month (UTC), in US dollars."""
+
+    @property
+    def has_monthly_budget(self) -> bool:
+        """Whether its runs are counted against a monthly budget at all (otherwise they cost nothing to check)."""
+        budgets = (self.monthly_tokens, self.monthly_cost_usd, self.user_monthly_tokens, self.user_monthly_cost_usd)
+        return any(budget is not None for budget in budgets)
+
+    # Personas and the system-prompt cascade (agent_service.core.personas): set from the callers file in
+    # ``agent_service.access.callers_file.parse_callers``, apart from the rules above.
+    system_prompt: str | None = None
+    """The tenant's default system prompt (the last of the cascade)."""
+    personas: Mapping[str, Persona] = field(default_factory=dict)
+    """The personas it may use, by name: the global ones and its own (its own win)."""
+    generation: Generation = NO_GENERATION
+    """Its runs' default generation controls (``reasoning_effort``, ``reasoning_summary``, ``verbosity``), after
+    the request's and its persona's."""
+
+    def allows_model(self, model: str) -> bool:
+        return self.models is None or any(fnmatchcase(model, pattern) for pattern in self.models)
+
+    def allows_tool(self, server: str, tool: str, server_tool: str | None = None) -> bool:
+        """``tool``: as the gateway lists it; ``server_tool``: its own name on ``server``, if another (a rule
+        naming either name matches: ``tool_matches``)."""
+        if self.tools is not None and not any(
+            tool_matches(pattern, server, tool, server_tool) for pattern in self.tools
+        ):
+            return False
+        return not any(tool_matches(pattern, server, tool, server_tool) for pattern in self.deny_tools)
+
+    def servers_named(self) -> set[str]:
+        """The MCP servers its ``tools`` and ``deny_tools`` name (``<server>:<tool>``, ``<server>:*``)."""
+        patterns = (*(self.tools or ()), *self.deny_tools)
+        return {pattern.partition(":")[0] for pattern in patterns if ":" in pattern}
+
+
+NO_RULES = TenantRules()
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request: the key's ``name``, its ``tenant``, the end user a trusted caller named (or None), and
+    the tenant's ``rules`` (an open API has none)."""
+
+    name: str
+    tenant: str
+    user: str | None = None
+    rules: TenantRules = field(default=NO_RULES, repr=False)
+
+
+ANONYMOUS = Caller("anonymous", DEFAULT_TENANT)
