@@ -56,9 +56,10 @@ class PeerStream(ABC):
 
 class PeerClient(ABC):
     """``time_limit``: seconds for the whole exchange (``None``: no limit but the caller's own cancel scope);
-    a call whose limit has already run out (``<= 0``) raises ``httpx.ConnectTimeout`` unsent."""
+    a call whose limit has already run out (``<= 0``) raises ``httpx.ConnectTimeout`` unsent.
 
-    @abstractmethod
+    A subclass sends: ``_request`` and ``_stream``, called only with time left."""
+
     async def request(
         self,
         method: str,
@@ -67,10 +68,12 @@ class PeerClient(ABC):
         headers: Mapping[str, str],
         content: bytes | None = None,
         time_limit: float | None = None,
-    ) -> PeerReply: ...
+    ) -> PeerReply:
+        _check_time_left(time_limit)
+        return await self._request(method, url, headers, content, time_limit)
 
-    @abstractmethod
-    def stream(
+    @asynccontextmanager
+    async def stream(
         self,
         method: str,
         url: str,
@@ -78,12 +81,31 @@ class PeerClient(ABC):
         headers: Mapping[str, str],
         content: bytes | None = None,
         time_limit: float | None = None,
-    ) -> AbstractAsyncContextManager[PeerStream]:
+    ) -> AsyncIterator[PeerStream]:
         """The answer once its headers have come; leaving the block before the body's end closes the
         connection, so that the peer sees the caller go."""
+        _check_time_left(time_limit)
+        async with self._stream(method, url, headers, content, time_limit) as stream:
+            yield stream
+
+    @abstractmethod
+    async def _request(
+        self, method: str, url: str, headers: Mapping[str, str], content: bytes | None, time_limit: float | None
+    ) -> PeerReply: ...
+
+    @abstractmethod
+    def _stream(
+        self, method: str, url: str, headers: Mapping[str, str], content: bytes | None, time_limit: float | None
+    ) -> AbstractAsyncContextManager[PeerStream]: ...
 
     @abstractmethod
     async def aclose(self) -> None: ...
+
+
+def _check_time_left(time_limit: float | None) -> None:
+    """A call whose time has already run out is not sent (aiohttp would take a limit of 0 for no limit)."""
+    if time_limit is not None and time_limit <= 0:
+        raise httpx.ConnectTimeout("The call's time limit had passed before it was sent.")
 
 
 class _AiohttpStream(PeerStream):
@@ -100,12 +122,6 @@ class _AiohttpStream(PeerStream):
             return await self._response.read()
         except Exception as error:
             raise_translated(error)
-
-
-def _check_time_left(time_limit: float | None) -> None:
-    """A call whose time has already run out is not sent (aiohttp would take a limit of 0 for no limit)."""
-    if time_limit is not None and time_limit <= 0:
-        raise httpx.ConnectTimeout("The call's time limit had passed before it was sent.")
 
 
 _NO_CEILING = float("inf")
@@ -140,7 +156,6 @@ class AiohttpPeerClient(PeerClient):
     async def _send(
         self, method: str, url: str, headers: Mapping[str, str], content: bytes | None, time_limit: float | None
     ) -> aiohttp.ClientResponse:
-        _check_time_left(time_limit)
         session = self._sessions.session()
         try:
             return await session.request(
@@ -154,14 +169,8 @@ class AiohttpPeerClient(PeerClient):
         except Exception as error:
             raise_translated(error)
 
-    async def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        headers: Mapping[str, str],
-        content: bytes | None = None,
-        time_limit: float | None = None,
+    async def _request(
+        self, method: str, url: str, headers: Mapping[str, str], content: bytes | None, time_limit: float | None
     ) -> PeerReply:
         response = await self._send(method, url, headers, content, time_limit)
         try:
@@ -173,14 +182,8 @@ class AiohttpPeerClient(PeerClient):
         return PeerReply(response.status, response.headers, body)
 
     @asynccontextmanager
-    async def stream(
-        self,
-        method: str,
-        url: str,
-        *,
-        headers: Mapping[str, str],
-        content: bytes | None = None,
-        time_limit: float | None = None,
+    async def _stream(
+        self, method: str, url: str, headers: Mapping[str, str], content: bytes | None, time_limit: float | None
     ) -> AsyncIterator[PeerStream]:
         response = await self._send(method, url, headers, content, time_limit)
         try:
@@ -213,32 +216,18 @@ class HttpxPeerClient(PeerClient):
     def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client
 
-    async def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        headers: Mapping[str, str],
-        content: bytes | None = None,
-        time_limit: float | None = None,
+    async def _request(
+        self, method: str, url: str, headers: Mapping[str, str], content: bytes | None, time_limit: float | None
     ) -> PeerReply:
-        _check_time_left(time_limit)
         response = await self.client.request(
             method, url, headers=dict(headers), content=content, timeout=_httpx_timeout(self.client, time_limit)
         )
         return PeerReply(response.status_code, response.headers, response.content)
 
     @asynccontextmanager
-    async def stream(
-        self,
-        method: str,
-        url: str,
-        *,
-        headers: Mapping[str, str],
-        content: bytes | None = None,
-        time_limit: float | None = None,
+    async def _stream(
+        self, method: str, url: str, headers: Mapping[str, str], content: bytes | None, time_limit: float | None
     ) -> AsyncIterator[PeerStream]:
-        _check_time_left(time_limit)
         async with self.client.stream(
             method, url, headers=dict(headers), content=content, timeout=_httpx_timeout(self.client, time_limit)
         ) as response:

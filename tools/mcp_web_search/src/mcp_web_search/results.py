@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_web_search.urls import clean_url, url_key
 
-__all__ = ["MAX_SNIPPET_CHARS", "SearchResult", "WebSearchOutput", "clean_text", "dedupe", "format_results", "result"]
+__all__ = [
+    "MAX_SNIPPET_CHARS",
+    "SearchResult",
+    "WebSearchOutput",
+    "clean_text",
+    "dedupe",
+    "format_results",
+    "result",
+    "results_of",
+]
 
 # A snippet is a hint of what the page says, not the page: keep the model's context for many results.
 MAX_SNIPPET_CHARS = 500
@@ -54,6 +64,12 @@ def result(url: object, title: object, snippet: object, published: object = None
         text = text[: MAX_SNIPPET_CHARS - 1].rstrip() + "…"
     date = clean_text(published)
     return SearchResult(title=clean_text(title) or address, url=address, snippet=text, published=date or None)
+
+
+def results_of(entries: Iterable[object], read: Callable[[dict[str, Any]], SearchResult | None]) -> list[SearchResult]:
+    """The results ``read`` makes of a backend's entries, in order; an entry that is not a JSON object, or that
+    ``read`` makes nothing of (no http(s) URL: see ``result``), is left out."""
+    return [item for entry in entries if isinstance(entry, dict) and (item := read(entry)) is not None]
 
 
 def dedupe(results: Iterable[SearchResult]) -> list[SearchResult]:

@@ -1,22 +1,29 @@
 """What OpenAI's two wire formats share: Chat Completions (``openai``) and the Responses API
 (``openai_responses``) name tools, take reasoning and keys, and report errors the same way (their tool
-call arguments, JSON text in both, are read and written by ``suite_common.openai_chat``)."""
+call arguments, JSON text in both, are read and written by ``suite_common.openai_chat``), and are called
+the same way (``OpenAIEndpoint``: a JSON body posted to one URL)."""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
 from completion_service.controls import controls_by_name
+from completion_service.providers._adapter import Outbound
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, provider_error
+from completion_service.providers._transport import Upstream
 from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
 from suite_common.wire import CompletionRequest, ReasoningEffort
 
 __all__ = [
     "TOOL_NAMES",
+    "OpenAIEndpoint",
     "auth_headers",
     "error_detail",
     "reasoning_effort",
@@ -99,3 +106,41 @@ def translate_error(status: int, content: bytes, headers: Mapping[str, str], *, 
         # A 429 for a spent budget: waiting does not help (OpenAI's code, and the type some servers copy).
         quota_exhausted=code in ("insufficient_quota", "billing_hard_limit_reached"),
     )
+
+
+@dataclass(frozen=True)
+class OpenAIEndpoint:
+    """Where a provider of either format posts its calls (``url``), with the key as its header takes it, through
+    the ``upstream`` that retries them and scrubs the key from what it logs."""
+
+    url: str
+    headers: Mapping[str, str]
+    upstream: Upstream
+
+    @classmethod
+    def at(
+        cls,
+        http: httpx.AsyncClient,
+        base_url: str,
+        path: str,
+        api_key: str | None,
+        *,
+        provider: str,
+        auth_header: str,
+        max_retries: int,
+    ) -> OpenAIEndpoint:
+        """``path`` (``/chat/completions``, ``/responses``) under ``base_url``."""
+        upstream = Upstream(http, provider=provider, base_url=base_url, secrets=[api_key], max_retries=max_retries)
+        return cls(base_url.rstrip("/") + path, auth_headers(api_key, auth_header), upstream)
+
+    def post(self, body: dict[str, Any], *, stream: bool, upstream_model: str, warnings: list[str]) -> Outbound:
+        """One call of ``body``; its errors read by ``translate_error``."""
+        headers = {"Accept": "text/event-stream" if stream else "application/json", **self.headers}
+
+        def build() -> httpx.Request:
+            return self.upstream.http.build_request("POST", self.url, json=body, headers=headers)
+
+        def translate(status: int, content: bytes, response_headers: httpx.Headers) -> ApiError:
+            return translate_error(status, content, response_headers, upstream_model=upstream_model)
+
+        return Outbound(self.upstream, build, translate, warnings)

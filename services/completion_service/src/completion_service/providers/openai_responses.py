@@ -21,14 +21,12 @@ from completion_service.providers._adapter import HttpAdapter, Outbound
 from completion_service.providers._errors import bad_response
 from completion_service.providers._openai_wire import (
     TOOL_NAMES,
-    auth_headers,
+    OpenAIEndpoint,
     error_detail,
     reasoning_effort,
     reasons,
     temperature_warnings,
-    translate_error,
 )
-from completion_service.providers._transport import Upstream
 from suite_common.errors import ApiError
 from suite_common.openai_chat import arguments_text, parse_arguments
 from suite_common.wire import (
@@ -437,9 +435,9 @@ class ResponsesProvider(HttpAdapter):
         auth_header: str = "Authorization",
     ) -> None:
         self.name = name
-        self._url = base_url.rstrip("/") + "/responses"
-        self._headers = auth_headers(api_key, auth_header)
-        self._upstream = Upstream(http, provider=name, base_url=base_url, secrets=[api_key], max_retries=max_retries)
+        self._endpoint = OpenAIEndpoint.at(
+            http, base_url, "/responses", api_key, provider=name, auth_header=auth_header, max_retries=max_retries
+        )
 
     def _parse(self, body: Any, model: str) -> CompletionResponse:
         return parse_response(body, model, provider=self.name)
@@ -450,12 +448,5 @@ class ResponsesProvider(HttpAdapter):
     async def _outbound(self, request: CompletionRequest, upstream_model: str, *, stream: bool) -> Outbound:
         reasoning = reasons(request, upstream_model)
         body = build_request_body(request, upstream_model, stream=stream, reasoning=reasoning)
-        headers = {"Accept": "text/event-stream" if stream else "application/json", **self._headers}
-
-        def build() -> httpx.Request:
-            return self._upstream.http.build_request("POST", self._url, json=body, headers=headers)
-
-        def translate(status: int, content: bytes, response_headers: httpx.Headers) -> ApiError:
-            return translate_error(status, content, response_headers, upstream_model=upstream_model)
-
-        return Outbound(self._upstream, build, translate, temperature_warnings(request, reasoning))
+        warnings = temperature_warnings(request, reasoning)
+        return self._endpoint.post(body, stream=stream, upstream_model=upstream_model, warnings=warnings)

@@ -17,7 +17,7 @@ import httpx
 
 from mcp_web_search.backends._http import detail, json_body, send, wait_hint
 from mcp_web_search.backends.base import SearchBackendError, with_site_operator
-from mcp_web_search.results import SearchResult, result
+from mcp_web_search.results import SearchResult, result, results_of
 
 __all__ = ["BRAVE", "BraveBackend", "parse_brave"]
 
@@ -60,15 +60,12 @@ def parse_brave(body: Any) -> list[SearchResult]:
     entries = web.get("results") if isinstance(web, dict) else []
     if not isinstance(entries, list):
         raise SearchBackendError(BRAVE, "the Brave Search API answered with a `web` section without `results`.")
-    found: list[SearchResult] = []
-    for entry in entries:
-        if isinstance(entry, dict):
-            item = result(
-                entry.get("url"), _plain(entry.get("title")), _plain(entry.get("description")), entry.get("page_age")
-            )
-            if item is not None:
-                found.append(item)
-    return found
+    return results_of(
+        entries,
+        lambda entry: result(
+            entry.get("url"), _plain(entry.get("title")), _plain(entry.get("description")), entry.get("page_age")
+        ),
+    )
 
 
 def _plain(text: object) -> object:

@@ -20,7 +20,7 @@ from ddgs.exceptions import DDGSException, RatelimitException, TimeoutException
 
 from mcp_web_search.backends._http import detail
 from mcp_web_search.backends.base import SearchBackendError, with_site_operator
-from mcp_web_search.results import SearchResult, result
+from mcp_web_search.results import SearchResult, result, results_of
 
 __all__ = ["DDGS_NAME", "DdgsBackend", "DdgsClient", "parse_ddgs"]
 
@@ -82,15 +82,12 @@ def parse_ddgs(entries: Any) -> list[SearchResult]:
     """ddgs's ``[{"title", "href", "body", "date"?}]`` as results, in its order."""
     if not isinstance(entries, list):
         raise SearchBackendError(DDGS_NAME, "ddgs answered with something other than a list of results.")
-    found: list[SearchResult] = []
-    for entry in entries:
-        if isinstance(entry, dict):
-            item = result(
-                entry.get("href") or entry.get("url"), entry.get("title"), entry.get("body"), entry.get("date")
-            )
-            if item is not None:
-                found.append(item)
-    return found
+    return results_of(
+        entries,
+        lambda entry: result(
+            entry.get("href") or entry.get("url"), entry.get("title"), entry.get("body"), entry.get("date")
+        ),
+    )
 
 
 def _reason(exc: BaseException) -> str:

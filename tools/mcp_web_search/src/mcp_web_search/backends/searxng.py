@@ -12,7 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from mcp_web_search.backends.base import SearchBackendError, with_site_operator
-from mcp_web_search.results import SearchResult, dedupe, result
+from mcp_web_search.results import SearchResult, dedupe, result, results_of
 
 __all__ = ["SEARXNG", "SearxngBackend", "parse_searxng"]
 
@@ -89,12 +89,10 @@ def parse_searxng(body: Any) -> list[SearchResult]:
     """
     if not isinstance(body, dict) or not isinstance(body.get("results"), list):
         raise SearchBackendError(SEARXNG, "SearXNG answered with JSON that has no `results` list.")
-    found: list[SearchResult] = []
-    for entry in body["results"]:
-        if isinstance(entry, dict):
-            item = result(entry.get("url"), entry.get("title"), entry.get("content"), entry.get("publishedDate"))
-            if item is not None:
-                found.append(item)
+    found = results_of(
+        body["results"],
+        lambda entry: result(entry.get("url"), entry.get("title"), entry.get("content"), entry.get("publishedDate")),
+    )
     return dedupe(found)
 
 

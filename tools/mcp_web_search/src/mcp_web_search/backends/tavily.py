@@ -14,7 +14,7 @@ import httpx
 
 from mcp_web_search.backends._http import detail, json_body, send, wait_hint
 from mcp_web_search.backends.base import SearchBackendError
-from mcp_web_search.results import SearchResult, result
+from mcp_web_search.results import SearchResult, result, results_of
 
 __all__ = ["TAVILY", "TavilyBackend", "parse_tavily", "tavily_request_body"]
 
@@ -66,13 +66,10 @@ def parse_tavily(body: Any) -> list[SearchResult]:
     """The results of a Tavily answer, in its order; ``SearchBackendError`` when it is not one."""
     if not isinstance(body, dict) or not isinstance(body.get("results"), list):
         raise SearchBackendError(TAVILY, "the Tavily API answered with JSON that has no `results` list.")
-    found: list[SearchResult] = []
-    for entry in body["results"]:
-        if isinstance(entry, dict):
-            item = result(entry.get("url"), entry.get("title"), entry.get("content"), entry.get("published_date"))
-            if item is not None:
-                found.append(item)
-    return found
+    return results_of(
+        body["results"],
+        lambda entry: result(entry.get("url"), entry.get("title"), entry.get("content"), entry.get("published_date")),
+    )
 
 
 def _error(body: Any) -> str:
