@@ -172,6 +172,28 @@ async def test_a_cached_list_saying_all_are_unavailable_is_asked_again_before_re
     assert client.calls == 2
 
 
+class ToolsClientFailingOnTheRecheck(FakeToolsClient):
+    """The first list says the named tool is unavailable; asked again, the gateway fails once the run's own
+    deadline has run out (it took that long)."""
+
+    async def list_tools(self, deadline: Deadline) -> list[ToolInfo]:
+        if self.calls == 0:
+            return await super().list_tools(deadline)
+        self.calls += 1
+        await anyio.sleep(deadline.remaining())  # the slow peer: answers only when the run's time is up
+        raise UpstreamError("upstream_unavailable", "mcp-client-service did not answer", status=503)
+
+
+async def test_a_recheck_cut_off_by_the_runs_deadline_keeps_the_tools_first_selected() -> None:
+    client = ToolsClientFailingOnTheRecheck(["web_search"])
+    client.unavailable["web_search"] = RESTARTING
+
+    plan = await plan_run(request(tools=["web_search"], deadlineSeconds=0.05), SETTINGS, ToolCatalog(client, 0), MODELS)
+
+    assert [(t.name, t.unavailable) for t in plan.tools] == [("web_search", RESTARTING)]
+    assert client.calls == 2
+
+
 @pytest.mark.parametrize("fields", [{"tools": []}, {"toolChoice": "none"}])
 async def test_the_plain_path_skips_tool_discovery(fields: dict[str, Any]) -> None:
     tools, client = catalog("web_search")

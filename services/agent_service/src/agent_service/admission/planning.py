@@ -376,7 +376,14 @@ async def _resolve(
             _check_priced(model, resolved, cost_limit)
         # The plain path: no tool discovery when the caller wants no tools.
         if request.tool_choice != "none" and request.tools != []:
-            tools = await _discover_tools(request, rules, catalog, deadline)
+            # Assigned before the re-check: a re-check cut off by the run's deadline keeps this selection.
+            tools = _select_tools(request, await catalog.tools(deadline), rules)
+            if _all_unavailable(tools):  # maybe back already: asked again before refusing
+                tools = _select_tools(
+                    request, await catalog.tools(deadline, max_age=_RECHECK_UNAVAILABLE_SECONDS), rules
+                )
+                if _all_unavailable(tools):
+                    raise _unavailable_error(tools)
     except UpstreamError as error:
         if error.code == "model_not_found":
             raise await models.unknown(model, rules, Deadline.after(_LIST_MODELS_SECONDS)) from None
@@ -386,18 +393,6 @@ async def _resolve(
         # does when the deadline passes in any round (a 504 here blamed the peer; found by fuzzing).
         return tools, prices, True
     return tools, prices, False
-
-
-async def _discover_tools(
-    request: AgentRunRequest, rules: TenantRules, catalog: ToolCatalog, deadline: Deadline
-) -> list[ToolInfo]:
-    """The run's tools from the catalog; 503 ``tools_unavailable`` when none of them can be called now."""
-    tools = _select_tools(request, await catalog.tools(deadline), rules)
-    if _all_unavailable(tools):  # maybe back already: asked again before refusing
-        tools = _select_tools(request, await catalog.tools(deadline, max_age=_RECHECK_UNAVAILABLE_SECONDS), rules)
-        if _all_unavailable(tools):
-            raise _unavailable_error(tools)
-    return tools
 
 
 async def plan_run(
