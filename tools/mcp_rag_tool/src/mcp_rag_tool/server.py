@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
 
@@ -158,24 +158,28 @@ def build_server(
     ``GET /healthz`` and ``GET /readyz`` (503 until the index is ready, or if building it failed).
     """
     index = DocumentIndex(settings, embedder=embedder, scorer=scorer, counter=counter, open_store=open_store)
-
-    @asynccontextmanager
-    async def lifespan(_: MCPServer[DocumentIndex]) -> AsyncIterator[DocumentIndex]:
-        async with index.serving():
-            yield index
-
     server: MCPServer[DocumentIndex] = MCPServer(
-        SERVER_NAME, version=_package_version(), instructions=_INSTRUCTIONS, lifespan=lifespan
+        SERVER_NAME, version=_package_version(), instructions=_INSTRUCTIONS, lifespan=_serving(index)
     )
 
-    # server.tool(name, title, description, annotations); the parameters' annotations are the published schema.
-    @server.tool("search_documents", "Search documents", SEARCH_DOCUMENTS_DESCRIPTION, _READ_ONLY)
+    # The parameters' annotations are the published schema.
+    @server.tool(
+        name="search_documents",
+        title="Search documents",
+        description=SEARCH_DOCUMENTS_DESCRIPTION,
+        annotations=_READ_ONLY,
+    )
     async def search_documents(
         queries: _Queries, top_k: _TopK = 5, filter: _Filter = None
     ) -> Annotated[CallToolResult, SearchDocumentsOutput]:
         return await search_documents_tool(index, settings, queries, top_k, filter)
 
-    @server.tool("list_sources", "List indexed documents", LIST_SOURCES_DESCRIPTION, _READ_ONLY)
+    @server.tool(
+        name="list_sources",
+        title="List indexed documents",
+        description=LIST_SOURCES_DESCRIPTION,
+        annotations=_READ_ONLY,
+    )
     async def list_sources(
         source_prefix: _SourcePrefix = None, limit: _Limit = 100
     ) -> Annotated[CallToolResult, ListSourcesOutput]:
@@ -183,17 +187,39 @@ def build_server(
 
     if settings.add_documents_enabled:
 
-        @server.tool("add_documents", "Add documents to the index", ADD_DOCUMENTS_DESCRIPTION, _ADDS)
+        @server.tool(
+            name="add_documents",
+            title="Add documents to the index",
+            description=ADD_DOCUMENTS_DESCRIPTION,
+            annotations=_ADDS,
+        )
         async def add_documents(
             documents: _Documents, ctx: Context[DocumentIndex, Any]
         ) -> Annotated[CallToolResult, AddDocumentsOutput]:
             return await add_documents_tool(index, documents, ctx.report_progress)
 
+    add_health_routes(server, _readiness_of(index))
+    return server
+
+
+def _serving(index: DocumentIndex) -> Callable[[MCPServer[DocumentIndex]], AbstractAsyncContextManager[DocumentIndex]]:
+    """The server's lifespan: the index opened and brought up to date in the background while it serves."""
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer[DocumentIndex]) -> AsyncIterator[DocumentIndex]:
+        async with index.serving():
+            yield index
+
+    return lifespan
+
+
+def _readiness_of(index: DocumentIndex) -> Callable[[Request], Awaitable[dict[str, str]]]:
+    """``GET /readyz``'s answer: the index's status (ready once built)."""
+
     async def readiness(_: Request) -> dict[str, str]:
         return {"index": index.status}
 
-    add_health_routes(server, readiness)
-    return server
+    return readiness
 
 
 async def search_documents_tool(

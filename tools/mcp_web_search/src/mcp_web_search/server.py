@@ -108,8 +108,8 @@ def build_server(
     )
     cap, chars_cap = settings.max_results_cap, settings.fetch_max_chars_cap
 
-    # server.tool(name, title, description, annotations); the parameters' annotations are the published schema.
-    @server.tool("web_search", "Web search", WEB_SEARCH_DESCRIPTION, _READ_ONLY)
+    # The parameters' annotations are the published schema.
+    @server.tool(name="web_search", title="Web search", description=WEB_SEARCH_DESCRIPTION, annotations=_READ_ONLY)
     async def web_search(
         ctx: Context[WebSearchState, Any],
         query: Annotated[
@@ -120,7 +120,7 @@ def build_server(
     ) -> Annotated[CallToolResult, WebSearchOutput]:
         return await web_search_tool(ctx.request_context.lifespan_context.searcher, settings, query, max_results, site)
 
-    @server.tool("fetch_url", "Fetch a web page", FETCH_URL_DESCRIPTION, _READ_ONLY)
+    @server.tool(name="fetch_url", title="Fetch a web page", description=FETCH_URL_DESCRIPTION, annotations=_READ_ONLY)
     async def fetch_url(
         ctx: Context[WebSearchState, Any],
         url: Annotated[str, Field(description="The http:// or https:// URL of the page.")],
