@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from completion_service.providers.anthropic_schema import input_schema
+from completion_service.providers.anthropic.schema import input_schema
 
 SEARCH_SCHEMA = {
     "type": "object",

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from completion_service.providers.gemini_schema import (
+from completion_service.providers.gemini.schema import (
     ALLOWED_KEYWORDS,
     ALLOWED_TYPES,
     to_gemini_parameters,

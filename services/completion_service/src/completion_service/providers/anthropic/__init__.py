@@ -3,7 +3,8 @@
 - ``request``: the neutral request as the Messages body (pure, tested on exact bodies);
 - ``response``: a whole message or the stream's events, folded into the neutral answer or events;
 - ``errors``: Anthropic's error bodies and stream error events as the caller's errors;
-- ``provider``: ``AnthropicProvider``, how a call is made (the shared ``HttpAdapter`` makes it).
+- ``provider``: ``AnthropicProvider``, how a call is made (the shared ``HttpAdapter`` makes it);
+- ``schema``: a tool's JSON Schema as Anthropic's ``input_schema`` (draft 2020-12).
 
 What it shares with Bedrock's Converse (Claude's limits, content blocks) is in ``providers._anthropic_shape``.
 This module is the package's face: what the rest of the service and its tests use.

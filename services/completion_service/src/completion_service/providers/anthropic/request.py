@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from completion_service.providers._anthropic_shape import DEFAULT_MAX_TOKENS, MAX_TEMPERATURE
-from completion_service.providers.anthropic_schema import input_schema
+from completion_service.providers.anthropic.schema import input_schema
 from completion_service.providers.tool_names import NameRule
 from suite_common.wire import CompletionRequest, Message, ReasoningBlock, ToolChoice, ToolSpec
 

@@ -6,7 +6,8 @@ Both speak the same body; only the URL and the credentials differ. The package, 
 - ``response``: a whole answer or the stream's chunks, folded into the neutral answer or events;
 - ``errors``: Google's error bodies as the caller's errors;
 - ``endpoints``: the Gemini API and Vertex AI (URL, credentials), and the provider names;
-- ``provider``: ``GeminiProvider``, how a call is made (the shared ``HttpAdapter`` makes it).
+- ``provider``: ``GeminiProvider``, how a call is made (the shared ``HttpAdapter`` makes it);
+- ``schema``: a tool's JSON Schema rewritten into Gemini's subset.
 
 This module is the package's face: what the rest of the service and its tests use.
 """

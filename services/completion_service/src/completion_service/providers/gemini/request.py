@@ -9,7 +9,7 @@
   same part (Gemini 3 refuses a function-calling turn without it); a first call without one, from
   another provider, gets the validator-skipping value Google documents for that case;
 - a signed reasoning block of this provider goes back, an unsigned summary (display only) does not;
-- tool ``inputSchema``s are rewritten into Gemini's schema subset (``gemini_schema``).
+- tool ``inputSchema``s are rewritten into Gemini's schema subset (``gemini.schema``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from completion_service.controls import THINKING_BUDGETS
 from completion_service.providers.gemini.endpoints import PROVIDER_NAME
-from completion_service.providers.gemini_schema import to_gemini_parameters
+from completion_service.providers.gemini.schema import to_gemini_parameters
 from suite_common.wire import CompletionRequest, Message, ToolCall, ToolChoice
 
 __all__ = ["CONTINUE_TEXT", "SKIP_SIGNATURE", "build_request_body", "thinking_config"]

@@ -3,7 +3,7 @@
 MCP servers often write older drafts; their forms are rewritten to the 2020-12 keywords that mean
 the same (``exclusiveMinimum: true`` with ``minimum``, tuple ``items``, ``dependencies``), and the
 ``$schema`` that names another draft is dropped. Pure functions, no I/O; Gemini's own subset is
-``gemini_schema``.
+``gemini.schema``.
 """
 
 from __future__ import annotations
