@@ -8,7 +8,8 @@ environment name as a deprecated alias (``renamed``); ``deprecated_names_in_use`
 still set, which start-up logs.
 
 Environment names follow one convention: a duration ends in ``_SECONDS`` (a time limit in
-``_TIMEOUT_SECONDS``, how long something is cached in ``_CACHE_SECONDS``), a file in ``_FILE``.
+``_TIMEOUT_SECONDS``, how long something is cached in ``_CACHE_SECONDS``), a file to read in ``_FILE``
+(docs/configuration.md names the few that are neither and keep their names).
 """
 
 from __future__ import annotations
