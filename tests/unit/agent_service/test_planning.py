@@ -187,8 +187,9 @@ class ToolsClientFailingOnTheRecheck(FakeToolsClient):
 async def test_a_recheck_cut_off_by_the_runs_deadline_keeps_the_tools_first_selected() -> None:
     client = ToolsClientFailingOnTheRecheck(["web_search"])
     client.unavailable["web_search"] = RESTARTING
+    tools = ToolCatalog(client, 0)  # type: ignore[arg-type]
 
-    plan = await plan_run(request(tools=["web_search"], deadlineSeconds=0.05), SETTINGS, ToolCatalog(client, 0), MODELS)
+    plan = await plan_run(request(tools=["web_search"], deadlineSeconds=0.05), SETTINGS, tools, MODELS)
 
     assert [(t.name, t.unavailable) for t in plan.tools] == [("web_search", RESTARTING)]
     assert client.calls == 2

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 import redis.asyncio as aioredis
 
-from agent_service.admission.budgets import Spending
+from agent_service.admission.budgets import Budgets
 from agent_service.admission.spend_ledgers import (
     LedgerUnavailable,
     LocalSpendLedger,
@@ -71,11 +71,11 @@ class Clock:
         return self.now
 
 
-def spending(rules: TenantRules, source: Source | None = None, clock: Clock | None = None) -> Spending:
-    return Spending(LocalSpendLedger(), rules={"acme": rules}, source=source, clock=clock or Clock(NOW))
+def spending(rules: TenantRules, source: Source | None = None, clock: Clock | None = None) -> Budgets:
+    return Budgets(LocalSpendLedger(), rules={"acme": rules}, source=source, clock=clock or Clock(NOW))
 
 
-async def refusal(spend: Spending, tenant: str = "acme", user: str | None = None) -> ApiError:
+async def refusal(spend: Budgets, tenant: str = "acme", user: str | None = None) -> ApiError:
     with pytest.raises(ApiError) as refused:
         await spend.admit(tenant, user)
     return refused.value
@@ -194,7 +194,7 @@ class FlakyLedger(LocalSpendLedger):
 
 async def test_a_usage_that_could_not_be_added_is_added_with_the_next_call() -> None:
     ledger = FlakyLedger()
-    spend = Spending(ledger, rules={"acme": TenantRules(monthly_tokens=30)}, clock=Clock(NOW))
+    spend = Budgets(ledger, rules={"acme": TenantRules(monthly_tokens=30)}, clock=Clock(NOW))
     guard = spend.guard("acme", None)
     assert guard is not None
     await spend.admit("acme", None)
@@ -229,7 +229,7 @@ class CountingLedger(LocalSpendLedger):
 
 async def test_a_run_checks_its_budgets_on_the_counters_its_own_last_call_added_to_without_another_round_trip() -> None:
     ledger = CountingLedger()
-    spend = Spending(ledger, rules={"acme": TenantRules(monthly_tokens=30, user_monthly_tokens=100)}, clock=Clock(NOW))
+    spend = Budgets(ledger, rules={"acme": TenantRules(monthly_tokens=30, user_monthly_tokens=100)}, clock=Clock(NOW))
     guard = await spend.admit("acme", "alice")
     assert guard is not None
     assert ledger.reads == 1  # admit's read: the one round trip before the run's first call
@@ -248,7 +248,7 @@ async def test_a_run_checks_its_budgets_on_the_counters_its_own_last_call_added_
 async def test_a_new_run_is_admitted_on_counters_this_replica_saw_within_a_second_without_a_round_trip() -> None:
     rules = {"acme": TenantRules(monthly_tokens=30)}
     ledger = CountingLedger()
-    spend = Spending(ledger, rules=rules, clock=Clock(NOW))
+    spend = Budgets(ledger, rules=rules, clock=Clock(NOW))
     first = await spend.admit("acme", None)
     assert first is not None
     await first.spent(Usage(input_tokens=30))  # the add answers 30 of 30
@@ -256,7 +256,7 @@ async def test_a_new_run_is_admitted_on_counters_this_replica_saw_within_a_secon
     refused = await refusal(spend)  # on the counters the add answered: no read
     assert (refused.status, refused.code) == (429, "budget_exhausted")
     assert ledger.reads == reads
-    stale = Spending(ledger, rules=rules, clock=Clock(NOW), fresh_seconds=0)  # nothing seen is fresh: Redis asked
+    stale = Budgets(ledger, rules=rules, clock=Clock(NOW), fresh_seconds=0)  # nothing seen is fresh: Redis asked
     await refusal(stale)
     assert ledger.reads == reads + 1
 
@@ -264,7 +264,7 @@ async def test_a_new_run_is_admitted_on_counters_this_replica_saw_within_a_secon
 async def test_a_call_counted_before_its_counter_exists_starts_the_counter_from_the_store_and_adds_the_call() -> None:
     source = Source({("acme", None): Usage(input_tokens=4)})
     ledger = LocalSpendLedger()
-    spend = Spending(ledger, rules={"acme": TenantRules(monthly_tokens=10)}, source=source, clock=Clock(NOW))
+    spend = Budgets(ledger, rules={"acme": TenantRules(monthly_tokens=10)}, source=source, clock=Clock(NOW))
     guard = spend.guard("acme", None)
     assert guard is not None
     await guard.spent(Usage(input_tokens=6))  # a run taken over, or a flushed Redis: no counter yet
@@ -274,7 +274,7 @@ async def test_a_call_counted_before_its_counter_exists_starts_the_counter_from_
 
 async def test_a_user_with_nothing_spent_gets_no_counter_until_a_call_is_counted() -> None:
     ledger = LocalSpendLedger()
-    spend = Spending(ledger, rules={"acme": TenantRules(user_monthly_tokens=50)}, source=Source(), clock=Clock(NOW))
+    spend = Budgets(ledger, rules={"acme": TenantRules(user_monthly_tokens=50)}, source=Source(), clock=Clock(NOW))
     alice = SpendKey("acme", "2026-11", "alice")
     guard = await spend.admit("acme", "alice")
     assert guard is not None
@@ -287,7 +287,7 @@ async def test_while_the_tenants_budget_is_used_up_a_new_user_is_refused_without
     source = Source({("acme", None): Usage(input_tokens=100)})
     ledger = LocalSpendLedger()
     rules = {"acme": TenantRules(monthly_tokens=100, user_monthly_tokens=50)}
-    spend = Spending(ledger, rules=rules, source=source, clock=Clock(NOW), max_users=5)
+    spend = Budgets(ledger, rules=rules, source=source, clock=Clock(NOW), max_users=5)
     for index in range(300):
         assert (await refusal(spend, user=f"user-{index}")).code == "budget_exhausted"
     assert [user for _, _, user in source.asked] == [None], "the tenant's sum only, read once"
@@ -298,7 +298,7 @@ async def test_while_the_tenants_budget_is_used_up_a_new_user_is_refused_without
 async def test_a_tenant_with_per_user_budgets_has_at_most_max_users_end_users_a_month_then_new_ones_are_429() -> None:
     clock = Clock(NOW)
     rules = {"acme": TenantRules(user_monthly_tokens=50)}
-    spend = Spending(LocalSpendLedger(), rules=rules, source=Source(), clock=clock, max_users=3)
+    spend = Budgets(LocalSpendLedger(), rules=rules, source=Source(), clock=clock, max_users=3)
     for user in ("u1", "u2", "u3"):
         assert await spend.admit("acme", user) is not None
     refused = await refusal(spend, user="u4")

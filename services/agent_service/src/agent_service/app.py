@@ -15,7 +15,7 @@ from starlette.requests import Request
 
 from agent_service.access.callers_file import Callers, load_callers
 from agent_service.access.stored_keys import StoredKeys
-from agent_service.admission.budgets import open_spending
+from agent_service.admission.budgets import open_budgets
 from agent_service.admission.planning import ModelCheck, ToolCatalog
 from agent_service.admission.rule_servers import check_rule_servers
 from agent_service.admission.run_slots import open_run_slots
@@ -166,14 +166,14 @@ def create_app(
                 # Counted when some tenant has a cap of its own, even with no cap for the others.
                 cap=settings.max_concurrent_runs_per_tenant or int(callers is not None and callers.any_run_cap()),
             )
-            spending = open_spending(
+            budgets = open_budgets(
                 redis,
                 rules=callers.rules if callers is not None else {},
                 source=store.usage_since if store is not None else None,
                 key_prefix=settings.redis_key_prefix,
                 max_users=settings.max_users_per_tenant_month,
             )
-            runs = AgentRuns(loop, store, settings, observability.lifecycle, slots, spending)
+            runs = AgentRuns(loop, store, settings, observability.lifecycle, slots, budgets)
             await stack.enter_async_context(runs.running())
             yield {"services": Services(settings, http, loop, catalog, models, observability.lifecycle, runs)}
 

@@ -2,7 +2,7 @@
 
 A tenant's ``[tenants.<name>]`` in the callers file may give ``monthly_tokens`` and ``monthly_cost_usd`` (all its
 users together) and ``user_monthly_tokens`` and ``user_monthly_cost_usd`` (each end user, ``X-User-Id``; a run
-without a user counts toward the tenant's only). A month is a calendar month in UTC. ``Spending`` enforces them:
+without a user counts toward the tenant's only). A month is a calendar month in UTC. ``Budgets`` enforces them:
 
 - ``admit``: a new run of a tenant or user whose budget is used up is refused, 429 ``budget_exhausted``, saying which
   budget and when it resets, with ``Retry-After`` (seconds until the first day of next month, UTC); otherwise it
@@ -80,7 +80,7 @@ from suite_common.errors import ApiError
 from suite_common.logging import get_logger
 from suite_common.wire import BudgetName, Usage
 
-__all__ = ["FRESH_SECONDS", "Spending", "open_spending"]
+__all__ = ["FRESH_SECONDS", "Budgets", "open_budgets"]
 
 _log = get_logger("agent_service.spending")
 
@@ -141,7 +141,7 @@ def _unavailable_message(problem: str) -> str:
     return "The monthly budgets cannot be checked now"
 
 
-class Spending:
+class Budgets:
     """The monthly budgets of every tenant (``rules``: the callers file's tenants) over one ``ledger``; ``source``
     seeds a counter on its first use (``None``: runs are not stored, counters start at 0)."""
 
@@ -332,7 +332,7 @@ def _budget_exhausted(budget: _Budget, spent: Spent, now: datetime) -> ApiError:
 class _RunSpend:
     """One run's ``SpendGuard``."""
 
-    def __init__(self, spending: Spending, tenant: str, user: str | None, known: dict[SpendKey, Spent]) -> None:
+    def __init__(self, spending: Budgets, tenant: str, user: str | None, known: dict[SpendKey, Spent]) -> None:
         self.spending = spending
         self.tenant = tenant
         self.user = user
@@ -372,14 +372,14 @@ class _RunSpend:
                 self._known[key] = value
 
 
-def open_spending(
+def open_budgets(
     redis: aioredis.Redis | None,
     *,
     rules: Mapping[str, TenantRules],
     source: UsageSource | None,
     key_prefix: str = "agent:",
     max_users: int = 0,
-) -> Spending:
+) -> Budgets:
     """The service's budgets: on its shared Redis client when there is one, in this process otherwise."""
     ledger: SpendLedger = RedisSpendLedger(redis, key_prefix=key_prefix) if redis is not None else LocalSpendLedger()
-    return Spending(ledger, rules=rules, source=source, max_users=max_users)
+    return Budgets(ledger, rules=rules, source=source, max_users=max_users)

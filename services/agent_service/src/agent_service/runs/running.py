@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 import anyio
 from anyio.abc import TaskGroup
 
-from agent_service.admission.budgets import Spending
+from agent_service.admission.budgets import Budgets
 from agent_service.admission.run_slots import UNCAPPED, RunSlots
 from agent_service.core.errors import UpstreamError
 from agent_service.core.run import ResumePoint, RunOutcome, RunPlan
@@ -89,7 +89,7 @@ class RunExecutor:
     settings: AgentSettings
     lifecycle: Lifecycle
     slots: RunSlots
-    spending: Spending
+    budgets: Budgets
     owner: str = field(default_factory=_owner_name, init=False)
     active: dict[str, StartedRun] = field(default_factory=dict, init=False)
     slots_held: dict[str, str] = field(default_factory=dict, init=False)
@@ -122,7 +122,7 @@ class RunExecutor:
         run holds from ``begin`` to its end, and a plain completion of the OpenAI front for its one call (it costs
         what a run's call costs, so the cap bounds both together). The plan with its budgets' guard."""
         tenant = caller.tenant
-        plan = replace(plan, spending=await self.spending.admit(tenant, caller.user))
+        plan = replace(plan, spending=await self.budgets.admit(tenant, caller.user))
         cap = caller.rules.max_concurrent_runs
         if cap is None:
             cap = self.settings.max_concurrent_runs_per_tenant

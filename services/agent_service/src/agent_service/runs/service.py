@@ -7,7 +7,7 @@ Without a store (``AGENT_DATABASE_URL`` empty) runs are executed the same way an
 
 Each run also holds one of its tenant's slots (``run_slots``) from ``begin`` to the end of ``execute``; the keeper
 renews the slots of the runs here with their leases, so a dead replica's slots expire like its leases. A run of a
-tenant with monthly budgets carries their guard (``spending``), given in ``begin`` and again when taken over.
+tenant with monthly budgets carries their guard (``RunPlan.spending``), given in ``begin`` and again when taken over.
 
 ``AgentRuns`` is the one face of three parts over one ``RunExecutor``: executing (``running``), reading
 (``reading``), leases and takeovers (``takeover``).
@@ -21,7 +21,7 @@ from datetime import datetime
 
 import anyio
 
-from agent_service.admission.budgets import Spending
+from agent_service.admission.budgets import Budgets
 from agent_service.admission.run_slots import LocalRunSlots, RunSlots
 from agent_service.admission.spend_ledgers import LocalSpendLedger
 from agent_service.core.run import LlmCall, RunOutcome, RunPlan
@@ -49,7 +49,7 @@ class AgentRuns:
         settings: AgentSettings,
         lifecycle: Lifecycle,
         slots: RunSlots | None = None,
-        spending: Spending | None = None,
+        budgets: Budgets | None = None,
     ) -> None:
         self.executor = RunExecutor(
             loop,
@@ -57,7 +57,7 @@ class AgentRuns:
             settings,
             lifecycle,
             slots if slots is not None else LocalRunSlots(settings.lease_seconds),
-            spending if spending is not None else Spending(LocalSpendLedger(), rules={}),
+            budgets if budgets is not None else Budgets(LocalSpendLedger(), rules={}),
         )
         self.reader = RunReader(self.executor)
         self.keeper = LeaseKeeper(self.executor)

@@ -167,7 +167,7 @@ class LeaseKeeper:
             return "finished"
         await self._hold_slot(tenant, run_id)
         # Its budgets as its tenant's rules say now, its end user's included.
-        plan = replace(taken.plan, spending=runs.spending.guard(tenant, record.user))
+        plan = replace(taken.plan, spending=runs.budgets.guard(tenant, record.user))
         run = StartedRun(plan, journal, detached=True, resume=taken.resume)
         runs.active[run_id] = run
         task_group.start_soon(runs.execute_tracked, run, True)
