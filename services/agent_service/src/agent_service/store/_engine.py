@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -263,11 +264,31 @@ def _configure_sqlite(connection: sqlite3.Connection, *, busy_timeout_seconds: f
     cursor = connection.cursor()
     # WAL: readers do not block the writer nor the writer readers; NORMAL: WAL's commits are not synced to
     # disk one by one, yet a crash of the process (not of the machine) loses nothing.
-    cursor.execute("PRAGMA journal_mode=WAL")
+    _use_wal(cursor, patience_seconds=busy_timeout_seconds)
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_seconds * 1000)}")
     cursor.close()
+
+
+def _use_wal(cursor: sqlite3.Cursor, *, patience_seconds: float) -> None:
+    """Put the database in WAL mode, which the file keeps: the first connection to a new file sets it.
+
+    Switching needs the file to itself, and while other connections open the same new file (replicas starting
+    together) SQLite may answer "database is locked" at once, without waiting in its busy handler (it refuses
+    what could deadlock). So the mode is read first (already WAL: nothing to do) and the switch asked again
+    every 10 ms, for at most ``patience_seconds``.
+    """
+    give_up_at = time.monotonic() + patience_seconds
+    while True:
+        try:
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() >= give_up_at:
+                raise
+        time.sleep(0.01)  # on a worker thread or in a connect: never the event loop's (its patience is 0)
 
 
 def _set_up_sqlite(engine: sa.Engine) -> None:
