@@ -1,9 +1,10 @@
 """OpenAI's Chat Completions wire format, once for both directions of the suite. Pure: no I/O.
 
 agent-service's OpenAI-compatible front reads requests in it and writes answers (``agent_service.api.openai_wire``);
-completion-service's ``openai`` provider writes requests in it and reads answers
-(``completion_service.providers.openai``). Both take the shapes and the helpers of this module, so that a
-request one side writes is a request the other reads, and an answer likewise (tests/unit/suite_common).
+completion-service's ``openai`` provider writes requests that these shapes read and reads answers
+(``completion_service.providers.openai``; it writes plain dicts, not these models, on its hot path). Both take
+the helpers of this module, and round-trip tests (tests/unit/suite_common) hold that a request one side writes is
+a request the other reads, and an answer likewise.
 
 The models keep OpenAI's snake_case field names and ignore fields the suite does not use (``top_p``,
 ``logprobs``, ``user``, ...), as OpenAI-compatible servers commonly do. What each direction adds stays on its
