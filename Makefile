@@ -103,4 +103,4 @@ docs: $(STAMP)
 	$(BIN)/python docs/generate_configuration.py
 
 clean:
-	rm -rf $(VENV) .data .mypy_cache .ruff_cache
+	rm -rf $(VENV) .data .mypy_cache .ruff_cache .import_linter_cache .grimp_cache

@@ -107,6 +107,8 @@ _SKIPPED_FOLDERS = {
     ".ruff_cache",
     ".mypy_cache",
     ".pytest_cache",
+    ".import_linter_cache",
+    ".grimp_cache",
 }
 _TEXT_SUFFIXES = {
     ".py",
