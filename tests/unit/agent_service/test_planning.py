@@ -173,14 +173,13 @@ async def test_a_cached_list_saying_all_are_unavailable_is_asked_again_before_re
 
 
 class ToolsClientFailingOnTheRecheck(FakeToolsClient):
-    """The first list says the named tool is unavailable; asked again, the gateway fails once the run's own
-    deadline has run out (it took that long)."""
+    """The first list says the named tool is unavailable; asked again, the gateway fails (in the test, the run's
+    deadline is already within its slack: a failure then is the deadline's doing, not the gateway's)."""
 
     async def list_tools(self, deadline: Deadline) -> list[ToolInfo]:
         if self.calls == 0:
             return await super().list_tools(deadline)
         self.calls += 1
-        await anyio.sleep(deadline.remaining())  # the slow peer: answers only when the run's time is up
         raise UpstreamError("upstream_unavailable", "mcp-client-service did not answer", status=503)
 
 
