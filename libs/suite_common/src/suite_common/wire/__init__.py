@@ -7,13 +7,23 @@ breaking an older one.
 
 Every model is imported from here (``from suite_common.wire import Message``); each contract has its module:
 ``base`` (``WireModel``, ``dump``, the deadline header), ``errors`` (the error body), ``conversation`` (messages,
-tool calls, usage), ``completion`` (completion-service), ``gateway`` (mcp-client-service), ``agent_runs`` and
+tool calls, usage), ``completion`` (completion-service), ``gateway`` (mcp-client-service),
+``tenant_servers`` (the servers tenants register), ``agent_runs`` and
 ``agent_views`` (agent-service: its runs, and what it answers besides).
 """
 
 from __future__ import annotations
 
-from suite_common.wire import agent_runs, agent_views, base, completion, conversation, errors, gateway
+from suite_common.wire import (
+    agent_runs,
+    agent_views,
+    base,
+    completion,
+    conversation,
+    errors,
+    gateway,
+    tenant_servers,
+)
 from suite_common.wire.agent_runs import *  # noqa: F403
 from suite_common.wire.agent_views import *  # noqa: F403
 from suite_common.wire.base import *  # noqa: F403
@@ -21,6 +31,7 @@ from suite_common.wire.completion import *  # noqa: F403
 from suite_common.wire.conversation import *  # noqa: F403
 from suite_common.wire.errors import *  # noqa: F403
 from suite_common.wire.gateway import *  # noqa: F403
+from suite_common.wire.tenant_servers import *  # noqa: F403
 
 __all__ = [
     *base.__all__,
@@ -28,6 +39,7 @@ __all__ = [
     *conversation.__all__,
     *completion.__all__,
     *gateway.__all__,
+    *tenant_servers.__all__,
     *agent_runs.__all__,
     *agent_views.__all__,
 ]

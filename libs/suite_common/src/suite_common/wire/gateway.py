@@ -2,20 +2,46 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
 from suite_common.wire.base import WireModel
 
 __all__ = [
+    "CALLER_META_KEY",
+    "TENANT_HEADER",
     "CallToolProgress",
     "CallToolRequest",
     "CallToolResponse",
+    "CallerContext",
     "ListToolsResponse",
     "ToolInfo",
     "ToolUnavailable",
+    "UserRole",
 ]
+
+
+TENANT_HEADER = "X-Tenant-Id"
+"""On ``list-tools`` and ``call-tool``: the tenant whose catalog the gateway answers from (the shared servers and the
+tenant's own). Absent: the shared servers only."""
+
+CALLER_META_KEY = "io.loopsuite/caller"
+"""The ``_meta`` key of every ``tools/call`` the gateway sends: a ``CallerContext``, so a tool server learns who the
+call acts for."""
+
+UserRole = Literal["guest", "user", "admin", "owner"]
+
+
+class CallerContext(WireModel):
+    """Who a tool call acts for: sent by agent-service in ``call-tool``'s ``caller``, forwarded by the gateway as
+    ``_meta["io.loopsuite/caller"]``."""
+
+    tenant: str
+    user: str | None = None
+    role: UserRole | None = None
+    run_id: str
+    conversation_id: str | None = None
 
 
 class ToolUnavailable(WireModel):
@@ -61,6 +87,8 @@ class CallToolRequest(WireModel):
     """With ``server``: the tool's own name there (``serverTool``, else ``name``, of its ``list-tools`` entry);
     ``name`` must then be a name that tool is listed under (its server's ``toolPrefix`` and its own name, or
     ``<server>__`` and that)."""
+    caller: CallerContext | None = None
+    """Who the call acts for: the gateway sends it to the tool server as ``_meta["io.loopsuite/caller"]``."""
 
 
 class CallToolResponse(WireModel):

@@ -19,6 +19,8 @@ __all__ = [
     "run_events",
     "run_messages",
     "runs",
+    "tenant_runtime",
+    "tool_calls",
     "usage_log",
 ]
 
@@ -162,6 +164,11 @@ usage_log = sa.Table(
     # of time); its tokens are an estimate of its prompt and of what it streamed (``agent_service.engine.metering``).
     sa.Column("estimated", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("created_at", UtcDateTime, nullable=False),
+    # The model that actually answered (a fallback's, not the one asked for), as completion-service reported it;
+    # NULL for rows written before it was kept, and for a call cut off before it answered.
+    sa.Column("answered_model", sa.Text, nullable=True),
+    # The call's latency, from sending it to its last byte, in milliseconds (NULL: rows written before it was kept).
+    sa.Column("latency_ms", sa.Float, nullable=True),
     # A tenant's usage over a time range, and a user's within it.
     sa.Index(None, "tenant", "created_at"),
     sa.Index(None, "tenant", "user_id", "created_at"),
@@ -181,4 +188,49 @@ caller_keys = sa.Table(
     sa.Column("trusted", sa.Boolean, nullable=False),
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("revoked_at", UtcDateTime, nullable=True),
+    # What the key may do besides running: NULL (run only), "admin" (its tenant's admin API), "operator" (the admin
+    # API of any tenant, with ?tenant=).
+    sa.Column("role", sa.Text, nullable=True),
+)
+
+tool_calls = sa.Table(
+    "tool_calls",
+    metadata,
+    # The audit log: one row per tool call a run dispatched (or refused, or answered from the cache), written in the
+    # transaction of the run's step that records its result. What ``GET /api/v1/agent/audit`` pages through.
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("user_id", sa.Text, nullable=True),
+    # No foreign key: the audit of a run outlives the run's deletion.
+    sa.Column("run_id", sa.Text, nullable=False),
+    # The loop's round, the call's index in the round's tool calls, and the run's ``resumes`` when it was made (a
+    # run taken over after a crash makes its interrupted round's calls again: new rows).
+    sa.Column("iteration", sa.Integer, nullable=False),
+    sa.Column("call_index", sa.Integer, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("tool_call_id", sa.Text, nullable=False),
+    # The MCP server that served it (NULL: refused before a server was chosen) and the tool's name as listed.
+    sa.Column("server", sa.Text, nullable=True),
+    sa.Column("tool", sa.Text, nullable=False),
+    # ok | error | refused | cancelled | cached
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("latency_ms", sa.Float, nullable=True),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    # A tenant's calls over a time range (the endpoint's filters narrow it further).
+    sa.Index(None, "tenant", "created_at"),
+    # Written once, however often its step's write is retried.
+    sa.UniqueConstraint("run_id", "iteration", "call_index", "attempt"),
+)
+
+tenant_runtime = sa.Table(
+    "tenant_runtime",
+    metadata,
+    # What a tenant's admin set through ``PATCH /api/v1/admin/runtime``, within the operator's caps (the callers
+    # file): the wire JSON of the fields it set (``maxIterations``, ``toolCacheSeconds``, ``streamMode``,
+    # ``agentEnabled``); a field it never set is absent (the operator's default applies).
+    sa.Column("tenant", sa.Text, primary_key=True),
+    sa.Column("settings", sa.JSON, nullable=False),
+    sa.Column("updated_at", UtcDateTime, nullable=False),
+    # The key that made the last change (its name, never the key).
+    sa.Column("updated_by", sa.Text, nullable=True),
 )

@@ -1,0 +1,84 @@
+"""The MCP servers a tenant registers at runtime, and who a tool call acts for (docs/tenants.md).
+
+agent-service's admin API (``/api/v1/admin/mcp-servers``) and mcp-client-service's tenant API
+(``/mcp/v1/tenants/{tenant}/servers``) speak the same models: agent-service checks who may change what, the gateway
+keeps the servers (its own store), checks their URLs against the outbound policy and connects to them.
+
+Header values are write-only: a request may carry them, no answer ever does (``headerNames`` says which are set).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import ConfigDict, Field
+
+from suite_common.wire.base import WireModel
+from suite_common.wire.gateway import ToolInfo
+
+__all__ = [
+    "TenantServer",
+    "TenantServerCreate",
+    "TenantServerList",
+    "TenantServerPatch",
+    "TenantServerTransport",
+]
+
+TenantServerTransport = Literal["streamable-http", "sse"]
+
+
+class _Strict(WireModel):
+    """A request body of the admin API: an unknown field is a mistake (400), not something to ignore."""
+
+    model_config = ConfigDict(**{**WireModel.model_config, "extra": "forbid"})
+
+
+class TenantServerCreate(_Strict):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    """Like a tool name: letters, digits, ``_`` and ``-``; unique among the tenant's servers and the shared ones."""
+    url: str = Field(min_length=1, max_length=2048)
+    """``http(s)://``: checked against the outbound policy on registration and on every connection."""
+    transport: TenantServerTransport = "streamable-http"
+    headers: dict[str, str] | None = None
+    """Sent on every request to the server (an ``Authorization``, an API key); write-only, encrypted at rest."""
+    enabled: bool = True
+    allowed_tools: list[str] | None = None
+    """Only these of its tools are offered (its own names); ``None``: every tool it lists."""
+
+
+class TenantServerPatch(_Strict):
+    """What ``PATCH`` changes; a field left out stays as it is. ``{"enabled": false}`` is the card's switch.
+    ``headers`` replaces every header (``{}`` removes them); ``allowedTools: null`` offers every tool again."""
+
+    url: str | None = Field(default=None, min_length=1, max_length=2048)
+    transport: TenantServerTransport | None = None
+    headers: dict[str, str] | None = None
+    enabled: bool | None = None
+    allowed_tools: list[str] | None = None
+
+
+class TenantServer(WireModel):
+    """A tenant's server as answered: its settings (header values never), its state and its tools."""
+
+    name: str
+    url: str
+    transport: TenantServerTransport
+    enabled: bool
+    allowed_tools: list[str] | None = None
+    header_names: list[str] = Field(default_factory=list)
+    """The headers it is sent with, by name: their values are never answered."""
+    state: str
+    """``ready`` (a session is open), ``idle`` (no session open now: one opens on its next call), ``connecting``,
+    ``degraded``, ``failed``, ``disabled``."""
+    last_error: str | None = None
+    tool_count: int = 0
+    tools: list[ToolInfo] = Field(default_factory=list)
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class TenantServerList(WireModel):
+    servers: list[TenantServer]
+    max_servers: int | None = None
+    """How many servers of its own the tenant may have (the operator's ``max_mcp_servers``)."""
