@@ -12,10 +12,25 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from typing import Literal
 
 from agent_service.core.personas import NO_GENERATION, Generation, Persona
+from suite_common.wire import UserRole
 
-__all__ = ["ANONYMOUS", "DEFAULT_TENANT", "NO_RULES", "TOOL_PATTERN", "Caller", "TenantRules", "tool_matches"]
+__all__ = [
+    "ANONYMOUS",
+    "DEFAULT_TENANT",
+    "NO_RULES",
+    "TOOL_PATTERN",
+    "Caller",
+    "KeyRole",
+    "TenantRules",
+    "UserRole",
+    "tool_matches",
+]
+
+KeyRole = Literal["admin", "operator"]
+"""What a caller key may do besides running: ``admin``, its tenant's admin API; ``operator``, any tenant's."""
 
 DEFAULT_TENANT = "default"
 """The tenant of a run stored without one (before callers were configured, or by an open API), and of the
@@ -107,13 +122,17 @@ NO_RULES = TenantRules()
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who sent a request: the key's ``name``, its ``tenant``, the end user a trusted caller named (or None), and
-    the tenant's ``rules`` (an open API has none)."""
+    """Who sent a request: the key's ``name``, its ``tenant``, the end user a trusted caller named (or None) and
+    that user's role, the tenant's ``rules`` (an open API has none), and the key's own role."""
 
     name: str
     tenant: str
     user: str | None = None
     rules: TenantRules = field(default=NO_RULES, repr=False)
+    role: UserRole = "user"
+    """The end user's role, named by a trusted caller with ``X-User-Role`` (default ``user``)."""
+    key_role: KeyRole | None = None
+    """The key's own role (``role`` in the callers file or ``keys add --role``): who may use the admin API."""
 
 
 ANONYMOUS = Caller("anonymous", DEFAULT_TENANT)

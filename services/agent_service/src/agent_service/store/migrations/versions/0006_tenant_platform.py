@@ -43,7 +43,11 @@ def upgrade() -> None:
         sa.Column("created_at", UtcDateTime, nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_tool_calls")),
         sa.UniqueConstraint(
-            "run_id", "iteration", "call_index", "attempt", name=op.f("uq_tool_calls_run_id_iteration_call_index_attempt")
+            "run_id",
+            "iteration",
+            "call_index",
+            "attempt",
+            name=op.f("uq_tool_calls_run_id_iteration_call_index_attempt"),
         ),
     )
     op.create_index(op.f("ix_tool_calls_tenant_created_at"), "tool_calls", ["tenant", "created_at"])
