@@ -69,6 +69,9 @@ class ToolInfo(WireModel):
     unavailable: ToolUnavailable | None = None
     """Set on a tool whose server is known but cannot take calls now: it is listed all the same,
     and ``call-tool`` answers 503 ``tool_unavailable`` with ``Retry-After``."""
+    tenant: str | None = None
+    """Set on a tool of a server the tenant registered itself (``TENANT_HEADER``'s tenant); ``None``: a server of
+    the deployment's servers file, shared by every tenant."""
 
 
 class ListToolsResponse(WireModel):
