@@ -28,7 +28,9 @@ The keys come from the callers file (``AGENT_CALLERS_FILE``, TOML)::
     name = "acme-platform"    # shown in logs, never the key
     tenant = "acme"
     sha256 = "<hex sha256 of the key>"   # or: key_env = "ACME_PLATFORM_KEY" (the key itself, from the environment)
-    trusted = true            # may name the end user with X-User-Id (default false)
+    trusted = true            # may name the end user with X-User-Id and X-User-Role (default false)
+    role = "admin"            # may use its tenant's admin API (/api/v1/admin/*); "operator": any tenant's, with
+                              #   ?tenant= (default: none, the key runs and reads only)
 
 A presented key is hashed (``hash_key``) and compared with every known key's hash in constant time
 (``Callers.identify``: ``hmac.compare_digest``), all of them whichever matches, so the answer's timing says nothing
@@ -60,9 +62,9 @@ from agent_service.core.personas import (
     parse_personas,
     parse_system_prompt,
 )
-from agent_service.core.tenancy import NO_RULES, TOOL_PATTERN, TenantRules
+from agent_service.core.tenancy import NO_RULES, TOOL_PATTERN, KeyRole, TenantRules
 
-__all__ = ["CallerKey", "Callers", "CallersFileError", "hash_key", "load_callers", "parse_callers"]
+__all__ = ["KEY_ROLES", "CallerKey", "Callers", "CallersFileError", "hash_key", "load_callers", "parse_callers"]
 
 _SETTING = "AGENT_CALLERS_FILE"
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
@@ -79,6 +81,10 @@ class CallerKey:
     digest: bytes = field(repr=False)
     """The sha256 of the key (never the key itself)."""
     trusted: bool = False
+    role: KeyRole | None = None
+
+
+KEY_ROLES: tuple[KeyRole, ...] = ("admin", "operator")
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +130,7 @@ def _key(entry: Any, index: int, tenants: frozenset[str], source: str, environ: 
     where = f"keys[{index}]"
     if not isinstance(entry, dict):
         raise _fail(source, f"{where} must be a table")
-    unknown = sorted(set(entry) - {"name", "tenant", "sha256", "key_env", "trusted"})
+    unknown = sorted(set(entry) - {"name", "tenant", "sha256", "key_env", "trusted", "role"})
     if unknown:
         raise _fail(source, f"{where}: unknown field {unknown[0]!r}")
     name = entry.get("name")
@@ -137,6 +143,9 @@ def _key(entry: Any, index: int, tenants: frozenset[str], source: str, environ: 
     trusted = entry.get("trusted", False)
     if not isinstance(trusted, bool):
         raise _fail(source, f"{where}: trusted must be true or false")
+    role = entry.get("role")
+    if role is not None and role not in KEY_ROLES:
+        raise _fail(source, f"{where}: role must be one of {', '.join(KEY_ROLES)} (or left out: the key runs only)")
     sha256, key_env = entry.get("sha256"), entry.get("key_env")
     if (sha256 is None) == (key_env is None):
         raise _fail(source, f"{where}: give either sha256 or key_env (one source of the key)")
@@ -151,7 +160,7 @@ def _key(entry: Any, index: int, tenants: frozenset[str], source: str, environ: 
         if not value:
             raise _fail(source, f"{where}: the environment variable {key_env} is not set")
         digest = hash_key(value)
-    return CallerKey(name=name, tenant=tenant, digest=digest, trusted=trusted)
+    return CallerKey(name=name, tenant=tenant, digest=digest, trusted=trusted, role=role)
 
 
 _RULE_FIELDS = (

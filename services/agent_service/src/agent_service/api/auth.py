@@ -139,7 +139,8 @@ class CallerMiddleware:
         if self.callers is not None:
             key = self.callers.identify(presented)
             if key is not None:
-                return Caller(key.name, key.tenant, rules=self.callers.rules[key.tenant]), key.trusted
+                caller = Caller(key.name, key.tenant, rules=self.callers.rules[key.tenant], key_role=key.role)
+                return caller, key.trusted
         if self.stored is None or not protected:
             return None
         stored = await self.stored.find(hash_key(presented))
