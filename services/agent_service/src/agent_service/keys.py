@@ -3,8 +3,9 @@
 ::
 
     python -m agent_service.keys add --name acme-platform --tenant acme [--trusted]   # prints the new key, once
+    python -m agent_service.keys add --name acme-admin --tenant acme --role admin      # may use acme's admin API
     python -m agent_service.keys add --name trial-1 --tenant trial --allow-unlisted-tenant   # a tenant with no rules
-    python -m agent_service.keys list                                                 # names, never keys
+    python -m agent_service.keys list                                 # names, tenants, roles, never keys
     python -m agent_service.keys revoke --name acme-platform
 
 Reads ``AGENT_DATABASE_URL`` (and ``AGENT_DATABASE_MIGRATE``) like the service, so it runs wherever agent-service
@@ -30,7 +31,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from agent_service.access.callers_file import hash_key, load_callers
+from agent_service.access.callers_file import KEY_ROLES, hash_key, load_callers
 from agent_service.core.names import is_name
 from agent_service.settings import AgentSettings
 from agent_service.store import RunStore, StoredCallerKey, StoreError
@@ -67,13 +68,22 @@ def _parser() -> argparse.ArgumentParser:
     add = commands.add_parser("add", help="make a key, store its sha256, print the key (once)")
     add.add_argument("--name", type=_name, required=True, help="shown in logs and in list; unique, never reused")
     add.add_argument("--tenant", type=_name, required=True, help="the tenant the key's runs belong to")
-    add.add_argument("--trusted", action="store_true", help="the key may name the end user (X-User-Id)")
+    add.add_argument(
+        "--trusted", action="store_true", help="the key may name the end user (X-User-Id) and its role (X-User-Role)"
+    )
+    add.add_argument(
+        "--role",
+        choices=KEY_ROLES,
+        default=None,
+        help="admin: may use its tenant's admin API (/api/v1/admin/*); operator: any tenant's, with ?tenant= "
+        "(default: neither, the key runs and reads only)",
+    )
     add.add_argument(
         "--allow-unlisted-tenant",
         action="store_true",
         help="a tenant the callers file has no [tenants.<name>] table for: its runs then have no rules at all",
     )
-    commands.add_parser("list", help="the stored keys: name, tenant, trusted, created, revoked (never a key)")
+    commands.add_parser("list", help="the stored keys: name, tenant, trusted, role, created, revoked (never a key)")
     revoke = commands.add_parser("revoke", help="revoke a key: refused from then on")
     revoke.add_argument("--name", type=_name, required=True)
     return parser
@@ -84,9 +94,16 @@ def _when(moment: datetime | None) -> str:
 
 
 def _table(keys: Sequence[StoredCallerKey]) -> str:
-    rows = [("NAME", "TENANT", "TRUSTED", "CREATED", "REVOKED")]
+    rows = [("NAME", "TENANT", "TRUSTED", "ROLE", "CREATED", "REVOKED")]
     rows += [
-        (key.name, key.tenant, "yes" if key.trusted else "no", _when(key.created_at), _when(key.revoked_at))
+        (
+            key.name,
+            key.tenant,
+            "yes" if key.trusted else "no",
+            key.role or "-",
+            _when(key.created_at),
+            _when(key.revoked_at),
+        )
         for key in keys
     ]
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
@@ -127,12 +144,19 @@ async def _execute(arguments: argparse.Namespace, settings: KeysSettings) -> int
         keys = store.caller_keys
         if arguments.command == "add":
             key = new_key()
-            await keys.add(hash_key(key), name=arguments.name, tenant=arguments.tenant, trusted=arguments.trusted)
+            await keys.add(
+                hash_key(key),
+                name=arguments.name,
+                tenant=arguments.tenant,
+                trusted=arguments.trusted,
+                role=arguments.role,
+            )
             print(key)
-            trust = "trusted (may send X-User-Id)" if arguments.trusted else "not trusted"
+            trust = "trusted (may send X-User-Id and X-User-Role)" if arguments.trusted else "not trusted"
+            role = f", role {arguments.role}" if arguments.role else ""
             print(
-                f"Added the caller key {arguments.name!r} of tenant {arguments.tenant!r}, {trust}. It is printed "
-                "above once: only its sha256 is stored.",
+                f"Added the caller key {arguments.name!r} of tenant {arguments.tenant!r}, {trust}{role}. It is "
+                "printed above once: only its sha256 is stored.",
                 file=sys.stderr,
             )
         elif arguments.command == "list":

@@ -19,6 +19,11 @@ The keys come from the callers file (``AGENT_CALLERS_FILE``, TOML)::
     monthly_cost_usd = 200.0
     user_monthly_tokens = 200000      # each end user's (X-User-Id) per calendar month
     user_monthly_cost_usd = 10.0
+    role_monthly_tokens = {guest = 5000}      # an end user's monthly budget by role (X-User-Role): the role's,
+    role_monthly_cost_usd = {guest = 0.10}    #   else none for admin and owner, else user_monthly_*
+    tool_roles = {"rag:add_documents" = "admin", "web:*" = "user"}  # the lowest role that may use a tool (patterns
+                              #   as in tools; several match: the highest role; unlisted tools: every role)
+    max_mcp_servers = 20      # MCP servers of its own it may register through the admin API (default 20)
 
     [personas.concise]        # a persona every tenant may use; [tenants.acme.personas.<name>]: acme's own
     system_prompt = "Answer in one sentence."
@@ -62,7 +67,15 @@ from agent_service.core.personas import (
     parse_personas,
     parse_system_prompt,
 )
-from agent_service.core.tenancy import NO_RULES, TOOL_PATTERN, KeyRole, TenantRules
+from agent_service.core.tenancy import (
+    DEFAULT_MAX_MCP_SERVERS,
+    NO_RULES,
+    TOOL_PATTERN,
+    USER_ROLES,
+    KeyRole,
+    TenantRules,
+    UserRole,
+)
 
 __all__ = ["KEY_ROLES", "CallerKey", "Callers", "CallersFileError", "hash_key", "load_callers", "parse_callers"]
 
@@ -176,6 +189,10 @@ _RULE_FIELDS = (
     "monthly_cost_usd",
     "user_monthly_tokens",
     "user_monthly_cost_usd",
+    "role_monthly_tokens",
+    "role_monthly_cost_usd",
+    "tool_roles",
+    "max_mcp_servers",
 )
 _WHOLE_LIMITS = ("max_iterations", "max_run_tokens", "monthly_tokens", "user_monthly_tokens")
 _AMOUNT_LIMITS = ("max_run_seconds", "max_run_cost_usd", "monthly_cost_usd", "user_monthly_cost_usd")
@@ -196,22 +213,75 @@ def _names(
     return tuple(value)
 
 
+def _whole(value: Any, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _amount(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < float("inf")
+
+
 def _limits(table: dict[str, Any], where: str, source: str) -> dict[str, Any]:
     """The tenant's limits and budgets: whole numbers (tokens, iterations) or amounts (seconds, dollars), above 0."""
     limits: dict[str, Any] = {}
     for key in _WHOLE_LIMITS:
         value = table.get(key)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        if value is not None and not _whole(value, 1):
             raise _fail(source, f"{where}: {key} must be a whole number, 1 or more")
         limits[key] = value
     for key in _AMOUNT_LIMITS:
         value = table.get(key)
         if value is not None:
-            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < float("inf"):
+            if not _amount(value):
                 raise _fail(source, f"{where}: {key} must be a number above 0")
             value = float(value)
         limits[key] = value
     return limits
+
+
+_ROLES_SHOWN = ", ".join(USER_ROLES)
+
+
+def _role_table(table: dict[str, Any], key: str, where: str, source: str) -> dict[UserRole, Any]:
+    """``table[key]``: an inline table whose keys are end-user roles (empty when absent)."""
+    value = table.get(key, {})
+    if not isinstance(value, dict):
+        raise _fail(source, f"{where}: {key} must be a table of roles, e.g. {key} = {{guest = ...}}")
+    unknown = next((role for role in value if role not in USER_ROLES), None)
+    if unknown is not None:
+        raise _fail(source, f"{where}: {key}: {unknown!r} is not a role ({_ROLES_SHOWN})")
+    return {role: value[role] for role in USER_ROLES if role in value}
+
+
+def _role_budgets(table: dict[str, Any], where: str, source: str) -> dict[str, Any]:
+    """``role_monthly_tokens`` (whole numbers, 1 or more) and ``role_monthly_cost_usd`` (amounts above 0), by role."""
+    tokens: dict[UserRole, int] = {}
+    for role, value in _role_table(table, "role_monthly_tokens", where, source).items():
+        if not _whole(value, 1):
+            raise _fail(source, f"{where}: role_monthly_tokens.{role} must be a whole number, 1 or more")
+        tokens[role] = value
+    cost: dict[UserRole, float] = {}
+    for role, value in _role_table(table, "role_monthly_cost_usd", where, source).items():
+        if not _amount(value):
+            raise _fail(source, f"{where}: role_monthly_cost_usd.{role} must be a number above 0")
+        cost[role] = float(value)
+    return {"role_monthly_tokens": tokens, "role_monthly_cost_usd": cost}
+
+
+def _tool_roles(table: dict[str, Any], where: str, source: str) -> dict[str, UserRole]:
+    """``tool_roles``: tool pattern (as in ``tools``) -> the lowest role that may use it."""
+    value = table.get("tool_roles", {})
+    if not isinstance(value, dict):
+        raise _fail(source, f'{where}: tool_roles must be a table, e.g. tool_roles = {{"rag:add_documents" = "admin"}}')
+    roles: dict[str, UserRole] = {}
+    for pattern, role in value.items():
+        if not TOOL_PATTERN.fullmatch(pattern):
+            problem = f"{pattern!r} is not a tool name, '<server>:<tool>' or '<server>:*'"
+            raise _fail(source, f"{where}: tool_roles: {problem}")
+        if role not in USER_ROLES:
+            raise _fail(source, f"{where}: tool_roles: {pattern!r} = {role!r} is not a role ({_ROLES_SHOWN})")
+        roles[pattern] = role
+    return roles
 
 
 def _rules(name: str, table: dict[str, Any], source: str) -> TenantRules:
@@ -220,14 +290,20 @@ def _rules(name: str, table: dict[str, Any], source: str) -> TenantRules:
     if unknown:
         raise _fail(source, f"{where}: unknown field {unknown[0]!r} (expected {', '.join(_RULE_FIELDS)})")
     cap = table.get("max_concurrent_runs")
-    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 0):
+    if cap is not None and not _whole(cap, 0):
         raise _fail(source, f"{where}: max_concurrent_runs must be a whole number, 0 or more (0: no cap)")
+    max_servers = table.get("max_mcp_servers", DEFAULT_MAX_MCP_SERVERS)
+    if not _whole(max_servers, 0):
+        raise _fail(source, f"{where}: max_mcp_servers must be a whole number, 0 or more (0: none of its own)")
     return TenantRules(
         max_concurrent_runs=cap,
         models=_names(table, "models", where, source, None),
         tools=_names(table, "tools", where, source, TOOL_PATTERN),
         deny_tools=_names(table, "deny_tools", where, source, TOOL_PATTERN) or (),
+        tool_roles=_tool_roles(table, where, source),
+        max_mcp_servers=max_servers,
         **_limits(table, where, source),
+        **_role_budgets(table, where, source),
     )
 
 

@@ -2,7 +2,10 @@
 
 A tenant's ``[tenants.<name>]`` in the callers file may give ``monthly_tokens`` and ``monthly_cost_usd`` (all its
 users together) and ``user_monthly_tokens`` and ``user_monthly_cost_usd`` (each end user, ``X-User-Id``; a run
-without a user counts toward the tenant's only). A month is a calendar month in UTC. ``Budgets`` enforces them:
+without a user counts toward the tenant's only). An end user's budget depends on the user's role (``X-User-Role``):
+the role's own in ``role_monthly_tokens`` / ``role_monthly_cost_usd``, else none for ``admin`` and ``owner``, else
+``user_monthly_*`` (``TenantRules.user_monthly_tokens_of``); one counter per user whatever the role, only its limit
+changes. A month is a calendar month in UTC. ``Budgets`` enforces them:
 
 - ``admit``: a new run of a tenant or user whose budget is used up is refused, 429 ``budget_exhausted``, saying which
   budget and when it resets, with ``Retry-After`` (seconds until the first day of next month, UTC); otherwise it
@@ -74,7 +77,7 @@ from agent_service.admission.spend_ledgers import (
 )
 from agent_service.core.errors import UpstreamError
 from agent_service.core.limits import SpendGuard
-from agent_service.core.tenancy import NO_RULES, TenantRules
+from agent_service.core.tenancy import NO_RULES, TenantRules, UserRole
 from agent_service.store import StoreError
 from suite_common.errors import ApiError
 from suite_common.logging import get_logger
@@ -117,8 +120,8 @@ def _micros(usd: float) -> int:
     return round(usd * MICROS_PER_USD)
 
 
-def _budgets(tenant: str, user: str | None, rules: TenantRules, month: str) -> list[_Budget]:
-    """The budgets a run of ``tenant`` (and ``user``) counts against, in the order they are checked."""
+def _budgets(tenant: str, user: str | None, role: UserRole, rules: TenantRules, month: str) -> list[_Budget]:
+    """The budgets a run of ``tenant`` (and ``user``, of ``role``) counts against, in the order they are checked."""
     budgets: list[_Budget] = []
     key = SpendKey(tenant, month)
     if rules.monthly_tokens is not None:
@@ -127,12 +130,12 @@ def _budgets(tenant: str, user: str | None, rules: TenantRules, month: str) -> l
         budgets.append(_Budget("tenant_monthly_cost", "monthly_cost_usd", key, "cost", _micros(rules.monthly_cost_usd)))
     if user is not None:
         key = SpendKey(tenant, month, user)
-        if rules.user_monthly_tokens is not None:
-            limit = rules.user_monthly_tokens
-            budgets.append(_Budget("user_monthly_tokens", "user_monthly_tokens", key, "tokens", limit))
-        if rules.user_monthly_cost_usd is not None:
-            limit = _micros(rules.user_monthly_cost_usd)
-            budgets.append(_Budget("user_monthly_cost", "user_monthly_cost_usd", key, "cost", limit))
+        tokens, setting = rules.user_monthly_tokens_of(role)
+        if tokens is not None:
+            budgets.append(_Budget("user_monthly_tokens", setting, key, "tokens", tokens))
+        cost, setting = rules.user_monthly_cost_usd_of(role)
+        if cost is not None:
+            budgets.append(_Budget("user_monthly_cost", setting, key, "cost", _micros(cost)))
     return budgets
 
 
@@ -183,12 +186,12 @@ class Budgets:
             else:
                 self._recent[key] = (value, now)
 
-    def _budgets_now(self, tenant: str, user: str | None) -> tuple[list[_Budget], datetime]:
+    def _budgets_now(self, tenant: str, user: str | None, role: UserRole) -> tuple[list[_Budget], datetime]:
         rules = self.rules.get(tenant, NO_RULES)
         if not rules.has_monthly_budget:
             return [], self.clock()
         now = self.clock()
-        return _budgets(tenant, user, rules, f"{month_start(now):%Y-%m}"), now
+        return _budgets(tenant, user, role, rules, f"{month_start(now):%Y-%m}"), now
 
     async def _spent(self, budgets: list[_Budget], keys: list[SpendKey], now: datetime) -> dict[SpendKey, Spent]:
         """Each key's counter (one that has none: what the store has); raises ``LedgerUnavailable``, and
@@ -220,12 +223,12 @@ class Budgets:
             raise LedgerUnavailable(f"run store: {error}") from None
 
     async def used_up(
-        self, tenant: str, user: str | None, known: dict[SpendKey, Spent] | None = None
+        self, tenant: str, user: str | None, known: dict[SpendKey, Spent] | None = None, *, role: UserRole = "user"
     ) -> tuple[_Budget, Spent, datetime] | None:
-        """The first of the budgets of ``tenant`` and ``user`` that is used up, with its counter and the time now;
-        raises ``LedgerUnavailable``. ``known``: counters already read, used when they cover every budget (those
-        read here are put in it)."""
-        budgets, now = self._budgets_now(tenant, user)
+        """The first of the budgets of ``tenant`` and ``user`` (of ``role``) that is used up, with its counter and the
+        time now; raises ``LedgerUnavailable``. ``known``: counters already read, used when they cover every budget
+        (those read here are put in it)."""
+        budgets, now = self._budgets_now(tenant, user, role)
         if not budgets:
             return None
         keys = list(dict.fromkeys(budget.key for budget in budgets))
@@ -241,15 +244,15 @@ class Budgets:
                 known.update(spent)
         return next(((b, spent[b.key], now) for b in budgets if b.key in spent and b.used_up(spent[b.key])), None)
 
-    async def admit(self, tenant: str, user: str | None) -> SpendGuard | None:
-        """The guard of a new run of ``tenant`` and ``user`` (``None`` when the tenant has no monthly budget); refuses
-        the run when one of its budgets is used up: 429 ``budget_exhausted`` (or 503 ``limits_unavailable`` when that
-        cannot be known)."""
+    async def admit(self, tenant: str, user: str | None, role: UserRole = "user") -> SpendGuard | None:
+        """The guard of a new run of ``tenant`` and ``user``, of ``role`` (``None`` when the tenant has no monthly
+        budget); refuses the run when one of its budgets is used up: 429 ``budget_exhausted`` (or 503
+        ``limits_unavailable`` when that cannot be known)."""
         if not self.rules.get(tenant, NO_RULES).has_monthly_budget:
             return None
         known: dict[SpendKey, Spent] = {}
         try:
-            found = await self.used_up(tenant, user, known)
+            found = await self.used_up(tenant, user, known, role=role)
         except _TooManyUsers as refused:
             raise refused.error() from None
         except LedgerUnavailable as error:
@@ -262,16 +265,20 @@ class Budgets:
             ) from None
         if found is not None:
             raise _budget_exhausted(*found)
-        return _RunSpend(self, tenant, user, known)
+        return _RunSpend(self, tenant, user, role, known)
 
-    def guard(self, tenant: str, user: str | None) -> SpendGuard | None:
-        """The guard of a run admitted earlier (taken over after a crash); ``None`` when the tenant has no monthly
-        budget. Its first check reads the counters."""
-        return _RunSpend(self, tenant, user, {}) if self.rules.get(tenant, NO_RULES).has_monthly_budget else None
+    def guard(self, tenant: str, user: str | None, role: UserRole = "user") -> SpendGuard | None:
+        """The guard of a run admitted earlier (taken over after a crash), of ``user`` of ``role``; ``None`` when the
+        tenant has no monthly budget. Its first check reads the counters."""
+        has_budget = self.rules.get(tenant, NO_RULES).has_monthly_budget
+        return _RunSpend(self, tenant, user, role, {}) if has_budget else None
 
-    async def record(self, tenant: str, user: str | None, spent: Spent) -> dict[SpendKey, Spent | None]:
-        """Add one call's ``spent`` to the counters of the budgets of ``tenant`` and ``user``; their new values."""
-        budgets, now = self._budgets_now(tenant, user)
+    async def record(
+        self, tenant: str, user: str | None, spent: Spent, *, role: UserRole = "user"
+    ) -> dict[SpendKey, Spent | None]:
+        """Add one call's ``spent`` to the counters of the budgets of ``tenant`` and ``user`` (of ``role``); their new
+        values."""
+        budgets, now = self._budgets_now(tenant, user, role)
         if not budgets or not spent:
             return {}
         keys = list(dict.fromkeys(budget.key for budget in budgets))
@@ -332,10 +339,13 @@ def _budget_exhausted(budget: _Budget, spent: Spent, now: datetime) -> ApiError:
 class _RunSpend:
     """One run's ``SpendGuard``."""
 
-    def __init__(self, spending: Budgets, tenant: str, user: str | None, known: dict[SpendKey, Spent]) -> None:
+    def __init__(
+        self, spending: Budgets, tenant: str, user: str | None, role: UserRole, known: dict[SpendKey, Spent]
+    ) -> None:
         self.spending = spending
         self.tenant = tenant
         self.user = user
+        self.role = role
         self._known = known
         """The counters as the run last read or added to them: its next check needs no round trip."""
         self._unrecorded = Spent()
@@ -343,7 +353,7 @@ class _RunSpend:
 
     async def exhausted(self) -> BudgetName | None:
         try:
-            found = await self.spending.used_up(self.tenant, self.user, self._known)
+            found = await self.spending.used_up(self.tenant, self.user, self._known, role=self.role)
         except _TooManyUsers as refused:  # a run taken over after its user's count was lost (a flushed Redis)
             error = refused.error()
             raise UpstreamError(error.code, error.message, status=429, headers=error.headers) from None
@@ -358,7 +368,7 @@ class _RunSpend:
         # Shielded: the call was made, so it is counted even when the run is being cancelled (bounded all the same).
         with anyio.CancelScope(shield=True):
             try:
-                counters = await self.spending.record(self.tenant, self.user, spent)
+                counters = await self.spending.record(self.tenant, self.user, spent, role=self.role)
             except LedgerUnavailable as error:
                 _log.warning("spending_not_recorded", tenant=self.tenant, tokens=spent.tokens, error=str(error))
                 self._unrecorded = spent

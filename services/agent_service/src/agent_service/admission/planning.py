@@ -18,7 +18,7 @@ from agent_service.core.errors import UpstreamError
 from agent_service.core.limits import RunLimits
 from agent_service.core.personas import GENERATION_FIELDS, PERSONA_FIELDS, Generation, Persona
 from agent_service.core.run import RunPlan
-from agent_service.core.tenancy import DEFAULT_TENANT, NO_RULES, TenantRules
+from agent_service.core.tenancy import DEFAULT_TENANT, NO_RULES, TenantRules, UserRole
 from agent_service.infra.peers import CompletionClient, ToolsClient
 from agent_service.settings import AgentSettings
 from suite_common.deadline import Deadline
@@ -262,9 +262,19 @@ _RECHECK_UNAVAILABLE_SECONDS = 1.0
 """Before refusing a run because all its tools are unavailable, a tool list older than this is fetched again."""
 
 
-def allowed_tools(listed: list[ToolInfo], rules: TenantRules) -> list[ToolInfo]:
-    """The tools of ``listed`` the tenant may use: the only ones it is ever offered or shown."""
-    return [tool for tool in listed if rules.allows_tool(tool.server, tool.name, tool.server_tool)]
+def _tenant_allows(tool: ToolInfo, rules: TenantRules) -> bool:
+    """The tenant's ``tools`` and ``deny_tools`` choose among the shared tools; its own servers' it always may use."""
+    return tool.tenant is not None or rules.allows_tool(tool.server, tool.name, tool.server_tool)
+
+
+def allowed_tools(listed: list[ToolInfo], rules: TenantRules, role: UserRole) -> list[ToolInfo]:
+    """The tools of ``listed`` an end user of ``role`` may use within the tenant's rules: the only ones such a
+    caller is ever offered or shown."""
+    return [
+        tool
+        for tool in listed
+        if _tenant_allows(tool, rules) and rules.role_allows_tool(role, tool.server, tool.name, tool.server_tool)
+    ]
 
 
 def _check_model(model: str, rules: TenantRules, persona: str | None = None) -> None:
@@ -275,9 +285,12 @@ def _check_model(model: str, rules: TenantRules, persona: str | None = None) -> 
         raise ApiError(403, "model_not_allowed", message)
 
 
-def _cost_limit(asked: AgentRunRequest, request: AgentRunRequest, rules: TenantRules, user: str | None) -> str | None:
+def _cost_limit(
+    asked: AgentRunRequest, request: AgentRunRequest, rules: TenantRules, user: str | None, role: UserRole
+) -> str | None:
     """The first cost limit a run is subject to, as a refusal names it; ``None``: none, its cost need not be known.
-    ``asked``: the request as it came, ``request``: as its persona filled it; ``user``: the run's end user."""
+    ``asked``: the request as it came, ``request``: as its persona filled it; ``user``: the run's end user, of
+    ``role``."""
     if asked.max_cost_usd is not None:
         return "the request's maxCostUsd"
     if request.max_cost_usd is not None:
@@ -286,8 +299,10 @@ def _cost_limit(asked: AgentRunRequest, request: AgentRunRequest, rules: TenantR
         return "the tenant's max_run_cost_usd"
     if rules.monthly_cost_usd is not None:
         return "the tenant's monthly_cost_usd"
-    if user is not None and rules.user_monthly_cost_usd is not None:
-        return "the end user's monthly budget (user_monthly_cost_usd)"
+    if user is not None:
+        limit, setting = rules.user_monthly_cost_usd_of(role)
+        if limit is not None:
+            return f"the end user's monthly budget ({setting})"
     return None
 
 
@@ -309,20 +324,24 @@ def _check_priced(model: str, resolved: ResolvedModel, limit: str) -> None:
     raise ApiError(403, "model_not_priced", message)
 
 
-def _select_tools(request: AgentRunRequest, listed: list[ToolInfo], rules: TenantRules) -> list[ToolInfo]:
-    """The run's tools, among those the tenant may use. Omitted: every tool that is available now. Named: each
-    must be listed, available or not: a tool whose server is restarting is not an unknown name (its calls fail
-    with a tool result saying why and when to retry). A listed tool the tenant may not use is refused by name
-    (403 ``tool_not_allowed``): the suite's tool list is the deployment's, not a tenant's secret."""
-    allowed = allowed_tools(listed, rules)
+def _select_tools(
+    request: AgentRunRequest, listed: list[ToolInfo], rules: TenantRules, role: UserRole
+) -> list[ToolInfo]:
+    """The run's tools, among those the tenant and the end user's ``role`` may use. Omitted: every tool that is
+    available now. Named: each must be listed, available or not: a tool whose server is restarting is not an
+    unknown name (its calls fail with a tool result saying why and when to retry). A listed tool the tenant, or
+    the user's role, may not use is refused by name (403 ``tool_not_allowed``): the list the gateway answers is
+    the tenant's (the shared tools and its own), not a secret from it."""
+    allowed = allowed_tools(listed, rules, role)
     if request.tools is None:
         return [tool for tool in allowed if tool.unavailable is None]
     by_name = {tool.name: tool for tool in allowed}
-    listed_names = {tool.name for tool in listed}
-    refused = [name for name in request.tools if name not in by_name and name in listed_names]
+    listed_by_name = {tool.name: tool for tool in listed}
+    refused = [name for name in request.tools if name not in by_name and name in listed_by_name]
     if refused:
-        message = f"Tools not allowed to this caller's tenant: {clip_names(refused)}."
-        raise ApiError(403, "tool_not_allowed", message)
+        of_tenant = [name for name in refused if _tenant_allows(listed_by_name[name], rules)]
+        whom = f"to the end user's role ({role})" if len(of_tenant) == len(refused) else "to this caller's tenant"
+        raise ApiError(403, "tool_not_allowed", f"Tools not allowed {whom}: {clip_names(refused)}.")
     unknown = [name for name in request.tools if name not in by_name]
     if unknown:
         names = ", ".join(sorted(by_name)) or "none"
@@ -359,6 +378,7 @@ async def _resolve(
     request: AgentRunRequest,
     model: str,
     rules: TenantRules,
+    role: UserRole,
     limits: RunLimits,
     cost_limit: str | None,
     catalog: ToolCatalog,
@@ -377,10 +397,10 @@ async def _resolve(
         # The plain path: no tool discovery when the caller wants no tools.
         if request.tool_choice != "none" and request.tools != []:
             # Assigned before the re-check: a re-check cut off by the run's deadline keeps this selection.
-            tools = _select_tools(request, await catalog.tools(deadline), rules)
+            tools = _select_tools(request, await catalog.tools(deadline), rules, role)
             if _all_unavailable(tools):  # maybe back already: asked again before refusing
                 tools = _select_tools(
-                    request, await catalog.tools(deadline, max_age=_RECHECK_UNAVAILABLE_SECONDS), rules
+                    request, await catalog.tools(deadline, max_age=_RECHECK_UNAVAILABLE_SECONDS), rules, role
                 )
                 if _all_unavailable(tools):
                     raise _unavailable_error(tools)
@@ -405,14 +425,17 @@ async def plan_run(
     rules: TenantRules = NO_RULES,
     tenant: str = DEFAULT_TENANT,
     user: str | None = None,
+    role: UserRole = "user",
 ) -> RunPlan:
     """``client_tools``: tools the caller runs itself (see ``RunPlan.client_tools``); one of ours with the same
     name is left out of the run, since the caller, who declared it, expects to run it. ``rules``: the caller's
     tenant's; a model it may not run is refused before anything else (403 ``model_not_allowed``), and a tool it
     may not use is never in the run. ``tenant``: the caller's, whose run it is. A persona the request names fills
     what it omits, first of all (``apply_persona``); what it fills is checked as the request's own
-    fields are. ``user``: the run's end user, whose monthly budget counts too. A run under any cost limit may only use
-    a model with known prices, its fallbacks' included (403 ``model_not_priced``)."""
+    fields are. ``user``: the run's end user, whose monthly budget counts too; ``role``: that user's
+    (``X-User-Role``), which decides the tools it is offered (the tenant's ``tool_roles``; a tool named above it:
+    403 ``tool_not_allowed``) and its monthly budget. A run under any cost limit may only use a model with known
+    prices, its fallbacks' included (403 ``model_not_priced``)."""
     asked = request
     request = apply_persona(request, rules, settings.default_model)
     preset = frozenset(name for name in _PRESET_LIMITS if getattr(asked, name) is None and getattr(request, name))
@@ -422,8 +445,8 @@ async def plan_run(
     from_persona = persona is not None and asked.model is None and model == persona.model
     _check_model(model, rules, request.persona if from_persona else None)
     limits = _check_limits(request, settings, rules, preset)
-    cost_limit = _cost_limit(asked, request, rules, user)
-    tools, prices, out_of_time = await _resolve(request, model, rules, limits, cost_limit, catalog, models)
+    cost_limit = _cost_limit(asked, request, rules, user, role)
+    tools, prices, out_of_time = await _resolve(request, model, rules, role, limits, cost_limit, catalog, models)
     client_tools = client_tools or []
     if client_tools:
         client_names = {spec.name for spec in client_tools}

@@ -1,5 +1,6 @@
 """Who is calling each HTTP request: ``CallerMiddleware`` identifies the caller by its key (``Authorization:
-Bearer``), its tenant, and the end user a trusted caller names (``X-User-Id``); handlers read it with ``caller_of``.
+Bearer``), its tenant, and the end user a trusted caller names (``X-User-Id``) with that user's role
+(``X-User-Role``: guest, user, admin or owner; default user); handlers read it with ``caller_of``.
 
 A presented key is looked up in the callers file first (``agent_service.access.callers_file``, in memory, in
 constant time), then, with ``AGENT_CALLER_KEYS_IN_STORE``, in the run store by its hash when no key of the file
@@ -10,7 +11,8 @@ every request is the caller ``anonymous`` of the tenant ``default``, which may n
 ``CallerMiddleware`` is the one place that checks: ``/api/v1/agent/*`` and ``/v1/*`` need a key; the health,
 metrics, OpenAPI and console page routes stay open. The store unreachable when a key has to be looked up there:
 503 ``store_unavailable``. With keys, the lines logged while serving a request carry
-``caller``, ``tenant`` and ``user``. Handlers (and the limiter) read the caller with ``caller_of``.
+``caller``, ``tenant``, ``user`` and ``user_role`` (when named).
+Handlers (and the limiter) read the caller with ``caller_of``.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from agent_service.access.callers_file import Callers, hash_key
 from agent_service.access.stored_keys import StoredKeys
 from agent_service.api.openai_wire import error_body
 from agent_service.core.names import USER_ID_RULE, is_user_id
-from agent_service.core.tenancy import ANONYMOUS, NO_RULES, Caller
+from agent_service.core.tenancy import ANONYMOUS, NO_RULES, USER_ROLES, Caller, UserRole
 from agent_service.store import StoreError
+from suite_common.echo import clip
 from suite_common.errors import error_response
 from suite_common.logging import get_logger
 
@@ -38,14 +41,17 @@ _log = get_logger("agent_service.callers")
 PROTECTED_PREFIXES = ("/api/v1/agent/", "/v1/")
 """The paths that need a caller key (when the service has keys): the one list, which /openapi.json documents too."""
 CALLER_ERRORS = {
-    400: "X-User-Id is not 1 to 128 printable ASCII characters without spaces (invalid_request).",
+    400: "X-User-Id is not 1 to 128 printable ASCII characters without spaces (invalid_request), or X-User-Role is "
+    "not one of guest, user, admin, owner (invalid_user_role).",
     401: "No caller key (Authorization: Bearer), or an unknown or revoked one (unauthorized, WWW-Authenticate).",
-    403: "X-User-Id from a caller whose key is not trusted (user_not_allowed).",
+    403: "X-User-Id or X-User-Role from a caller whose key is not trusted (user_not_allowed).",
     503: "The run store, which holds caller keys (AGENT_CALLER_KEYS_IN_STORE), is unavailable (store_unavailable).",
 }
 """What ``CallerMiddleware`` answers on a protected path, by status, for /openapi.json (with the operation's own)."""
 _OPENAI_PREFIX = "/v1/"
 _USER_HEADER = b"x-user-id"
+_ROLE_HEADER = b"x-user-role"
+_ROLES_SHOWN = ", ".join(USER_ROLES)
 
 
 def caller_of(request: Request) -> Caller:
@@ -69,9 +75,33 @@ def _bearer(scope: Scope) -> str | None:
     return token if scheme.lower() == "bearer" and token else None
 
 
+def _end_user_refusal(caller: Caller, trusted: bool, user: str | None, role: str | None) -> tuple[int, str, str] | None:
+    """Why the end user a request names (``X-User-Id``, ``X-User-Role``) is refused: status, code and message; or
+    None when it is not."""
+    if not trusted:
+        named = " and ".join(
+            header for header, value in (("X-User-Id", user), ("X-User-Role", role)) if value is not None
+        )
+        return (
+            403,
+            "user_not_allowed",
+            f"The caller {caller.name} may not name the end user ({named}): its key is not trusted.",
+        )
+    if user is not None and not is_user_id(user):
+        return 400, "invalid_request", f"X-User-Id must be {USER_ID_RULE}."
+    if role is not None and role not in USER_ROLES:
+        return 400, "invalid_user_role", f"X-User-Role must be one of {_ROLES_SHOWN} (got {clip(role)!r})."
+    return None
+
+
+def _user_role(role: str | None) -> UserRole:
+    """The end user's role as ``X-User-Role`` names it (checked already); ``user`` when it names none."""
+    return next((known for known in USER_ROLES if known == role), "user")
+
+
 class CallerMiddleware:
     """Identifies the caller of every HTTP request (``scope["state"]["caller"]``); refuses a protected path without
-    a known key (401), and ``X-User-Id`` from a key that may not name users (403).
+    a known key (401), and ``X-User-Id`` or ``X-User-Role`` from a key that may not name users (403).
 
     The keys: the callers file's (``callers``), checked first, in memory; then, when ``stored`` is given, the run
     store's, only for a protected path that no file key matched. Neither: an open API."""
@@ -89,6 +119,7 @@ class CallerMiddleware:
         path: str = scope["path"]
         protected = path.startswith(PROTECTED_PREFIXES)
         user = _header(scope, _USER_HEADER)
+        role = _header(scope, _ROLE_HEADER)
         if self.open:
             caller, trusted = ANONYMOUS, True  # an open API: whoever can reach it is trusted, as on a laptop
         else:
@@ -112,22 +143,20 @@ class CallerMiddleware:
                 caller, trusted = ANONYMOUS, False
             else:
                 caller, trusted = identified
-        if user is not None and protected:
-            if not trusted:
-                message = f"The caller {caller.name} may not name the end user (X-User-Id): its key is not trusted."
-                await self._refuse(path, 403, "user_not_allowed", message)(scope, receive, send)
+        if protected and (user is not None or role is not None):
+            problem = _end_user_refusal(caller, trusted, user, role)
+            if problem is not None:
+                await self._refuse(path, *problem)(scope, receive, send)
                 return
-            if not is_user_id(user):
-                message = f"X-User-Id must be {USER_ID_RULE}."
-                await self._refuse(path, 400, "invalid_request", message)(scope, receive, send)
-                return
-            caller = replace(caller, user=user)
+            caller = replace(caller, user=user, role=_user_role(role))
         scope.setdefault("state", {})["caller"] = caller
         if self.open or caller is ANONYMOUS:
             await self.app(scope, receive, send)
             return
         # Every line logged while serving the request says whose it is (names only, never the key).
         context = {"caller": caller.name, "tenant": caller.tenant} | ({"user": caller.user} if caller.user else {})
+        if role is not None:
+            context["user_role"] = caller.role
         with structlog.contextvars.bound_contextvars(**context):
             await self.app(scope, receive, send)
 
@@ -147,7 +176,7 @@ class CallerMiddleware:
         if stored is None:
             return None
         rules = self.callers.rules_of(stored.tenant) if self.callers is not None else NO_RULES
-        return Caller(stored.name, stored.tenant, rules=rules), stored.trusted
+        return Caller(stored.name, stored.tenant, rules=rules, key_role=stored.role), stored.trusted
 
     @staticmethod
     def _refuse(path: str, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:

@@ -473,6 +473,7 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
         rules=caller.rules,
         tenant=caller.tenant,
         user=caller.user,
+        role=caller.role,
     )
     run = None
     if plan.tools:

@@ -12,20 +12,23 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Literal
+from typing import Literal, TypeVar
 
 from agent_service.core.personas import NO_GENERATION, Generation, Persona
 from suite_common.wire import UserRole
 
 __all__ = [
     "ANONYMOUS",
+    "DEFAULT_MAX_MCP_SERVERS",
     "DEFAULT_TENANT",
     "NO_RULES",
     "TOOL_PATTERN",
+    "USER_ROLES",
     "Caller",
     "KeyRole",
     "TenantRules",
     "UserRole",
+    "role_at_least",
     "tool_matches",
 ]
 
@@ -35,6 +38,21 @@ KeyRole = Literal["admin", "operator"]
 DEFAULT_TENANT = "default"
 """The tenant of a run stored without one (before callers were configured, or by an open API), and of the
 conversations stored before conversations were keyed by tenant."""
+
+USER_ROLES: tuple[UserRole, ...] = ("guest", "user", "admin", "owner")
+"""An end user's roles, lowest first: a role may do what every role before it may."""
+
+UNLIMITED_ROLES: frozenset[UserRole] = frozenset({"admin", "owner"})
+"""The roles without a monthly budget of their own unless the tenant's ``role_monthly_*`` gives them one."""
+
+DEFAULT_MAX_MCP_SERVERS = 20
+"""How many MCP servers of its own a tenant may register when its ``max_mcp_servers`` says nothing."""
+
+
+def role_at_least(role: UserRole, lowest: UserRole) -> bool:
+    """Whether ``role`` is ``lowest`` or above it (``USER_ROLES``' order)."""
+    return USER_ROLES.index(role) >= USER_ROLES.index(lowest)
+
 
 TOOL_PATTERN = re.compile(r"[^:\s]+(:[^:\s]+)?")
 """What ``tool_matches`` takes: a tool's name, ``<server>:<tool>`` or ``<server>:*``."""
@@ -82,12 +100,33 @@ class TenantRules:
     the tenant's budgets only."""
     user_monthly_cost_usd: float | None = None
     """Cost of each end user's runs in a calendar month (UTC), in US dollars."""
+    role_monthly_tokens: Mapping[UserRole, int] = field(default_factory=dict)
+    """Each end user's monthly tokens by the user's role (``X-User-Role``), instead of ``user_monthly_tokens``."""
+    role_monthly_cost_usd: Mapping[UserRole, float] = field(default_factory=dict)
+    """Each end user's monthly cost by the user's role, in US dollars, instead of ``user_monthly_cost_usd``."""
+    tool_roles: Mapping[str, UserRole] = field(default_factory=dict)
+    """Tool pattern (as in ``tools``) -> the lowest end-user role that may use the tools it matches; a tool that no
+    pattern matches: every role. Applies to the shared tools and the tenant's own alike."""
+    max_mcp_servers: int = DEFAULT_MAX_MCP_SERVERS
+    """How many MCP servers of its own the tenant may register (the admin API), the operator's cap."""
 
     @property
     def has_monthly_budget(self) -> bool:
         """Whether its runs are counted against a monthly budget at all (otherwise they cost nothing to check)."""
         budgets = (self.monthly_tokens, self.monthly_cost_usd, self.user_monthly_tokens, self.user_monthly_cost_usd)
-        return any(budget is not None for budget in budgets)
+        return any(budget is not None for budget in budgets) or bool(
+            self.role_monthly_tokens or self.role_monthly_cost_usd
+        )
+
+    def user_monthly_tokens_of(self, role: UserRole) -> tuple[int | None, str]:
+        """An end user's monthly tokens for ``role`` (``None``: unlimited) and the field of the callers file that
+        says so: the role's own (``role_monthly_tokens``), else none for ``admin`` and ``owner``, else the
+        tenant's ``user_monthly_tokens``."""
+        return _by_role(role, self.role_monthly_tokens, self.user_monthly_tokens, "tokens")
+
+    def user_monthly_cost_usd_of(self, role: UserRole) -> tuple[float | None, str]:
+        """An end user's monthly cost for ``role``, chosen as ``user_monthly_tokens_of`` chooses tokens."""
+        return _by_role(role, self.role_monthly_cost_usd, self.user_monthly_cost_usd, "cost_usd")
 
     # Personas and the system-prompt cascade (agent_service.core.personas): set from the callers file in
     # ``agent_service.access.callers_file.parse_callers``, apart from the rules above.
@@ -103,18 +142,46 @@ class TenantRules:
         return self.models is None or any(fnmatchcase(model, pattern) for pattern in self.models)
 
     def allows_tool(self, server: str, tool: str, server_tool: str | None = None) -> bool:
-        """``tool``: as the gateway lists it; ``server_tool``: its own name on ``server``, if another (a rule
-        naming either name matches: ``tool_matches``)."""
+        """Whether ``tools`` and ``deny_tools`` allow a shared tool (the tenant's own are never subject to them).
+        ``tool``: as the gateway lists it; ``server_tool``: its own name on ``server``, if another (a rule naming
+        either name matches: ``tool_matches``)."""
         if self.tools is not None and not any(
             tool_matches(pattern, server, tool, server_tool) for pattern in self.tools
         ):
             return False
         return not any(tool_matches(pattern, server, tool, server_tool) for pattern in self.deny_tools)
 
+    def lowest_role(self, server: str, tool: str, server_tool: str | None = None) -> UserRole | None:
+        """The lowest end-user role that may use the tool (``tool_roles``: the highest of the patterns matching it),
+        or ``None`` when no pattern matches it (every role may)."""
+        matched = [
+            role for pattern, role in self.tool_roles.items() if tool_matches(pattern, server, tool, server_tool)
+        ]
+        return max(matched, key=USER_ROLES.index, default=None)
+
+    def role_allows_tool(self, role: UserRole, server: str, tool: str, server_tool: str | None = None) -> bool:
+        """Whether an end user of ``role`` may use the tool (``tool_roles``)."""
+        lowest = self.lowest_role(server, tool, server_tool)
+        return lowest is None or role_at_least(role, lowest)
+
     def servers_named(self) -> set[str]:
-        """The MCP servers its ``tools`` and ``deny_tools`` name (``<server>:<tool>``, ``<server>:*``)."""
+        """The shared MCP servers its ``tools`` and ``deny_tools`` name (``<server>:<tool>``, ``<server>:*``).
+        Not ``tool_roles``': they may name the tenant's own servers, which the gateway's shared list lacks."""
         patterns = (*(self.tools or ()), *self.deny_tools)
         return {pattern.partition(":")[0] for pattern in patterns if ":" in pattern}
+
+
+_Amount = TypeVar("_Amount", int, float)
+
+
+def _by_role(
+    role: UserRole, by_role: Mapping[UserRole, _Amount], per_user: _Amount | None, unit: str
+) -> tuple[_Amount | None, str]:
+    if role in by_role:
+        return by_role[role], f"role_monthly_{unit}.{role}"
+    if role in UNLIMITED_ROLES:
+        return None, f"role_monthly_{unit}.{role}"
+    return per_user, f"user_monthly_{unit}"
 
 
 NO_RULES = TenantRules()

@@ -122,7 +122,7 @@ class RunExecutor:
         run holds from ``begin`` to its end, and a plain completion of the OpenAI front for its one call (it costs
         what a run's call costs, so the cap bounds both together). The plan with its budgets' guard."""
         tenant = caller.tenant
-        plan = replace(plan, spending=await self.budgets.admit(tenant, caller.user))
+        plan = replace(plan, spending=await self.budgets.admit(tenant, caller.user, caller.role))
         cap = caller.rules.max_concurrent_runs
         if cap is None:
             cap = self.settings.max_concurrent_runs_per_tenant
@@ -147,6 +147,7 @@ class RunExecutor:
             caller=caller.name,
             tenant=caller.tenant,
             user=caller.user,
+            user_role=caller.role if caller.user is not None else None,
             settings=conversation_settings(request) if request.conversation_id is not None else None,
         )
         limits = ConversationLimits(self.settings.conversation_max_bytes, self.settings.conversation_max_runs)

@@ -166,8 +166,8 @@ class LeaseKeeper:
             await journal.finish(RunOutcome(taken.finished, record.iterations, record.usage, []))
             return "finished"
         await self._hold_slot(tenant, run_id)
-        # Its budgets as its tenant's rules say now, its end user's included.
-        plan = replace(taken.plan, spending=runs.budgets.guard(tenant, record.user))
+        # Its budgets as its tenant's rules say now, its end user's (by the role the user had) included.
+        plan = replace(taken.plan, spending=runs.budgets.guard(tenant, record.user, record.user_role or "user"))
         run = StartedRun(plan, journal, detached=True, resume=taken.resume)
         runs.active[run_id] = run
         task_group.start_soon(runs.execute_tracked, run, True)

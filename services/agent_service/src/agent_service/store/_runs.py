@@ -119,6 +119,7 @@ class StoredRuns:
                     "caller": run.caller,
                     "tenant": tenant,
                     "user_id": run.user,
+                    "user_role": run.user_role,
                     "model": run.model,
                     "status": "processing",
                     "iterations": 0,

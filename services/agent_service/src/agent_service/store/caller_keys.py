@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import cast
 
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
+from agent_service.core.tenancy import KeyRole
 from agent_service.store._engine import Database
 from agent_service.store.records import StoreError
 from agent_service.store.schema import caller_keys
@@ -37,11 +39,18 @@ class StoredCallerKey:
     trusted: bool
     created_at: datetime
     revoked_at: datetime | None = None
+    role: KeyRole | None = None
+    """What the key may do besides running (``admin``, ``operator``); ``None``: run and read only."""
 
 
-def _record(row: sa.Row[tuple[str, str, bool, datetime, datetime | None]]) -> StoredCallerKey:
+def _record(row: sa.Row[tuple[str, str, bool, datetime, datetime | None, str | None]]) -> StoredCallerKey:
     return StoredCallerKey(
-        name=row.name, tenant=row.tenant, trusted=row.trusted, created_at=row.created_at, revoked_at=row.revoked_at
+        name=row.name,
+        tenant=row.tenant,
+        trusted=row.trusted,
+        created_at=row.created_at,
+        revoked_at=row.revoked_at,
+        role=cast("KeyRole | None", row.role),
     )
 
 
@@ -51,6 +60,7 @@ _COLUMNS = (
     caller_keys.c.trusted,
     caller_keys.c.created_at,
     caller_keys.c.revoked_at,
+    caller_keys.c.role,
 )
 _FIND = sa.select(*_COLUMNS).where(caller_keys.c.digest == sa.bindparam("digest"), caller_keys.c.revoked_at.is_(None))
 
@@ -70,17 +80,20 @@ class CallerKeyStore:
 
         return await self._db.run("look up a caller key", read, write=False)
 
-    async def add(self, digest: bytes, *, name: str, tenant: str, trusted: bool) -> StoredCallerKey:
-        """Store a new key (its sha256 ``digest``); raises ``KeyNameTaken`` when ``name`` is stored already."""
+    async def add(
+        self, digest: bytes, *, name: str, tenant: str, trusted: bool, role: KeyRole | None = None
+    ) -> StoredCallerKey:
+        """Store a new key (its sha256 ``digest``) with its ``role`` (``None``: it runs and reads only); raises
+        ``KeyNameTaken`` when ``name`` is stored already."""
 
         def insert(connection: Connection) -> StoredCallerKey:
             taken = connection.execute(sa.select(caller_keys.c.name).where(caller_keys.c.name == name)).first()
             if taken is not None:
                 raise KeyNameTaken(name)
-            key = StoredCallerKey(name=name, tenant=tenant, trusted=trusted, created_at=datetime.now(UTC))
+            key = StoredCallerKey(name=name, tenant=tenant, trusted=trusted, created_at=datetime.now(UTC), role=role)
             connection.execute(
                 caller_keys.insert().values(
-                    digest=digest.hex(), name=name, tenant=tenant, trusted=trusted, created_at=key.created_at
+                    digest=digest.hex(), name=name, tenant=tenant, trusted=trusted, created_at=key.created_at, role=role
                 )
             )
             return key

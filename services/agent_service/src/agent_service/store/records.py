@@ -15,6 +15,7 @@ from suite_common.wire import (
     RunFinishReason,
     RunStatus,
     Usage,
+    UserRole,
 )
 
 __all__ = [
@@ -114,6 +115,8 @@ class NewRun:
     tenant: str | None = None
     user: str | None = None
     """The end user a trusted caller named (``X-User-Id``); a new conversation is that user's too."""
+    user_role: UserRole | None = None
+    """That user's role (``X-User-Role``), which chooses the user's monthly budget when the run is taken over."""
     settings: ConversationSettings | None = None
     """What the run asked for: becomes its conversation's settings (its ``system_prompt`` only while the
     conversation has none). ``None``: the conversation's stay as they are."""
@@ -166,6 +169,8 @@ class RunRecord:
     cancel_requested: bool
     last_seq: int
     """The highest stored event sequence number (0: none)."""
+    user_role: UserRole | None = None
+    """The end user's role (``X-User-Role``) when the run started; ``None``: stored before roles (``user``)."""
 
     @property
     def active(self) -> bool:

@@ -106,6 +106,9 @@ runs = sa.Table(
     sa.Column("last_seq", sa.Integer, nullable=False),
     # The end user a trusted caller named (X-User-Id), if any.
     sa.Column("user_id", sa.Text, nullable=True),
+    # That user's role (X-User-Role: guest, user, admin, owner): its monthly budget when another replica takes the
+    # run over. NULL: a run stored before roles (a "user").
+    sa.Column("user_role", sa.Text, nullable=True),
     # The run's cost in US dollars, from the catalog's prices; NULL while no call of it had a price.
     sa.Column("cost_usd", sa.Float, nullable=True),
     # Which budget ended the run (finish reason "budget").

@@ -23,6 +23,9 @@ def upgrade() -> None:
     # Keys stored before roles existed run only (NULL), as they did.
     with op.batch_alter_table("caller_keys") as batch:
         batch.add_column(sa.Column("role", sa.Text, nullable=True))
+    # A run's end user's role (X-User-Role); runs stored before roles were "user"s (NULL).
+    with op.batch_alter_table("runs") as batch:
+        batch.add_column(sa.Column("user_role", sa.Text, nullable=True))
     with op.batch_alter_table("usage_log") as batch:
         batch.add_column(sa.Column("answered_model", sa.Text, nullable=True))
         batch.add_column(sa.Column("latency_ms", sa.Float, nullable=True))
@@ -68,5 +71,7 @@ def downgrade() -> None:
     with op.batch_alter_table("usage_log") as batch:
         batch.drop_column("latency_ms")
         batch.drop_column("answered_model")
+    with op.batch_alter_table("runs") as batch:
+        batch.drop_column("user_role")
     with op.batch_alter_table("caller_keys") as batch:
         batch.drop_column("role")
