@@ -677,6 +677,22 @@ async def test_two_replicas_claiming_at_once_never_take_the_same_run(
     assert await first.claim_expired("third", lease_seconds=LEASE, abandon_before=LONG_AGO, limit=100) == []
 
 
+async def test_a_runs_end_user_and_role_are_stored_and_a_claimed_run_carries_them(store: RunStore) -> None:
+    run = dataclasses.replace(new_run(), tenant="acme", user="gina", user_role="guest")
+    await store.create_run(run, owner="dead-replica", lease_seconds=-1)
+    before_roles = new_run()
+    await store.create_run(before_roles, owner="replica-a", lease_seconds=LEASE)
+
+    stored = await store.get_run(run.run_id)
+    assert stored is not None
+    assert (stored.user, stored.user_role) == ("gina", "guest")
+    [claimed] = await store.claim_expired("replica-b", lease_seconds=LEASE, abandon_before=LONG_AGO, limit=10)
+    assert (claimed.run_id, claimed.user, claimed.user_role) == (run.run_id, "gina", "guest")
+    unnamed = await store.get_run(before_roles.run_id)
+    assert unnamed is not None
+    assert unnamed.user_role is None
+
+
 async def test_a_claimed_run_moves_to_its_new_owner(store: RunStore) -> None:
     run = new_run()
     await store.create_run(run, owner="dead-replica", lease_seconds=-1)
