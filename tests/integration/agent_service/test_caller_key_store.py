@@ -40,6 +40,17 @@ async def test_an_added_key_is_found_by_its_digest_with_its_tenant_and_trust(sto
     assert await keys.find(_digest("key-two")) is None
 
 
+async def test_a_keys_role_is_stored_and_found_with_it_and_listed(store: RunStore) -> None:
+    keys = store.caller_keys
+    await keys.add(_digest("admin-key"), name="acme-admin", tenant="acme", trusted=False, role="admin")
+    await keys.add(_digest("plain-key"), name="acme-plain", tenant="acme", trusted=False)
+    admin, plain = await keys.find(_digest("admin-key")), await keys.find(_digest("plain-key"))
+    assert admin is not None
+    assert plain is not None
+    assert (admin.role, plain.role) == ("admin", None)
+    assert [(key.name, key.role) for key in await keys.list_keys()] == [("acme-admin", "admin"), ("acme-plain", None)]
+
+
 async def test_only_the_digest_is_stored_never_the_key(store: RunStore) -> None:
     await store.caller_keys.add(_digest("the-secret-key"), name="k", tenant="acme", trusted=False)
     rows = await store._db.run("read", lambda c: [tuple(r) for r in c.execute(sa.select(caller_keys))], write=False)

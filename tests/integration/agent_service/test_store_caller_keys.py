@@ -175,10 +175,23 @@ def test_the_command_lists_names_and_never_a_key(stack: Stack) -> None:
     listed = keys_command(stack.database_url, "list")
     assert listed.returncode == 0, listed.stderr
     [line] = [line.split() for line in listed.stdout.splitlines() if line.startswith(name)]
-    assert line[:3] == [name, "globex", "yes"]
-    assert line[4] != "-", "revoked, with its time"
+    assert line[:4] == [name, "globex", "yes", "-"]  # no role: it runs and reads only
+    assert line[5] != "-", "revoked, with its time"
     assert key not in listed.stdout
     assert hashlib.sha256(key.encode()).hexdigest() not in listed.stdout
+
+
+def test_the_command_gives_a_key_a_role_and_lists_it(stack: Stack) -> None:
+    admin, operator = _unique("acme-admin"), _unique("ops")
+    new_key(stack.database_url, admin, "acme", "--role", "admin", callers=stack.callers)
+    new_key(stack.database_url, operator, "acme", "--role", "operator", callers=stack.callers)
+    listed = keys_command(stack.database_url, "list").stdout.splitlines()
+    assert listed[0].split()[:4] == ["NAME", "TENANT", "TRUSTED", "ROLE"]
+    roles = {line.split()[0]: line.split()[3] for line in listed[1:]}
+    assert (roles[admin], roles[operator]) == ("admin", "operator")
+    wrong = keys_command(stack.database_url, "add", "--name", _unique("x"), "--tenant", "acme", "--role", "owner")
+    assert (wrong.returncode, wrong.stdout) == (2, "")
+    assert "invalid choice: 'owner'" in wrong.stderr
 
 
 def test_the_command_refuses_a_taken_name_and_an_unknown_one(stack: Stack) -> None:
