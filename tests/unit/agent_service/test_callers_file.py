@@ -228,4 +228,24 @@ def test_the_complete_example_of_docs_callers_md_is_a_callers_file_the_service_t
     assert acme.system_prompt is not None
     assert sorted(acme.personas) == ["concise", "support"]
     assert sorted(callers.rules["globex"].personas) == ["concise"]
-    assert [key.name for key in callers.keys] == ["acme-platform", "globex-app"]
+    assert [(key.name, key.role) for key in callers.keys] == [
+        ("acme-platform", None),
+        ("acme-admin", "admin"),
+        ("globex-app", None),
+    ]
+    assert (acme.role_monthly_tokens, acme.max_mcp_servers) == ({"guest": 5000}, 5)
+    assert acme.lowest_role("rag", "add_documents") == "admin"
+
+
+def test_the_roles_example_of_docs_callers_md_is_a_callers_file_the_service_takes() -> None:
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "callers.md").read_text()
+    example = docs.split("### A complete example\n\n```toml\n", 1)[1].split("```", 1)[0]
+    callers = parse_callers(example, environ={"ACME_PLATFORM_KEY": "p", "ACME_ADMIN_KEY": "a"})
+    acme = callers.rules["acme"]
+    assert acme.user_monthly_tokens_of("guest") == (5000, "role_monthly_tokens.guest")
+    assert acme.user_monthly_tokens_of("owner") == (None, "role_monthly_tokens.owner")
+    assert acme.lowest_role("crm", "lookup") == "owner"
+    assert [(key.name, key.trusted, key.role) for key in callers.keys] == [
+        ("acme-platform", True, None),
+        ("acme-admin", False, "admin"),
+    ]

@@ -145,7 +145,8 @@ class AgentSettings(ServiceSettings):
     """How often a client following a run that another replica executes is sent the newly stored events."""
     callers_file: Path | None = None
     """The callers file (TOML): the caller keys (as sha256, or the name of the variable that holds each), their
-    tenants, and which may name the end user (``X-User-Id``); see docs/callers.md. Unset: the API is open, every
+    tenants, which may name the end user (``X-User-Id``, ``X-User-Role``) and the keys' roles (``admin``,
+    ``operator``); see docs/callers.md. Unset: the API is open, every
     request is the caller ``anonymous`` of the tenant ``default`` (a laptop), unless ``AGENT_CALLER_KEYS_IN_STORE``
     is on. With store keys on, a file of ``[tenants.*]`` only (no ``[[keys]]``) is fine: it gives store keys' tenants
     their rules."""

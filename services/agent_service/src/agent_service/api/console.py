@@ -123,8 +123,8 @@ async def console_file(request: Request) -> Response:
 
 
 _LIST_TOOLS = Operation(
-    "The tools the caller's runs may use (the gateway's list less what its tenant may not use, no input schemas), "
-    "sorted by server then name",
+    "The tools the caller's runs may use (the gateway's list less what its tenant, or its end user's role "
+    "(X-User-Role), may not use; no input schemas), sorted by server then name",
     answer=ToolList,
     errors={
         502: "mcp-client-service answered with an error, or something that is not a tool list.",

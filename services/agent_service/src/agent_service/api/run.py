@@ -159,8 +159,9 @@ _RUN = Operation(
             "The body is not valid JSON, or not a valid request (the message names the field); or it names a persona "
             "the caller's tenant does not have (unknown_persona, listing those it has)."
         ),
-        403: "The tenant may not run this model (model_not_allowed) or use a tool the run names (tool_not_allowed); "
-        "or the run is under a cost limit and the model, or one of its fallbacks, has no price (model_not_priced).",
+        403: "The tenant may not run this model (model_not_allowed) or use a tool the run names, nor may the end "
+        "user's role (X-User-Role, the tenant's tool_roles) (tool_not_allowed); or the run is under a cost limit "
+        "and the model, or one of its fallbacks, has no price (model_not_priced).",
         409: "The conversation (conversationId) has a run in progress (conversation_busy), or as many runs as it may "
         "have (conversation_full).",
         413: "The body is larger than the service accepts; or the run's messages would take its conversation past the "
