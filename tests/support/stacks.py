@@ -18,6 +18,7 @@ import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -39,6 +40,7 @@ __all__ = [
     "running_agent",
     "running_stack",
     "running_upstreams",
+    "stack_of_callers",
     "status_in",
     "wait_for_run",
 ]
@@ -140,6 +142,16 @@ async def running_stack(
         httpx.AsyncClient(base_url=agent_url, timeout=30, headers=headers) as http,
     ):
         yield AgentStack(upstreams.llm, upstreams.gateway, upstreams.completion_url, agent_url, http)
+
+
+@asynccontextmanager
+async def stack_of_callers(folder: Path, callers_file: str, **settings: Any) -> AsyncIterator[AgentStack]:
+    """``running_stack`` with the callers file ``callers_file`` (its text, written in ``folder``) and a SQLite run
+    store there; ``settings``: ``running_stack``'s other arguments (``echo``, ...)."""
+    callers = folder / "callers.toml"
+    callers.write_text(callers_file)
+    async with running_stack(database_url=f"sqlite:///{folder}/runs.db", callers_file=callers, **settings) as stack:
+        yield stack
 
 
 async def wait_for_run(

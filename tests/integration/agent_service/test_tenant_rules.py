@@ -18,7 +18,7 @@ import pytest
 
 from support import fake_openai
 from support.caller_keys import as_caller, key_entry
-from support.stacks import AgentStack, running_stack
+from support.stacks import AgentStack, stack_of_callers
 
 pytestmark = pytest.mark.anyio
 
@@ -48,13 +48,8 @@ max_concurrent_runs = 1
 
 @pytest.fixture(scope="module")
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[AgentStack]:
-    folder = tmp_path_factory.mktemp("tenant-rules")
-    callers = folder / "callers.toml"
-    callers.write_text(CALLERS_FILE)
-    async with running_stack(
-        echo={"tools": "", "other": "other_"},
-        database_url=f"sqlite:///{folder}/runs.db",
-        callers_file=callers,
+    async with stack_of_callers(
+        tmp_path_factory.mktemp("tenant-rules"), CALLERS_FILE, echo={"tools": "", "other": "other_"}
     ) as stack:
         yield stack
 

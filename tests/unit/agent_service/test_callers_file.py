@@ -209,6 +209,17 @@ def test_a_tenants_run_caps_and_monthly_budgets_are_read_amounts_as_floats() -> 
         ('tools = [""]', "tools must be a list of non-empty strings"),
         ('tools = ["a:b:c"]', "tools: 'a:b:c' is not a tool name"),
         ('deny_tools = ["web:"]', "deny_tools: 'web:' is not a tool name"),
+        ('tool_roles = ["rag:*"]', "tool_roles must be a table"),
+        ('tool_roles = {"rag:*" = "root"}', "tool_roles: 'rag:*' = 'root' is not a role (guest, user, admin, owner)"),
+        ('tool_roles = {"a:b:c" = "admin"}', "tool_roles: 'a:b:c' is not a tool name"),
+        ("role_monthly_tokens = 5000", "role_monthly_tokens must be a table of roles"),
+        ("role_monthly_tokens = {guests = 5000}", "role_monthly_tokens: 'guests' is not a role"),
+        ("role_monthly_tokens = {guest = 0}", "role_monthly_tokens.guest must be a whole number, 1 or more"),
+        ("role_monthly_tokens = {guest = 2.5}", "role_monthly_tokens.guest must be a whole number, 1 or more"),
+        ("role_monthly_cost_usd = {owner = -1}", "role_monthly_cost_usd.owner must be a number above 0"),
+        ('role_monthly_cost_usd = {user = "1"}', "role_monthly_cost_usd.user must be a number above 0"),
+        ("max_mcp_servers = -1", "max_mcp_servers must be a whole number, 0 or more"),
+        ("max_mcp_servers = true", "max_mcp_servers must be a whole number, 0 or more"),
     ],
 )
 def test_a_wrong_tenant_field_is_one_line_naming_it(fields: str, problem: str) -> None:
