@@ -73,7 +73,8 @@ async def test_a_tenant_adds_to_and_searches_its_own_collection_and_no_other_ten
     assert _found(shared_topic) == ["baking.md"]  # the shared collection (eclipses.md) is not searched
     assert _found(other) == []
     assert "No documents have been added to this tenant's collection yet" in _text(other)
-    assert other_sources.structured_content is not None and other_sources.structured_content["sources"] == []
+    assert other_sources.structured_content is not None
+    assert other_sources.structured_content["sources"] == []
     assert own_sources.structured_content is not None
     assert [s["source"] for s in own_sources.structured_content["sources"]] == ["baking.md"]
 
@@ -127,4 +128,5 @@ def test_tenant_collection_names_are_readable_when_safe_and_never_shared_by_two_
     names = {settings.tenant_collection(t) for t in ("acme", "Acme", "acme_x", "acme.x", "x_sources", "../etc")}
     assert len(names) == 6
     for name in names - {"documents__acme"}:
-        assert name.startswith("documents__t.") and set(name[len("documents__t.") :]) <= set("0123456789abcdef")
+        assert name.startswith("documents__t.")
+        assert set(name[len("documents__t.") :]) <= set("0123456789abcdef")

@@ -1,4 +1,4 @@
-"""The hosts file the SSRF guard consults before DNS: its format, its reloads, and that its answers are still checked."""
+"""The hosts file the SSRF guard reads before DNS: its format, its reloads, and that its answers are still checked."""
 
 from __future__ import annotations
 
@@ -94,5 +94,5 @@ async def test_the_files_addresses_are_still_checked_by_the_policy(tmp_path: Pat
 
     _rewrite(hosts, "169.254.169.254 rebinding.example\n")
 
-    with pytest.raises(EgressBlocked, match="rebinding.example resolves to a cloud metadata endpoint"):
+    with pytest.raises(EgressBlocked, match=r"rebinding\.example resolves to a cloud metadata endpoint"):
         await resolve_allowed("rebinding.example", 80, EgressPolicy(), resolver=resolver)

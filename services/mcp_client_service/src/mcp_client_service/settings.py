@@ -166,6 +166,7 @@ class MCPClientSettings(EgressSettings):
             "its call only, with an error saying so."
         ),
     )
+
     @field_validator("service_secret")
     @classmethod
     def _require_secret(cls, secret: SecretStr) -> SecretStr:

@@ -140,7 +140,12 @@ class DocumentIndex:
         return self._report
 
     async def search(
-        self, queries: Sequence[str], top_k: int, search_filter: SearchFilter | None = None, *, tenant: str | None = None
+        self,
+        queries: Sequence[str],
+        top_k: int,
+        search_filter: SearchFilter | None = None,
+        *,
+        tenant: str | None = None,
     ) -> list[SearchHit]:
         """The best passages; ``tenant``: in that tenant's collection (none yet: no passages)."""
         await self.wait_ready()

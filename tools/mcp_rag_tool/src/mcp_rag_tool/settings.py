@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-
 from pathlib import Path
 from typing import Annotated, Literal
 
