@@ -160,7 +160,6 @@ async def test_a_stdio_child_inherits_only_the_allowed_variables() -> None:
         ("http://[fd00::1]/mcp", "fd00::1 is a private address (unique local, fc00::/7)"),
         ("http://[::ffff:127.0.0.1]:8102/mcp", "is an IPv4-mapped IPv6 form of a loopback address"),
         ("http://127.0.0.1:8102/mcp", "127.0.0.1 is a loopback address"),
-        ("http://localhost:8102/mcp", "localhost resolves to a loopback address"),
     ],
 )
 async def test_the_ssrf_guard_refuses_a_blocked_address_with_a_clear_status(url: str, reason: str) -> None:
@@ -177,10 +176,21 @@ async def test_the_ssrf_guard_refuses_a_blocked_address_with_a_clear_status(url:
     assert "MCP_CLIENT_SSRF_ALLOW_LOOPBACK" in status["lastError"]
 
 
+async def test_the_host_name_the_servers_file_gives_is_trusted_whatever_it_resolves_to() -> None:
+    # The operator wrote the servers file: its own names are reached (compose and cluster service names resolve to
+    # private addresses) without opening loopback or private networks for anything else (tenants' servers, redirects).
+    async with echo_http_server("web") as url:
+        servers = {"web": {"url": url.replace("127.0.0.1", "localhost")}}
+        async with running_gateway(servers, ssrf_allow_loopback=False) as gateway:
+            await gateway.wait_until_ready("web")
+            result = (await gateway.http.post(CALL, json={"name": "whoami", "arguments": {}})).json()
+
+    assert result["content"] == [{"type": "text", "text": "web"}]
+
+
 async def test_loopback_mcp_servers_are_reached_when_local_mode_allows_them() -> None:
     async with echo_http_server("web") as url:
-        localhost_url = url.replace("127.0.0.1", "localhost")
-        servers = {"web": {"url": localhost_url}}
+        servers = {"web": {"url": url}}  # an address literal: judged by the address rules, not trusted as a name
         async with running_gateway(servers, ssrf_allow_loopback=True) as gateway:
             await gateway.wait_until_ready("web")
             result = (await gateway.http.post(CALL, json={"name": "whoami", "arguments": {}})).json()

@@ -12,17 +12,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args
+from urllib.parse import urlsplit
 
 import pytest
 from pydantic import SecretStr
 
 from agent_service.settings import AgentSettings
 from completion_service.settings import CompletionSettings
+from mcp_client_service.app import connection_options
+from mcp_client_service.config.servers_file import HttpServerConfig, parse_servers_config
 from mcp_client_service.settings import MCPClientSettings
 from mcp_rag_tool.settings import RagSettings
 from mcp_web_search.settings import WebSearchSettings
 from suite_common.health import health_routes
 from suite_common.settings import ServiceSettings
+from suite_common.ssrf import blocked_reason
 
 __all__ = [
     "COMPONENTS",
@@ -34,6 +38,7 @@ __all__ = [
     "component",
     "interpolate",
     "parse_env_file",
+    "shared_servers_policy_check",
 ]
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -151,3 +156,21 @@ def interpolate(value: str, environment: Mapping[str, str]) -> str:
         return current or ""
 
     return _INTERPOLATION.sub(replace, value)
+
+
+def shared_servers_policy_check(settings: ServiceSettings, servers_file: Path, private_address: str) -> None:
+    """The gateway's SSRF guard, as ``settings`` build it, reaches each server of ``servers_file`` by its name
+    (which resolves to ``private_address`` inside the deployment) without opening private networks: a tenant's
+    server at that address stays refused, and the cloud metadata endpoint stays out of reach for both."""
+    assert isinstance(settings, MCPClientSettings)
+    options = connection_options(settings, environ={})
+    servers = parse_servers_config(servers_file.read_text(encoding="utf-8"), source=str(servers_file)).servers
+    assert servers
+    for server in servers.values():
+        assert isinstance(server, HttpServerConfig)
+        shared = options.egress_for(server.url)
+        assert shared.trusts_host(str(urlsplit(server.url).hostname)), server.url
+        assert blocked_reason("169.254.169.254", shared) is not None
+    tenant = options.for_tenant_servers().egress_for("http://tenant-server.example/mcp")
+    assert blocked_reason(private_address, tenant) is not None, "a tenant could reach the deployment's network"
+    assert not tenant.allowed_hosts

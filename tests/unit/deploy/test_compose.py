@@ -15,7 +15,6 @@ import yaml
 
 from mcp_client_service.config.servers_file import HttpServerConfig, parse_servers_config
 from suite_common.mcp_tool import MCP_PATH
-from suite_common.ssrf import EgressPolicy, blocked_reason
 from unit.deploy.components import (
     COMPONENTS,
     DEPLOY,
@@ -25,6 +24,7 @@ from unit.deploy.components import (
     component,
     interpolate,
     parse_env_file,
+    shared_servers_policy_check,
 )
 
 COMPOSE_FILE = DEPLOY / "docker-compose.yml"
@@ -221,15 +221,20 @@ def test_mcp_client_service_reaches_both_tool_servers_over_streamable_http_by_co
     assert targets == {"mcp-rag-tool", "mcp-web-search"}
 
 
-def test_the_ssrf_guard_of_mcp_client_service_lets_it_reach_the_compose_network() -> None:
-    environment = _environment(component("mcp-client-service"))
-    policy = EgressPolicy.create(
-        allow_loopback=environment["MCP_CLIENT_SSRF_ALLOW_LOOPBACK"] == "true",
-        allow_private=environment["MCP_CLIENT_SSRF_ALLOW_PRIVATE"] == "true",
-        allowed_cidrs=[cidr for cidr in environment["MCP_CLIENT_SSRF_ALLOWED_NETWORKS"].split(",") if cidr],
+def test_the_ssrf_guard_of_mcp_client_service_reaches_the_tool_servers_by_name_without_opening_private_networks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    item = component("mcp-client-service")
+    environment = _environment(item)
+    mounted = {
+        volume.split(":")[1]: COMPOSE_FILE.parent / volume.split(":")[0]
+        for volume in SERVICES["mcp-client-service"]["volumes"]
+    }
+    settings = item.load(
+        {name: value for name, value in environment.items() if name.startswith(item.prefix)}, monkeypatch
     )
-    assert blocked_reason("172.18.0.5", policy) is None  # a container on docker's default address pool
-    assert blocked_reason("169.254.169.254", policy) is not None  # cloud metadata stays out of reach
+    # 172.18.0.5: a container on docker's default address pool.
+    shared_servers_policy_check(settings, mounted[environment["MCP_CLIENT_SERVERS_FILE"]], "172.18.0.5")
 
 
 def test_the_rag_tool_keeps_its_index_in_the_qdrant_container() -> None:

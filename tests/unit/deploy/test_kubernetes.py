@@ -28,8 +28,16 @@ from referencing import Registry, Resource
 from mcp_client_service.config.servers_file import HttpServerConfig, parse_servers_config
 from suite_common.mcp_tool import MCP_PATH
 from suite_common.metrics import metrics_route
-from suite_common.ssrf import EgressPolicy, blocked_reason
-from unit.deploy.components import COMPONENTS, DEPLOY, HEALTH_PATHS, ROOT, Component, component, parse_env_file
+from unit.deploy.components import (
+    COMPONENTS,
+    DEPLOY,
+    HEALTH_PATHS,
+    ROOT,
+    Component,
+    component,
+    parse_env_file,
+    shared_servers_policy_check,
+)
 
 SECRET_VALUE = "a-secret-" + "0" * 32
 """What a test gives each secret setting: long enough for every rule (the tool-cache pepper: 32 characters)."""
@@ -62,7 +70,6 @@ CLUSTER_VALUES = {
     "mcp-client-service": {
         "MCP_CLIENT_HOST",
         "MCP_CLIENT_SERVERS_FILE",
-        "MCP_CLIENT_SSRF_ALLOW_PRIVATE",
         "MCP_CLIENT_SHUTDOWN_GRACE_SECONDS",
     },
     "mcp-rag-tool": {"RAG_HOST", "RAG_QDRANT_PATH"},
@@ -423,17 +430,14 @@ def test_compose_and_kubernetes_list_the_same_tool_servers() -> None:
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_the_ssrf_guard_of_mcp_client_service_lets_it_reach_cluster_services_but_not_the_metadata_server(
-    overlay: str,
+def test_the_ssrf_guard_of_mcp_client_service_reaches_the_tool_servers_by_name_without_opening_private_networks(
+    overlay: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    data = config(overlay, component("mcp-client-service"))
-    policy = EgressPolicy.create(
-        allow_loopback=data["MCP_CLIENT_SSRF_ALLOW_LOOPBACK"] == "true",
-        allow_private=data["MCP_CLIENT_SSRF_ALLOW_PRIVATE"] == "true",
-        allowed_cidrs=[cidr for cidr in data["MCP_CLIENT_SSRF_ALLOWED_NETWORKS"].split(",") if cidr],
-    )
-    assert blocked_reason("10.96.12.34", policy) is None  # a ClusterIP in kubeadm's default Service range
-    assert blocked_reason("169.254.169.254", policy) is not None
+    item = component("mcp-client-service")
+    settings = item.load({**config(overlay, item), item.env("service_secret"): SECRET_VALUE}, monkeypatch)
+    servers_file = DEPLOY / "k8s" / "base" / "config" / "mcp_servers.json"
+    # 10.96.12.34: a ClusterIP in kubeadm's default Service range.
+    shared_servers_policy_check(settings, servers_file, "10.96.12.34")
 
 
 def test_in_dev_the_rag_index_lives_in_local_mode_on_an_emptydir() -> None:

@@ -133,17 +133,108 @@ def test_allow_loopback_opens_loopback_in_every_form_and_nothing_else() -> None:
     assert blocked_reason("169.254.169.254", policy) == "a cloud metadata endpoint"
 
 
-def test_allow_private_opens_rfc1918_cgnat_and_ula_but_not_link_local_or_metadata() -> None:
-    policy = EgressPolicy(allow_private=True)
+# Each switch: addresses it opens (in IPv4 and IPv6 forms where the kind has them), and its neighbours it must not.
+_SWITCHES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "allow_loopback": (
+        ("127.0.0.1", "127.9.9.9", "::1", "::ffff:127.0.0.1", "64:ff9b::7f00:1"),
+        ("10.0.0.1", "169.254.1.1", "100.64.0.1", "fd00::5"),
+    ),
+    "allow_private": (
+        ("10.0.0.1", "172.16.5.4", "192.168.0.10", "::ffff:192.168.0.10", "64:ff9b::a00:1", "2002:c0a8:1::"),
+        ("127.0.0.1", "100.64.1.1", "fd00::5", "169.254.1.1"),
+    ),
+    "allow_link_local": (
+        ("169.254.1.1", "169.254.169.253", "fe80::1", "fe80::1%eth0", "::ffff:169.254.1.1", "64:ff9b::a9fe:101"),
+        ("10.0.0.1", "224.0.0.1"),
+    ),
+    "allow_multicast": (
+        ("224.0.0.1", "239.255.255.250", "ff02::1", "::ffff:224.0.0.1"),
+        ("240.0.0.1", "169.254.1.1"),
+    ),
+    "allow_cgnat": (
+        ("100.64.0.1", "100.127.255.255", "::ffff:100.64.0.1", "64:ff9b::6440:1"),
+        ("10.0.0.1", "fd00::5"),
+    ),
+    "allow_ula": (
+        ("fc00::1", "fd12:3456:789a::1"),
+        ("10.0.0.1", "100.64.0.1", "fe80::1"),
+    ),
+}
 
-    for address in ("10.0.0.1", "172.16.5.4", "192.168.0.10", "100.64.1.1", "fd00::5", "::ffff:192.168.0.10"):
+
+def _opened(*switches: str) -> EgressPolicy:
+    """The strict policy with these switches on."""
+    return EgressPolicy(
+        allow_loopback="allow_loopback" in switches,
+        allow_private="allow_private" in switches,
+        allow_link_local="allow_link_local" in switches,
+        allow_multicast="allow_multicast" in switches,
+        allow_cgnat="allow_cgnat" in switches,
+        allow_ula="allow_ula" in switches,
+    )
+
+
+_METADATA = ("169.254.169.254", "169.254.170.2", "100.100.100.200", "fd00:ec2::254", "::ffff:169.254.169.254")
+
+
+@pytest.mark.parametrize("switch", sorted(_SWITCHES))
+def test_each_kind_of_address_is_blocked_by_default_and_opened_by_its_own_switch_only(switch: str) -> None:
+    opened, neighbours = _SWITCHES[switch]
+    policy = _opened(switch)
+
+    for address in opened:
+        assert blocked_reason(address, _STRICT) is not None, address
         assert blocked_reason(address, policy) is None, address
-    assert blocked_reason("127.0.0.1", policy) == "a loopback address"
-    assert blocked_reason("169.254.1.1", policy) == "a link-local address (169.254.0.0/16)"
-    assert blocked_reason("169.254.169.254", policy) == "a cloud metadata endpoint"
-    assert blocked_reason("100.100.100.200", policy) == "a cloud metadata endpoint"
-    assert blocked_reason("fd00:ec2::254", policy) == "a cloud metadata endpoint"
-    assert blocked_reason("fe80::1", policy) == "a link-local address (fe80::/10)"
+    for address in neighbours:
+        assert blocked_reason(address, policy) == blocked_reason(address, _STRICT) is not None, address
+
+
+def test_no_switch_opens_a_metadata_endpoint_or_a_reserved_address() -> None:
+    every_switch = _opened(*_SWITCHES)
+
+    for address in _METADATA:
+        assert blocked_reason(address, every_switch) is not None, address
+        assert "a cloud metadata endpoint" in str(blocked_reason(address, every_switch))
+    for address in ("0.0.0.0", "::", "192.0.2.1", "240.0.0.1", "2001:db8::1"):
+        assert blocked_reason(address, every_switch) is not None, address
+
+
+def test_a_blocked_network_is_refused_in_every_form_unless_an_allowed_network_holds_it() -> None:
+    policy = EgressPolicy.create(blocked_cidrs=["93.184.0.0/16", "2606:4700::/32"], allowed_cidrs=["93.184.7.0/24"])
+
+    assert blocked_reason("93.184.215.14", policy) == "an address of a blocked network (93.184.0.0/16)"
+    assert blocked_reason("::ffff:93.184.215.14", policy) == (
+        "an IPv4-mapped IPv6 form of an address of a blocked network (93.184.0.0/16)"
+    )
+    assert blocked_reason("64:ff9b::5db8:d70e", policy) == (
+        "a NAT64 IPv6 form of an address of a blocked network (93.184.0.0/16)"
+    )
+    assert blocked_reason("2606:4700:4700::1111", policy) == "an address of a blocked network (2606:4700::/32)"
+    assert blocked_reason("93.184.7.1", policy) is None
+    assert blocked_reason("8.8.8.8", policy) is None
+
+
+def test_a_blocked_network_narrows_an_opened_switch() -> None:
+    policy = EgressPolicy.create(allow_private=True, blocked_cidrs=["10.9.0.0/16"])
+
+    assert blocked_reason("10.1.0.1", policy) is None
+    assert blocked_reason("10.9.0.1", policy) == "an address of a blocked network (10.9.0.0/16)"
+
+
+def test_trusting_hosts_adds_to_the_trusted_hosts_and_keeps_the_rest_of_the_policy() -> None:
+    base = EgressPolicy.create(allow_cgnat=True, allowed_hosts=["a.internal"], blocked_cidrs=["10.9.0.0/16"])
+
+    trusting = base.trusting_hosts(["MCP-RAG-Tool.", "b.internal"])
+
+    assert trusting.allowed_hosts == {"a.internal", "mcp-rag-tool", "b.internal"}
+    assert (trusting.allow_cgnat, trusting.blocked_networks) == (True, base.blocked_networks)
+    assert not base.trusts_host("mcp-rag-tool")
+
+
+def test_an_ip_literal_is_never_trusted_as_a_host_name() -> None:
+    policy = EgressPolicy().trusting_hosts(["169.254.169.254", "[fd00::1]", "rag.internal"])
+
+    assert policy.allowed_hosts == {"rag.internal"}
 
 
 def test_an_allowed_network_opens_exactly_that_network() -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -44,7 +44,9 @@ Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 
 ALLOWED_SCHEMES = frozenset({"http", "https"})
 
-_Category = Literal["loopback", "private", "metadata", "link-local", "unspecified", "multicast", "reserved"]
+_Category = Literal[
+    "loopback", "private", "cgnat", "ula", "metadata", "link-local", "unspecified", "multicast", "reserved"
+]
 
 
 def _literal(host: str) -> IPAddress | None:
@@ -102,18 +104,30 @@ def normalize_host(host: str) -> str:
 class EgressPolicy:
     """What outbound requests may reach besides the public internet.
 
-    - ``allow_loopback``: 127.0.0.0/8 and ::1 (local mode, tests).
-    - ``allow_private``: RFC 1918, CGNAT (100.64.0.0/10) and ULA (fc00::/7) networks.
-    - ``allowed_networks``: CIDRs allowed whatever their kind (e.g. ``127.0.0.1/32`` only,
-      or the one private subnet where a trusted service lives).
-    - ``allowed_hosts``: host names trusted whatever they resolve to (an operator's own service).
+    One switch per kind of address, each closed by default:
 
-    Link-local (cloud metadata included), multicast, unspecified and reserved addresses are
-    allowed only through ``allowed_networks``. Use ``EgressPolicy.create`` to build one from strings.
+    - ``allow_loopback``: 127.0.0.0/8 and ::1 (local mode, tests).
+    - ``allow_private``: the RFC 1918 networks (10/8, 172.16/12, 192.168/16).
+    - ``allow_link_local``: 169.254.0.0/16 and fe80::/10.
+    - ``allow_multicast``: 224.0.0.0/4 and ff00::/8.
+    - ``allow_cgnat``: shared carrier-grade NAT space, 100.64.0.0/10.
+    - ``allow_ula``: IPv6 unique local addresses, fc00::/7.
+
+    ``blocked_networks`` are refused on top of those (CIDRs of the operator's own that look public).
+    ``allowed_networks`` are allowed whatever their kind: they override every block, the switches'
+    and ``blocked_networks``. Cloud metadata endpoints (169.254.169.254, 100.100.100.200,
+    fd00:ec2::254...) stay blocked whatever the switches say, unless an allowed network holds them;
+    unspecified and reserved addresses likewise. ``allowed_hosts``: host names trusted whatever they
+    resolve to (the operator's own services). Use ``EgressPolicy.create`` to build one from strings.
     """
 
     allow_loopback: bool = False
     allow_private: bool = False
+    allow_link_local: bool = False
+    allow_multicast: bool = False
+    allow_cgnat: bool = False
+    allow_ula: bool = False
+    blocked_networks: tuple[IPNetwork, ...] = ()
     allowed_networks: tuple[IPNetwork, ...] = ()
     allowed_hosts: frozenset[str] = field(default_factory=frozenset)
 
@@ -123,6 +137,11 @@ class EgressPolicy:
         *,
         allow_loopback: bool = False,
         allow_private: bool = False,
+        allow_link_local: bool = False,
+        allow_multicast: bool = False,
+        allow_cgnat: bool = False,
+        allow_ula: bool = False,
+        blocked_cidrs: Iterable[str | IPNetwork] = (),
         allowed_cidrs: Iterable[str | IPNetwork] = (),
         allowed_hosts: Iterable[str] = (),
     ) -> EgressPolicy:
@@ -130,9 +149,23 @@ class EgressPolicy:
         return cls(
             allow_loopback=allow_loopback,
             allow_private=allow_private,
+            allow_link_local=allow_link_local,
+            allow_multicast=allow_multicast,
+            allow_cgnat=allow_cgnat,
+            allow_ula=allow_ula,
+            blocked_networks=_networks(blocked_cidrs),
             allowed_networks=_networks(allowed_cidrs),
             allowed_hosts=frozenset(normalize_host(host) for host in allowed_hosts),
         )
+
+    def trusting_hosts(self, hosts: Iterable[str]) -> EgressPolicy:
+        """This policy, with the host names among ``hosts`` trusted too (the hosts of URLs the operator wrote).
+
+        An IP literal is no name whose answer someone vouches for: it stays judged by the address
+        rules (open it with ``allowed_networks``), so a URL naming a metadata address is refused.
+        """
+        names = {normalize_host(host) for host in hosts}
+        return replace(self, allowed_hosts=self.allowed_hosts | {name for name in names if _literal(name) is None})
 
     def trusts_host(self, host: str) -> bool:
         return normalize_host(host) in self.allowed_hosts
@@ -149,7 +182,7 @@ _V4_RANGES = _ranges(
         ("10.0.0.0/8", "private", "a private address (RFC 1918)"),
         ("172.16.0.0/12", "private", "a private address (RFC 1918)"),
         ("192.168.0.0/16", "private", "a private address (RFC 1918)"),
-        ("100.64.0.0/10", "private", "a shared carrier-grade NAT address (100.64.0.0/10)"),
+        ("100.64.0.0/10", "cgnat", "a shared carrier-grade NAT address (100.64.0.0/10)"),
         ("169.254.0.0/16", "link-local", "a link-local address (169.254.0.0/16)"),
         ("192.0.0.0/24", "reserved", "a reserved address (IETF protocol assignments)"),
         ("192.0.2.0/24", "reserved", "a reserved address (documentation)"),
@@ -166,7 +199,7 @@ _V6_RANGES = _ranges(
     (
         ("::/128", "unspecified", "an unspecified address (::)"),
         ("::1/128", "loopback", "a loopback address"),
-        ("fc00::/7", "private", "a private address (unique local, fc00::/7)"),
+        ("fc00::/7", "ula", "a private address (unique local, fc00::/7)"),
         ("fe80::/10", "link-local", "a link-local address (fe80::/10)"),
         ("fec0::/10", "reserved", "a reserved address (deprecated site-local)"),
         ("ff00::/8", "multicast", "a multicast address"),
@@ -179,8 +212,8 @@ _V6_RANGES = _ranges(
     )
 )
 
-# Where cloud providers serve instance metadata and credentials: never reachable through
-# allow_private or allow_loopback, only through an explicit allowed network.
+# Where cloud providers serve instance metadata and credentials: never reachable through a
+# switch (allow_link_local, allow_cgnat, allow_ula), only through an explicit allowed network.
 _METADATA_ADDRESSES = frozenset(
     ipaddress.ip_address(address)
     for address in (
@@ -229,8 +262,20 @@ def _classify(address: IPAddress) -> tuple[_Category, str] | None:
     return None
 
 
-def _allowed_by_flag(category: _Category, policy: EgressPolicy) -> bool:
-    return (category == "loopback" and policy.allow_loopback) or (category == "private" and policy.allow_private)
+def _allowed_by_switch(category: _Category, policy: EgressPolicy) -> bool:
+    switches: dict[_Category, bool] = {
+        "loopback": policy.allow_loopback,
+        "private": policy.allow_private,
+        "link-local": policy.allow_link_local,
+        "multicast": policy.allow_multicast,
+        "cgnat": policy.allow_cgnat,
+        "ula": policy.allow_ula,
+    }
+    return switches.get(category, False)
+
+
+def _in_any(ip: IPAddress, networks: Iterable[IPNetwork]) -> IPNetwork | None:
+    return next((network for network in networks if network.version == ip.version and ip in network), None)
 
 
 def blocked_reason(address: str | IPAddress, policy: EgressPolicy) -> str | None:
@@ -242,8 +287,11 @@ def blocked_reason(address: str | IPAddress, policy: EgressPolicy) -> str | None
     ip = ipaddress.ip_address(address) if isinstance(address, str) else address
     if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None:
         ip = ipaddress.IPv6Address(int(ip))  # a zone (fe80::1%eth0) does not change what the address is
-    if any(ip in network for network in policy.allowed_networks if network.version == ip.version):
+    if _in_any(ip, policy.allowed_networks) is not None:
         return None
+    blocked = _in_any(ip, policy.blocked_networks)
+    if blocked is not None:
+        return f"an address of a blocked network ({blocked})"
     if isinstance(ip, ipaddress.IPv6Address):
         embedded = _embedded_ipv4(ip)
         if embedded is not None:
@@ -254,7 +302,7 @@ def blocked_reason(address: str | IPAddress, policy: EgressPolicy) -> str | None
     if classified is None:
         return None
     category, description = classified
-    return None if _allowed_by_flag(category, policy) else description
+    return None if _allowed_by_switch(category, policy) else description
 
 
 async def system_resolver(host: str, port: int) -> list[str]:

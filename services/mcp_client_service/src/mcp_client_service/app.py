@@ -46,7 +46,6 @@ from mcp_client_service.mcp_face.endpoint import MCP_FACE_PATH, McpFace
 from mcp_client_service.mcp_face.features import FeatureRouter
 from mcp_client_service.registry.server_registry import ReloadResult, ServerRegistry, ServersResponse
 from mcp_client_service.settings import MCPClientSettings
-from mcp_client_service.transport.ssrf_guard import EgressPolicy
 from suite_common.auth import SharedSecretMiddleware
 from suite_common.deadline import Deadline
 from suite_common.errors import ApiError, install_error_handlers
@@ -230,7 +229,10 @@ def _unavailable_body(error: ToolUnavailableError) -> dict[str, Any]:
 
 
 def connection_options(settings: MCPClientSettings, environ: Mapping[str, str]) -> ConnectionOptions:
-    """How servers are connected and supervised, from the settings and the gateway's environment."""
+    """How the servers file's servers are connected and supervised, from the settings and the gateway's environment.
+
+    ``.for_tenant_servers()`` of the answer is the same for tenants' servers, under the plain outbound policy.
+    """
     return ConnectionOptions(
         connect_timeout=settings.connect_timeout_seconds,
         list_timeout=settings.list_timeout_seconds,
@@ -247,11 +249,11 @@ def connection_options(settings: MCPClientSettings, environ: Mapping[str, str]) 
         max_tools=settings.max_tools_per_server,
         inherit_env=tuple(settings.stdio_inherit_env),
         max_line_bytes=settings.stdio_max_line_bytes,
-        egress=EgressPolicy.create(
-            allow_loopback=settings.ssrf_allow_loopback,
-            allow_private=settings.ssrf_allow_private,
-            allowed_cidrs=settings.ssrf_allowed_networks,
-        ),
+        # The servers file is the operator's: its servers' own host names are trusted (compose and cluster
+        # service names resolve to private addresses); tenant servers use for_tenant_servers().
+        egress=settings.egress_policy(),
+        trust_url_hosts=True,
+        resolver=settings.egress_resolver(),
         http_max_connections=settings.http_max_connections,
         max_response_bytes=settings.http_max_response_bytes,
         environ=environ,

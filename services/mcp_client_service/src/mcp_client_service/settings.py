@@ -15,12 +15,17 @@ from mcp_client_service.config.options import (
     DEFAULT_MAX_RESPONSE_BYTES,
 )
 from mcp_client_service.config.schemas import DEFAULT_MAX_TOOLS
-from suite_common.settings import CidrList, ServiceSettings, StringList, renamed
+from suite_common.egress_settings import EgressSettings
+from suite_common.settings import StringList, renamed
 
 __all__ = ["MCPClientSettings"]
 
 
-class MCPClientSettings(ServiceSettings):
+class MCPClientSettings(EgressSettings):
+    """The gateway's settings; its outbound policy (``MCP_CLIENT_SSRF_*``, ``MCP_CLIENT_HOSTS_FILE``) is the shared
+    ``EgressSettings``': it applies to HTTP MCP servers. The servers file's own host names are trusted on top
+    (``app.connection_options``); tenant servers get the plain policy (``egress_policy()``)."""
+
     model_config = SettingsConfigDict(env_prefix="MCP_CLIENT_", extra="ignore", populate_by_name=True)
 
     port: int = Field(default=8002, description="The port the service listens on.")
@@ -159,21 +164,6 @@ class MCPClientSettings(ServiceSettings):
         description=(
             "Most an HTTP MCP server's answer may hold (a JSON body, or one server-sent event); a larger one fails "
             "its call only, with an error saying so."
-        ),
-    )
-    ssrf_allow_loopback: bool = Field(
-        default=False,
-        description="Let HTTP MCP servers be on loopback addresses (127.0.0.0/8, ::1): for local mode and tests.",
-    )
-    ssrf_allow_private: bool = Field(
-        default=False,
-        description="Let HTTP MCP servers be on private networks (RFC 1918, CGNAT 100.64.0.0/10, ULA fc00::/7).",
-    )
-    ssrf_allowed_networks: CidrList = Field(
-        default_factory=list,
-        description=(
-            "CIDRs HTTP MCP servers may be in whatever their kind (comma-separated), such as the one subnet of a "
-            "cluster's services: narrower than ssrf_allow_private."
         ),
     )
 

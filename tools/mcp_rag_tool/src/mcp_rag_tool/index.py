@@ -5,12 +5,17 @@ the build (open the store, load the models, ingest ``RAG_DOCS_PATHS``); a call w
 most ``index_ready_timeout_seconds``. A failed build is kept, and every call reports its reason
 instead of hanging or pretending to be empty. Writes (the start-up ingest, ``add_documents``)
 take turns.
+
+With ``RAG_TENANT_COLLECTIONS`` a call may name a tenant: it then searches, lists and adds in that
+tenant's own collections (``RagSettings.tenant_collection``), over the same Qdrant client, embedder and
+reranker as the shared index, opened on first use and created by the tenant's first add.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import anyio
@@ -52,6 +57,16 @@ async def load_embedder(settings: RagSettings) -> Embedder:
     return embedder
 
 
+@dataclass
+class _TenantCollection:
+    """A tenant's collections, opened: searched and written like the shared index's, with their own write turn."""
+
+    store: VectorStore
+    retriever: Retriever
+    ingester: Ingester
+    write_lock: anyio.Lock = field(default_factory=anyio.Lock)
+
+
 class DocumentIndex:
     def __init__(
         self,
@@ -80,6 +95,11 @@ class DocumentIndex:
         self._failure: str | None = None
         self._done = anyio.Event()
         self._write_lock = anyio.Lock()
+        self._embedder: Embedder | None = None
+        self._scorer: PassageScorer | None = None
+        self._limits: ChunkLimits | None = None
+        self._tenants: dict[str, _TenantCollection] = {}
+        self._tenants_opening = anyio.Lock()
 
     @property
     def status(self) -> str:
@@ -120,16 +140,38 @@ class DocumentIndex:
         return self._report
 
     async def search(
-        self, queries: Sequence[str], top_k: int, search_filter: SearchFilter | None = None
+        self,
+        queries: Sequence[str],
+        top_k: int,
+        search_filter: SearchFilter | None = None,
+        *,
+        tenant: str | None = None,
     ) -> list[SearchHit]:
+        """The best passages; ``tenant``: in that tenant's collection (none yet: no passages)."""
         await self.wait_ready()
+        if tenant is not None:
+            collection = await self._tenant_collection(tenant, create=False)
+            if collection is None:
+                return []
+            return await self._guarded("search", collection.retriever.search(queries, top_k, search_filter))
         retriever = self._retriever
         if retriever is None:  # set before the report is; this keeps mypy sure
             raise IndexUnavailable("Document search is unavailable: the index is not open.")
         return await self._guarded("search", retriever.search(queries, top_k, search_filter))
 
-    async def sources(self) -> dict[str, SourceRecord]:
+    async def is_empty(self, *, tenant: str | None = None) -> bool:
+        """Whether there is nothing to search (in ``tenant``'s collection, when given)."""
         await self.wait_ready()
+        if tenant is None:
+            return self._chunk_count == 0
+        collection = await self._tenant_collection(tenant, create=False)
+        return collection is None or await self._guarded("count", collection.store.count()) == 0
+
+    async def sources(self, *, tenant: str | None = None) -> dict[str, SourceRecord]:
+        await self.wait_ready()
+        if tenant is not None:
+            collection = await self._tenant_collection(tenant, create=False)
+            return {} if collection is None else await self._guarded("list_sources", collection.store.sources())
         store = self._store
         if store is None:
             raise IndexUnavailable("Document search is unavailable: the index is not open.")
@@ -139,9 +181,18 @@ class DocumentIndex:
         self,
         build: Callable[[dict[str, SourceRecord]], list[DocumentInput]],
         on_progress: ProgressListener | None = None,
+        *,
+        tenant: str | None = None,
     ) -> IngestReport:
-        """Index the documents ``build`` makes from the current records (it may refuse by raising)."""
+        """Index the documents ``build`` makes from the current records (it may refuse by raising);
+        ``tenant``: into that tenant's collection, created by its first add."""
         await self.wait_ready()
+        if tenant is not None:
+            collection = await self._tenant_collection(tenant, create=True)
+            assert collection is not None  # created when missing
+            async with collection.write_lock:
+                documents = build(await self._guarded("list_sources", collection.store.sources()))
+                return await self._guarded("add_documents", collection.ingester.add(documents, on_progress))
         store, ingester = self._store, self._ingester
         if store is None or ingester is None:
             raise IndexUnavailable("Document search is unavailable: the index is not open.")
@@ -150,6 +201,38 @@ class DocumentIndex:
             report = await self._guarded("add_documents", ingester.add(documents, on_progress))
             self._chunk_count = await self._guarded("count", store.count())
         return report
+
+    async def _tenant_collection(self, tenant: str, *, create: bool) -> _TenantCollection | None:
+        """``tenant``'s collections, opened once and kept; ``None`` when they do not exist and ``create`` is False.
+
+        A missing collection is not remembered: another replica (on a Qdrant server) may create it.
+        """
+        opened = self._tenants.get(tenant)
+        if opened is not None:
+            return opened
+        store, embedder, limits = self._store, self._embedder, self._limits
+        if store is None or embedder is None or limits is None:
+            raise IndexUnavailable("Document search is unavailable: the index is not open.")
+        async with self._tenants_opening:
+            opened = self._tenants.get(tenant)
+            if opened is not None:
+                return opened
+            tenant_store = store.sibling(self._settings.tenant_collection(tenant))
+            if not create and not await self._guarded("open_tenant_collection", tenant_store.exists()):
+                return None
+            created = await self._guarded(
+                "open_tenant_collection", tenant_store.ensure_collections(embedder.dimension, embedder.name)
+            )
+            if created:
+                _log.info("tenant_collection_created", tenant=tenant, collection=tenant_store.collection)
+            options = SearchOptions.from_settings(self._settings)
+            opened = _TenantCollection(
+                store=tenant_store,
+                retriever=Retriever(tenant_store, embedder, options, self._scorer),
+                ingester=Ingester(tenant_store, embedder, limits, batch_size=self._settings.embed_batch_size),
+            )
+            self._tenants[tenant] = opened
+            return opened
 
     async def _guarded(self, operation: str, call: Awaitable[_T]) -> _T:
         """Turn a failure of the store or the embedder into a message the model can act on."""
@@ -181,6 +264,7 @@ class DocumentIndex:
                 _log.info("collections_created", collection=store.collection, embedder=embedder.name)
             limits = ChunkLimits(self._settings.chunk_max_tokens, self._settings.chunk_overlap_tokens, counter=counter)
             ingester = Ingester(store, embedder, limits, batch_size=self._settings.embed_batch_size)
+            self._embedder, self._scorer, self._limits = embedder, scorer, limits
             self._ingester = ingester
             self._retriever = Retriever(store, embedder, SearchOptions.from_settings(self._settings), scorer)
             async with self._write_lock:

@@ -27,6 +27,7 @@ __all__ = [
     "format_hits",
     "format_no_documents",
     "format_no_match",
+    "format_no_tenant_documents",
     "parse_filter",
     "structured_output",
     "validate_request",
@@ -148,6 +149,13 @@ def format_no_documents(configured_paths: Sequence[str]) -> str:
         "No documents are indexed, so there is nothing to search. "
         f"Configured document paths: {paths}. Supported files: .md, .markdown, .txt, .html, .htm, .pdf. "
         "Tell the user the document collection is empty rather than guessing an answer from it."
+    )
+
+
+def format_no_tenant_documents() -> str:
+    return (
+        "No documents have been added to this tenant's collection yet, so there is nothing to search "
+        "(add_documents adds them). Tell the user the document collection is empty rather than guessing an answer."
     )
 
 

@@ -1,13 +1,14 @@
 """The MCP server: ``search_documents``, ``list_sources`` and ``add_documents`` over one document index.
 
 Each tool's body is a function of its own (``search_documents_tool(index, settings, ...)`` and so on), callable
-without an MCP session; ``build_server`` only registers them, with the parameters the SDK publishes.
+without an MCP session; ``build_server`` only registers them, with the parameters the SDK publishes, and reads
+the tenant a call acts for from its ``_meta`` (``caller_tenant``) when ``RAG_TENANT_COLLECTIONS`` is on.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
@@ -32,6 +33,7 @@ from mcp_rag_tool.search import (
     format_hits,
     format_no_documents,
     format_no_match,
+    format_no_tenant_documents,
     parse_filter,
     structured_output,
     validate_request,
@@ -56,6 +58,7 @@ from mcp_rag_tool.store import VectorStore
 from mcp_rag_tool.tokens import TokenCounter
 from suite_common.logging import get_logger
 from suite_common.mcp_tool import add_health_routes
+from suite_common.wire import CALLER_META_KEY
 
 __all__ = [
     "SEARCH_DOCUMENTS_DESCRIPTION",
@@ -63,6 +66,7 @@ __all__ = [
     "ProgressReporter",
     "add_documents_tool",
     "build_server",
+    "caller_tenant",
     "list_sources_tool",
     "search_documents_tool",
 ]
@@ -170,9 +174,10 @@ def build_server(
         annotations=_READ_ONLY,
     )
     async def search_documents(
-        queries: _Queries, top_k: _TopK = 5, filter: _Filter = None
+        ctx: Context[DocumentIndex, Any], queries: _Queries, top_k: _TopK = 5, filter: _Filter = None
     ) -> Annotated[CallToolResult, SearchDocumentsOutput]:
-        return await search_documents_tool(index, settings, queries, top_k, filter)
+        tenant = caller_tenant(settings, ctx.request_context.meta)
+        return await search_documents_tool(index, settings, queries, top_k, filter, tenant=tenant)
 
     @server.tool(
         name="list_sources",
@@ -181,9 +186,10 @@ def build_server(
         annotations=_READ_ONLY,
     )
     async def list_sources(
-        source_prefix: _SourcePrefix = None, limit: _Limit = 100
+        ctx: Context[DocumentIndex, Any], source_prefix: _SourcePrefix = None, limit: _Limit = 100
     ) -> Annotated[CallToolResult, ListSourcesOutput]:
-        return await list_sources_tool(index, source_prefix, limit)
+        tenant = caller_tenant(settings, ctx.request_context.meta)
+        return await list_sources_tool(index, source_prefix, limit, tenant=tenant)
 
     if settings.add_documents_enabled:
 
@@ -196,10 +202,27 @@ def build_server(
         async def add_documents(
             documents: _Documents, ctx: Context[DocumentIndex, Any]
         ) -> Annotated[CallToolResult, AddDocumentsOutput]:
-            return await add_documents_tool(index, documents, ctx.report_progress)
+            tenant = caller_tenant(settings, ctx.request_context.meta)
+            return await add_documents_tool(index, documents, ctx.report_progress, tenant=tenant)
 
     add_health_routes(server, _readiness_of(index))
     return server
+
+
+def caller_tenant(settings: RagSettings, meta: Mapping[str, Any] | None) -> str | None:
+    """The tenant whose collection a call uses: ``None`` (the shared one) unless ``RAG_TENANT_COLLECTIONS``;
+    then the tenant the gateway names in ``_meta["io.loopsuite/caller"]``, and a call without one is refused
+    (``ToolError``): searching or writing the shared collection instead would mix tenants' documents."""
+    if not settings.tenant_collections:
+        return None
+    caller = (meta or {}).get(CALLER_META_KEY)
+    tenant = caller.get("tenant") if isinstance(caller, Mapping) else None
+    if not isinstance(tenant, str) or not tenant.strip():
+        raise ToolError(
+            "This document index keeps each tenant's documents apart, and this call does not say which tenant it "
+            f'acts for (_meta["{CALLER_META_KEY}"].tenant, which the MCP gateway sends). Call it through the gateway.'
+        )
+    return tenant
 
 
 def _serving(index: DocumentIndex) -> Callable[[MCPServer[DocumentIndex]], AbstractAsyncContextManager[DocumentIndex]]:
@@ -223,18 +246,27 @@ def _readiness_of(index: DocumentIndex) -> Callable[[Request], Awaitable[dict[st
 
 
 async def search_documents_tool(
-    index: DocumentIndex, settings: RagSettings, queries: Sequence[str], top_k: int, filter: object
+    index: DocumentIndex,
+    settings: RagSettings,
+    queries: Sequence[str],
+    top_k: int,
+    filter: object,
+    *,
+    tenant: str | None = None,
 ) -> CallToolResult:
-    """The ``search_documents`` tool: the best passages for ``queries``; ``ToolError`` for what to change."""
+    """The ``search_documents`` tool: the best passages for ``queries`` (in ``tenant``'s collection, when given);
+    ``ToolError`` for what to change."""
     started = time.perf_counter()
     try:
         cleaned = validate_request(queries, top_k)
         search_filter = parse_filter(filter)
         await index.wait_ready()
-        if index.chunk_count == 0:
+        if await index.is_empty(tenant=tenant):
+            if tenant is not None:
+                return _result(format_no_tenant_documents(), structured_output([]))
             paths = _configured_paths(settings, index.startup_report)
             return _result(format_no_documents(paths), structured_output([]))
-        hits = await index.search(cleaned, top_k, search_filter)
+        hits = await index.search(cleaned, top_k, search_filter, tenant=tenant)
     except (InvalidSearchRequest, IndexUnavailable) as exc:
         raise ToolError(str(exc)) from exc
     _log.info(
@@ -250,13 +282,15 @@ async def search_documents_tool(
     return _result(format_hits(hits), structured_output(hits))
 
 
-async def list_sources_tool(index: DocumentIndex, source_prefix: str | None, limit: int) -> CallToolResult:
-    """The ``list_sources`` tool: the indexed documents under ``source_prefix``, at most ``limit``."""
+async def list_sources_tool(
+    index: DocumentIndex, source_prefix: str | None, limit: int, *, tenant: str | None = None
+) -> CallToolResult:
+    """The ``list_sources`` tool: the indexed documents under ``source_prefix``, at most ``limit`` (``tenant``'s)."""
     if not 1 <= limit <= MAX_SOURCES_LISTED:
         raise ToolError(f"limit must be between 1 and {MAX_SOURCES_LISTED} (got {limit}).")
     prefix = (source_prefix or "").strip().lstrip("/") or None
     try:
-        records = await index.sources()
+        records = await index.sources(tenant=tenant)
     except IndexUnavailable as exc:
         raise ToolError(str(exc)) from exc
     output = list_output(select_sources(records, prefix), limit)
@@ -264,9 +298,14 @@ async def list_sources_tool(index: DocumentIndex, source_prefix: str | None, lim
 
 
 async def add_documents_tool(
-    index: DocumentIndex, documents: Sequence[NewDocument], report_progress: ProgressReporter
+    index: DocumentIndex,
+    documents: Sequence[NewDocument],
+    report_progress: ProgressReporter,
+    *,
+    tenant: str | None = None,
 ) -> CallToolResult:
-    """The ``add_documents`` tool: index ``documents``, reporting each one done to ``report_progress``."""
+    """The ``add_documents`` tool: index ``documents`` (into ``tenant``'s collection, when given), reporting each one
+    done to ``report_progress``."""
     sent = [-1]
 
     async def report(progress: IngestProgress) -> None:
@@ -282,7 +321,7 @@ async def add_documents_tool(
         )
 
     try:
-        added = await index.add(lambda known: validate_new_documents(documents, known), report)
+        added = await index.add(lambda known: validate_new_documents(documents, known), report, tenant=tenant)
     except (InvalidDocuments, IndexUnavailable) as exc:
         raise ToolError(str(exc)) from exc
     output = added_output(added)

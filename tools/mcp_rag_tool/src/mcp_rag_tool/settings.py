@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -14,6 +16,7 @@ __all__ = ["DEFAULT_QDRANT_PATH", "IN_MEMORY", "RagSettings"]
 
 IN_MEMORY = ":memory:"
 DEFAULT_QDRANT_PATH = ".data/mcp_rag_tool/qdrant"
+_PLAIN_TENANT = re.compile(r"[a-z0-9-]{1,64}")
 
 
 def _blank_as_default_path(value: object) -> object:
@@ -182,6 +185,15 @@ class RagSettings(ServiceSettings):
         default=True,
         description="Offer the add_documents tool (models may add to the index); false: search and list only.",
     )
+    tenant_collections: bool = Field(
+        default=False,
+        description=(
+            "Keep each tenant's documents apart: search_documents, list_sources and add_documents use the collection "
+            'of the tenant the gateway names in the call\'s _meta["io.loopsuite/caller"] (<collection>__<tenant>, '
+            "created by its first add_documents); a call that names no tenant is refused. false: one shared "
+            "collection for every caller."
+        ),
+    )
     index_ready_timeout_seconds: float = Field(
         default=120,
         gt=0,
@@ -200,6 +212,14 @@ class RagSettings(ServiceSettings):
         if self.chunk_overlap_tokens * 2 > self.chunk_max_tokens:
             raise ValueError("chunk_overlap_tokens must be at most half of chunk_max_tokens")
         return self
+
+    def tenant_collection(self, tenant: str) -> str:
+        """The chunks collection of ``tenant``: ``<collection>__<tenant>`` for a name of lower-case letters, digits
+        and hyphens, else ``<collection>__t.<hash>`` (a collection name must be safe as a folder name, and two
+        tenants must never share one; an underscore could meet the ``_sources``/``_documents`` suffixes)."""
+        if _PLAIN_TENANT.fullmatch(tenant):
+            return f"{self.collection}__{tenant}"
+        return f"{self.collection}__t.{hashlib.sha256(tenant.encode()).hexdigest()[:32]}"
 
     @property
     def in_memory(self) -> bool:

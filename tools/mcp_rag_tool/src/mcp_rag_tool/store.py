@@ -119,6 +119,17 @@ class VectorStore:
     def collection(self) -> str:
         return self._chunks
 
+    def sibling(self, collection: str) -> VectorStore:
+        """Another set of collections over the same client (a tenant's): local mode's calls keep taking turns
+        with this store's, since one client is not thread-safe. Close only the store that opened the client."""
+        other = VectorStore(self._client, collection, server=self._server)
+        other._turn = self._turn
+        return other
+
+    async def exists(self) -> bool:
+        """Whether this store's chunks collection exists (a tenant's is created by its first add)."""
+        return await self._call(self._client.collection_exists, self._chunks)
+
     async def close(self) -> None:
         await self._call(self._client.close)
 

@@ -159,7 +159,7 @@ async def open_state(
             settings.egress_policy(),
             timeout=settings.fetch_timeout_seconds + _CLIENT_TIMEOUT_MARGIN_SECONDS,
             headers=headers,
-            resolver=resolver,
+            resolver=resolver or settings.egress_resolver(),
         ) as fetch_http,
     ):
         if backends is not None:

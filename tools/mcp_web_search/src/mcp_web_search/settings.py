@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, SecretStr
 from pydantic_settings import NoDecode, SettingsConfigDict
 
-from suite_common.settings import CidrList, ServiceSettings, StringList, blank_as_none, http_url, renamed, split_list
+from suite_common.egress_settings import EgressSettings
+from suite_common.settings import CidrList, StringList, blank_as_none, http_url, renamed, split_list
 from suite_common.ssrf import EgressPolicy
 
 __all__ = ["BACKEND_NAMES", "BackendName", "WebSearchSettings"]
@@ -16,11 +18,17 @@ BackendName = Literal["searxng", "brave", "tavily", "ddgs"]
 BACKEND_NAMES: tuple[BackendName, ...] = ("searxng", "brave", "tavily", "ddgs")
 
 
+def _formerly(name: str, old: str) -> str:
+    """The shared description of an outbound-policy setting, naming the deprecated name it had here."""
+    shared = EgressSettings.model_fields[name].description or ""
+    return f"{shared} Formerly `{old}` (still read, deprecated)."
+
+
 def _unique(values: list[BackendName]) -> list[BackendName]:
     return list(dict.fromkeys(values))
 
 
-class WebSearchSettings(ServiceSettings):
+class WebSearchSettings(EgressSettings):
     """Where the tool listens (over streamable HTTP), which search backends it uses, and what fetch_url may reach.
 
     Every field is an environment variable: ``WEB_SEARCH_SEARXNG_URL``, ``WEB_SEARCH_PORT`` ...
@@ -101,31 +109,22 @@ class WebSearchSettings(ServiceSettings):
     fetch_max_chars_cap: int = Field(
         default=100_000, ge=1000, description="The largest `max_chars` a caller may ask of fetch_url."
     )
-    # The egress guard's settings are named as in mcp-client-service (``*_SSRF_ALLOW_*``); the
-    # ``WEB_SEARCH_FETCH_ALLOW*`` names they had are still read, deprecated.
+    # The egress guard's settings are the shared ones (``EgressSettings``); these four keep the
+    # ``WEB_SEARCH_FETCH_ALLOW*`` names they had, still read, deprecated.
     ssrf_allow_loopback: bool = Field(
         default=False,
         validation_alias=renamed("WEB_SEARCH_SSRF_ALLOW_LOOPBACK", "WEB_SEARCH_FETCH_ALLOW_LOOPBACK"),
-        description=(
-            "Let fetch_url reach loopback addresses (127.0.0.0/8, ::1): local mode and tests only. "
-            "Formerly `WEB_SEARCH_FETCH_ALLOW_LOOPBACK` (still read, deprecated)."
-        ),
+        description=_formerly("ssrf_allow_loopback", "WEB_SEARCH_FETCH_ALLOW_LOOPBACK"),
     )
     ssrf_allow_private: bool = Field(
         default=False,
         validation_alias=renamed("WEB_SEARCH_SSRF_ALLOW_PRIVATE", "WEB_SEARCH_FETCH_ALLOW_PRIVATE"),
-        description=(
-            "Let fetch_url reach private networks (RFC 1918, CGNAT 100.64.0.0/10, ULA fc00::/7). "
-            "Formerly `WEB_SEARCH_FETCH_ALLOW_PRIVATE` (still read, deprecated)."
-        ),
+        description=_formerly("ssrf_allow_private", "WEB_SEARCH_FETCH_ALLOW_PRIVATE"),
     )
     ssrf_allowed_networks: CidrList = Field(
         default_factory=list,
         validation_alias=renamed("WEB_SEARCH_SSRF_ALLOWED_NETWORKS", "WEB_SEARCH_FETCH_ALLOWED_NETWORKS"),
-        description=(
-            "CIDRs fetch_url may reach whatever their kind (JSON list or comma-separated), e.g. `10.1.0.0/16`. "
-            "Formerly `WEB_SEARCH_FETCH_ALLOWED_NETWORKS` (still read, deprecated)."
-        ),
+        description=_formerly("ssrf_allowed_networks", "WEB_SEARCH_FETCH_ALLOWED_NETWORKS"),
     )
     ssrf_allowed_hosts: StringList = Field(
         default_factory=list,
@@ -136,11 +135,6 @@ class WebSearchSettings(ServiceSettings):
         ),
     )
 
-    def egress_policy(self) -> EgressPolicy:
+    def egress_policy(self, *, trusted_hosts: Iterable[str] = ()) -> EgressPolicy:
         """What fetch_url may connect to: the public internet, plus what these settings open."""
-        return EgressPolicy.create(
-            allow_loopback=self.ssrf_allow_loopback,
-            allow_private=self.ssrf_allow_private,
-            allowed_cidrs=self.ssrf_allowed_networks,
-            allowed_hosts=self.ssrf_allowed_hosts,
-        )
+        return super().egress_policy(trusted_hosts=[*self.ssrf_allowed_hosts, *trusted_hosts])

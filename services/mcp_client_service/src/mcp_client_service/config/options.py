@@ -7,10 +7,11 @@ the transports and the connections all take them from one place below them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from urllib.parse import urlsplit
 
 from mcp_client_service.config.schemas import DEFAULT_MAX_TOOLS
-from suite_common.ssrf import EgressPolicy
+from suite_common.ssrf import EgressPolicy, Resolver
 
 __all__ = [
     "DEFAULT_INHERITED_ENV",
@@ -80,6 +81,12 @@ class ConnectionOptions:
     inherit_env: tuple[str, ...] = DEFAULT_INHERITED_ENV
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     egress: EgressPolicy = field(default_factory=EgressPolicy)
+    """What HTTP servers may be reached at (``MCP_CLIENT_SSRF_*``), checked at every connection."""
+    trust_url_hosts: bool = False
+    """Trust the host name in each server's own URL whatever it resolves to (``egress_for``): True for the
+    servers file's servers (the operator wrote their URLs), never for a tenant's (``for_tenant_servers``)."""
+    resolver: Resolver | None = None
+    """How the guard resolves names (``MCP_CLIENT_HOSTS_FILE`` first, then DNS); ``None``: DNS only."""
     http_max_connections: int = DEFAULT_MAX_CONNECTIONS
     """Connections one HTTP server's client may hold at once (a call in flight may hold one)."""
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
@@ -90,3 +97,13 @@ class ConnectionOptions:
     forbidden_values: tuple[str, ...] = ()
     """Values that must never reach a server (the gateway's shared secret): a config whose
     resolved env, headers, args or URL contain one is refused."""
+
+    def egress_for(self, url: str) -> EgressPolicy:
+        """The policy for connections to the server at ``url``: ``egress``, trusting the URL's host name when
+        ``trust_url_hosts`` (an IP literal stays judged by the address rules)."""
+        host = urlsplit(url).hostname if self.trust_url_hosts else None
+        return self.egress.trusting_hosts([host]) if host else self.egress
+
+    def for_tenant_servers(self) -> ConnectionOptions:
+        """These options for servers a tenant registered: the plain policy, no URL's host trusted."""
+        return replace(self, trust_url_hosts=False)

@@ -137,13 +137,14 @@ async def _stdio_transport(
 async def _http_transport(config: HttpServerConfig, options: ConnectionOptions) -> AsyncIterator[TransportStreams]:
     if not config.url.startswith(("http://", "https://")):
         raise ServerStartError("its url, once its references are resolved, is not an http:// or https:// URL")
-    policy = options.egress
-    await check_endpoint(config.url, policy)
+    policy = options.egress_for(config.url)
+    await check_endpoint(config.url, policy, resolver=options.resolver)
     timeout = httpx2.Timeout(options.connect_timeout, read=_HTTP_READ_TIMEOUT_SECONDS)
     http = guarded_http_client(
         policy,
         timeout=timeout,
         headers=config.headers,
+        resolver=options.resolver,
         max_connections=options.http_max_connections,
         max_response_bytes=options.max_response_bytes,
     )

@@ -39,8 +39,9 @@ _MAX_IDLE_CONNECTIONS = 100
 """Connections kept open while idle, beyond which a finished one is closed."""
 
 _HINT = (
-    " Loopback is allowed by MCP_CLIENT_SSRF_ALLOW_LOOPBACK, private networks by MCP_CLIENT_SSRF_ALLOW_PRIVATE, "
-    "chosen networks by MCP_CLIENT_SSRF_ALLOWED_NETWORKS."
+    " Each kind of address has its switch: MCP_CLIENT_SSRF_ALLOW_LOOPBACK, MCP_CLIENT_SSRF_ALLOW_PRIVATE, "
+    "MCP_CLIENT_SSRF_ALLOW_LINK_LOCAL, MCP_CLIENT_SSRF_ALLOW_MULTICAST, MCP_CLIENT_SSRF_ALLOW_CGNAT, "
+    "MCP_CLIENT_SSRF_ALLOW_ULA; chosen networks are allowed by MCP_CLIENT_SSRF_ALLOWED_NETWORKS."
 )
 
 
