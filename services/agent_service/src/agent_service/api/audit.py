@@ -60,8 +60,10 @@ def _filter(request: Request) -> AuditFilter:
             400, "invalid_request", f"from ({start.isoformat()}) is after to ({end.isoformat()}): the range is empty."
         )
     tool = request.query_params.get("tool")
-    if tool is not None and not 1 <= len(tool) <= _MAX_TOOL_CHARS:
-        raise ApiError(400, "invalid_request", f"tool must be a tool's name, 1 to {_MAX_TOOL_CHARS} characters.")
+    if tool is not None and not (1 <= len(tool) <= _MAX_TOOL_CHARS and tool.isprintable()):
+        raise ApiError(
+            400, "invalid_request", f"tool must be a tool's name, 1 to {_MAX_TOOL_CHARS} printable characters."
+        )
     status = request.query_params.get("status")
     if status is not None and status not in _STATUSES:
         raise ApiError(400, "invalid_request", f"status must be one of {', '.join(_STATUSES)} (got {clip(status)!r}).")
