@@ -147,7 +147,8 @@ async def test_each_llm_call_reports_the_model_that_answered_and_its_latency() -
     await scripted.loop().run(plan(), Recorder(), stream_text=True, recorder=steps)
     [call] = steps.llm_calls
     assert (call.model, call.answered_model) == ("scripted", "claude-fallback")
-    assert call.latency_ms is not None and call.latency_ms >= 0
+    assert call.latency_ms is not None
+    assert call.latency_ms >= 0
 
 
 @pytest.mark.parametrize("stream_text", [True, False], ids=["streamed", "json"])
