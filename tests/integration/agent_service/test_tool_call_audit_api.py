@@ -1,10 +1,11 @@
 """``GET /api/v1/agent/audit``, what call-tool carries, and a call the outbound policy blocks, through the real
 services on both backends.
 
-agent-service stores in SQLite or in a PostgreSQL database of its own, with a callers file of two tenants (``acme``,
-``globex``); the tools are the echo MCP server's behind a real mcp-client-service, in front of which a scripted front
-(``support.gateway_front``) records each call-tool and answers a call of ``add`` as the gateway answers a server
-whose address the outbound policy blocks (403 ``outbound_ssrf_blocked``); only the LLM is scripted.
+agent-service stores in SQLite or in a PostgreSQL database of its own, with the callers file of the usage API's
+tests (tenants ``acme``, with a trusted key and an untrusted one, and ``globex``); the tools are the echo MCP
+server's behind a real mcp-client-service, in front of which a scripted front (``support.gateway_front``) records
+each call-tool and answers a call of ``add`` as the gateway answers a server whose address the outbound policy
+blocks (403 ``outbound_ssrf_blocked``); only the LLM is scripted.
 """
 
 from __future__ import annotations
@@ -19,30 +20,16 @@ from typing import Any
 
 import httpx
 import pytest
+from integration.agent_service.test_usage_api import ACME_APP_KEY, ACME_KEY, CALLERS_FILE, GLOBEX_KEY
 
 from support import fake_openai
-from support.caller_keys import as_caller, key_entry
+from support.caller_keys import as_caller
 from support.databases import fresh_postgres_database
 from support.gateway_front import BLOCKED_MESSAGE, GatewayFront
 from support.servers import serve_app
 from support.stacks import running_agent, running_upstreams
 
 pytestmark = pytest.mark.anyio
-
-ACME_KEY = "acme-" + uuid.uuid4().hex
-ACME_APP_KEY = "acme-app-" + uuid.uuid4().hex
-GLOBEX_KEY = "globex-" + uuid.uuid4().hex
-
-CALLERS_FILE = f"""
-[tenants.acme]
-[tenants.globex]
-
-{key_entry("acme-platform", "acme", ACME_KEY, trusted=True)}
-
-{key_entry("acme-app", "acme", ACME_APP_KEY)}
-
-{key_entry("globex-app", "globex", GLOBEX_KEY, trusted=True)}
-"""
 
 
 @dataclass

@@ -8,53 +8,22 @@ Every test uses tenants of its own, so the session's PostgreSQL database needs n
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from integration.agent_service.test_usage_log import started, store, tenant_name
 
 from agent_service.core.run import LlmCall, ToolCallRecord
-from agent_service.store import AuditFilter, LeaseLost, NewRun, RunStore, Step
+from agent_service.store import AuditFilter, LeaseLost, RunStore, Step
 from agent_service.store.schema import usage_log
 from suite_common.wire import Message, ToolCallStatus, Usage
 
 pytestmark = pytest.mark.anyio
 
-LEASE = 30.0
+__all__ = ["store"]  # the usage log's fixture: a store on each backend
+
 START = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RunStore]:
-    url = (
-        f"sqlite:///{tmp_path}/store/agent.db" if request.param == "sqlite" else request.getfixturevalue("postgres_url")
-    )
-    opened = await RunStore.open(url)
-    try:
-        yield opened
-    finally:
-        await opened.aclose()
-
-
-def tenant_name() -> str:
-    return f"tenant-{uuid.uuid4().hex[:12]}"
-
-
-async def started(store: RunStore, tenant: str | None, *, user: str | None = None) -> str:
-    run = NewRun(
-        run_id=f"run_{uuid.uuid4().hex}",
-        model="gpt-4o",
-        plan={},
-        input_messages=[Message(role="user", content="Hello?")],
-        caller="acme-platform",
-        tenant=tenant,
-        user=user,
-    )
-    await store.create_run(run, owner="replica-a", lease_seconds=LEASE)
-    return run.run_id
 
 
 def audited(
