@@ -92,7 +92,8 @@ class Scripted:
 
     A call-tool asked for ``text/event-stream`` is answered as SSE (contract C2): the tool's
     ``progress`` events (scripted per tool name), then its ``result``; a tool named in
-    ``stream_errors`` answers one ``error`` event instead.
+    ``stream_errors`` answers one ``error`` event instead. A tool named in ``blocked`` is refused as the gateway
+    refuses a server whose address the outbound policy blocks (403 ``outbound_ssrf_blocked``), never run.
     """
 
     def __init__(
@@ -102,11 +103,15 @@ class Scripted:
         *,
         progress: dict[str, list[CallToolProgress]] | None = None,
         stream_errors: dict[str, tuple[str, str]] | None = None,
+        blocked: set[str] | None = None,
     ) -> None:
         self.replies = list(replies)  # None: never answer (a hung LLM)
         self.tools = tools or {}
         self.progress = progress or {}
         self.stream_errors = stream_errors or {}
+        self.blocked = blocked or set()
+        self.call_tool_requests: list[httpx.Request] = []
+        """Every call-tool request as sent (headers and body), blocked ones included."""
         self.completion_requests: list[dict[str, Any]] = []
         self.tool_calls: list[tuple[str, dict[str, Any]]] = []
         self.tool_call_accepts: list[str] = []
@@ -124,6 +129,10 @@ class Scripted:
             return httpx.Response(200, content=dump(reply), headers={"content-type": "application/json"})
         if request.url.path == "/mcp/v1/tools/call-tool":
             name, arguments = body["name"], body["arguments"]
+            self.call_tool_requests.append(request)
+            if name in self.blocked:
+                refusal = {"code": "outbound_ssrf_blocked", "message": "10.0.0.7 is a private address"}
+                return httpx.Response(403, json={"error": refusal})
             self.tool_calls.append((name, arguments))
             accept = request.headers.get("accept", "")
             self.tool_call_accepts.append(accept)

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from agent_service.core.limits import RunLimits
-from agent_service.core.run import UNKNOWN_OUTCOME, LlmCall, RunPlan
+from agent_service.core.run import UNKNOWN_OUTCOME, LlmCall, RunPlan, ToolCallRecord
 from agent_service.runs.plans import stored_plan, takeover
 from agent_service.store import RunRecord
 from suite_common.deadline import Deadline
@@ -135,12 +135,18 @@ class Steps:
 
     def __init__(self) -> None:
         self.steps: list[tuple[str, int, Message]] = []
+        self.audited: list[ToolCallRecord] = []
 
     async def turn(self, position: int, message: Message, *, iterations: int, usage: Usage, call: LlmCall) -> None:
         self.steps.append(("turn", position, message))
 
-    async def result(self, position: int, message: Message) -> None:
+    async def result(self, position: int, message: Message, *, audit: ToolCallRecord | None) -> None:
         self.steps.append(("result", position, message))
+        if audit is not None:
+            self.audited.append(audit)
+
+    def unanswered(self, audit: ToolCallRecord) -> None:
+        raise AssertionError("every call here is answered")
 
     async def cut_off(self, call: LlmCall, *, usage: Usage) -> None:
         raise AssertionError("no call is cut off here")
@@ -176,6 +182,34 @@ async def test_a_resumed_round_repeats_the_safe_calls_answers_the_others_unknown
         ("turn", 5),
     ]
     assert {event.tool_call_id for event in events.of(RunToolResult)} == {"call_lookup", "call_send_email"}
+    # Only the call made again is audited (in its place in the round): the unknown one was not made here.
+    assert [(row.tool_call_id, row.call_index, row.iteration, row.status) for row in steps.audited] == [
+        ("call_lookup", 0, 1, "ok")
+    ]
+
+
+async def test_a_run_taken_over_acts_for_its_own_user_role_and_conversation() -> None:
+    plan = RunPlan(
+        run_id="run_1",
+        model="scripted",
+        messages=[],
+        tools=TOOLS,
+        tool_choice="auto",
+        limits=RunLimits(max_iterations=4, deadline=Deadline.after(60)),
+        role="admin",
+    )
+    taken = takeover(
+        record(plan=stored_plan(plan), tenant="acme", user="alice", conversation_id="conv-1"), [], [USER]
+    ).plan
+    assert taken.caller.model_dump() == {
+        "tenant": "acme",
+        "user": "alice",
+        "role": "admin",
+        "run_id": "run_1",
+        "conversation_id": "conv-1",
+    }
+    older = {key: value for key, value in stored_plan(plan).items() if key != "userRole"}
+    assert takeover(record(plan=older), [], [USER]).plan.caller.role is None
 
 
 async def test_a_run_taken_over_keeps_its_token_and_cost_limits_and_a_plan_stored_without_them_has_none() -> None:

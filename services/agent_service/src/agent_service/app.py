@@ -19,6 +19,7 @@ from agent_service.admission.budgets import open_budgets
 from agent_service.admission.planning import ModelCheck, ToolCatalog
 from agent_service.admission.rule_servers import check_rule_servers
 from agent_service.admission.run_slots import open_run_slots
+from agent_service.api.audit import audit_routes
 from agent_service.api.auth import CALLER_ERRORS, PROTECTED_PREFIXES, CallerMiddleware
 from agent_service.api.console import console_routes
 from agent_service.api.openai_front import openai_routes
@@ -182,6 +183,7 @@ def create_app(
             *run_routes(),
             *runs_routes(),
             *usage_routes(),
+            *audit_routes(),
             *console_routes(suggestions),
             *openai_routes(),
             *health_routes(_readiness, observability.lifecycle),

@@ -3,6 +3,8 @@ and the console's suggestions (docs/agent-api.md, docs/callers.md)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import AliasChoices, Field
 
 from suite_common.wire.agent_runs import RunStatus, RunView
@@ -12,6 +14,8 @@ from suite_common.wire.conversation import Message
 from suite_common.wire.gateway import ToolUnavailable
 
 __all__ = [
+    "AuditPage",
+    "AuditedToolCall",
     "ConversationList",
     "ConversationSettings",
     "ConversationSummaryView",
@@ -21,6 +25,7 @@ __all__ = [
     "PersonaSummary",
     "Suggestion",
     "SuggestionList",
+    "ToolCallStatus",
     "ToolList",
     "ToolSummary",
     "UsageReport",
@@ -122,6 +127,46 @@ class UsageReport(WireModel):
     models: list[ModelUsageView]
     """By model name."""
     total: UsageTotal
+
+
+ToolCallStatus = Literal["ok", "error", "refused", "cancelled", "cached"]
+"""How a tool call a run dispatched ended: ``ok`` (the tool answered), ``error`` (the tool or the gateway answered an
+error, which the model read), ``refused`` (not made: a tool the run does not have, arguments that were not a JSON
+object, or an address the outbound policy blocks), ``cancelled`` (the run was cancelled, ran out of time, or failed
+while it ran), ``cached`` (answered from the tool-result cache, nothing called)."""
+
+
+class AuditedToolCall(WireModel):
+    """One tool call of a run, as ``GET /api/v1/agent/audit`` lists it."""
+
+    run_id: str
+    iteration: int
+    """The run's round (its first is 1)."""
+    call_index: int
+    """Its place among the round's tool calls, in the order the model asked for them (from 0)."""
+    attempt: int
+    """The run's takeovers when it was made (0 unless a replica took the run over after a crash and made the call
+    again)."""
+    tool_call_id: str
+    tool: str
+    """The tool's name as the run listed it."""
+    server: str | None = None
+    """The MCP server that served it; absent when no server was chosen (a tool the run does not have)."""
+    status: ToolCallStatus
+    latency_ms: float | None = None
+    user: str | None = None
+    """The run's end user (``X-User-Id``), if it had one."""
+    at: str
+    """When the call was made (ISO 8601, UTC)."""
+
+
+class AuditPage(WireModel):
+    """``GET /api/v1/agent/audit``: the caller's tenant's tool calls, newest first, one page of them."""
+
+    tenant: str
+    calls: list[AuditedToolCall]
+    next_cursor: str | None = None
+    """Pass it as ``?cursor=`` (with the same filters) for the next, older page; absent: this is the last page."""
 
 
 class ToolSummary(WireModel):

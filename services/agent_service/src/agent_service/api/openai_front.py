@@ -201,6 +201,7 @@ async def _single_completion(
     )
     streamed: list[str] = []
     cut = Usage()
+    started = time.perf_counter()
 
     async def forward(delta: TextDelta | ReasoningDelta) -> None:
         if isinstance(delta, TextDelta) and on_text is not None:
@@ -209,10 +210,16 @@ async def _single_completion(
         elif isinstance(delta, ReasoningDelta) and on_reasoning is not None:
             await on_reasoning(1, delta.delta)
 
-    async def count(usage: Usage, *, provider: str = "", estimated: bool = False) -> None:
+    async def count(
+        usage: Usage, *, provider: str = "", answered_model: str | None = None, estimated: bool = False
+    ) -> None:
         if plan.spending is not None:
             await plan.spending.spent(usage)
-        await log(LlmCall(plan.model, provider, usage, estimated=estimated))
+        latency_ms = round((time.perf_counter() - started) * 1000, 2)
+        call = LlmCall(
+            plan.model, provider, usage, estimated=estimated, answered_model=answered_model, latency_ms=latency_ms
+        )
+        await log(call)
 
     async def cut_off(usage: Usage) -> None:  # counted as an estimate (``metering``), and the answer's usage
         nonlocal cut
@@ -230,7 +237,7 @@ async def _single_completion(
                 stream=plan.spending is not None,
                 prices=plan.prices,
             )
-            await count(response.usage, provider=response.provider)
+            await count(response.usage, provider=response.provider, answered_model=response.model)
             message = response.message
             agent = AgentInfo(finish_reason=response.finish_reason, iterations=1, warnings=response.warnings)
             reasoning = final_reasoning([message])

@@ -27,7 +27,7 @@ from suite_common.wire import (
     RunView,
 )
 
-__all__ = ["MAX_EVENT_ID", "event_sender", "run_view", "runs_routes"]
+__all__ = ["MAX_EVENT_ID", "event_sender", "query_limit", "run_view", "runs_routes"]
 
 _MAX_ID_CHARS = 128
 _DEFAULT_CONVERSATIONS = 50
@@ -149,7 +149,7 @@ def _cursor(request: Request) -> tuple[str, int] | None:
 async def get_conversation(request: Request) -> Response:
     runs = _runs(request)
     conversation_id = _path_id(request, "conversationId")
-    limit = _limit(request, _DEFAULT_PAGE_MESSAGES, _MAX_PAGE_MESSAGES)
+    limit = query_limit(request, _DEFAULT_PAGE_MESSAGES, _MAX_PAGE_MESSAGES)
     before = _cursor(request)
     conversation = await runs.conversation(
         conversation_id, tenant=caller_of(request).tenant, limit=limit, max_bytes=PAGE_BYTES, before=before
@@ -170,7 +170,8 @@ async def get_conversation(request: Request) -> Response:
     )
 
 
-def _limit(request: Request, default: int, maximum: int) -> int:
+def query_limit(request: Request, default: int, maximum: int) -> int:
+    """``?limit=``: a whole number from 1 to ``maximum`` (``default`` when absent)."""
     raw = request.query_params.get("limit", str(default))
     try:
         limit = int(raw.strip())
@@ -200,7 +201,7 @@ def _summary_view(summary: ConversationSummary) -> ConversationSummaryView:
 
 async def list_conversations(request: Request) -> Response:
     runs = _runs(request)
-    limit = _limit(request, _DEFAULT_CONVERSATIONS, _MAX_CONVERSATIONS)
+    limit = query_limit(request, _DEFAULT_CONVERSATIONS, _MAX_CONVERSATIONS)
     listed = await runs.conversations(limit, tenant=caller_of(request).tenant)
     return ModelResponse(ConversationList(conversations=[_summary_view(summary) for summary in listed]))
 

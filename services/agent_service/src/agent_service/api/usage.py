@@ -20,13 +20,13 @@ from suite_common.http import ModelResponse
 from suite_common.openapi import ApiRoute, Operation
 from suite_common.wire import ModelUsageView, Usage, UsageReport, UsageTotal
 
-__all__ = ["MAX_RANGE", "usage_routes"]
+__all__ = ["MAX_RANGE", "query_moment", "query_user", "usage_routes"]
 
 MAX_RANGE = timedelta(days=366)
 """The longest range one request may sum: a year, a leap year's included."""
 
 
-def _moment(request: Request, name: str) -> datetime | None:
+def query_moment(request: Request, name: str) -> datetime | None:
     """The query parameter ``name`` as an aware UTC datetime; a date is its midnight, a time without an offset UTC."""
     raw = request.query_params.get(name)
     if raw is None:
@@ -45,8 +45,8 @@ def _moment(request: Request, name: str) -> datetime | None:
 
 def _range(request: Request) -> tuple[datetime, datetime]:
     """``[from, to)``: ``to`` defaults to now, ``from`` to the start of ``to``'s calendar month (UTC)."""
-    end = _moment(request, "to") or datetime.now(UTC)
-    start = _moment(request, "from") or month_start(end)
+    end = query_moment(request, "to") or datetime.now(UTC)
+    start = query_moment(request, "from") or month_start(end)
     if start > end:
         raise ApiError(
             400, "invalid_request", f"from ({start.isoformat()}) is after to ({end.isoformat()}): the range is empty."
@@ -61,7 +61,8 @@ def _range(request: Request) -> tuple[datetime, datetime]:
     return start, end
 
 
-def _user(request: Request) -> str | None:
+def query_user(request: Request) -> str | None:
+    """``?user=``: an end user's id (``X-User-Id``), or ``None``."""
     user = request.query_params.get("user")
     if user is not None and not is_user_id(user):
         raise ApiError(400, "invalid_request", f"user must be an X-User-Id: {USER_ID_RULE}.")
@@ -99,7 +100,7 @@ def _report(tenant: str, user: str | None, start: datetime, end: datetime, lines
 async def get_usage(request: Request) -> Response:
     runs = services_of(request).runs
     start, end = _range(request)
-    user = _user(request)
+    user = query_user(request)
     # Any key of the tenant may read the tenant's usage, and any of its users' (as it may read any of its runs).
     tenant = caller_of(request).tenant
     lines = await runs.usage(tenant, start, end, user=user)

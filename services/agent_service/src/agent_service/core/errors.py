@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from suite_common.errors import ApiError
 
-__all__ = ["UpstreamError"]
+__all__ = ["OUTBOUND_BLOCKED", "UpstreamError", "outbound_blocked"]
+
+OUTBOUND_BLOCKED = "outbound_ssrf_blocked"
+"""The gateway refused a tool call because its server's address is one the outbound policy blocks (403). The run
+ends at once with it, never fed back to the model: whoever controls a server's DNS must not probe the internal
+network one tool call at a time."""
 
 
 class UpstreamError(ApiError):
@@ -18,3 +23,13 @@ class UpstreamError(ApiError):
 
     def __init__(self, code: str, message: str, *, status: int = 502, headers: dict[str, str] | None = None) -> None:
         super().__init__(status, code, message, headers=headers)
+
+
+def outbound_blocked() -> UpstreamError:
+    """The run's error when a tool call was refused by the outbound policy: 403, in words of our own (the gateway's
+    may name the address the server resolved to, which is none of the run's caller's business)."""
+    return UpstreamError(
+        OUTBOUND_BLOCKED,
+        "A tool call was refused: its server's address is one the outbound policy blocks. The run was stopped.",
+        status=403,
+    )

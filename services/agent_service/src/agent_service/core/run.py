@@ -1,6 +1,6 @@
-"""A run as plain values: its plan (``RunPlan``), its LLM calls (``LlmCall``), where a run taken over resumes
-(``ResumePoint``), how it ended (``RunOutcome``), and the two ways it reports while it runs: its events
-(``EventSink``) and its steps (``RunRecorder``, which the journal implements).
+"""A run as plain values: its plan (``RunPlan``), its LLM calls (``LlmCall``) and tool calls (``ToolCallRecord``),
+where a run taken over resumes (``ResumePoint``), how it ended (``RunOutcome``), and the two ways it reports while it
+runs: its events (``EventSink``) and its steps (``RunRecorder``, which the journal implements).
 
 No I/O: the loop (``agent_service.engine.loop``) runs a ``RunPlan``; the run store keeps ``LlmCall``s in its usage
 log; planning makes the plans (``agent_service.admission.planning``).
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
 
 from agent_service.core.errors import UpstreamError
@@ -17,16 +18,19 @@ from agent_service.core.limits import RunLimits, SpendGuard
 from agent_service.core.tenancy import DEFAULT_TENANT
 from suite_common.wire import (
     BudgetName,
+    CallerContext,
     Message,
     ModelPrices,
     ReasoningControl,
     RunEvent,
     RunFinishReason,
     ToolCall,
+    ToolCallStatus,
     ToolChoice,
     ToolInfo,
     ToolSpec,
     Usage,
+    UserRole,
     Verbosity,
 )
 
@@ -38,6 +42,7 @@ __all__ = [
     "RunOutcome",
     "RunPlan",
     "RunRecorder",
+    "ToolCallRecord",
 ]
 
 EventSink = Callable[[RunEvent], Awaitable[None]]
@@ -75,6 +80,19 @@ class RunPlan:
     prices: ModelPrices | None = None
     """The model's prices in completion-service's catalog (``None``: unpriced, or a run taken over): what an LLM
     call cut off before its usage came is estimated to cost (``agent_service.engine.metering``)."""
+    user: str | None = None
+    """The run's end user (``X-User-Id``), whom its tool calls act for with its tenant."""
+    role: UserRole | None = None
+    """That user's role (``X-User-Role``)."""
+    conversation_id: str | None = None
+    """The stored conversation the run continues, if any."""
+
+    @property
+    def caller(self) -> CallerContext:
+        """Who the run's tool calls act for, as ``call-tool`` tells the gateway (and the gateway the tool)."""
+        return CallerContext(
+            tenant=self.tenant, user=self.user, role=self.role, run_id=self.run_id, conversation_id=self.conversation_id
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +114,30 @@ class LlmCall:
     estimated: bool = False
     """The call was cut off before the provider reported its usage: ``usage`` is an estimate
     (``agent_service.engine.metering``)."""
+    answered_model: str | None = None
+    """The model that answered, as completion-service reported it: a fallback's when routing fell back (``None``:
+    the call was cut off before it answered)."""
+    latency_ms: float | None = None
+    """From sending the call to its answer's end (or to its cut), in milliseconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRecord:
+    """One tool call a run dispatched, as the audit log keeps it (the store adds the run's tenant and user)."""
+
+    iteration: int
+    """The run's round."""
+    call_index: int
+    """Its place among the round's tool calls, in the model's order."""
+    tool_call_id: str
+    tool: str
+    server: str | None
+    """The server that served it (``None``: a tool the run does not have, so no server was chosen)."""
+    status: ToolCallStatus
+    latency_ms: float
+    started_at: datetime
+    attempt: int = 0
+    """The run's ``resumes`` when the call was made, set by the journal (as ``LlmCall.attempt``)."""
 
 
 class RunRecorder(Protocol):
@@ -109,8 +151,13 @@ class RunRecorder(Protocol):
         """An assistant turn, before any of its tool calls runs. ``usage``: the run's so far; ``call``: the LLM call
         that answered this turn (one row of the usage log)."""
 
-    async def result(self, position: int, message: Message) -> None:
-        """A tool result, as soon as its call has finished."""
+    async def result(self, position: int, message: Message, *, audit: ToolCallRecord | None) -> None:
+        """A tool result, as soon as its call has finished; ``audit``: the call's audit row, stored with the result
+        (``None``: a result of no call made here, such as one a crash left without an outcome)."""
+
+    def unanswered(self, audit: ToolCallRecord) -> None:
+        """A tool call that ended without a result of its own (cancelled, or failed with the run): its audit row,
+        stored with the step that answers it (the run's end)."""
 
     async def cut_off(self, call: LlmCall, *, usage: Usage) -> None:
         """An LLM call cut off before its answer (``call.estimated``), to be logged with the run's next write;

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import anyio
 import structlog
 from opentelemetry.trace import Span
 
-from agent_service.core.errors import UpstreamError
+from agent_service.core.errors import OUTBOUND_BLOCKED, UpstreamError
 from agent_service.core.limits import Stop
 from agent_service.core.personas import with_system_prompt
 from agent_service.core.run import (
@@ -25,6 +26,7 @@ from agent_service.core.run import (
     RunOutcome,
     RunPlan,
     RunRecorder,
+    ToolCallRecord,
 )
 from agent_service.engine.metering import complete_counted
 from agent_service.engine.tool_cache import ToolCache
@@ -51,6 +53,7 @@ from suite_common.wire import (
     RunToolResult,
     TextDelta,
     ToolCall,
+    ToolCallStatus,
     ToolInfo,
     ToolSpec,
     Usage,
@@ -280,12 +283,21 @@ class AgentLoop:
     ) -> RunFinishReason | None:
         """One LLM call and the tool calls it asks for; a finish reason when the run ends with this round."""
         iteration = state.iterations
+        started = time.perf_counter()
         response = await self._complete(plan, state, emit, request, stream_text, recorder)
+        latency_ms = _ms_since(started)
         state.usage += response.usage
         state.warnings.update(dict.fromkeys(response.warnings or ()))
         if plan.spending is not None:
             await plan.spending.spent(response.usage)
-        llm_call = LlmCall(plan.model, response.provider, response.usage, iteration=iteration)
+        llm_call = LlmCall(
+            plan.model,
+            response.provider,
+            response.usage,
+            iteration=iteration,
+            answered_model=response.model,
+            latency_ms=latency_ms,
+        )
         message, calls = _hand_back(plan, response.message)
         state.turn_position = len(state.conversation)
         state.append(message)
@@ -320,6 +332,7 @@ class AgentLoop:
     ) -> CompletionResponse:
         """The round's LLM call, its deltas streamed when ``stream_text``; cut off, it is counted all the same."""
         iteration = state.iterations
+        started = time.perf_counter()
 
         async def forward(delta: TextDelta | ReasoningDelta) -> None:
             if isinstance(delta, TextDelta):
@@ -332,7 +345,9 @@ class AgentLoop:
             if plan.spending is not None:
                 await plan.spending.spent(usage)
             if recorder is not None:
-                call = LlmCall(plan.model, "", usage, iteration=iteration, estimated=True)
+                call = LlmCall(
+                    plan.model, "", usage, iteration=iteration, estimated=True, latency_ms=_ms_since(started)
+                )
                 await recorder.cut_off(call, usage=state.usage)
 
         with self.telemetry.tracer.start_as_current_span("llm_call", attributes={"llm.model": plan.model}) as span:
@@ -390,11 +405,27 @@ class AgentLoop:
         is streamed, so the tool's progress is reported as ``tool_progress`` events."""
         iteration = state.iterations
         position = next(index for index, pending in enumerate(state.pending) if pending.id == call.id)
-        started = time.perf_counter()
+        started, started_at = time.perf_counter(), datetime.now(UTC)
         # The catalog's entry of the tool (its server, "-" for a name the run does not list: the model's invention).
         tool = next((tool for tool in plan.tools if tool.name == call.name), None)
         server = tool.server if tool is not None else "-"
-        status, cached = "refused", False
+        status: ToolCallStatus = "refused"
+        cached = False
+
+        def audit(status: ToolCallStatus, *, logged: str | None = None) -> ToolCallRecord:
+            """The call's audit line and metric (under ``logged`` when given), and its audit row."""
+            seconds = self._audit(plan, iteration, position, call, server, logged or status, started)
+            return ToolCallRecord(
+                iteration=iteration,
+                call_index=position,
+                tool_call_id=call.id,
+                tool=call.name,
+                server=server if server != "-" else None,
+                status=status,
+                latency_ms=round(seconds * 1000, 2),
+                started_at=started_at,
+            )
+
         with (
             structlog.contextvars.bound_contextvars(tool_call_id=call.id),
             self.telemetry.tracer.start_as_current_span(
@@ -411,12 +442,17 @@ class AgentLoop:
                 except UpstreamError as error:
                     failures.append(error)
                     _gateway_failed(span, server, error, siblings)
-                    self._audit(plan, iteration, position, call, server, "failed", started)
+                    # Not called (the outbound policy refused the connection), or the gateway failed it.
+                    ended = audit("refused" if error.code == OUTBOUND_BLOCKED else "error", logged="failed")
+                    if recorder is not None:
+                        recorder.unanswered(ended)
                     return
                 except anyio.get_cancelled_exc_class():
                     span.set_attributes({"tool.server": server, "tool.status": "cancelled"})
                     mark_span_failed(span, "cancelled")
-                    self._audit(plan, iteration, position, call, server, "cancelled", started)
+                    ended = audit("cancelled")
+                    if recorder is not None:
+                        recorder.unanswered(ended)
                     raise
                 content, is_error = render_tool_result(result, self.tool_result_max_chars), result.is_error
                 # The server that ran it (the planned one: the gateway runs the call there or nowhere); a call
@@ -428,10 +464,10 @@ class AgentLoop:
             if status not in ("ok", "cached"):
                 mark_span_failed(span, status)
             # Inside the binding, so that the audit line carries the tool_call_id the stream reported.
-            seconds = self._audit(plan, iteration, position, call, server, status, started)
+            ended = audit(status)
         message = Message(role="tool", tool_call_id=call.id, content=content, is_error=is_error or None)
         await self._finished(
-            plan, state, emit, recorder, call, message, duration_ms=round(seconds * 1000, 2), cached=cached
+            plan, state, emit, recorder, call, message, duration_ms=ended.latency_ms, cached=cached, audit=ended
         )
 
     async def _execute(
@@ -441,10 +477,12 @@ class AgentLoop:
         if streamed:
             progress = _progress_reporter(plan, iteration, call, emit)
             return await self.tools.call_tool_streamed(
-                call.name, call.arguments, plan.limits.deadline, progress, route=tool
+                call.name, call.arguments, plan.limits.deadline, progress, route=tool, caller=plan.caller
             )
         # the cheaper JSON answer: nobody would see the progress
-        return await self.tools.call_tool(call.name, call.arguments, plan.limits.deadline, route=tool)
+        return await self.tools.call_tool(
+            call.name, call.arguments, plan.limits.deadline, route=tool, caller=plan.caller
+        )
 
     async def _remember(self, plan: RunPlan, tool: ToolInfo | None, call: ToolCall, server: str, content: str) -> None:
         """A successful result kept in the tool-result cache: under the server that ran it, never under another (a
@@ -469,9 +507,11 @@ class AgentLoop:
         *,
         duration_ms: float,
         cached: bool = False,
+        audit: ToolCallRecord | None = None,
     ) -> None:
-        """A call of the current round has its result: kept for the round's end, told, recorded. ``cached``: the
-        result is an earlier identical call's, from the tool-result cache."""
+        """A call of the current round has its result: kept for the round's end, told, recorded (with ``audit``, the
+        call's audit row; ``None``: no call was made here). ``cached``: the result is an earlier identical call's,
+        from the tool-result cache."""
         state.finished[call.id] = message
         await emit(
             RunToolResult(
@@ -487,7 +527,7 @@ class AgentLoop:
         )
         if recorder is not None:
             position = next(index for index, pending in enumerate(state.pending) if pending.id == call.id)
-            await recorder.result(state.turn_position + 1 + position, message)
+            await recorder.result(state.turn_position + 1 + position, message, audit=audit)
 
     def _audit(
         self, plan: RunPlan, iteration: int, position: int, call: ToolCall, server: str, status: str, started: float
@@ -506,11 +546,20 @@ class AgentLoop:
 
 
 async def _failed(plan: RunPlan, state: _RunState, emit: EventSink, error: UpstreamError) -> RunOutcome:
-    """The run fails with ``error`` (a peer's failure, not its deadline): told in an ``error`` event."""
-    state.close_round(f"The run failed before this tool call finished: {error.message}")
+    """The run fails with ``error`` (a peer's failure, not its deadline): told in an ``error`` event. A call the
+    outbound policy refused closes its round without saying why: the conversation, which a model may read again in a
+    later run, keeps no trace of what the policy blocked."""
+    if error.code == OUTBOUND_BLOCKED:
+        state.close_round("The run was stopped before this tool call finished.")
+    else:
+        state.close_round(f"The run failed before this tool call finished: {error.message}")
     _log.warning("run_failed", code=error.code, message=error.message, iterations=state.iterations)
     await emit(RunError(run_id=plan.run_id, code=error.code, message=error.message))
     return RunOutcome("error", state.iterations, state.usage, state.appended, error, state.appended_from)
+
+
+def _ms_since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 2)
 
 
 def _hand_back(plan: RunPlan, message: Message) -> tuple[Message, list[ToolCall]]:

@@ -15,14 +15,17 @@ import anyio
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
-from agent_service.core.errors import UpstreamError
+from agent_service.core.errors import OUTBOUND_BLOCKED, UpstreamError, outbound_blocked
 from suite_common.deadline import Deadline
 from suite_common.errors import ApiError
 from suite_common.http import check_model_name
+from suite_common.logging import get_logger
 from suite_common.peer_client import PeerClient, PeerReply, PeerStream
 from suite_common.sse_parser import EventStreamParser
 from suite_common.tracing import trace_headers
 from suite_common.wire import (
+    TENANT_HEADER,
+    CallerContext,
     CallToolProgress,
     CallToolRequest,
     CallToolResponse,
@@ -45,6 +48,8 @@ from suite_common.wire import (
 )
 
 __all__ = ["CompletionClient", "DeltaSink", "ProgressSink", "ToolsClient"]
+
+_log = get_logger("agent_service.peers")
 
 _completion_event = TypeAdapter[CompletionEvent](CompletionEvent)
 
@@ -279,16 +284,33 @@ class ToolsClient:
         return response
 
     async def call_tool(
-        self, name: str, arguments: dict[str, Any], deadline: Deadline, *, route: ToolInfo | None = None
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        deadline: Deadline,
+        *,
+        route: ToolInfo | None = None,
+        caller: CallerContext | None = None,
     ) -> CallToolResponse:
-        """A tool's own failure is an ``isError`` result for the model; only a rejected secret raises.
+        """A tool's own failure is an ``isError`` result for the model; only a rejected secret, and an address the
+        outbound policy blocks (403 ``outbound_ssrf_blocked``, which ends the run), raise.
 
         ``route``: the tool's ``list-tools`` entry when the run was planned; the call then runs on that server's
         tool of that name (``server``, ``serverTool``) whatever the name resolves to now, or nowhere: if that
         server no longer has the tool, the gateway refuses it (409 ``tool_server_mismatch``), and while the server
-        is away it is unavailable (503); the model reads why, as an error result."""
-        body = _call_body(name, arguments, route)
-        headers = {**self.auth, **deadline.header(), **trace_headers(), "content-type": "application/json"}
+        is away it is unavailable (503); the model reads why, as an error result.
+
+        ``caller``: whom the call acts for; its tenant goes in ``X-Tenant-Id`` (the gateway routes within that
+        tenant's servers) and the whole of it in the body, which the gateway hands the tool as
+        ``_meta["io.loopsuite/caller"]``."""
+        body = _call_body(name, arguments, route, caller)
+        headers = {
+            **self.auth,
+            **deadline.header(),
+            **trace_headers(),
+            **_tenant_header(caller),
+            "content-type": "application/json",
+        }
         try:
             response = await self.http.request("POST", self.call_url, content=body, headers=headers)
         except httpx.HTTPError as error:
@@ -309,16 +331,18 @@ class ToolsClient:
         on_progress: ProgressSink,
         *,
         route: ToolInfo | None = None,
+        caller: CallerContext | None = None,
     ) -> CallToolResponse:
         """``call_tool`` answered as SSE: the tool's progress goes to ``on_progress`` as it comes.
 
         For streamed runs only: the stream costs more than the JSON answer of ``call_tool``.
         """
-        body = _call_body(name, arguments, route)
+        body = _call_body(name, arguments, route, caller)
         headers = {
             **self.auth,
             **deadline.header(),
             **trace_headers(),
+            **_tenant_header(caller),
             "content-type": "application/json",
             "accept": "text/event-stream",
         }
@@ -345,25 +369,34 @@ class ToolsClient:
         return _error_result(f"The tool call failed: {self.service} ended the stream without a result.")
 
 
-def _call_body(name: str, arguments: dict[str, Any], route: ToolInfo | None) -> bytes:
+def _call_body(name: str, arguments: dict[str, Any], route: ToolInfo | None, caller: CallerContext | None) -> bytes:
     """``call-tool``'s body; with ``route``, the server and its own name of the tool, for the gateway to hold to."""
     if route is None or not route.server:
-        return dump(CallToolRequest(name=name, arguments=arguments)).encode()
+        return dump(CallToolRequest(name=name, arguments=arguments, caller=caller)).encode()
     request = CallToolRequest(
-        name=name, arguments=arguments, server=route.server, server_tool=route.server_tool or route.name
+        name=name, arguments=arguments, server=route.server, server_tool=route.server_tool or route.name, caller=caller
     )
     return dump(request).encode()
 
 
+def _tenant_header(caller: CallerContext | None) -> dict[str, str]:
+    return {TENANT_HEADER: caller.tenant} if caller is not None else {}
+
+
 def _failed_call(response: PeerReply) -> CallToolResponse:
-    """A ``call-tool`` answered with an HTTP error: an error result saying why; a rejected secret raises."""
+    """A ``call-tool`` answered with an HTTP error: an error result saying why; a rejected secret, and an address the
+    outbound policy blocks, raise."""
     if response.status == 401:
         raise _unauthorized()
     try:
         error = json.loads(response.content)["error"]
-        return _error_result(_failure_text(error))
-    except (ValueError, KeyError, TypeError):
+        code = error.get("code")
+        text = _failure_text(error)
+    except (ValueError, KeyError, TypeError, AttributeError):
         return _error_result(f"The tool call failed: HTTP {response.status}")
+    if response.status == 403 and code == OUTBOUND_BLOCKED:
+        raise _blocked(error)
+    return _error_result(text)
 
 
 def _streamed_answer(event: str, data: str) -> CallToolResponse:
@@ -371,9 +404,13 @@ def _streamed_answer(event: str, data: str) -> CallToolResponse:
     if event == "result":
         return CallToolResponse.model_validate_json(data)
     try:
-        return _error_result(_failure_text(json.loads(data)))
+        error = json.loads(data)
+        text = _failure_text(error)
     except (KeyError, TypeError):
         raise ValueError("an error event without a message") from None
+    if error.get("code") == OUTBOUND_BLOCKED:  # the stream had started when the connection was refused
+        raise _blocked(error)
+    return _error_result(text)
 
 
 def _failure_text(error: dict[str, Any]) -> str:
@@ -385,6 +422,12 @@ def _failure_text(error: dict[str, Any]) -> str:
     if error.get("code") == "tool_unavailable" and isinstance(retry_after, int | float):
         return f"The tool call failed: {message} It may work again in about {retry_after:g} s."
     return f"The tool call failed: {message}"
+
+
+def _blocked(error: dict[str, Any]) -> UpstreamError:
+    """The gateway's ``outbound_ssrf_blocked``: its words go to the log, the run ends with ours."""
+    _log.warning("tool_call_blocked_by_outbound_policy", gateway_message=str(error.get("message", "")))
+    return outbound_blocked()
 
 
 def _unauthorized() -> UpstreamError:

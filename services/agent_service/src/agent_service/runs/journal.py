@@ -9,6 +9,9 @@ states what the run did (``DURABLE_EVENTS``: a tool call, its result, the run's 
 is stored, and the events after it wait behind it (``_held``). This costs no write of its own: the tool calls are
 stored with their turn before any tool runs, a result by the write that already follows it (while the run goes on to
 its next LLM call), the final answer and ``done`` by the run's end.
+
+Each tool call's audit row goes with the write that stores its result; a call that ended without one (cancelled, or
+cut short by the run's failure) has its row stored by the run's end, which answers it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import replace
 import anyio
 
 from agent_service.core.errors import UpstreamError
-from agent_service.core.run import LlmCall, RunOutcome
+from agent_service.core.run import LlmCall, RunOutcome, ToolCallRecord
 from agent_service.infra.telemetry import RunTelemetry
 from agent_service.store import LeaseLost, RunStore, Step, StoredEvent, StoreError
 from suite_common.logging import get_logger
@@ -107,6 +110,10 @@ class RunJournal:
         """LLM calls not in the usage log yet: written with the next step (the final answer's, with the run's end).
         A write that failed leaves them here, and the run's end writes them again: if that write had committed
         unseen, the store skips the calls already logged (each is identified by its round and ``attempt``)."""
+        self.unaudited: list[ToolCallRecord] = []
+        """Audit rows of tool calls not stored yet that the run's end stores: calls that ended without a result of
+        their own, and those whose result's write failed (the end writes them again; a row that committed unseen is
+        skipped by the store, as a usage row is)."""
         self.ended = anyio.Event()
         self._writing: list[asyncio.Task[None]] = []
         """Result writes under way (``result``)."""
@@ -193,14 +200,15 @@ class RunJournal:
         await self._write(Step(messages=[(local, message)], status="tool_loop", iterations=iterations, usage=usage))
         await self._release()  # its tool calls
 
-    async def result(self, position: int, message: Message) -> None:
+    async def result(self, position: int, message: Message, *, audit: ToolCallRecord | None) -> None:
         if message.tool_call_id is not None:
             self.open_calls.pop(message.tool_call_id, None)
         # Not awaited: the run goes on (to its next LLM call) while the result is written, and its ``tool_result``
         # event goes to the client once written. The next step's write and the run's end wait for it first, so
         # that a result that could not be stored still fails the run before any other tool runs; a crash before
         # it is stored makes the call one without a stored result, which no client was told.
-        step = Step(messages=[(position - self.base, message)])
+        audited = [replace(audit, attempt=self.attempt)] if audit is not None else []
+        step = Step(messages=[(position - self.base, message)], tool_calls=audited)
         write = asyncio.get_running_loop().create_task(self._store_result(step))
         self._writing.append(write)
 
@@ -212,6 +220,9 @@ class RunJournal:
             self.send = None
             self._held.clear()
 
+    def unanswered(self, audit: ToolCallRecord) -> None:
+        self.unaudited.append(replace(audit, attempt=self.attempt))
+
     async def cut_off(self, call: LlmCall, *, usage: Usage) -> None:
         # Nothing written now (the run is being cut short): the run's end, which comes next, logs it and stores
         # ``usage`` (``finish``, or ``finish_cancelled`` with ``self.usage``).
@@ -220,21 +231,24 @@ class RunJournal:
 
     async def log_calls(self) -> None:
         """Log the calls no step logged yet (a call cut off by the shutdown that hands the run over, whose estimate
-        is in the budgets already), with the run's usage so far, and nothing else: the run's messages and events stay
+        is in the budgets already, and the audit rows of the tool calls it cancelled), with the run's usage so far,
+        and nothing else: the run's messages and events stay
         as stored, for the replica that takes it over. Shielded and bounded (``_LOG_CALLS_SECONDS``); a failure is
         noted only (the run is being handed over: its lease lapses either way)."""
         store = self.store
-        if store is None or not self.unlogged:
+        if store is None or not (self.unlogged or self.unaudited):
             return
         with anyio.CancelScope(shield=True), anyio.move_on_after(_LOG_CALLS_SECONDS):
             async with self._write_lock:
-                logged = list(self.unlogged)
+                logged, audited = list(self.unlogged), list(self.unaudited)
+                step = Step(usage=self.usage, calls=logged, tool_calls=audited)
                 try:
-                    await store.record(self.run_id, Step(usage=self.usage, calls=logged), owner=self.owner)
+                    await store.record(self.run_id, step, owner=self.owner)
                 except (LeaseLost, StoreError) as error:
                     _log.warning("run_calls_not_logged", run_id=self.run_id, calls=len(logged), error=str(error))
                     return
                 del self.unlogged[: len(logged)]
+                del self.unaudited[: len(audited)]
 
     async def _settle(self, *, raise_failure: bool = True) -> None:
         """Wait for the results being written; raise the first failure among them (``raise_failure``)."""
@@ -327,7 +341,10 @@ class RunJournal:
             step.events = events
             logged = list(self.unlogged)
             step.calls = logged
+            own, audited = step.tool_calls, list(self.unaudited) if final else []
+            step.tool_calls = [*own, *audited]
             started = time.perf_counter()
+            written = False
             try:
                 # Shielded: a write cut off midway may still commit (on PostgreSQL a step is one statement), and the
                 # journal would then write its events twice. It is short, and bounded by the store's own timeouts.
@@ -336,6 +353,7 @@ class RunJournal:
                         await store.finish(self.run_id, step, owner=self.owner)
                     else:
                         await store.record(self.run_id, step, owner=self.owner)
+                written = True
             except LeaseLost:
                 raise RunMoved(self.run_id) from None
             except StoreError as error:
@@ -347,9 +365,13 @@ class RunJournal:
                     status=503,
                     headers={"Retry-After": "1"},
                 ) from None
+            finally:
+                if not written:  # the run's end writes them again
+                    self.unaudited.extend(own)
             self.telemetry.store_write(time.perf_counter() - started, ok=True)
             del self.unflushed[: len(events)]
             del self.unlogged[: len(logged)]
+            del self.unaudited[: len(audited)]
             if events:
                 self.flushed_seq = events[-1].seq
             self.recorded.update(position for position, _ in step.messages)

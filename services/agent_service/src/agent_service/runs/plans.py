@@ -21,6 +21,7 @@ from suite_common.wire import (
     ToolChoice,
     ToolInfo,
     ToolSpec,
+    UserRole,
     Verbosity,
 )
 
@@ -28,6 +29,7 @@ __all__ = ["Takeover", "conversation_settings", "plan_from_record", "stored_plan
 
 _TOOL_CHOICE: TypeAdapter[ToolChoice] = TypeAdapter(ToolChoice)
 _VERBOSITY: TypeAdapter[Verbosity | None] = TypeAdapter(Verbosity | None)
+_ROLE: TypeAdapter[UserRole | None] = TypeAdapter(UserRole | None)
 
 
 def conversation_settings(request: AgentRunRequest) -> ConversationSettings:
@@ -64,6 +66,9 @@ def stored_plan(plan: RunPlan) -> dict[str, Any]:
         "verbosity": plan.verbosity,
         "clientTools": [spec.model_dump(mode="json", by_alias=True) for spec in plan.client_tools],
         "systemPrompt": plan.system_prompt,
+        # The end user's role, which the run's tool calls tell the tools (the user and conversation are the run's
+        # own columns).
+        "userRole": plan.role,
     }
 
 
@@ -92,6 +97,9 @@ def plan_from_record(record: RunRecord, messages: list[Message]) -> RunPlan:
         client_tools=[ToolSpec.model_validate(spec) for spec in stored.get("clientTools", [])],
         system_prompt=stored.get("systemPrompt"),
         tenant=record.tenant or DEFAULT_TENANT,  # the run's own, stored with it
+        user=record.user,
+        role=_ROLE.validate_python(stored.get("userRole")),  # absent from a run stored before roles: none
+        conversation_id=record.conversation_id,
     )
 
 

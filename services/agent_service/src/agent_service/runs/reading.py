@@ -16,6 +16,9 @@ from agent_service.runs.journal import TERMINAL_EVENTS, StoredEventSink
 from agent_service.runs.running import RunExecutor, store_unavailable
 from agent_service.settings import AgentSettings
 from agent_service.store import (
+    AuditCursor,
+    AuditedCall,
+    AuditFilter,
     ConversationRecord,
     ConversationSummary,
     ModelUsage,
@@ -147,6 +150,15 @@ class RunReader:
         """The tenant's (or its end user's) LLM calls over ``[start, end)``, summed per model."""
         try:
             return await self._store().usage_by_model(tenant, start, end, user=user)
+        except StoreError as error:
+            raise store_unavailable(error) from None
+
+    async def audit(
+        self, tenant: str, where: AuditFilter, *, limit: int, after: AuditCursor | None
+    ) -> tuple[list[AuditedCall], AuditCursor | None]:
+        """A page of the tenant's tool-call audit log, newest first, and the next page's cursor."""
+        try:
+            return await self._store().audited_calls(tenant, where, limit=limit, after=after)
         except StoreError as error:
             raise store_unavailable(error) from None
 

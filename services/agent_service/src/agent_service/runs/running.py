@@ -135,6 +135,8 @@ class RunExecutor:
     ) -> StartedRun:
         detached = request.on_disconnect == "continue"
         store = self.store
+        # Whom its tool calls act for (``RunPlan.caller``): the caller's end user and role, the conversation.
+        plan = replace(plan, user=caller.user, role=caller.role, conversation_id=request.conversation_id)
         if store is None:
             journal = RunJournal(plan.run_id, store=None, owner=self.owner, base=0, send=send)
             return StartedRun(plan, journal, detached)

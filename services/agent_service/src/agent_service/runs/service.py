@@ -32,7 +32,16 @@ from agent_service.runs.reading import RunReader
 from agent_service.runs.running import RunExecutor, StartedRun
 from agent_service.runs.takeover import LeaseKeeper
 from agent_service.settings import AgentSettings
-from agent_service.store import ConversationRecord, ConversationSummary, ModelUsage, RunRecord, RunStore
+from agent_service.store import (
+    AuditCursor,
+    AuditedCall,
+    AuditFilter,
+    ConversationRecord,
+    ConversationSummary,
+    ModelUsage,
+    RunRecord,
+    RunStore,
+)
 from suite_common.lifecycle import Lifecycle
 from suite_common.wire import AgentRunRequest, Message
 
@@ -124,6 +133,11 @@ class AgentRuns:
 
     async def usage(self, tenant: str, start: datetime, end: datetime, *, user: str | None) -> list[ModelUsage]:
         return await self.reader.usage(tenant, start, end, user=user)
+
+    async def audit(
+        self, tenant: str, where: AuditFilter, *, limit: int, after: AuditCursor | None
+    ) -> tuple[list[AuditedCall], AuditCursor | None]:
+        return await self.reader.audit(tenant, where, limit=limit, after=after)
 
     async def log_usage(self, caller: Caller, call: LlmCall) -> None:
         await self.reader.log_usage(caller, call)

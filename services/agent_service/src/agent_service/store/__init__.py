@@ -3,6 +3,9 @@
 from agent_service.store.caller_keys import CallerKeyStore, KeyNameTaken, StoredCallerKey
 from agent_service.store.records import (
     ACTIVE_STATUSES,
+    AuditCursor,
+    AuditedCall,
+    AuditFilter,
     ConversationBusy,
     ConversationFull,
     ConversationLimits,
@@ -23,6 +26,9 @@ from agent_service.store.run_store import RunStore
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "AuditCursor",
+    "AuditFilter",
+    "AuditedCall",
     "CallerKeyStore",
     "ConversationBusy",
     "ConversationFull",

@@ -5,16 +5,19 @@ statements and about 0.4 ms of CPU on SQLite, and on PostgreSQL five round trips
 (``python -m bench.run_store``; the statements' building, caching and the asyncio adaptation, not the
 database, took most of it). Here a step is, on PostgreSQL, one statement (its parts are CTEs, so it is
 one round trip and atomic without BEGIN and COMMIT), prepared once per connection by asyncpg; on SQLite,
-three statements (four with usage log rows) on the standard driver in one ``BEGIN IMMEDIATE`` transaction.
+three statements (one more each with usage log rows and with audit rows) on the standard driver in one
+``BEGIN IMMEDIATE`` transaction.
 Everything else the store does goes through SQLAlchemy Core (``RunStore``): this module holds only what the
 benchmark justified.
 
-A step's LLM calls (``Step.calls``) become rows of the usage log in the same statement or transaction, each with
-the tenant, end user and caller read from the run's own row (so a run taken over after a crash logs its calls as
-the same tenant's and user's, with nothing to carry over).
+A step's LLM calls (``Step.calls``) become rows of the usage log, and its tool calls (``Step.tool_calls``) rows of the
+audit log (``tool_calls``), in the same statement or transaction, each with the tenant and end user (and, for the usage
+log, the caller) read from the run's own row (so a run taken over after a crash logs its calls as the same tenant's
+and user's, with nothing to carry over).
 
 An event already stored (the same run and sequence number: a write retried after it committed unseen) is left as
-it is, and so is a call already logged (the same run, round and attempt: ``schema.usage_log``'s unique key). The
+it is, and so is a call already logged (the same run, round and attempt: ``schema.usage_log``'s unique key; for a tool
+call, the same run, round, call index and attempt: ``schema.tool_calls``'). The
 values are written as SQLAlchemy's types write them (``schema``): JSON text for messages, UTC times (naive ISO text
 on SQLite), so that the rest of the store reads them as its own.
 """
@@ -28,12 +31,15 @@ from typing import Any
 from agent_service.core.tenancy import DEFAULT_TENANT
 from agent_service.store.records import Step
 
-__all__ = ["postgres_step", "sqlite_step", "step_rows", "usage_rows"]
+__all__ = ["audit_rows", "postgres_step", "sqlite_step", "step_rows", "usage_rows"]
+
+UsageRow = tuple[int | None, int, str, str | None, int, int, float | None, bool, str | None, float | None]
+AuditRow = tuple[int, int, int, str, str | None, str, str, float, datetime]
 
 
-def usage_rows(step: Step) -> list[tuple[int | None, int, str, str | None, int, int, float | None, bool]]:
+def usage_rows(step: Step) -> list[UsageRow]:
     """The step's LLM calls as ``(iteration, attempt, model, provider, input tokens, output tokens, cost,
-    estimated)``; a call cut off before it was answered has no provider."""
+    estimated, answered model, latency ms)``; a call cut off before it was answered has no provider."""
     return [
         (
             call.iteration,
@@ -44,8 +50,29 @@ def usage_rows(step: Step) -> list[tuple[int | None, int, str, str | None, int, 
             call.usage.output_tokens,
             call.usage.cost_usd,
             call.estimated,
+            call.answered_model,
+            call.latency_ms,
         )
         for call in step.calls
+    ]
+
+
+def audit_rows(step: Step) -> list[AuditRow]:
+    """The step's tool calls as ``(iteration, call index, attempt, tool call id, server, tool, status, latency ms,
+    started at)``."""
+    return [
+        (
+            call.iteration,
+            call.call_index,
+            call.attempt,
+            call.tool_call_id,
+            call.server,
+            call.tool,
+            call.status,
+            call.latency_ms,
+            call.started_at,
+        )
+        for call in step.tool_calls
     ]
 
 
@@ -89,7 +116,7 @@ _RELEASE = ", lease_owner = NULL, lease_expires_at = NULL"
 # --- PostgreSQL (asyncpg) --------------------------------------------------------------------------------------
 
 
-def _postgres_sql(*, owned: bool, release: bool, logged: bool) -> str:
+def _postgres_sql(*, owned: bool, release: bool, logged: bool, audited: bool) -> str:
     counters = _SET_COUNTERS.format(
         "$3::text",
         "$4::int",
@@ -102,23 +129,42 @@ def _postgres_sql(*, owned: bool, release: bool, logged: bool) -> str:
         "$11::float8",
         "$12::text",
     )
-    owner = "$26" if logged else "$18"
+    # $13-$17: the messages' and events' arrays; then the usage log's, the audit log's, and the owner, each when used.
+    parameters = iter(range(18, 100))
+
+    def arrays(*types: str) -> str:
+        return ", ".join(f"${next(parameters)}::{kind}[]" for kind in types)
+
+    # A step without LLM calls (a tool result, the run's end after a tool round) has no usage part at all, and one
+    # without tool calls (an assistant turn) no audit part.
+    usage = (
+        ", usage AS (INSERT INTO usage_log (tenant, user_id, caller, run_id, iteration, attempt, model, provider, "
+        "input_tokens, output_tokens, cost_usd, estimated, answered_model, latency_ms, created_at) "
+        f"SELECT COALESCE(guard.tenant, '{DEFAULT_TENANT}'), guard.user_id, guard.caller, guard.run_id, u.iteration, "
+        "u.attempt, u.model, u.provider, u.input_tokens, u.output_tokens, u.cost_usd, u.estimated, u.answered_model, "
+        "u.latency_ms, $2 FROM guard, "
+        f"unnest({arrays('int', 'int', 'text', 'text', 'int', 'int', 'float8', 'bool', 'text', 'float8')}) "
+        "AS u(iteration, attempt, model, provider, input_tokens, output_tokens, cost_usd, estimated, answered_model, "
+        "latency_ms) ON CONFLICT DO NOTHING)"
+        if logged
+        else ""
+    )
+    audit = (
+        ", audit AS (INSERT INTO tool_calls (tenant, user_id, run_id, iteration, call_index, attempt, tool_call_id, "
+        f"server, tool, status, latency_ms, created_at) SELECT COALESCE(guard.tenant, '{DEFAULT_TENANT}'), "
+        "guard.user_id, guard.run_id, a.iteration, a.call_index, a.attempt, a.tool_call_id, a.server, a.tool, "
+        "a.status, a.latency_ms, a.created_at FROM guard, "
+        f"unnest({arrays('int', 'int', 'int', 'text', 'text', 'text', 'text', 'float8', 'timestamptz')}) "
+        "AS a(iteration, call_index, attempt, tool_call_id, server, tool, status, latency_ms, created_at) "
+        "ON CONFLICT DO NOTHING)"
+        if audited
+        else ""
+    )
+    owner = f"${next(parameters)}"
     guard = (
         f"UPDATE runs SET updated_at = $2, {counters}{_RELEASE if release else ''} "
         f"WHERE run_id = $1 AND {_ACTIVE}{f' AND lease_owner = {owner}' if owned else ''} "
-        f"RETURNING run_id, conversation_id, tenant{', user_id, caller' if logged else ''}"
-    )
-    # A step without LLM calls (a tool result, the run's end after a tool round) has no usage part at all.
-    usage = (
-        ", usage AS (INSERT INTO usage_log (tenant, user_id, caller, run_id, iteration, attempt, model, provider, "
-        f"input_tokens, output_tokens, cost_usd, estimated, created_at) SELECT COALESCE(guard.tenant, "
-        f"'{DEFAULT_TENANT}'), guard.user_id, guard.caller, guard.run_id, u.iteration, u.attempt, u.model, u.provider, "
-        "u.input_tokens, u.output_tokens, u.cost_usd, u.estimated, $2 FROM guard, "
-        "unnest($18::int[], $19::int[], $20::text[], $21::text[], $22::int[], $23::int[], $24::float8[], "
-        "$25::bool[]) AS u(iteration, attempt, model, provider, input_tokens, output_tokens, cost_usd, estimated) "
-        "ON CONFLICT DO NOTHING)"
-        if logged
-        else ""
+        f"RETURNING run_id, conversation_id, tenant{', user_id, caller' if logged or audited else ''}"
     )
     # A conversation is (tenant, conversation_id): another tenant's conversation of the same id is left alone.
     conversation = (
@@ -136,16 +182,17 @@ def _postgres_sql(*, owned: bool, release: bool, logged: bool) -> str:
         "events AS (INSERT INTO run_events (run_id, seq, type, data) "
         "SELECT guard.run_id, e.seq, e.type, e.data FROM guard, "
         "unnest($15::int[], $16::text[], $17::text[]) AS e(seq, type, data) ON CONFLICT DO NOTHING)"
-        f"{usage}{conversation} "
+        f"{usage}{audit}{conversation} "
         "SELECT count(*) FROM guard"
     )
 
 
 _POSTGRES_SQL = {
-    (owned, release, logged): _postgres_sql(owned=owned, release=release, logged=logged)
+    (owned, release, logged, audited): _postgres_sql(owned=owned, release=release, logged=logged, audited=audited)
     for owned in (True, False)
     for release in (True, False)
     for logged in (True, False)
+    for audited in (True, False)
 }
 
 
@@ -155,11 +202,12 @@ async def postgres_step(connection: Any, run_id: str, step: Step, *, owner: str 
     arguments: list[Any] = [run_id, datetime.now(UTC), *_counters(step)]
     arguments += [[position for position, _ in messages], [text for _, text in messages]]
     arguments += [[seq for seq, _, _ in events], [kind for _, kind, _ in events], [data for _, _, data in events]]
-    usage = usage_rows(step)
+    usage, audit = usage_rows(step), audit_rows(step)
     arguments += [list(column) for column in zip(*usage, strict=True)]
+    arguments += [list(column) for column in zip(*audit, strict=True)]
     if owner is not None:
         arguments.append(owner)
-    sql = _POSTGRES_SQL[owner is not None, release, bool(usage)]
+    sql = _POSTGRES_SQL[owner is not None, release, bool(usage), bool(audit)]
     written: int = await connection.fetchval(sql, *arguments)
     return written == 1
 
@@ -185,8 +233,14 @@ _SQLITE_MESSAGES = (
 _SQLITE_EVENTS = "INSERT INTO run_events (run_id, seq, type, data) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"
 _SQLITE_USAGE = (
     "INSERT INTO usage_log (tenant, user_id, caller, run_id, iteration, attempt, model, provider, input_tokens, "
-    f"output_tokens, cost_usd, estimated, created_at) SELECT COALESCE(tenant, '{DEFAULT_TENANT}'), user_id, caller, "
-    "run_id, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM runs WHERE run_id = ? ON CONFLICT DO NOTHING"
+    "output_tokens, cost_usd, estimated, answered_model, latency_ms, created_at) "
+    f"SELECT COALESCE(tenant, '{DEFAULT_TENANT}'), user_id, caller, run_id, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
+    "FROM runs WHERE run_id = ? ON CONFLICT DO NOTHING"
+)
+_SQLITE_AUDIT = (
+    "INSERT INTO tool_calls (tenant, user_id, run_id, iteration, call_index, attempt, tool_call_id, server, tool, "
+    f"status, latency_ms, created_at) SELECT COALESCE(tenant, '{DEFAULT_TENANT}'), user_id, run_id, ?, ?, ?, ?, ?, ?, "
+    "?, ?, ? FROM runs WHERE run_id = ? ON CONFLICT DO NOTHING"
 )
 _SQLITE_CONVERSATION = (
     "UPDATE conversations SET updated_at = ? "
@@ -220,6 +274,8 @@ def sqlite_step(connection: sqlite3.Connection, run_id: str, step: Step, *, owne
             cursor.executemany(_SQLITE_EVENTS, [(run_id, seq, kind, data) for seq, kind, data in events])
         if step.calls:
             cursor.executemany(_SQLITE_USAGE, [(*row, now, run_id) for row in usage_rows(step)])
+        if step.tool_calls:
+            cursor.executemany(_SQLITE_AUDIT, [(*row[:-1], sqlite_time(row[-1]), run_id) for row in audit_rows(step)])
         if release:
             cursor.execute(_SQLITE_CONVERSATION, (now, run_id))
         cursor.execute("COMMIT")

@@ -89,6 +89,8 @@ class UsageLog:
             "output_tokens": call.usage.output_tokens,
             "cost_usd": call.usage.cost_usd,
             "estimated": call.estimated,
+            "answered_model": call.answered_model,
+            "latency_ms": call.latency_ms,
             "created_at": utc_now(),
         }
         await self._db.run(

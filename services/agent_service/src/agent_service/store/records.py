@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from agent_service.core.run import LlmCall
+from agent_service.core.run import LlmCall, ToolCallRecord
 from suite_common.wire import (
     BudgetName,
     ConversationSettings,
@@ -14,12 +14,16 @@ from suite_common.wire import (
     RunErrorDetail,
     RunFinishReason,
     RunStatus,
+    ToolCallStatus,
     Usage,
     UserRole,
 )
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "AuditCursor",
+    "AuditFilter",
+    "AuditedCall",
     "ConversationBusy",
     "ConversationFull",
     "ConversationLimits",
@@ -143,6 +147,10 @@ class Step:
     """The LLM calls made since the previous step: one usage log row each, of the run's tenant, user and caller,
     written with the step (nothing is written for them when the guard refuses the step). A call already logged
     (the same ``iteration`` and ``attempt``: the step written again after a write that committed unseen) is skipped."""
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    """The tool calls whose results (or ends) this step records: one audit row each (``schema.tool_calls``), of the
+    run's tenant and user, written with the step; a row already there (the same round, call index and attempt) is
+    skipped, as a usage row is."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,3 +227,38 @@ class ModelUsage:
     calls: int
     usage: Usage
     """``cost_usd`` is ``None`` when none of the calls had a price."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditedCall:
+    """One row of the tool-call audit log, as read back."""
+
+    id: int
+    """The row's own number: with ``created_at``, its place in the log's order (newest first)."""
+    tenant: str
+    user: str | None
+    run_id: str
+    iteration: int
+    call_index: int
+    attempt: int
+    tool_call_id: str
+    server: str | None
+    tool: str
+    status: ToolCallStatus
+    latency_ms: float | None
+    created_at: datetime
+
+
+AuditCursor = tuple[datetime, int]
+"""Where a page of the audit log ended: its last row's ``(created_at, id)``; the next page is the rows before it."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditFilter:
+    """Which of a tenant's audit rows to read: each field narrows it (``None``: any); times are ``[start, end)``."""
+
+    start: datetime | None = None
+    end: datetime | None = None
+    tool: str | None = None
+    status: ToolCallStatus | None = None
+    user: str | None = None

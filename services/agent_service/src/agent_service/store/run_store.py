@@ -5,8 +5,8 @@ Every method is one short transaction. Every failure of the database surfaces as
 Times are the replica's wall clock, in UTC.
 
 ``RunStore`` is its table families' parts over one ``Database``: runs with their messages and events (``_runs``),
-conversations (``_conversations``), the usage log (``_usage``), leases (``_leases``); the caller keys of the same
-database are ``caller_keys`` (``CallerKeyStore``).
+conversations (``_conversations``), the usage log (``_usage``), the tool-call audit log (``_audit``), leases
+(``_leases``); the caller keys of the same database are ``caller_keys`` (``CallerKeyStore``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
+from agent_service.store._audit import ToolCallAudit
 from agent_service.store._conversations import StoredConversations
 from agent_service.store._engine import Database, database_url, open_database
 from agent_service.store._leases import RunLeases
@@ -26,7 +27,7 @@ from agent_service.store.records import StoreError
 __all__ = ["RunStore"]
 
 
-class RunStore(StoredRuns, StoredConversations, UsageLog, RunLeases):
+class RunStore(StoredRuns, StoredConversations, UsageLog, ToolCallAudit, RunLeases):
     """The durable runs of agent-service: their messages, events, leases, and the conversations they belong to.
 
     Each method runs one transaction, written as a plain function of a ``Connection`` (``_engine.Database`` runs
