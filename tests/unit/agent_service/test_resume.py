@@ -199,7 +199,9 @@ async def test_a_run_taken_over_acts_for_its_own_user_role_and_conversation() ->
         role="admin",
     )
     taken = takeover(
-        record(plan=stored_plan(plan), tenant="acme", user="alice", conversation_id="conv-1"), [], [USER]
+        record(plan=stored_plan(plan), tenant="acme", user="alice", user_role="admin", conversation_id="conv-1"),
+        [],
+        [USER],
     ).plan
     assert taken.caller.model_dump() == {
         "tenant": "acme",
@@ -208,8 +210,8 @@ async def test_a_run_taken_over_acts_for_its_own_user_role_and_conversation() ->
         "run_id": "run_1",
         "conversation_id": "conv-1",
     }
-    older = {key: value for key, value in stored_plan(plan).items() if key != "userRole"}
-    assert takeover(record(plan=older), [], [USER]).plan.caller.role is None
+    # A run stored before roles has none (its column is NULL).
+    assert takeover(record(plan=stored_plan(plan)), [], [USER]).plan.caller.role is None
 
 
 async def test_a_run_taken_over_keeps_its_token_and_cost_limits_and_a_plan_stored_without_them_has_none() -> None:

@@ -21,7 +21,6 @@ from suite_common.wire import (
     ToolChoice,
     ToolInfo,
     ToolSpec,
-    UserRole,
     Verbosity,
 )
 
@@ -29,7 +28,6 @@ __all__ = ["Takeover", "conversation_settings", "plan_from_record", "stored_plan
 
 _TOOL_CHOICE: TypeAdapter[ToolChoice] = TypeAdapter(ToolChoice)
 _VERBOSITY: TypeAdapter[Verbosity | None] = TypeAdapter(Verbosity | None)
-_ROLE: TypeAdapter[UserRole | None] = TypeAdapter(UserRole | None)
 
 
 def conversation_settings(request: AgentRunRequest) -> ConversationSettings:
@@ -66,9 +64,6 @@ def stored_plan(plan: RunPlan) -> dict[str, Any]:
         "verbosity": plan.verbosity,
         "clientTools": [spec.model_dump(mode="json", by_alias=True) for spec in plan.client_tools],
         "systemPrompt": plan.system_prompt,
-        # The end user's role, which the run's tool calls tell the tools (the user and conversation are the run's
-        # own columns).
-        "userRole": plan.role,
     }
 
 
@@ -98,7 +93,7 @@ def plan_from_record(record: RunRecord, messages: list[Message]) -> RunPlan:
         system_prompt=stored.get("systemPrompt"),
         tenant=record.tenant or DEFAULT_TENANT,  # the run's own, stored with it
         user=record.user,
-        role=_ROLE.validate_python(stored.get("userRole")),  # absent from a run stored before roles: none
+        role=record.user_role,  # the run's own column, like the user and the conversation
         conversation_id=record.conversation_id,
     )
 

@@ -135,8 +135,10 @@ class RunExecutor:
     ) -> StartedRun:
         detached = request.on_disconnect == "continue"
         store = self.store
-        # Whom its tool calls act for (``RunPlan.caller``): the caller's end user and role, the conversation.
-        plan = replace(plan, user=caller.user, role=caller.role, conversation_id=request.conversation_id)
+        # Whom its tool calls act for (``RunPlan.caller``): the caller's end user and that user's role (a role is an end
+        # user's: none without one, as the run's ``user_role`` column keeps it), the conversation.
+        role = caller.role if caller.user is not None else None
+        plan = replace(plan, user=caller.user, role=role, conversation_id=request.conversation_id)
         if store is None:
             journal = RunJournal(plan.run_id, store=None, owner=self.owner, base=0, send=send)
             return StartedRun(plan, journal, detached)
@@ -149,7 +151,7 @@ class RunExecutor:
             caller=caller.name,
             tenant=caller.tenant,
             user=caller.user,
-            user_role=caller.role if caller.user is not None else None,
+            user_role=role,
             settings=conversation_settings(request) if request.conversation_id is not None else None,
         )
         limits = ConversationLimits(self.settings.conversation_max_bytes, self.settings.conversation_max_runs)
