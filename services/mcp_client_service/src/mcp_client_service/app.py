@@ -46,6 +46,7 @@ from mcp_client_service.mcp_face.endpoint import MCP_FACE_PATH, McpFace
 from mcp_client_service.mcp_face.features import FeatureRouter
 from mcp_client_service.registry.server_registry import ReloadResult, ServerRegistry, ServersResponse
 from mcp_client_service.settings import MCPClientSettings
+from mcp_client_service.store import SecretsBox, TenantServerStore, open_tenant_store
 from suite_common.auth import SharedSecretMiddleware
 from suite_common.deadline import Deadline
 from suite_common.errors import ApiError, install_error_handlers
@@ -76,6 +77,8 @@ class _Services:
     settings: MCPClientSettings
     registry: ServerRegistry
     router: ToolRouter
+    tenant_store: TenantServerStore
+    """The servers tenants register at runtime (open from start to shutdown)."""
 
 
 def _services(request: Request) -> _Services:
@@ -272,8 +275,9 @@ def create_app(
     at startup; ``environ`` (default ``os.environ``) is what stdio servers inherit from and what
     ``${env:...}`` references read.
 
-    Raises ``ValueError`` without a secret and ``config.servers_file.ConfigError`` for a bad servers file, so a
-    misconfigured service stops before it listens.
+    Raises ``ValueError`` without a secret or with a secrets key that is not one, and
+    ``config.servers_file.ConfigError`` for a bad servers file, so a misconfigured service stops before it listens.
+    The tenant server store opens (and migrates) at startup: a store it cannot open stops it there.
     """
     secret = settings.service_secret.get_secret_value()
     if not secret.strip():
@@ -281,6 +285,7 @@ def create_app(
     if servers is None:
         servers = load_servers_config(settings.servers_file)
     options = connection_options(settings, os.environ if environ is None else environ)
+    secrets = SecretsBox.configured(settings.secrets_key, settings.secrets_key_file)
     registry = ServerRegistry(servers, options, collision=settings.tool_name_collision)
     observability = Observability.create("mcp-client-service", settings, tracer_provider=tracer_provider)
     telemetry = GatewayTelemetry(observability.registry, registry)
@@ -307,15 +312,26 @@ def create_app(
             servers=list(registry.connections),
             disabled=list(registry.disabled),
         )
-        # Supervisors connect in the background: the API is up before any server is.
-        async with face.run(), anyio.create_task_group() as tg:
-            tg.start_soon(registry.run, name="mcp-server-registry")
-            try:
-                yield {"services": _Services(settings=settings, registry=registry, router=router)}
-            finally:
-                # Closes every session; stdio children get their stdin closed, then SIGTERM/SIGKILL.
-                tg.cancel_scope.cancel()
-                await observability.aclose()
+        tenant_store = await open_tenant_store(
+            settings.database_url, secrets=secrets, migrate=settings.database_migrate
+        )
+        _log.info("mcp_client_store_opened", backend=tenant_store.backend, secrets_keys=secrets is not None)
+        try:
+            # Supervisors connect in the background: the API is up before any server is.
+            async with face.run(), anyio.create_task_group() as tg:
+                tg.start_soon(registry.run, name="mcp-server-registry")
+                try:
+                    yield {
+                        "services": _Services(
+                            settings=settings, registry=registry, router=router, tenant_store=tenant_store
+                        )
+                    }
+                finally:
+                    # Closes every session; stdio children get their stdin closed, then SIGTERM/SIGKILL.
+                    tg.cancel_scope.cancel()
+                    await observability.aclose()
+        finally:
+            await tenant_store.close()
 
     async def readyz(_: Request) -> Response:
         if observability.lifecycle.draining:

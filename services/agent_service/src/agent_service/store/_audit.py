@@ -11,9 +11,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
-from agent_service.store._engine import Database
 from agent_service.store.records import AuditCursor, AuditedCall, AuditFilter
 from agent_service.store.schema import tool_calls
+from suite_common.sql import Database
 
 __all__ = ["ToolCallAudit"]
 

@@ -15,9 +15,9 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from agent_service.core.tenancy import KeyRole
-from agent_service.store._engine import Database
 from agent_service.store.records import StoreError
 from agent_service.store.schema import caller_keys
+from suite_common.sql import Database
 
 __all__ = ["CallerKeyStore", "KeyNameTaken", "StoredCallerKey"]
 
