@@ -75,6 +75,9 @@ class RunPlan:
     prices: ModelPrices | None = None
     """The model's prices in completion-service's catalog (``None``: unpriced, or a run taken over): what an LLM
     call cut off before its usage came is estimated to cost (``agent_service.engine.metering``)."""
+    tool_cache_seconds: float | None = None
+    """The longest a cached tool result may serve this run (its tenant's runtime, ``toolCacheSeconds``; 0: the
+    cache is neither read nor written); ``None``: the operator's cache policy as it is."""
 
 
 @dataclass(frozen=True, slots=True)

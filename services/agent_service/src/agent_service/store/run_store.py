@@ -5,7 +5,8 @@ Every method is one short transaction. Every failure of the database surfaces as
 Times are the replica's wall clock, in UTC.
 
 ``RunStore`` is its table families' parts over one ``Database``: runs with their messages and events (``_runs``),
-conversations (``_conversations``), the usage log (``_usage``), leases (``_leases``); the caller keys of the same
+conversations (``_conversations``), the usage log (``_usage``), leases (``_leases``), the tenants' runtimes
+(``_tenant_runtime``); the caller keys of the same
 database are ``caller_keys`` (``CallerKeyStore``).
 """
 
@@ -19,6 +20,7 @@ from agent_service.store._engine import Database, database_url, open_database
 from agent_service.store._leases import RunLeases
 from agent_service.store._migrations import current_revision, head_revision, upgrade
 from agent_service.store._runs import StoredRuns
+from agent_service.store._tenant_runtime import TenantRuntimeSettings
 from agent_service.store._usage import UsageLog
 from agent_service.store.caller_keys import CallerKeyStore
 from agent_service.store.records import StoreError
@@ -26,7 +28,7 @@ from agent_service.store.records import StoreError
 __all__ = ["RunStore"]
 
 
-class RunStore(StoredRuns, StoredConversations, UsageLog, RunLeases):
+class RunStore(StoredRuns, StoredConversations, UsageLog, RunLeases, TenantRuntimeSettings):
     """The durable runs of agent-service: their messages, events, leases, and the conversations they belong to.
 
     Each method runs one transaction, written as a plain function of a ``Connection`` (``_engine.Database`` runs
