@@ -8,9 +8,9 @@ in the file, if there is one, else none. Without a callers file and store keys t
 every request is the caller ``anonymous`` of the tenant ``default``, which may name a user.
 
 ``CallerMiddleware`` is the one place that checks: ``/api/v1/agent/*``, ``/api/v1/admin/*`` and ``/v1/*`` need a
-key; the health, metrics, OpenAPI and console page routes stay open. The store unreachable when a key has to be looked up there:
-503 ``store_unavailable``. With keys, the lines logged while serving a request carry
-``caller``, ``tenant`` and ``user``. Handlers (and the limiter) read the caller with ``caller_of``.
+key; the health, metrics, OpenAPI and console page routes stay open. The store unreachable when a key has to be
+looked up there: 503 ``store_unavailable``. With keys, the lines logged while serving a request carry ``caller``,
+``tenant`` and ``user``. Handlers (and the limiter) read the caller with ``caller_of``.
 """
 
 from __future__ import annotations
