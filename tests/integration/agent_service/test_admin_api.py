@@ -8,7 +8,6 @@ Tenants: ``acme`` (an admin key, a plain key, ``max_iterations = 8``, ``max_mcp_
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import SecretStr
+from structlog.testing import capture_logs
 
 from agent_service.app import create_app
 from agent_service.settings import AgentSettings
@@ -108,11 +108,9 @@ async def test_only_admin_and_operator_keys_may_use_the_admin_api(admin: Admin) 
     assert not [r for r in admin.gateway.requests if "/tenants/" in r.path]  # refused before the gateway
 
 
-async def test_an_admin_registers_lists_switches_off_and_deletes_its_tenants_server(
-    admin: Admin, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.DEBUG)
-    created = await admin.call("POST", "/api/v1/admin/mcp-servers", ACME_ADMIN, json=CRM)
+async def test_an_admin_registers_lists_switches_off_and_deletes_its_tenants_server(admin: Admin) -> None:
+    with capture_logs() as logs:
+        created = await admin.call("POST", "/api/v1/admin/mcp-servers", ACME_ADMIN, json=CRM)
     assert created.status_code == 201, created.text
     assert created.json()["headerNames"] == ["Authorization"]
     assert created.json()["state"] == "connecting"
@@ -138,7 +136,9 @@ async def test_an_admin_registers_lists_switches_off_and_deletes_its_tenants_ser
     deleted = await admin.call("DELETE", "/api/v1/admin/mcp-servers/crm", ACME_ADMIN)
     assert deleted.status_code == 204
     assert _error(await admin.call("GET", "/api/v1/admin/mcp-servers/crm", ACME_ADMIN)) == (404, "server_not_found")
-    assert HEADER_VALUE not in caplog.text
+    changes = [(log["action"], log["server"], log["by"]) for log in logs if log["event"] == "tenant_server_changed"]
+    assert changes == [("created", "crm", "acme-admin")]
+    assert HEADER_VALUE not in str(logs)
 
 
 async def test_the_gateways_refusals_reach_the_admin_as_it_said_them(admin: Admin) -> None:
