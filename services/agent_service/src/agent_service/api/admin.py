@@ -161,6 +161,13 @@ _WHO = (
 )
 _OPERATOR_TENANT = "An operator key without ?tenant=, or with one that is not a tenant's name (invalid_request)"
 _GATEWAY_DOWN = "mcp-client-service is unreachable or did not answer in time (upstream_unavailable, upstream_timeout)."
+_ONE_SERVER = {
+    400: _OPERATOR_TENANT + ".",
+    403: _WHO,
+    404: "The tenant has no server of that name (server_not_found).",
+    503: _GATEWAY_DOWN,
+}
+"""What a route of one named server answers with the error body."""
 
 _LIST = Operation(
     "The caller's tenant's own MCP servers: their settings (header names, never values), state, last error and tools, "
@@ -192,12 +199,7 @@ _CREATE = Operation(
 _GET = Operation(
     "One of the tenant's servers",
     answer=TenantServer,
-    errors={
-        400: _OPERATOR_TENANT + ".",
-        403: _WHO,
-        404: "The tenant has no server of that name (server_not_found).",
-        503: _GATEWAY_DOWN,
-    },
+    errors=_ONE_SERVER,
 )
 _PATCH = Operation(
     'Change one of the tenant\'s servers: the fields given only ({"enabled": false} is its on/off switch; headers '
@@ -205,23 +207,16 @@ _PATCH = Operation(
     body=TenantServerPatch,
     answer=TenantServer,
     errors={
+        **_ONE_SERVER,
         400: "Not a valid change (the message names the field); or " + _OPERATOR_TENANT + ".",
-        403: _WHO,
-        404: "The tenant has no server of that name (server_not_found).",
         422: "The new URL is refused by the outbound policy (url_not_allowed).",
-        503: _GATEWAY_DOWN,
     },
     example={"enabled": False},
 )
 _DELETE = Operation(
     "Remove one of the tenant's servers; calls of its tools are refused from then on",
     status=204,
-    errors={
-        400: _OPERATOR_TENANT + ".",
-        403: _WHO,
-        404: "The tenant has no server of that name (server_not_found).",
-        503: _GATEWAY_DOWN,
-    },
+    errors=_ONE_SERVER,
 )
 _GET_RUNTIME = Operation(
     "The tenant's runtime in force (maxIterations, toolCacheSeconds, streamMode, agentEnabled), the operator's caps "

@@ -66,12 +66,17 @@ _STREAM_END_GRACE_SECONDS = 1.0
 """How long a streamed completion may go on after its ``done`` event before the client stops reading."""
 
 
-def _error_from_response(service: str, response: PeerReply) -> UpstreamError:
+def _error_body(response: PeerReply) -> tuple[str, str] | None:
+    """The ``code`` and ``message`` of a peer's ``{"error": {...}}`` body; None for any other body."""
     try:
         error = json.loads(response.content)["error"]
-        code, message = str(error["code"]), str(error["message"])
+        return str(error["code"]), str(error["message"])
     except (ValueError, KeyError, TypeError):
-        code, message = "bad_upstream_response", f"{service} answered HTTP {response.status}"
+        return None
+
+
+def _error_from_response(service: str, response: PeerReply) -> UpstreamError:
+    code, message = _error_body(response) or ("bad_upstream_response", f"{service} answered HTTP {response.status}")
     # Statuses that tell our caller something (its request was bad, slow down, try later) pass
     # through with their Retry-After; any other failure of a peer is a bad gateway.
     status = response.status if response.status in _PASSED_THROUGH else 502
@@ -431,12 +436,10 @@ def _tenant_answer(model: type[_Answer], reply: PeerReply) -> _Answer:
 
 def _refusal_passed_through(service: str, response: PeerReply) -> UpstreamError:
     """A 4xx of the gateway's tenant API as the admin is to read it: the same status, code and message."""
-    try:
-        error = json.loads(response.content)["error"]
-        code, message = str(error["code"]), str(error["message"])
-    except (ValueError, KeyError, TypeError):
-        code, message = "bad_upstream_response", f"{service} answered HTTP {response.status}"
-        return UpstreamError(code, message)
+    said = _error_body(response)
+    if said is None:
+        return UpstreamError("bad_upstream_response", f"{service} answered HTTP {response.status}")
+    code, message = said
     retry_after = response.headers.get("retry-after")
     headers = {"Retry-After": retry_after} if retry_after and response.status == 429 else None
     return UpstreamError(code, message, status=response.status, headers=headers)
