@@ -151,7 +151,8 @@ async def update_runtime(request: Request) -> Response:
     scope = admin_tenant(request, services)
     patch = await read_model(request, TenantRuntimePatch)
     runtime = await services.runtimes.change(scope.tenant, scope.rules, patch, updated_by=scope.by)
-    _log.info("tenant_runtime_changed", tenant=scope.tenant, fields=sorted(patch.model_fields_set), by=scope.by)
+    fields = sorted(patch.model_dump(by_alias=True, exclude_unset=True))
+    _log.info("tenant_runtime_changed", tenant=scope.tenant, fields=fields, by=scope.by)
     return ModelResponse(runtime.view(scope.tenant))
 
 
