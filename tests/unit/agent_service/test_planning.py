@@ -9,9 +9,10 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from agent_service.admission.planning import ModelCheck, ToolCatalog, plan_run
+from agent_service.admission.tenant_runtime import TenantRuntime, runtime_in_force
 from agent_service.core.errors import UpstreamError
 from agent_service.core.personas import Persona
-from agent_service.core.tenancy import TenantRules
+from agent_service.core.tenancy import DEFAULT_TENANT, TenantRules
 from agent_service.settings import AgentSettings
 from suite_common.deadline import Deadline
 from suite_common.errors import ApiError
@@ -36,9 +37,12 @@ class FakeToolsClient:
         self.calls = 0
         self.unavailable: dict[str, ToolUnavailable] = {}
         """Tools listed as unavailable (their server restarting), by name."""
+        self.tenants: list[str | None] = []
+        """The tenant each listing was asked for."""
 
-    async def list_tools(self, deadline: Deadline) -> list[ToolInfo]:
+    async def list_tools(self, deadline: Deadline, *, tenant: str | None = None) -> list[ToolInfo]:
         self.calls += 1
+        self.tenants.append(tenant)
         return [
             ToolInfo(name=n, input_schema={"type": "object"}, server="s", unavailable=self.unavailable.get(n))
             for n in self.names
@@ -163,7 +167,8 @@ async def test_a_cached_list_saying_all_are_unavailable_is_asked_again_before_re
     tools, client = catalog("web_search", ttl=60)
     client.unavailable["web_search"] = RESTARTING
     await tools.tools(Deadline.after(5))  # cached while the server was restarting
-    tools._fetched_at -= 2  # two seconds ago
+    fetched_at, listed = tools._lists[DEFAULT_TENANT]
+    tools._lists[DEFAULT_TENANT] = (fetched_at - 2, listed)  # two seconds ago
     client.unavailable.clear()  # back since
 
     plan = await plan_run(request(tools=["web_search"]), SETTINGS, tools, MODELS)
@@ -176,9 +181,9 @@ class ToolsClientFailingOnTheRecheck(FakeToolsClient):
     """The first list says the named tool is unavailable; asked again, the gateway fails (in the test, the run's
     deadline is already within its slack: a failure then is the deadline's doing, not the gateway's)."""
 
-    async def list_tools(self, deadline: Deadline) -> list[ToolInfo]:
+    async def list_tools(self, deadline: Deadline, *, tenant: str | None = None) -> list[ToolInfo]:
         if self.calls == 0:
-            return await super().list_tools(deadline)
+            return await super().list_tools(deadline, tenant=tenant)
         self.calls += 1
         raise UpstreamError("upstream_unavailable", "mcp-client-service did not answer", status=503)
 
@@ -487,3 +492,80 @@ async def test_the_prices_are_remembered_with_the_model_within_the_ttl() -> None
             await plan_run(request(model="openai/gpt-4o", maxCostUsd=1), SETTINGS, catalog()[0], checker)
         await plan_run(request(model="priced", maxCostUsd=1), SETTINGS, catalog()[0], checker)
     assert client.calls == 2  # type: ignore[attr-defined]
+
+
+async def test_the_catalog_lists_each_tenants_tools_apart_and_forgets_one_on_a_change() -> None:
+    tools, client = catalog("web_search", ttl=60)
+    await tools.tools(Deadline.after(5), tenant="a")
+    await tools.tools(Deadline.after(5), tenant="b")
+    await tools.tools(Deadline.after(5), tenant="a")  # cached
+    assert client.tenants == ["a", "b"]
+
+    tools.forget("a")
+    await tools.tools(Deadline.after(5), tenant="a")
+    await tools.tools(Deadline.after(5), tenant="b")
+    assert client.tenants == ["a", "b", "a"]
+
+
+async def test_the_catalog_keeps_at_most_its_bound_of_tenants_lists() -> None:
+    client = FakeToolsClient(["web_search"])
+    tools = ToolCatalog(client, 60, max_tenants=2)  # type: ignore[arg-type]
+    for tenant in ("a", "b", "c", "a"):
+        await tools.tools(Deadline.after(5), tenant=tenant)
+    assert client.tenants == ["a", "b", "c", "a"]  # a's list was the oldest, dropped for c's
+
+
+async def test_a_run_asks_for_its_tenants_tools() -> None:
+    tools, client = catalog("web_search")
+    await plan_run(request(), SETTINGS, tools, MODELS, tenant="acme")
+    assert client.tenants == ["acme"]
+
+
+def runtime(stored: dict[str, Any]) -> TenantRuntime:
+    return runtime_in_force(stored, SETTINGS, TenantRules())
+
+
+async def test_the_tenants_runtime_caps_a_runs_iterations_and_is_its_default() -> None:
+    tools, _ = catalog("web_search")
+    plan = await plan_run(request(), SETTINGS, tools, MODELS, runtime=runtime({"maxIterations": 4}))
+    assert plan.limits.max_iterations == 4
+    with pytest.raises(ApiError) as caught:
+        await plan_run(request(maxIterations=6), SETTINGS, tools, MODELS, runtime=runtime({"maxIterations": 4}))
+    assert caught.value.status == 400
+    assert "at most 4, the tenant's runtime" in caught.value.message
+
+
+async def test_a_run_carries_the_tenants_tool_cache_lifetime() -> None:
+    tools, _ = catalog("web_search")
+    plan = await plan_run(request(), SETTINGS, tools, MODELS, runtime=runtime({"toolCacheSeconds": 0}))
+    assert plan.tool_cache_seconds == 0
+    assert (await plan_run(request(), SETTINGS, tools, MODELS)).tool_cache_seconds is None
+
+
+async def test_a_tenant_with_the_agent_disabled_gets_no_tool_and_the_gateway_is_not_asked() -> None:
+    tools, client = catalog("web_search")
+    off = runtime({"agentEnabled": False})
+    plan = await plan_run(request(), SETTINGS, tools, MODELS, runtime=off)
+    assert plan.tools == []
+    with pytest.raises(ApiError) as caught:
+        await plan_run(request(tools=["web_search"]), SETTINGS, tools, MODELS, runtime=off)
+    assert caught.value.code == "unknown_tools"
+    assert client.calls == 0
+
+
+class UnreachableGateway(FakeToolsClient):
+    async def list_tools(self, deadline: Deadline, *, tenant: str | None = None) -> list[ToolInfo]:
+        self.calls += 1
+        raise UpstreamError("upstream_unavailable", "mcp-client-service is unreachable", status=503)
+
+
+async def test_a_tool_list_the_gateway_cannot_give_leaves_a_best_effort_run_without_tools() -> None:
+    client = UnreachableGateway(["web_search"])
+    tools = ToolCatalog(client, 0)  # type: ignore[arg-type]
+    plan = await plan_run(request(), SETTINGS, tools, MODELS, tools_best_effort=True)
+    assert plan.tools == []
+    with pytest.raises(ApiError) as caught:  # without best effort, or naming tools: the gateway's failure
+        await plan_run(request(), SETTINGS, tools, MODELS)
+    assert caught.value.status == 503
+    with pytest.raises(ApiError):
+        await plan_run(request(tools=["web_search"]), SETTINGS, tools, MODELS, tools_best_effort=True)

@@ -219,6 +219,20 @@ async def test_a_tool_the_policy_does_not_cache_is_neither_stored_nor_looked_up(
     assert await results.lookup("acme", tool(), {"q": "x"}) is None
 
 
+async def test_a_tenants_tool_cache_seconds_shortens_a_results_lifetime_and_zero_turns_the_cache_off() -> None:
+    store = MemoryStore(100)
+    results = cache(seconds=60, store=store)
+    assert results.ttl(tool(), 10) == 10
+    assert results.ttl(tool(), 600) == 60  # a tenant never lengthens the operator's lifetime
+    assert results.ttl(tool("other", read_only=False), 10) == 0  # nor caches a tool the policy does not
+
+    await results.remember("acme", tool(), {"q": "x"}, "r", max_seconds=0)
+    assert len(store) == 0
+    await results.remember("acme", tool(), {"q": "x"}, "r")
+    assert await results.lookup("acme", tool(), {"q": "x"}, max_seconds=0) is None
+    assert await results.lookup("acme", tool(), {"q": "x"}, max_seconds=5) == "r"
+
+
 # --- the in-memory store --------------------------------------------------------------------------------------
 
 
@@ -311,6 +325,23 @@ async def test_the_second_identical_call_is_answered_from_the_cache_with_cached_
         "ok",
     ]
     assert {span.status.status_code for span in tool_spans} == {StatusCode.UNSET}  # a hit is no failure
+
+
+async def test_a_run_of_a_tenant_that_turned_the_cache_off_calls_the_tool_every_time() -> None:
+    calls: list[str] = []
+
+    async def echo(arguments: dict[str, Any]) -> str:
+        calls.append(arguments["q"])
+        return "echo"
+
+    scripted = Scripted(
+        [call_tools(("c1", "echo", {"q": "a"})), call_tools(("c2", "echo", {"q": "a"})), answer("ok")], {"echo": echo}
+    )
+    store = MemoryStore(100)
+    off = replace(plan("echo"), tool_cache_seconds=0)
+    await _loop_with_cache(scripted, cache(store=store)).run(off, Recorder(), stream_text=False)
+    assert calls == ["a", "a"]
+    assert len(store) == 0
 
 
 async def test_an_error_result_is_never_cached() -> None:

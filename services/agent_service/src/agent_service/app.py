@@ -19,6 +19,8 @@ from agent_service.admission.budgets import open_budgets
 from agent_service.admission.planning import ModelCheck, ToolCatalog
 from agent_service.admission.rule_servers import check_rule_servers
 from agent_service.admission.run_slots import open_run_slots
+from agent_service.admission.tenant_runtime import TenantRuntimes
+from agent_service.api.admin import admin_routes
 from agent_service.api.audit import audit_routes
 from agent_service.api.auth import CALLER_ERRORS, PROTECTED_PREFIXES, CallerMiddleware
 from agent_service.api.console import console_routes
@@ -28,6 +30,7 @@ from agent_service.api.runs import runs_routes
 from agent_service.api.services import Services, services_of
 from agent_service.api.suggestions import load_suggestions
 from agent_service.api.usage import usage_routes
+from agent_service.core.tenancy import NO_RULES
 from agent_service.engine.loop import AgentLoop
 from agent_service.engine.tool_cache import open_tool_cache
 from agent_service.infra.peers import CompletionClient, ToolsClient
@@ -176,7 +179,19 @@ def create_app(
             )
             runs = AgentRuns(loop, store, settings, observability.lifecycle, slots, budgets)
             await stack.enter_async_context(runs.running())
-            yield {"services": Services(settings, http, loop, catalog, models, observability.lifecycle, runs)}
+            services = Services(
+                settings,
+                http,
+                loop,
+                catalog,
+                models,
+                observability.lifecycle,
+                runs,
+                TenantRuntimes(store, settings),
+                rules_of=callers.rules_of if callers is not None else lambda _: NO_RULES,
+                open_api=callers is None and stored_keys is None,
+            )
+            yield {"services": services}
 
     app = Starlette(
         routes=[
@@ -184,6 +199,7 @@ def create_app(
             *runs_routes(),
             *usage_routes(),
             *audit_routes(),
+            *admin_routes(),
             *console_routes(suggestions),
             *openai_routes(),
             *health_routes(_readiness, observability.lifecycle),

@@ -79,8 +79,9 @@ class AgentSettings(ServiceSettings):
     """Wall-clock limit of a run; a request may ask for less, never more."""
     tool_result_max_chars: int = Field(default=20_000, ge=100)
     """A tool result longer than this is cut, with a visible marker, before the model sees it."""
-    catalog_cache_seconds: float = Field(default=5.0, ge=0)
-    """How long the tool catalog and the known model names are reused between runs (0: every run asks)."""
+    catalog_cache_seconds: float = Field(default=2.0, ge=0)
+    """How long each tenant's tool catalog and the known model names are reused between runs (0: every run asks): a
+    tenant's server switched on or off on any replica reaches this one's runs within it."""
     connect_timeout_seconds: float = Field(default=5.0, gt=0)
     """Timeout to open a connection to completion-service or mcp-client-service."""
     database_url: str = "sqlite:///.data/agent.db"

@@ -10,10 +10,13 @@ from __future__ import annotations
 import math
 import time
 import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
 
+from agent_service.admission.tenant_runtime import TenantRuntime
 from agent_service.core.errors import UpstreamError
 from agent_service.core.limits import RunLimits
 from agent_service.core.personas import GENERATION_FIELDS, PERSONA_FIELDS, Generation, Persona
@@ -24,6 +27,7 @@ from agent_service.settings import AgentSettings
 from suite_common.deadline import Deadline
 from suite_common.echo import clip, clip_names
 from suite_common.errors import ApiError
+from suite_common.logging import get_logger
 from suite_common.wire import (
     AgentRunRequest,
     ModelPrices,
@@ -36,6 +40,8 @@ from suite_common.wire import (
 )
 
 __all__ = ["ModelCheck", "ToolCatalog", "allowed_tools", "apply_persona", "plan_run", "system_prompt_of"]
+
+_log = get_logger("agent_service.planning")
 
 _FILLED = tuple(name for name in PERSONA_FIELDS if name not in ("description", "system_prompt", *GENERATION_FIELDS))
 """The persona's fields that are also a run request's: filled in when the request omits them."""
@@ -105,25 +111,52 @@ def system_prompt_of(request: AgentRunRequest, rules: TenantRules) -> str | None
 
 
 class ToolCatalog:
-    """mcp-client-service's tool list, reused for ``ttl`` seconds across runs."""
+    """mcp-client-service's tool list of each tenant (the shared servers' tools and the tenant's own), reused for
+    ``ttl`` seconds across that tenant's runs, and at most ``max_tenants`` tenants' lists kept."""
 
-    def __init__(self, client: ToolsClient, ttl: float) -> None:
+    def __init__(self, client: ToolsClient, ttl: float, *, max_tenants: int = 10_000) -> None:
         self.client = client
         self.ttl = ttl
-        self._tools: list[ToolInfo] = []
-        self._fetched_at = float("-inf")
-        self._lock = anyio.Lock()
+        self.max_tenants = max_tenants
+        self._lists: OrderedDict[str, tuple[float, list[ToolInfo]]] = OrderedDict()
+        self._fetching: dict[str, anyio.Lock] = {}
 
-    async def tools(self, deadline: Deadline, *, max_age: float | None = None) -> list[ToolInfo]:
-        """The tool list, fetched again when older than ``ttl`` (or ``max_age``, when shorter)."""
+    def _fresh(self, tenant: str, ttl: float) -> list[ToolInfo] | None:
+        listed = self._lists.get(tenant)
+        if listed is None or time.monotonic() - listed[0] >= ttl:
+            return None
+        return listed[1]
+
+    async def tools(
+        self, deadline: Deadline, *, tenant: str = DEFAULT_TENANT, max_age: float | None = None
+    ) -> list[ToolInfo]:
+        """``tenant``'s tool list, fetched again when older than ``ttl`` (or ``max_age``, when shorter)."""
         ttl = self.ttl if max_age is None else min(self.ttl, max_age)
-        if time.monotonic() - self._fetched_at < ttl:
-            return self._tools
-        async with self._lock:  # one fetch for many runs starting at once
-            if time.monotonic() - self._fetched_at >= ttl:
-                self._tools = await self.client.list_tools(deadline)
-                self._fetched_at = time.monotonic()
-            return self._tools
+        listed = self._fresh(tenant, ttl)
+        if listed is not None:
+            return listed
+        # One fetch for many runs of a tenant starting at once; other tenants are not held up.
+        lock = self._fetching.setdefault(tenant, anyio.Lock())
+        try:
+            async with lock:
+                listed = self._fresh(tenant, ttl)
+                if listed is None:
+                    listed = await self.client.list_tools(deadline, tenant=tenant)
+                    self._remember(tenant, listed)
+                return listed
+        finally:
+            if not lock.locked() and lock.statistics().tasks_waiting == 0:
+                self._fetching.pop(tenant, None)
+
+    def forget(self, tenant: str) -> None:
+        """Drop ``tenant``'s list (its servers changed here): its next run asks the gateway."""
+        self._lists.pop(tenant, None)
+
+    def _remember(self, tenant: str, listed: list[ToolInfo]) -> None:
+        self._lists[tenant] = (time.monotonic(), listed)
+        self._lists.move_to_end(tenant)
+        while len(self._lists) > self.max_tenants:
+            self._lists.popitem(last=False)
 
 
 _MAX_KNOWN_MODELS = 256
@@ -220,16 +253,25 @@ def _capped(
 
 
 def _check_limits(
-    request: AgentRunRequest, settings: AgentSettings, rules: TenantRules, preset: frozenset[str] = frozenset()
+    request: AgentRunRequest,
+    settings: AgentSettings,
+    rules: TenantRules,
+    preset: frozenset[str] = frozenset(),
+    runtime: TenantRuntime | None = None,
 ) -> RunLimits:
-    """The run's limits: the request's, each capped by the service and the caller's tenant, and the lowest cap when
-    the request names none. Its clock starts now, so discovery counts against its deadline. ``preset``: the fields
-    its persona filled, which a cap lowers instead of refusing."""
+    """The run's limits: the request's, each capped by the service, the caller's tenant and its runtime (what its
+    admin set), and the lowest cap when the request names none. Its clock starts now, so discovery counts against
+    its deadline. ``preset``: the fields its persona filled, which a cap lowers instead of refusing."""
     service, tenant = "the service's cap", "the cap of the caller's tenant"
+    admin = "the tenant's runtime (/api/v1/admin/runtime)"
     max_iterations = _capped(
         "maxIterations",
         request.max_iterations,
-        [(settings.max_iterations, f"{service} (AGENT_MAX_ITERATIONS)"), (rules.max_iterations, tenant)],
+        [
+            (settings.max_iterations, f"{service} (AGENT_MAX_ITERATIONS)"),
+            (rules.max_iterations, tenant),
+            (runtime.max_iterations if runtime is not None else None, admin),
+        ],
         preset="max_iterations" in preset,
     )
     deadline = _capped(
@@ -260,6 +302,9 @@ _PRESET_LIMITS = ("max_iterations", "deadline_seconds", "max_total_tokens", "max
 
 _RECHECK_UNAVAILABLE_SECONDS = 1.0
 """Before refusing a run because all its tools are unavailable, a tool list older than this is fetched again."""
+
+_BEST_EFFORT_LISTING_SECONDS = 5.0
+"""How long a request that goes on without tools when they cannot be listed (the OpenAI front) waits for the list."""
 
 
 def _tenant_allows(tool: ToolInfo, rules: TenantRules) -> bool:
@@ -374,6 +419,30 @@ def _check_tool_choice(choice: ToolChoice, names: set[str]) -> None:
         raise ApiError(400, "invalid_request", "toolChoice is 'required' but no tool is available to this run.")
 
 
+@dataclass(frozen=True)
+class _Discovery:
+    """Where a run's tools come from: its tenant's list in ``catalog``."""
+
+    catalog: ToolCatalog
+    tenant: str
+    agent_enabled: bool
+    """False (the tenant's runtime): the tenant has no tool of ours, and the gateway is not asked."""
+    best_effort: bool
+    """A list that cannot be had leaves a run that named no tools without any (logged), instead of failing it."""
+
+    async def tools(self, request: AgentRunRequest, deadline: Deadline, max_age: float | None = None) -> list[ToolInfo]:
+        if not self.agent_enabled:
+            return []
+        if not self.best_effort or request.tools is not None:
+            return await self.catalog.tools(deadline, tenant=self.tenant, max_age=max_age)
+        try:
+            bounded = deadline.capped(_BEST_EFFORT_LISTING_SECONDS)
+            return await self.catalog.tools(bounded, tenant=self.tenant, max_age=max_age)
+        except UpstreamError as error:
+            _log.warning("tools_unlisted_plain_completion", code=error.code, error=error.message)
+            return []
+
+
 async def _resolve(
     request: AgentRunRequest,
     model: str,
@@ -381,7 +450,7 @@ async def _resolve(
     role: UserRole,
     limits: RunLimits,
     cost_limit: str | None,
-    catalog: ToolCatalog,
+    discovery: _Discovery,
     models: ModelCheck,
 ) -> tuple[list[ToolInfo], ModelPrices | None, bool]:
     """What the peers say of the run: its tools, its model's prices, and whether the run's own deadline ran out
@@ -397,10 +466,10 @@ async def _resolve(
         # The plain path: no tool discovery when the caller wants no tools.
         if request.tool_choice != "none" and request.tools != []:
             # Assigned before the re-check: a re-check cut off by the run's deadline keeps this selection.
-            tools = _select_tools(request, await catalog.tools(deadline), rules, role)
+            tools = _select_tools(request, await discovery.tools(request, deadline), rules, role)
             if _all_unavailable(tools):  # maybe back already: asked again before refusing
                 tools = _select_tools(
-                    request, await catalog.tools(deadline, max_age=_RECHECK_UNAVAILABLE_SECONDS), rules, role
+                    request, await discovery.tools(request, deadline, _RECHECK_UNAVAILABLE_SECONDS), rules, role
                 )
                 if _all_unavailable(tools):
                     raise _unavailable_error(tools)
@@ -426,16 +495,22 @@ async def plan_run(
     tenant: str = DEFAULT_TENANT,
     user: str | None = None,
     role: UserRole = "user",
+    runtime: TenantRuntime | None = None,
+    tools_best_effort: bool = False,
 ) -> RunPlan:
     """``client_tools``: tools the caller runs itself (see ``RunPlan.client_tools``); one of ours with the same
     name is left out of the run, since the caller, who declared it, expects to run it. ``rules``: the caller's
     tenant's; a model it may not run is refused before anything else (403 ``model_not_allowed``), and a tool it
     may not use is never in the run. ``tenant``: the caller's, whose run it is. A persona the request names fills
-    what it omits, first of all (``apply_persona``); what it fills is checked as the request's own
-    fields are. ``user``: the run's end user, whose monthly budget counts too; ``role``: that user's
-    (``X-User-Role``), which decides the tools it is offered (the tenant's ``tool_roles``; a tool named above it:
-    403 ``tool_not_allowed``) and its monthly budget. A run under any cost limit may only use a model with known
-    prices, its fallbacks' included (403 ``model_not_priced``)."""
+    what it omits, first of all (``apply_persona``); what it fills is checked as the request's own fields are.
+    ``user``: the run's end user, whose monthly budget counts too; ``role``: that user's (``X-User-Role``), which
+    decides the tools it is offered (the tenant's ``tool_roles``; a tool named above it: 403 ``tool_not_allowed``)
+    and its monthly budget. A run under any cost limit may only use a model with known prices, its fallbacks'
+    included (403 ``model_not_priced``). ``runtime``: the tenant's (``agent_service.admission.tenant_runtime``):
+    its ``maxIterations`` caps the run's, its ``toolCacheSeconds`` the cached results' lifetime, and with
+    ``agentEnabled`` false the run has none of the suite's tools (the gateway is not asked). ``tools_best_effort``:
+    a tool list the gateway cannot give leaves a run that named no tools without any (a plain completion on the
+    OpenAI front), logged, instead of failing it."""
     asked = request
     request = apply_persona(request, rules, settings.default_model)
     preset = frozenset(name for name in _PRESET_LIMITS if getattr(asked, name) is None and getattr(request, name))
@@ -444,9 +519,11 @@ async def plan_run(
     persona = rules.personas.get(request.persona) if request.persona is not None else None
     from_persona = persona is not None and asked.model is None and model == persona.model
     _check_model(model, rules, request.persona if from_persona else None)
-    limits = _check_limits(request, settings, rules, preset)
+    limits = _check_limits(request, settings, rules, preset, runtime)
     cost_limit = _cost_limit(asked, request, rules, user, role)
-    tools, prices, out_of_time = await _resolve(request, model, rules, role, limits, cost_limit, catalog, models)
+    agent_enabled = runtime is None or runtime.agent_enabled
+    discovery = _Discovery(catalog, tenant, agent_enabled, tools_best_effort)
+    tools, prices, out_of_time = await _resolve(request, model, rules, role, limits, cost_limit, discovery, models)
     client_tools = client_tools or []
     if client_tools:
         client_names = {spec.name for spec in client_tools}
@@ -469,4 +546,5 @@ async def plan_run(
         system_prompt=system_prompt_of(request, rules),
         tenant=tenant,
         prices=prices,
+        tool_cache_seconds=runtime.tool_cache_seconds if runtime is not None else None,
     )

@@ -8,11 +8,10 @@ matched (``agent_service.access.stored_keys``); such a key's tenant has the rule
 in the file, if there is one, else none. Without a callers file and store keys the API is open, as on a laptop:
 every request is the caller ``anonymous`` of the tenant ``default``, which may name a user.
 
-``CallerMiddleware`` is the one place that checks: ``/api/v1/agent/*`` and ``/v1/*`` need a key; the health,
-metrics, OpenAPI and console page routes stay open. The store unreachable when a key has to be looked up there:
-503 ``store_unavailable``. With keys, the lines logged while serving a request carry
-``caller``, ``tenant``, ``user`` and ``user_role`` (when named).
-Handlers (and the limiter) read the caller with ``caller_of``.
+``CallerMiddleware`` is the one place that checks: ``/api/v1/agent/*``, ``/api/v1/admin/*`` and ``/v1/*`` need a
+key; the health, metrics, OpenAPI and console page routes stay open. The store unreachable when a key has to be
+looked up there: 503 ``store_unavailable``. With keys, the lines logged while serving a request carry ``caller``,
+``tenant``, ``user`` and ``user_role`` (when named). Handlers (and the limiter) read the caller with ``caller_of``.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ __all__ = ["CALLER_ERRORS", "PROTECTED_PREFIXES", "CallerMiddleware", "caller_of
 
 _log = get_logger("agent_service.callers")
 
-PROTECTED_PREFIXES = ("/api/v1/agent/", "/v1/")
+PROTECTED_PREFIXES = ("/api/v1/agent/", "/api/v1/admin/", "/v1/")
 """The paths that need a caller key (when the service has keys): the one list, which /openapi.json documents too."""
 CALLER_ERRORS = {
     400: "X-User-Id is not 1 to 128 printable ASCII characters without spaces (invalid_request), or X-User-Role is "

@@ -75,8 +75,9 @@ async def list_tools(request: Request) -> Response:
     """The gateway's tool list as the caller's runs see it (cached for ``AGENT_CATALOG_CACHE_SECONDS``): only the
     tools its tenant and its end user's role (``X-User-Role``) may use, sorted by server, then name; a tool whose
     server cannot take calls now is listed with ``unavailable``."""
-    tools = await _catalog(request).tools(Deadline.after(_LIST_TOOLS_SECONDS))  # a peer's UpstreamError is an ApiError
     caller = caller_of(request)
+    # A peer's UpstreamError is an ApiError.
+    tools = await _catalog(request).tools(Deadline.after(_LIST_TOOLS_SECONDS), tenant=caller.tenant)
     ordered = sorted(allowed_tools(tools, caller.rules, caller.role), key=lambda tool: (tool.server, tool.name))
     return ModelResponse(ToolList(tools=[_summary(tool) for tool in ordered]))
 

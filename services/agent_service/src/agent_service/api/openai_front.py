@@ -1,9 +1,10 @@
 """agent-service's OpenAI-compatible face: ``POST /v1/chat/completions`` and ``GET /v1/models``.
 
-Any OpenAI client gets agent runs: the suite calls its own tools, the client sees an answer. A request
-goes through the loop when tools may be used, and straight to one completion otherwise (no tool
-available, ``tool_choice: "none"``, or ``X-Agent-Disabled``). Translation lives in ``openai_wire``;
-this module is the I/O around it. Reference: docs/openai-front.md.
+Any OpenAI client gets agent runs: the suite calls its own tools, the client sees an answer. A request goes through
+the loop when tools may be used, and straight to one completion otherwise (no tool available, the tool list
+unavailable, ``tool_choice: "none"``, ``X-Agent-Disabled``, or the tenant's runtime with ``agentEnabled: false``,
+which never asks the gateway). The tenant's runtime also sets the stream mode. Translation lives in
+``openai_wire``; this module is the I/O around it. Reference: docs/openai-front.md.
 """
 
 from __future__ import annotations
@@ -450,8 +451,11 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
         raise ApiError(503, "shutting_down", _SHUTTING_DOWN, headers={"Retry-After": "1"})
     body = await read_model(request, ChatCompletionRequest)
     settings = services.settings
-    mode = _stream_mode(request, settings.openai_stream_mode)
-    disabled = _flag(request, DISABLED_HEADER)
+    caller = caller_of(request)
+    runtime = await services.runtimes.of(caller.tenant, caller.rules)
+    mode = _stream_mode(request, runtime.stream_mode)
+    # The tenant's agentEnabled false is the header's opt-out for every request of it.
+    disabled = _flag(request, DISABLED_HEADER) or not runtime.agent_enabled
     events = _flag(request, EVENTS_HEADER)
     reasoning = _flag(request, REASONING_HEADER)
     try:
@@ -470,7 +474,6 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
         verbosity=body.verbosity,
         persona=_persona(request),
     )
-    caller = caller_of(request)
     plan = await plan_run(
         run_request,
         settings,
@@ -481,6 +484,9 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
         tenant=caller.tenant,
         user=caller.user,
         role=caller.role,
+        runtime=runtime,
+        # The loop only for a tenant with a tool to offer: a gateway that cannot list them leaves plain chat working.
+        tools_best_effort=True,
     )
     run = None
     if plan.tools:

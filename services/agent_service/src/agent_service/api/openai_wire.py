@@ -37,6 +37,7 @@ from suite_common.wire import (
     NamedToolChoice,
     ReasoningControl,
     ReasoningEffort,
+    StreamMode,
     ToolCall,
     ToolChoice,
     ToolSpec,
@@ -69,8 +70,6 @@ __all__ = [
     "to_tool_choice",
     "utf8_pieces",
 ]
-
-StreamMode = Literal["live", "final_only", "disabled"]
 
 FINAL_CHUNK_BYTES = 64
 """``final_only`` sends the final answer in pieces of at most this many bytes."""

@@ -122,6 +122,7 @@ async def run_agent(request: Request) -> Response | EventStreamResponse:
             tenant=caller.tenant,
             user=caller.user,
             role=caller.role,
+            runtime=await services.runtimes.of(caller.tenant, caller.rules),
         )
         run = await runs.begin(plan, body, send=None, caller=caller)
     except ApiError as refusal:  # counted and logged: a run refused is a run an operator should see

@@ -7,11 +7,14 @@ The lifespan's state is ``{"services": Services(...)}``; Starlette hands it to e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.requests import Request
 
 from agent_service.admission.planning import ModelCheck, ToolCatalog
+from agent_service.admission.tenant_runtime import TenantRuntimes
+from agent_service.core.tenancy import TenantRules
 from agent_service.engine.loop import AgentLoop
 from agent_service.runs import AgentRuns
 from agent_service.settings import AgentSettings
@@ -24,7 +27,8 @@ __all__ = ["Services", "services_of"]
 @dataclass(frozen=True)
 class Services:
     """The service's parts that outlive a request: its settings, the peers' pooled client, the loop, the tool and
-    model catalogs, its lifecycle (draining or not) and its runs."""
+    model catalogs, its lifecycle (draining or not), its runs, the tenants' runtimes and rules, and whether the API
+    is open (no caller keys)."""
 
     settings: AgentSettings
     http: PeerClient
@@ -33,6 +37,11 @@ class Services:
     models: ModelCheck
     lifecycle: Lifecycle
     runs: AgentRuns
+    runtimes: TenantRuntimes
+    rules_of: Callable[[str], TenantRules]
+    """Any tenant's rules (its ``[tenants.<name>]`` of the callers file), for an operator acting for it."""
+    open_api: bool = False
+    """No caller keys at all: every request is the caller ``anonymous`` of the tenant ``default``."""
 
 
 def services_of(request: Request) -> Services:

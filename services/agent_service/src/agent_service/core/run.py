@@ -94,6 +94,10 @@ class RunPlan:
             tenant=self.tenant, user=self.user, role=self.role, run_id=self.run_id, conversation_id=self.conversation_id
         )
 
+    tool_cache_seconds: float | None = None
+    """The longest a cached tool result may serve this run (its tenant's runtime, ``toolCacheSeconds``; 0: the
+    cache is neither read nor written); ``None``: the operator's cache policy as it is."""
+
 
 @dataclass(frozen=True, slots=True)
 class LlmCall:

@@ -488,13 +488,15 @@ class AgentLoop:
         """A successful result kept in the tool-result cache: under the server that ran it, never under another (a
         gateway that ignored the route)."""
         if tool is not None and tool.server == server and self.tool_cache is not None:
-            await self.tool_cache.remember(plan.tenant, tool, call.arguments, content)
+            await self.tool_cache.remember(
+                plan.tenant, tool, call.arguments, content, max_seconds=plan.tool_cache_seconds
+            )
 
     async def _cached(self, plan: RunPlan, tool: ToolInfo | None, call: ToolCall) -> str | None:
         """The earlier result of this very call, if the tool-result cache has one (``engine.tool_cache``)."""
         if self.tool_cache is None or tool is None:
             return None
-        return await self.tool_cache.lookup(plan.tenant, tool, call.arguments)
+        return await self.tool_cache.lookup(plan.tenant, tool, call.arguments, max_seconds=plan.tool_cache_seconds)
 
     async def _finished(
         self,

@@ -6,7 +6,9 @@ keys, no whitespace), so the order the model wrote them in never matters. What i
 - only tools annotated ``readOnlyHint: true`` (for ``AGENT_TOOL_CACHE_SECONDS``) or named in
   ``AGENT_TOOL_CACHE_TTLS`` (pattern → seconds; a pattern as in the callers file: a tool's name,
   ``<server>:<tool>`` or ``<server>:*``); a TTL of 0 caches nothing;
-- only a result the tool returned without ``isError``: a failed call, or a tool's error, is never reused.
+- only a result the tool returned without ``isError``: a failed call, or a tool's error, is never reused;
+- for a tenant whose runtime sets ``toolCacheSeconds``, never longer than that (0: its runs neither read nor write
+  the cache).
 
 The value is the result as the model saw it (already cut to ``AGENT_TOOL_RESULT_MAX_CHARS``), signed with
 HMAC-SHA256 under ``AGENT_TOOL_CACHE_PEPPER`` over the full cache key and the value: whoever can write to Redis
@@ -195,19 +197,30 @@ class ToolCache:
     def key(self, tenant: str, server: str, tool: str, arguments: Mapping[str, Any]) -> str:
         return cache_key(self.key_prefix, tenant, server, tool, arguments)
 
-    def _key_of(self, tenant: str, tool: ToolInfo, arguments: Mapping[str, Any]) -> str | None:
-        """The key of a call that may be cached; None for a tool the policy does not cache (or arguments that are
-        no JSON: a NaN, say)."""
-        if self.policy.ttl(tool) <= 0:
+    def ttl(self, tool: ToolInfo, max_seconds: float | None = None) -> float:
+        """Seconds a result of ``tool`` is reused (0: never): the policy's, at most ``max_seconds`` (the run's
+        tenant's ``toolCacheSeconds``; ``None``: no such limit)."""
+        ttl = self.policy.ttl(tool)
+        return ttl if max_seconds is None else min(ttl, max_seconds)
+
+    def _key_of(
+        self, tenant: str, tool: ToolInfo, arguments: Mapping[str, Any], max_seconds: float | None
+    ) -> str | None:
+        """The key of a call that may be cached; None for a tool the policy (or the tenant) does not cache (or
+        arguments that are no JSON: a NaN, say)."""
+        if self.ttl(tool, max_seconds) <= 0:
             return None
         try:
             return self.key(tenant, tool.server, tool.name, arguments)
         except ValueError:
             return None
 
-    async def lookup(self, tenant: str, tool: ToolInfo, arguments: Mapping[str, Any]) -> str | None:
-        """The earlier result of this call, or None (not cached, not cacheable, or not to be trusted)."""
-        key = self._key_of(tenant, tool, arguments)
+    async def lookup(
+        self, tenant: str, tool: ToolInfo, arguments: Mapping[str, Any], *, max_seconds: float | None = None
+    ) -> str | None:
+        """The earlier result of this call, or None (not cached, not cacheable, or not to be trusted).
+        ``max_seconds``: the tenant's limit of a result's lifetime (0: never cached)."""
+        key = self._key_of(tenant, tool, arguments, max_seconds)
         if key is None:
             return None
         try:
@@ -227,13 +240,22 @@ class ToolCache:
         self._count("hit")
         return content
 
-    async def remember(self, tenant: str, tool: ToolInfo, arguments: Mapping[str, Any], content: str) -> None:
-        """Keep a successful result of this call for its TTL (nothing for a tool the policy does not cache)."""
-        key = self._key_of(tenant, tool, arguments)
+    async def remember(
+        self,
+        tenant: str,
+        tool: ToolInfo,
+        arguments: Mapping[str, Any],
+        content: str,
+        *,
+        max_seconds: float | None = None,
+    ) -> None:
+        """Keep a successful result of this call for its TTL (nothing for a tool the policy does not cache), at most
+        ``max_seconds`` (the tenant's limit)."""
+        key = self._key_of(tenant, tool, arguments, max_seconds)
         if key is None:
             return
         try:
-            await self.store.set(key, sign(self._pepper, key, content), self.policy.ttl(tool))
+            await self.store.set(key, sign(self._pepper, key, content), self.ttl(tool, max_seconds))
         except REDIS_ERRORS as error:
             self._count("error")
             _log.warning("tool_cache_unavailable", operation="set", error=f"{type(error).__name__}: {error}")

@@ -7,8 +7,8 @@ failure becomes an ``UpstreamError`` (``agent_service.core.errors``) with a code
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import anyio
@@ -40,6 +40,10 @@ from suite_common.wire import (
     ReasoningDelta,
     ResolvedModel,
     StreamError,
+    TenantServer,
+    TenantServerCreate,
+    TenantServerList,
+    TenantServerPatch,
     TextDelta,
     ToolCall,
     ToolCallEvent,
@@ -66,12 +70,17 @@ _STREAM_END_GRACE_SECONDS = 1.0
 """How long a streamed completion may go on after its ``done`` event before the client stops reading."""
 
 
-def _error_from_response(service: str, response: PeerReply) -> UpstreamError:
+def _error_body(response: PeerReply) -> tuple[str, str] | None:
+    """The ``code`` and ``message`` of a peer's ``{"error": {...}}`` body; None for any other body."""
     try:
         error = json.loads(response.content)["error"]
-        code, message = str(error["code"]), str(error["message"])
+        return str(error["code"]), str(error["message"])
     except (ValueError, KeyError, TypeError):
-        code, message = "bad_upstream_response", f"{service} answered HTTP {response.status}"
+        return None
+
+
+def _error_from_response(service: str, response: PeerReply) -> UpstreamError:
+    code, message = _error_body(response) or ("bad_upstream_response", f"{service} answered HTTP {response.status}")
     # Statuses that tell our caller something (its request was bad, slow down, try later) pass
     # through with their Retry-After; any other failure of a peer is a bad gateway.
     status = response.status if response.status in _PASSED_THROUGH else 502
@@ -237,7 +246,8 @@ async def _fold_stream(events: AsyncIterator[CompletionEvent], on_delta: DeltaSi
 
 
 class ToolsClient:
-    """``list-tools`` and ``call-tool`` of mcp-client-service, with the shared secret."""
+    """``list-tools`` and ``call-tool`` of mcp-client-service, and its tenant API (the servers a tenant registers),
+    with the shared secret."""
 
     service = "mcp-client-service"
 
@@ -247,10 +257,14 @@ class ToolsClient:
         self.list_url = base + "/mcp/v1/tools/list-tools"
         self.servers_url = base + "/mcp/v1/servers"
         self.call_url = base + "/mcp/v1/tools/call-tool"
+        self.tenants_url = base + "/mcp/v1/tenants/"
         self.auth = {secret_header: secret}
 
-    async def list_tools(self, deadline: Deadline) -> list[ToolInfo]:
-        response = await self._get(self.list_url, deadline)
+    async def list_tools(self, deadline: Deadline, *, tenant: str | None = None) -> list[ToolInfo]:
+        """The tools ``tenant``'s runs may be offered: the shared servers' and the tenant's own (``None``: the
+        shared servers' only)."""
+        headers = {TENANT_HEADER: tenant} if tenant is not None else {}
+        response = await self._get(self.list_url, deadline, headers)
         try:
             return ListToolsResponse.model_validate_json(response.content).tools
         except ValidationError:
@@ -266,13 +280,13 @@ class ToolsClient:
         except (ValueError, KeyError, TypeError):
             raise UpstreamError("bad_upstream_response", f"{self.service} sent a malformed server list") from None
 
-    async def _get(self, url: str, deadline: Deadline) -> PeerReply:
+    async def _get(self, url: str, deadline: Deadline, headers: Mapping[str, str] | None = None) -> PeerReply:
         """A GET of the gateway answered 200; anything else raises (a rejected secret as ``_unauthorized``)."""
         try:
             response = await self.http.request(
                 "GET",
                 url,
-                headers={**self.auth, **deadline.header(), **trace_headers()},
+                headers={**self.auth, **deadline.header(), **trace_headers(), **(headers or {})},
                 time_limit=deadline.remaining(),
             )
         except httpx.HTTPError as error:
@@ -367,6 +381,91 @@ class ToolsClient:
         except (ValidationError, ValueError):
             return _error_result(f"The tool call failed: {self.service} sent a malformed result.")
         return _error_result(f"The tool call failed: {self.service} ended the stream without a result.")
+
+    # The tenant API (``/mcp/v1/tenants/{tenant}/servers``), which agent-service's admin API forwards to. The
+    # gateway's refusals (4xx) reach the admin as the gateway said them: its status, code and message.
+
+    async def tenant_servers(self, tenant: str, deadline: Deadline) -> TenantServerList:
+        """``GET /mcp/v1/tenants/{tenant}/servers``."""
+        reply = await self._tenant_request("GET", self._servers_of(tenant), deadline)
+        return _tenant_answer(TenantServerList, reply)
+
+    async def tenant_server(self, tenant: str, name: str, deadline: Deadline) -> TenantServer:
+        """``GET /mcp/v1/tenants/{tenant}/servers/{name}`` (404 ``server_not_found``, passed through)."""
+        reply = await self._tenant_request("GET", self._servers_of(tenant, name), deadline)
+        return _tenant_answer(TenantServer, reply)
+
+    async def create_tenant_server(
+        self, tenant: str, server: TenantServerCreate, deadline: Deadline, *, max_servers: int
+    ) -> TenantServer:
+        """``POST /mcp/v1/tenants/{tenant}/servers?maxServers=``: ``max_servers``, the operator's cap of the
+        tenant's own servers."""
+        url = f"{self._servers_of(tenant)}?maxServers={max_servers}"
+        body = server.model_dump_json(by_alias=True, exclude_none=True).encode()
+        reply = await self._tenant_request("POST", url, deadline, body)
+        return _tenant_answer(TenantServer, reply)
+
+    async def update_tenant_server(
+        self, tenant: str, name: str, patch: TenantServerPatch, deadline: Deadline
+    ) -> TenantServer:
+        """``PATCH /mcp/v1/tenants/{tenant}/servers/{name}``: the fields ``patch`` sets only (an ``allowedTools:
+        null`` sent, a field left out not)."""
+        body = patch.model_dump_json(by_alias=True, exclude_unset=True).encode()
+        reply = await self._tenant_request("PATCH", self._servers_of(tenant, name), deadline, body)
+        return _tenant_answer(TenantServer, reply)
+
+    async def delete_tenant_server(self, tenant: str, name: str, deadline: Deadline) -> None:
+        """``DELETE /mcp/v1/tenants/{tenant}/servers/{name}`` (204)."""
+        await self._tenant_request("DELETE", self._servers_of(tenant, name), deadline)
+
+    def _servers_of(self, tenant: str, name: str | None = None) -> str:
+        # Quoted whole: a name is one path segment, whatever the caller sent ("..", "/", "?").
+        url = f"{self.tenants_url}{quote(tenant, safe='')}/servers"
+        return url if name is None else f"{url}/{quote(name, safe='')}"
+
+    async def _tenant_request(self, method: str, url: str, deadline: Deadline, body: bytes | None = None) -> PeerReply:
+        """A request of the tenant API answered 2xx; a 4xx raises with the gateway's status, code and message, a
+        rejected secret as ``_unauthorized`` (the operator's mistake, not the caller's), anything else as
+        ``_error_from_response``. Header values of a server may be in ``body``: nothing of it is logged."""
+        headers = {**self.auth, **deadline.header(), **trace_headers()}
+        if body is not None:
+            headers["content-type"] = "application/json"
+        try:
+            response = await self.http.request(
+                method, url, content=body, headers=headers, time_limit=deadline.remaining()
+            )
+        except httpx.HTTPError as error:
+            raise _transport_error(self.service, error) from None
+        if 200 <= response.status < 300:
+            return response
+        if response.status == 401:
+            raise _unauthorized()
+        if 400 <= response.status < 500:
+            raise _refusal_passed_through(self.service, response)
+        raise _error_from_response(self.service, response)
+
+
+_Answer = TypeVar("_Answer", TenantServer, TenantServerList)
+
+
+def _tenant_answer(model: type[_Answer], reply: PeerReply) -> _Answer:
+    """The tenant API's answer as ``model``: read through the model, so that nothing it does not declare (a header
+    value, whatever a gateway might add) reaches the admin."""
+    try:
+        return model.model_validate_json(reply.content)
+    except ValidationError:
+        raise UpstreamError("bad_upstream_response", "mcp-client-service sent a malformed server answer") from None
+
+
+def _refusal_passed_through(service: str, response: PeerReply) -> UpstreamError:
+    """A 4xx of the gateway's tenant API as the admin is to read it: the same status, code and message."""
+    said = _error_body(response)
+    if said is None:
+        return UpstreamError("bad_upstream_response", f"{service} answered HTTP {response.status}")
+    code, message = said
+    retry_after = response.headers.get("retry-after")
+    headers = {"Retry-After": retry_after} if retry_after and response.status == 429 else None
+    return UpstreamError(code, message, status=response.status, headers=headers)
 
 
 def _call_body(name: str, arguments: dict[str, Any], route: ToolInfo | None, caller: CallerContext | None) -> bytes:

@@ -64,6 +64,7 @@ def stored_plan(plan: RunPlan) -> dict[str, Any]:
         "verbosity": plan.verbosity,
         "clientTools": [spec.model_dump(mode="json", by_alias=True) for spec in plan.client_tools],
         "systemPrompt": plan.system_prompt,
+        "toolCacheSeconds": plan.tool_cache_seconds,
     }
 
 
@@ -91,6 +92,7 @@ def plan_from_record(record: RunRecord, messages: list[Message]) -> RunPlan:
         verbosity=_VERBOSITY.validate_python(stored.get("verbosity")),
         client_tools=[ToolSpec.model_validate(spec) for spec in stored.get("clientTools", [])],
         system_prompt=stored.get("systemPrompt"),
+        tool_cache_seconds=stored.get("toolCacheSeconds"),
         tenant=record.tenant or DEFAULT_TENANT,  # the run's own, stored with it
         user=record.user,
         role=record.user_role,  # the run's own column, like the user and the conversation
