@@ -116,7 +116,7 @@ def test_tools_and_deny_tools_choose_among_shared_tools_and_tool_roles_among_all
 class _Tools:
     """The gateway's tool list, for ``ToolCatalog``: a shared ``web`` server and the tenant's own ``crm``."""
 
-    async def list_tools(self, deadline: Deadline) -> list[ToolInfo]:
+    async def list_tools(self, deadline: Deadline, *, tenant: str) -> list[ToolInfo]:
         return [_tool("web", "web_search"), _tool("rag", "add_documents"), _tool("crm", "crm_export", "acme")]
 
 
