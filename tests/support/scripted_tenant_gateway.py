@@ -6,7 +6,8 @@ Not the gateway: it connects to nothing. A registered server is ``connecting`` w
 for its tenant while it is enabled. Its refusals are the gateway's: 400 ``invalid_request``, 404 ``server_not_found``,
 409 ``server_exists`` / ``too_many_servers`` (``maxServers``, default 20), 422 ``url_not_allowed`` (a URL naming
 169.254.169.254, the cloud metadata address). ``leak_header_values``: every answer also carries the servers' header
-values, as a broken gateway might (agent-service must not pass them on).
+values, as a broken gateway might (agent-service must not pass them on). A test may set a stored server's ``state`` and
+``lastError`` (what the gateway's background listing would find): its answers say them.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ class ScriptedTenantGateway:
             "enabled": server["enabled"],
             "allowedTools": server["allowedTools"],
             "headerNames": sorted(server["headers"]),
-            "state": "connecting" if server["enabled"] else "disabled",
+            "state": server.get("state") or ("connecting" if server["enabled"] else "disabled"),
+            "lastError": server.get("lastError"),
             "toolCount": len(tools),
             "tools": tools,
         }
