@@ -225,6 +225,7 @@ async def test_a_server_is_deleted_only_once_confirmed(console: Console) -> None
 
     await crm.get_by_role("button", name="Delete crm").click()
     await expect(dialog).to_be_visible()
+    await expect(page.locator("#delete-title")).to_have_text("Delete crm?")
     await expect(page.locator("#delete-text")).to_contain_text("crm and its tools leave your runs")
     await dialog.get_by_role("button", name="Cancel").click()
     await expect(dialog).to_be_hidden()
@@ -261,6 +262,10 @@ async def test_an_admin_reads_and_changes_the_tenants_runtime_within_its_caps(co
     await expect(page.locator("#runtime-stream-mode")).to_have_value("live")
     await expect(page.locator("#runtime-agent-enabled")).to_be_checked()
     await expect(page.locator("#runtime-defaults")).to_be_disabled()
+    await expect(page.locator("#runtime-tool-cache")).to_be_disabled()  # the service keeps no tool results
+    await expect(page.locator("#runtime-tool-cache-note")).to_have_text(
+        "The operator keeps no tool results: the cache is off."
+    )
 
     await page.locator("#runtime-max-iterations").fill("9")
     await page.locator("#runtime-save").click()

@@ -57,6 +57,7 @@
     serverFormError: $("server-form-error"),
     serverSave: $("server-save"),
     deleteDialog: $("delete-dialog"),
+    deleteTitle: $("delete-title"),
     deleteText: $("delete-text"),
     runtimePanel: $("runtime-panel"),
     runtimeHeading: $("runtime-heading"),
@@ -1105,6 +1106,7 @@
   }
 
   function confirmDelete(name) {
+    ui.deleteTitle.textContent = `Delete ${name}?`;
     ui.deleteText.textContent = `${name} and its tools leave your runs; its header values are deleted with it.`;
     ui.deleteDialog.returnValue = "";
     ui.deleteDialog.addEventListener(
@@ -1205,6 +1207,7 @@
     ui.runtimeStreamMode.value = runtime.streamMode;
     ui.runtimeAgentEnabled.checked = runtime.agentEnabled;
     const caps = runtime.caps || {};
+    ui.runtimeToolCache.disabled = !(caps.toolCacheSeconds > 0); // no cache to tune
     ui.runtimeMaxIterationsNote.textContent =
       `LLM calls per run; at most ${caps.maxIterations}. Now ${origin("maxIterations")}.`;
     ui.runtimeToolCacheNote.textContent =
