@@ -378,7 +378,7 @@ async def test_a_refused_run_shows_its_error(stack: Stack, page: Page) -> None:
     await page.locator("#model-other").fill("m" * 300)  # longer than any model name may be: a 400
     await send(page, "hello")
 
-    await expect(page.locator("[role=alert]")).to_contain_text("Error (invalid_request)", timeout=WAIT_MS)
+    await expect(page.locator("#transcript [role=alert]")).to_contain_text("Error (invalid_request)", timeout=WAIT_MS)
     await expect(page.locator(".message.assistant")).to_have_count(0)
     await expect(page.locator("#send")).to_be_enabled()
     await expect(page.locator("#stop")).to_be_hidden()
@@ -641,7 +641,14 @@ async def test_the_page_names_its_own_icon_so_no_request_for_favicon_ico_fails(s
     context = await stack.browser.new_context()
     page = await context.new_page()
     failed: list[str] = []
-    page.on("response", lambda response: failed.append(response.url) if response.status >= 400 else None)
+    # The admin API is left out: its answer is how the page learns whether to show the Servers section (a 4xx hides
+    # it), and here it depends on what the gateway of this test speaks.
+    page.on(
+        "response",
+        lambda response: (
+            failed.append(response.url) if response.status >= 400 and "/api/v1/admin/" not in response.url else None
+        ),
+    )
     async with page.expect_response(lambda response: "favicon" in response.url, timeout=WAIT_MS) as icon:
         await page.goto(f"{stack.agent_url}/console")
     await expect(page.locator("body[data-ready=true]")).to_have_count(1, timeout=WAIT_MS)
