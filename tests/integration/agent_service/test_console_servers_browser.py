@@ -179,12 +179,21 @@ async def test_an_admin_switches_a_server_off_and_its_tools_leave_the_tools_sect
     assert (await patch.value).post_data_json == {"enabled": False}
     await expect(crm.locator(".server-state")).to_have_text("off", timeout=WAIT_MS)
     await expect(crm.locator(".server-enabled")).not_to_be_checked()
+    await expect(crm.locator(".server-enabled")).to_be_focused()  # a keyboard user goes on from where they were
     await expect(page.locator("#tools input[name=tool][value=crm_tool]")).to_have_count(0, timeout=WAIT_MS)
     assert console.gateway.servers["acme"]["crm"]["enabled"] is False
 
-    await crm.locator(".server-enabled").check()
+    await crm.locator(".server-enabled").press("Space")  # on again, from the keyboard
     await expect(crm.locator(".server-state")).to_have_text("connecting…", timeout=WAIT_MS)
+    await expect(crm.locator(".server-enabled")).to_be_checked()
     await expect(page.locator("#tools input[name=tool][value=crm_tool]")).to_have_count(1, timeout=WAIT_MS)
+
+    # A switch the gateway refuses (the server deleted meanwhile, elsewhere) goes back and says why.
+    del console.gateway.servers["acme"]["crm"]
+    await crm.locator(".server-enabled").click()
+    await expect(crm.locator(".form-error")).to_contain_text("Could not switch crm off: The tenant has no server")
+    await expect(crm.locator(".server-enabled")).to_be_checked()
+    await expect(crm.locator(".server-enabled")).to_be_enabled()
 
 
 async def test_the_gateways_refusals_are_said_in_words_on_the_form(console: Console) -> None:

@@ -1094,13 +1094,16 @@
 
   async function switchServer(name, box) {
     const enabled = box.checked;
+    const focused = document.activeElement === box; // disabling it may take the focus away: it is given back
     box.disabled = true;
     try {
       const updated = await json(serversPath(name), { method: "PATCH", body: { enabled } });
       serversChanged(admin.servers.map((server) => (server.name === name ? updated : server)));
+      if (focused) focusServerControl(name, "switch");
     } catch (failure) {
       box.checked = !enabled;
       box.disabled = false;
+      if (focused) box.focus();
       cardFailure(name, `Could not switch ${name} ${enabled ? "on" : "off"}: ${failure.message}`);
     }
   }
