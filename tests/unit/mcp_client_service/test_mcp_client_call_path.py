@@ -6,6 +6,7 @@ over stdio and streamable HTTP, are in tests/integration/mcp_client_service.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +51,12 @@ class ScriptedSession:
     calls: list[tuple[str, dict[str, Any], float]] = field(default_factory=list)
 
     async def call_tool(
-        self, name: str, arguments: dict[str, Any], time_limit: float, on_progress: ProgressFnT | None = None
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        time_limit: float,
+        on_progress: ProgressFnT | None = None,
+        caller: Mapping[str, Any] | None = None,
     ) -> CallToolResult:
         self.calls.append((name, arguments, time_limit))
         if isinstance(self.outcome, Exception):

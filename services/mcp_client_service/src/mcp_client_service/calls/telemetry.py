@@ -24,6 +24,9 @@ __all__ = ["GatewayTelemetry"]
 
 _CIRCUIT_STATES = ("closed", "half_open", "open")
 
+_TENANT_SERVERS = "(tenant)"
+"""The ``server`` and ``tool`` label of every call of a tenant's own server."""
+
 
 class _ServerStates(Collector):
     def __init__(self, registry: ServerRegistry) -> None:
@@ -60,9 +63,16 @@ class GatewayTelemetry:
         metrics.register(_ServerStates(servers))
 
     def call(self, record: CallRecord) -> None:
-        """Counted, timed, and noted on the call's span (the current one: calls end inside it)."""
-        self._calls.observe(record.server, record.tool, record.outcome, seconds=record.duration_ms / 1000)
+        """Counted, timed, and noted on the call's span (the current one: calls end inside it).
+
+        Calls of tenants' own servers are counted together (``_TENANT_SERVERS``): thousands of tenants' servers and
+        tools as label values would swamp Prometheus. Their span says which.
+        """
+        server, tool = (record.server, record.tool) if record.tenant is None else (_TENANT_SERVERS, _TENANT_SERVERS)
+        self._calls.observe(server, tool, record.outcome, seconds=record.duration_ms / 1000)
         span = trace.get_current_span()
         span.set_attributes({"tool.server": record.server, "tool.outcome": record.outcome})
+        if record.tenant is not None:
+            span.set_attribute("tool.tenant", record.tenant)
         if record.outcome != "ok":
             mark_span_failed(span, record.outcome)

@@ -90,3 +90,7 @@ class ConnectionOptions:
     forbidden_values: tuple[str, ...] = ()
     """Values that must never reach a server (the gateway's shared secret): a config whose
     resolved env, headers, args or URL contain one is refused."""
+    resolve_references: bool = True
+    """Whether ``${env:...}`` / ``${file:...}`` in a URL or header are resolved. Only the operator's servers file
+    may read the gateway's environment and files: a tenant's server (``tenants``) is connected with its values as
+    written."""
