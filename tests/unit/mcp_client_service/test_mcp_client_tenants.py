@@ -325,7 +325,9 @@ async def test_a_first_connection_that_fails_is_recorded_and_its_session_closed(
 
 def test_a_tenant_may_not_register_references_to_the_gateways_environment_or_files() -> None:
     assert registration_problem("https://tools.example.com/mcp", {"Authorization": "Bearer x"}) is None
-    assert "reference" in (registration_problem("https://x.example/mcp", {"A": "${env:MCP_CLIENT_SERVICE_SECRET}"}) or "")
+    assert "reference" in (
+        registration_problem("https://x.example/mcp", {"A": "${env:MCP_CLIENT_SERVICE_SECRET}"}) or ""
+    )
     assert "reference" in (registration_problem("https://x.example/${file:/etc/passwd}", None) or "")
     assert "http" in (registration_problem("file:///etc/passwd", None) or "")
 

@@ -8,6 +8,7 @@ resolve them: ``ConnectionOptions.resolve_references``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -16,7 +17,14 @@ from pydantic import ValidationError
 from mcp_client_service.config.references import has_references
 from mcp_client_service.config.servers_file import HttpServerConfig
 
-__all__ = ["registration_problem", "server_config"]
+__all__ = ["registration_problem", "server_config", "valid_tenant"]
+
+_TENANT = re.compile(r"[^\x00-\x1f\x7f]{1,128}")
+
+
+def valid_tenant(tenant: str) -> bool:
+    """Whether ``tenant`` (``X-Tenant-Id``, or the tenant API's path) is one: 1 to 128 characters, no control one."""
+    return _TENANT.fullmatch(tenant) is not None
 
 
 def server_config(

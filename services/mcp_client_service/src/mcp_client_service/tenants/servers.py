@@ -73,18 +73,21 @@ def _dump_tools(tools: Sequence[Tool]) -> list[dict[str, Any]]:
 
 
 class TenantServers:
-    """The tenants' own servers: rows, sessions and catalogs. ``load()`` then ``run()`` (until cancelled)."""
+    """The tenants' own servers: rows, sessions and catalogs. ``load(store)`` then ``run()`` (until cancelled).
+
+    Made before its store is open (the app's routes and router hold it from the start); ``load`` gives it the store.
+    """
 
     def __init__(
         self,
-        store: TenantStore,
+        store: TenantStore | None,
         registry: ServerRegistry,
         options: ConnectionOptions,
         *,
         collision: NameCollision = "first_wins",
         settings: TenantSettings | None = None,
     ) -> None:
-        self.store = store
+        self._store = store
         self.settings = settings = settings or TenantSettings()
         self._registry = registry
         self.options = options
@@ -110,8 +113,14 @@ class TenantServers:
 
     # --- the view, in step with the store ----------------------------------------------------------
 
-    async def load(self) -> None:
-        """Read every tenant's servers (at startup, before serving)."""
+    @property
+    def store(self) -> TenantStore:
+        assert self._store is not None, "the tenant servers have no store yet: load(store) first"
+        return self._store
+
+    async def load(self, store: TenantStore | None = None) -> None:
+        """Read every tenant's servers from ``store`` (or the one given before), at startup, before serving."""
+        self._store = store or self._store
         revision, rows = await self.store.load_all()
         self._adopt(revision, rows)
 
