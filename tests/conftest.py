@@ -21,21 +21,27 @@ def anyio_backend() -> str:
 
 @contextmanager
 def _runs_stored_in(folder: Path) -> Iterator[None]:
-    previous = os.environ.get("AGENT_DATABASE_URL")
-    os.environ["AGENT_DATABASE_URL"] = f"sqlite:///{folder}/agent.db"
+    urls = {
+        "AGENT_DATABASE_URL": f"sqlite:///{folder}/agent.db",
+        "MCP_CLIENT_DATABASE_URL": f"sqlite:///{folder}/mcp_client.db",
+    }
+    previous = {name: os.environ.get(name) for name in urls}
+    os.environ.update(urls)
     try:
         yield
     finally:
-        if previous is None:
-            os.environ.pop("AGENT_DATABASE_URL", None)
-        else:
-            os.environ["AGENT_DATABASE_URL"] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
-# agent-service stores its runs in a SQLite file of the test's own, never in the checkout's ``.data``: any
-# agent-service on a database takes over the runs another one left behind (a test that shut one down midway),
-# and would run them against this test's scripted LLM. A service made by a module's fixture gets the module's
-# file, one made during a test the test's. A test that needs another database says so in its own settings.
+# agent-service stores its runs (and the gateway its tenant servers) in a SQLite file of the test's own, never in
+# the checkout's ``.data``: any agent-service on a database takes over the runs another one left behind (a test that
+# shut one down midway), and would run them against this test's scripted LLM. A service made by a module's fixture
+# gets the module's file, one made during a test the test's. A test that needs another database says so in its own
+# settings.
 
 
 @pytest.fixture(scope="module", autouse=True)

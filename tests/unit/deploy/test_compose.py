@@ -34,7 +34,7 @@ SERVICES: dict[str, Any] = COMPOSE["services"]
 # Who must be healthy before whom: the order in which a request travels, backwards.
 STARTUP_ORDER = {
     "agent-service": {"completion-service", "mcp-client-service", "postgres", "redis"},
-    "mcp-client-service": {"mcp-rag-tool", "mcp-web-search"},
+    "mcp-client-service": {"mcp-rag-tool", "mcp-web-search", "postgres"},
     "mcp-rag-tool": {"qdrant"},
 }
 

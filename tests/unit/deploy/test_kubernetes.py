@@ -47,7 +47,10 @@ REQUIRED_SECRET_KEYS = {SHARED_SECRET_KEY, DATABASE_URL_KEY, REDIS_URL_KEY}
 CALLERS_KEY = "callers.toml"
 """The callers file, a file of the Secret mounted in prod's agent-service (required there)."""
 """Without these a pod cannot start: the others (provider keys and the like) are optional."""
-CREDENTIAL_SETTINGS = {"agent-service": ["AGENT_DATABASE_URL", "AGENT_REDIS_URL"]}
+CREDENTIAL_SETTINGS = {
+    "agent-service": ["AGENT_DATABASE_URL", "AGENT_REDIS_URL"],
+    "mcp-client-service": ["MCP_CLIENT_DATABASE_URL"],
+}
 """Settings that are no ``SecretStr`` but hold a password all the same: from the Secret, never a ConfigMap."""
 BACKING_SERVICES = {"dev": {"postgres", "redis"}, "prod": set()}
 """What an overlay runs beside the suite's components (prod's database is a managed one, outside the cluster)."""
@@ -470,6 +473,18 @@ def test_agent_service_stores_its_runs_in_postgresql_with_the_url_from_the_secre
     assert config(overlay, agent)["AGENT_DATABASE_MIGRATE"] == "true", "no Job migrates the schema: the pods do"
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_gateway_keeps_tenant_servers_in_postgresql_with_the_url_and_key_from_the_secret(overlay: str) -> None:
+    gateway = component("mcp-client-service")
+    refs = secret_refs(overlay, gateway)
+    url = refs["MCP_CLIENT_DATABASE_URL"]
+    assert (url["name"], url["key"], url.get("optional", False)) == (SECRET, DATABASE_URL_KEY, False)
+    key = refs["MCP_CLIENT_SECRETS_KEY"]
+    assert (key["name"], key["key"], key.get("optional", False)) == (SECRET, "mcp-client-secrets-key", True)
+    assert "MCP_CLIENT_DATABASE_URL" not in config(overlay, gateway), "a ConfigMap value would hide nothing: env wins"
+    assert config(overlay, gateway)["MCP_CLIENT_DATABASE_MIGRATE"] == "true", "no Job migrates the schema: the pods do"
+
+
 def test_production_runs_agent_service_on_several_pods_that_share_the_runs() -> None:
     autoscaler = named("prod", "HorizontalPodAutoscaler", "agent-service")
     assert autoscaler["spec"]["minReplicas"] >= 2
@@ -512,30 +527,31 @@ def test_dev_postgres_stops_fast_within_its_grace_period() -> None:
     assert pod["terminationGracePeriodSeconds"] > timeout
 
 
-def test_in_dev_only_agent_service_reaches_postgres() -> None:
+def test_in_dev_only_agent_service_and_the_gateway_reach_postgres() -> None:
     policies = objects("dev", "NetworkPolicy")
     template = named("dev", "StatefulSet", "postgres")["spec"]["template"]
     postgres = {"namespace": named("dev", "StatefulSet", "postgres")["metadata"]["namespace"], **template["metadata"]}
     callers = {
         item.name for item in COMPONENTS if _call_allowed(policies, _pod("dev", item.name), postgres, POSTGRES_PORT)
     }
-    assert callers == {"agent-service"}
+    assert callers == {"agent-service", "mcp-client-service"}
     outsider = {"namespace": "llm-core", "labels": {"app": "llm-core"}}
     assert not _ingress_allowed(policies, outsider, postgres, POSTGRES_PORT, "TCP")
 
 
-def test_in_prod_only_agent_service_reaches_a_managed_postgres_on_a_private_address() -> None:
+def test_in_prod_only_agent_service_and_the_gateway_reach_a_managed_postgres_on_a_private_address() -> None:
     policies = objects("prod", "NetworkPolicy")
     callers = {
         item.name
         for item in COMPONENTS
         if _egress_to_ip(policies, _pod("prod", item.name), "10.20.30.40", POSTGRES_PORT)
     }
-    assert callers == {"agent-service"}
-    agent = _pod("prod", "agent-service")
-    assert not _egress_to_ip(policies, agent, "10.20.30.40", 22), "the database port only"
-    assert not _egress_to_ip(policies, agent, "169.254.169.254", POSTGRES_PORT)
-    assert not _egress_to_ip(policies, agent, PUBLIC_ADDRESS, POSTGRES_PORT)
+    assert callers == {"agent-service", "mcp-client-service"}
+    for name in callers:
+        pod = _pod("prod", name)
+        assert not _egress_to_ip(policies, pod, "10.20.30.40", 22), "the database port only"
+        assert not _egress_to_ip(policies, pod, "169.254.169.254", POSTGRES_PORT)
+        assert not _egress_to_ip(policies, pod, PUBLIC_ADDRESS, POSTGRES_PORT)
 
 
 # --- the run slots (Redis) -----------------------------------------------------------------------------

@@ -3,9 +3,9 @@
 ``GET /mcp/v1/tools/list-tools``, ``POST /mcp/v1/tools/call-tool``, ``GET /mcp/v1/servers``,
 ``POST /mcp/v1/servers/reload`` and the tenant API ``/mcp/v1/tenants/{tenant}/servers`` (``tenants.routes``), all
 behind the shared secret; ``list-tools`` and ``call-tool`` answer from the catalog of the tenant named by
-``X-Tenant-Id`` (the shared servers' tools and the tenant's own), or the shared servers' only without it; ``/healthz`` and ``/readyz`` stay
-open for probes. ``/mcp`` serves the same tools as an MCP server (``mcp_face``), behind the same
-secret.
+``X-Tenant-Id`` (the shared servers' tools and the tenant's own), or the shared servers' only without it.
+``/healthz`` and ``/readyz`` stay open for probes. ``/mcp`` serves the shared tools as an MCP server (``mcp_face``),
+behind the same secret.
 
 The app starts serving at once: servers connect in the background (a stdio server loading a
 model may take a minute), and ``/readyz`` answers 200 once every enabled server has had its first
@@ -50,7 +50,9 @@ from mcp_client_service.mcp_face.endpoint import MCP_FACE_PATH, McpFace
 from mcp_client_service.mcp_face.features import FeatureRouter
 from mcp_client_service.registry.server_registry import ReloadResult, ServerRegistry, ServersResponse
 from mcp_client_service.settings import MCPClientSettings
+from mcp_client_service.store import SecretsBox, TenantServerStore, open_tenant_store
 from mcp_client_service.tenants.configs import valid_tenant
+from mcp_client_service.tenants.routes import tenant_routes
 from mcp_client_service.tenants.servers import TenantServers, TenantSettings
 from mcp_client_service.transport.ssrf_guard import EgressPolicy
 from suite_common.auth import SharedSecretMiddleware
@@ -63,10 +65,10 @@ from suite_common.observability import Observability
 from suite_common.openapi import ApiRoute, Operation, SharedSecretScheme, add_openapi
 from suite_common.sse import Emit, EventStreamResponse, encode_event
 from suite_common.wire import (
+    TENANT_HEADER,
     CallToolProgress,
     CallToolRequest,
     CallToolResponse,
-    TENANT_HEADER,
     ErrorDetail,
     ListToolsResponse,
     dump,
@@ -85,6 +87,8 @@ class _Services:
     registry: ServerRegistry
     router: ToolRouter
     tenants: TenantServers
+    tenant_store: TenantServerStore
+    """The servers tenants register at runtime (open from start to shutdown)."""
 
 
 def _services(request: Request) -> _Services:
@@ -330,8 +334,9 @@ def create_app(
     at startup; ``environ`` (default ``os.environ``) is what stdio servers inherit from and what
     ``${env:...}`` references read.
 
-    Raises ``ValueError`` without a secret and ``config.servers_file.ConfigError`` for a bad servers file, so a
-    misconfigured service stops before it listens.
+    Raises ``ValueError`` without a secret or with a secrets key that is not one, and
+    ``config.servers_file.ConfigError`` for a bad servers file, so a misconfigured service stops before it listens.
+    The tenant server store opens (and migrates) at startup: a store it cannot open stops it there.
     """
     secret = settings.service_secret.get_secret_value()
     if not secret.strip():
@@ -339,6 +344,7 @@ def create_app(
     if servers is None:
         servers = load_servers_config(settings.servers_file)
     options = connection_options(settings, os.environ if environ is None else environ)
+    secrets = SecretsBox.configured(settings.secrets_key, settings.secrets_key_file)
     registry = ServerRegistry(servers, options, collision=settings.tool_name_collision)
     tenants = TenantServers(
         None,  # its store opens with the app (lifespan)
@@ -378,15 +384,33 @@ def create_app(
             servers=list(registry.connections),
             disabled=list(registry.disabled),
         )
-        # Supervisors connect in the background: the API is up before any server is.
-        async with face.run(), anyio.create_task_group() as tg:
-            tg.start_soon(registry.run, name="mcp-server-registry")
-            try:
-                yield {"services": _Services(settings=settings, registry=registry, router=router)}
-            finally:
-                # Closes every session; stdio children get their stdin closed, then SIGTERM/SIGKILL.
-                tg.cancel_scope.cancel()
-                await observability.aclose()
+        tenant_store = await open_tenant_store(
+            settings.database_url, secrets=secrets, migrate=settings.database_migrate
+        )
+        _log.info("mcp_client_store_opened", backend=tenant_store.backend, secrets_keys=secrets is not None)
+        try:
+            # Every tenant's servers are known before the first request; their sessions open on first use.
+            await tenants.load(tenant_store)
+            # Supervisors connect in the background: the API is up before any server is.
+            async with face.run(), anyio.create_task_group() as tg:
+                tg.start_soon(registry.run, name="mcp-server-registry")
+                await tg.start(tenants.run)
+                try:
+                    yield {
+                        "services": _Services(
+                            settings=settings,
+                            registry=registry,
+                            router=router,
+                            tenants=tenants,
+                            tenant_store=tenant_store,
+                        )
+                    }
+                finally:
+                    # Closes every session; stdio children get their stdin closed, then SIGTERM/SIGKILL.
+                    tg.cancel_scope.cancel()
+                    await observability.aclose()
+        finally:
+            await tenant_store.close()
 
     async def readyz(_: Request) -> Response:
         if observability.lifecycle.draining:
@@ -408,6 +432,7 @@ def create_app(
         ApiRoute(f"{PROTECTED_PREFIX}/tools/call-tool", call_tool_route, method="POST", operation=_CALL_TOOL),
         ApiRoute(f"{PROTECTED_PREFIX}/servers", list_servers, method="GET", operation=_SERVERS),
         ApiRoute(f"{PROTECTED_PREFIX}/servers/reload", reload_servers, method="POST", operation=_RELOAD),
+        *tenant_routes(PROTECTED_PREFIX, tenants),
         Route(MCP_FACE_PATH, face),
     ]
     app = Starlette(

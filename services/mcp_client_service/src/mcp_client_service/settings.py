@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from mcp_client_service.config.options import (
@@ -177,6 +177,40 @@ class MCPClientSettings(ServiceSettings):
         ),
     )
 
+    database_url: str = Field(
+        default="sqlite:///.data/mcp_client.db",
+        description=(
+            "Where tenant servers (the MCP servers tenants register at runtime) are kept: sqlite:///path (one "
+            "replica; the folder is created) or postgresql://user:password@host:port/database (any number of "
+            "replicas, which see each other's changes within MCP_CLIENT_TENANT_SYNC_SECONDS). The servers file's "
+            "servers are not stored: they stay the file's."
+        ),
+    )
+    database_migrate: bool = Field(
+        default=True,
+        description=(
+            "Bring the store's schema to the newest revision at start (replicas take turns). Off: run "
+            "python -m mcp_client_service.store migrate before starting (a release job)."
+        ),
+    )
+    secrets_key: SecretStr = Field(
+        default=SecretStr(""),
+        description=(
+            "Fernet keys that encrypt tenant servers' header values at rest, comma-separated: the first encrypts, "
+            "every one decrypts (add a new key first, run python -m mcp_client_service.store rotate-key, then drop "
+            "the old one; docs/gateway.md). Make one with python -m mcp_client_service.store generate-key. Unset: "
+            "servers with headers cannot be registered (400 secrets_key_missing), servers without work. Never "
+            "logged."
+        ),
+    )
+    secrets_key_file: Path | None = Field(
+        default=None,
+        description=(
+            "A file holding MCP_CLIENT_SECRETS_KEY's value instead (keys separated by commas or lines), such as a "
+            "mounted Kubernetes Secret; read at start."
+        ),
+    )
+
     tenant_sync_seconds: float = Field(
         default=1.0,
         gt=0,
@@ -203,6 +237,20 @@ class MCPClientSettings(ServiceSettings):
         ge=1,
         description="Most sessions to one tenant's servers open at once (the same rule at the bound).",
     )
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_database(cls, url: str) -> str:
+        url = url.strip()
+        if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
+            raise ValueError("must be sqlite:///path or postgresql://user:password@host:port/database")
+        return url
+
+    @model_validator(mode="after")
+    def _one_source_of_keys(self) -> MCPClientSettings:
+        if self.secrets_key.get_secret_value().strip() and self.secrets_key_file is not None:
+            raise ValueError("set MCP_CLIENT_SECRETS_KEY or MCP_CLIENT_SECRETS_KEY_FILE, not both")
+        return self
 
     @field_validator("service_secret")
     @classmethod

@@ -15,21 +15,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
-from mcp_client_service.store.tenant_servers import (
-    UNCHANGED,
-    SecretsKeyMissing,
-    ServerExists,
-    StoredServer,
-    TooManyServers,
-)
+from mcp_client_service.store import UNCHANGED, SecretsKeyMissing, ServerExists, StoreError, TooManyServers
 from mcp_client_service.tenants.configs import registration_problem, server_config, valid_tenant
 from mcp_client_service.tenants.servers import TenantServers
+from mcp_client_service.tenants.store_api import ServerRow
 from mcp_client_service.transport.ssrf_guard import EgressError, check_endpoint
 from suite_common.errors import ApiError
 from suite_common.http import ModelResponse, read_model
 from suite_common.logging import get_logger
 from suite_common.openapi import ApiRoute, Operation
-from suite_common.sql import StoreError
 from suite_common.wire import TenantServer, TenantServerCreate, TenantServerList, TenantServerPatch
 
 __all__ = ["DEFAULT_MAX_SERVERS", "tenant_routes"]
@@ -174,7 +168,7 @@ def tenant_routes(prefix: str, servers: TenantServers) -> list[BaseRoute]:
             servers.list_in_background(tenant, row.name)
         return ModelResponse(servers.describe(row), status_code=201)
 
-    async def _row(tenant: str, name: str) -> StoredServer:
+    async def _row(tenant: str, name: str) -> ServerRow:
         try:
             row = await servers.store.get(tenant, name)
         except StoreError as error:

@@ -41,6 +41,8 @@ class ServerRow(Protocol):
 
 
 class TenantStore(Protocol):
+    """``store.tenant_servers.TenantServerStore``, as the tenant servers use it."""
+
     async def revision(self) -> int: ...
     async def load_all(self) -> tuple[int, Sequence[ServerRow]]: ...
     async def list(self, tenant: str) -> Sequence[ServerRow]: ...
@@ -53,11 +55,24 @@ class TenantStore(Protocol):
         transport: Literal["streamable-http", "sse"],
         headers: Mapping[str, str],
         enabled: bool,
-        allowed_tools: tuple[str, ...] | None,
+        allowed_tools: Sequence[str] | None,
         *,
-        max_servers: int,
+        max_servers: int | None,
     ) -> ServerRow: ...
-    async def update(self, tenant: str, name: str, **changes: Any) -> ServerRow | None: ...
+    async def update(
+        self,
+        tenant: str,
+        name: str,
+        *,
+        url: Any = ...,
+        transport: Any = ...,
+        headers: Any = ...,
+        enabled: Any = ...,
+        allowed_tools: Any = ...,
+    ) -> ServerRow | None:
+        """Each field left out (or ``store.UNCHANGED``) keeps its value."""
+        ...
+
     async def delete(self, tenant: str, name: str) -> bool: ...
     async def record_listing(
         self, tenant: str, name: str, tools: builtins.list[dict[str, Any]] | None, last_error: str | None

@@ -1,0 +1,59 @@
+"""The tenant server store's tables, as SQLAlchemy Core metadata: one schema for SQLite and PostgreSQL.
+
+The Alembic migrations in ``mcp_client_service.store.migrations`` build exactly this schema (a test compares them);
+a change here needs a new revision there.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from suite_common.sql import UtcDateTime
+
+__all__ = ["REVISION_ROW", "metadata", "registry_revision", "tenant_servers"]
+
+# Constraint names are fixed so that the migrations and the metadata name them alike on both backends.
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+tenant_servers = sa.Table(
+    "tenant_servers",
+    metadata,
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("url", sa.Text, nullable=False),
+    # "streamable-http" or "sse": tenant servers are remote only, never a command the gateway would run.
+    sa.Column("transport", sa.Text, nullable=False),
+    # The header values (credentials) as one Fernet token of their JSON (store.secrets); NULL: no headers.
+    sa.Column("headers_encrypted", sa.Text, nullable=True),
+    sa.Column("enabled", sa.Boolean, nullable=False),
+    # The server's tools a tenant's runs may use (a JSON list of names); NULL: all of them.
+    sa.Column("allowed_tools", sa.JSON(none_as_null=True), nullable=True),
+    # Its last tools/list (a JSON list of MCP Tool objects), so that a server without an open session is still in
+    # its tenant's catalog; NULL: never listed.
+    sa.Column("tools", sa.JSON(none_as_null=True), nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("updated_at", UtcDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("tenant", "name"),
+    sa.CheckConstraint("transport IN ('streamable-http', 'sse')", name="transport"),
+)
+
+registry_revision = sa.Table(
+    "registry_revision",
+    metadata,
+    # One row (id 1), made by the migration: a counter every write of tenant_servers bumps in its own transaction,
+    # so that a replica notices any change with one cheap read (and writers take turns on the row's lock).
+    sa.Column("id", sa.Integer, nullable=False),
+    sa.Column("revision", sa.BigInteger, nullable=False),
+    sa.PrimaryKeyConstraint("id"),
+)
+
+REVISION_ROW = 1
+"""The id of ``registry_revision``'s one row."""
