@@ -12,7 +12,7 @@ of its own.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -105,6 +105,19 @@ class TenantServers:
         """The store's revision this replica's view was loaded at; ``None`` before ``load``."""
         self._task_group: TaskGroup | None = None
         self._sync_lock = anyio.Lock()
+        self._changed: anyio.Event | None = None
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def wait_until(self, condition: Callable[[TenantServers], bool]) -> None:
+        """Return once ``condition(self)`` holds, re-checked on every change of a server or a session (bound it)."""
+        while not condition(self):
+            if self._changed is None:
+                self._changed = anyio.Event()
+            await self._changed.wait()
 
     @property
     def connect_wait(self) -> float:
@@ -178,6 +191,7 @@ class TenantServers:
             self.sessions.close((row.tenant, row.name), "its settings changed" if row.enabled else "switched off")
         tenant_known[row.name] = self._known_row(row)
         self.catalogs.changed(row.tenant)
+        self._notify()
 
     def forget(self, tenant: str, name: str) -> None:
         tenant_known = self._known.get(tenant, {})
@@ -189,6 +203,7 @@ class TenantServers:
         else:
             self._known.pop(tenant, None)
             self.catalogs.forget(tenant)
+        self._notify()
 
     @staticmethod
     def _known_row(row: ServerRow) -> _Known:
@@ -210,7 +225,13 @@ class TenantServers:
         return name in self._registry.connections or name in self._registry.disabled
 
     def servers_of(self, tenant: str) -> list[ServerRow]:
+        """The tenant's servers as this replica knows them (from the store, or its own changes), in creation order."""
         return [known.row for known in self._known.get(tenant, {}).values()]
+
+    def recorded_listing(self, tenant: str, name: str) -> list[dict[str, Any]] | None:
+        """The server's last listing this replica knows of (MCP Tool JSON); ``None``: never listed."""
+        known = self._known.get(tenant, {}).get(name)
+        return known.recorded[0] if known is not None else None
 
     # --- catalogs -----------------------------------------------------------------------------------
 
@@ -267,6 +288,7 @@ class TenantServers:
     def _session_changed(self, key: SessionKey) -> None:
         tenant, name = key
         self.catalogs.changed(tenant)
+        self._notify()
         connection = self.sessions.get(key)
         known = self._known.get(tenant, {}).get(name)
         if connection is None or known is None or not connection.serving or self._task_group is None:
