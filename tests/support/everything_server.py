@@ -76,7 +76,7 @@ async def everything_http_server(log: Path) -> AsyncIterator[str]:
             with anyio.fail_after(_START_SECONDS):
                 while not _listening(port):
                     if process.returncode is not None:
-                        pytest.fail(f"server-everything exited at start:\n{log.read_text()}")
+                        pytest.fail(f"server-everything exited at start:\n{await anyio.Path(log).read_text()}")
                     await anyio.sleep(0.05)  # polling a separate process: there is nothing to await
             yield f"http://127.0.0.1:{port}/mcp"
         finally:

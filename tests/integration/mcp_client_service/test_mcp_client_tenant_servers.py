@@ -202,7 +202,9 @@ async def _tools_of(http: httpx.AsyncClient, tenant: str) -> list[str]:
 async def _until(check: Any, seconds: float) -> None:
     """Poll another process until ``check()`` holds, within ``seconds`` (nothing to await across processes)."""
     with anyio.fail_after(seconds):
-        while not await check():
+        while True:
+            if await check():
+                return
             await anyio.sleep(0.1)
 
 
@@ -232,4 +234,3 @@ async def test_a_server_switched_off_on_one_replica_leaves_the_others_catalog_wi
             )
             assert refused.status_code == 404
             assert "echo" not in await _tools_of(two, "b")
-
