@@ -60,6 +60,7 @@ ECHO_TOOLS = (
     "pid",
     "crash",
     "trace_context",
+    "caller_meta",
 )
 """The tool names of an echo server without a prefix, in the order it lists them."""
 
