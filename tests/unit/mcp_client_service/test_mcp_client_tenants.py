@@ -338,3 +338,20 @@ def test_allowed_tools_are_names_not_patterns() -> None:
     assert config.transport == "sse"
     assert config.offers("get*")
     assert not config.offers("get_secrets")
+
+
+async def test_a_sync_that_read_the_store_before_a_change_made_here_does_not_undo_it() -> None:
+    store = StoreDouble()
+    servers = TenantServers(store, _registry(), _OPTIONS)
+    await servers.load()
+    store.put(Row("b", "elsewhere", tools=_json("x")))  # moves the revision: the next sync reads
+    stale = await store.load_all()
+
+    async def read_then_register_here() -> tuple[int, Sequence[Row]]:
+        servers.adopt(Row("a", "mine", tools=_json("now")))  # registered here while the sync was reading
+        return stale
+
+    store.load_all = read_then_register_here  # type: ignore[method-assign]
+    assert not await servers.sync()
+
+    assert [row.name for row in servers.servers_of("a")] == ["mine"]

@@ -359,7 +359,7 @@ def create_app(
         ),
     )
     observability = Observability.create("mcp-client-service", settings, tracer_provider=tracer_provider)
-    telemetry = GatewayTelemetry(observability.registry, registry)
+    telemetry = GatewayTelemetry(observability.registry, registry, tenants)
     router = ToolRouter(
         registry,
         call_timeout=settings.call_timeout_seconds,

@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 
 from mcp_client_service.calls.call import CallRecord
 from mcp_client_service.registry.server_registry import ServerRegistry
+from mcp_client_service.tenants.servers import TenantServers
 from suite_common.metrics import CallMetrics
 from suite_common.tracing import mark_span_failed
 
@@ -29,8 +30,9 @@ _TENANT_SERVERS = "(tenant)"
 
 
 class _ServerStates(Collector):
-    def __init__(self, registry: ServerRegistry) -> None:
+    def __init__(self, registry: ServerRegistry, tenants: TenantServers | None) -> None:
         self._registry = registry
+        self._tenants = tenants
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         circuit = GaugeMetricFamily(
@@ -45,13 +47,25 @@ class _ServerStates(Collector):
             tools.add_metric([name], float(len(connection.listing.tools)))
             serving.add_metric([name], 1.0 if connection.serving else 0.0)
         yield from (circuit, tools, serving)
+        if self._tenants is not None:
+            # Totals only: a label per tenant or tenant server would swamp Prometheus.
+            yield GaugeMetricFamily(
+                "mcp_tenant_sessions_open",
+                "Sessions open to tenants' own servers (bounded by MCP_CLIENT_TENANT_MAX_SESSIONS).",
+                value=float(len(self._tenants.sessions)),
+            )
+            yield GaugeMetricFamily(
+                "mcp_tenant_servers", "Tenants' own servers this replica knows of.", value=float(self._tenants.count())
+            )
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return iter(())  # collected at scrape time only; nothing to check when registering
 
 
 class GatewayTelemetry:
-    def __init__(self, metrics: CollectorRegistry, servers: ServerRegistry) -> None:
+    def __init__(
+        self, metrics: CollectorRegistry, servers: ServerRegistry, tenants: TenantServers | None = None
+    ) -> None:
         self._calls = CallMetrics(
             metrics,
             "mcp_tool_call",
@@ -60,7 +74,7 @@ class GatewayTelemetry:
             "(ok, tool_error, invalid_arguments, timeout, cancelled, ...).",
             timed="Time of one tool call through the gateway, by server, tool and outcome.",
         )
-        metrics.register(_ServerStates(servers))
+        metrics.register(_ServerStates(servers, tenants))
 
     def call(self, record: CallRecord) -> None:
         """Counted, timed, and noted on the call's span (the current one: calls end inside it).

@@ -12,6 +12,8 @@ of its own.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -36,6 +38,9 @@ from suite_common.wire import TenantServer, ToolInfo
 __all__ = ["ServerGone", "TenantServers", "TenantSettings"]
 
 _log = get_logger("mcp_client_service.tenants.servers")
+
+_RELIST_SECONDS = 30.0
+"""A server never listed (its first listing failed) is listed again when its catalog is used, at most this often."""
 
 
 class ServerGone(LookupError):
@@ -106,6 +111,10 @@ class TenantServers:
         self._task_group: TaskGroup | None = None
         self._sync_lock = anyio.Lock()
         self._changed: anyio.Event | None = None
+        self._writes = 0
+        """Changes this replica made (``adopt``, ``forget``): a sync that raced one is not adopted."""
+        self._listing: dict[SessionKey, float] = {}
+        """Servers being listed in the background, or last tried (``time.monotonic``) and never listed."""
 
     def _notify(self) -> None:
         if self._changed is not None:
@@ -158,11 +167,16 @@ class TenantServers:
             _log.warning("mcp_tenant_sync_failed", error=f"{type(error).__name__}: {error}")
 
     async def sync(self) -> bool:
-        """Reload every row if the store's revision moved; whether it had."""
+        """Reload every row if the store's revision moved; whether this replica's view changed."""
         async with self._sync_lock:
             if await self.store.revision() == self.revision:
                 return False
+            writes = self._writes
             revision, rows = await self.store.load_all()
+            if writes != self._writes:
+                # A change made here meanwhile may be newer than what was read: read again at the next tick,
+                # rather than undo it (a server registered here would be forgotten until then).
+                return False
             self._adopt(revision, rows)
             return True
 
@@ -172,16 +186,26 @@ class TenantServers:
             by_tenant.setdefault(row.tenant, []).append(row)
         for tenant in set(self._known) - set(by_tenant):
             for name in list(self._known[tenant]):
-                self.forget(tenant, name)
+                self._drop(tenant, name)
         for tenant, tenant_rows in by_tenant.items():
             names = {row.name for row in tenant_rows}
             for name in set(self._known.get(tenant, {})) - names:
-                self.forget(tenant, name)
+                self._drop(tenant, name)
             for row in sorted(tenant_rows, key=lambda row: row.created_at):
-                self.adopt(row)
+                self._put(row)
         self.revision = revision
 
     def adopt(self, row: ServerRow) -> None:
+        """A server this replica has just stored (registered or changed): applied at once."""
+        self._writes += 1
+        self._put(row)
+
+    def forget(self, tenant: str, name: str) -> None:
+        """A server this replica has just deleted: gone at once."""
+        self._writes += 1
+        self._drop(tenant, name)
+
+    def _put(self, row: ServerRow) -> None:
         """Adopt one stored server: its session closes if it now connects differently or is switched off."""
         tenant_known = self._known.setdefault(row.tenant, {})
         before = tenant_known.get(row.name)
@@ -193,10 +217,11 @@ class TenantServers:
         self.catalogs.changed(row.tenant)
         self._notify()
 
-    def forget(self, tenant: str, name: str) -> None:
+    def _drop(self, tenant: str, name: str) -> None:
         tenant_known = self._known.get(tenant, {})
         if tenant_known.pop(name, None) is None:
             return
+        self._listing.pop((tenant, name), None)
         self.sessions.close((tenant, name), "deleted")
         if tenant_known:
             self.catalogs.changed(tenant)
@@ -223,6 +248,10 @@ class TenantServers:
     def is_shared(self, name: str) -> bool:
         """Whether ``name`` is a server of the servers file (a tenant's server may not take its name)."""
         return name in self._registry.connections or name in self._registry.disabled
+
+    def count(self) -> int:
+        """Every tenant's servers together, as this replica knows them."""
+        return sum(len(servers) for servers in self._known.values())
 
     def servers_of(self, tenant: str) -> list[ServerRow]:
         """The tenant's servers as this replica knows them (from the store, or its own changes), in creation order."""
@@ -253,6 +282,8 @@ class TenantServers:
             connection = self.sessions.get((tenant, name))
             offers = known.config.offers
             stored = known.stored_tools
+            if connection is None and known.recorded[0] is None:
+                self._list_if_due(tenant, name)  # never listed (its first listing failed, or was lost): try again
             if connection is None or (connection.connecting and not connection.first_attempt_done):
                 # No session (or its first one opening): listed from the store, callable (a call opens a session).
                 servers.append(ServerTools(server=name, ready=True, tools=stored, offers=offers, tenant=tenant))
@@ -313,9 +344,25 @@ class TenantServers:
     def list_in_background(self, tenant: str, name: str) -> None:
         """Connect to a registered (or enabled) server and list its tools, now, without waiting for it."""
         if self._task_group is not None:
+            self._listing[tenant, name] = math.inf  # in progress
             self._task_group.start_soon(self._list_now, tenant, name, name=f"mcp-tenant-list:{tenant}/{name}")
 
+    def _list_if_due(self, tenant: str, name: str) -> None:
+        """List a server never listed, unless that is in progress or was tried within ``_RELIST_SECONDS``."""
+        if time.monotonic() >= self._listing.get((tenant, name), -math.inf) + _RELIST_SECONDS:
+            self.list_in_background(tenant, name)
+
     async def _list_now(self, tenant: str, name: str) -> None:
+        try:
+            await self._list_once(tenant, name)
+        finally:
+            known = self._known.get(tenant, {}).get(name)
+            if known is not None and known.recorded[0] is None:
+                self._listing[tenant, name] = time.monotonic()  # tried, not listed: again when due
+            else:
+                self._listing.pop((tenant, name), None)
+
+    async def _list_once(self, tenant: str, name: str) -> None:
         try:
             async with self.session(tenant, name) as connection:
                 serving, error = connection.serving, connection.last_error or "it did not answer in time"
