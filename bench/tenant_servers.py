@@ -1,7 +1,8 @@
 """1,000 tenants with one server each: the gateway's memory and open sessions stay bounded.
 
 ``python -m bench.tenant_servers [--tenants 1000] [--idle-seconds 5]`` starts the echo MCP server over streamable
-HTTP and the gateway (SQLite store, default session bounds: 256 in all, 8 per tenant), then measures the gateway's
+HTTP and the gateway (SQLite store; sessions bounded by ``--max-sessions``, 256 by default, and 8 per tenant),
+then measures the gateway's
 resident memory (``VmRSS``) and its open tenant sessions (``mcp_tenant_sessions_open`` on ``/metrics``):
 
 1. started, no tenant server;
@@ -54,7 +55,7 @@ async def _each(count: int, action: Callable[[int], Awaitable[None]]) -> None:
             tg.start_soon(one, index)
 
 
-async def _measure(tenants: int, idle_seconds: float, logs: Path) -> list[tuple[str, float, int]]:
+async def _measure(tenants: int, idle_seconds: float, max_sessions: int, logs: Path) -> list[tuple[str, float, int]]:
     rows: list[tuple[str, float, int]] = []
     with ExitStack() as stack:
         cpus = frozenset(os.sched_getaffinity(0))
@@ -84,6 +85,7 @@ async def _measure(tenants: int, idle_seconds: float, logs: Path) -> list[tuple[
                 "MCP_CLIENT_DATABASE_URL": f"sqlite:///{logs}/mcp_client.db",
                 "MCP_CLIENT_SSRF_ALLOW_LOOPBACK": "true",
                 "MCP_CLIENT_TENANT_IDLE_SECONDS": str(idle_seconds),
+                "MCP_CLIENT_TENANT_MAX_SESSIONS": str(max_sessions),
                 "MCP_CLIENT_LOG_LEVEL": "warning",
             },
         )
@@ -137,16 +139,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--tenants", type=int, default=1000)
     parser.add_argument("--idle-seconds", type=float, default=5.0)
+    parser.add_argument("--max-sessions", type=int, default=256, help="MCP_CLIENT_TENANT_MAX_SESSIONS")
     parser.add_argument(
         "--logs", type=Path, help="keep the services' logs (and store) here; default: a temporary folder"
     )
     args = parser.parse_args()
     if args.logs is not None:
         args.logs.mkdir(parents=True, exist_ok=True)
-        anyio.run(_measure, args.tenants, args.idle_seconds, args.logs.resolve())
+        anyio.run(_measure, args.tenants, args.idle_seconds, args.max_sessions, args.logs.resolve())
         return
     with tempfile.TemporaryDirectory(prefix="bench-tenants-") as folder:
-        anyio.run(_measure, args.tenants, args.idle_seconds, Path(folder))
+        anyio.run(_measure, args.tenants, args.idle_seconds, args.max_sessions, Path(folder))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from mcp_client_service.registry.catalog import Away, NameCollision, ServerTools
 from mcp_client_service.registry.server_registry import ServerRegistry
 from mcp_client_service.tenants.catalogs import TenantCatalogs, parse_tools
 from mcp_client_service.tenants.configs import server_config
-from mcp_client_service.tenants.sessions import SessionKey, TenantSessions
+from mcp_client_service.tenants.sessions import SessionKey, SessionLimitReached, TenantSessions
 from mcp_client_service.tenants.store_api import ServerRow, TenantStore
 from suite_common.logging import get_logger
 from suite_common.wire import TenantServer, ToolInfo
@@ -363,12 +363,17 @@ class TenantServers:
                 self._listing.pop((tenant, name), None)
 
     async def _list_once(self, tenant: str, name: str) -> None:
-        try:
-            async with self.session(tenant, name) as connection:
-                serving, error = connection.serving, connection.last_error or "it did not answer in time"
-        except Exception as failure:  # gone again, or no room for a session: its next call tries
-            _log.info("mcp_tenant_listing_skipped", tenant=tenant, server=name, reason=str(failure))
-            return
+        serving, error = False, "no session could be opened in time: every one was in use"
+        with anyio.move_on_after(self.connect_wait):
+            while True:
+                try:
+                    async with self.session(tenant, name) as connection:
+                        serving, error = connection.serving, connection.last_error or "it did not answer in time"
+                    break
+                except SessionLimitReached:
+                    await self.sessions.wait_for_room()  # in the background, a listing may wait its turn
+                except ServerGone:
+                    return  # deleted or switched off meanwhile
         if serving:
             return  # its listing is recorded as the session publishes it (``_session_changed``)
         # Nobody is waiting on it: no reconnecting in the background until a call asks for it again.

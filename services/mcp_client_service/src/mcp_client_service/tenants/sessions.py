@@ -74,6 +74,7 @@ class TenantSessions:
         self._task_group: TaskGroup | None = None
         self._changed: anyio.Event | None = None
         self._stopped = anyio.Event()
+        self._room: anyio.Event | None = None
 
     def __len__(self) -> int:
         return len(self._open)
@@ -163,6 +164,7 @@ class TenantSessions:
         session.scope.cancel()
         _log.info("mcp_tenant_session_closed", tenant=tenant, server=key[1], reason=reason)
         self._changed_now(key)
+        self._made_room()
 
     def _changed_now(self, key: SessionKey) -> None:
         self._on_change(key)
@@ -184,6 +186,19 @@ class TenantSessions:
         finally:
             session.users -= 1
             session.last_used = self._clock()
+            if session.users == 0:
+                self._made_room()
+
+    def _made_room(self) -> None:
+        if self._room is not None:
+            self._room.set()
+            self._room = None
+
+    async def wait_for_room(self) -> None:
+        """Until a session is released or closed: room for another may have been made (bound it)."""
+        if self._room is None:
+            self._room = anyio.Event()
+        await self._room.wait()
 
     async def _settled(self, connection: ServerConnection) -> None:
         """Until ``connection`` serves, or has failed since it was opened (it keeps retrying meanwhile)."""
