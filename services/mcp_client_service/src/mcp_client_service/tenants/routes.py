@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
@@ -34,35 +35,50 @@ DEFAULT_MAX_SERVERS = 20
 """A tenant's servers when the request does not say (agent-service passes the tenant's ``max_mcp_servers``)."""
 
 _NOT_FOUND = "The tenant has no server of this name (another tenant's servers are not seen)."
+_EVERY_OPERATION = {
+    400: "invalid_tenant: the tenant is empty, longer than 128 characters or holds a control character.",
+    503: "store_unavailable: the gateway's store of tenant servers cannot be reached now.",
+}
+_CHECK_SECONDS = 10.0
+"""Longest resolving a registered URL's host for the outbound policy may take."""
 _INVALID = "The body is not valid: an unknown field, a name that is not like a tool name, a URL that is not http(s)."
 
-_LIST = Operation("The tenant's own MCP servers, their state and tools", answer=TenantServerList)
+_LIST = Operation(
+    "The tenant's own MCP servers, their state and tools",
+    answer=TenantServerList,
+    errors={**_EVERY_OPERATION, 400: f"{_EVERY_OPERATION[400]} Or maxServers is not a whole number."},
+)
 _CREATE = Operation(
     "Register an MCP server of the tenant's own (streamable HTTP or SSE)",
     body=TenantServerCreate,
     answer=TenantServer,
     status=201,
     errors={
-        400: f"{_INVALID} secrets_key_missing: headers given and the gateway has no MCP_CLIENT_SECRETS_KEY.",
+        **_EVERY_OPERATION,
+        400: f"{_INVALID} secrets_key_missing: headers given and the gateway has no MCP_CLIENT_SECRETS_KEY. "
+        f"{_EVERY_OPERATION[400]}",
         409: "server_exists: the tenant has a server of this name, or a shared server has it; too_many_servers: "
         "the tenant has maxServers servers already.",
         422: "url_not_allowed: the URL resolves to an address the outbound policy blocks (the message says why).",
     },
     example={"name": "time", "url": "https://tools.example.com/mcp", "headers": {"Authorization": "Bearer ..."}},
 )
-_GET = Operation("One of the tenant's own MCP servers", answer=TenantServer, errors={404: _NOT_FOUND})
+_GET = Operation(
+    "One of the tenant's own MCP servers", answer=TenantServer, errors={**_EVERY_OPERATION, 404: _NOT_FOUND}
+)
 _PATCH = Operation(
     "Change one of the tenant's servers (enabled: false is its switch)",
     body=TenantServerPatch,
     answer=TenantServer,
     errors={
-        400: _INVALID,
+        **_EVERY_OPERATION,
+        400: f"{_INVALID} {_EVERY_OPERATION[400]}",
         404: _NOT_FOUND,
         422: "url_not_allowed: the new URL resolves to an address the outbound policy blocks.",
     },
     example={"enabled": False},
 )
-_DELETE = Operation("Remove one of the tenant's servers", status=204, errors={404: _NOT_FOUND})
+_DELETE = Operation("Remove one of the tenant's servers", status=204, errors={**_EVERY_OPERATION, 404: _NOT_FOUND})
 
 
 def _tenant(request: Request) -> str:
@@ -101,9 +117,13 @@ def tenant_routes(prefix: str, servers: TenantServers) -> list[BaseRoute]:
         if not outbound:
             return
         try:
-            await check_endpoint(url, servers.options.egress)
+            with anyio.fail_after(_CHECK_SECONDS):
+                await check_endpoint(url, servers.options.egress)
         except EgressError as refused:
             raise ApiError(422, "url_not_allowed", f"The server's URL is not allowed: {refused.message}") from None
+        except TimeoutError:
+            why = f"its host name was not resolved within {_CHECK_SECONDS:g} s"
+            raise ApiError(422, "url_not_allowed", f"The server's URL is not allowed: {why}.") from None
 
     def _check_config(row_url: str, transport: Any, headers: dict[str, str], allowed: list[str] | None) -> None:
         try:
