@@ -266,18 +266,8 @@ class ToolRouter:
             text = refusal or "its server is gone"
             retry_after = self._registry.retry_after(tool.server) if raise_unavailable else None
             return self._unavailable(tool, text, retry_after, raise_unavailable, self._record)
-        return await call_routed_tool(
-            session,
-            tool,
-            arguments,
-            time_limit=self.time_limit(tool.server, deadline),
-            callers_deadline=deadline.seconds < self._server_limit(tool.server),
-            max_chars=self.max_chars,
-            validators=self.validators,
-            on_finished=self._record,
-            on_progress=on_progress,
-            caller=caller,
-        )
+        limit = self._server_limit(tool.server)
+        return await self._run(session, tool, arguments, limit, deadline, on_progress, caller, self._record)
 
     async def _call_own(
         self,
@@ -301,23 +291,39 @@ class ToolRouter:
                     away = session.away()
                     retry_after = _seconds_until(away[1]) if away is not None else None
                     return self._unavailable(tool, refusal, retry_after, raise_unavailable, record)
-                return await call_routed_tool(
-                    session,
-                    tool,
-                    arguments,
-                    time_limit=min(self.call_timeout, deadline.seconds),
-                    callers_deadline=deadline.seconds < self.call_timeout,
-                    max_chars=self.max_chars,
-                    validators=self.validators,
-                    on_finished=record,
-                    on_progress=on_progress,
-                    caller=caller,
+                return await self._run(
+                    session, tool, arguments, self.call_timeout, deadline, on_progress, caller, record
                 )
         except ServerGone:
             # Switched off or deleted since the caller listed it: refused, never run.
             raise ToolNotFoundError(tool.name) from None
         except SessionLimitReached as full:
             return self._unavailable(tool, str(full), None, raise_unavailable, self._record)
+
+    async def _run(
+        self,
+        session: ServerConnection,
+        tool: RoutedTool,
+        arguments: dict[str, Any],
+        limit: float,
+        deadline: Deadline,
+        on_progress: ProgressFnT | None,
+        caller: Mapping[str, Any] | None,
+        record: Callable[[CallRecord], None],
+    ) -> CallToolResponse:
+        """The call on ``session``, within the server's ``limit`` shortened by the caller's deadline."""
+        return await call_routed_tool(
+            session,
+            tool,
+            arguments,
+            time_limit=min(limit, deadline.seconds),
+            callers_deadline=deadline.seconds < limit,
+            max_chars=self.max_chars,
+            validators=self.validators,
+            on_finished=record,
+            on_progress=on_progress,
+            caller=caller,
+        )
 
     def _unavailable(
         self,
