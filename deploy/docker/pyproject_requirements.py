@@ -2,7 +2,9 @@
 
 The images install their dependencies before any source is copied, so that a code change reuses the
 cached dependency layer; at that step only the pyproject files are in the image. The suite's own
-packages (``loopsuite-*``) are left out: they are installed from source afterwards with ``--no-deps``.
+packages (``loopsuite-*``) are left out: they are installed from source afterwards with ``--no-deps``; the
+extras a file asks of one of them (``loopsuite-common[sql]``) are listed in its place, from that package's own
+``[project.optional-dependencies]`` (its pyproject is among the files).
 
     python deploy/docker/pyproject_requirements.py libs/suite_common/pyproject.toml \
         services/agent_service/pyproject.toml > requirements.txt
@@ -16,12 +18,13 @@ import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["LOCAL_PREFIX", "main", "project_name", "requirements"]
+__all__ = ["LOCAL_PREFIX", "extras", "main", "project_name", "requirements"]
 
 LOCAL_PREFIX = "loopsuite-"
 """Distributions built from this repository; never fetched from an index."""
 
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+_EXTRAS = re.compile(r"^\s*[A-Za-z0-9][A-Za-z0-9._-]*\s*\[([^\]]*)\]")
 
 
 def project_name(requirement: str) -> str:
@@ -32,12 +35,29 @@ def project_name(requirement: str) -> str:
     return re.sub(r"[-_.]+", "-", match.group(1)).lower()
 
 
+def extras(requirement: str) -> list[str]:
+    """The extras a PEP 508 requirement asks for (``foo[a, b]>=1`` -> ``["a", "b"]``)."""
+    match = _EXTRAS.match(requirement)
+    return [] if match is None else [extra.strip() for extra in match.group(1).split(",") if extra.strip()]
+
+
 def requirements(pyprojects: Sequence[Path]) -> list[str]:
-    """The ``[project] dependencies`` of every file, in order, without duplicates or local packages."""
-    found: list[str] = []
-    for path in pyprojects:
-        project = tomllib.loads(path.read_text(encoding="utf-8")).get("project", {})
+    """The ``[project] dependencies`` of every file, in order, without duplicates or local packages; after each
+    file's own, those of its extras that another file asks for."""
+    projects = [tomllib.loads(path.read_text(encoding="utf-8")).get("project", {}) for path in pyprojects]
+    wanted: dict[str, set[str]] = {}
+    for project in projects:
         for requirement in project.get("dependencies", []):
+            if project_name(requirement).startswith(LOCAL_PREFIX):
+                wanted.setdefault(project_name(requirement), set()).update(extras(requirement))
+    found: list[str] = []
+    for project in projects:
+        optional = project.get("optional-dependencies", {})
+        own = list(project.get("dependencies", []))
+        name = project_name(project["name"]) if "name" in project else None
+        for extra in sorted(wanted.get(name, set()) if name else ()):
+            own += optional.get(extra, [])
+        for requirement in own:
             if project_name(requirement).startswith(LOCAL_PREFIX) or requirement in found:
                 continue
             found.append(requirement)

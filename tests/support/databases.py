@@ -9,11 +9,12 @@ import secrets
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 
-__all__ = ["ADMIN_DSN", "POSTGRES_HOST", "fresh_postgres_database"]
+__all__ = ["ADMIN_DSN", "POSTGRES_HOST", "fresh_database", "fresh_postgres_database"]
 
 POSTGRES_HOST = "127.0.0.1:5432"
 ADMIN_DSN = f"postgresql://postgres@{POSTGRES_HOST}/test"
@@ -49,3 +50,14 @@ def fresh_postgres_database(prefix: str = "agent") -> Iterator[str]:
         yield f"postgresql://postgres@{POSTGRES_HOST}/{name}"
     finally:
         _run_apart(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@contextmanager
+def fresh_database(backend: str, folder: Path, prefix: str) -> Iterator[str]:
+    """An empty database of the test's own on ``backend`` as a URL: ``sqlite``, a file ``<prefix>.db`` in
+    ``folder``; ``postgresql``, one of ``fresh_postgres_database``."""
+    if backend == "sqlite":
+        yield f"sqlite:///{folder}/{prefix}.db"
+    else:
+        with fresh_postgres_database(prefix) as url:
+            yield url

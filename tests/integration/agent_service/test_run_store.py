@@ -39,9 +39,10 @@ from agent_service.store import (
     StoreError,
     UnknownCursor,
 )
-from agent_service.store._engine import Database, database_url, open_database
-from agent_service.store._migrations import alembic_config, current_revision, head_revision, upgrade
+from agent_service.store._engine import database_url, open_database
+from agent_service.store._migrations import MIGRATIONS
 from agent_service.store.schema import metadata, usage_log
+from suite_common.sql import Database
 from suite_common.wire import (
     ConversationSettings,
     Message,
@@ -51,7 +52,7 @@ from suite_common.wire import (
     ToolCall,
     Usage,
 )
-from support.databases import fresh_postgres_database
+from support.databases import fresh_database, fresh_postgres_database
 
 pytestmark = pytest.mark.anyio
 
@@ -823,16 +824,13 @@ async def test_the_migrated_schema_is_the_schema_the_store_declares(
     async def migrate_and_compare(url: str) -> None:
         database = open_database(database_url(url))
         try:
-            assert await upgrade(database) == head_revision()
+            assert await MIGRATIONS.upgrade(database) == MIGRATIONS.head()
             assert await database.run("compare the schema", differences, write=False) == []
         finally:
             await database.dispose()
 
-    if backend == "sqlite":
-        await migrate_and_compare(f"sqlite:///{tmp_path}/fresh.db")
-    else:
-        with fresh_postgres_database("agent_migrate") as url:
-            await migrate_and_compare(url)
+    with fresh_database(backend, tmp_path, "agent_fresh") as url:
+        await migrate_and_compare(url)
 
 
 async def test_a_sqlite_store_is_never_downgraded_past_a_table_rebuild_that_would_delete_its_runs(
@@ -846,8 +844,7 @@ async def test_a_sqlite_store_is_never_downgraded_past_a_table_rebuild_that_woul
     database = open_database(database_url(url))
 
     def downgrade_on(connection: sa.Connection) -> None:
-        config = alembic_config()
-        config.attributes["connection"] = connection
+        config = MIGRATIONS.config(connection)
         command.downgrade(config, "0003")
 
     try:
@@ -864,8 +861,7 @@ async def test_a_sqlite_store_is_never_downgraded_past_a_table_rebuild_that_woul
 
 def _upgrade_to(revision: str) -> Callable[[sa.Connection], None]:
     def upgrade_on(connection: sa.Connection) -> None:
-        config = alembic_config()
-        config.attributes["connection"] = connection
+        config = MIGRATIONS.config(connection)
         command.upgrade(config, revision)
 
     return upgrade_on
@@ -915,7 +911,7 @@ async def test_conversations_stored_before_tenant_keys_stay_readable_by_their_te
                         connection.exec_driver_sql(statement)
 
             await database.run("store rows of 0002", insert_legacy, write=True)
-            assert await upgrade(database) == head_revision()
+            assert await MIGRATIONS.upgrade(database) == MIGRATIONS.head()
         finally:
             await database.dispose()
         store = await RunStore.open(url)
@@ -941,11 +937,8 @@ async def test_conversations_stored_before_tenant_keys_stay_readable_by_their_te
         finally:
             await store.aclose()
 
-    if backend == "sqlite":
-        await check(f"sqlite:///{tmp_path}/legacy.db")
-    else:
-        with fresh_postgres_database("agent_migrate") as url:
-            await check(url)
+    with fresh_database(backend, tmp_path, "agent_legacy") as url:
+        await check(url)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -955,24 +948,21 @@ async def test_replicas_starting_together_on_an_empty_database_migrate_it_once(b
         revisions: list[str] = []
 
         async def start(replica: Database) -> None:
-            revisions.append(await upgrade(replica))
+            revisions.append(await MIGRATIONS.upgrade(replica))
 
         try:
             with anyio.fail_after(30):
                 async with anyio.create_task_group() as group:
                     for replica in replicas:
                         group.start_soon(start, replica)
-            assert revisions == [head_revision()] * 4
-            assert await current_revision(replicas[0]) == head_revision()
+            assert revisions == [MIGRATIONS.head()] * 4
+            assert await MIGRATIONS.current(replicas[0]) == MIGRATIONS.head()
         finally:
             for replica in replicas:
                 await replica.dispose()
 
-    if backend == "sqlite":
-        await start_together(f"sqlite:///{tmp_path}/together.db")
-    else:
-        with fresh_postgres_database("agent_migrate") as url:
-            await start_together(url)
+    with fresh_database(backend, tmp_path, "agent_together") as url:
+        await start_together(url)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -987,11 +977,8 @@ async def test_a_store_opened_without_migrating_refuses_a_schema_behind(backend:
         finally:
             await store.aclose()
 
-    if backend == "sqlite":
-        await check(f"sqlite:///{tmp_path}/unmigrated.db")
-    else:
-        with fresh_postgres_database("agent_migrate") as url:
-            await check(url)
+    with fresh_database(backend, tmp_path, "agent_unmigrated") as url:
+        await check(url)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -1014,7 +1001,7 @@ def test_the_migrate_command_brings_a_database_to_the_newest_revision(
     def check(url: str) -> None:
         done = migrate(url)
         assert done.returncode == 0, done.stderr
-        assert done.stdout.strip() == f"The run store's schema is at revision {head_revision()}."
+        assert done.stdout.strip() == f"The run store's schema is at revision {MIGRATIONS.head()}."
         assert migrate(url).returncode == 0  # again: nothing to do
 
     if backend == "sqlite":

@@ -39,7 +39,7 @@ from mcp_client_service.store import (
 from mcp_client_service.store.schema import metadata, tenant_servers
 from mcp_client_service.store.tenant_servers import MIGRATIONS, STORE_NAME
 from suite_common.sql import database_url, open_database
-from support.databases import fresh_postgres_database
+from support.databases import fresh_database, fresh_postgres_database
 
 pytestmark = pytest.mark.anyio
 
@@ -322,11 +322,8 @@ async def test_the_migrated_schema_is_the_schema_the_store_declares(backend: str
         finally:
             await database.dispose()
 
-    if backend == "sqlite":
-        await migrate_and_compare(f"sqlite:///{tmp_path}/fresh.db")
-    else:
-        with fresh_postgres_database("gateway_migrate") as url:
-            await migrate_and_compare(url)
+    with fresh_database(backend, tmp_path, "gateway_fresh") as url:
+        await migrate_and_compare(url)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -341,11 +338,8 @@ async def test_a_store_opened_without_migrating_refuses_a_schema_behind(backend:
         finally:
             await store.close()
 
-    if backend == "sqlite":
-        await check(f"sqlite:///{tmp_path}/unmigrated.db")
-    else:
-        with fresh_postgres_database("gateway_migrate") as url:
-            await check(url)
+    with fresh_database(backend, tmp_path, "gateway_unmigrated") as url:
+        await check(url)
 
 
 def _command(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -210,6 +210,26 @@ def test_the_requirements_step_lists_third_party_dependencies_once_and_never_the
     ]
 
 
+def test_the_requirements_step_lists_the_extras_asked_of_the_suites_own_packages(tmp_path: Path) -> None:
+    common = tmp_path / "common.toml"
+    common.write_text(
+        '[project]\nname = "loopsuite-common"\ndependencies = ["anyio>=4.9"]\n'
+        '[project.optional-dependencies]\nsql = ["asyncpg>=0.30"]\nother = ["never>=1"]\n'
+    )
+    service = tmp_path / "service.toml"
+    service.write_text('[project]\nname = "loopsuite-x"\ndependencies = ["loopsuite-common[sql]", "httpx>=0.28"]\n')
+    assert _requirements(str(common), str(service)) == ["anyio>=4.9", "asyncpg>=0.30", "httpx>=0.28"]
+
+
+def test_each_image_installs_every_requirement_of_its_packages_extras_included() -> None:
+    for service in ("agent_service", "mcp_client_service"):
+        installed = {
+            _name(line)
+            for line in _requirements("libs/suite_common/pyproject.toml", f"services/{service}/pyproject.toml")
+        }
+        assert {"sqlalchemy", "asyncpg", "alembic"} <= installed, service
+
+
 @pytest.mark.parametrize("item", COMPONENTS, ids=lambda item: item.name)
 def test_the_image_listens_on_all_interfaces_on_the_default_port(item: Component) -> None:
     runtime = _stages(item.dockerfile)[-1]

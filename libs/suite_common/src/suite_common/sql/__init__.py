@@ -21,7 +21,7 @@ from suite_common.sql.engine import (
 )
 from suite_common.sql.errors import StoreError
 from suite_common.sql.migrations import Migrations, run_on_store_connection
-from suite_common.sql.types import UtcDateTime, sqlite_time
+from suite_common.sql.types import UtcDateTime, sqlite_time, store_metadata
 
 __all__ = [
     "SQLITE_BUSY_TIMEOUT_SECONDS",
@@ -39,5 +39,6 @@ __all__ = [
     "open_database",
     "run_on_store_connection",
     "sqlite_time",
+    "store_metadata",
     "translate_errors",
 ]

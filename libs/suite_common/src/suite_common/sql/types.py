@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
-__all__ = ["UtcDateTime", "sqlite_time"]
+__all__ = ["UtcDateTime", "sqlite_time", "store_metadata"]
 
 
 class UtcDateTime(sa.TypeDecorator[datetime]):
@@ -38,3 +38,17 @@ class UtcDateTime(sa.TypeDecorator[datetime]):
 def sqlite_time(moment: datetime) -> str:
     """How ``UtcDateTime`` stores a time on SQLite (SQLAlchemy's format, naive UTC), for SQL written by hand."""
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def store_metadata() -> sa.MetaData:
+    """A store's schema's metadata, with constraint names fixed so that its migrations and its metadata name them
+    alike on both backends."""
+    return sa.MetaData(
+        naming_convention={
+            "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+            "ck": "ck_%(table_name)s_%(constraint_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )

@@ -16,7 +16,6 @@ from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 
 from agent_service.core.tenancy import DEFAULT_TENANT
-from agent_service.store._engine import Database
 from agent_service.store._rows import read_messages, run_record
 from agent_service.store.records import (
     ACTIVE_STATUSES,
@@ -28,6 +27,7 @@ from agent_service.store.records import (
     UnknownCursor,
 )
 from agent_service.store.schema import conversations, run_messages, runs
+from suite_common.sql import Database
 from suite_common.wire import ConversationSettings, Message
 
 __all__ = [

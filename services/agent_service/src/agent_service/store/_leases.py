@@ -9,10 +9,10 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
-from agent_service.store._engine import Database
 from agent_service.store._rows import read_run, run_record, utc_now
 from agent_service.store.records import ACTIVE_STATUSES, RunRecord
 from agent_service.store.schema import run_events, runs
+from suite_common.sql import Database
 from suite_common.wire import RunError, dump
 
 __all__ = ["RunLeases"]

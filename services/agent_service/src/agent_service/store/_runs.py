@@ -22,7 +22,7 @@ from agent_service.store._conversations import (
     size_of_message,
     take_conversation,
 )
-from agent_service.store._engine import Database
+from agent_service.store._engine import write_step
 from agent_service.store._rows import read_messages, read_run, utc_now
 from agent_service.store.records import (
     ConversationFull,
@@ -35,6 +35,7 @@ from agent_service.store.records import (
     StoredEvent,
 )
 from agent_service.store.schema import run_events, run_messages, runs
+from suite_common.sql import Database
 from suite_common.wire import Message
 
 __all__ = ["StoredRuns"]
@@ -150,7 +151,7 @@ class StoredRuns:
         """Write one step in one transaction: upsert its messages, insert its events, update the run's status and
         counters (and ``updated_at``). Raises ``LeaseLost`` (writing nothing) when ``owner`` no longer holds the
         run's lease or the run is no longer active."""
-        if not await self._db.write_step(f"store a step of run {run_id}", run_id, step, owner=owner, release=False):
+        if not await write_step(self._db, f"store a step of run {run_id}", run_id, step, owner=owner, release=False):
             raise _lease_lost(run_id, owner)
 
     async def finish(self, run_id: str, step: Step, *, owner: str | None) -> None:
@@ -159,7 +160,7 @@ class StoredRuns:
         no longer holds the run, or when the run has ended already (a final run is left as it is)."""
         if step.status not in _FINAL_STATUSES:
             raise ValueError(f"finish() takes a final status (completed, failed or cancelled), not {step.status!r}.")
-        if not await self._db.write_step(f"store the end of run {run_id}", run_id, step, owner=owner, release=True):
+        if not await write_step(self._db, f"store the end of run {run_id}", run_id, step, owner=owner, release=True):
             raise _lease_lost(run_id, owner)
 
     # --- reading --------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from typing import Any
 
 from agent_service.core.tenancy import DEFAULT_TENANT
 from agent_service.store.records import Step
+from suite_common.sql import sqlite_time
 
 __all__ = ["postgres_step", "sqlite_step", "step_rows", "usage_rows"]
 
@@ -192,11 +193,6 @@ _SQLITE_CONVERSATION = (
     "UPDATE conversations SET updated_at = ? "
     "WHERE (tenant, conversation_id) = (SELECT tenant, conversation_id FROM runs WHERE run_id = ?)"
 )
-
-
-def sqlite_time(moment: datetime) -> str:
-    """How ``schema.UtcDateTime`` stores a time on SQLite (SQLAlchemy's format, naive UTC)."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
 def sqlite_step(connection: sqlite3.Connection, run_id: str, step: Step, *, owner: str | None, release: bool) -> bool:

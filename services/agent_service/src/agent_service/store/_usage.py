@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
-from agent_service.store._engine import Database
 from agent_service.store._rows import utc_now
 from agent_service.store.records import ModelUsage
 from agent_service.store.schema import usage_log
+from suite_common.sql import Database
 from suite_common.wire import Usage
 
 if TYPE_CHECKING:

@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
-from agent_service.store._engine import Database
 from agent_service.store.records import StoreError
 from agent_service.store.schema import caller_keys
+from suite_common.sql import Database
 
 __all__ = ["CallerKeyStore", "KeyNameTaken", "StoredCallerKey"]
 

@@ -13,8 +13,8 @@ from pydantic_settings import BaseSettings
 
 from agent_service.settings import AgentSettings
 from agent_service.store._engine import database_url, open_database
-from agent_service.store._migrations import upgrade
-from agent_service.store.records import StoreError
+from agent_service.store._migrations import MIGRATIONS
+from suite_common.sql import StoreError
 
 __all__ = ["DatabaseSettings", "main"]
 
@@ -31,7 +31,7 @@ class DatabaseSettings(BaseSettings):
 async def _migrate(url: str) -> str:
     database = open_database(database_url(url))
     try:
-        return await upgrade(database)
+        return await MIGRATIONS.upgrade(database)
     finally:
         await database.dispose()
 

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from agent_service.core.run import LlmCall
+from suite_common.sql import StoreError
 from suite_common.wire import (
     BudgetName,
     ConversationSettings,
@@ -37,10 +38,6 @@ __all__ = [
 ]
 
 ACTIVE_STATUSES: tuple[RunStatus, ...] = ("processing", "tool_loop")
-
-
-class StoreError(Exception):
-    """The database could not be read or written; a run that cannot be stored fails with this."""
 
 
 class LeaseLost(StoreError):

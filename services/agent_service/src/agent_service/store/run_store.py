@@ -15,13 +15,13 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from agent_service.store._conversations import StoredConversations
-from agent_service.store._engine import Database, database_url, open_database
+from agent_service.store._engine import database_url, open_database
 from agent_service.store._leases import RunLeases
-from agent_service.store._migrations import current_revision, head_revision, upgrade
+from agent_service.store._migrations import MIGRATIONS
 from agent_service.store._runs import StoredRuns
 from agent_service.store._usage import UsageLog
 from agent_service.store.caller_keys import CallerKeyStore
-from agent_service.store.records import StoreError
+from suite_common.sql import Database
 
 __all__ = ["RunStore"]
 
@@ -29,8 +29,8 @@ __all__ = ["RunStore"]
 class RunStore(StoredRuns, StoredConversations, UsageLog, RunLeases):
     """The durable runs of agent-service: their messages, events, leases, and the conversations they belong to.
 
-    Each method runs one transaction, written as a plain function of a ``Connection`` (``_engine.Database`` runs
-    it on the backend's terms)."""
+    Each method runs one transaction, written as a plain function of a ``Connection`` (``suite_common.sql``'s
+    ``Database`` runs it on the backend's terms)."""
 
     def __init__(self, database: Database) -> None:
         """Use ``RunStore.open``."""
@@ -44,9 +44,9 @@ class RunStore(StoredRuns, StoredConversations, UsageLog, RunLeases):
         database = open_database(database_url(url))
         try:
             if migrate:
-                await upgrade(database)
+                await MIGRATIONS.upgrade(database)
             else:
-                await _check_revision(database)
+                await MIGRATIONS.check(database, migrate_setting="AGENT_DATABASE_MIGRATE")
         except BaseException:
             await database.dispose()
             raise
@@ -72,12 +72,3 @@ class RunStore(StoredRuns, StoredConversations, UsageLog, RunLeases):
             connection.execute(sa.text("SELECT 1"))
 
         await self._db.run("reach the database", select_one, write=False)
-
-
-async def _check_revision(database: Database) -> None:
-    current, head = await current_revision(database), head_revision()
-    if current != head:
-        raise StoreError(
-            f"The run store's database schema is at revision {current or 'none (empty database)'}, this version "
-            f"needs {head}: run python -m agent_service.store.migrate, or start with AGENT_DATABASE_MIGRATE=true."
-        )

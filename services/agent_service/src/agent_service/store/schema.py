@@ -6,10 +6,9 @@ a change here needs a new revision there.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import sqlalchemy as sa
-from sqlalchemy.engine import Dialect
+
+from suite_common.sql import UtcDateTime, store_metadata
 
 __all__ = [
     "UtcDateTime",
@@ -25,40 +24,8 @@ __all__ = [
 ]
 
 
-class UtcDateTime(sa.TypeDecorator[datetime]):
-    """A timezone-aware UTC datetime on both backends.
-
-    PostgreSQL keeps ``timestamptz``; SQLite has no time zones and would hand back naive datetimes, so values are
-    stored there as naive UTC (the same text format throughout, so comparisons and ordering hold) and read back
-    as UTC.
-    """
-
-    impl = sa.DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("The run store takes timezone-aware datetimes only.")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-# Constraint names are fixed so that the migrations and the metadata name them alike on both backends.
-metadata = sa.MetaData(
-    naming_convention={
-        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-        "pk": "pk_%(table_name)s",
-    }
-)
+metadata = store_metadata()
+"""Constraint names are fixed (``store_metadata``): the migrations and the metadata name them alike."""
 
 conversations = sa.Table(
     "conversations",

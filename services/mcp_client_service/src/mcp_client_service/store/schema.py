@@ -8,19 +8,12 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from suite_common.sql import UtcDateTime
+from suite_common.sql import UtcDateTime, store_metadata
 
 __all__ = ["REVISION_ROW", "metadata", "registry_revision", "tenant_servers"]
 
-# Constraint names are fixed so that the migrations and the metadata name them alike on both backends.
-metadata = sa.MetaData(
-    naming_convention={
-        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-        "ck": "ck_%(table_name)s_%(constraint_name)s",
-        "pk": "pk_%(table_name)s",
-    }
-)
+metadata = store_metadata()
+"""Constraint names are fixed (``store_metadata``): the migrations and the metadata name them alike."""
 
 tenant_servers = sa.Table(
     "tenant_servers",

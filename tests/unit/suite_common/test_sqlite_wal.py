@@ -1,4 +1,4 @@
-"""Connections opening a new SQLite run store together: each one gets WAL mode, none is refused "locked"."""
+"""Connections opening a new SQLite store together: each one gets WAL mode, none is refused "locked"."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from agent_service.store._engine import SQLITE_BUSY_TIMEOUT_SECONDS, _configure_sqlite
+from suite_common.sql import SQLITE_BUSY_TIMEOUT_SECONDS, configure_sqlite
 
 ROUNDS = 100
 """Before the switch to WAL was asked again, about one new file in five refused one of its four connections."""
@@ -21,7 +21,7 @@ def _open_together(path: Path, connections: int) -> list[str]:
         connection = sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_SECONDS, check_same_thread=False)
         try:
             start.wait()
-            _configure_sqlite(connection, busy_timeout_seconds=SQLITE_BUSY_TIMEOUT_SECONDS)
+            configure_sqlite(connection, busy_timeout_seconds=SQLITE_BUSY_TIMEOUT_SECONDS)
             assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         except (sqlite3.OperationalError, AssertionError) as error:
             errors.append(repr(error))
