@@ -60,6 +60,7 @@ ECHO_TOOLS = (
     "pid",
     "crash",
     "trace_context",
+    "caller_meta",
 )
 """The tool names of an echo server without a prefix, in the order it lists them."""
 
@@ -162,6 +163,11 @@ def build_echo_server(name: str = "echo", *, tool_prefix: str = "") -> MCPServer
         meta: dict[str, object] = dict(ctx.request_context.meta or {})
         return json.dumps({key: meta[key] for key in ("traceparent", "tracestate") if key in meta})
 
+    def caller_meta(ctx: Context) -> str:
+        """Who the gateway said this call acts for: its `_meta["io.loopsuite/caller"]` (JSON; `null` without)."""
+        meta: dict[str, object] = dict(ctx.request_context.meta or {})
+        return json.dumps(meta.get("io.loopsuite/caller"))
+
     tools = (
         echo,
         add,
@@ -177,6 +183,7 @@ def build_echo_server(name: str = "echo", *, tool_prefix: str = "") -> MCPServer
         pid,
         crash,
         trace_context,
+        caller_meta,
     )
     for tool in tools:
         server.add_tool(tool, name=tool_prefix + tool.__name__)

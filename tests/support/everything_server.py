@@ -11,13 +11,19 @@ from the registry). Without node the tests that need it are skipped, saying so.
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
-__all__ = ["EVERYTHING_DIR", "everything_stdio_server"]
+from support.servers import free_port
+
+__all__ = ["EVERYTHING_DIR", "everything_http_server", "everything_stdio_server"]
 
 EVERYTHING_DIR = Path(__file__).with_name("node_servers")
 _ENTRY = EVERYTHING_DIR / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
@@ -44,3 +50,37 @@ def everything_stdio_server(**options: Any) -> dict[str, Any]:
     node = shutil.which("node")
     entry = _installed_entry()
     return {"command": node, "args": [str(entry), "stdio"], **options}
+
+
+_START_SECONDS = 30.0
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@asynccontextmanager
+async def everything_http_server(log: Path) -> AsyncIterator[str]:
+    """server-everything over streamable HTTP (its own process, on a free loopback port); yields its MCP URL.
+    Its output goes to ``log``."""
+    node = shutil.which("node")
+    entry = _installed_entry()
+    assert node is not None
+    port = free_port()
+    with log.open("ab") as output:
+        process = await anyio.open_process(
+            [node, str(entry), "streamableHttp"], env={"PORT": str(port), "PATH": ""}, stdout=output, stderr=output
+        )
+        try:
+            with anyio.fail_after(_START_SECONDS):
+                while not _listening(port):
+                    if process.returncode is not None:
+                        pytest.fail(f"server-everything exited at start:\n{await anyio.Path(log).read_text()}")
+                    await anyio.sleep(0.05)  # polling a separate process: there is nothing to await
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            if process.returncode is None:
+                process.kill()
+            with anyio.CancelScope(shield=True):
+                await process.wait()

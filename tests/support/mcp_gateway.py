@@ -33,6 +33,7 @@ from pydantic import SecretStr
 from mcp_client_service.app import create_app
 from mcp_client_service.registry.server_registry import ServerRegistry
 from mcp_client_service.settings import MCPClientSettings
+from mcp_client_service.tenants.servers import TenantServers
 from support.echo_mcp_server import build_echo_server
 from support.servers import serve_app
 
@@ -120,6 +121,8 @@ class Gateway:
     registry: ServerRegistry
     config_path: Path
     """The servers file the gateway reads (rewrite it, then POST /mcp/v1/servers/reload)."""
+    tenants: TenantServers
+    """Every tenant's own servers (wait on their changes with ``tenants.wait_until``)."""
 
     async def wait_until_ready(self, *names: str) -> None:
         """Wait (bounded by ``WAIT_SECONDS``) until each named server is serving (ready or degraded)."""
@@ -172,10 +175,11 @@ async def running_gateway(
         settings = settings.model_copy(update={"servers_file": config})
         app = create_app(settings, environ=environ, tracer_provider=tracer_provider)
         registry: ServerRegistry = app.state.registry
+        tenants: TenantServers = app.state.tenants
         async with serve_app(app) as url:
             headers = {settings.secret_header: settings.service_secret.get_secret_value()}
             async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as http:
-                yield Gateway(url=url, http=http, registry=registry, config_path=config)
+                yield Gateway(url=url, http=http, registry=registry, config_path=config, tenants=tenants)
 
 
 @asynccontextmanager

@@ -66,6 +66,17 @@ include-name = "GET /api/v1/agent/conversations/{{conversationId}}"
 parameters = {{ conversationId = "{CONVERSATION_ID}" }}
 """
 
+FUZZ_TENANT, FUZZ_SERVER = "fuzz", "fuzzed"
+_GATEWAY_CONFIG = "".join(
+    f"""
+# A tenant server the suite registered before fuzzing: reading and changing it, not only 404s for made-up names.
+[[operations]]
+include-name = "{method} /mcp/v1/tenants/{{tenant}}/servers/{{name}}"
+parameters = {{ tenant = "{FUZZ_TENANT}", name = "{FUZZ_SERVER}" }}
+"""
+    for method in ("GET", "PATCH", "DELETE")
+)
+
 
 @dataclass(frozen=True)
 class Suite:
@@ -85,6 +96,10 @@ async def _running_suite() -> AsyncIterator[Suite]:
         running_gateway({"echo": {**echo_stdio_server("echo"), "allowedTools": ["echo", "add", "fail"]}}) as gateway,
     ):
         await gateway.wait_until_ready("echo")
+        registered = await gateway.http.post(
+            f"/mcp/v1/tenants/{FUZZ_TENANT}/servers", json={"name": FUZZ_SERVER, "url": "http://127.0.0.1:9/mcp"}
+        )
+        assert registered.status_code == 201, registered.text
         agent_settings = AgentSettings(
             completion_url=completion_url,
             mcp_client_url=gateway.url,
@@ -136,6 +151,7 @@ def test_every_operation_of_every_service_answers_as_documented_and_never_with_a
     for workdir in workdirs.values():
         workdir.mkdir()
     (workdirs["agent-service"] / "schemathesis.toml").write_text(_AGENT_CONFIG)  # read from the working directory
+    (workdirs["mcp-client-service"] / "schemathesis.toml").write_text(_GATEWAY_CONFIG)
     secret = f"X-MCP-Service-Secret: {GATEWAY_SECRET}"
     runs = {  # side by side: each service is fuzzed by its own process
         "agent-service": _fuzz(workdirs["agent-service"], suite.agent_url + OPENAPI_PATH),

@@ -6,6 +6,7 @@ over stdio and streamable HTTP, are in tests/integration/mcp_client_service.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,8 @@ from mcp_types import (
 
 from mcp_client_service.calls.call import CallRecord, RoutedTool, call_routed_tool
 from mcp_client_service.calls.validation import SchemaValidators
-from mcp_client_service.failures import ServerUnavailableError
+from mcp_client_service.failures import OutboundBlockedError, ServerUnavailableError
+from suite_common.ssrf import EgressBlocked
 
 pytestmark = pytest.mark.anyio
 
@@ -50,7 +52,12 @@ class ScriptedSession:
     calls: list[tuple[str, dict[str, Any], float]] = field(default_factory=list)
 
     async def call_tool(
-        self, name: str, arguments: dict[str, Any], time_limit: float, on_progress: ProgressFnT | None = None
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        time_limit: float,
+        on_progress: ProgressFnT | None = None,
+        caller: Mapping[str, Any] | None = None,
     ) -> CallToolResult:
         self.calls.append((name, arguments, time_limit))
         if isinstance(self.outcome, Exception):
@@ -293,3 +300,18 @@ async def test_an_answer_too_large_fails_the_call_with_a_clear_error_and_says_no
     assert "65536 by" in text
     assert "Failed to parse" not in text
     assert [(record.outcome, record.server_health) for record in records] == [("response_too_large", None)]
+
+
+async def test_a_connection_the_outbound_policy_refuses_is_a_refusal_not_a_tool_result() -> None:
+    try:
+        raise EgressBlocked("notes.example", "a loopback address (127.0.0.0/8)", address="127.0.0.1")
+    except EgressBlocked as blocked:
+        dropped = ConnectionError("all connection attempts failed")
+        dropped.__cause__ = blocked
+    records: list[CallRecord] = []
+
+    with pytest.raises(OutboundBlockedError, match="loopback"):
+        await _call(ScriptedSession(dropped), {"text": "x"}, on_finished=records.append)
+
+    assert [record.outcome for record in records] == ["outbound_blocked"]
+    assert not records[0].reached_server

@@ -213,7 +213,8 @@ def _operation(route: Route, method: str, schemas: _Schemas, security: Security 
         content["text/event-stream"] = {
             "schema": _sse_event(schemas.ref(spec.events, "serialization"), spec.events_end)
         }
-    responses[str(spec.status)] = {"description": spec.summary, "content": content}
+    # 204 No Content has no body to describe.
+    responses[str(spec.status)] = {"description": spec.summary, **({"content": content} if spec.status != 204 else {})}
     for status, type_ in spec.answers.items():
         schema = schemas.ref(type_, "serialization")
         responses[str(status)] = {"description": f"HTTP {status}", "content": {"application/json": {"schema": schema}}}

@@ -1,9 +1,11 @@
 """mcp-client-service's HTTP API: the tool registry over many MCP servers.
 
-``GET /mcp/v1/tools/list-tools``, ``POST /mcp/v1/tools/call-tool``, ``GET /mcp/v1/servers`` and
-``POST /mcp/v1/servers/reload``, all behind the shared secret; ``/healthz`` and ``/readyz`` stay
-open for probes. ``/mcp`` serves the same tools as an MCP server (``mcp_face``), behind the same
-secret.
+``GET /mcp/v1/tools/list-tools``, ``POST /mcp/v1/tools/call-tool``, ``GET /mcp/v1/servers``,
+``POST /mcp/v1/servers/reload`` and the tenant API ``/mcp/v1/tenants/{tenant}/servers`` (``tenants.routes``), all
+behind the shared secret; ``list-tools`` and ``call-tool`` answer from the catalog of the tenant named by
+``X-Tenant-Id`` (the shared servers' tools and the tenant's own), or the shared servers' only without it.
+``/healthz`` and ``/readyz`` stay open for probes. ``/mcp`` serves the shared tools as an MCP server (``mcp_face``),
+behind the same secret.
 
 The app starts serving at once: servers connect in the background (a stdio server loading a
 model may take a minute), and ``/readyz`` answers 200 once every enabled server has had its first
@@ -42,11 +44,15 @@ from mcp_client_service.calls.router import (
 from mcp_client_service.calls.telemetry import GatewayTelemetry
 from mcp_client_service.config.options import Backoff, BreakerPolicy, ConnectionOptions
 from mcp_client_service.config.servers_file import ConfigError, ServersFile, load_servers_config
+from mcp_client_service.failures import OutboundBlockedError
 from mcp_client_service.mcp_face.endpoint import MCP_FACE_PATH, McpFace
 from mcp_client_service.mcp_face.features import FeatureRouter
 from mcp_client_service.registry.server_registry import ReloadResult, ServerRegistry, ServersResponse
 from mcp_client_service.settings import MCPClientSettings
 from mcp_client_service.store import SecretsBox, TenantServerStore, open_tenant_store
+from mcp_client_service.tenants.configs import valid_tenant
+from mcp_client_service.tenants.routes import tenant_routes
+from mcp_client_service.tenants.servers import TenantServers, TenantSettings
 from suite_common.auth import SharedSecretMiddleware
 from suite_common.deadline import Deadline
 from suite_common.errors import ApiError, install_error_handlers
@@ -57,6 +63,7 @@ from suite_common.observability import Observability
 from suite_common.openapi import ApiRoute, Operation, SharedSecretScheme, add_openapi
 from suite_common.sse import Emit, EventStreamResponse, encode_event
 from suite_common.wire import (
+    TENANT_HEADER,
     CallToolProgress,
     CallToolRequest,
     CallToolResponse,
@@ -77,6 +84,7 @@ class _Services:
     settings: MCPClientSettings
     registry: ServerRegistry
     router: ToolRouter
+    tenants: TenantServers
     tenant_store: TenantServerStore
     """The servers tenants register at runtime (open from start to shutdown)."""
 
@@ -86,7 +94,11 @@ def _services(request: Request) -> _Services:
     return services
 
 
-_LIST_TOOLS = Operation("Every tool of every serving MCP server", answer=ListToolsResponse)
+_LIST_TOOLS = Operation(
+    "Every tool of every serving MCP server: the shared ones, and with X-Tenant-Id the tenant's own",
+    answer=ListToolsResponse,
+    errors={400: "X-Tenant-Id is not a tenant (1 to 128 characters, no control character)."},
+)
 _SERVERS = Operation("Every configured MCP server and its state", answer=ServersResponse)
 _RELOAD = Operation(
     "Read the servers file again and apply what changed",
@@ -100,19 +112,34 @@ _CALL_TOOL = Operation(
     # With ``Accept: text/event-stream``: ``progress`` events, then one ``result`` or ``error`` event.
     events=CallToolProgress | CallToolResponse | ErrorDetail,
     errors={
-        404: "No serving MCP server has a tool of this name.",
+        404: "No serving MCP server has a tool of this name (within X-Tenant-Id's catalog, when given: another "
+        "tenant's servers are never found; a server switched off or deleted is not either).",
+        403: "outbound_ssrf_blocked: the connection to the tool's server was refused by the outbound policy "
+        "(its name resolves to a blocked address); the tool was not called.",
         409: "The request's server does not have the tool it names (serverTool, else name) now, or name is not "
         "one of that tool's names (tool_server_mismatch); nothing was called.",
         400: "The arguments do not match the tool's input schema, or the request is not valid.",
-        503: "The tool's server is restarting or its circuit is open (tool_unavailable, Retry-After).",
+        503: "The tool's server is restarting or its circuit is open, or no session to a tenant's server can be "
+        "opened now (tool_unavailable, Retry-After).",
     },
     example={"name": "echo", "arguments": {"text": "hello"}},
 )
 
 
+def _tenant(request: Request) -> str | None:
+    """The tenant named by ``X-Tenant-Id``; ``None`` without one (the shared servers only)."""
+    tenant = request.headers.get(TENANT_HEADER)
+    if tenant is None:
+        return None
+    if not valid_tenant(tenant):
+        raise ApiError(400, "invalid_tenant", f"{TENANT_HEADER} is 1 to 128 characters, none a control character.")
+    return tenant
+
+
 async def list_tools(request: Request) -> Response:
-    # Served from memory: the catalog is rebuilt when a server comes or goes, not per request.
-    return Response(_services(request).registry.catalog.listing_json(), media_type="application/json")
+    # Served from memory: a catalog is rebuilt when a server comes or goes, not per request.
+    catalog = _services(request).tenants.catalog(_tenant(request))
+    return Response(catalog.listing_json(), media_type="application/json")
 
 
 async def list_servers(request: Request) -> Response:
@@ -147,7 +174,18 @@ def _wants_event_stream(request: Request) -> bool:
     return "text/event-stream" in request.headers.get("accept", "")
 
 
-async def _stream_call(router: ToolRouter, body: CallToolRequest, deadline: Deadline, send: Emit) -> None:
+def _caller(body: CallToolRequest) -> dict[str, Any] | None:
+    """``caller`` as the JSON a tool server reads in ``_meta["io.loopsuite/caller"]``."""
+    return None if body.caller is None else body.caller.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def _outbound_blocked(error: OutboundBlockedError) -> ApiError:
+    return ApiError(403, "outbound_ssrf_blocked", error.message)
+
+
+async def _stream_call(
+    router: ToolRouter, body: CallToolRequest, tenant: str | None, deadline: Deadline, send: Emit
+) -> None:
     """``call-tool`` as SSE: the server's progress as ``progress`` events, then one ``result`` or ``error``.
 
     ``EventStreamResponse`` cancels this when the caller goes away, which cancels the call.
@@ -167,13 +205,18 @@ async def _stream_call(router: ToolRouter, body: CallToolRequest, deadline: Dead
             on_progress=relay,
             server=body.server,
             server_tool=body.server_tool,
+            tenant=tenant,
+            caller=_caller(body),
         )
     except ToolUnavailableError as unavailable:
         await relay.close()
         await send(encode_event(json.dumps(_unavailable_body(unavailable)), event="error"))
         return
-    except (ToolNotFoundError, ToolServerMismatchError, ApiError) as raised:
-        error = raised if isinstance(raised, ApiError) else _refusal(raised)
+    except (ToolNotFoundError, ToolServerMismatchError, OutboundBlockedError, ApiError) as raised:
+        if isinstance(raised, OutboundBlockedError):
+            error = _outbound_blocked(raised)
+        else:
+            error = raised if isinstance(raised, ApiError) else _refusal(raised)
         await relay.close()
         await send(encode_event(json.dumps({"code": error.code, "message": error.message}), event="error"))
         return
@@ -183,10 +226,11 @@ async def _stream_call(router: ToolRouter, body: CallToolRequest, deadline: Dead
 
 async def call_tool_route(request: Request) -> Response | EventStreamResponse:
     services = _services(request)
+    tenant = _tenant(request)
     body = await read_model(request, CallToolRequest)
     deadline = Deadline.from_header(request.headers, cap=math.inf)
     if _wants_event_stream(request):
-        return EventStreamResponse(functools.partial(_stream_call, services.router, body, deadline))
+        return EventStreamResponse(functools.partial(_stream_call, services.router, body, tenant, deadline))
     # A caller that goes away (agent-service cancelling a run, a deadline) cancels the call: the
     # SDK then sends the server `notifications/cancelled` (or, over streamable HTTP at protocol
     # 2026, aborts the request's POST), so the tool stops instead of running to the call timeout.
@@ -200,10 +244,14 @@ async def call_tool_route(request: Request) -> Response | EventStreamResponse:
                 raise_unavailable=True,
                 server=body.server,
                 server_tool=body.server_tool,
+                tenant=tenant,
+                caller=_caller(body),
             ),
         )
     except (ToolNotFoundError, ToolServerMismatchError) as error:
         raise _refusal(error) from None
+    except OutboundBlockedError as blocked:
+        raise _outbound_blocked(blocked) from None
     except ToolUnavailableError as error:
         return JSONResponse(
             {"error": _unavailable_body(error)},
@@ -287,14 +335,28 @@ def create_app(
     options = connection_options(settings, os.environ if environ is None else environ)
     secrets = SecretsBox.configured(settings.secrets_key, settings.secrets_key_file)
     registry = ServerRegistry(servers, options, collision=settings.tool_name_collision)
+    tenants = TenantServers(
+        None,  # its store opens with the app (lifespan)
+        registry,
+        # Tenants' servers: the plain outbound policy, nothing of the gateway's environment or files.
+        options.for_tenant_servers(),
+        collision=settings.tool_name_collision,
+        settings=TenantSettings(
+            sync_seconds=settings.tenant_sync_seconds,
+            idle_seconds=settings.tenant_idle_seconds,
+            max_sessions=settings.tenant_max_sessions,
+            max_sessions_per_tenant=settings.tenant_max_sessions_per_tenant,
+        ),
+    )
     observability = Observability.create("mcp-client-service", settings, tracer_provider=tracer_provider)
-    telemetry = GatewayTelemetry(observability.registry, registry)
+    telemetry = GatewayTelemetry(observability.registry, registry, tenants)
     router = ToolRouter(
         registry,
         call_timeout=settings.call_timeout_seconds,
         max_chars=settings.max_result_chars,
         on_call=telemetry.call,
         tracer=observability.tracer,
+        tenants=tenants,
     )
     # Every tool through one MCP endpoint too, for any MCP client; it checks the secret itself.
     features = FeatureRouter(
@@ -317,13 +379,20 @@ def create_app(
         )
         _log.info("mcp_client_store_opened", backend=tenant_store.backend, secrets_keys=secrets is not None)
         try:
+            # Every tenant's servers are known before the first request; their sessions open on first use.
+            await tenants.load(tenant_store)
             # Supervisors connect in the background: the API is up before any server is.
             async with face.run(), anyio.create_task_group() as tg:
                 tg.start_soon(registry.run, name="mcp-server-registry")
+                await tg.start(tenants.run)
                 try:
                     yield {
                         "services": _Services(
-                            settings=settings, registry=registry, router=router, tenant_store=tenant_store
+                            settings=settings,
+                            registry=registry,
+                            router=router,
+                            tenants=tenants,
+                            tenant_store=tenant_store,
                         )
                     }
                 finally:
@@ -353,6 +422,7 @@ def create_app(
         ApiRoute(f"{PROTECTED_PREFIX}/tools/call-tool", call_tool_route, method="POST", operation=_CALL_TOOL),
         ApiRoute(f"{PROTECTED_PREFIX}/servers", list_servers, method="GET", operation=_SERVERS),
         ApiRoute(f"{PROTECTED_PREFIX}/servers/reload", reload_servers, method="POST", operation=_RELOAD),
+        *tenant_routes(PROTECTED_PREFIX, tenants),
         Route(MCP_FACE_PATH, face),
     ]
     app = Starlette(
@@ -371,4 +441,5 @@ def create_app(
     observability.install(app)
     add_openapi(app, title="mcp-client-service", security=SharedSecretScheme(settings.secret_header, PROTECTED_PREFIX))
     app.state.registry = registry  # for embedding and tests: wait on server states without polling
+    app.state.tenants = tenants
     return app

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import TypeVar
 
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
@@ -13,8 +14,10 @@ from suite_common.ssrf import EgressError
 __all__ = [
     "POST_FAILED_PREFIX",
     "CircuitOpenError",
+    "OutboundBlockedError",
     "ServerStartError",
     "ServerUnavailableError",
+    "cause_of",
     "connection_lost",
     "describe_error",
     "request_timed_out",
@@ -41,6 +44,34 @@ class ServerUnavailableError(Exception):
 
 class CircuitOpenError(ServerUnavailableError):
     """The server failed repeatedly, so calls are refused until its circuit half-opens."""
+
+
+class OutboundBlockedError(Exception):
+    """A call's connection to its server was refused by the outbound policy: the tool was not called.
+
+    Not a tool error to feed back to a model: whoever controls a server's DNS could probe the inside of the network
+    one call at a time. The API answers 403 ``outbound_ssrf_blocked`` and agent-service ends the run.
+    """
+
+    def __init__(self, server: str, message: str) -> None:
+        super().__init__(message)
+        self.server = server
+        self.message = message
+
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def cause_of(error: BaseException, kind: type[_E]) -> _E | None:
+    """The first ``kind`` in ``error``, the groups it is in and the chain of its causes; ``None`` if none is."""
+    if isinstance(error, kind):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = cause_of(inner, kind)
+            if found is not None:
+                return found
+    return cause_of(error.__cause__, kind) if error.__cause__ is not None else None
 
 
 def describe_error(error: BaseException) -> str:

@@ -201,6 +201,33 @@ class MCPClientSettings(EgressSettings):
         ),
     )
 
+    tenant_sync_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description=(
+            "How often the store's revision is read to notice tenant servers changed on another replica (one cheap "
+            "query): a change reaches every replica within about this long."
+        ),
+    )
+    tenant_idle_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="A tenant server's session closes after this long without a call; its next call opens one.",
+    )
+    tenant_max_sessions: int = Field(
+        default=256,
+        ge=1,
+        description=(
+            "Most sessions to tenant servers open at once, all tenants together. At the bound the least recently "
+            "used idle one closes; when none is idle, a call that needs another answers 503 tool_unavailable."
+        ),
+    )
+    tenant_max_sessions_per_tenant: int = Field(
+        default=8,
+        ge=1,
+        description="Most sessions to one tenant's servers open at once (the same rule at the bound).",
+    )
+
     @field_validator("database_url")
     @classmethod
     def _known_database(cls, url: str) -> str:

@@ -33,13 +33,16 @@ from pydantic import ValidationError
 from mcp_client_service.calls.results import dump_content, error_result, to_response
 from mcp_client_service.calls.validation import SchemaValidators, Violation, describe_violations, violation_from_error
 from mcp_client_service.failures import (
+    OutboundBlockedError,
     ServerUnavailableError,
+    cause_of,
     connection_lost,
     describe_error,
     request_timed_out,
 )
 from mcp_client_service.transport.response_limits import is_oversized_answer
 from suite_common.logging import get_logger
+from suite_common.ssrf import EgressBlocked
 from suite_common.wire import CallToolResponse
 
 __all__ = [
@@ -67,8 +70,10 @@ CallOutcome = Literal[
     "response_too_large",
     "contract_violation",
     "cancelled",
+    "outbound_blocked",
 ]
-"""How a call ended. ``cancelled``: the caller hung up while the server worked on it. ``timeout`` is
+"""How a call ended. ``outbound_blocked``: the outbound policy refused the connection, the tool was not called.
+``cancelled``: the caller hung up while the server worked on it. ``timeout`` is
 the server's own limit, ``deadline_exceeded`` the caller's
 shorter deadline; those two, ``outcome_unknown`` and ``response_too_large`` leave it open whether
 the tool ran. ``refused`` is a JSON-RPC error answer, ``session_expired`` a server that no longer
@@ -91,7 +96,12 @@ class ToolSession(Protocol):
     name: str
 
     async def call_tool(
-        self, name: str, arguments: dict[str, Any], time_limit: float, on_progress: ProgressFnT | None = None
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        time_limit: float,
+        on_progress: ProgressFnT | None = None,
+        caller: Mapping[str, Any] | None = None,
     ) -> CallToolResult: ...
 
     def redact(self, text: str) -> str: ...
@@ -108,6 +118,8 @@ class RoutedTool:
     """As its server knows it (the same unless the catalog renamed it)."""
     input_schema: Mapping[str, Any]
     output_schema: Mapping[str, Any] | None = None
+    tenant: str | None = None
+    """Set on a tool of a tenant's own server (``tenants``): the call runs on that tenant's session of it."""
 
 
 @dataclass(frozen=True)
@@ -116,10 +128,12 @@ class CallRecord:
     tool: str
     outcome: CallOutcome
     duration_ms: float
+    tenant: str | None = None
+    """Set for a call of a tenant's own server."""
 
     @property
     def reached_server(self) -> bool:
-        return self.outcome not in ("invalid_arguments", "deadline_passed", "unavailable")
+        return self.outcome not in ("invalid_arguments", "deadline_passed", "unavailable", "outbound_blocked")
 
     @property
     def server_health(self) -> bool | None:
@@ -219,21 +233,35 @@ async def call_routed_tool(
     on_finished: Callable[[CallRecord], None] = _ignore,
     callers_deadline: bool = False,
     on_progress: ProgressFnT | None = None,
+    caller: Mapping[str, Any] | None = None,
 ) -> CallToolResponse:
-    """One call of ``tool`` on ``session``: checked, bounded by ``time_limit`` seconds, never raising.
+    """One call of ``tool`` on ``session``: checked, bounded by ``time_limit`` seconds, never raising but for
+    ``OutboundBlockedError`` (the outbound policy refused a connection the call needed: not a tool error).
 
     ``callers_deadline``: the limit is the caller's deadline, shorter than the server's own, so
     running past it says nothing of the server. ``on_progress`` gets the server's progress
-    notifications for the call (the call then carries a progress token).
+    notifications for the call (the call then carries a progress token). ``caller`` (a ``CallerContext`` as
+    JSON) is sent as ``_meta["io.loopsuite/caller"]``.
     """
     started = time.perf_counter()
     server = tool.server
 
     def finish(outcome: CallOutcome, response: CallToolResponse) -> CallToolResponse:
-        on_finished(CallRecord(server=server, tool=tool.name, outcome=outcome, duration_ms=response.duration_ms))
+        on_finished(
+            CallRecord(
+                server=server, tool=tool.name, outcome=outcome, duration_ms=response.duration_ms, tenant=tool.tenant
+            )
+        )
         quiet = ("ok", "tool_error", "invalid_arguments", "deadline_exceeded", "cancelled")
         level = _log.info if outcome in quiet else _log.warning
-        level("mcp_tool_call", tool=tool.name, server=server, outcome=outcome, duration_ms=response.duration_ms)
+        level(
+            "mcp_tool_call",
+            tool=tool.name,
+            server=server,
+            tenant=tool.tenant,
+            outcome=outcome,
+            duration_ms=response.duration_ms,
+        )
         return response
 
     def elapsed_ms() -> float:
@@ -250,12 +278,17 @@ async def call_routed_tool(
         )
         return finish("invalid_arguments", error_result(text, server=server, duration_ms=elapsed_ms()))
     try:
-        result = await session.call_tool(tool.server_tool_name, arguments, time_limit, on_progress)
+        result = await session.call_tool(tool.server_tool_name, arguments, time_limit, on_progress, caller)
     except anyio.get_cancelled_exc_class():
         # The server did receive the call (it is told to stop): count it, or the hang-up leaves no trace.
         finish("cancelled", error_result("The caller cancelled the call.", server=server, duration_ms=elapsed_ms()))
         raise
     except Exception as error:
+        blocked = cause_of(error, EgressBlocked)
+        if blocked is not None:
+            text = session.redact(blocked.message)
+            finish("outbound_blocked", error_result(text, server=server, duration_ms=elapsed_ms()))
+            raise OutboundBlockedError(server, text) from None
         outcome, text = _describe_failure(
             error, tool=tool.name, server=server, time_limit=time_limit, callers_deadline=callers_deadline
         )

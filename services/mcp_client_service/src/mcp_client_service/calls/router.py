@@ -1,5 +1,9 @@
 """Routing by catalog name, or by (server, its own tool name): the call path of both the REST API and the MCP endpoint.
 
+A call names its tenant (``call-tool``'s ``X-Tenant-Id``) or none: it is resolved in that tenant's catalog only
+(``tenants.TenantServers.catalog``: the shared servers' tools and the tenant's own), so it can never reach another
+tenant's server; a tool of the tenant's own server runs on the tenant's session of it, opened if needed.
+
 The registry says where a tool is (``catalog.entry``; ``catalog.served`` for a caller that names
 the server, ``call-tool``'s ``server`` and ``serverTool``), whether its server may be called now
 (``call_refusal``: an open circuit, no session), its own call timeout (``call_timeout``), and is
@@ -8,9 +12,11 @@ told of every call that reached a server (``record_call``: latency, circuit brea
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
+from weakref import WeakKeyDictionary
 
 from mcp.shared.dispatcher import ProgressFnT
 from mcp_types import Tool
@@ -20,8 +26,12 @@ from opentelemetry.trace import Tracer
 from mcp_client_service.calls.call import CallRecord, RoutedTool, call_routed_tool
 from mcp_client_service.calls.results import error_result
 from mcp_client_service.calls.validation import SchemaValidators
-from mcp_client_service.registry.catalog import CatalogEntry
+from mcp_client_service.connection.server_connection import ServerConnection
+from mcp_client_service.failures import OutboundBlockedError
+from mcp_client_service.registry.catalog import CatalogEntry, ToolCatalog
 from mcp_client_service.registry.server_registry import ServerRegistry
+from mcp_client_service.tenants.servers import ServerGone, TenantServers
+from mcp_client_service.tenants.sessions import SessionLimitReached
 from suite_common.deadline import Deadline
 from suite_common.echo import clip
 from suite_common.logging import get_logger
@@ -87,20 +97,29 @@ class ToolRouter:
         max_chars: int,
         on_call: Callable[[CallRecord], None] | None = None,
         tracer: Tracer | None = None,
+        tenants: TenantServers | None = None,
     ) -> None:
         self._registry = registry
+        self._tenants = tenants
+        self._indexes: WeakKeyDictionary[ToolCatalog, _Index] = WeakKeyDictionary()
         self._on_call = on_call
         self._tracer = tracer or trace.NoOpTracer()
         self.call_timeout = call_timeout
         self.max_chars = max_chars
         self.validators = SchemaValidators()
-        self._index = _Index()
 
-    def _current(self) -> _Index:
+    def catalog(self, tenant: str | None = None) -> ToolCatalog:
+        """The catalog a call of ``tenant`` is resolved in (no tenant: the shared servers' only)."""
+        if tenant is None or self._tenants is None:
+            return self._registry.catalog
+        return self._tenants.catalog(tenant)
+
+    def _current(self, catalog: ToolCatalog | None = None) -> _Index:
         # The catalog's listing is a new object after every rebuild: its identity is the version.
-        catalog = self._registry.catalog
+        catalog = catalog or self._registry.catalog
         version = catalog.listing()
-        if self._index.version is not version:
+        index = self._indexes.get(catalog)
+        if index is None or index.version is not version:
             index = _Index(version=version)
             for entry in catalog.entries():
                 tool = (
@@ -113,16 +132,17 @@ class ToolRouter:
                     server_tool_name=entry.server_tool_name,
                     input_schema=entry.tool.input_schema,
                     output_schema=entry.tool.output_schema,
+                    tenant=entry.tenant,
                 )
-            self._index = index
-        return self._index
+            self._indexes[catalog] = index
+        return index
 
     def tools(self) -> list[Tool]:
         """Every listed tool as an MCP ``Tool`` (output schema and annotations included), by catalog name."""
         return self._current().tools
 
-    def find(self, name: str) -> RoutedTool | None:
-        return self._current().routes.get(name)
+    def find(self, name: str, catalog: ToolCatalog | None = None) -> RoutedTool | None:
+        return self._current(catalog).routes.get(name)
 
     def time_limit(self, server: str, deadline: Deadline) -> float:
         """The server's call timeout (or the service's), never beyond the caller's deadline.
@@ -141,6 +161,17 @@ class ToolRouter:
         if record.reached_server:
             self._registry.record_call(record.server, record.duration_ms / 1000, record.server_health)
 
+    def _recorder(self, connection: ServerConnection) -> Callable[[CallRecord], None]:
+        """How a call on a tenant's session is recorded: on that session's own breaker and latency."""
+
+        def record(record: CallRecord) -> None:
+            if self._on_call is not None:
+                self._on_call(record)
+            if record.reached_server:
+                connection.calls.record(record.duration_ms / 1000, ok=record.server_health)
+
+        return record
+
     async def call(
         self,
         name: str,
@@ -151,8 +182,14 @@ class ToolRouter:
         on_progress: ProgressFnT | None = None,
         server: str | None = None,
         server_tool: str | None = None,
+        tenant: str | None = None,
+        caller: Mapping[str, Any] | None = None,
     ) -> CallToolResponse:
         """Call the tool listed as ``name``; ``ToolNotFoundError`` if no server offers it.
+
+        ``tenant``: resolved in that tenant's catalog (the shared tools and its own), never another's. ``caller`` (a
+        ``CallerContext`` as JSON) goes to the server as ``_meta["io.loopsuite/caller"]``. ``OutboundBlockedError``
+        when the outbound policy refused the connection the call needs: nothing was called.
 
         ``server`` (and ``server_tool``, its own name there): the call runs on that server's tool or nowhere,
         whatever ``name`` resolves to now (another server's tool under ``first_wins``, a renamed one under
@@ -165,33 +202,38 @@ class ToolRouter:
         ``on_progress`` gets the server's progress notifications for the call.
         """
         with self._tracer.start_as_current_span("mcp_tool_call", attributes={"tool.name": name}) as span:
-            tool = self._by_name(name) if server is None else self._held(name, server, server_tool)
-            response = await self._call(tool, arguments, deadline, raise_unavailable, on_progress)
+            catalog = self.catalog(tenant)
+            if tenant is not None:
+                span.set_attribute("tool.tenant", tenant)
+            tool = self._by_name(name, catalog) if server is None else self._held(name, server, server_tool, catalog)
+            if tool.tenant is None:
+                response = await self._call(tool, arguments, deadline, raise_unavailable, on_progress, caller)
+            else:
+                response = await self._call_own(tool, arguments, deadline, raise_unavailable, on_progress, caller)
             span.set_attribute("tool.server", response.server)
             span.set_attribute("tool.is_error", response.is_error)
             return response
 
-    def _by_name(self, name: str) -> RoutedTool:
+    def _by_name(self, name: str, catalog: ToolCatalog) -> RoutedTool:
         """The tool ``name`` resolves to now: a callable one, else one of a server that is away."""
-        tool = self.find(name)
+        tool = self.find(name, catalog)
         if tool is not None:
             return tool
         # A tool of a server that is away (reconnecting, its circuit open) is listed as
         # unavailable: calling it says why, not "no such tool" as if it never existed.
-        listed = self._registry.catalog.unavailable(name)
+        listed = catalog.unavailable(name)
         if listed is None:
             raise ToolNotFoundError(name)
         return _routed(name, listed)
 
-    def _held(self, name: str, server: str, server_tool: str | None) -> RoutedTool:
+    def _held(self, name: str, server: str, server_tool: str | None, catalog: ToolCatalog) -> RoutedTool:
         """``server``'s tool ``server_tool`` (else: listed as ``name``), shadowed by another server's or not,
         serving or away; refused if ``server`` does not have it now, or ``name`` is not one of its names."""
-        catalog = self._registry.catalog
         served = catalog.served(server, server_tool=server_tool, name=name)
         if served is None:
             if catalog.entry(name) is None and catalog.unavailable(name) is None:
                 raise ToolNotFoundError(name)  # no server has it: as without ``server``
-            if server not in self._registry.connections:
+            if not catalog.has_server(server):
                 why = f'the MCP server "{clip(server)}" is not one of the gateway\'s servers now'
             else:
                 why = f'the MCP server "{clip(server)}" has no tool "{clip(server_tool or name)}" now'
@@ -213,29 +255,103 @@ class ToolRouter:
         deadline: Deadline,
         raise_unavailable: bool,
         on_progress: ProgressFnT | None,
+        caller: Mapping[str, Any] | None,
     ) -> CallToolResponse:
-        name = tool.name
+        """A call of a shared server's tool."""
         session = self._registry.connections.get(tool.server)
         refusal = self._registry.call_refusal(tool.server)
+        if session is not None and session.egress_refusal is not None and session.client is None:
+            self._blocked(tool, session, self._record)
         if session is None or refusal is not None:
-            # Fails fast, without a word to the server: none of its time, nor the caller's, is spent.
-            text = f'The tool "{name}" cannot be called now: {refusal or "its server is gone"}.'
-            _log.warning("mcp_tool_call", tool=name, server=tool.server, outcome="unavailable", duration_ms=0.0)
-            self._record(CallRecord(server=tool.server, tool=name, outcome="unavailable", duration_ms=0.0))
-            if raise_unavailable:
-                raise ToolUnavailableError(name, tool.server, text, self._registry.retry_after(tool.server))
-            return error_result(text, server=tool.server, duration_ms=0.0)
+            text = refusal or "its server is gone"
+            retry_after = self._registry.retry_after(tool.server) if raise_unavailable else None
+            return self._unavailable(tool, text, retry_after, raise_unavailable, self._record)
+        limit = self._server_limit(tool.server)
+        return await self._run(session, tool, arguments, limit, deadline, on_progress, caller, self._record)
+
+    async def _call_own(
+        self,
+        tool: RoutedTool,
+        arguments: dict[str, Any],
+        deadline: Deadline,
+        raise_unavailable: bool,
+        on_progress: ProgressFnT | None,
+        caller: Mapping[str, Any] | None,
+    ) -> CallToolResponse:
+        """A call of a tenant's own server's tool, on the tenant's session of it (opened now if need be)."""
+        assert self._tenants is not None
+        assert tool.tenant is not None
+        try:
+            async with self._tenants.session(tool.tenant, tool.server) as session:
+                record = self._recorder(session)
+                if session.egress_refusal is not None and session.client is None:
+                    self._blocked(tool, session, record)
+                refusal = session.refuse_reason()
+                if refusal is not None:
+                    away = session.away()
+                    retry_after = _seconds_until(away[1]) if away is not None else None
+                    return self._unavailable(tool, refusal, retry_after, raise_unavailable, record)
+                return await self._run(
+                    session, tool, arguments, self.call_timeout, deadline, on_progress, caller, record
+                )
+        except ServerGone:
+            # Switched off or deleted since the caller listed it: refused, never run.
+            raise ToolNotFoundError(tool.name) from None
+        except SessionLimitReached as full:
+            return self._unavailable(tool, str(full), None, raise_unavailable, self._record)
+
+    async def _run(
+        self,
+        session: ServerConnection,
+        tool: RoutedTool,
+        arguments: dict[str, Any],
+        limit: float,
+        deadline: Deadline,
+        on_progress: ProgressFnT | None,
+        caller: Mapping[str, Any] | None,
+        record: Callable[[CallRecord], None],
+    ) -> CallToolResponse:
+        """The call on ``session``, within the server's ``limit`` shortened by the caller's deadline."""
         return await call_routed_tool(
             session,
             tool,
             arguments,
-            time_limit=self.time_limit(tool.server, deadline),
-            callers_deadline=deadline.seconds < self._server_limit(tool.server),
+            time_limit=min(limit, deadline.seconds),
+            callers_deadline=deadline.seconds < limit,
             max_chars=self.max_chars,
             validators=self.validators,
-            on_finished=self._record,
+            on_finished=record,
             on_progress=on_progress,
+            caller=caller,
         )
+
+    def _unavailable(
+        self,
+        tool: RoutedTool,
+        why: str,
+        retry_after: float | None,
+        raise_unavailable: bool,
+        record: Callable[[CallRecord], None],
+    ) -> CallToolResponse:
+        """Fails fast, without a word to the server: none of its time, nor the caller's, is spent."""
+        name = tool.name
+        text = f'The tool "{name}" cannot be called now: {why}.'
+        _log.warning("mcp_tool_call", tool=name, server=tool.server, outcome="unavailable", duration_ms=0.0)
+        record(CallRecord(server=tool.server, tool=name, outcome="unavailable", duration_ms=0.0, tenant=tool.tenant))
+        if raise_unavailable:
+            raise ToolUnavailableError(name, tool.server, text, retry_after)
+        return error_result(text, server=tool.server, duration_ms=0.0)
+
+    def _blocked(self, tool: RoutedTool, session: ServerConnection, record: Callable[[CallRecord], None]) -> NoReturn:
+        """The outbound policy refused the server's connection: not a tool error, the call is refused (403)."""
+        why = session.egress_refusal or "refused by the outbound policy"
+        _log.warning("mcp_tool_call", tool=tool.name, server=tool.server, outcome="outbound_blocked", duration_ms=0.0)
+        record(
+            CallRecord(
+                server=tool.server, tool=tool.name, outcome="outbound_blocked", duration_ms=0.0, tenant=tool.tenant
+            )
+        )
+        raise OutboundBlockedError(tool.server, f'The tool "{tool.name}" was not called: {why}')
 
 
 def _routed(name: str, entry: CatalogEntry) -> RoutedTool:
@@ -246,4 +362,10 @@ def _routed(name: str, entry: CatalogEntry) -> RoutedTool:
         server_tool_name=entry.server_tool_name,
         input_schema=entry.tool.input_schema,
         output_schema=entry.tool.output_schema,
+        tenant=entry.tenant,
     )
+
+
+def _seconds_until(moment: float | None) -> float | None:
+    """Seconds from now until ``moment`` (``time.monotonic``), never negative; ``None`` if unknown."""
+    return None if moment is None else max(0.0, moment - time.monotonic())

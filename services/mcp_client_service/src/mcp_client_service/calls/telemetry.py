@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 
 from mcp_client_service.calls.call import CallRecord
 from mcp_client_service.registry.server_registry import ServerRegistry
+from mcp_client_service.tenants.servers import TenantServers
 from suite_common.metrics import CallMetrics
 from suite_common.tracing import mark_span_failed
 
@@ -24,10 +25,14 @@ __all__ = ["GatewayTelemetry"]
 
 _CIRCUIT_STATES = ("closed", "half_open", "open")
 
+_TENANT_SERVERS = "(tenant)"
+"""The ``server`` and ``tool`` label of every call of a tenant's own server."""
+
 
 class _ServerStates(Collector):
-    def __init__(self, registry: ServerRegistry) -> None:
+    def __init__(self, registry: ServerRegistry, tenants: TenantServers | None) -> None:
         self._registry = registry
+        self._tenants = tenants
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         circuit = GaugeMetricFamily(
@@ -42,13 +47,25 @@ class _ServerStates(Collector):
             tools.add_metric([name], float(len(connection.listing.tools)))
             serving.add_metric([name], 1.0 if connection.serving else 0.0)
         yield from (circuit, tools, serving)
+        if self._tenants is not None:
+            # Totals only: a label per tenant or tenant server would swamp Prometheus.
+            yield GaugeMetricFamily(
+                "mcp_tenant_sessions_open",
+                "Sessions open to tenants' own servers (bounded by MCP_CLIENT_TENANT_MAX_SESSIONS).",
+                value=float(len(self._tenants.sessions)),
+            )
+            yield GaugeMetricFamily(
+                "mcp_tenant_servers", "Tenants' own servers this replica knows of.", value=float(self._tenants.count())
+            )
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return iter(())  # collected at scrape time only; nothing to check when registering
 
 
 class GatewayTelemetry:
-    def __init__(self, metrics: CollectorRegistry, servers: ServerRegistry) -> None:
+    def __init__(
+        self, metrics: CollectorRegistry, servers: ServerRegistry, tenants: TenantServers | None = None
+    ) -> None:
         self._calls = CallMetrics(
             metrics,
             "mcp_tool_call",
@@ -57,12 +74,19 @@ class GatewayTelemetry:
             "(ok, tool_error, invalid_arguments, timeout, cancelled, ...).",
             timed="Time of one tool call through the gateway, by server, tool and outcome.",
         )
-        metrics.register(_ServerStates(servers))
+        metrics.register(_ServerStates(servers, tenants))
 
     def call(self, record: CallRecord) -> None:
-        """Counted, timed, and noted on the call's span (the current one: calls end inside it)."""
-        self._calls.observe(record.server, record.tool, record.outcome, seconds=record.duration_ms / 1000)
+        """Counted, timed, and noted on the call's span (the current one: calls end inside it).
+
+        Calls of tenants' own servers are counted together (``_TENANT_SERVERS``): thousands of tenants' servers and
+        tools as label values would swamp Prometheus. Their span says which.
+        """
+        server, tool = (record.server, record.tool) if record.tenant is None else (_TENANT_SERVERS, _TENANT_SERVERS)
+        self._calls.observe(server, tool, record.outcome, seconds=record.duration_ms / 1000)
         span = trace.get_current_span()
         span.set_attributes({"tool.server": record.server, "tool.outcome": record.outcome})
+        if record.tenant is not None:
+            span.set_attribute("tool.tenant", record.tenant)
         if record.outcome != "ok":
             mark_span_failed(span, record.outcome)

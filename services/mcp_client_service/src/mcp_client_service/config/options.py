@@ -97,6 +97,10 @@ class ConnectionOptions:
     forbidden_values: tuple[str, ...] = ()
     """Values that must never reach a server (the gateway's shared secret): a config whose
     resolved env, headers, args or URL contain one is refused."""
+    resolve_references: bool = True
+    """Whether ``${env:...}`` / ``${file:...}`` in a URL or header are resolved. Only the operator's servers file
+    may read the gateway's environment and files: a tenant's server (``tenants``) is connected with its values as
+    written."""
 
     def egress_for(self, url: str) -> EgressPolicy:
         """The policy for connections to the server at ``url``: ``egress``, trusting the URL's host name when
@@ -105,5 +109,6 @@ class ConnectionOptions:
         return self.egress.trusting_hosts([host]) if host else self.egress
 
     def for_tenant_servers(self) -> ConnectionOptions:
-        """These options for servers a tenant registered: the plain policy, no URL's host trusted."""
-        return replace(self, trust_url_hosts=False)
+        """These options for servers a tenant registered: the plain policy (no URL's host trusted), nothing of the
+        gateway's environment, their values as written (no ``${env:...}`` / ``${file:...}`` resolved)."""
+        return replace(self, trust_url_hosts=False, environ={}, resolve_references=False)

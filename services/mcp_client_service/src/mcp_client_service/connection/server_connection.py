@@ -16,7 +16,7 @@ one session.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -38,6 +38,7 @@ from mcp_client_service.connection.tool_listing import ToolListing
 from mcp_client_service.failures import CircuitOpenError, ServerUnavailableError, connection_lost
 from mcp_client_service.transport.response_limits import is_oversized_answer
 from suite_common.tracing import trace_headers
+from suite_common.wire import CALLER_META_KEY
 
 __all__ = ["ServerConnection", "ServerState"]
 
@@ -115,6 +116,11 @@ class ServerConnection:
     @property
     def last_error(self) -> str | None:
         return self._state.last_error
+
+    @property
+    def egress_refusal(self) -> str | None:
+        """Why the outbound policy refused its last connection attempt (safe to show); ``None`` if it did not."""
+        return self._state.egress_refusal
 
     @property
     def retry_at(self) -> float | None:
@@ -200,13 +206,19 @@ class ServerConnection:
     # --- calls ---------------------------------------------------------------------------------
 
     async def call_tool(
-        self, name: str, arguments: dict[str, Any], time_limit: float, on_progress: ProgressFnT | None = None
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        time_limit: float,
+        on_progress: ProgressFnT | None = None,
+        caller: Mapping[str, Any] | None = None,
     ) -> CallToolResult:
         """One ``tools/call`` (``name`` as the server knows it) on the open session, bounded by ``time_limit`` s.
 
         With ``on_progress`` the request carries a progress token, and the server's
-        ``notifications/progress`` for it are handed over as they arrive. A tool that can only run
-        as a task is run as one (``tasks.TaskCalls``), within the same time limit.
+        ``notifications/progress`` for it are handed over as they arrive. ``caller`` (a ``CallerContext`` as
+        JSON) goes along as ``_meta["io.loopsuite/caller"]``, so the server learns who the call acts for. A tool
+        that can only run as a task is run as one (``tasks.TaskCalls``), within the same time limit.
 
         Raises ``ServerUnavailableError`` without a session (``CircuitOpenError`` while the circuit
         is open), ``TimeoutError`` past the time limit and ``mcp.shared.exceptions.MCPError`` for
@@ -224,11 +236,7 @@ class ServerConnection:
             # The SDK's read timeout ends the request (and tells the server to cancel it); the
             # outer bound also covers a write that cannot complete.
             with anyio.fail_after(time_limit + 1.0):
-                # The caller's trace goes along (W3C trace context in _meta), so a traced server joins it.
-                meta: RequestParamsMeta | None = None
-                if context := trace_headers():
-                    meta = RequestParamsMeta()
-                    meta.update(context)  # type: ignore[typeddict-item]  # traceparent: an extra item, as the type allows
+                meta = _request_meta(caller)
                 if name in self.listing.task_only:
                     return await self.tasks.call(
                         client, name, arguments, time_limit=time_limit, on_progress=on_progress, meta=meta
@@ -263,6 +271,19 @@ class ServerConnection:
                 return await send(client)
         finally:
             calls.done()
+
+
+def _request_meta(caller: Mapping[str, Any] | None) -> RequestParamsMeta | None:
+    """The ``_meta`` of a ``tools/call``: the caller's trace (W3C trace context, so a traced server joins it) and who
+    the call acts for; ``None`` when there is neither."""
+    extra: dict[str, Any] = dict(trace_headers())
+    if caller is not None:
+        extra[CALLER_META_KEY] = dict(caller)
+    if not extra:
+        return None
+    meta = RequestParamsMeta()
+    meta.update(extra)  # type: ignore[typeddict-item]  # traceparent and the caller: extra items, as the type allows
+    return meta
 
 
 def _session_is_gone(error: MCPError) -> bool:

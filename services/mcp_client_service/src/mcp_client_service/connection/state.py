@@ -54,6 +54,8 @@ class ConnectionState:
     last_error: str | None = None
     retry_at: float | None = None
     """While it waits to reconnect: when (``time.monotonic``) the next attempt starts."""
+    egress_refusal: str | None = None
+    """Set while its last connection attempt was refused by the outbound policy: why (safe to show)."""
     _secrets: list[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

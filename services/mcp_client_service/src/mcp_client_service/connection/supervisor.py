@@ -36,7 +36,7 @@ from mcp_client_service.config.schemas import ToolListingFilter
 from mcp_client_service.connection.state import ConnectionState
 from mcp_client_service.connection.tasks import runs_tools_as_tasks
 from mcp_client_service.connection.tool_listing import list_all_tools
-from mcp_client_service.failures import connection_lost, describe_error, request_timed_out
+from mcp_client_service.failures import cause_of, connection_lost, describe_error, request_timed_out
 from mcp_client_service.transport.legacy_sse import OversizedEventError
 from mcp_client_service.transport.session_transport import (
     StdioCallbacks,
@@ -46,6 +46,7 @@ from mcp_client_service.transport.session_transport import (
 )
 from mcp_client_service.transport.stdio import describe_exit
 from suite_common.logging import get_logger
+from suite_common.ssrf import EgressBlocked
 
 __all__ = ["SessionLoop"]
 
@@ -160,7 +161,10 @@ class SessionLoop:
                 delay = options.backoff.initial
             # An answer too large for the gateway ends an SSE session, but says nothing of the
             # server's health: it is not counted against its circuit.
-            oversized = failure is not None and _caused_by(failure, OversizedEventError)
+            oversized = failure is not None and cause_of(failure, OversizedEventError) is not None
+            # Refused by the outbound policy: its calls are refused with 403, not "unavailable" (calls.router).
+            blocked = cause_of(failure, EgressBlocked) if failure is not None else None
+            state.egress_refusal = state.redact(blocked.message) if blocked is not None else None
             opened = False if oversized else breaker.record_failure(error)
             state.last_error = error
             state.retry_at = None if opened else time.monotonic() + delay
@@ -230,6 +234,7 @@ class SessionLoop:
         state.first_attempt_done = True
         # Serving again: why an earlier session ended is history (the log keeps it).
         state.last_error = None
+        state.egress_refusal = None
         try:
             self._publish(tools, listing)
             if state.breaker.state == "half_open":
@@ -346,14 +351,6 @@ def _connection_closed(error: BaseException) -> bool:
     if isinstance(error, BaseExceptionGroup):
         return any(_connection_closed(inner) for inner in error.exceptions)
     return connection_lost(error)
-
-
-def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:
-    if isinstance(error, kind):
-        return True
-    if isinstance(error, BaseExceptionGroup):
-        return any(_caused_by(inner, kind) for inner in error.exceptions)
-    return error.__cause__ is not None and _caused_by(error.__cause__, kind)
 
 
 def _announces_changes(client: Client) -> bool:

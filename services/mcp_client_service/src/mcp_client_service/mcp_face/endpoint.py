@@ -55,6 +55,7 @@ from starlette.types import Receive, Scope, Send
 from mcp_client_service.calls.call import RoutedTool
 from mcp_client_service.calls.progress import ProgressRelay
 from mcp_client_service.calls.router import ToolNotFoundError, ToolRouter
+from mcp_client_service.failures import OutboundBlockedError
 from mcp_client_service.mcp_face.features import FeatureRouter
 from suite_common.auth import secrets_match
 from suite_common.deadline import Deadline
@@ -201,6 +202,9 @@ class McpFace:
             )
         except ToolNotFoundError as error:
             raise MCPError(INVALID_PARAMS, f"{error} tools/list lists them.") from None
+        except OutboundBlockedError as blocked:
+            # Not a tool result a model reads: a refusal of the request, as the REST API's 403.
+            raise MCPError(INVALID_REQUEST, f"outbound_ssrf_blocked: {blocked.message}") from None
         finally:
             if relay is not None:
                 await relay.close()

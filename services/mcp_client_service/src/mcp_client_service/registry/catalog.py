@@ -94,6 +94,8 @@ class ServerTools:
     """Its allow and deny lists: whether one of its tools (by the server's name) is offered."""
     away: Away | None = None
     """While it is not ready: why, and when it is tried again."""
+    tenant: str | None = None
+    """The tenant whose own server it is (``tenants``); ``None``: a server of the servers file, shared by all."""
 
 
 def _tool_info_extras(tool: Tool) -> dict[str, Any]:
@@ -113,6 +115,8 @@ class CatalogEntry:
     """As the server listed it; ``tool.name`` is the name to call it by on the server."""
     away: Away | None = None
     """Set on a tool that is listed but cannot be called now."""
+    tenant: str | None = None
+    """The tenant whose own server serves it; ``None``: a shared server's."""
 
     @property
     def server_tool_name(self) -> str:
@@ -126,6 +130,7 @@ class CatalogEntry:
             server=self.server,
             server_tool=self.tool.name if self.tool.name != self.name else None,
             unavailable=self.away.unavailable(now) if self.away is not None else None,
+            tenant=self.tenant,
             **_tool_info_extras(self.tool),
         )
 
@@ -181,7 +186,7 @@ def aggregate_tools(
                 name = listed
             existing = tools.get(name)
             if existing is None:
-                tools[name] = CatalogEntry(name=name, server=entry.server, tool=tool)
+                tools[name] = CatalogEntry(name=name, server=entry.server, tool=tool, tenant=entry.tenant)
             elif existing.server != entry.server:
                 clashes.append(NameClash(tool=name, winner=existing.server, ignored=entry.server))
     return tools, clashes
@@ -200,7 +205,7 @@ def _away_entries(
         for name, tool in _exposed_names(entry):
             name = _listed_name(entry, name, owners)
             if name not in callable_tools and name not in away:
-                away[name] = CatalogEntry(name=name, server=entry.server, tool=tool, away=reason)
+                away[name] = CatalogEntry(name=name, server=entry.server, tool=tool, away=reason, tenant=entry.tenant)
     return away
 
 
@@ -226,7 +231,7 @@ class ServedTools:
             away = None if entry.ready else entry.away or Away(reason=f'its MCP server "{entry.server}" is not ready')
             for name, tool in _exposed_names(entry):
                 listed = _listed_name(entry, name, owners)
-                served_tool = CatalogEntry(name=listed, server=entry.server, tool=tool, away=away)
+                served_tool = CatalogEntry(name=listed, server=entry.server, tool=tool, away=away, tenant=entry.tenant)
                 served.by_own_name[entry.server, tool.name] = served_tool
                 served.by_listed_name[entry.server, name] = served_tool
                 # A server's own "<server>__x" (were there one) keeps its name over another tool's prefixed one.
@@ -250,8 +255,10 @@ class ToolCatalog:
         self._reported_clashes: set[NameClash] = set()
         self._info_cache: dict[tuple[str, str, int], tuple[Tool, ToolInfo]] = {}
         self._used_infos: dict[tuple[str, str, int], tuple[Tool, ToolInfo]] = {}
+        self._servers: frozenset[str] = frozenset()
 
     def rebuild(self, servers: Sequence[ServerTools]) -> None:
+        self._servers = frozenset(entry.server for entry in servers)
         tools, clashes = aggregate_tools(servers, collision=self.collision)
         for clash in clashes:
             if clash not in self._reported_clashes:
@@ -302,6 +309,10 @@ class ToolCatalog:
         )
         self._listing_json = self._listing.model_dump_json(by_alias=True, exclude_none=True).encode()
         self._rendered_at = now
+
+    def has_server(self, server: str) -> bool:
+        """Whether ``server`` is one of the servers this catalog was built from (serving or not)."""
+        return server in self._servers
 
     def find(self, name: str) -> ToolInfo | None:
         """The callable tool ``name`` (not one that is listed as unavailable)."""

@@ -250,6 +250,13 @@ class ServerRegistry:
     # --- state and change notification -----------------------------------------------------------
 
     def _on_change(self) -> None:
+        self.catalog.rebuild(self.server_tools())
+        if not self._was_ready:
+            self._waiting_for()  # latches readiness as soon as it is reached
+        self._notify()
+
+    def server_tools(self) -> list[ServerTools]:
+        """What the catalog knows of each enabled server, in config order (tenant catalogs start from it)."""
         servers = []
         for connection in self.connections.values():
             away = connection.away()
@@ -264,10 +271,7 @@ class ServerRegistry:
                     away=Away(reason=away[0], retry_at=away[1]) if away is not None else None,
                 )
             )
-        self.catalog.rebuild(servers)
-        if not self._was_ready:
-            self._waiting_for()  # latches readiness as soon as it is reached
-        self._notify()
+        return servers
 
     def _notify(self) -> None:
         if self._changed is not None:

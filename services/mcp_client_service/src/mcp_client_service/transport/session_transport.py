@@ -56,6 +56,9 @@ def resolve_config(config: ServerConfig, options: ConnectionOptions, base_dir: P
     Raises ``UnresolvedReferenceError``, and ``ServerStartError`` for a config that would pass a
     forbidden value (the gateway's shared secret) to the server.
     """
+    if not options.resolve_references:
+        _refuse_forbidden(config, options)
+        return config, []
     resolver = ReferenceResolver(environ=options.environ, base_dir=base_dir)
     resolved: ServerConfig
     if isinstance(config, StdioServerConfig):
@@ -65,7 +68,6 @@ def resolve_config(config: ServerConfig, options: ConnectionOptions, base_dir: P
                 "env": {key: resolver.resolve(value) for key, value in config.env.items()},
             }
         )
-        passed = [*stdio.args, *stdio.env.values()]
         resolved = stdio
     else:
         http = config.model_copy(
@@ -74,14 +76,22 @@ def resolve_config(config: ServerConfig, options: ConnectionOptions, base_dir: P
                 "headers": {key: resolver.resolve(value) for key, value in config.headers.items()},
             }
         )
-        passed = [http.url, *http.headers.values()]
         resolved = http
+    _refuse_forbidden(resolved, options)
+    return resolved, resolver.values
+
+
+def _refuse_forbidden(config: ServerConfig, options: ConnectionOptions) -> None:
+    """``ServerStartError`` if what reaches the server holds a forbidden value (the gateway's shared secret)."""
+    if isinstance(config, StdioServerConfig):
+        passed = [*config.args, *config.env.values()]
+    else:
+        passed = [config.url, *config.headers.values()]
     for value in options.forbidden_values:
         if value and any(value in text for text in passed):
             raise ServerStartError(
                 "its config would pass the gateway's own shared secret to the server, so it was not started"
             )
-    return resolved, resolver.values
 
 
 def _ignore(_: Any) -> None:

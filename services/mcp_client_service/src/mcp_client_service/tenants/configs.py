@@ -1,0 +1,63 @@
+"""A tenant's server as the connection config the gateway's connections take: remote only, values as written.
+
+A tenant can never make the gateway run a command: its servers are streamable HTTP or SSE. Its URL and header
+values are taken literally: ``${env:...}`` / ``${file:...}`` references would read the gateway's own environment
+and files, which only the operator's servers file may (registration refuses them, and tenant connections never
+resolve them: ``ConnectionOptions.resolve_references``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from mcp_client_service.config.references import has_references
+from mcp_client_service.config.servers_file import HttpServerConfig
+
+__all__ = ["registration_problem", "server_config", "valid_tenant"]
+
+_TENANT = re.compile(r"[^\x00-\x1f\x7f]{1,128}")
+
+
+def valid_tenant(tenant: str) -> bool:
+    """Whether ``tenant`` (``X-Tenant-Id``, or the tenant API's path) is one: 1 to 128 characters, no control one."""
+    return _TENANT.fullmatch(tenant) is not None
+
+
+def server_config(
+    url: str,
+    transport: Literal["streamable-http", "sse"],
+    headers: Mapping[str, str],
+    allowed_tools: Sequence[str] | None,
+) -> HttpServerConfig:
+    """The connection config of a tenant's server; ``ValueError`` (saying why) for a URL or header it cannot use."""
+    fields: dict[str, Any] = {
+        "type": transport,
+        "url": url,
+        "headers": dict(headers),
+        # Its own tool names, matched literally: a glob character in a tool name is not a pattern here.
+        "allowedTools": None if allowed_tools is None else [_literal_pattern(name) for name in allowed_tools],
+    }
+    try:
+        return HttpServerConfig.model_validate(fields)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, item['loc'])) or 'server'}: {item['msg']}" for item in error.errors())
+        raise ValueError(problems) from None
+
+
+def _literal_pattern(name: str) -> str:
+    return "".join(f"[{char}]" if char in "*?[]" else char for char in name)
+
+
+def registration_problem(url: str, headers: Mapping[str, str] | None) -> str | None:
+    """Why a tenant may not register a server with this URL and headers (before the outbound policy), or ``None``."""
+    if not url.startswith(("http://", "https://")):
+        return "url must be an http:// or https:// URL"
+    texts = [("url", url), *((f'header "{name}"', value) for name, value in (headers or {}).items())]
+    for where, text in texts:
+        if has_references(text):
+            return f"{where} holds a ${{env:...}} or ${{file:...}} reference: a tenant's server takes literal values"
+    return None

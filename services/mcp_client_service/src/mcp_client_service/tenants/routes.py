@@ -1,0 +1,260 @@
+"""The tenant API: ``/mcp/v1/tenants/{tenant}/servers[/{name}]``, behind the shared secret.
+
+agent-service's admin API forwards to it (it decides who may act for which tenant; the gateway trusts the tenant in
+the path). Header values are write-only: no answer and no log line holds one (``headerNames`` says which are set).
+Registering a server, or changing its URL, checks the URL against the outbound policy first: a blocked one is 422
+``url_not_allowed`` saying why. A server is never connected to by the request itself: registering or enabling one
+connects and lists its tools in the background, and the answer shows its state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute
+
+from mcp_client_service.store import UNCHANGED, SecretsKeyMissing, ServerExists, StoreError, TooManyServers
+from mcp_client_service.tenants.configs import registration_problem, server_config, valid_tenant
+from mcp_client_service.tenants.servers import TenantServers
+from mcp_client_service.tenants.store_api import ServerRow
+from mcp_client_service.transport.ssrf_guard import EgressError, check_endpoint
+from suite_common.errors import ApiError
+from suite_common.http import ModelResponse, read_model
+from suite_common.logging import get_logger
+from suite_common.openapi import ApiRoute, Operation
+from suite_common.wire import TenantServer, TenantServerCreate, TenantServerList, TenantServerPatch
+
+__all__ = ["DEFAULT_MAX_SERVERS", "tenant_routes"]
+
+_log = get_logger("mcp_client_service.tenants.routes")
+
+DEFAULT_MAX_SERVERS = 20
+"""A tenant's servers when the request does not say (agent-service passes the tenant's ``max_mcp_servers``)."""
+
+_NOT_FOUND = "The tenant has no server of this name (another tenant's servers are not seen)."
+_EVERY_OPERATION = {
+    400: "invalid_tenant: the tenant is empty, longer than 128 characters or holds a control character.",
+    503: "store_unavailable: the gateway's store of tenant servers cannot be reached now.",
+}
+_CHECK_SECONDS = 10.0
+"""Longest resolving a registered URL's host for the outbound policy may take."""
+_INVALID = "The body is not valid: an unknown field, a name that is not like a tool name, a URL that is not http(s)."
+
+_LIST = Operation(
+    "The tenant's own MCP servers, their state and tools",
+    answer=TenantServerList,
+    errors={**_EVERY_OPERATION, 400: f"{_EVERY_OPERATION[400]} Or maxServers is not a whole number."},
+)
+_CREATE = Operation(
+    "Register an MCP server of the tenant's own (streamable HTTP or SSE)",
+    body=TenantServerCreate,
+    answer=TenantServer,
+    status=201,
+    errors={
+        **_EVERY_OPERATION,
+        400: f"{_INVALID} secrets_key_missing: headers given and the gateway has no MCP_CLIENT_SECRETS_KEY. "
+        f"{_EVERY_OPERATION[400]}",
+        409: "server_exists: the tenant has a server of this name, or a shared server has it; too_many_servers: "
+        "the tenant has maxServers servers already.",
+        422: "url_not_allowed: the URL resolves to an address the outbound policy blocks (the message says why).",
+    },
+    example={"name": "time", "url": "https://tools.example.com/mcp", "headers": {"Authorization": "Bearer ..."}},
+)
+_GET = Operation(
+    "One of the tenant's own MCP servers", answer=TenantServer, errors={**_EVERY_OPERATION, 404: _NOT_FOUND}
+)
+_PATCH = Operation(
+    "Change one of the tenant's servers (enabled: false is its switch)",
+    body=TenantServerPatch,
+    answer=TenantServer,
+    errors={
+        **_EVERY_OPERATION,
+        400: f"{_INVALID} {_EVERY_OPERATION[400]}",
+        404: _NOT_FOUND,
+        422: "url_not_allowed: the new URL resolves to an address the outbound policy blocks.",
+    },
+    example={"enabled": False},
+)
+_DELETE = Operation("Remove one of the tenant's servers", status=204, errors={**_EVERY_OPERATION, 404: _NOT_FOUND})
+
+
+def _tenant(request: Request) -> str:
+    tenant: str = request.path_params["tenant"]
+    if not valid_tenant(tenant):
+        raise ApiError(400, "invalid_tenant", "The tenant is 1 to 128 characters, none of them a control character.")
+    return tenant
+
+
+def _max_servers(request: Request) -> int | None:
+    raw = request.query_params.get("maxServers")
+    if raw is None:
+        return None
+    if not raw.isdigit():
+        raise ApiError(400, "invalid_request", "maxServers must be a whole number, 0 or more.")
+    return int(raw)
+
+
+def _not_found(name: str) -> ApiError:
+    return ApiError(404, "server_not_found", f'The tenant has no MCP server named "{name[:64]}".')
+
+
+def _store_failed(error: StoreError) -> ApiError:
+    """A store failure of another kind than those the API names: the store is away, say so (never a 500)."""
+    _log.warning("mcp_tenant_store_failed", error=str(error))
+    return ApiError(503, "store_unavailable", "The gateway's store of tenant servers cannot be reached now.")
+
+
+def tenant_routes(prefix: str, servers: TenantServers) -> list[BaseRoute]:
+    """The tenant API's routes under ``prefix`` (``/mcp/v1``)."""
+
+    async def _checked_url(url: str, headers: dict[str, str] | None, *, outbound: bool = True) -> None:
+        problem = registration_problem(url, headers)
+        if problem is not None:
+            raise ApiError(400, "invalid_server", f"The server was not registered: {problem}.")
+        if not outbound:
+            return
+        try:
+            with anyio.fail_after(_CHECK_SECONDS):
+                await check_endpoint(url, servers.options.egress, resolver=servers.options.resolver)
+        except EgressError as refused:
+            raise ApiError(422, "url_not_allowed", f"The server's URL is not allowed: {refused.message}") from None
+        except TimeoutError:
+            why = f"its host name was not resolved within {_CHECK_SECONDS:g} s"
+            raise ApiError(422, "url_not_allowed", f"The server's URL is not allowed: {why}.") from None
+
+    def _check_config(row_url: str, transport: Any, headers: dict[str, str], allowed: list[str] | None) -> None:
+        try:
+            server_config(row_url, transport, headers, allowed)
+        except ValueError as invalid:
+            raise ApiError(400, "invalid_server", f"The server was not registered: {invalid}.") from None
+
+    async def list_tenant_servers(request: Request) -> Response:
+        """The tenant's servers in creation order; ``?maxServers=`` (the operator's cap) is answered back."""
+        tenant = _tenant(request)
+        try:
+            rows = await servers.store.list(tenant)
+        except StoreError as error:
+            raise _store_failed(error) from None
+        answer = TenantServerList(servers=[servers.describe(row) for row in rows], max_servers=_max_servers(request))
+        return ModelResponse(answer)
+
+    async def create_tenant_server(request: Request) -> Response:
+        """``?maxServers=`` caps the tenant's servers (default 20). Connecting and listing its tools happen in the
+        background: the answer's state is ``idle`` or ``connecting``, then ``ready`` (or ``failed``, with why)."""
+        tenant = _tenant(request)
+        limit = _max_servers(request)
+        body = await read_model(request, TenantServerCreate)
+        if servers.is_shared(body.name):
+            raise ApiError(409, "server_exists", f'"{body.name}" is the name of a shared server: choose another.')
+        _check_config(body.url, body.transport, body.headers or {}, body.allowed_tools)
+        await _checked_url(body.url, body.headers)
+        try:
+            row = await servers.store.create(
+                tenant,
+                body.name,
+                body.url,
+                body.transport,
+                body.headers or {},
+                body.enabled,
+                body.allowed_tools,
+                max_servers=DEFAULT_MAX_SERVERS if limit is None else limit,
+            )
+        except ServerExists:
+            raise ApiError(409, "server_exists", f'The tenant has a server named "{body.name}" already.') from None
+        except TooManyServers as full:
+            raise ApiError(409, "too_many_servers", str(full)) from None
+        except SecretsKeyMissing:
+            raise ApiError(
+                400,
+                "secrets_key_missing",
+                "Header values cannot be stored: the gateway has no MCP_CLIENT_SECRETS_KEY. Register the server "
+                "without headers, or ask the operator to set the key.",
+            ) from None
+        except StoreError as error:
+            raise _store_failed(error) from None
+        _log.info(
+            "mcp_tenant_server_registered",
+            tenant=tenant,
+            server=row.name,
+            transport=row.transport,
+            header_names=sorted(row.headers),
+            enabled=row.enabled,
+        )
+        servers.adopt(row)
+        if row.enabled:
+            servers.list_in_background(tenant, row.name)
+        return ModelResponse(servers.describe(row), status_code=201)
+
+    async def _row(tenant: str, name: str) -> ServerRow:
+        try:
+            row = await servers.store.get(tenant, name)
+        except StoreError as error:
+            raise _store_failed(error) from None
+        if row is None:
+            raise _not_found(name)
+        return row
+
+    async def get_tenant_server(request: Request) -> Response:
+        tenant, name = _tenant(request), request.path_params["name"]
+        return ModelResponse(servers.describe(await _row(tenant, name)))
+
+    async def patch_tenant_server(request: Request) -> Response:
+        """Only the fields given change; ``headers`` replaces them all, ``allowedTools: null`` offers every tool.
+        Enabling a server, or changing how it is reached, connects and lists its tools in the background."""
+        tenant, name = _tenant(request), request.path_params["name"]
+        patch = await read_model(request, TenantServerPatch)
+        before = await _row(tenant, name)
+        given = patch.model_fields_set
+        url = patch.url if patch.url is not None else before.url
+        transport = patch.transport if patch.transport is not None else before.transport
+        headers = (patch.headers or {}) if "headers" in given else dict(before.headers)
+        allowed = patch.allowed_tools if "allowed_tools" in given else before.allowed_tools
+        _check_config(url, transport, headers, None if allowed is None else list(allowed))
+        if "url" in given or "headers" in given:
+            await _checked_url(url, headers, outbound="url" in given)
+        try:
+            row = await servers.store.update(
+                tenant,
+                name,
+                url=patch.url if patch.url is not None else UNCHANGED,
+                transport=patch.transport if patch.transport is not None else UNCHANGED,
+                headers=headers if "headers" in given else UNCHANGED,
+                enabled=patch.enabled if patch.enabled is not None else UNCHANGED,
+                allowed_tools=patch.allowed_tools if "allowed_tools" in given else UNCHANGED,
+            )
+        except SecretsKeyMissing:
+            raise ApiError(400, "secrets_key_missing", "Header values cannot be stored without a key.") from None
+        except StoreError as error:
+            raise _store_failed(error) from None
+        if row is None:
+            raise _not_found(name)
+        _log.info("mcp_tenant_server_changed", tenant=tenant, server=name, fields=sorted(given))
+        servers.adopt(row)
+        reached_differently = row.url != before.url or row.transport != before.transport or "headers" in given
+        if row.enabled and (not before.enabled or reached_differently):
+            servers.list_in_background(tenant, name)
+        return ModelResponse(servers.describe(row))
+
+    async def delete_tenant_server(request: Request) -> Response:
+        tenant, name = _tenant(request), request.path_params["name"]
+        try:
+            removed = await servers.store.delete(tenant, name)
+        except StoreError as error:
+            raise _store_failed(error) from None
+        if not removed:
+            raise _not_found(name)
+        _log.info("mcp_tenant_server_deleted", tenant=tenant, server=name)
+        servers.forget(tenant, name)
+        return Response(status_code=204)
+
+    collection, item = f"{prefix}/tenants/{{tenant}}/servers", f"{prefix}/tenants/{{tenant}}/servers/{{name}}"
+    return [
+        ApiRoute(collection, list_tenant_servers, method="GET", operation=_LIST),
+        ApiRoute(collection, create_tenant_server, method="POST", operation=_CREATE),
+        ApiRoute(item, get_tenant_server, method="GET", operation=_GET),
+        ApiRoute(item, patch_tenant_server, method="PATCH", operation=_PATCH),
+        ApiRoute(item, delete_tenant_server, method="DELETE", operation=_DELETE),
+    ]
