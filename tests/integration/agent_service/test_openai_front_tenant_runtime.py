@@ -78,6 +78,9 @@ async def test_a_tenant_with_the_agent_off_gets_plain_completions_without_the_ga
     assert answer.json()["choices"][0]["message"]["content"] == "Plain hello."
     assert "x-agent-run-id" not in answer.headers  # one completion, not a run
     assert "tools" not in front.upstreams.llm.requests[0]
+    # Its tool list says the same (and asks nobody: the gateway is not running).
+    listed = await front.http.get("/api/v1/agent/tools", headers=as_caller(QUIET_ADMIN))
+    assert (listed.status_code, listed.json()) == (200, {"tools": []})
 
 
 async def test_a_tenant_without_tools_gets_plain_completions_while_the_gateway_is_down(front: Front) -> None:

@@ -30,12 +30,17 @@ from agent_service.engine.tool_cache import (
 from agent_service.infra.telemetry import RunTelemetry
 from agent_service.settings import AgentSettings
 from suite_common.deadline import Deadline
-from suite_common.wire import Message, RunEvent, RunToolResult, ToolInfo
+from suite_common.wire import CallerContext, Message, RunEvent, RunToolResult, ToolInfo, UserRole
 from support.scripted import Scripted, answer, call_tools
 
 pytestmark = pytest.mark.anyio
 
 PEPPER = b"pepper-one"
+
+
+def who(tenant: str, user: str | None = None, role: UserRole | None = None) -> CallerContext:
+    """Whom a run's calls act for: the cache keeps its results apart by tenant, user and role."""
+    return CallerContext(tenant=tenant, user=user, role=role, run_id="run_1")
 
 
 def tool(name: str = "lookup", server: str = "s", *, read_only: bool = True) -> ToolInfo:
@@ -82,16 +87,16 @@ def test_canonical_arguments_ignore_key_order_and_whitespace_but_not_values() ->
 
 def test_a_key_names_tenant_server_tool_and_arguments_and_nothing_else() -> None:
     keys = cache()
-    key = keys.key("acme", "s", "lookup", {"q": "x", "n": 1})
+    key = keys.key(who("acme"), "s", "lookup", {"q": "x", "n": 1})
     assert key.startswith("p:tool-cache:")
     assert len(key.removeprefix("p:tool-cache:")) == 64  # a sha256: no tenant or argument in Redis's key space
-    assert key == keys.key("acme", "s", "lookup", {"n": 1, "q": "x"})
+    assert key == keys.key(who("acme"), "s", "lookup", {"n": 1, "q": "x"})
     others = {
-        keys.key("globex", "s", "lookup", {"q": "x", "n": 1}),
-        keys.key("acme", "t", "lookup", {"q": "x", "n": 1}),
-        keys.key("acme", "s", "other", {"q": "x", "n": 1}),
-        keys.key("acme", "s", "lookup", {"q": "x", "n": 2}),
-        keys.key("acme", "s:lookup", "", {"q": "x", "n": 1}),  # no joining of parts that could collide
+        keys.key(who("globex"), "s", "lookup", {"q": "x", "n": 1}),
+        keys.key(who("acme"), "t", "lookup", {"q": "x", "n": 1}),
+        keys.key(who("acme"), "s", "other", {"q": "x", "n": 1}),
+        keys.key(who("acme"), "s", "lookup", {"q": "x", "n": 2}),
+        keys.key(who("acme"), "s:lookup", "", {"q": "x", "n": 1}),  # no joining of parts that could collide
     }
     assert key not in others
     assert len(others) == 5
@@ -177,11 +182,20 @@ def test_the_cache_is_off_by_default_and_on_in_memory_with_a_ttl() -> None:
 
 async def test_a_stored_result_is_served_to_the_same_call_only() -> None:
     results = cache()
-    await results.remember("acme", tool(), {"q": "x", "n": 1}, "the result")
-    assert await results.lookup("acme", tool(), {"n": 1, "q": "x"}) == "the result"
-    assert await results.lookup("globex", tool(), {"n": 1, "q": "x"}) is None
-    assert await results.lookup("acme", tool(server="t"), {"n": 1, "q": "x"}) is None
-    assert await results.lookup("acme", tool(), {"q": "y", "n": 1}) is None
+    await results.remember(who("acme"), tool(), {"q": "x", "n": 1}, "the result")
+    assert await results.lookup(who("acme"), tool(), {"n": 1, "q": "x"}) == "the result"
+    assert await results.lookup(who("globex"), tool(), {"n": 1, "q": "x"}) is None
+    assert await results.lookup(who("acme"), tool(server="t"), {"n": 1, "q": "x"}) is None
+    assert await results.lookup(who("acme"), tool(), {"q": "y", "n": 1}) is None
+
+
+async def test_a_result_is_never_served_to_another_end_user_nor_to_another_role() -> None:
+    results = cache()
+    await results.remember(who("acme", "alice", "user"), tool(), {"q": "x"}, "alice's result")
+    assert await results.lookup(who("acme", "alice", "user"), tool(), {"q": "x"}) == "alice's result"
+    assert await results.lookup(who("acme", "bob", "user"), tool(), {"q": "x"}) is None
+    assert await results.lookup(who("acme", "alice", "guest"), tool(), {"q": "x"}) is None
+    assert await results.lookup(who("acme"), tool(), {"q": "x"}) is None
 
 
 async def test_a_forged_value_a_moved_value_and_one_signed_with_another_pepper_are_all_rejected() -> None:
@@ -189,34 +203,34 @@ async def test_a_forged_value_a_moved_value_and_one_signed_with_another_pepper_a
     store = MemoryStore(100)
     results = cache(store=store)
     results.telemetry = RunTelemetry(registry, trace.NoOpTracer())
-    key = results.key("acme", "s", "lookup", {"q": "x"})
-    other = results.key("globex", "s", "lookup", {"q": "x"})
+    key = results.key(who("acme"), "s", "lookup", {"q": "x"})
+    other = results.key(who("globex"), "s", "lookup", {"q": "x"})
 
     await store.set(key, b"v1." + b"0" * 64 + b".a forged result", 60)  # no pepper: a guessed MAC
-    assert await results.lookup("acme", tool(), {"q": "x"}) is None
+    assert await results.lookup(who("acme"), tool(), {"q": "x"}) is None
     await store.set(key, sign(PEPPER, other, "globex's result"), 60)  # signed for another key, moved here
-    assert await results.lookup("acme", tool(), {"q": "x"}) is None
+    assert await results.lookup(who("acme"), tool(), {"q": "x"}) is None
     await store.set(key, sign(b"the old pepper", key, "stale"), 60)  # rotated pepper
-    assert await results.lookup("acme", tool(), {"q": "x"}) is None
+    assert await results.lookup(who("acme"), tool(), {"q": "x"}) is None
     valid = sign(PEPPER, key, "the result")
     await store.set(key, valid.replace(b"the result", b"the resulT"), 60)  # a value edited after signing
-    assert await results.lookup("acme", tool(), {"q": "x"}) is None
+    assert await results.lookup(who("acme"), tool(), {"q": "x"}) is None
     for garbage in (b"", b"v1", b"v2" + valid[2:], b"v1." + valid[3:67], b"\xff\xfe"):
         await store.set(key, garbage, 60)
-        assert await results.lookup("acme", tool(), {"q": "x"}) is None
+        assert await results.lookup(who("acme"), tool(), {"q": "x"}) is None
 
     await store.set(key, valid, 60)
-    assert await results.lookup("acme", tool(), {"q": "x"}) == "the result"
+    assert await results.lookup(who("acme"), tool(), {"q": "x"}) == "the result"
     assert counted(registry) == {"hit": 1, "miss": 0, "store": 0, "rejected": 9, "error": 0}
 
 
 async def test_a_tool_the_policy_does_not_cache_is_neither_stored_nor_looked_up() -> None:
     store = MemoryStore(100)
     results = cache(seconds=60, ttls={"s:lookup": 0}, store=store)
-    await results.remember("acme", tool(), {"q": "x"}, "r")
-    await results.remember("acme", tool("other", read_only=False), {"q": "x"}, "r")
+    await results.remember(who("acme"), tool(), {"q": "x"}, "r")
+    await results.remember(who("acme"), tool("other", read_only=False), {"q": "x"}, "r")
     assert len(store) == 0
-    assert await results.lookup("acme", tool(), {"q": "x"}) is None
+    assert await results.lookup(who("acme"), tool(), {"q": "x"}) is None
 
 
 async def test_a_tenants_tool_cache_seconds_shortens_a_results_lifetime_and_zero_turns_the_cache_off() -> None:
@@ -226,11 +240,11 @@ async def test_a_tenants_tool_cache_seconds_shortens_a_results_lifetime_and_zero
     assert results.ttl(tool(), 600) == 60  # a tenant never lengthens the operator's lifetime
     assert results.ttl(tool("other", read_only=False), 10) == 0  # nor caches a tool the policy does not
 
-    await results.remember("acme", tool(), {"q": "x"}, "r", max_seconds=0)
+    await results.remember(who("acme"), tool(), {"q": "x"}, "r", max_seconds=0)
     assert len(store) == 0
-    await results.remember("acme", tool(), {"q": "x"}, "r")
-    assert await results.lookup("acme", tool(), {"q": "x"}, max_seconds=0) is None
-    assert await results.lookup("acme", tool(), {"q": "x"}, max_seconds=5) == "r"
+    await results.remember(who("acme"), tool(), {"q": "x"}, "r")
+    assert await results.lookup(who("acme"), tool(), {"q": "x"}, max_seconds=0) is None
+    assert await results.lookup(who("acme"), tool(), {"q": "x"}, max_seconds=5) == "r"
 
 
 # --- the in-memory store --------------------------------------------------------------------------------------

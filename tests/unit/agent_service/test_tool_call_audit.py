@@ -9,6 +9,8 @@ from typing import Any
 
 import anyio
 import pytest
+from opentelemetry import trace
+from prometheus_client import CollectorRegistry
 
 from agent_service.core.limits import RunLimits
 from agent_service.core.run import LlmCall, RunPlan, ToolCallRecord
@@ -207,3 +209,26 @@ async def test_other_gateway_refusals_are_still_fed_back_to_the_model() -> None:
     assert outcome.error is None
     assert outcome.finish_reason == "stop"
     assert [(row.tool_call_id, row.status) for row in steps.answered] == [("c1", "error")]
+
+
+def test_calls_of_a_tenants_own_server_are_counted_under_one_label_that_names_neither_server_nor_tool() -> None:
+    registry = CollectorRegistry()
+    telemetry = RunTelemetry(registry, trace.NoOpTracer())
+    for server, tool, own in (("crm", "crm_export", True), ("web", "web_search", False)):
+        telemetry.tool_call(
+            run_id="run_1",
+            round_index=1,
+            call_index=0,
+            server=server,
+            tool=tool,
+            status="ok",
+            seconds=0.01,
+            tenant_server=own,
+        )
+    series = {
+        (sample.labels["server"], sample.labels["tool"])
+        for metric in registry.collect()
+        if metric.name == "agent_tool_calls"
+        for sample in metric.samples
+    }
+    assert series == {("(tenant)", "(tenant)"), ("web", "web_search")}

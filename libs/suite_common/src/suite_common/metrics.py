@@ -32,6 +32,7 @@ from suite_common.openapi import ApiRoute, Operation
 
 __all__ = [
     "LATENCY_BUCKETS",
+    "TENANT_SERVERS_LABEL",
     "CallMetrics",
     "HttpMetrics",
     "HttpMetricsMiddleware",
@@ -39,6 +40,11 @@ __all__ = [
     "metrics_route",
     "new_registry",
 ]
+
+TENANT_SERVERS_LABEL = "(tenant)"
+"""The ``server`` and ``tool`` label of every call of a tenant's own MCP server, in every service's metrics: tenants
+name their servers and tools, so thousands of them would be unbounded series, and whoever scrapes the metrics would
+learn their names."""
 
 # A ``*_created`` sample per series doubles a scrape for a figure Prometheus never uses (it has the
 # counter's resets). Process-wide in prometheus_client, and wanted in every app of the suite.

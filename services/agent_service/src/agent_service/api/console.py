@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from agent_service.admission.planning import ToolCatalog, allowed_tools
+from agent_service.admission.planning import allowed_tools
 from agent_service.api.auth import caller_of
 from agent_service.api.services import services_of
 from suite_common.deadline import Deadline
@@ -61,10 +61,6 @@ _LIST_TOOLS_SECONDS = 10.0
 """How long listing the tools may wait for mcp-client-service."""
 
 
-def _catalog(request: Request) -> ToolCatalog:
-    return services_of(request).catalog
-
-
 def _summary(tool: ToolInfo) -> ToolSummary:
     return ToolSummary(
         name=tool.name, description=tool.description, server=tool.server, title=tool.title, unavailable=tool.unavailable
@@ -74,10 +70,14 @@ def _summary(tool: ToolInfo) -> ToolSummary:
 async def list_tools(request: Request) -> Response:
     """The gateway's tool list as the caller's runs see it (cached for ``AGENT_CATALOG_CACHE_SECONDS``): only the
     tools its tenant and its end user's role (``X-User-Role``) may use, sorted by server, then name; a tool whose
-    server cannot take calls now is listed with ``unavailable``."""
+    server cannot take calls now is listed with ``unavailable``. None while the tenant's runtime has ``agentEnabled``
+    false: its runs get none (and the gateway is not asked)."""
     caller = caller_of(request)
+    services = services_of(request)
+    if not (await services.runtimes.of(caller.tenant, caller.rules)).agent_enabled:
+        return ModelResponse(ToolList(tools=[]))
     # A peer's UpstreamError is an ApiError.
-    tools = await _catalog(request).tools(Deadline.after(_LIST_TOOLS_SECONDS), tenant=caller.tenant)
+    tools = await services.catalog.tools(Deadline.after(_LIST_TOOLS_SECONDS), tenant=caller.tenant)
     ordered = sorted(allowed_tools(tools, caller.rules, caller.role), key=lambda tool: (tool.server, tool.name))
     return ModelResponse(ToolList(tools=[_summary(tool) for tool in ordered]))
 

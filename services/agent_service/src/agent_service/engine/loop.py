@@ -414,7 +414,7 @@ class AgentLoop:
 
         def audit(status: ToolCallStatus, *, logged: str | None = None) -> ToolCallRecord:
             """The call's audit line and metric (under ``logged`` when given), and its audit row."""
-            seconds = self._audit(plan, iteration, position, call, server, logged or status, started)
+            seconds = self._audit(plan, iteration, position, call, tool, logged or status, started)
             return ToolCallRecord(
                 iteration=iteration,
                 call_index=position,
@@ -489,14 +489,14 @@ class AgentLoop:
         gateway that ignored the route)."""
         if tool is not None and tool.server == server and self.tool_cache is not None:
             await self.tool_cache.remember(
-                plan.tenant, tool, call.arguments, content, max_seconds=plan.tool_cache_seconds
+                plan.caller, tool, call.arguments, content, max_seconds=plan.tool_cache_seconds
             )
 
     async def _cached(self, plan: RunPlan, tool: ToolInfo | None, call: ToolCall) -> str | None:
         """The earlier result of this very call, if the tool-result cache has one (``engine.tool_cache``)."""
         if self.tool_cache is None or tool is None:
             return None
-        return await self.tool_cache.lookup(plan.tenant, tool, call.arguments, max_seconds=plan.tool_cache_seconds)
+        return await self.tool_cache.lookup(plan.caller, tool, call.arguments, max_seconds=plan.tool_cache_seconds)
 
     async def _finished(
         self,
@@ -532,15 +532,23 @@ class AgentLoop:
             await recorder.result(state.turn_position + 1 + position, message, audit=audit)
 
     def _audit(
-        self, plan: RunPlan, iteration: int, position: int, call: ToolCall, server: str, status: str, started: float
+        self,
+        plan: RunPlan,
+        iteration: int,
+        position: int,
+        call: ToolCall,
+        tool: ToolInfo | None,
+        status: str,
+        started: float,
     ) -> float:
         seconds = time.perf_counter() - started
         self.telemetry.tool_call(
             run_id=plan.run_id,
             round_index=iteration,
             call_index=position,
-            server=server,
+            server=tool.server if tool is not None else "-",
             tool=call.name,
+            tenant_server=tool is not None and tool.tenant is not None,
             status=status,
             seconds=seconds,
         )

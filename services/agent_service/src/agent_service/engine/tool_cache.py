@@ -41,7 +41,7 @@ from agent_service.infra.shared_redis import REDIS_ERRORS, bounded
 from agent_service.infra.telemetry import RunTelemetry
 from agent_service.settings import AgentSettings
 from suite_common.logging import get_logger
-from suite_common.wire import ToolInfo
+from suite_common.wire import CallerContext, ToolInfo
 
 __all__ = [
     "CacheStore",
@@ -67,10 +67,22 @@ def canonical_arguments(arguments: Mapping[str, Any]) -> str:
     return json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def cache_key(key_prefix: str, tenant: str, server: str, tool: str, arguments: Mapping[str, Any]) -> str:
-    """``<prefix>tool-cache:<sha256 of (tenant, server, tool, canonical arguments)>``: the identity hashed, so that
-    nothing of a tenant's calls shows in Redis's key space; raises ``ValueError`` for arguments that are no JSON."""
-    identity = json.dumps([tenant, server, tool, canonical_arguments(arguments)], separators=(",", ":"))
+def cache_key(
+    key_prefix: str,
+    tenant: str,
+    server: str,
+    tool: str,
+    arguments: Mapping[str, Any],
+    *,
+    user: str | None = None,
+    role: str | None = None,
+) -> str:
+    """``<prefix>tool-cache:<sha256 of (tenant, user, role, server, tool, canonical arguments)>``: the identity
+    hashed, so that nothing of a tenant's calls shows in Redis's key space; raises ``ValueError`` for arguments that
+    are no JSON. The end user and role are part of it: a tool learns whom a call acts for
+    (``_meta["io.loopsuite/caller"]``) and may answer each user from that user's own data, so one user's result is
+    never another's, nor an admin's a guest's."""
+    identity = json.dumps([tenant, user, role, server, tool, canonical_arguments(arguments)], separators=(",", ":"))
     return f"{key_prefix}tool-cache:{hashlib.sha256(identity.encode('utf-8')).hexdigest()}"
 
 
@@ -194,8 +206,8 @@ class ToolCache:
         self.key_prefix = key_prefix
         self.telemetry = telemetry or RunTelemetry.disabled()
 
-    def key(self, tenant: str, server: str, tool: str, arguments: Mapping[str, Any]) -> str:
-        return cache_key(self.key_prefix, tenant, server, tool, arguments)
+    def key(self, caller: CallerContext, server: str, tool: str, arguments: Mapping[str, Any]) -> str:
+        return cache_key(self.key_prefix, caller.tenant, server, tool, arguments, user=caller.user, role=caller.role)
 
     def ttl(self, tool: ToolInfo, max_seconds: float | None = None) -> float:
         """Seconds a result of ``tool`` is reused (0: never): the policy's, at most ``max_seconds`` (the run's
@@ -204,23 +216,23 @@ class ToolCache:
         return ttl if max_seconds is None else min(ttl, max_seconds)
 
     def _key_of(
-        self, tenant: str, tool: ToolInfo, arguments: Mapping[str, Any], max_seconds: float | None
+        self, caller: CallerContext, tool: ToolInfo, arguments: Mapping[str, Any], max_seconds: float | None
     ) -> str | None:
         """The key of a call that may be cached; None for a tool the policy (or the tenant) does not cache (or
         arguments that are no JSON: a NaN, say)."""
         if self.ttl(tool, max_seconds) <= 0:
             return None
         try:
-            return self.key(tenant, tool.server, tool.name, arguments)
+            return self.key(caller, tool.server, tool.name, arguments)
         except ValueError:
             return None
 
     async def lookup(
-        self, tenant: str, tool: ToolInfo, arguments: Mapping[str, Any], *, max_seconds: float | None = None
+        self, caller: CallerContext, tool: ToolInfo, arguments: Mapping[str, Any], *, max_seconds: float | None = None
     ) -> str | None:
-        """The earlier result of this call, or None (not cached, not cacheable, or not to be trusted).
-        ``max_seconds``: the tenant's limit of a result's lifetime (0: never cached)."""
-        key = self._key_of(tenant, tool, arguments, max_seconds)
+        """The earlier result of this call for the same tenant, user and role, or None (not cached, not cacheable, or
+        not to be trusted). ``max_seconds``: the tenant's limit of a result's lifetime (0: never cached)."""
+        key = self._key_of(caller, tool, arguments, max_seconds)
         if key is None:
             return None
         try:
@@ -242,7 +254,7 @@ class ToolCache:
 
     async def remember(
         self,
-        tenant: str,
+        caller: CallerContext,
         tool: ToolInfo,
         arguments: Mapping[str, Any],
         content: str,
@@ -251,7 +263,7 @@ class ToolCache:
     ) -> None:
         """Keep a successful result of this call for its TTL (nothing for a tool the policy does not cache), at most
         ``max_seconds`` (the tenant's limit)."""
-        key = self._key_of(tenant, tool, arguments, max_seconds)
+        key = self._key_of(caller, tool, arguments, max_seconds)
         if key is None:
             return
         try:

@@ -16,7 +16,7 @@ from opentelemetry.trace import Span, Tracer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from suite_common.logging import get_logger
-from suite_common.metrics import LATENCY_BUCKETS, CallMetrics
+from suite_common.metrics import LATENCY_BUCKETS, TENANT_SERVERS_LABEL, CallMetrics
 from suite_common.tracing import mark_request_failed, mark_span_failed
 
 __all__ = ["UNLISTED_TOOL", "RunTelemetry"]
@@ -113,13 +113,19 @@ class RunTelemetry:
         tool: str,
         status: str,
         seconds: float,
+        tenant_server: bool = False,
     ) -> None:
         """One audit line per tool call: who called what, how it went; never the arguments.
 
         ``server`` is ``-`` for a tool the run does not list: its name is the model's, so the metrics count
-        it under ``tool="unlisted"`` (the audit line keeps the name)."""
-        label = tool if server != "-" else UNLISTED_TOOL
-        self._tool_calls.observe(server, label, status, seconds=seconds)
+        it under ``tool="unlisted"`` (the audit line keeps the name). ``tenant_server``: the tool is of a server its
+        tenant registered, counted under ``TENANT_SERVERS_LABEL`` as the gateway counts it (the audit line keeps the
+        names)."""
+        if tenant_server:
+            server_label = label = TENANT_SERVERS_LABEL
+        else:
+            server_label, label = server, tool if server != "-" else UNLISTED_TOOL
+        self._tool_calls.observe(server_label, label, status, seconds=seconds)
         _audit.info(
             "audit_tool_call",
             run_id=run_id,

@@ -18,15 +18,12 @@ from prometheus_client.registry import Collector
 from mcp_client_service.calls.call import CallRecord
 from mcp_client_service.registry.server_registry import ServerRegistry
 from mcp_client_service.tenants.servers import TenantServers
-from suite_common.metrics import CallMetrics
+from suite_common.metrics import TENANT_SERVERS_LABEL, CallMetrics
 from suite_common.tracing import mark_span_failed
 
 __all__ = ["GatewayTelemetry"]
 
 _CIRCUIT_STATES = ("closed", "half_open", "open")
-
-_TENANT_SERVERS = "(tenant)"
-"""The ``server`` and ``tool`` label of every call of a tenant's own server."""
 
 
 class _ServerStates(Collector):
@@ -79,10 +76,12 @@ class GatewayTelemetry:
     def call(self, record: CallRecord) -> None:
         """Counted, timed, and noted on the call's span (the current one: calls end inside it).
 
-        Calls of tenants' own servers are counted together (``_TENANT_SERVERS``): thousands of tenants' servers and
+        Calls of tenants' own servers are counted together (``TENANT_SERVERS_LABEL``): thousands of tenants' servers and
         tools as label values would swamp Prometheus. Their span says which.
         """
-        server, tool = (record.server, record.tool) if record.tenant is None else (_TENANT_SERVERS, _TENANT_SERVERS)
+        server, tool = (
+            (record.server, record.tool) if record.tenant is None else (TENANT_SERVERS_LABEL, TENANT_SERVERS_LABEL)
+        )
         self._calls.observe(server, tool, record.outcome, seconds=record.duration_ms / 1000)
         span = trace.get_current_span()
         span.set_attributes({"tool.server": record.server, "tool.outcome": record.outcome})
