@@ -73,6 +73,8 @@ class Plan:
     persistence_sequential: Rounds
     """Three agent-services (not stored, SQLite, PostgreSQL) interleaved: an even count of rounds, so that
     each mode goes first as often as last."""
+    tenants_sequential: Rounds
+    """Two tenants' runs differing by well under a millisecond: many short rounds, so that drift cancels out."""
     agent_rounds: int
     single_runs: int
     min_concurrent_runs: int
@@ -90,6 +92,7 @@ class Plan:
             sequential=Rounds(rounds=5, per_round=200, warmup=100, max_seconds=4.0),
             agent_sequential=Rounds(rounds=5, per_round=200, warmup=20, max_seconds=8.0),
             persistence_sequential=Rounds(rounds=6, per_round=150, warmup=20, max_seconds=6.0),
+            tenants_sequential=Rounds(rounds=24, per_round=40, warmup=20, max_seconds=2.0),
             agent_rounds=3,
             single_runs=20,
             min_concurrent_runs=96,
@@ -103,6 +106,7 @@ class Plan:
             sequential=Rounds(rounds=3, per_round=60, warmup=30, max_seconds=1.5),
             agent_sequential=Rounds(rounds=3, per_round=30, warmup=5, max_seconds=3.0),
             persistence_sequential=Rounds(rounds=4, per_round=40, warmup=10, max_seconds=2.0),
+            tenants_sequential=Rounds(rounds=8, per_round=20, warmup=10, max_seconds=1.0),
             agent_rounds=3,
             single_runs=8,
             min_concurrent_runs=32,
@@ -181,7 +185,7 @@ async def _run(options: argparse.Namespace, plan: Plan, cores: Cores, data: Path
             done(await run_limits(suite, plan.persistence_sequential))
         if "tenants" in options.only:
             # Its own agent-service: it profiles that one and the gateway itself.
-            done(await run_tenants(suite, plan.persistence_sequential, profiles=profiles if options.profile else None))
+            done(await run_tenants(suite, plan.tenants_sequential, profiles=profiles if options.profile else None))
     if "rag" in options.only:  # needs none of the services: run once they are down
         # The tool runs as a process of its own on every core (torch uses both): unpin this process,
         # every thread of it, and so the ingest command it starts, from the load core.

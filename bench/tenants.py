@@ -188,7 +188,8 @@ def _section(suite: Suite, agent: Service, figures: dict[str, Any], plan: Rounds
         ],
     )
     base = figures["shared"]
-    result: dict[str, Any] = {"arms": {}}
+    control = figures["own"].cpu_per_request_of(suite.completion.pid) - base.cpu_per_request_of(suite.completion.pid)
+    result: dict[str, Any] = {"arms": {}, "completion_cpu_noise_ms_per_run": control * 1000}
     for arm in ARMS:
         figure = figures[arm.key]
         added, added_cpu = figure.p50 - base.p50, figure.cpu_per_request - base.cpu_per_request
@@ -215,12 +216,17 @@ def _section(suite: Suite, agent: Service, figures: dict[str, Any], plan: Rounds
             "added_cpu_ms_per_run": added_cpu * 1000,
             "p50_ratio": figure.p50 / base.p50,
         }
+
     for arm in ARMS:
         split = ", ".join(
             f"{service.name} {ms(figures[arm.key].cpu_per_request_of(service.pid))}"
             for service in (agent, suite.completion, suite.mcp)
         )
         table.notes.append(f"CPU per run, {arm.key}: {split} ms")
+    table.notes.append(
+        f"completion-service does the same work in every arm: its CPU difference, own - shared ({ms(control)} ms/run), "
+        "is this run's noise"
+    )
     table.notes.append(
         "added = this arm - the shared-only tenant's run (p50 of runs, median of round p50s); suite CPU: the three "
         "services' own, from /proc; the echo servers run on the load core (the tenant's are processes of their own, "
