@@ -8,7 +8,8 @@ with it alone on its core and the other two services moved to the other one, as 
 Then, in order: the load client check, the floor, and the completion-service, mcp-client-service
 and agent-service benchmarks, then agent-service's OpenAI front against its agent API, then what
 storing runs costs agent-service (not stored, SQLite, PostgreSQL: ``bench/persistence.py``) and what the
-per-tenant run slot costs a run (none, in memory, Redis: ``bench/limits.py``), then (the
+per-tenant run slot costs a run (none, in memory, Redis: ``bench/limits.py``), and what a tenant's own MCP
+servers cost its runs (``bench/tenants.py``), then (the
 services stopped) mcp_rag_tool's search latency at 10,000 and 100,000 synthetic chunks
 (``bench/rag_scale.py``) and ``mcp-rag-tool ingest``'s throughput (``bench/rag_ingest.py``); each
 prints its tables as it ends, and a summary of the targets closes the run. The summary is also
@@ -47,10 +48,22 @@ from bench.profiling import profiling
 from bench.rag_scale import run_rag
 from bench.report import Section, machine, render_summary, summary_markdown
 from bench.suite import running_suite
+from bench.tenants import run_tenants
 
 __all__ = ["main"]
 
-BENCHMARKS = ("client", "floor", "completion", "mcp", "agent", "openai", "persistence", "limits", "rag")
+BENCHMARKS = (
+    "client",
+    "floor",
+    "completion",
+    "mcp",
+    "agent",
+    "openai",
+    "persistence",
+    "limits",
+    "tenants",
+    "rag",
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,8 @@ class Plan:
     persistence_sequential: Rounds
     """Three agent-services (not stored, SQLite, PostgreSQL) interleaved: an even count of rounds, so that
     each mode goes first as often as last."""
+    tenants_sequential: Rounds
+    """Two tenants' runs differing by well under a millisecond: many short rounds, so that drift cancels out."""
     agent_rounds: int
     single_runs: int
     min_concurrent_runs: int
@@ -77,6 +92,7 @@ class Plan:
             sequential=Rounds(rounds=5, per_round=200, warmup=100, max_seconds=4.0),
             agent_sequential=Rounds(rounds=5, per_round=200, warmup=20, max_seconds=8.0),
             persistence_sequential=Rounds(rounds=6, per_round=150, warmup=20, max_seconds=6.0),
+            tenants_sequential=Rounds(rounds=24, per_round=40, warmup=20, max_seconds=2.0),
             agent_rounds=3,
             single_runs=20,
             min_concurrent_runs=96,
@@ -90,6 +106,7 @@ class Plan:
             sequential=Rounds(rounds=3, per_round=60, warmup=30, max_seconds=1.5),
             agent_sequential=Rounds(rounds=3, per_round=30, warmup=5, max_seconds=3.0),
             persistence_sequential=Rounds(rounds=4, per_round=40, warmup=10, max_seconds=2.0),
+            tenants_sequential=Rounds(rounds=8, per_round=20, warmup=10, max_seconds=1.0),
             agent_rounds=3,
             single_runs=8,
             min_concurrent_runs=32,
@@ -166,6 +183,9 @@ async def _run(options: argparse.Namespace, plan: Plan, cores: Cores, data: Path
             done(await run_persistence(suite, plan.persistence_sequential, rounds=plan.agent_rounds))
         if "limits" in options.only:
             done(await run_limits(suite, plan.persistence_sequential))
+        if "tenants" in options.only:
+            # Its own agent-service: it profiles that one and the gateway itself.
+            done(await run_tenants(suite, plan.tenants_sequential, profiles=profiles if options.profile else None))
     if "rag" in options.only:  # needs none of the services: run once they are down
         # The tool runs as a process of its own on every core (torch uses both): unpin this process,
         # every thread of it, and so the ingest command it starts, from the load core.

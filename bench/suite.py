@@ -86,6 +86,13 @@ def _stdio_echo() -> StdioServerParameters:
     )
 
 
+def _fresh(database: Path) -> Path:
+    """``database``'s path, its SQLite files of an earlier run removed."""
+    for path in (database, database.with_name(database.name + "-wal"), database.with_name(database.name + "-shm")):
+        path.unlink(missing_ok=True)
+    return database
+
+
 def _start_processes(stack: ExitStack, cores: Cores, data: Path, secret: str, log_level: str) -> dict[str, Service]:
     def logging_env(prefix: str) -> dict[str, str]:
         return {f"{prefix}LOG_LEVEL": log_level, f"{prefix}LOG_FORMAT": "json"}
@@ -160,7 +167,9 @@ def _start_processes(stack: ExitStack, cores: Cores, data: Path, secret: str, lo
             "MCP_CLIENT_SERVICE_SECRET": secret,
             "MCP_CLIENT_SECRET_HEADER": SECRET_HEADER,
             "MCP_CLIENT_SERVERS_FILE": str(config),
-            "MCP_CLIENT_SSRF_ALLOW_LOOPBACK": "true",  # the echo server over HTTP is on loopback
+            "MCP_CLIENT_SSRF_ALLOW_LOOPBACK": "true",  # the echo servers over HTTP (shared, tenants') are on loopback
+            # Tenant servers (bench/tenants.py) in a store of this run's own, never `make run`'s .data/mcp_client.db.
+            "MCP_CLIENT_DATABASE_URL": f"sqlite:///{_fresh(data / 'mcp_client.db')}",
             **logging_env("MCP_CLIENT_"),
         },
     )

@@ -180,8 +180,9 @@ class TenantSessions:
         session = self._open[key]
         session.users += 1
         try:
-            with anyio.move_on_after(wait):
-                await self._settled(connection)
+            if not _settled(connection):  # an open session (every call but the first) skips the timed wait's scope
+                with anyio.move_on_after(wait):
+                    await self._wait_settled(connection)
             yield connection
         finally:
             session.users -= 1
@@ -200,9 +201,14 @@ class TenantSessions:
             self._room = anyio.Event()
         await self._room.wait()
 
-    async def _settled(self, connection: ServerConnection) -> None:
+    async def _wait_settled(self, connection: ServerConnection) -> None:
         """Until ``connection`` serves, or has failed since it was opened (it keeps retrying meanwhile)."""
-        while not (connection.serving or (connection.first_attempt_done and not connection.connecting)):
+        while not _settled(connection):
             if self._changed is None:
                 self._changed = anyio.Event()
             await self._changed.wait()
+
+
+def _settled(connection: ServerConnection) -> bool:
+    """``connection`` serves, or has failed since it was opened (it keeps retrying meanwhile)."""
+    return connection.serving or (connection.first_attempt_done and not connection.connecting)
