@@ -57,14 +57,15 @@ async def spawned(module: str, env: dict[str, str], port: int, log: Path) -> Asy
                 await process.wait()
 
 
-def agent_env(port: int, completion_url: str, gateway: Gateway, **settings: object) -> dict[str, str]:
-    """The environment of an agent-service process on ``port`` over ``completion_url`` and ``gateway``, asking for
-    the tool list on every run; ``settings``: other ``AGENT_*`` settings by field name (``database_url=...``)."""
+def agent_env(port: int, completion_url: str, gateway: Gateway | str, **settings: object) -> dict[str, str]:
+    """The environment of an agent-service process on ``port`` over ``completion_url`` and ``gateway`` (one in this
+    process, or the URL of one), asking for the tool list on every run; ``settings``: other ``AGENT_*`` settings by
+    field name (``database_url=...``, ``catalog_cache_seconds`` to cache the list)."""
     env = {
         "AGENT_HOST": "127.0.0.1",
         "AGENT_PORT": str(port),
         "AGENT_COMPLETION_URL": completion_url,
-        "AGENT_MCP_CLIENT_URL": gateway.url,
+        "AGENT_MCP_CLIENT_URL": gateway if isinstance(gateway, str) else gateway.url,
         "AGENT_MCP_SERVICE_SECRET": GATEWAY_SECRET,
         "AGENT_CATALOG_CACHE_SECONDS": "0",
     }
