@@ -18,16 +18,16 @@ depend on one another's servers.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 from cryptography.fernet import Fernet
@@ -45,7 +45,7 @@ from support.echo_mcp_server import build_echo_server
 from support.everything_server import everything_http_server
 from support.fake_openai import ScriptedOpenAI
 from support.mcp_gateway import GATEWAY_SECRET, WAIT_SECONDS, echo_http_server
-from support.processes import agent_env, spawned
+from support.processes import agent_env, polled, spawned
 from support.servers import free_port, serve_app
 
 pytestmark = pytest.mark.anyio
@@ -131,7 +131,6 @@ def _gateway_env(port: int, folder: Path, database_url: str) -> dict[str, str]:
         "MCP_CLIENT_SSRF_ALLOWED_NETWORKS": f"{TENANT_SERVERS_HOST}/32",
         "MCP_CLIENT_HOSTS_FILE": str(folder / "hosts"),
         "MCP_CLIENT_TENANT_IDLE_SECONDS": str(IDLE_SECONDS),
-        "PYTHONUNBUFFERED": "1",  # every log line in the file as it is written, for the search of header values
     }
 
 
@@ -153,7 +152,7 @@ async def platform(tmp_path_factory: pytest.TempPathFactory, databases: tuple[st
     async with AsyncExitStack() as running:
         shared_url = await running.enter_async_context(echo_http_server("shared", tool_prefix="shared_"))
         shared_url = shared_url.replace("127.0.0.1", "localhost")  # a name: the servers file's are trusted
-        (folder / "servers.json").write_text(f'{{"mcpServers": {{"shared": {{"url": "{shared_url}"}}}}}}')
+        (folder / "servers.json").write_text(json.dumps({"mcpServers": {"shared": {"url": shared_url}}}))
         everything = await running.enter_async_context(everything_http_server(folder / "everything.log"))
         llm_url = await running.enter_async_context(serve_app(llm.app))
         settings = CompletionSettings(
@@ -178,7 +177,7 @@ async def platform(tmp_path_factory: pytest.TempPathFactory, databases: tuple[st
                 redis_key_prefix=prefix,
                 catalog_cache_seconds=CATALOG_CACHE_SECONDS,
             )
-            await running.enter_async_context(spawned("agent_service", {**env, "PYTHONUNBUFFERED": "1"}, agent_port, agent_log))
+            await running.enter_async_context(spawned("agent_service", env, agent_port, agent_log))
             http = httpx.AsyncClient(base_url=f"http://127.0.0.1:{agent_port}", timeout=30)
             agents.append(await running.enter_async_context(http))
             logs += [gateway_log, agent_log]
@@ -209,13 +208,6 @@ async def _tool_names(agent: httpx.AsyncClient, key: str) -> set[str]:
     return {tool["name"] for tool in listed.json()["tools"]}
 
 
-async def _polled(check: Callable[[], Awaitable[bool]], seconds: float) -> None:
-    """Ask another process until ``check()`` holds, for at most ``seconds`` (nothing to await across processes)."""
-    with anyio.fail_after(seconds):
-        while not await check():
-            await anyio.sleep(0.1)
-
-
 async def _listed(agent: httpx.AsyncClient, key: str, name: str) -> dict[str, Any]:
     """The server's card once its tools are listed (registration lists them in the background)."""
     card: dict[str, Any] = {}
@@ -228,7 +220,7 @@ async def _listed(agent: httpx.AsyncClient, key: str, name: str) -> dict[str, An
         assert card["state"] != "failed", card
         return bool(card["toolCount"])
 
-    await _polled(listed, WAIT_SECONDS)
+    await polled(listed, WAIT_SECONDS)
     return card
 
 
@@ -264,7 +256,7 @@ async def test_a_tenants_third_party_server_serves_its_runs_and_no_other_tenant_
     async def two_lists_it() -> bool:
         return "echo" in await _tool_names(two, A_APP)
 
-    await _polled(two_lists_it, SWITCH_OFF_SECONDS)
+    await polled(two_lists_it, SWITCH_OFF_SECONDS)
     platform.llm.push(
         fake_openai.tool_calls(("call_1", "echo", {"message": "hello from a"})), fake_openai.text("It said hello.")
     )
@@ -330,7 +322,7 @@ async def test_a_server_switched_off_through_one_agent_replica_is_not_offered_by
     async def offered_by_two() -> bool:
         return "echo" in await _offered(platform, two, C_ADMIN)
 
-    await _polled(offered_by_two, WAIT_SECONDS)
+    await polled(offered_by_two, WAIT_SECONDS)
 
     switched = await one.patch(f"{ADMIN_SERVERS}/everything", json={"enabled": False}, headers=as_caller(C_ADMIN))
     assert switched.status_code == 200, switched.text
@@ -340,7 +332,7 @@ async def test_a_server_switched_off_through_one_agent_replica_is_not_offered_by
     async def gone_from_two() -> bool:
         return "echo" not in await _offered(platform, two, C_ADMIN)
 
-    await _polled(gone_from_two, SWITCH_OFF_SECONDS)
+    await polled(gone_from_two, SWITCH_OFF_SECONDS)
     took = time.monotonic() - started
     assert took < SWITCH_OFF_SECONDS
     assert "shared_echo" in await _offered(platform, two, C_ADMIN)  # the shared tools stay
@@ -401,7 +393,7 @@ async def test_a_server_whose_name_turns_to_a_blocked_address_ends_the_next_run_
             card = await agent.get(f"{ADMIN_SERVERS}/notes", headers=as_caller(D_ADMIN))
             return bool(card.json()["state"] == "idle")
 
-        await _polled(idle, IDLE_SECONDS + WAIT_SECONDS)
+        await polled(idle, IDLE_SECONDS + WAIT_SECONDS)
         platform.resolve(_hosts("127.0.0.1"))
         received, asked = counted.count, len(platform.llm.requests)
 
