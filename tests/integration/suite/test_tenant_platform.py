@@ -285,13 +285,14 @@ async def test_a_tenants_third_party_server_serves_its_runs_and_no_other_tenant_
         answers.append(listed)
 
     # A key of tenant a without the admin role: 403 for every operation, nothing changed.
-    for method, path, body in (
+    operations: tuple[tuple[str, str, dict[str, Any] | None], ...] = (
         ("GET", ADMIN_SERVERS, None),
         ("POST", ADMIN_SERVERS, {"name": "mine", "url": platform.everything_url}),
         ("GET", f"{ADMIN_SERVERS}/everything", None),
         ("PATCH", f"{ADMIN_SERVERS}/everything", {"enabled": False}),
         ("DELETE", f"{ADMIN_SERVERS}/everything", None),
-    ):
+    )
+    for method, path, body in operations:
         plain = await one.request(method, path, json=body, headers=as_caller(A_APP))
         assert _error(plain) == (403, "admin_only"), (method, path, plain.text)
     still = await two.get(f"{ADMIN_SERVERS}/everything", headers=as_caller(A_ADMIN))
