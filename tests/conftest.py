@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import redis.asyncio as aioredis
 
-from support.databases import REDIS_URL, fresh_postgres_database
+from support.databases import fresh_postgres_database, redis_key_prefix
 
 
 @pytest.fixture(scope="session")
@@ -79,16 +77,5 @@ def own_postgres_url() -> Iterator[str]:
 async def redis_prefix() -> AsyncIterator[str]:
     """A Redis key prefix of this test's own (``test-<uuid>:``); its keys are deleted at the end. Fails (never skips)
     without Redis at ``REDIS_URL``."""
-    prefix = f"test-{uuid.uuid4().hex[:12]}:"
-    client = aioredis.Redis.from_url(REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-    try:
-        await client.ping()
-    except OSError as error:  # redis-py's ConnectionError is an OSError too
-        pytest.fail(f"Redis at {REDIS_URL} is unreachable ({error}): this test needs it")
-    try:
+    async with redis_key_prefix() as prefix:
         yield prefix
-    finally:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
-        if keys:
-            await client.delete(*keys)
-        await client.aclose()

@@ -6,15 +6,25 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Coroutine, Iterator
+import uuid
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import pytest
+import redis.asyncio as aioredis
 
-__all__ = ["ADMIN_DSN", "POSTGRES_HOST", "fresh_database", "fresh_postgres_database"]
+__all__ = [
+    "ADMIN_DSN",
+    "POSTGRES_HOST",
+    "REDIS_URL",
+    "fresh_database",
+    "fresh_postgres_database",
+    "redis_key_prefix",
+]
 
 POSTGRES_HOST = "127.0.0.1:5432"
 ADMIN_DSN = f"postgresql://postgres@{POSTGRES_HOST}/test"
@@ -61,3 +71,22 @@ def fresh_database(backend: str, folder: Path, prefix: str) -> Iterator[str]:
     else:
         with fresh_postgres_database(prefix) as url:
             yield url
+
+
+@asynccontextmanager
+async def redis_key_prefix() -> AsyncIterator[str]:
+    """A Redis key prefix of the block's own (``test-<uuid>:``); its keys are deleted at the end. Fails (never skips)
+    without Redis at ``REDIS_URL``."""
+    prefix = f"test-{uuid.uuid4().hex[:12]}:"
+    client = aioredis.Redis.from_url(REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        await client.ping()
+    except OSError as error:  # redis-py's ConnectionError is an OSError too
+        pytest.fail(f"Redis at {REDIS_URL} is unreachable ({error}): this test needs it")
+    try:
+        yield prefix
+    finally:
+        keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()

@@ -37,13 +37,14 @@ class _Server(uvicorn.Server):
 
 @asynccontextmanager
 async def serve_app(
-    app: ASGIApp, *, startup_timeout: float = 30, config: uvicorn.Config | None = None
+    app: ASGIApp, *, startup_timeout: float = 30, config: uvicorn.Config | None = None, host: str = "127.0.0.1"
 ) -> AsyncIterator[str]:
-    """Serve ``app`` (lifespan included) on 127.0.0.1 and yield its base URL; ``config`` replaces the
-    test default (its host and port are ignored: the app is served on a free port)."""
+    """Serve ``app`` (lifespan included) on ``host`` (a loopback address: another one of 127.0.0.0/8 is a server
+    the outbound policy can tell apart from 127.0.0.1) and yield its base URL; ``config`` replaces the test default
+    (its host and port are ignored: the app is served on a free port)."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind((host, 0))
     port = sock.getsockname()[1]
     if config is None:
         config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=2)
@@ -62,7 +63,7 @@ async def serve_app(
         if not server.started:
             raise RuntimeError("the app failed to start (see the log above)")
         try:
-            yield f"http://127.0.0.1:{port}"
+            yield f"http://{host}:{port}"
         finally:
             server.should_exit = True
     sock.close()

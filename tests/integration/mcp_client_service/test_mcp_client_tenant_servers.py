@@ -11,7 +11,6 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
@@ -23,7 +22,7 @@ from mcp_client_service.tenants.servers import TenantServers
 from support.databases import fresh_postgres_database
 from support.everything_server import everything_http_server
 from support.mcp_gateway import GATEWAY_SECRET, WAIT_SECONDS, echo_http_server, running_gateway
-from support.processes import spawned
+from support.processes import polled, spawned
 from support.servers import free_port
 
 pytestmark = pytest.mark.anyio
@@ -199,15 +198,6 @@ async def _tools_of(http: httpx.AsyncClient, tenant: str) -> list[str]:
     return _tool_names(await http.get("/mcp/v1/tools/list-tools", headers=_as(tenant)))
 
 
-async def _until(check: Any, seconds: float) -> None:
-    """Poll another process until ``check()`` holds, within ``seconds`` (nothing to await across processes)."""
-    with anyio.fail_after(seconds):
-        while True:
-            if await check():
-                return
-            await anyio.sleep(0.1)
-
-
 async def test_a_server_switched_off_on_one_replica_leaves_the_others_catalog_within_5_seconds(tmp_path: Path) -> None:
     with fresh_postgres_database("mcp_client") as database_url:
         async with (
@@ -221,14 +211,14 @@ async def test_a_server_switched_off_on_one_replica_leaves_the_others_catalog_wi
             async def two_lists_it() -> bool:
                 return "echo" in await _tools_of(two, "a")
 
-            await _until(two_lists_it, WAIT_SECONDS)
+            await polled(two_lists_it, WAIT_SECONDS)
             switched = await one.patch(SERVERS.format(tenant="a") + "/notes", json={"enabled": False})
             assert switched.status_code == 200, switched.text
 
             async def two_dropped_it() -> bool:
                 return "echo" not in await _tools_of(two, "a")
 
-            await _until(two_dropped_it, 5.0)
+            await polled(two_dropped_it, 5.0)
             refused = await two.post(
                 "/mcp/v1/tools/call-tool", headers=_as("a"), json={"name": "echo", "arguments": {"text": "x"}}
             )
