@@ -7,8 +7,10 @@ own ``curl`` then answers in well under a second), prints where they listen and 
 an agent, and stops them all on Ctrl-C.
 
 agent-service asks for a caller key: the first start makes one (``.data/caller-key``, 0600) and the callers
-file that names it (``.data/callers.toml``, tenant ``local``, the key as its sha256); later starts reuse
-them, so a key once copied keeps working. The banner prints the key, and its ``curl`` sends it.
+file that names it (``.data/callers.toml``, tenant ``local``, the key as its sha256, the tenant's admin: the
+console's Servers and Runtime sections are there); later starts reuse them, so a key once copied keeps working.
+The banner prints the key, and its ``curl`` sends it. The first start also makes the key that encrypts the header
+values of the MCP servers added at runtime (``.data/mcp-secrets-key``, 0600), unless MCP_CLIENT_SECRETS_KEY is set.
 
 Ports come from AGENT_PORT, COMPLETION_PORT and MCP_CLIENT_PORT (8000, 8001, 8002 by default).
 WEB_SEARCH_SEARXNG_URL, if set, is handed to the web search tool. Every other setting of the
@@ -68,9 +70,23 @@ def _caller_key(data_dir: Path) -> tuple[str, Path]:
         'description = "One-sentence answers"\n'
         'system_prompt = "Answer in one short sentence."\n'
         'model = "demo"\n\n'
-        f'[[keys]]\nname = "local"\ntenant = "local"\nsha256 = "{digest}"\ntrusted = true\n'
+        f'[[keys]]\nname = "local"\ntenant = "local"\nsha256 = "{digest}"\ntrusted = true\nrole = "admin"\n'
     )
     return key, callers
+
+
+def _secrets_key(data: Path) -> str:
+    """The gateway's key for tenant servers' header values: made once (a Fernet key), kept readable by its owner."""
+    key_file = data / "mcp-secrets-key"
+    if key_file.is_file():
+        return key_file.read_text().strip()
+    from cryptography.fernet import Fernet  # the gateway's own dependency: only this function needs it
+
+    key = Fernet.generate_key().decode()
+    descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as output:
+        output.write(key + "\n")
+    return key
 
 
 def _banner(agent: int, completion: int, mcp: int, key: str) -> str:
@@ -182,6 +198,7 @@ def main() -> int:
                 "MCP_CLIENT_SERVERS_FILE": str(_mcp_config(data_dir)),
                 # Local mode: a tool server added to the list may listen on this machine's loopback.
                 "MCP_CLIENT_SSRF_ALLOW_LOOPBACK": os.environ.get("MCP_CLIENT_SSRF_ALLOW_LOOPBACK", "true"),
+                "MCP_CLIENT_SECRETS_KEY": os.environ.get("MCP_CLIENT_SECRETS_KEY") or _secrets_key(ROOT / ".data"),
             },
             mcp,
         ),
