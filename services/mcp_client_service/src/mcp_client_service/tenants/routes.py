@@ -9,6 +9,7 @@ connects and lists its tools in the background, and the answer shows its state.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import anyio
@@ -34,6 +35,10 @@ _log = get_logger("mcp_client_service.tenants.routes")
 DEFAULT_MAX_SERVERS = 20
 """A tenant's servers when the request does not say (agent-service passes the tenant's ``max_mcp_servers``)."""
 
+MAX_SERVERS_LIMIT = 10_000
+"""The largest ``maxServers`` taken: a cap above it is a mistake, not a policy."""
+_MAX_SERVERS_FORM = re.compile(r"[0-9]{1,9}")  # bounded: int() refuses over 4300 digits
+
 _NOT_FOUND = "The tenant has no server of this name (another tenant's servers are not seen)."
 _EVERY_OPERATION = {
     400: "invalid_tenant: the tenant is empty, longer than 128 characters or holds a control character.",
@@ -46,7 +51,7 @@ _INVALID = "The body is not valid: an unknown field, a name that is not like a t
 _LIST = Operation(
     "The tenant's own MCP servers, their state and tools",
     answer=TenantServerList,
-    errors={**_EVERY_OPERATION, 400: f"{_EVERY_OPERATION[400]} Or maxServers is not a whole number."},
+    errors={**_EVERY_OPERATION, 400: f"{_EVERY_OPERATION[400]} Or maxServers is not a whole number from 0 to {MAX_SERVERS_LIMIT}."},
 )
 _CREATE = Operation(
     "Register an MCP server of the tenant's own (streamable HTTP or SSE)",
@@ -92,8 +97,9 @@ def _max_servers(request: Request) -> int | None:
     raw = request.query_params.get("maxServers")
     if raw is None:
         return None
-    if not raw.isdigit():
-        raise ApiError(400, "invalid_request", "maxServers must be a whole number, 0 or more.")
+    # ASCII digits only: str.isdigit() also takes "²" or "١", which int() then refuses (a 500).
+    if _MAX_SERVERS_FORM.fullmatch(raw) is None or int(raw) > MAX_SERVERS_LIMIT:
+        raise ApiError(400, "invalid_request", f"maxServers must be a whole number from 0 to {MAX_SERVERS_LIMIT}.")
     return int(raw)
 
 
