@@ -11,13 +11,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import ValidationError
 
 from mcp_client_service.config.references import has_references
 from mcp_client_service.config.servers_file import HttpServerConfig
 
-__all__ = ["registration_problem", "server_config", "valid_tenant"]
+MASK = "***"
+
+__all__ = ["masked_url", "registration_problem", "server_config", "valid_tenant"]
 
 _TENANT = re.compile(r"[^\x00-\x1f\x7f]{1,128}")
 
@@ -61,3 +64,26 @@ def registration_problem(url: str, headers: Mapping[str, str] | None) -> str | N
         if has_references(text):
             return f"{where} holds a ${{env:...}} or ${{file:...}} reference: a tenant's server takes literal values"
     return None
+
+
+def masked_url(url: str) -> str:
+    """``url`` as answers show it: a password in its userinfo (or a userinfo that is one token, without a
+    password) and every query value replaced by ``***``, since tenants put API keys there. The stored URL is
+    unchanged; headers are the place for credentials."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # not a URL this parser takes (an unclosed IPv6 bracket): show none of it
+        return MASK
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, host = netloc.rpartition("@")
+        user, has_password, _ = userinfo.partition(":")
+        netloc = f"{user}:{MASK}@{host}" if has_password else f"{MASK}@{host}"
+    query = "&".join(_masked_pair(pair) for pair in parts.query.split("&")) if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _masked_pair(pair: str) -> str:
+    name, has_value, _ = pair.partition("=")
+    # A bare item (``?sk-123``) may be the secret itself: masked whole.
+    return f"{name}={MASK}" if has_value else (MASK if pair else pair)

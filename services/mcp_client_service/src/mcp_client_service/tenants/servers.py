@@ -29,7 +29,7 @@ from mcp_client_service.connection.server_connection import ServerConnection
 from mcp_client_service.registry.catalog import Away, NameCollision, ServerTools, ToolCatalog
 from mcp_client_service.registry.server_registry import ServerRegistry
 from mcp_client_service.tenants.catalogs import TenantCatalogs, parse_tools
-from mcp_client_service.tenants.configs import server_config
+from mcp_client_service.tenants.configs import masked_url, server_config
 from mcp_client_service.tenants.sessions import SessionKey, SessionLimitReached, TenantSessions
 from mcp_client_service.tenants.store_api import ServerRow, TenantStore
 from suite_common.logging import get_logger
@@ -401,7 +401,7 @@ class TenantServers:
         tools = self._tool_infos(row, connection)
         return TenantServer(
             name=row.name,
-            url=row.url,
+            url=masked_url(row.url),  # its secrets masked: headers are the place for them
             transport=row.transport,
             enabled=row.enabled,
             allowed_tools=list(row.allowed_tools) if row.allowed_tools is not None else None,
