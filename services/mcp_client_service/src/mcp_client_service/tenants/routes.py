@@ -51,7 +51,10 @@ _INVALID = "The body is not valid: an unknown field, a name that is not like a t
 _LIST = Operation(
     "The tenant's own MCP servers, their state and tools",
     answer=TenantServerList,
-    errors={**_EVERY_OPERATION, 400: f"{_EVERY_OPERATION[400]} Or maxServers is not a whole number from 0 to {MAX_SERVERS_LIMIT}."},
+    errors={
+        **_EVERY_OPERATION,
+        400: f"{_EVERY_OPERATION[400]} Or maxServers is not a whole number from 0 to {MAX_SERVERS_LIMIT}.",
+    },
 )
 _CREATE = Operation(
     "Register an MCP server of the tenant's own (streamable HTTP or SSE)",
@@ -97,7 +100,7 @@ def _max_servers(request: Request) -> int | None:
     raw = request.query_params.get("maxServers")
     if raw is None:
         return None
-    # ASCII digits only: str.isdigit() also takes "²" or "١", which int() then refuses (a 500).
+    # ASCII digits only: str.isdigit() also takes superscripts ("²"), which int() then refuses (a 500).
     if _MAX_SERVERS_FORM.fullmatch(raw) is None or int(raw) > MAX_SERVERS_LIMIT:
         raise ApiError(400, "invalid_request", f"maxServers must be a whole number from 0 to {MAX_SERVERS_LIMIT}.")
     return int(raw)
