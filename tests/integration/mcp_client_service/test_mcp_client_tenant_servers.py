@@ -286,3 +286,14 @@ async def test_a_urls_password_and_query_values_are_masked_in_answers_and_kept_i
         assert "4711" not in answer.text
     assert stored is not None
     assert stored.url == secret_url
+
+
+@pytest.mark.parametrize("tenant", ["t" * 65, "a b", ".hidden", "a:b"])
+async def test_a_tenant_agent_service_would_refuse_is_refused_by_the_gateway_too(tenant: str) -> None:
+    async with running_gateway({}) as gateway:
+        assert (await gateway.http.get("/mcp/v1/tools/list-tools", headers=_as("t" * 64))).status_code == 200
+        for response in (
+            await gateway.http.get("/mcp/v1/tools/list-tools", headers={"X-Tenant-Id": tenant}),
+            await gateway.http.get(SERVERS.format(tenant=tenant)),
+        ):
+            assert (response.status_code, _error_code(response)) == (400, "invalid_tenant"), response.text

@@ -50,7 +50,7 @@ from mcp_client_service.mcp_face.features import FeatureRouter
 from mcp_client_service.registry.server_registry import ReloadResult, ServerRegistry, ServersResponse
 from mcp_client_service.settings import MCPClientSettings
 from mcp_client_service.store import SecretsBox, TenantServerStore, open_tenant_store
-from mcp_client_service.tenants.configs import valid_tenant
+from mcp_client_service.tenants.configs import checked_tenant
 from mcp_client_service.tenants.routes import tenant_routes
 from mcp_client_service.tenants.servers import TenantServers, TenantSettings
 from suite_common.auth import SharedSecretMiddleware
@@ -64,6 +64,7 @@ from suite_common.openapi import ApiRoute, Operation, SharedSecretScheme, add_op
 from suite_common.sse import Emit, EventStreamResponse, encode_event
 from suite_common.wire import (
     TENANT_HEADER,
+    TENANT_NAME_RULE,
     CallToolProgress,
     CallToolRequest,
     CallToolResponse,
@@ -97,7 +98,7 @@ def _services(request: Request) -> _Services:
 _LIST_TOOLS = Operation(
     "Every tool of every serving MCP server: the shared ones, and with X-Tenant-Id the tenant's own",
     answer=ListToolsResponse,
-    errors={400: "X-Tenant-Id is not a tenant (1 to 128 characters, no control character)."},
+    errors={400: f"invalid_tenant: X-Tenant-Id is not a tenant's name ({TENANT_NAME_RULE})."},
 )
 _SERVERS = Operation("Every configured MCP server and its state", answer=ServersResponse)
 _RELOAD = Operation(
@@ -130,11 +131,7 @@ _CALL_TOOL = Operation(
 def _tenant(request: Request) -> str | None:
     """The tenant named by ``X-Tenant-Id``; ``None`` without one (the shared servers only)."""
     tenant = request.headers.get(TENANT_HEADER)
-    if tenant is None:
-        return None
-    if not valid_tenant(tenant):
-        raise ApiError(400, "invalid_tenant", f"{TENANT_HEADER} is 1 to 128 characters, none a control character.")
-    return tenant
+    return None if tenant is None else checked_tenant(tenant, TENANT_HEADER)
 
 
 async def list_tools(request: Request) -> Response:

@@ -8,7 +8,6 @@ resolve them: ``ConnectionOptions.resolve_references``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -17,17 +16,20 @@ from pydantic import ValidationError
 
 from mcp_client_service.config.references import has_references
 from mcp_client_service.config.servers_file import HttpServerConfig
+from suite_common.errors import ApiError
+from suite_common.wire import TENANT_NAME_RULE, is_tenant_name
 
 MASK = "***"
 
-__all__ = ["masked_url", "registration_problem", "server_config", "valid_tenant"]
-
-_TENANT = re.compile(r"[^\x00-\x1f\x7f]{1,128}")
+__all__ = ["checked_tenant", "masked_url", "registration_problem", "server_config"]
 
 
-def valid_tenant(tenant: str) -> bool:
-    """Whether ``tenant`` (``X-Tenant-Id``, or the tenant API's path) is one: 1 to 128 characters, no control one."""
-    return _TENANT.fullmatch(tenant) is not None
+def checked_tenant(tenant: str, where: str) -> str:
+    """``tenant`` (``X-Tenant-Id``, or the tenant API's path, which ``where`` names) if it is a tenant's name, the
+    rule agent-service's callers file holds its tenants to; else 400 ``invalid_tenant``."""
+    if not is_tenant_name(tenant):
+        raise ApiError(400, "invalid_tenant", f"{where} is not a tenant's name: one is {TENANT_NAME_RULE}.")
+    return tenant
 
 
 def server_config(
