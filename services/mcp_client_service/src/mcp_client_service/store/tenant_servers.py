@@ -244,7 +244,7 @@ class TenantServerStore:
         _check_transport(transport)
         sealed = self._seal(headers)
         now = datetime.now(UTC)
-        values = {
+        values: dict[str, Any] = {
             "tenant": tenant,
             "name": name,
             "url": url,
