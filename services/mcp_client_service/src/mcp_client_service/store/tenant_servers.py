@@ -319,6 +319,7 @@ class TenantServerStore:
         def change(connection: Connection) -> sa.Row[Any] | None:
             if connection.execute(sa.select(sa.literal(1)).where(*_key(tenant, name))).first() is None:
                 return None
+            # The revision's row first (its lock), then the server's: one order for every write.
             stamped = {**changes, "revision": _bump(connection)}
             return connection.execute(
                 tenant_servers.update().where(*_key(tenant, name)).values(**stamped).returning(*_COLUMNS)
@@ -331,9 +332,13 @@ class TenantServerStore:
         """Remove the server; ``False`` when the tenant has none of this name."""
 
         def remove(connection: Connection) -> bool:
+            if connection.execute(sa.select(sa.literal(1)).where(*_key(tenant, name))).first() is None:
+                return False
+            # The revision's row before the server's, as every write takes them (the other order could deadlock
+            # with a concurrent change of the same server on PostgreSQL).
+            revision = _bump(connection)
             removed = connection.execute(tenant_servers.delete().where(*_key(tenant, name))).rowcount == 1
             if removed:
-                revision = _bump(connection)
                 # The deletion's mark (one per name: an earlier one is replaced), read by replicas syncing.
                 connection.execute(
                     tenant_server_deletions.delete().where(
