@@ -224,3 +224,66 @@ async def test_a_server_switched_off_on_one_replica_leaves_the_others_catalog_wi
             )
             assert refused.status_code == 404
             assert "echo" not in await _tools_of(two, "b")
+
+
+@pytest.mark.parametrize("cap", ["²", "\u0661", "-1", "1.5", " 3", "10001", "9" * 5000])
+async def test_a_max_servers_that_is_not_ascii_digits_in_range_is_400_never_500(cap: str) -> None:
+    async with running_gateway({}) as gateway:
+        for response in (
+            await gateway.http.get(SERVERS.format(tenant="a"), params={"maxServers": cap}),
+            await gateway.http.post(
+                SERVERS.format(tenant="a"), params={"maxServers": cap}, json={"name": "x", "url": "http://x.test/"}
+            ),
+        ):
+            assert (response.status_code, _error_code(response)) == (400, "invalid_request"), response.text
+
+
+async def test_a_callers_tenant_other_than_the_headers_is_refused_and_without_the_header_it_is_not_passed_on() -> None:
+    caller = {"tenant": "a", "user": "u-1", "runId": "run-1"}
+    async with echo_http_server("notes") as url, running_gateway({"notes": {"url": url}}) as gateway:
+        await gateway.wait_until_ready("notes")
+        call = {"name": "caller_meta", "arguments": {}, "caller": caller}
+
+        mismatch = await gateway.http.post("/mcp/v1/tools/call-tool", headers=_as("b"), json=call)
+        assert (mismatch.status_code, _error_code(mismatch)) == (400, "tenant_mismatch")
+        streamed = await gateway.http.post(
+            "/mcp/v1/tools/call-tool", headers={**_as("b"), "accept": "text/event-stream"}, json=call
+        )
+        assert streamed.status_code == 400
+
+        same = await gateway.http.post("/mcp/v1/tools/call-tool", headers=_as("a"), json=call)
+        assert json.loads(same.json()["content"][0]["text"]) == caller
+        shared = await gateway.http.post("/mcp/v1/tools/call-tool", json=call)
+        assert json.loads(shared.json()["content"][0]["text"]) == {"user": "u-1", "runId": "run-1"}
+
+
+async def test_a_urls_password_and_query_values_are_masked_in_answers_and_kept_in_the_store() -> None:
+    async with echo_http_server("notes") as url, running_gateway({}) as gateway:
+        secret_url = url.replace("http://", "http://me:pw-4711@") + "?api_key=sk-4711&region=eu"
+        created = await gateway.http.post(SERVERS.format(tenant="a"), json={"name": "notes", "url": secret_url})
+        assert created.status_code == 201, created.text
+        await _listed(gateway.tenants, "a", "notes")
+        answers = [
+            created,
+            await gateway.http.get(SERVERS.format(tenant="a")),
+            await gateway.http.get(SERVERS.format(tenant="a") + "/notes"),
+            await gateway.http.patch(SERVERS.format(tenant="a") + "/notes", json={"enabled": True}),
+        ]
+        stored = await gateway.tenants.store.get("a", "notes")
+
+    assert created.json()["url"] == url.replace("http://", "http://me:***@") + "?api_key=***&region=***"
+    for answer in answers:
+        assert "4711" not in answer.text
+    assert stored is not None
+    assert stored.url == secret_url
+
+
+@pytest.mark.parametrize("tenant", ["t" * 65, "a b", ".hidden", "a:b"])
+async def test_a_tenant_agent_service_would_refuse_is_refused_by_the_gateway_too(tenant: str) -> None:
+    async with running_gateway({}) as gateway:
+        assert (await gateway.http.get("/mcp/v1/tools/list-tools", headers=_as("t" * 64))).status_code == 200
+        for response in (
+            await gateway.http.get("/mcp/v1/tools/list-tools", headers={"X-Tenant-Id": tenant}),
+            await gateway.http.get(SERVERS.format(tenant=tenant)),
+        ):
+            assert (response.status_code, _error_code(response)) == (400, "invalid_tenant"), response.text

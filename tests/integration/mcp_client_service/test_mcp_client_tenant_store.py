@@ -37,7 +37,7 @@ from mcp_client_service.store import (
     open_tenant_store,
 )
 from mcp_client_service.store.schema import metadata, tenant_servers
-from mcp_client_service.store.tenant_servers import MIGRATIONS, STORE_NAME
+from mcp_client_service.store.tenant_servers import MAX_LISTING_BYTES, MIGRATIONS, STORE_NAME
 from suite_common.sql import database_url, open_database
 from support.databases import fresh_database, fresh_postgres_database
 
@@ -272,19 +272,66 @@ async def test_a_key_rotation_re_encrypts_every_row_with_the_new_key(open_store:
     assert rotated.headers == {"Authorization": TOKEN}
 
 
-async def test_headers_encrypted_with_another_key_are_a_clear_error_naming_the_server(
+async def test_headers_no_key_decrypts_make_that_server_say_so_and_never_keep_the_others_from_loading(
     open_store: OpenStore, tenant: str
 ) -> None:
     await create(await open_store(keys=KEY_A), tenant, "docs", headers={"Authorization": TOKEN})
+    await create(await open_store(keys=KEY_A), tenant, "open")
     wrong = await open_store(keys=KEY_B)
-    with pytest.raises(SecretsUnreadable, match=f"server docs of tenant {tenant}.*MCP_CLIENT_SECRETS_KEY") as failure:
-        await wrong.get(tenant, "docs")
-    assert TOKEN not in str(failure.value)
-    assert KEY_A not in str(failure.value)
+    _, servers = await wrong.load_all()
+    mine = {server.name: server for server in servers if server.tenant == tenant}
+    assert (mine["open"].headers_problem, mine["docs"].headers) == (None, {})
+    problem = mine["docs"].headers_problem or ""
+    assert re.search(f"server docs of tenant {tenant}.*MCP_CLIENT_SECRETS_KEY", problem), problem
+    assert TOKEN not in problem
+    assert KEY_A not in problem
+    got = await wrong.get(tenant, "docs")
+    assert got is not None
+    assert got.headers_problem == problem
     with pytest.raises(SecretsUnreadable):
         await wrong.rotate_secrets()
-    with pytest.raises(SecretsKeyMissing, match="set the key they were encrypted with"):
-        await (await open_store(keys=None)).get(tenant, "docs")
+    keyless = await (await open_store(keys=None)).get(tenant, "docs")
+    assert keyless is not None
+    assert "set the key they were encrypted with" in (keyless.headers_problem or "")
+
+
+async def test_changes_since_a_revision_are_the_servers_written_and_deleted_after_it(
+    store: TenantServerStore, tenant: str
+) -> None:
+    await create(store, tenant, "kept")
+    await create(store, tenant, "changed")
+    await create(store, tenant, "gone")
+    since = await store.revision()
+    await store.record_listing(tenant, "changed", TOOLS, None)
+    await store.delete(tenant, "gone")
+    await create(store, tenant, "new")
+
+    revision, rows, deleted = await store.changes_since(since)
+
+    assert revision == await store.revision() == since + 3
+    assert [row.name for row in rows if row.tenant == tenant] == ["changed", "new"]
+    assert [key for key in deleted if key[0] == tenant] == [(tenant, "gone")]
+    assert await store.changes_since(revision) == (revision, [], [])
+    await store.record_listing(tenant, "changed", TOOLS, "slow")  # an error alone: read with the row, no change
+    await store.update(tenant, "nobody", enabled=False)  # no such server: nothing changes
+    assert (await store.changes_since(revision))[1:] == ([], [])
+
+
+async def test_a_listing_larger_than_the_cap_keeps_the_previous_one_and_says_why(
+    store: TenantServerStore, tenant: str
+) -> None:
+    await create(store, tenant, "big")
+    await store.record_listing(tenant, "big", TOOLS, None)
+    start = await store.revision()
+    huge = [{"name": f"t{i}", "description": "x" * 10_000, "inputSchema": {"type": "object"}} for i in range(101)]
+
+    await store.record_listing(tenant, "big", huge, None)
+
+    kept = await store.get(tenant, "big")
+    assert kept is not None
+    assert kept.tools == TOOLS
+    assert f"more than the {MAX_LISTING_BYTES}" in (kept.last_error or "")
+    assert await store.revision() == start
 
 
 def test_a_key_that_is_not_a_fernet_key_is_refused_by_position_without_showing_it() -> None:

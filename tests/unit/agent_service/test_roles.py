@@ -21,11 +21,11 @@ from agent_service.admission.budgets import Budgets
 from agent_service.admission.planning import ToolCatalog, allowed_tools, plan_run
 from agent_service.admission.spend_ledgers import LocalSpendLedger
 from agent_service.api.auth import CallerMiddleware, caller_of
-from agent_service.core.tenancy import DEFAULT_MAX_MCP_SERVERS, TenantRules, UserRole
+from agent_service.core.tenancy import TenantRules, UserRole
 from agent_service.store import StoredCallerKey
 from suite_common.deadline import Deadline
 from suite_common.errors import ApiError
-from suite_common.wire import AgentRunRequest, ToolInfo, Usage
+from suite_common.wire import DEFAULT_MAX_TENANT_SERVERS, AgentRunRequest, ToolInfo, Usage
 from support.caller_keys import key_sha256
 from unit.agent_service.test_callers_file import _with_tenant_fields
 from unit.agent_service.test_planning import MODELS, SETTINGS
@@ -58,8 +58,8 @@ def test_a_tenants_roles_budgets_and_server_cap_are_read() -> None:
 
 def test_without_those_fields_every_role_may_use_every_tool_and_a_tenant_may_have_20_servers() -> None:
     rules = _tenant("")
-    assert (rules.tool_roles, rules.role_monthly_tokens, rules.max_mcp_servers) == ({}, {}, DEFAULT_MAX_MCP_SERVERS)
-    assert DEFAULT_MAX_MCP_SERVERS == 20
+    assert (rules.tool_roles, rules.role_monthly_tokens, rules.max_mcp_servers) == ({}, {}, DEFAULT_MAX_TENANT_SERVERS)
+    assert DEFAULT_MAX_TENANT_SERVERS == 20
     assert rules.role_allows_tool("guest", "rag", "add_documents")
     assert not rules.has_monthly_budget
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import anyio
 import pytest
 from mcp_types import Tool
+from structlog.testing import capture_logs
 
 from mcp_client_service.config.options import ConnectionOptions
 from mcp_client_service.config.servers_file import ServersFile, parse_servers_config
@@ -56,27 +57,39 @@ class Row:
     last_error: str | None = None
     created_at: datetime = _EPOCH
     updated_at: datetime = _EPOCH
+    headers_problem: str | None = None
 
 
 class StoreDouble:
-    """The store's API over a dict, shared by the "replicas" of a test; its revision moves with every write."""
+    """The store's API over a dict, shared by the "replicas" of a test; its revision moves with every write, and
+    each row and deletion keeps the revision it was written at, as the store's do."""
 
     def __init__(self) -> None:
         self.rows: dict[tuple[str, str], Row] = {}
+        self.written: dict[tuple[str, str], int] = {}
+        self.deleted: dict[tuple[str, str], int] = {}
         self.rev = 0
         self.recorded: list[tuple[str, str, list[dict[str, Any]] | None, str | None]] = []
+        self.reads: list[int] = []
+        """The revision each ``changes_since`` read from."""
 
     def put(self, row: Row) -> None:
         """A write by "another replica"."""
         order = len(self.rows)
-        self.rows[row.tenant, row.name] = replace(row, created_at=_EPOCH + timedelta(seconds=order))
         self.rev += 1
+        self.rows[row.tenant, row.name] = replace(row, created_at=_EPOCH + timedelta(seconds=order))
+        self.written[row.tenant, row.name] = self.rev
 
     async def revision(self) -> int:
         return self.rev
 
     async def load_all(self) -> tuple[int, Sequence[Row]]:
         return self.rev, list(self.rows.values())
+
+    async def changes_since(self, revision: int) -> tuple[int, Sequence[Row], Sequence[tuple[str, str]]]:
+        self.reads.append(revision)
+        rows = [row for key, row in self.rows.items() if self.written[key] > revision]
+        return self.rev, rows, [key for key, at in self.deleted.items() if at > revision]
 
     async def list(self, tenant: str) -> Sequence[Row]:
         return [row for row in self.rows.values() if row.tenant == tenant]
@@ -92,6 +105,8 @@ class StoreDouble:
 
     async def delete(self, tenant: str, name: str) -> bool:
         self.rev += 1
+        self.deleted[tenant, name] = self.rev
+        self.written.pop((tenant, name), None)
         return self.rows.pop((tenant, name), None) is not None
 
     async def record_listing(
@@ -347,11 +362,57 @@ async def test_a_sync_that_read_the_store_before_a_change_made_here_does_not_und
     store.put(Row("b", "elsewhere", tools=_json("x")))  # moves the revision: the next sync reads
     stale = await store.load_all()
 
-    async def read_then_register_here() -> tuple[int, Sequence[Row]]:
+    async def read_then_register_here(revision: int) -> tuple[int, Sequence[Row], Sequence[tuple[str, str]]]:
         servers.adopt(Row("a", "mine", tools=_json("now")))  # registered here while the sync was reading
-        return stale
+        return stale[0], stale[1], []
 
-    store.load_all = read_then_register_here  # type: ignore[method-assign]
+    store.changes_since = read_then_register_here  # type: ignore[method-assign]
     assert not await servers.sync()
 
     assert [row.name for row in servers.servers_of("a")] == ["mine"]
+
+
+async def test_a_sync_reads_only_what_changed_since_the_revision_it_has() -> None:
+    store = StoreDouble()
+    store.put(Row("a", "clock", tools=_json("now")))
+    store.put(Row("b", "notes", tools=_json("write")))
+    servers = TenantServers(store, _registry(), _OPTIONS, settings=TenantSettings(sync_seconds=3600))
+    await servers.load()
+    b_catalog = servers.catalog("b")
+    loaded_at = servers.revision
+
+    store.put(Row("a", "clock", tools=_json("now", "later")))  # a's listing changed on another replica
+    assert await servers.sync()
+
+    assert store.reads == [loaded_at]
+    assert [tool.name for tool in servers.catalog("a").listing().tools] == ["now", "later"]
+    assert servers.catalog("b") is b_catalog  # b's servers were neither read nor rebuilt
+
+    await store.delete("a", "clock")
+    store.put(Row("a", "clock", tools=_json("again")))  # deleted and registered again between two syncs
+    await store.delete("b", "notes")
+    assert await servers.sync()
+    assert [tool.name for tool in servers.catalog("a").listing().tools] == ["again"]
+    assert servers.servers_of("b") == []
+    assert servers.revision == store.rev
+
+
+async def test_a_server_whose_headers_no_key_decrypts_is_failed_and_the_others_load() -> None:
+    store = StoreDouble()
+    problem = "The header values of server locked of tenant a cannot be decrypted with any key"
+    store.put(Row("a", "locked", tools=_json("secret"), headers_problem=problem))
+    store.put(Row("a", "clock", tools=_json("now")))
+    servers = TenantServers(store, _registry(), _OPTIONS, settings=TenantSettings(sync_seconds=3600))
+    with capture_logs() as logs:
+        await servers.load()
+
+    assert [tool.name for tool in servers.catalog("a").listing().tools] == ["now"]
+    [locked] = [row for row in servers.servers_of("a") if row.name == "locked"]
+    card = servers.describe(locked)
+    assert (card.state, card.last_error) == ("failed", problem)
+    with pytest.raises(ServerGone):
+        async with servers.session("a", "locked"):
+            pass
+    assert [line["event"] for line in logs if line.get("server") == "locked"] == [
+        "mcp_tenant_server_headers_unreadable"
+    ]

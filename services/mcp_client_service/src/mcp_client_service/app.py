@@ -50,7 +50,7 @@ from mcp_client_service.mcp_face.features import FeatureRouter
 from mcp_client_service.registry.server_registry import ReloadResult, ServerRegistry, ServersResponse
 from mcp_client_service.settings import MCPClientSettings
 from mcp_client_service.store import SecretsBox, TenantServerStore, open_tenant_store
-from mcp_client_service.tenants.configs import valid_tenant
+from mcp_client_service.tenants.configs import checked_tenant
 from mcp_client_service.tenants.routes import tenant_routes
 from mcp_client_service.tenants.servers import TenantServers, TenantSettings
 from suite_common.auth import SharedSecretMiddleware
@@ -64,6 +64,7 @@ from suite_common.openapi import ApiRoute, Operation, SharedSecretScheme, add_op
 from suite_common.sse import Emit, EventStreamResponse, encode_event
 from suite_common.wire import (
     TENANT_HEADER,
+    TENANT_NAME_RULE,
     CallToolProgress,
     CallToolRequest,
     CallToolResponse,
@@ -97,7 +98,7 @@ def _services(request: Request) -> _Services:
 _LIST_TOOLS = Operation(
     "Every tool of every serving MCP server: the shared ones, and with X-Tenant-Id the tenant's own",
     answer=ListToolsResponse,
-    errors={400: "X-Tenant-Id is not a tenant (1 to 128 characters, no control character)."},
+    errors={400: f"invalid_tenant: X-Tenant-Id is not a tenant's name ({TENANT_NAME_RULE})."},
 )
 _SERVERS = Operation("Every configured MCP server and its state", answer=ServersResponse)
 _RELOAD = Operation(
@@ -118,7 +119,8 @@ _CALL_TOOL = Operation(
         "(its name resolves to a blocked address); the tool was not called.",
         409: "The request's server does not have the tool it names (serverTool, else name) now, or name is not "
         "one of that tool's names (tool_server_mismatch); nothing was called.",
-        400: "The arguments do not match the tool's input schema, or the request is not valid.",
+        400: "The arguments do not match the tool's input schema, or the request is not valid; tenant_mismatch: "
+        "caller.tenant differs from X-Tenant-Id (without the header, caller.tenant is not passed on).",
         503: "The tool's server is restarting or its circuit is open, or no session to a tenant's server can be "
         "opened now (tool_unavailable, Retry-After).",
     },
@@ -129,11 +131,7 @@ _CALL_TOOL = Operation(
 def _tenant(request: Request) -> str | None:
     """The tenant named by ``X-Tenant-Id``; ``None`` without one (the shared servers only)."""
     tenant = request.headers.get(TENANT_HEADER)
-    if tenant is None:
-        return None
-    if not valid_tenant(tenant):
-        raise ApiError(400, "invalid_tenant", f"{TENANT_HEADER} is 1 to 128 characters, none a control character.")
-    return tenant
+    return None if tenant is None else checked_tenant(tenant, TENANT_HEADER)
 
 
 async def list_tools(request: Request) -> Response:
@@ -174,9 +172,23 @@ def _wants_event_stream(request: Request) -> bool:
     return "text/event-stream" in request.headers.get("accept", "")
 
 
-def _caller(body: CallToolRequest) -> dict[str, Any] | None:
-    """``caller`` as the JSON a tool server reads in ``_meta["io.loopsuite/caller"]``."""
-    return None if body.caller is None else body.caller.model_dump(by_alias=True, exclude_none=True, mode="json")
+def _caller(body: CallToolRequest, tenant: str | None) -> dict[str, Any] | None:
+    """``caller`` as the JSON a tool server reads in ``_meta["io.loopsuite/caller"]``, its tenant ``X-Tenant-Id``'s.
+
+    The header is what routes the call, so a tool server must never be told another tenant: a ``caller.tenant``
+    that differs from the header is 400 ``tenant_mismatch``, and without the header (the shared scope) the caller's
+    tenant claim is dropped (a tool then acts for no tenant, as for a call naming none).
+    """
+    if body.caller is None:
+        return None
+    if tenant is not None and body.caller.tenant != tenant:
+        raise ApiError(
+            400, "tenant_mismatch", f"caller.tenant must be the tenant {TENANT_HEADER} names, or left to the header."
+        )
+    caller = body.caller.model_dump(by_alias=True, exclude_none=True, mode="json")
+    if tenant is None:
+        caller.pop("tenant", None)
+    return caller
 
 
 def _outbound_blocked(error: OutboundBlockedError) -> ApiError:
@@ -184,7 +196,12 @@ def _outbound_blocked(error: OutboundBlockedError) -> ApiError:
 
 
 async def _stream_call(
-    router: ToolRouter, body: CallToolRequest, tenant: str | None, deadline: Deadline, send: Emit
+    router: ToolRouter,
+    body: CallToolRequest,
+    tenant: str | None,
+    caller: dict[str, Any] | None,
+    deadline: Deadline,
+    send: Emit,
 ) -> None:
     """``call-tool`` as SSE: the server's progress as ``progress`` events, then one ``result`` or ``error``.
 
@@ -206,7 +223,7 @@ async def _stream_call(
             server=body.server,
             server_tool=body.server_tool,
             tenant=tenant,
-            caller=_caller(body),
+            caller=caller,
         )
     except ToolUnavailableError as unavailable:
         await relay.close()
@@ -228,9 +245,11 @@ async def call_tool_route(request: Request) -> Response | EventStreamResponse:
     services = _services(request)
     tenant = _tenant(request)
     body = await read_model(request, CallToolRequest)
+    caller = _caller(body, tenant)
     deadline = Deadline.from_header(request.headers, cap=math.inf)
     if _wants_event_stream(request):
-        return EventStreamResponse(functools.partial(_stream_call, services.router, body, tenant, deadline))
+        call = functools.partial(_stream_call, services.router, body, tenant, caller, deadline)
+        return EventStreamResponse(call)
     # A caller that goes away (agent-service cancelling a run, a deadline) cancels the call: the
     # SDK then sends the server `notifications/cancelled` (or, over streamable HTTP at protocol
     # 2026, aborts the request's POST), so the tool stops instead of running to the call timeout.
@@ -245,7 +264,7 @@ async def call_tool_route(request: Request) -> Response | EventStreamResponse:
                 server=body.server,
                 server_tool=body.server_tool,
                 tenant=tenant,
-                caller=_caller(body),
+                caller=caller,
             ),
         )
     except (ToolNotFoundError, ToolServerMismatchError) as error:

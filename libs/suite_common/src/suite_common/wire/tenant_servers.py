@@ -9,6 +9,7 @@ Header values are write-only: a request may carry them, no answer ever does (``h
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Literal
 
@@ -18,12 +19,30 @@ from suite_common.wire.base import WireModel
 from suite_common.wire.gateway import ToolInfo
 
 __all__ = [
+    "DEFAULT_MAX_TENANT_SERVERS",
+    "TENANT_NAME_RULE",
     "TenantServer",
     "TenantServerCreate",
     "TenantServerList",
     "TenantServerPatch",
     "TenantServerTransport",
+    "is_tenant_name",
 ]
+
+_TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+TENANT_NAME_RULE = "letters, digits, '.', '_' or '-', at most 64, not starting with a punctuation mark"
+"""A tenant's name, as agent-service's callers file, its admin API and the gateway (``X-Tenant-Id``, the tenant
+API's path) all take it."""
+
+DEFAULT_MAX_TENANT_SERVERS = 20
+"""How many MCP servers of its own a tenant may register when nothing says otherwise (agent-service's
+``max_mcp_servers``, the gateway's ``maxServers``)."""
+
+
+def is_tenant_name(text: str) -> bool:
+    """Whether ``text`` is a tenant's name (``TENANT_NAME_RULE``)."""
+    return _TENANT_NAME.fullmatch(text) is not None
+
 
 TenantServerTransport = Literal["streamable-http", "sse"]
 

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agent_service.core.names import is_name
+from agent_service.core.names import TENANT_NAME_RULE, is_name
 from agent_service.core.personas import (
     GENERATION_FIELDS,
     Persona,
@@ -68,7 +68,6 @@ from agent_service.core.personas import (
     parse_system_prompt,
 )
 from agent_service.core.tenancy import (
-    DEFAULT_MAX_MCP_SERVERS,
     NO_RULES,
     TOOL_PATTERN,
     USER_ROLES,
@@ -76,6 +75,7 @@ from agent_service.core.tenancy import (
     TenantRules,
     UserRole,
 )
+from suite_common.wire import DEFAULT_MAX_TENANT_SERVERS
 
 __all__ = ["KEY_ROLES", "CallerKey", "Callers", "CallersFileError", "hash_key", "load_callers", "parse_callers"]
 
@@ -292,7 +292,7 @@ def _rules(name: str, table: dict[str, Any], source: str) -> TenantRules:
     cap = table.get("max_concurrent_runs")
     if cap is not None and not _whole(cap, 0):
         raise _fail(source, f"{where}: max_concurrent_runs must be a whole number, 0 or more (0: no cap)")
-    max_servers = table.get("max_mcp_servers", DEFAULT_MAX_MCP_SERVERS)
+    max_servers = table.get("max_mcp_servers", DEFAULT_MAX_TENANT_SERVERS)
     if not _whole(max_servers, 0):
         raise _fail(source, f"{where}: max_mcp_servers must be a whole number, 0 or more (0: none of its own)")
     return TenantRules(
@@ -349,7 +349,7 @@ def parse_callers(
         raise _fail(source, "tenants must be tables: [tenants.<name>]")
     for tenant in tenant_tables:
         if not is_name(tenant):
-            raise _fail(source, f"tenant {tenant!r}: a name is letters, digits, '.', '_' or '-' (at most 64)")
+            raise _fail(source, f"tenant {tenant!r}: a tenant's name is {TENANT_NAME_RULE}")
     shared = _personas(data.get("personas"), None, source)
     rules = {
         tenant: _with_personas(

@@ -18,7 +18,7 @@ from starlette.routing import BaseRoute
 
 from agent_service.api.auth import caller_of
 from agent_service.api.services import Services, services_of
-from agent_service.core.names import is_name
+from agent_service.core.names import TENANT_NAME_RULE, is_name
 from agent_service.core.tenancy import TenantRules
 from suite_common.deadline import Deadline
 from suite_common.echo import clip
@@ -61,9 +61,7 @@ def admin_tenant(request: Request, services: Services) -> AdminScope:
         if asked is None:
             raise ApiError(400, "invalid_request", "An operator key acts for one tenant at a time: add ?tenant=<name>.")
         if not is_name(asked):
-            message = (
-                f"tenant must be a tenant's name (letters, digits, '.', '_', '-'; at most 64); got {clip(asked)!r}."
-            )
+            message = f"tenant must be a tenant's name ({TENANT_NAME_RULE}); got {clip(asked)!r}."
             raise ApiError(400, "invalid_request", message)
         return AdminScope(asked, services.rules_of(asked), caller.name)
     if caller.key_role == "admin" or (services.open_api and caller.key_role is None):

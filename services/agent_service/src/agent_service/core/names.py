@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_USER_CHARS", "USER_ID_RULE", "is_name", "is_user_id"]
+from suite_common.wire import TENANT_NAME_RULE, is_tenant_name
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+__all__ = ["MAX_USER_CHARS", "TENANT_NAME_RULE", "USER_ID_RULE", "is_name", "is_user_id"]
+
 MAX_USER_CHARS = 128
 _USER_ID = re.compile(rf"[\x21-\x7e]{{1,{MAX_USER_CHARS}}}")  # printable ASCII, no spaces: an id, not a display name
 USER_ID_RULE = f"1 to {MAX_USER_CHARS} printable ASCII characters without spaces"
 
 
 def is_name(text: str) -> bool:
-    """A tenant's, key's or persona's name: letters, digits, ``.``, ``_`` or ``-``, at most 64, not starting with a
-    punctuation mark."""
-    return _NAME.fullmatch(text) is not None
+    """A tenant's, key's or persona's name: one form for the three, the tenants' (``TENANT_NAME_RULE``, which the
+    gateway takes too)."""
+    return is_tenant_name(text)
 
 
 def is_user_id(text: str) -> bool:

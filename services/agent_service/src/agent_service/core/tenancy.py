@@ -15,11 +15,10 @@ from fnmatch import fnmatchcase
 from typing import Literal, TypeVar
 
 from agent_service.core.personas import NO_GENERATION, Generation, Persona
-from suite_common.wire import UserRole
+from suite_common.wire import DEFAULT_MAX_TENANT_SERVERS, UserRole
 
 __all__ = [
     "ANONYMOUS",
-    "DEFAULT_MAX_MCP_SERVERS",
     "DEFAULT_TENANT",
     "NO_RULES",
     "TOOL_PATTERN",
@@ -44,9 +43,6 @@ USER_ROLES: tuple[UserRole, ...] = ("guest", "user", "admin", "owner")
 
 UNLIMITED_ROLES: frozenset[UserRole] = frozenset({"admin", "owner"})
 """The roles without a monthly budget of their own unless the tenant's ``role_monthly_*`` gives them one."""
-
-DEFAULT_MAX_MCP_SERVERS = 20
-"""How many MCP servers of its own a tenant may register when its ``max_mcp_servers`` says nothing."""
 
 
 def role_at_least(role: UserRole, lowest: UserRole) -> bool:
@@ -107,7 +103,7 @@ class TenantRules:
     tool_roles: Mapping[str, UserRole] = field(default_factory=dict)
     """Tool pattern (as in ``tools``) -> the lowest end-user role that may use the tools it matches; a tool that no
     pattern matches: every role. Applies to the shared tools and the tenant's own alike."""
-    max_mcp_servers: int = DEFAULT_MAX_MCP_SERVERS
+    max_mcp_servers: int = DEFAULT_MAX_TENANT_SERVERS
     """How many MCP servers of its own the tenant may register (the admin API), the operator's cap."""
 
     @property

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from suite_common.sql import UtcDateTime, store_metadata
 
-__all__ = ["REVISION_ROW", "metadata", "registry_revision", "tenant_servers"]
+__all__ = ["REVISION_ROW", "metadata", "registry_revision", "tenant_server_deletions", "tenant_servers"]
 
 metadata = store_metadata()
 """Constraint names are fixed (``store_metadata``): the migrations and the metadata name them alike."""
@@ -34,8 +34,24 @@ tenant_servers = sa.Table(
     sa.Column("last_error", sa.Text, nullable=True),
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
+    # The registry's revision of the row's last change (set in the same transaction that bumped it), so that a
+    # replica reads only the rows changed since the revision it last saw.
+    sa.Column("revision", sa.BigInteger, nullable=False),
     sa.PrimaryKeyConstraint("tenant", "name"),
     sa.CheckConstraint("transport IN ('streamable-http', 'sse')", name="transport"),
+    sa.Index(None, "revision"),
+)
+
+tenant_server_deletions = sa.Table(
+    "tenant_server_deletions",
+    metadata,
+    # One row per deleted (tenant, name), its revision the deletion's: how a replica syncing from a revision learns
+    # of servers gone since. At most one per name a tenant ever used (a later deletion overwrites it).
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("revision", sa.BigInteger, nullable=False),
+    sa.PrimaryKeyConstraint("tenant", "name"),
+    sa.Index(None, "revision"),
 )
 
 registry_revision = sa.Table(

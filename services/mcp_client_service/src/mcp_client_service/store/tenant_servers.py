@@ -4,9 +4,12 @@ SQLite (one replica) or PostgreSQL (any number), through ``suite_common.sql``. E
 transaction; every failure is a ``StoreError`` (``ServerExists``, ``TooManyServers``, ``SecretsKeyMissing`` and
 ``SecretsUnreadable`` are its kinds), never a driver's own exception. Times are the replica's wall clock, in UTC.
 
-Every write also bumps ``registry_revision``'s counter in its own transaction, so a replica learns of any change by
-reading one number (``revision``) and then reloads everything at once (``load_all``). Header values are encrypted
-at rest (``store.secrets``) and handed out decrypted, never shown by ``repr``.
+Every write also bumps ``registry_revision``'s counter in its own transaction and stamps the rows it changed (or the
+deletion it made, in ``tenant_server_deletions``) with the new revision, so a replica learns of any change by reading
+one number (``revision``) and then reads only what changed since the revision it has (``changes_since``); it reads
+everything once, at startup (``load_all``). Header values are encrypted at rest (``store.secrets``) and handed out
+decrypted, never shown by ``repr``; a row no key decrypts is handed out without them, saying why
+(``StoredServer.headers_problem``), so that one such row never keeps the others from loading.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import sqlalchemy as sa
 from cryptography.fernet import InvalidToken
 from sqlalchemy import Connection
 
-from mcp_client_service.store.schema import REVISION_ROW, registry_revision, tenant_servers
+from mcp_client_service.store.schema import REVISION_ROW, registry_revision, tenant_server_deletions, tenant_servers
 from mcp_client_service.store.secrets import SecretsBox
 from suite_common.sql import (
     Database,
@@ -36,6 +39,7 @@ from suite_common.sql import (
 )
 
 __all__ = [
+    "MAX_LISTING_BYTES",
     "MIGRATIONS",
     "STORE_NAME",
     "UNCHANGED",
@@ -96,6 +100,9 @@ class StoredServer:
     last_error: str | None
     created_at: datetime
     updated_at: datetime
+    headers_problem: str | None = None
+    """Why its stored header values could not be decrypted (``headers`` is then empty): no key set, or none of
+    the keys is the one they were encrypted with. ``None``: they were (or it has none)."""
 
 
 class _Unchanged:
@@ -122,6 +129,11 @@ _COLUMNS = (
 _IN_ORDER = (tenant_servers.c.created_at, tenant_servers.c.name)
 """A tenant's servers in the order they were created (the collision policy's order)."""
 _KEY_SETTING = "MCP_CLIENT_SECRETS_KEY"
+
+MAX_LISTING_BYTES = 1_000_000
+"""The largest listing kept (its tools' compact JSON): every replica reads a changed listing, so one server listing
+megabytes of tools must not make every replica read megabytes. A larger one keeps the previous listing, with an
+error saying why."""
 
 
 async def open_tenant_store(url: str, *, secrets: SecretsBox | None, migrate: bool = True) -> TenantServerStore:
@@ -173,6 +185,29 @@ class TenantServerStore:
         revision, rows = await self._db.run("load every tenant's servers", load, write=False)
         return revision, [self._server(row) for row in rows]
 
+    async def changes_since(
+        self, revision: int
+    ) -> tuple[int, builtins.list[StoredServer], builtins.list[tuple[str, str]]]:
+        """What changed after ``revision``: the revision now, the servers written since (in creation order) and the
+        (tenant, name) of those deleted since. A server deleted and registered again is in both: apply the
+        deletions first."""
+
+        def read(connection: Connection) -> tuple[int, list[sa.Row[Any]], list[tuple[str, str]]]:
+            # The revision first, as in load_all: a change committed meanwhile is read again next time, never lost.
+            now = _revision_on(connection)
+            rows = connection.execute(
+                sa.select(*_COLUMNS).where(tenant_servers.c.revision > revision).order_by(*_IN_ORDER)
+            ).all()
+            deleted = connection.execute(
+                sa.select(tenant_server_deletions.c.tenant, tenant_server_deletions.c.name).where(
+                    tenant_server_deletions.c.revision > revision
+                )
+            ).all()
+            return now, list(rows), [(row.tenant, row.name) for row in deleted]
+
+        now, rows, deleted = await self._db.run(f"read the changes since revision {revision}", read, write=False)
+        return now, [self._server(row) for row in rows], deleted
+
     async def list(self, tenant: str) -> list[StoredServer]:
         """``tenant``'s servers, in creation order. (Below this method ``list`` names it in the class's
         annotations: they say ``builtins.list``.)"""
@@ -209,7 +244,7 @@ class TenantServerStore:
         _check_transport(transport)
         sealed = self._seal(headers)
         now = datetime.now(UTC)
-        values = {
+        values: dict[str, Any] = {
             "tenant": tenant,
             "name": name,
             "url": url,
@@ -226,7 +261,7 @@ class TenantServerStore:
         def insert(connection: Connection) -> None:
             # The revision's row first: its lock makes concurrent writers (of every replica) take turns, so that
             # the count below is still true when the row is inserted.
-            _bump(connection)
+            values["revision"] = _bump(connection)
             if connection.execute(sa.select(sa.literal(1)).where(*_key(tenant, name))).first() is not None:
                 raise ServerExists(f"Tenant {tenant} already has a server named {name}.")
             if max_servers is not None:
@@ -282,12 +317,13 @@ class TenantServerStore:
         changes["updated_at"] = datetime.now(UTC)
 
         def change(connection: Connection) -> sa.Row[Any] | None:
-            row = connection.execute(
-                tenant_servers.update().where(*_key(tenant, name)).values(**changes).returning(*_COLUMNS)
+            if connection.execute(sa.select(sa.literal(1)).where(*_key(tenant, name))).first() is None:
+                return None
+            # The revision's row first (its lock), then the server's: one order for every write.
+            stamped = {**changes, "revision": _bump(connection)}
+            return connection.execute(
+                tenant_servers.update().where(*_key(tenant, name)).values(**stamped).returning(*_COLUMNS)
             ).first()
-            if row is not None:
-                _bump(connection)
-            return row
 
         row = await self._db.run(f"change server {name} of tenant {tenant}", change, write=True)
         return None if row is None else self._server(row)
@@ -296,9 +332,20 @@ class TenantServerStore:
         """Remove the server; ``False`` when the tenant has none of this name."""
 
         def remove(connection: Connection) -> bool:
+            if connection.execute(sa.select(sa.literal(1)).where(*_key(tenant, name))).first() is None:
+                return False
+            # The revision's row before the server's, as every write takes them (the other order could deadlock
+            # with a concurrent change of the same server on PostgreSQL).
+            revision = _bump(connection)
             removed = connection.execute(tenant_servers.delete().where(*_key(tenant, name))).rowcount == 1
             if removed:
-                _bump(connection)
+                # The deletion's mark (one per name: an earlier one is replaced), read by replicas syncing.
+                connection.execute(
+                    tenant_server_deletions.delete().where(
+                        tenant_server_deletions.c.tenant == tenant, tenant_server_deletions.c.name == name
+                    )
+                )
+                connection.execute(tenant_server_deletions.insert().values(tenant=tenant, name=name, revision=revision))
             return removed
 
         return await self._db.run(f"delete server {name} of tenant {tenant}", remove, write=True)
@@ -309,9 +356,20 @@ class TenantServerStore:
         """Keep the server's last listing (``tools``: its MCP Tool objects; ``None``: the listing failed, the
         tools listed before stay) and its last error (``None``: none). The revision moves only when the tools
         changed (replicas rebuild catalogs from them); an error alone is read with the server. A server deleted
-        meanwhile: nothing happens."""
+        meanwhile: nothing happens. A listing larger than ``MAX_LISTING_BYTES`` is not kept: the previous one
+        stays, and the error says why."""
+        text = None if tools is None else compact_json(tools)
+        if text is not None and len(text.encode()) > MAX_LISTING_BYTES:
+            size = len(text.encode())
+            text, last_error = (
+                None,
+                (
+                    f"its tool listing is {size} bytes of JSON, more than the {MAX_LISTING_BYTES} kept: the tools "
+                    "listed before are kept (offer fewer tools, or shorter descriptions and schemas)"
+                ),
+            )
         # As JSON reads them back, so that an unchanged listing compares equal to the stored one.
-        listed = None if tools is None else json.loads(compact_json(tools))
+        listed = None if text is None else json.loads(text)
 
         def record(connection: Connection) -> None:
             stored = connection.execute(sa.select(tenant_servers.c.tools).where(*_key(tenant, name))).first()
@@ -320,7 +378,7 @@ class TenantServerStore:
             changes: dict[str, Any] = {"last_error": last_error}
             if listed is not None and listed != stored.tools:
                 changes["tools"] = listed
-                _bump(connection)
+                changes["revision"] = _bump(connection)
             connection.execute(tenant_servers.update().where(*_key(tenant, name)).values(**changes))
 
         await self._db.run(f"record the tools of server {name} of tenant {tenant}", record, write=True)
@@ -366,16 +424,18 @@ class TenantServerStore:
 
     def _server(self, row: sa.Row[Any]) -> StoredServer:
         headers: Mapping[str, str] = {}
+        problem = None
         if row.headers_encrypted is not None:
             if self._secrets is None:
-                raise SecretsKeyMissing(
-                    f"Server {row.name} of tenant {row.tenant} has header values stored and {_KEY_SETTING} is not "
-                    "set: set the key they were encrypted with."
+                problem = (
+                    f"The header values of server {row.name} of tenant {row.tenant} cannot be decrypted: "
+                    f"{_KEY_SETTING} is not set (set the key they were encrypted with)."
                 )
-            try:
-                headers = self._secrets.open(row.headers_encrypted)
-            except InvalidToken:
-                raise _unreadable(row.tenant, row.name) from None
+            else:
+                try:
+                    headers = self._secrets.open(row.headers_encrypted)
+                except InvalidToken:
+                    problem = str(_unreadable(row.tenant, row.name))
         return StoredServer(
             tenant=row.tenant,
             name=row.name,
@@ -388,6 +448,7 @@ class TenantServerStore:
             last_error=row.last_error,
             created_at=row.created_at,
             updated_at=row.updated_at,
+            headers_problem=problem,
         )
 
 
@@ -402,12 +463,15 @@ def _revision_on(connection: Connection) -> int:
     return revision
 
 
-def _bump(connection: Connection) -> None:
-    connection.execute(
+def _bump(connection: Connection) -> int:
+    """Move the registry's revision on; the new one, which the rows written in this transaction carry."""
+    revision: int = connection.execute(
         registry_revision.update()
         .where(registry_revision.c.id == REVISION_ROW)
         .values(revision=registry_revision.c.revision + 1)
-    )
+        .returning(registry_revision.c.revision)
+    ).scalar_one()
+    return revision
 
 
 def _check_transport(transport: str) -> None:

@@ -8,23 +8,28 @@ resolve them: ``ConnectionOptions.resolve_references``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import ValidationError
 
 from mcp_client_service.config.references import has_references
 from mcp_client_service.config.servers_file import HttpServerConfig
+from suite_common.errors import ApiError
+from suite_common.wire import TENANT_NAME_RULE, is_tenant_name
 
-__all__ = ["registration_problem", "server_config", "valid_tenant"]
+MASK = "***"
 
-_TENANT = re.compile(r"[^\x00-\x1f\x7f]{1,128}")
+__all__ = ["checked_tenant", "masked_url", "registration_problem", "server_config"]
 
 
-def valid_tenant(tenant: str) -> bool:
-    """Whether ``tenant`` (``X-Tenant-Id``, or the tenant API's path) is one: 1 to 128 characters, no control one."""
-    return _TENANT.fullmatch(tenant) is not None
+def checked_tenant(tenant: str, where: str) -> str:
+    """``tenant`` (``X-Tenant-Id``, or the tenant API's path, which ``where`` names) if it is a tenant's name, the
+    rule agent-service's callers file holds its tenants to; else 400 ``invalid_tenant``."""
+    if not is_tenant_name(tenant):
+        raise ApiError(400, "invalid_tenant", f"{where} is not a tenant's name: one is {TENANT_NAME_RULE}.")
+    return tenant
 
 
 def server_config(
@@ -61,3 +66,26 @@ def registration_problem(url: str, headers: Mapping[str, str] | None) -> str | N
         if has_references(text):
             return f"{where} holds a ${{env:...}} or ${{file:...}} reference: a tenant's server takes literal values"
     return None
+
+
+def masked_url(url: str) -> str:
+    """``url`` as answers show it: a password in its userinfo (or a userinfo that is one token, without a
+    password) and every query value replaced by ``***``, since tenants put API keys there. The stored URL is
+    unchanged; headers are the place for credentials."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # not a URL this parser takes (an unclosed IPv6 bracket): show none of it
+        return MASK
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, host = netloc.rpartition("@")
+        user, has_password, _ = userinfo.partition(":")
+        netloc = f"{user}:{MASK}@{host}" if has_password else f"{MASK}@{host}"
+    query = "&".join(_masked_pair(pair) for pair in parts.query.split("&")) if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _masked_pair(pair: str) -> str:
+    name, has_value, _ = pair.partition("=")
+    # A bare item (``?sk-123``) may be the secret itself: masked whole.
+    return f"{name}={MASK}" if has_value else (MASK if pair else pair)

@@ -9,6 +9,7 @@ connects and lists its tools in the background, and the answer shows its state.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import anyio
@@ -17,7 +18,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from mcp_client_service.store import UNCHANGED, SecretsKeyMissing, ServerExists, StoreError, TooManyServers
-from mcp_client_service.tenants.configs import registration_problem, server_config, valid_tenant
+from mcp_client_service.tenants.configs import checked_tenant, registration_problem, server_config
 from mcp_client_service.tenants.servers import TenantServers
 from mcp_client_service.tenants.store_api import ServerRow
 from mcp_client_service.transport.ssrf_guard import EgressError, check_endpoint
@@ -25,18 +26,27 @@ from suite_common.errors import ApiError
 from suite_common.http import ModelResponse, read_model
 from suite_common.logging import get_logger
 from suite_common.openapi import ApiRoute, Operation
-from suite_common.wire import TenantServer, TenantServerCreate, TenantServerList, TenantServerPatch
+from suite_common.wire import (
+    DEFAULT_MAX_TENANT_SERVERS,
+    TENANT_NAME_RULE,
+    TenantServer,
+    TenantServerCreate,
+    TenantServerList,
+    TenantServerPatch,
+)
 
-__all__ = ["DEFAULT_MAX_SERVERS", "tenant_routes"]
+__all__ = ["MAX_SERVERS_LIMIT", "tenant_routes"]
 
 _log = get_logger("mcp_client_service.tenants.routes")
 
-DEFAULT_MAX_SERVERS = 20
-"""A tenant's servers when the request does not say (agent-service passes the tenant's ``max_mcp_servers``)."""
+
+MAX_SERVERS_LIMIT = 10_000
+"""The largest ``maxServers`` taken: a cap above it is a mistake, not a policy."""
+_MAX_SERVERS_FORM = re.compile(r"[0-9]{1,9}")  # bounded: int() refuses over 4300 digits
 
 _NOT_FOUND = "The tenant has no server of this name (another tenant's servers are not seen)."
 _EVERY_OPERATION = {
-    400: "invalid_tenant: the tenant is empty, longer than 128 characters or holds a control character.",
+    400: f"invalid_tenant: the tenant is not a tenant's name ({TENANT_NAME_RULE}).",
     503: "store_unavailable: the gateway's store of tenant servers cannot be reached now.",
 }
 _CHECK_SECONDS = 10.0
@@ -46,7 +56,10 @@ _INVALID = "The body is not valid: an unknown field, a name that is not like a t
 _LIST = Operation(
     "The tenant's own MCP servers, their state and tools",
     answer=TenantServerList,
-    errors={**_EVERY_OPERATION, 400: f"{_EVERY_OPERATION[400]} Or maxServers is not a whole number."},
+    errors={
+        **_EVERY_OPERATION,
+        400: f"{_EVERY_OPERATION[400]} Or maxServers is not a whole number from 0 to {MAX_SERVERS_LIMIT}.",
+    },
 )
 _CREATE = Operation(
     "Register an MCP server of the tenant's own (streamable HTTP or SSE)",
@@ -81,19 +94,17 @@ _PATCH = Operation(
 _DELETE = Operation("Remove one of the tenant's servers", status=204, errors={**_EVERY_OPERATION, 404: _NOT_FOUND})
 
 
-def _tenant(request: Request) -> str:
-    tenant: str = request.path_params["tenant"]
-    if not valid_tenant(tenant):
-        raise ApiError(400, "invalid_tenant", "The tenant is 1 to 128 characters, none of them a control character.")
-    return tenant
+def _path_tenant(request: Request) -> str:
+    return checked_tenant(request.path_params["tenant"], "The tenant in the path")
 
 
 def _max_servers(request: Request) -> int | None:
     raw = request.query_params.get("maxServers")
     if raw is None:
         return None
-    if not raw.isdigit():
-        raise ApiError(400, "invalid_request", "maxServers must be a whole number, 0 or more.")
+    # ASCII digits only: str.isdigit() also takes superscripts ("²"), which int() then refuses (a 500).
+    if _MAX_SERVERS_FORM.fullmatch(raw) is None or int(raw) > MAX_SERVERS_LIMIT:
+        raise ApiError(400, "invalid_request", f"maxServers must be a whole number from 0 to {MAX_SERVERS_LIMIT}.")
     return int(raw)
 
 
@@ -133,7 +144,7 @@ def tenant_routes(prefix: str, servers: TenantServers) -> list[BaseRoute]:
 
     async def list_tenant_servers(request: Request) -> Response:
         """The tenant's servers in creation order; ``?maxServers=`` (the operator's cap) is answered back."""
-        tenant = _tenant(request)
+        tenant = _path_tenant(request)
         try:
             rows = await servers.store.list(tenant)
         except StoreError as error:
@@ -142,9 +153,10 @@ def tenant_routes(prefix: str, servers: TenantServers) -> list[BaseRoute]:
         return ModelResponse(answer)
 
     async def create_tenant_server(request: Request) -> Response:
-        """``?maxServers=`` caps the tenant's servers (default 20). Connecting and listing its tools happen in the
-        background: the answer's state is ``idle`` or ``connecting``, then ``ready`` (or ``failed``, with why)."""
-        tenant = _tenant(request)
+        """``?maxServers=`` caps the tenant's servers (default ``DEFAULT_MAX_TENANT_SERVERS``, 20). Connecting and
+        listing its tools happen in the background: the answer's state is ``idle`` or ``connecting``, then
+        ``ready`` (or ``failed``, with why)."""
+        tenant = _path_tenant(request)
         limit = _max_servers(request)
         body = await read_model(request, TenantServerCreate)
         if servers.is_shared(body.name):
@@ -160,7 +172,7 @@ def tenant_routes(prefix: str, servers: TenantServers) -> list[BaseRoute]:
                 body.headers or {},
                 body.enabled,
                 body.allowed_tools,
-                max_servers=DEFAULT_MAX_SERVERS if limit is None else limit,
+                max_servers=DEFAULT_MAX_TENANT_SERVERS if limit is None else limit,
             )
         except ServerExists:
             raise ApiError(409, "server_exists", f'The tenant has a server named "{body.name}" already.') from None
@@ -198,13 +210,13 @@ def tenant_routes(prefix: str, servers: TenantServers) -> list[BaseRoute]:
         return row
 
     async def get_tenant_server(request: Request) -> Response:
-        tenant, name = _tenant(request), request.path_params["name"]
+        tenant, name = _path_tenant(request), request.path_params["name"]
         return ModelResponse(servers.describe(await _row(tenant, name)))
 
     async def patch_tenant_server(request: Request) -> Response:
         """Only the fields given change; ``headers`` replaces them all, ``allowedTools: null`` offers every tool.
         Enabling a server, or changing how it is reached, connects and lists its tools in the background."""
-        tenant, name = _tenant(request), request.path_params["name"]
+        tenant, name = _path_tenant(request), request.path_params["name"]
         patch = await read_model(request, TenantServerPatch)
         before = await _row(tenant, name)
         given = patch.model_fields_set
@@ -239,7 +251,7 @@ def tenant_routes(prefix: str, servers: TenantServers) -> list[BaseRoute]:
         return ModelResponse(servers.describe(row))
 
     async def delete_tenant_server(request: Request) -> Response:
-        tenant, name = _tenant(request), request.path_params["name"]
+        tenant, name = _path_tenant(request), request.path_params["name"]
         try:
             removed = await servers.store.delete(tenant, name)
         except StoreError as error:

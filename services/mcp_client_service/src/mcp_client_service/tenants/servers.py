@@ -1,9 +1,11 @@
 """Every tenant's servers, in memory and in step with the store, and what the tenant API does with them.
 
 Loaded from the store at startup (``load``), then re-synced whenever the store's revision moves (read every
-``sync_seconds``: one cheap query), so a change made on any replica reaches this one within about a second; a
-change made here is applied here at once. A server whose URL, transport or headers changed, or that was switched
-off or deleted, has its session closed at once: its calls in flight end, and no new call reaches it.
+``sync_seconds``: one cheap query) by reading only the servers written and deleted since the revision this replica
+has, so a change made on any replica reaches this one within about a second, and a change of one tenant's server
+costs the others nothing; a change made here is applied here at once. A server whose URL, transport or headers
+changed, or that was switched off or deleted, has its session closed at once: its calls in flight end, and no new
+call reaches it.
 
 Registering or enabling a server connects to it and lists its tools in the background, and every listing a session
 makes is kept in the store (``record_listing``), so every replica lists the server's tools without opening a session
@@ -29,7 +31,7 @@ from mcp_client_service.connection.server_connection import ServerConnection
 from mcp_client_service.registry.catalog import Away, NameCollision, ServerTools, ToolCatalog
 from mcp_client_service.registry.server_registry import ServerRegistry
 from mcp_client_service.tenants.catalogs import TenantCatalogs, parse_tools
-from mcp_client_service.tenants.configs import server_config
+from mcp_client_service.tenants.configs import masked_url, server_config
 from mcp_client_service.tenants.sessions import SessionKey, SessionLimitReached, TenantSessions
 from mcp_client_service.tenants.store_api import ServerRow, TenantStore
 from suite_common.logging import get_logger
@@ -167,17 +169,25 @@ class TenantServers:
             _log.warning("mcp_tenant_sync_failed", error=f"{type(error).__name__}: {error}")
 
     async def sync(self) -> bool:
-        """Reload every row if the store's revision moved; whether this replica's view changed."""
+        """Read what changed if the store's revision moved; whether this replica's view changed."""
         async with self._sync_lock:
-            if await self.store.revision() == self.revision:
+            since = self.revision
+            if since is None:
+                await self.load()
+                return True
+            if await self.store.revision() == since:
                 return False
             writes = self._writes
-            revision, rows = await self.store.load_all()
+            revision, rows, deleted = await self.store.changes_since(since)
             if writes != self._writes:
                 # A change made here meanwhile may be newer than what was read: read again at the next tick,
                 # rather than undo it (a server registered here would be forgotten until then).
                 return False
-            self._adopt(revision, rows)
+            for tenant, name in deleted:  # first: a server deleted and registered again is in both
+                self._drop(tenant, name)
+            for row in sorted(rows, key=lambda row: row.created_at):
+                self._put(row)
+            self.revision = revision
             return True
 
     def _adopt(self, revision: int, rows: Sequence[ServerRow]) -> None:
@@ -232,11 +242,17 @@ class TenantServers:
 
     @staticmethod
     def _known_row(row: ServerRow) -> _Known:
-        try:
-            config: HttpServerConfig | None = server_config(row.url, row.transport, row.headers, row.allowed_tools)
-            problem = None
-        except ValueError as error:
-            config, problem = None, str(error)
+        config: HttpServerConfig | None = None
+        problem = row.headers_problem
+        if problem is not None:
+            # Never connected without its headers (it would be refused, or worse, served anonymously): failed,
+            # saying why, while every other server loads and serves.
+            _log.error("mcp_tenant_server_headers_unreadable", tenant=row.tenant, server=row.name, error=problem)
+        else:
+            try:
+                config = server_config(row.url, row.transport, row.headers, row.allowed_tools)
+            except ValueError as error:
+                problem = str(error)
         return _Known(
             row=row,
             config=config,
@@ -394,6 +410,8 @@ class TenantServers:
             state, last_error = "disabled", row.last_error
         elif connection is not None:
             state, last_error = connection.state, connection.last_error
+        elif row.headers_problem is not None:
+            state, last_error = "failed", row.headers_problem
         elif known is not None and known.problem is not None:
             state, last_error = "failed", known.problem
         else:
@@ -401,7 +419,7 @@ class TenantServers:
         tools = self._tool_infos(row, connection)
         return TenantServer(
             name=row.name,
-            url=row.url,
+            url=masked_url(row.url),  # its secrets masked: headers are the place for them
             transport=row.transport,
             enabled=row.enabled,
             allowed_tools=list(row.allowed_tools) if row.allowed_tools is not None else None,

@@ -1,4 +1,5 @@
-"""Tenant servers and the registry's revision counter.
+"""Tenant servers (each with the revision of its last change), deleted ones' revisions, and the registry's revision
+counter.
 
 Revision ID: 0001
 Revises:
@@ -32,9 +33,19 @@ def upgrade() -> None:
         sa.Column("last_error", sa.Text, nullable=True),
         sa.Column("created_at", UtcDateTime, nullable=False),
         sa.Column("updated_at", UtcDateTime, nullable=False),
+        sa.Column("revision", sa.BigInteger, nullable=False),
         sa.PrimaryKeyConstraint("tenant", "name", name="pk_tenant_servers"),
         sa.CheckConstraint("transport IN ('streamable-http', 'sse')", name="ck_tenant_servers_transport"),
     )
+    op.create_index("ix_tenant_servers_revision", "tenant_servers", ["revision"])
+    op.create_table(
+        "tenant_server_deletions",
+        sa.Column("tenant", sa.Text, nullable=False),
+        sa.Column("name", sa.Text, nullable=False),
+        sa.Column("revision", sa.BigInteger, nullable=False),
+        sa.PrimaryKeyConstraint("tenant", "name", name="pk_tenant_server_deletions"),
+    )
+    op.create_index("ix_tenant_server_deletions_revision", "tenant_server_deletions", ["revision"])
     revisions = op.create_table(
         "registry_revision",
         sa.Column("id", sa.Integer, nullable=False),
@@ -46,4 +57,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("registry_revision")
+    op.drop_table("tenant_server_deletions")
     op.drop_table("tenant_servers")
