@@ -30,7 +30,7 @@ COPY libs/suite_common/pyproject.toml libs/suite_common/
 COPY services/mcp_client_service/pyproject.toml services/mcp_client_service/
 RUN python deploy/docker/pyproject_requirements.py \
         libs/suite_common/pyproject.toml services/mcp_client_service/pyproject.toml > requirements.txt \
-    && pip install --no-cache-dir --no-compile -r requirements.txt \
+    && pip install --no-cache-dir -r requirements.txt --no-compile \
     && find /opt/venv -name '*.so' -exec strip --strip-unneeded {} +
 
 # Then the code, without resolving anything again; pip check fails the build if a dependency is missing.
@@ -43,7 +43,7 @@ COPY services/mcp_client_service/src services/mcp_client_service/src
 RUN pip install --no-cache-dir --no-deps --no-compile ./libs/suite_common ./services/mcp_client_service \
     && pip check \
     && python -m pip uninstall --yes --quiet pip setuptools \
-    && PYTHONDONTWRITEBYTECODE= python -c "import mcp_client_service.__main__, mcp_client_service.app, \
+    && PYTHONDONTWRITEBYTECODE='' python -c "import mcp_client_service.__main__, mcp_client_service.app, \
 sqlalchemy.dialects.postgresql.asyncpg, sqlalchemy.dialects.sqlite, \
 mcp.client.streamable_http, mcp.client.sse, uvicorn.loops.uvloop, uvicorn.protocols.http.httptools_impl"
 
