@@ -414,7 +414,8 @@ class AgentLoop:
 
         def audit(status: ToolCallStatus, *, logged: str | None = None) -> ToolCallRecord:
             """The call's audit line and metric (under ``logged`` when given), and its audit row."""
-            seconds = self._audit(plan, iteration, position, call, tool, logged or status, started)
+            own = tool is not None and tool.tenant is not None  # a tool of a server its tenant registered
+            seconds = self._audit(plan, iteration, position, call, server, own, logged or status, started)
             return ToolCallRecord(
                 iteration=iteration,
                 call_index=position,
@@ -537,18 +538,21 @@ class AgentLoop:
         iteration: int,
         position: int,
         call: ToolCall,
-        tool: ToolInfo | None,
+        server: str,
+        tenant_server: bool,
         status: str,
         started: float,
     ) -> float:
+        """``server``: the one that answered (``-`` for a tool the run does not list); ``tenant_server``: one its
+        tenant registered (counted under one label)."""
         seconds = time.perf_counter() - started
         self.telemetry.tool_call(
             run_id=plan.run_id,
             round_index=iteration,
             call_index=position,
-            server=tool.server if tool is not None else "-",
+            server=server,
             tool=call.name,
-            tenant_server=tool is not None and tool.tenant is not None,
+            tenant_server=tenant_server,
             status=status,
             seconds=seconds,
         )
