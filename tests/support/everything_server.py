@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import pytest
 
+from support.processes import polled
 from support.servers import free_port
 
 __all__ = ["EVERYTHING_DIR", "everything_http_server", "everything_stdio_server"]
@@ -73,11 +74,13 @@ async def everything_http_server(log: Path) -> AsyncIterator[str]:
             [node, str(entry), "streamableHttp"], env={"PORT": str(port), "PATH": ""}, stdout=output, stderr=output
         )
         try:
-            with anyio.fail_after(_START_SECONDS):
-                while not _listening(port):
-                    if process.returncode is not None:
-                        pytest.fail(f"server-everything exited at start:\n{await anyio.Path(log).read_text()}")
-                    await anyio.sleep(0.05)  # polling a separate process: there is nothing to await
+
+            async def listening() -> bool:
+                if process.returncode is not None:
+                    pytest.fail(f"server-everything exited at start:\n{await anyio.Path(log).read_text()}")
+                return _listening(port)
+
+            await polled(listening, _START_SECONDS)
             yield f"http://127.0.0.1:{port}/mcp"
         finally:
             if process.returncode is None:

@@ -43,16 +43,16 @@ async def spawned(module: str, env: dict[str, str], port: int, log: Path) -> Asy
         )
         try:
             async with httpx.AsyncClient(timeout=2) as http:
-                with anyio.fail_after(START_SECONDS):
-                    while True:
-                        if process.returncode is not None:
-                            pytest.fail(f"{module} exited at start:\n{await anyio.Path(log).read_text()}")
-                        try:
-                            if (await http.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200:
-                                break
-                        except httpx.TransportError:
-                            pass
-                        await anyio.sleep(0.05)  # polling a separate process: there is nothing to await
+
+                async def healthy() -> bool:
+                    if process.returncode is not None:
+                        pytest.fail(f"{module} exited at start:\n{await anyio.Path(log).read_text()}")
+                    try:
+                        return (await http.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200
+                    except httpx.TransportError:
+                        return False
+
+                await polled(healthy, START_SECONDS)
             yield process
         finally:
             if process.returncode is None:
@@ -84,4 +84,4 @@ async def polled(check: Callable[[], Awaitable[bool]], seconds: float) -> None:
         while True:
             if await check():
                 return
-            await anyio.sleep(0.1)
+            await anyio.sleep(0.05)
