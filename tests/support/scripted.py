@@ -63,8 +63,8 @@ def _sse(reply: CompletionResponse) -> bytes:
     for block in reply.message.reasoning or []:
         events += [ReasoningDelta(delta=word) for word in re.findall(r"\S+\s*", block.text)]
         events.append(ReasoningBlockEvent(block=block))
-    if reply.message.content:
-        events += [TextDelta(delta=word) for word in re.findall(r"\S+\s*", reply.message.content)]
+    if reply.message.text:
+        events += [TextDelta(delta=word) for word in re.findall(r"\S+\s*", reply.message.text)]
     for call in reply.message.tool_calls or []:
         events.append(
             ToolCallEvent(

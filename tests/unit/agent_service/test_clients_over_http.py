@@ -70,7 +70,7 @@ async def _turn(client: CompletionClient, deltas: list[str]) -> str | None:
 
     request = CompletionRequest(model="m", messages=[Message(role="user", content="hi")])
     response = await client.complete(request, Deadline.after(10), on_delta)
-    return response.message.content
+    return response.message.text
 
 
 async def test_streamed_turns_reuse_one_connection() -> None:

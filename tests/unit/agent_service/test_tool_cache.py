@@ -271,7 +271,7 @@ async def test_the_memory_store_expires_values_and_drops_the_least_recently_used
 
 def _loop_with_cache(scripted: Scripted, results: ToolCache) -> AgentLoop:
     loop = scripted.loop()
-    loop.tool_cache = results
+    loop.dispatch.tool_cache = results
     return loop
 
 
@@ -317,7 +317,8 @@ async def test_the_second_identical_call_is_answered_from_the_cache_with_cached_
     registry, spans, provider = CollectorRegistry(), InMemorySpanExporter(), TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(spans))
     loop = _loop_with_cache(scripted, cache())
-    loop.telemetry = loop.tool_cache.telemetry = RunTelemetry(registry, provider.get_tracer("test"))  # type: ignore[union-attr]
+    telemetry = RunTelemetry(registry, provider.get_tracer("test"))
+    loop.telemetry = loop.dispatch.telemetry = loop.dispatch.tool_cache.telemetry = telemetry  # type: ignore[union-attr]
     outcome = await loop.run(plan("echo"), events, stream_text=True)
     assert outcome.finish_reason == "stop"
     assert calls == [{"q": "a", "n": 1}, {"q": "b", "n": 1}]  # c2 was never dispatched
@@ -417,7 +418,7 @@ async def test_a_result_from_another_server_than_the_planned_one_is_not_cached_u
     )
     registry = CollectorRegistry()
     loop = _loop_with_cache(scripted, cache(store=store))
-    loop.telemetry = RunTelemetry(registry, TracerProvider().get_tracer("test"))
+    loop.telemetry = loop.dispatch.telemetry = RunTelemetry(registry, TracerProvider().get_tracer("test"))
     moved = replace(plan("echo"), tools=[tool("echo", "planned")])
     await loop.run(moved, Recorder(), stream_text=False)
     assert len(scripted.tool_calls) == 2  # the second was not served from the first's result

@@ -114,7 +114,7 @@ async def test_a_call_answered_from_the_tool_cache_is_audited_as_cached() -> Non
         {"echo": echo},
     )
     loop = scripted.loop()
-    loop.tool_cache = ToolCache(
+    loop.dispatch.tool_cache = ToolCache(
         ToolCachePolicy(60, {}), MemoryStore(10), b"p" * 32, key_prefix="p:", telemetry=RunTelemetry.disabled()
     )
     steps = Steps()

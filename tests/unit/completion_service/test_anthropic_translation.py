@@ -864,8 +864,8 @@ def test_any_neutral_conversation_becomes_a_request_anthropic_accepts(
         block.get("text") or block.get("content") or "" for m in body["messages"] for block in m["content"]
     ]
     for message in request.messages:
-        if message.role != "assistant" and message.content and message.content.strip():
-            assert any(message.content.strip() in text for text in sent)
+        if message.role != "assistant" and message.text and message.text.strip():
+            assert any(message.text.strip() in text for text in sent)
 
 
 _ids = st.from_regex(r"toolu_[A-Za-z0-9]{1,12}", fullmatch=True)

@@ -120,8 +120,6 @@ def test_any_conversation_comes_out_keeping_the_rules_with_nothing_lost(messages
     kept = [m for m in out if m.role != "tool" or m.content != NOT_RUN_RESULT]
     for message in messages:  # every text and result is still there, as itself or quoted
         if message.role == "tool":
-            assert any(
-                message == m or (m.role == "user" and (m.content or "").endswith(message.content or "")) for m in kept
-            )
+            assert any(message == m or (m.role == "user" and (m.text or "").endswith(message.text or "")) for m in kept)
         else:
             assert message in out

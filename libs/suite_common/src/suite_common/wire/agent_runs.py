@@ -8,15 +8,24 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from suite_common.wire.base import WireModel
-from suite_common.wire.completion import ReasoningControl, Verbosity
+from suite_common.wire.completion import ReasoningControl, ResponseFormat, Verbosity
 from suite_common.wire.conversation import Message, ModelName, ToolChoice, Usage
 
 __all__ = [
+    "APPROVAL_DESTRUCTIVE",
     "AgentRunFailure",
     "AgentRunRequest",
     "AgentRunResult",
+    "ApprovalDecision",
+    "ApprovalStatus",
+    "ApprovalView",
+    "ApprovalsRequest",
+    "ApprovalsResponse",
     "BudgetName",
     "ConversationId",
+    "RunApprovalDecided",
+    "RunApprovalRequired",
+    "RunContextCompacted",
     "RunDone",
     "RunError",
     "RunErrorDetail",
@@ -31,6 +40,7 @@ __all__ = [
     "RunToolProgress",
     "RunToolResult",
     "RunView",
+    "ToolResultImage",
 ]
 
 RunFinishReason = Literal["stop", "max_iterations", "deadline", "budget", "cancelled", "tool_calls", "error"]
@@ -82,6 +92,18 @@ class AgentRunRequest(WireModel):
     catalog's prices)."""
     persona: str | None = Field(default=None, min_length=1, max_length=64)
     """A named preset of the callers file (system prompt, model, tools, limits); the request's own fields win."""
+    require_approval: list[str] | None = Field(default=None, max_length=64)
+    """More tools whose calls wait for a person's approval, beside the tenant's and the persona's ``approval``
+    (it can add, never remove): tool names, ``<server>:<tool>``, ``<server>:*``, or ``destructive`` (every tool
+    whose MCP annotations do not say ``readOnlyHint: true``)."""
+    response_format: ResponseFormat | None = None
+    """The final answer as JSON following a schema (``json_schema``) or any JSON object (``json_object``):
+    validated, repaired once, else the run fails with ``invalid_output``; ``done`` carries the value as
+    ``output``."""
+
+
+APPROVAL_DESTRUCTIVE = "destructive"
+"""The approval pattern that matches every tool whose MCP annotations do not say ``readOnlyHint: true``."""
 
 
 class _RunEventBase(WireModel):
@@ -113,6 +135,14 @@ class RunToolCall(_RunEventBase):
     arguments: dict[str, Any]
 
 
+class ToolResultImage(WireModel):
+    """An image a tool returned, as its ``tool_result`` event tells of it (the bytes go to the model, not the
+    stream)."""
+
+    mime_type: str
+    size_bytes: int
+
+
 class RunToolResult(_RunEventBase):
     type: Literal["tool_result"] = "tool_result"
     iteration: int
@@ -123,6 +153,45 @@ class RunToolResult(_RunEventBase):
     duration_ms: float
     cached: bool | None = None
     """True when the result is an earlier identical call's, from the tool-result cache (nothing was called)."""
+    images: list[ToolResultImage] | None = None
+    """The images of the result (their type and size), which reach the model as images."""
+
+
+class RunApprovalRequired(_RunEventBase):
+    """A tool call of the round waits for a person's decision (``POST /api/v1/agent/runs/{runId}/approvals``); the
+    run's status is ``waiting`` until every such call of the round is decided or the wait's limit passes."""
+
+    type: Literal["approval_required"] = "approval_required"
+    iteration: int
+    tool_call_id: str
+    name: str
+    server: str | None = None
+    arguments: dict[str, Any]
+    expires_at: str | None = None
+    """When the call is denied if no one decided (ISO 8601, UTC)."""
+
+
+class RunApprovalDecided(_RunEventBase):
+    """A waiting call was decided (by a person, or denied when the wait's limit passed); approved calls then run as
+    any other (``tool_result`` follows)."""
+
+    type: Literal["approval_decided"] = "approval_decided"
+    tool_call_id: str
+    approve: bool
+    message: str | None = None
+    decided_by: str | None = None
+    """The caller key's name and the end user (``<key>/<user>``) who decided; ``None``: the wait's limit passed."""
+
+
+class RunContextCompacted(_RunEventBase):
+    """Before this round's LLM call the conversation did not fit the model's context window: its oldest turns were
+    folded into a stored summary (and old tool results trimmed). The stored conversation keeps every message."""
+
+    type: Literal["context_compacted"] = "context_compacted"
+    iteration: int
+    messages_folded: int
+    tokens_before: int
+    tokens_after: int
 
 
 class RunToolProgress(_RunEventBase):
@@ -162,6 +231,8 @@ class RunDone(_RunEventBase):
     warnings: list[str] | None = None
     """The run's LLM calls' ``CompletionResponse.warnings``, each once: controls of the run (``reasoning``,
     ``verbosity``) its model ignored."""
+    output: Any | None = None
+    """With ``responseFormat``: the final answer parsed (a JSON value valid against the schema)."""
 
 
 class RunError(_RunEventBase):
@@ -178,6 +249,9 @@ RunEvent = Annotated[
     | RunToolResult
     | RunText
     | RunReasoning
+    | RunApprovalRequired
+    | RunApprovalDecided
+    | RunContextCompacted
     | RunDone
     | RunError,
     Field(discriminator="type"),
@@ -198,6 +272,8 @@ class AgentRunResult(WireModel):
     """Which budget ended the run, when ``finish_reason`` is ``budget``."""
     warnings: list[str] | None = None
     """As the ``done`` event's."""
+    output: Any | None = None
+    """As the ``done`` event's: the final answer parsed, with ``responseFormat``."""
 
 
 class RunErrorDetail(WireModel):
@@ -221,8 +297,48 @@ class AgentRunFailure(WireModel):
     usage: Usage
 
 
-RunStatus = Literal["processing", "tool_loop", "completed", "failed", "cancelled"]
-"""``processing``: waiting for the model; ``tool_loop``: the model's tool calls are running; then final."""
+RunStatus = Literal["processing", "tool_loop", "waiting", "completed", "failed", "cancelled"]
+"""``processing``: waiting for the model; ``tool_loop``: the model's tool calls are running; ``waiting``: tool calls
+wait for a person's approval (the run is in the store, no replica holds it); then final."""
+
+ApprovalStatus = Literal["pending", "approved", "denied"]
+
+
+class ApprovalView(WireModel):
+    """A tool call that needed approval, and its decision."""
+
+    tool_call_id: str
+    iteration: int
+    name: str
+    server: str | None = None
+    arguments: dict[str, Any]
+    status: ApprovalStatus
+    message: str | None = None
+    decided_by: str | None = None
+    requested_at: str
+    decided_at: str | None = None
+    expires_at: str
+
+
+class ApprovalDecision(WireModel):
+    tool_call_id: str = Field(min_length=1, max_length=256)
+    approve: bool
+    message: str | None = Field(default=None, max_length=2000)
+    """Told to the model with a denial (``Not approved: <message>``), and kept with the decision."""
+
+
+class ApprovalsRequest(WireModel):
+    """``POST /api/v1/agent/runs/{runId}/approvals``."""
+
+    decisions: list[ApprovalDecision] = Field(min_length=1, max_length=64)
+
+
+class ApprovalsResponse(WireModel):
+    run_id: str
+    status: RunStatus
+    """The run's status after the decisions: still ``waiting`` while calls of the round are undecided."""
+    approvals: list[ApprovalView]
+    """The round's calls that needed approval, decided or not."""
 
 
 class RunView(WireModel):
@@ -249,3 +365,7 @@ class RunView(WireModel):
     resumes: int = 0
     """How many times another replica took the run over after a crash."""
     cancel_requested: bool = False
+    approvals: list[ApprovalView] | None = None
+    """The calls of the run that needed approval, the waiting ones first (``None``: none did)."""
+    output: Any | None = None
+    """With ``responseFormat``: the final answer parsed."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from suite_common.wire.base import WireModel
 from suite_common.wire.conversation import Message, ModelName, ReasoningBlock, ToolChoice, Usage
@@ -16,6 +16,7 @@ __all__ = [
     "CompletionRequest",
     "CompletionResponse",
     "FinishReason",
+    "JsonSchemaFormat",
     "ModelInfo",
     "ModelList",
     "ModelPrices",
@@ -25,6 +26,7 @@ __all__ = [
     "ReasoningDelta",
     "ReasoningEffort",
     "ResolvedModel",
+    "ResponseFormat",
     "StreamError",
     "TextDelta",
     "ToolCallEvent",
@@ -54,6 +56,31 @@ class ReasoningControl(WireModel):
     """``auto``: the provider's summary of its reasoning where it gives one; ``none``: no reasoning text back."""
 
 
+class JsonSchemaFormat(WireModel):
+    """The schema a structured answer follows (OpenAI's ``json_schema`` object)."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    schema_: dict[str, Any] = Field(alias="schema")
+    """A JSON Schema (draft 2020-12) the final answer is validated against."""
+    strict: bool | None = None
+    """OpenAI's strict mode, passed on where the provider takes it; the answer is validated either way."""
+    description: str | None = None
+
+
+class ResponseFormat(WireModel):
+    """What the final answer must be: JSON following a schema (``json_schema``), any JSON object (``json_object``),
+    or plain text (``text``, the default). OpenAI's shape: ``json_schema`` keeps its snake_case name on the wire."""
+
+    type: Literal["json_schema", "json_object", "text"]
+    json_schema: JsonSchemaFormat | None = Field(default=None, alias="json_schema")
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError('a response format of type "json_schema" needs json_schema: {name, schema}')
+        return self
+
+
 class CompletionRequest(WireModel):
     model: ModelName
     messages: list[Message] = Field(min_length=1)
@@ -66,6 +93,9 @@ class CompletionRequest(WireModel):
     verbosity: Verbosity | None = None
     """How long the answer should be, where the model takes it (OpenAI's ``verbosity``); else ignored, with a
     warning in the answer."""
+    response_format: ResponseFormat | None = None
+    """The answer as JSON (a schema's, or any object), each provider asked its own way (docs/providers.md). The
+    provider's answer is passed on as it came: validating it is the caller's (agent-service's) work."""
 
 
 class CompletionResponse(WireModel):
@@ -148,6 +178,11 @@ class ModelInfo(WireModel):
     description: str | None = None
     prices: ModelPrices | None = None
     """The catalog entry's prices; ``None`` for names without them (``demo``, ``<provider>/*``)."""
+    context_tokens: int | None = None
+    """The model's context window in tokens (input and output together): the catalog entry's, else the provider's
+    known default for the model; ``None``: unknown."""
+    images: bool | None = None
+    """Whether the model takes images in messages; ``None``: unknown (images are sent, the provider decides)."""
 
 
 class ModelList(WireModel):
@@ -160,6 +195,10 @@ class ModelTarget(WireModel):
     upstream_model: str
     prices: ModelPrices | None = None
     """The prices of the completions this target answers (its ``usage.costUsd``); ``None``: unpriced."""
+    context_tokens: int | None = None
+    """As ``ModelInfo.context_tokens``."""
+    images: bool | None = None
+    """As ``ModelInfo.images``."""
 
 
 class ResolvedModel(ModelTarget):

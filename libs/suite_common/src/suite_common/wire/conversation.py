@@ -11,10 +11,14 @@ from suite_common.wire.base import WireModel
 
 __all__ = [
     "MAX_MODEL_NAME_CHARS",
+    "ContentPart",
+    "ImagePart",
+    "ImageUrl",
     "Message",
     "ModelName",
     "NamedToolChoice",
     "ReasoningBlock",
+    "TextPart",
     "ToolCall",
     "ToolChoice",
     "Usage",
@@ -49,9 +53,37 @@ class ReasoningBlock(WireModel):
     provider: str | None = None
 
 
+class TextPart(WireModel):
+    """A message's text, as one of its content parts (OpenAI's shape)."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImageUrl(WireModel):
+    url: str = Field(min_length=1)
+    """An ``https`` URL, a ``data:<media type>;base64,...`` URL, or a stored image of agent-service
+    (``/api/v1/agent/images/<sha256>``, as stored runs keep images: by reference)."""
+    detail: Literal["auto", "low", "high"] | None = None
+    """OpenAI's ``detail``; other providers ignore it."""
+
+
+class ImagePart(WireModel):
+    """An image in a user message or a tool result (OpenAI's shape: ``{"type": "image_url", "image_url": {"url"}}``).
+    The field keeps its snake_case name on the wire, as OpenAI spells it."""
+
+    type: Literal["image_url"] = "image_url"
+    image_url: ImageUrl = Field(alias="image_url")
+
+
+ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+"""One part of a message's content: text or an image."""
+
+
 class Message(WireModel):
     role: Role
-    content: str | None = None
+    content: str | list[ContentPart] | None = None
+    """Text, or content parts (text and images: images only on ``user`` and ``tool`` messages)."""
     reasoning: list[ReasoningBlock] | None = None
     """On an assistant message: the reasoning that came before its text and tool calls."""
     tool_calls: list[ToolCall] | None = None
@@ -65,7 +97,26 @@ class Message(WireModel):
             raise ValueError("a tool message needs toolCallId")
         if self.tool_calls and self.role != "assistant":
             raise ValueError("only an assistant message carries toolCalls")
+        if self.role in ("system", "assistant") and self.images:
+            raise ValueError(f"a {self.role} message carries no images (only user and tool messages do)")
         return self
+
+    @property
+    def text(self) -> str | None:
+        """The message's text: ``content`` itself, or its text parts joined by blank lines (``None``: no text)."""
+        content = self.content
+        if content is None or isinstance(content, str):
+            return content
+        texts = [part.text for part in content if isinstance(part, TextPart)]
+        return "\n\n".join(texts) if texts else None
+
+    @property
+    def images(self) -> list[ImagePart]:
+        """The message's image parts, in order (none for text content)."""
+        content = self.content
+        if content is None or isinstance(content, str):
+            return []
+        return [part for part in content if isinstance(part, ImagePart)]
 
 
 class NamedToolChoice(WireModel):

@@ -24,6 +24,10 @@ The keys come from the callers file (``AGENT_CALLERS_FILE``, TOML)::
     tool_roles = {"rag:add_documents" = "admin", "web:*" = "user"}  # the lowest role that may use a tool (patterns
                               #   as in tools; several match: the highest role; unlisted tools: every role)
     max_mcp_servers = 20      # MCP servers of its own it may register through the admin API (default 20)
+    approval = ["destructive", "billing:*"]  # calls that wait for a person's approval (patterns as in tools;
+                              #   "destructive": every tool not annotated readOnlyHint: true)
+    approval_timeout_seconds = 3600  # how long a run waits for them; then undecided calls are denied
+    summary_model = "gpt-4o-mini"    # summarises a conversation's oldest turns when they no longer fit
 
     [personas.concise]        # a persona every tenant may use; [tenants.acme.personas.<name>]: acme's own
     system_prompt = "Answer in one sentence."
@@ -193,6 +197,9 @@ _RULE_FIELDS = (
     "role_monthly_cost_usd",
     "tool_roles",
     "max_mcp_servers",
+    "approval",
+    "approval_timeout_seconds",
+    "summary_model",
 )
 _WHOLE_LIMITS = ("max_iterations", "max_run_tokens", "monthly_tokens", "user_monthly_tokens")
 _AMOUNT_LIMITS = ("max_run_seconds", "max_run_cost_usd", "monthly_cost_usd", "user_monthly_cost_usd")
@@ -295,6 +302,12 @@ def _rules(name: str, table: dict[str, Any], source: str) -> TenantRules:
     max_servers = table.get("max_mcp_servers", DEFAULT_MAX_TENANT_SERVERS)
     if not _whole(max_servers, 0):
         raise _fail(source, f"{where}: max_mcp_servers must be a whole number, 0 or more (0: none of its own)")
+    approval_timeout = table.get("approval_timeout_seconds", 3600.0)
+    if not _amount(approval_timeout):
+        raise _fail(source, f"{where}: approval_timeout_seconds must be a number above 0")
+    summary_model = table.get("summary_model")
+    if summary_model is not None and (not isinstance(summary_model, str) or not summary_model.strip()):
+        raise _fail(source, f"{where}: summary_model must be a model name")
     return TenantRules(
         max_concurrent_runs=cap,
         models=_names(table, "models", where, source, None),
@@ -302,6 +315,9 @@ def _rules(name: str, table: dict[str, Any], source: str) -> TenantRules:
         deny_tools=_names(table, "deny_tools", where, source, TOOL_PATTERN) or (),
         tool_roles=_tool_roles(table, where, source),
         max_mcp_servers=max_servers,
+        approval=_names(table, "approval", where, source, TOOL_PATTERN) or (),
+        approval_timeout_seconds=float(approval_timeout),
+        summary_model=summary_model,
         **_limits(table, where, source),
         **_role_budgets(table, where, source),
     )

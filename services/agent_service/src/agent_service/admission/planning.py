@@ -43,7 +43,12 @@ __all__ = ["ModelCheck", "ToolCatalog", "allowed_tools", "apply_persona", "plan_
 
 _log = get_logger("agent_service.planning")
 
-_FILLED = tuple(name for name in PERSONA_FIELDS if name not in ("description", "system_prompt", *GENERATION_FIELDS))
+_FILLED = tuple(
+    name
+    for name in PERSONA_FIELDS
+    # Not request fields: approval rules add to the request's (planning), the summary model is the plan's.
+    if name not in ("description", "system_prompt", "approval", "summary_model", *GENERATION_FIELDS)
+)
 """The persona's fields that are also a run request's: filled in when the request omits them."""
 
 

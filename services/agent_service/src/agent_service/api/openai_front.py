@@ -242,7 +242,7 @@ async def _single_completion(
             message = response.message
             agent = AgentInfo(finish_reason=response.finish_reason, iterations=1, warnings=response.warnings)
             reasoning = final_reasoning([message])
-            return _Answer(message.content, message.tool_calls, agent, response.usage, reasoning=reasoning)
+            return _Answer(message.text, message.tool_calls, agent, response.usage, reasoning=reasoning)
     except UpstreamError as error:
         return _Answer(None, None, AgentInfo(finish_reason="error", iterations=1), cut, error)
     # The deadline passed: what was streamed is the partial answer, its call counted as an estimate.

@@ -279,7 +279,7 @@ def openai_finish_reason(reason: str) -> str:
 
 def final_text(appended: list[Message]) -> str | None:
     """The answer's content: the text of every assistant turn of the run, in order, a blank line between."""
-    texts = [m.content for m in appended if m.role == "assistant" and m.content]
+    texts = [m.text for m in appended if m.role == "assistant" and m.text]
     return ROUND_SEPARATOR.join(texts) if texts else None
 
 

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agent_service.core.names import is_name
+from agent_service.core.names import TOOL_PATTERN, is_name
 from suite_common.wire import Message, ReasoningControl, Verbosity
 
 __all__ = [
@@ -85,6 +85,11 @@ class Persona:
     max_tokens: int | None = None
     generation: Generation = NO_GENERATION
     """Its ``reasoning_effort``, ``reasoning_summary`` and ``verbosity``."""
+    approval: tuple[str, ...] = ()
+    """Tools whose calls wait for approval in its runs, beside its tenant's (patterns as ``TenantRules.approval``)."""
+    summary_model: str | None = None
+    """The model that summarises its runs' conversations when they no longer fit (``None``: its tenant's, else the
+    run's model)."""
 
 
 GENERATION_FIELDS = ("reasoning_effort", "reasoning_summary", "verbosity")
@@ -106,6 +111,8 @@ PERSONA_FIELDS = (
     "max_cost_usd",
     "temperature",
     "max_tokens",
+    "approval",
+    "summary_model",
     *GENERATION_FIELDS,
 )
 
@@ -162,6 +169,11 @@ def _persona(name: str, table: Any, where: str) -> Persona:
     tools = table.get("tools")
     if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools)):
         raise PersonaError(f"{where}: tools must be a list of tool names")
+    approval = table.get("approval", [])
+    if not isinstance(approval, list) or not all(isinstance(p, str) and TOOL_PATTERN.fullmatch(p) for p in approval):
+        raise PersonaError(
+            f"{where}: approval must be a list of tool names, '<server>:<tool>', '<server>:*' or 'destructive'"
+        )
     return Persona(
         name=name,
         description=_text(table, "description", where),
@@ -175,6 +187,8 @@ def _persona(name: str, table: Any, where: str) -> Persona:
         temperature=_number(table, "temperature", where, low=0, high=2),
         max_tokens=_whole(table, "max_tokens", where),
         generation=parse_generation(table, where),
+        approval=tuple(approval),
+        summary_model=_text(table, "summary_model", where),
     )
 
 

@@ -8,12 +8,12 @@ stored before tenants existed.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Literal, TypeVar
 
+from agent_service.core.names import TOOL_PATTERN
 from agent_service.core.personas import NO_GENERATION, Generation, Persona
 from suite_common.wire import DEFAULT_MAX_TENANT_SERVERS, UserRole
 
@@ -48,10 +48,6 @@ UNLIMITED_ROLES: frozenset[UserRole] = frozenset({"admin", "owner"})
 def role_at_least(role: UserRole, lowest: UserRole) -> bool:
     """Whether ``role`` is ``lowest`` or above it (``USER_ROLES``' order)."""
     return USER_ROLES.index(role) >= USER_ROLES.index(lowest)
-
-
-TOOL_PATTERN = re.compile(r"[^:\s]+(:[^:\s]+)?")
-"""What ``tool_matches`` takes: a tool's name, ``<server>:<tool>`` or ``<server>:*``."""
 
 
 def tool_matches(pattern: str, server: str, tool: str, server_tool: str | None = None) -> bool:
@@ -105,6 +101,13 @@ class TenantRules:
     pattern matches: every role. Applies to the shared tools and the tenant's own alike."""
     max_mcp_servers: int = DEFAULT_MAX_TENANT_SERVERS
     """How many MCP servers of its own the tenant may register (the admin API), the operator's cap."""
+    approval: tuple[str, ...] = ()
+    """Tools whose calls wait for a person's approval: patterns as in ``tools``, or ``destructive`` (every tool whose
+    MCP annotations do not say ``readOnlyHint: true``). A persona's and a request's patterns add to these."""
+    approval_timeout_seconds: float = 3600.0
+    """How long a run waits for approvals; then its undecided calls are denied ("no decision in time")."""
+    summary_model: str | None = None
+    """The model that summarises a conversation's oldest turns when they no longer fit (``None``: the run's)."""
 
     @property
     def has_monthly_budget(self) -> bool:

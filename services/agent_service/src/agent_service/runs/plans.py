@@ -33,7 +33,7 @@ _VERBOSITY: TypeAdapter[Verbosity | None] = TypeAdapter(Verbosity | None)
 def conversation_settings(request: AgentRunRequest) -> ConversationSettings:
     """What ``request`` asked for, as its conversation keeps it: its own fields as sent (not the defaults a persona
     or the service filled in, so that a later run gets a changed default too), and its first system message."""
-    system_prompt = next((message.content for message in request.messages if message.role == "system"), None)
+    system_prompt = next((message.text for message in request.messages if message.role == "system"), None)
     return ConversationSettings(
         model=request.model,
         persona=request.persona,

@@ -12,8 +12,11 @@ from suite_common.sql import UtcDateTime, store_metadata
 
 __all__ = [
     "UtcDateTime",
+    "approvals",
     "caller_keys",
+    "conversation_summaries",
     "conversations",
+    "images",
     "metadata",
     "run_events",
     "run_messages",
@@ -80,6 +83,13 @@ runs = sa.Table(
     sa.Column("cost_usd", sa.Float, nullable=True),
     # Which budget ended the run (finish reason "budget").
     sa.Column("budget", sa.Text, nullable=True),
+    # Set while the run waits for approvals (status "waiting"): since when, and the wall-clock seconds its deadline
+    # had left then (time spent waiting is not the run's: it resumes with these). A waiting run has no lease owner;
+    # its lease_expires_at is when the wait's limit passes (the sweep then takes it and denies what is undecided).
+    sa.Column("waiting_since", UtcDateTime, nullable=True),
+    sa.Column("deadline_left_seconds", sa.Float, nullable=True),
+    # With responseFormat: the final answer parsed, as JSON.
+    sa.Column("output", sa.JSON, nullable=True),
     # The sweeper's question: which active runs have an expired lease, oldest first.
     sa.Index(None, "status", "lease_expires_at"),
     # A conversation's runs in order.
@@ -203,4 +213,60 @@ tenant_runtime = sa.Table(
     sa.Column("updated_at", UtcDateTime, nullable=False),
     # The key that made the last change (its name, never the key).
     sa.Column("updated_by", sa.Text, nullable=True),
+)
+
+approvals = sa.Table(
+    "approvals",
+    metadata,
+    # One row per tool call that needed a person's approval; decided once (pending -> approved | denied).
+    sa.Column("run_id", sa.Text, sa.ForeignKey("runs.run_id", ondelete="CASCADE"), nullable=False),
+    sa.Column("tool_call_id", sa.Text, nullable=False),
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("iteration", sa.Integer, nullable=False),
+    sa.Column("tool", sa.Text, nullable=False),
+    sa.Column("server", sa.Text, nullable=True),
+    sa.Column("arguments", sa.JSON, nullable=False),
+    # pending | approved | denied
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("message", sa.Text, nullable=True),
+    # The caller key's name and end user who decided ("<key>/<user>"); NULL: undecided, or denied by the wait's limit.
+    sa.Column("decided_by", sa.Text, nullable=True),
+    sa.Column("requested_at", UtcDateTime, nullable=False),
+    sa.Column("decided_at", UtcDateTime, nullable=True),
+    sa.Column("expires_at", UtcDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("run_id", "tool_call_id"),
+)
+
+conversation_summaries = sa.Table(
+    "conversation_summaries",
+    metadata,
+    # The summary of a conversation's oldest messages, made when they no longer fit the model's context window:
+    # made once per growth step and reused by later runs (the messages themselves stay stored in full).
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("conversation_id", sa.Text, nullable=False),
+    # How many of the conversation's messages (from its first) the summary covers.
+    sa.Column("covers", sa.Integer, nullable=False),
+    sa.Column("summary", sa.Text, nullable=False),
+    # The summary's own size in tokens, as counted when it was made.
+    sa.Column("tokens", sa.Integer, nullable=False),
+    # The model that made it.
+    sa.Column("model", sa.Text, nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("tenant", "conversation_id"),
+    sa.ForeignKeyConstraint(
+        ["tenant", "conversation_id"], ["conversations.tenant", "conversations.conversation_id"], ondelete="CASCADE"
+    ),
+)
+
+images = sa.Table(
+    "images",
+    metadata,
+    # Images of stored runs, kept once by content (a message stores /api/v1/agent/images/<sha256>, not the bytes).
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("sha256", sa.Text, nullable=False),
+    sa.Column("media_type", sa.Text, nullable=False),
+    sa.Column("size_bytes", sa.Integer, nullable=False),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("tenant", "sha256"),
 )

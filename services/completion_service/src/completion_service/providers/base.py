@@ -55,8 +55,8 @@ def events_of(response: CompletionResponse) -> list[CompletionEvent]:
         if block.text:
             events.append(ReasoningDelta(delta=block.text))
         events.append(ReasoningBlockEvent(block=block))
-    if message.content:
-        events.append(TextDelta(delta=message.content))
+    if message.text:
+        events.append(TextDelta(delta=message.text))
     events.extend(ToolCallEvent(**dict(call)) for call in message.tool_calls or [])  # the same fields
     events.append(
         CompletionDone(

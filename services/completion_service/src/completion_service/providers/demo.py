@@ -261,7 +261,7 @@ def _cited_answer(request: CompletionRequest, results: list[Message]) -> str:
     names = {call.id: call.name for message in request.messages if message.tool_calls for call in message.tool_calls}
     lines = []
     for number, result in enumerate(results, start=1):
-        text = " ".join((result.content or "").split())
+        text = " ".join((result.text or "").split())
         if len(text) > CITATION_CHARS:
             text = text[:CITATION_CHARS].rstrip() + " ..."
         failed = " (failed)" if result.is_error else ""
@@ -289,10 +289,10 @@ def _direct_answer(question: str, request: CompletionRequest) -> str:
 def demo_completion(request: CompletionRequest) -> CompletionResponse:
     """The demo model's whole answer; the same request always gets the same answer."""
     start = _last_user_index(request.messages)
-    question = (request.messages[start].content or "") if start >= 0 else ""
+    question = (request.messages[start].text or "") if start >= 0 else ""
     since_question = request.messages[start + 1 :]
     results = [message for message in since_question if message.role == "tool"]
-    input_tokens = sum(_words(message.content) for message in request.messages)
+    input_tokens = sum(_words(message.text) for message in request.messages)
     if not results:
         tools = _chosen_tools(request, question)
         if tools:
@@ -336,7 +336,7 @@ def _text_deltas(text: str) -> list[str]:
 def demo_events(request: CompletionRequest) -> list[CompletionEvent]:
     """The same answer as ``demo_completion``, as stream events."""
     response = demo_completion(request)
-    events: list[CompletionEvent] = [TextDelta(delta=piece) for piece in _text_deltas(response.message.content or "")]
+    events: list[CompletionEvent] = [TextDelta(delta=piece) for piece in _text_deltas(response.message.text or "")]
     events.extend(ToolCallEvent(id=c.id, name=c.name, arguments=c.arguments) for c in response.message.tool_calls or [])
     events.append(
         CompletionDone(

@@ -116,7 +116,7 @@ def build_request_body(
 def _message(message: Message) -> dict[str, Any]:
     if message.role == "tool":
         # Chat Completions has no error flag on tool results: the content has to say so.
-        content = message.content or ""
+        content = message.text or ""
         if message.is_error and not content.lower().startswith("error"):
             content = f"Error: {content}"
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": content}

@@ -120,7 +120,7 @@ def _input(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
     leading = 0
     while leading < len(messages) and messages[leading].role == "system":
         leading += 1
-    instructions = SUMMARY_SEPARATOR.join(message.content or "" for message in messages[:leading])
+    instructions = SUMMARY_SEPARATOR.join(message.text or "" for message in messages[:leading])
     items: list[dict[str, Any]] = []
     for message in messages[leading:]:
         items.extend(_items(message))
@@ -130,7 +130,7 @@ def _input(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
 def _items(message: Message) -> list[dict[str, Any]]:
     if message.role == "tool":
         # The Responses API has no error flag on outputs either: the output has to say so.
-        output = message.content or ""
+        output = message.text or ""
         if message.is_error and not output.lower().startswith("error"):
             output = f"Error: {output}"
         return [{"type": "function_call_output", "call_id": message.tool_call_id, "output": output}]

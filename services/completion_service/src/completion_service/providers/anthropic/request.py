@@ -114,13 +114,13 @@ def _conversation(messages: Sequence[Message], provider: str) -> tuple[str, list
     owed: deque[tuple[str, str | None]] = deque()  # (tool_use_id, invalid arguments) of the calls to answer
     for message in messages:
         if message.role == "system":
-            if _has_text(message.content):
-                system.append(message.content or "")
+            if _has_text(message.text):
+                system.append(message.text or "")
             continue
         if message.role == "assistant":
             reasoning = [_reasoning_block(block) for block in message.reasoning or [] if block.provider == provider]
             blocks: list[dict[str, Any]] = []
-            if _has_text(message.content):
+            if _has_text(message.text):
                 blocks.append({"type": "text", "text": message.content})
             owed.clear()
             for call in message.tool_calls or []:
@@ -141,7 +141,7 @@ def _conversation(messages: Sequence[Message], provider: str) -> tuple[str, list
             turns.append(_Turn("user"))
         turn = turns[-1]
         if message.role == "user":
-            if _has_text(message.content):
+            if _has_text(message.text):
                 turn.blocks.append({"type": "text", "text": message.content})
             continue
         # The repaired conversation answers each call right after its message, in call order.

@@ -1,0 +1,281 @@
+"""A round's tool calls: refused, answered from the tool-result cache, or made through the gateway (in parallel when
+there are several), each result told, recorded and audited as it comes."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import anyio
+import structlog
+from opentelemetry.trace import Span
+
+from agent_service.core.errors import OUTBOUND_BLOCKED, UpstreamError
+from agent_service.core.run import EventSink, RunPlan, RunRecorder, ToolCallRecord
+from agent_service.engine.state import RunState
+from agent_service.engine.tool_cache import ToolCache
+from agent_service.engine.tool_results import render_tool_result
+from agent_service.infra.peers import ProgressSink, ToolsClient
+from agent_service.infra.telemetry import RunTelemetry
+from suite_common.echo import clip
+from suite_common.tracing import mark_span_failed
+from suite_common.wire import (
+    CallToolProgress,
+    CallToolResponse,
+    Message,
+    RunToolProgress,
+    RunToolResult,
+    ToolCall,
+    ToolCallStatus,
+    ToolInfo,
+)
+
+__all__ = ["ToolDispatch"]
+
+
+class ToolDispatch:
+    """Makes a run's tool calls; the loop hands it each round's calls (``dispatch``) and the results it has without a
+    call (``finished``)."""
+
+    def __init__(
+        self,
+        tools: ToolsClient,
+        *,
+        tool_result_max_chars: int,
+        telemetry: RunTelemetry,
+        tool_cache: ToolCache | None,
+    ) -> None:
+        self.tools = tools
+        self.tool_result_max_chars = tool_result_max_chars
+        self.telemetry = telemetry
+        self.tool_cache = tool_cache
+
+    async def dispatch(
+        self,
+        plan: RunPlan,
+        state: RunState,
+        emit: EventSink,
+        calls: list[ToolCall],
+        recorder: RunRecorder | None,
+        stream_text: bool,
+    ) -> None:
+        """Run ``calls``, in parallel when there are several; raises the tool service's own failure."""
+        allowed = {tool.name for tool in plan.tools}
+        failures: list[UpstreamError] = []
+        if len(calls) == 1:  # the common case: no task group to pay for
+            await self._call_tool(plan, calls[0], allowed, emit, state, recorder, failures, None, stream_text)
+        else:
+            async with anyio.create_task_group() as tg:
+                scope = tg.cancel_scope
+                for call in calls:
+                    tg.start_soon(
+                        self._call_tool, plan, call, allowed, emit, state, recorder, failures, scope, stream_text
+                    )
+        if failures:
+            # The tool service itself failed (not a tool): the run cannot go on.
+            raise failures[0]
+
+    async def _call_tool(
+        self,
+        plan: RunPlan,
+        call: ToolCall,
+        allowed: set[str],
+        emit: EventSink,
+        state: RunState,
+        recorder: RunRecorder | None,
+        failures: list[UpstreamError],
+        siblings: anyio.CancelScope | None,
+        streamed: bool,
+    ) -> None:
+        """``siblings``: the scope of the round's other calls, when there are any. ``streamed``: the run
+        is streamed, so the tool's progress is reported as ``tool_progress`` events."""
+        iteration = state.iterations
+        position = next(index for index, pending in enumerate(state.pending) if pending.id == call.id)
+        started, started_at = time.perf_counter(), datetime.now(UTC)
+        # The catalog's entry of the tool (its server, "-" for a name the run does not list: the model's invention).
+        tool = next((tool for tool in plan.tools if tool.name == call.name), None)
+        server = tool.server if tool is not None else "-"
+        status: ToolCallStatus = "refused"
+        cached = False
+
+        def audit(status: ToolCallStatus, *, logged: str | None = None) -> ToolCallRecord:
+            """The call's audit line and metric (under ``logged`` when given), and its audit row."""
+            own = tool is not None and tool.tenant is not None  # a tool of a server its tenant registered
+            seconds = self._audit(plan, iteration, position, call, server, own, logged or status, started)
+            return ToolCallRecord(
+                iteration=iteration,
+                call_index=position,
+                tool_call_id=call.id,
+                tool=call.name,
+                server=server if server != "-" else None,
+                status=status,
+                latency_ms=round(seconds * 1000, 2),
+                started_at=started_at,
+            )
+
+        with (
+            structlog.contextvars.bound_contextvars(tool_call_id=call.id),
+            self.telemetry.tracer.start_as_current_span(
+                "tool_call", attributes={"tool.name": call.name, "tool.call_id": call.id}
+            ) as span,
+        ):
+            if (refusal := _refusal(call, allowed)) is not None:
+                content, is_error = refusal, True
+            elif (hit := await self._cached(plan, tool, call)) is not None:
+                content, is_error, status, cached = hit, False, "cached", True  # nothing called: the earlier result
+            else:
+                try:
+                    result = await self._execute(plan, tool, call, iteration, emit, streamed)
+                except UpstreamError as error:
+                    failures.append(error)
+                    _gateway_failed(span, server, error, siblings)
+                    # Not called (the outbound policy refused the connection), or the gateway failed it.
+                    ended = audit("refused" if error.code == OUTBOUND_BLOCKED else "error", logged="failed")
+                    if recorder is not None:
+                        recorder.unanswered(ended)
+                    return
+                except anyio.get_cancelled_exc_class():
+                    span.set_attributes({"tool.server": server, "tool.status": "cancelled"})
+                    mark_span_failed(span, "cancelled")
+                    ended = audit("cancelled")
+                    if recorder is not None:
+                        recorder.unanswered(ended)
+                    raise
+                content, is_error = render_tool_result(result, self.tool_result_max_chars), result.is_error
+                # The server that ran it (the planned one: the gateway runs the call there or nowhere); a call
+                # that no server ran (refused, the gateway unreachable) keeps the planned one.
+                server, status = result.server or server, "error" if result.is_error else "ok"
+                if status == "ok":
+                    await self._remember(plan, tool, call, server, content)
+            span.set_attributes({"tool.server": server, "tool.status": status})
+            if status not in ("ok", "cached"):
+                mark_span_failed(span, status)
+            # Inside the binding, so that the audit line carries the tool_call_id the stream reported.
+            ended = audit(status)
+        message = Message(role="tool", tool_call_id=call.id, content=content, is_error=is_error or None)
+        await self.finished(
+            plan, state, emit, recorder, call, message, duration_ms=ended.latency_ms, cached=cached, audit=ended
+        )
+
+    async def _execute(
+        self, plan: RunPlan, tool: ToolInfo | None, call: ToolCall, iteration: int, emit: EventSink, streamed: bool
+    ) -> CallToolResponse:
+        """The tool call made through the gateway (routed to ``tool``'s server); raises the gateway's failure."""
+        if streamed:
+            progress = _progress_reporter(plan, iteration, call, emit)
+            return await self.tools.call_tool_streamed(
+                call.name, call.arguments, plan.limits.deadline, progress, route=tool, caller=plan.caller
+            )
+        # the cheaper JSON answer: nobody would see the progress
+        return await self.tools.call_tool(
+            call.name, call.arguments, plan.limits.deadline, route=tool, caller=plan.caller
+        )
+
+    async def _remember(self, plan: RunPlan, tool: ToolInfo | None, call: ToolCall, server: str, content: str) -> None:
+        """A successful result kept in the tool-result cache: under the server that ran it, never under another (a
+        gateway that ignored the route)."""
+        if tool is not None and tool.server == server and self.tool_cache is not None:
+            await self.tool_cache.remember(
+                plan.caller, tool, call.arguments, content, max_seconds=plan.tool_cache_seconds
+            )
+
+    async def _cached(self, plan: RunPlan, tool: ToolInfo | None, call: ToolCall) -> str | None:
+        """The earlier result of this very call, if the tool-result cache has one (``engine.tool_cache``)."""
+        if self.tool_cache is None or tool is None:
+            return None
+        return await self.tool_cache.lookup(plan.caller, tool, call.arguments, max_seconds=plan.tool_cache_seconds)
+
+    async def finished(
+        self,
+        plan: RunPlan,
+        state: RunState,
+        emit: EventSink,
+        recorder: RunRecorder | None,
+        call: ToolCall,
+        message: Message,
+        *,
+        duration_ms: float,
+        cached: bool = False,
+        audit: ToolCallRecord | None = None,
+    ) -> None:
+        """A call of the current round has its result: kept for the round's end, told, recorded (with ``audit``, the
+        call's audit row; ``None``: no call was made here). ``cached``: the result is an earlier identical call's,
+        from the tool-result cache."""
+        state.finished[call.id] = message
+        await emit(
+            RunToolResult(
+                run_id=plan.run_id,
+                iteration=state.iterations,
+                tool_call_id=call.id,
+                name=call.name,
+                content=message.text or "",
+                is_error=bool(message.is_error),
+                duration_ms=duration_ms,
+                cached=cached or None,
+            )
+        )
+        if recorder is not None:
+            position = next(index for index, pending in enumerate(state.pending) if pending.id == call.id)
+            await recorder.result(state.turn_position + 1 + position, message, audit=audit)
+
+    def _audit(
+        self,
+        plan: RunPlan,
+        iteration: int,
+        position: int,
+        call: ToolCall,
+        server: str,
+        tenant_server: bool,
+        status: str,
+        started: float,
+    ) -> float:
+        """``server``: the one that answered (``-`` for a tool the run does not list); ``tenant_server``: one its
+        tenant registered (counted under one label)."""
+        seconds = time.perf_counter() - started
+        self.telemetry.tool_call(
+            run_id=plan.run_id,
+            round_index=iteration,
+            call_index=position,
+            server=server,
+            tool=call.name,
+            tenant_server=tenant_server,
+            status=status,
+            seconds=seconds,
+        )
+        return seconds
+
+
+def _gateway_failed(span: Span, server: str, error: UpstreamError, siblings: anyio.CancelScope | None) -> None:
+    """The gateway itself failed a call (not the tool): its span marked, the round's other calls cancelled."""
+    span.set_attributes({"tool.server": server, "tool.status": "failed"})
+    mark_span_failed(span, error.code, error.message)
+    if siblings is not None:
+        siblings.cancel()  # the round's other calls cannot help now
+
+
+def _refusal(call: ToolCall, allowed: set[str]) -> str | None:
+    """Why the model's ``call`` is not made (a tool result it can act on), or None."""
+    if call.name not in allowed:
+        return f"Tool '{clip(call.name)}' is not available in this run. Available tools: {', '.join(sorted(allowed))}."
+    if call.invalid_arguments is not None:
+        return (
+            f"The arguments for '{call.name}' were not a JSON object: {call.invalid_arguments[:200]!r}. "
+            "Call the tool again with a JSON object that matches its input schema."
+        )
+    return None
+
+
+def _progress_reporter(plan: RunPlan, iteration: int, call: ToolCall, emit: EventSink) -> ProgressSink:
+    async def report(progress: CallToolProgress) -> None:
+        await emit(
+            RunToolProgress(
+                run_id=plan.run_id,
+                iteration=iteration,
+                tool_call_id=call.id,
+                progress=progress.progress,
+                total=progress.total,
+                message=progress.message,
+            )
+        )
+
+    return report
