@@ -123,7 +123,13 @@ def test_the_model_list_shows_aliases_demo_and_one_pattern_per_provider() -> Non
     router = ModelRouter(demo=DemoProvider(), providers=_providers("openai", "gemini"), catalog=catalog)  # type: ignore[arg-type]
     listed = router.available()
     assert [entry["id"] for entry in listed] == ["smart", "demo", "openai/*", "gemini/*"]
-    assert listed[0] == {"id": "smart", "provider": "anthropic", "upstreamModel": "claude-x", "fallbacks": ["demo"]}
+    assert listed[0] == {
+        "id": "smart",
+        "provider": "anthropic",
+        "upstreamModel": "claude-x",
+        "fallbacks": ["demo"],
+        "images": True,  # Claude's known default (model_images)
+    }
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import httpx
@@ -23,6 +23,7 @@ from completion_service.controls import (
     without_reasoning_text,
     without_reasoning_text_events,
 )
+from completion_service.images import ImageFetcher, admit_images, has_images, with_image_bytes
 from completion_service.pricing import priced
 from completion_service.providers._transport import CallStats, call_stats
 from completion_service.routing import ModelRoute, ModelRouter, build_router
@@ -68,6 +69,7 @@ class _Services:
     telemetry: LlmTelemetry
     tracer: Tracer
     lifecycle: Lifecycle
+    images: ImageFetcher
 
 
 def _services(request: Request) -> _Services:
@@ -103,6 +105,34 @@ async def _finished_events(
         await _close(events)  # closing this stream closes the provider's at once, not when collected
 
 
+async def _image_route(body: CompletionRequest, route: ModelRoute, images: ImageFetcher) -> ModelRoute:
+    """The route of a request with images, before any call: 400 ``images_not_supported`` when its model takes none
+    (its fallbacks that take none are left out of the chain), every image URL checked (``images.admit_images``)."""
+    if not _takes_images(route):
+        raise ApiError(
+            400,
+            "images_not_supported",
+            f"The model {route.name!r} does not take images (its catalog entry or the provider's known models say "
+            "so); send text only or pick a model that does.",
+        )
+    await admit_images(body, images)
+    fallbacks = tuple(fallback for fallback in route.fallbacks if _takes_images(fallback))
+    return route if fallbacks == route.fallbacks else replace(route, fallbacks=fallbacks)
+
+
+def _takes_images(route: ModelRoute) -> bool:
+    return route.images is not False and route.provider.image_input != "none"
+
+
+async def _with_images(
+    body: CompletionRequest, route: ModelRoute, services: _Services, fetched: dict[str, str], left: float
+) -> CompletionRequest:
+    """``body`` with its https images fetched when the route's provider takes only bytes (``images``)."""
+    if route.provider.image_input != "bytes" or not has_images(body):
+        return body
+    return await with_image_bytes(body, services.images, fetched, within=left)
+
+
 def _answers(body: CompletionRequest, route: ModelRoute, left: float) -> AsyncIterator[CompletionEvent]:
     """The route's stream, without the controls its model cannot take, its ``done`` priced at the route's prices
     (the model that answers is the one whose prices apply) and warned of the controls taken out."""
@@ -111,6 +141,11 @@ def _answers(body: CompletionRequest, route: ModelRoute, left: float) -> AsyncIt
     if hides_reasoning_text(request):
         events = without_reasoning_text_events(events)
     return events if route.prices is None and not warnings else _finished_events(events, route.prices, warnings)
+
+
+async def _no_events() -> AsyncIterator[CompletionEvent]:
+    return
+    yield  # an empty async generator: the stream before it is opened
 
 
 async def _first_event(events: AsyncIterator[CompletionEvent]) -> CompletionEvent:
@@ -139,13 +174,15 @@ async def _complete(
     body: CompletionRequest, route: ModelRoute, deadline: Deadline, services: _Services
 ) -> CompletionResponse:
     chain = route.chain()
+    fetched: dict[str, str] = {}  # https images fetched for this request, by URL
     for candidate in chain:
         left = _left(deadline)  # outside the try: a spent deadline is not a failure of the next model
         stats, started = CallStats(), time.perf_counter()
         token = call_stats.set(stats)
         attributes = {"llm.provider": candidate.provider.name, "llm.model": candidate.name}
         try:
-            request, warnings = fitted(_as(body, candidate), candidate.controls)
+            sent = await _with_images(body, candidate, services, fetched, left)
+            request, warnings = fitted(_as(sent, candidate), candidate.controls)
             with provider_call_span(services.tracer, attributes):
                 answer = await candidate.provider.complete(request, candidate.upstream_model, left)
         except ApiError as error:
@@ -198,14 +235,16 @@ async def _open_stream(
 ) -> _OpenStream:
     """The first route whose stream starts, with its first event; nothing reached the caller before it."""
     chain = route.chain()
+    fetched: dict[str, str] = {}  # https images fetched for this request, by URL
     for candidate in chain:
         left = _left(deadline)
         stats, started = CallStats(), time.perf_counter()
         token = call_stats.set(stats)
         attributes = {"llm.provider": candidate.provider.name, "llm.model": candidate.name}
         span = services.tracer.start_span("provider_call", attributes=attributes)
-        events = _answers(body, candidate, left)
+        events: AsyncIterator[CompletionEvent] = _no_events()
         try:
+            events = _answers(await _with_images(body, candidate, services, fetched, left), candidate, left)
             return _OpenStream(events, await _first_event(events), candidate, started, stats, span)
         except ApiError as error:
             await _close(events)
@@ -247,6 +286,8 @@ async def completions(request: Request) -> Response | EventStreamResponse:
     services = _services(request)
     body = await read_model(request, CompletionRequest)
     route = services.router.route(body.model)
+    if has_images(body):
+        route = await _image_route(body, route, services.images)
     deadline = _deadline(request, services.settings)
     lifecycle = services.lifecycle
     if not body.stream:
@@ -307,7 +348,12 @@ _COMPLETIONS = Operation(
     answer=CompletionResponse,
     events=CompletionEvent,
     errors={
-        400: "No provider serves this model name (model_not_found), or the request is not valid.",
+        400: (
+            "No provider serves this model name (model_not_found), the request is not valid, the model takes no "
+            "images (images_not_supported), an image URL is refused (image_url_not_allowed) or cannot be fetched "
+            "(image_fetch_failed)."
+        ),
+        413: "An image is larger than COMPLETION_IMAGE_FETCH_MAX_BYTES (image_too_large).",
         502: "The provider failed or answered what cannot be read.",
         504: f"The provider did not answer within the time ({DEADLINE_HEADER} or the service's timeout).",
     },
@@ -339,6 +385,8 @@ def _target(route: ModelRoute) -> dict[str, object]:
     }
     if route.prices is not None:
         target["prices"] = route.prices.model_dump(by_alias=True)
+    if route.images is not None:
+        target["images"] = route.images
     return target
 
 
@@ -361,9 +409,11 @@ def create_app(
     *,
     http_client: httpx.AsyncClient | None = None,
     tracer_provider: TracerProvider | None = None,
+    image_fetcher: ImageFetcher | None = None,
 ) -> Starlette:
     """The service; ``http_client`` replaces the pooled client it would create (and is not closed by it),
-    ``tracer_provider`` the one its settings describe."""
+    ``tracer_provider`` the one its settings describe, ``image_fetcher`` the image client of the settings (not closed
+    by it either: tests give one that trusts their CA)."""
     observability = Observability.create("completion-service", settings, tracer_provider=tracer_provider)
     telemetry = LlmTelemetry(observability.registry)
 
@@ -378,6 +428,7 @@ def create_app(
     # create_app itself, which the start-up path reports in one line (suite_common.startup), not as a
     # lifespan traceback. A service that cannot route what it was told to is misconfigured.
     router = build_router(settings, http)
+    images = image_fetcher or ImageFetcher.from_settings(settings)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[dict[str, _Services]]:
@@ -391,12 +442,15 @@ def create_app(
                     telemetry=telemetry,
                     tracer=observability.tracer,
                     lifecycle=observability.lifecycle,
+                    images=images,
                 )
             }
         finally:
             await observability.aclose()
             if http_client is None:
                 await http.aclose()
+            if image_fetcher is None:
+                await images.aclose()
 
     app = Starlette(
         routes=[

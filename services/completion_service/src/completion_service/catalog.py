@@ -76,6 +76,9 @@ class CatalogModel(WireModel):
     (``controls.controls_by_name``). A model that cannot ignores it, with a warning in the answer."""
     verbosity: bool | None = None
     """The model takes OpenAI's ``verbosity``; unset: said by the model's family (OpenAI's gpt-5)."""
+    images: bool | None = None
+    """The model takes images in messages; unset: the known default of the model (``model_images``), else unknown
+    (images are sent and the provider decides). ``false``: a request with images is refused before any call."""
 
     @field_validator("name")
     @classmethod

@@ -16,6 +16,7 @@ import httpx
 
 from completion_service.catalog import RESPONSES_KIND, ROUTE_KINDS, CatalogError, CatalogModel, load_catalog
 from completion_service.controls import NO_CONTROLS, ModelControls, controls_by_name
+from completion_service.model_images import takes_images
 from completion_service.providers.base import Provider
 from completion_service.providers.demo import DemoProvider
 from completion_service.providers.registry import ProviderRegistry
@@ -51,6 +52,8 @@ class ModelRoute:
     """The catalog entry's prices, at which this route's answers are priced; ``None``: not a priced entry."""
     controls: ModelControls = NO_CONTROLS
     """The generation controls the model takes; the others are taken out of its requests, with a warning."""
+    images: bool | None = None
+    """The model takes images (``model_images``; a catalog entry's ``images``); ``None``: unknown."""
 
     def chain(self) -> list[ModelRoute]:
         """This route, then its fallbacks in order."""
@@ -104,21 +107,30 @@ class ModelRouter:
             reasoning=family.reasoning if entry.reasoning is None else entry.reasoning,
             verbosity=family.verbosity if entry.verbosity is None else entry.verbosity,
         )
-        return ModelRoute(name, alias.provider, entry.model, fallbacks, entry.prices, controls)
+        images = entry.images if entry.images is not None else takes_images(entry.provider, entry.model)
+        return ModelRoute(name, alias.provider, entry.model, fallbacks, entry.prices, controls, images)
 
     def _direct(self, model: str) -> ModelRoute | None:
         if model == "demo" and self._demo is not None:
-            return ModelRoute(model, self._demo, model)  # the demo takes no generation controls
+            return ModelRoute(model, self._demo, model, images=True)  # the demo takes no generation controls
         kind, slash, upstream = model.partition("/")
         if slash and kind in ROUTE_KINDS:
             provider = self._providers.get(kind)
             if provider is None or not upstream:
                 return None
-            return ModelRoute(model, provider, upstream, controls=controls_by_name(kind, upstream))
+            return ModelRoute(
+                model,
+                provider,
+                upstream,
+                controls=controls_by_name(kind, upstream),
+                images=takes_images(kind, upstream),
+            )
         openai = self._providers.get("openai")
         if openai is None:
             return None
-        return ModelRoute(model, openai, model, controls=controls_by_name("openai", model))
+        return ModelRoute(
+            model, openai, model, controls=controls_by_name("openai", model), images=takes_images("openai", model)
+        )
 
     def route(self, model: str, *, not_found_status: int = 400) -> ModelRoute:
         """The route of ``model``, or a ``model_not_found`` error (``not_found_status``) that says what is
@@ -153,9 +165,12 @@ class ModelRouter:
                 listed["description"] = alias.entry.description
             if alias.entry.prices is not None:
                 listed["prices"] = alias.entry.prices.model_dump(by_alias=True)
+            images = self._alias_route(name, alias).images
+            if images is not None:
+                listed["images"] = images
             models.append(listed)
         if self._demo is not None:
-            models.append({"id": "demo", "provider": self._demo.name, "description": _DEMO_DESCRIPTION})
+            models.append({"id": "demo", "provider": self._demo.name, "description": _DEMO_DESCRIPTION, "images": True})
         for kind, provider in self._providers.items():
             description = f"Any model of the configured {kind} provider, as {kind}/<model id>"
             if kind == "openai":

@@ -8,7 +8,8 @@ from typing import Annotated
 from pydantic import AfterValidator, BeforeValidator, Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from suite_common.settings import ServiceSettings, blank_as_none, http_url
+from suite_common.egress_settings import EgressSettings
+from suite_common.settings import blank_as_none, http_url
 
 __all__ = [
     "DEFAULT_ANTHROPIC_BASE_URL",
@@ -26,10 +27,13 @@ _OptionalPath = Annotated[Path | None, BeforeValidator(blank_as_none)]
 _OptionalText = Annotated[str | None, BeforeValidator(blank_as_none)]
 
 
-class CompletionSettings(ServiceSettings):
+class CompletionSettings(EgressSettings):
     """Where completion-service listens and which providers it may call.
 
-    Every field is an environment variable: ``COMPLETION_PORT``, ``COMPLETION_OPENAI_API_KEY`` ...
+    Every field is an environment variable: ``COMPLETION_PORT``, ``COMPLETION_OPENAI_API_KEY`` ... The outbound
+    policy (``COMPLETION_SSRF_*``, ``COMPLETION_HOSTS_FILE``: the shared ``EgressSettings``) applies to the
+    ``https`` image URLs of messages: each is checked before any call, and fetched through it where a provider
+    needs the bytes. Provider endpoints are the operator's own and are not subject to it.
     """
 
     model_config = SettingsConfigDict(env_prefix="COMPLETION_", extra="ignore")
@@ -181,6 +185,22 @@ class CompletionSettings(ServiceSettings):
             "error with its Retry-After at once. Never after the first byte of a stream reached the "
             "caller; never for other errors."
         ),
+    )
+    image_fetch_max_bytes: int = Field(
+        default=10 * 1024 * 1024,
+        gt=0,
+        description=(
+            "The largest image, in bytes, a message may carry (a data: URL) or completion-service fetches from an "
+            "https URL for a provider that takes only bytes (Gemini, Bedrock); larger: 400 `image_too_large`."
+        ),
+    )
+    image_fetch_timeout_seconds: float = Field(
+        default=10,
+        gt=0,
+        description="The longest the fetch of one https image may take, redirects included (then 400).",
+    )
+    image_fetch_max_redirects: int = Field(
+        default=3, ge=0, le=10, description="Redirects followed when fetching an image, each hop checked again."
     )
     demo_enabled: bool = Field(
         default=True,

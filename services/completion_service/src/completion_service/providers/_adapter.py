@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Protocol
 import httpx
 
 from completion_service.controls import with_warnings
+from completion_service.providers._images import ImageInput
 from completion_service.providers._transport import ErrorTranslator, Upstream, media_type, parse_json
 from completion_service.providers.tool_names import NameRule, ToolNames
 from completion_service.providers.tool_turns import repaired
@@ -61,6 +62,8 @@ class HttpAdapter:
 
     name: str
     tool_names: NameRule
+    image_input: ClassVar[ImageInput] = "url"
+    """How the provider takes images (``providers._images.ImageInput``)."""
     """The tool names the provider accepts; others go out under safe names and come back under the caller's."""
     stream_media_type: ClassVar[str] = SSE
     """The Content-Type of a streamed answer: server-sent events, or a binary framing the decoder reads."""

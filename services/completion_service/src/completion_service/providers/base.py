@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from completion_service.providers._images import ImageInput
 from suite_common.wire import (
     CompletionDone,
     CompletionEvent,
@@ -29,6 +30,12 @@ class Provider(Protocol):
     @property
     def name(self) -> str:
         """Reported as ``provider`` in responses and ``done`` events."""
+        ...
+
+    @property
+    def image_input(self) -> ImageInput:
+        """How the provider takes images in messages (``ImageInput``): ``bytes`` ones get their ``https``
+        images as ``data:`` URLs (fetched before the call), ``none`` ones no images at all."""
         ...
 
     async def complete(

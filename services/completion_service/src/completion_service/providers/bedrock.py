@@ -33,6 +33,7 @@ from completion_service.providers._anthropic_shape import (
     tool_call,
 )
 from completion_service.providers._errors import MAX_MESSAGE_CHARS, bad_response, provider_error
+from completion_service.providers._images import data_image, parts_of
 from completion_service.providers._transport import Upstream, parse_json
 from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
@@ -43,6 +44,7 @@ from suite_common.wire import (
     CompletionRequest,
     CompletionResponse,
     FinishReason,
+    ImagePart,
     Message,
     ReasoningBlock,
     ReasoningBlockEvent,
@@ -89,7 +91,7 @@ def build_request_body(
     A Claude model asked to reason thinks as on Anthropic's own API (``additionalModelRequestFields.thinking``,
     its budget from the effort, on top of the answer's tokens, without a temperature), with the same exceptions:
     not when a tool is forced, nor in a tool-use turn that began without thinking."""
-    system = [{"text": m.content} for m in request.messages if m.role == "system" and m.content]
+    system = [{"text": m.text} for m in request.messages if m.role == "system" and m.text]
     body: dict[str, Any] = {"messages": _turns(request.messages, provider)}
     if system:
         body["system"] = system
@@ -169,15 +171,23 @@ def _turns(messages: list[Message], provider: str) -> list[dict[str, Any]]:
 
 def _blocks(message: Message, provider: str) -> list[dict[str, Any]]:
     if message.role == "tool":
-        text = message.content or ""
+        text = message.text or ""
+        # A tool result's content blocks: its text, then the images it returned.
+        content = [{"text": text or "(no output)"}, *map(_image, message.images)]
         return [
             {
                 "toolResult": {
                     "toolUseId": message.tool_call_id,
-                    "content": [{"text": text or "(no output)"}],
+                    "content": content,
                     "status": "error" if message.is_error else "success",
                 }
             }
+        ]
+    if message.role == "user" and message.images:
+        return [
+            _image(part) if isinstance(part, ImagePart) else {"text": part.text}
+            for part in parts_of(message)
+            if isinstance(part, ImagePart) or part.text
         ]
     blocks: list[dict[str, Any]] = []
     if message.role == "assistant":
@@ -190,13 +200,21 @@ def _blocks(message: Message, provider: str) -> list[dict[str, Any]]:
                 blocks.append(
                     {"reasoningContent": {"reasoningText": {"text": block.text, "signature": block.signature}}}
                 )
-    if message.content:
-        blocks.append({"text": message.content})
+    if message.text:
+        blocks.append({"text": message.text})
     for call in message.tool_calls or []:
         # Converse takes only an object as input: malformed arguments go back as {} (the tool result,
         # which says what was wrong, tells the model).
         blocks.append({"toolUse": {"toolUseId": call.id, "name": call.name, "input": call.arguments}})
     return blocks
+
+
+def _image(part: ImagePart) -> dict[str, Any]:
+    """Converse's image block: the bytes (base64 in the JSON body) and the format (an https image was fetched)."""
+    image = data_image(part.image_url.url)
+    if image is None:
+        raise ApiError(400, "images_not_supported", "Bedrock takes images as bytes; this one came as a URL.")
+    return {"image": {"format": image.format, "source": {"bytes": image.base64_data}}}
 
 
 def _tool_config(request: CompletionRequest, turns: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -495,6 +513,7 @@ class BedrockProvider(HttpAdapter):
 
     tool_names = TOOL_NAMES
     stream_media_type = _EVENT_STREAM
+    image_input = "bytes"  # Converse takes image bytes only: https images are fetched first
 
     def __init__(
         self,

@@ -16,6 +16,7 @@ import re
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
+from completion_service.providers._images import ImageInput, data_image
 from suite_common.echo import clip
 from suite_common.errors import ApiError
 from suite_common.wire import (
@@ -257,6 +258,18 @@ def _chosen_tools(request: CompletionRequest, question: str) -> list[ToolSpec]:
     return named
 
 
+def _images_received(message: Message) -> str:
+    """What the demo says of a message's images: each one's type and size (``image/png, 68 bytes``); "" for none.
+    It takes images as bytes (an https image was fetched before the call)."""
+    seen = []
+    for part in message.images:
+        image = data_image(part.image_url.url)
+        seen.append(f"{image.media_type}, {image.size} bytes" if image is not None else "an image URL")
+    if not seen:
+        return ""
+    return f"{len(seen)} image{'s' if len(seen) > 1 else ''} ({'; '.join(seen)})"
+
+
 def _cited_answer(request: CompletionRequest, results: list[Message]) -> str:
     names = {call.id: call.name for message in request.messages if message.tool_calls for call in message.tool_calls}
     lines = []
@@ -265,6 +278,8 @@ def _cited_answer(request: CompletionRequest, results: list[Message]) -> str:
         if len(text) > CITATION_CHARS:
             text = text[:CITATION_CHARS].rstrip() + " ..."
         failed = " (failed)" if result.is_error else ""
+        images = _images_received(result)
+        text = f"{text} [{images}]" if images and text else text or images
         lines.append(f"[{number}] {names.get(result.tool_call_id or '', 'tool')}{failed}: {text or '(empty)'}")
     return (
         "This is the demo model, a deterministic stand-in that is not an LLM: it cannot read or "
@@ -272,9 +287,11 @@ def _cited_answer(request: CompletionRequest, results: list[Message]) -> str:
     )
 
 
-def _direct_answer(question: str, request: CompletionRequest) -> str:
+def _direct_answer(question: str, request: CompletionRequest, images: str) -> str:
     echoed = " ".join(question.split())
     asked = f'You asked: "{echoed}". ' if echoed else ""
+    if images:
+        asked += f"You sent {images}. "
     about_tools = (
         " Offered tools, it calls those that share the most words with the question (by name, then by description)."
         if request.tools and request.tool_choice != "none"
@@ -314,7 +331,10 @@ def demo_completion(request: CompletionRequest) -> CompletionResponse:
                 model=request.model,
                 provider=PROVIDER_NAME,
             )
-    text = _cited_answer(request, results) if results else _direct_answer(question, request)
+    if results:
+        text = _cited_answer(request, results)
+    else:
+        text = _direct_answer(question, request, _images_received(request.messages[start]) if start >= 0 else "")
     return CompletionResponse(
         message=Message(role="assistant", content=text),
         finish_reason="stop",
@@ -350,6 +370,7 @@ class DemoProvider:
     """The provider behind the model ``demo``: no I/O, answers at once, ignores the time budget."""
 
     name = PROVIDER_NAME
+    image_input: ImageInput = "bytes"  # it reports each image's size: https images are fetched first
 
     async def complete(
         self, request: CompletionRequest, upstream_model: str, timeout_seconds: float

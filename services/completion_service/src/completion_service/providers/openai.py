@@ -17,6 +17,7 @@ import httpx
 
 from completion_service.providers._adapter import HttpAdapter, Outbound
 from completion_service.providers._errors import bad_response
+from completion_service.providers._images import parts_of, tool_images_note
 from completion_service.providers._openai_wire import (
     TOOL_NAMES,
     OpenAIEndpoint,
@@ -38,11 +39,13 @@ from suite_common.wire import (
     CompletionRequest,
     CompletionResponse,
     FinishReason,
+    ImagePart,
     Message,
     ReasoningBlock,
     ReasoningBlockEvent,
     ReasoningDelta,
     TextDelta,
+    TextPart,
     ToolCall,
     ToolCallEvent,
     ToolChoice,
@@ -86,7 +89,7 @@ def build_request_body(
     model reasons (``reasons``), so it gets no ``temperature`` (``temperature_warnings`` says so)."""
     body: dict[str, Any] = {
         "model": upstream_model,
-        "messages": [_message(message) for message in request.messages],
+        "messages": _messages(request.messages),
         "stream": stream,
     }
     if stream:
@@ -113,6 +116,40 @@ def build_request_body(
 # tests (tests/unit/suite_common/test_openai_chat.py) hold these dicts to what those models read.
 
 
+def _messages(messages: list[Message]) -> list[dict[str, Any]]:
+    """The conversation; a tool result's images (Chat Completions takes none in a tool message) follow in one user
+    message after the round's tool messages, which must come right after the assistant's calls."""
+    out: list[dict[str, Any]] = []
+    held: list[dict[str, Any]] = []  # the user message parts of this round's tool images
+    for message in messages:
+        if held and message.role != "tool":
+            out.append({"role": "user", "content": held})
+            held = []
+        out.append(_message(message))
+        if message.role == "tool" and message.images:
+            held += [{"type": "text", "text": tool_images_note(message)}, *map(_image_part, message.images)]
+    if held:
+        out.append({"role": "user", "content": held})
+    return out
+
+
+def _image_part(part: ImagePart) -> dict[str, Any]:
+    image_url: dict[str, Any] = {"url": part.image_url.url}
+    if part.image_url.detail is not None:
+        image_url["detail"] = part.image_url.detail
+    return {"type": "image_url", "image_url": image_url}
+
+
+def _content(message: Message) -> str | list[dict[str, Any]]:
+    """Text, or text and image parts (``image_url``: ``https`` and ``data:`` URLs as they came)."""
+    if not message.images:
+        return message.text or ""
+    return [
+        {"type": "text", "text": part.text} if isinstance(part, TextPart) else _image_part(part)
+        for part in parts_of(message)
+    ]
+
+
 def _message(message: Message) -> dict[str, Any]:
     if message.role == "tool":
         # Chat Completions has no error flag on tool results: the content has to say so.
@@ -123,13 +160,13 @@ def _message(message: Message) -> dict[str, Any]:
     if message.role == "assistant" and message.tool_calls:
         return {
             "role": "assistant",
-            "content": message.content,
+            "content": message.text,
             "tool_calls": [
                 {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments_text(call)}}
                 for call in message.tool_calls
             ],
         }
-    return {"role": message.role, "content": message.content or ""}
+    return {"role": message.role, "content": _content(message)}
 
 
 def _tool(tool: ToolSpec) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import httpx
 
 from completion_service.providers._adapter import HttpAdapter, Outbound
 from completion_service.providers._errors import bad_response
+from completion_service.providers._images import parts_of, tool_images_note
 from completion_service.providers._openai_wire import (
     TOOL_NAMES,
     OpenAIEndpoint,
@@ -35,11 +36,13 @@ from suite_common.wire import (
     CompletionRequest,
     CompletionResponse,
     FinishReason,
+    ImagePart,
     Message,
     ReasoningBlock,
     ReasoningBlockEvent,
     ReasoningDelta,
     TextDelta,
+    TextPart,
     ToolCall,
     ToolCallEvent,
     ToolChoice,
@@ -122,9 +125,33 @@ def _input(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
         leading += 1
     instructions = SUMMARY_SEPARATOR.join(message.text or "" for message in messages[:leading])
     items: list[dict[str, Any]] = []
+    held: list[dict[str, Any]] = []  # a user message's parts: this round's tool result images
     for message in messages[leading:]:
+        if held and message.role != "tool":
+            items.append({"role": "user", "content": held})
+            held = []
         items.extend(_items(message))
+        if message.role == "tool" and message.images:
+            # A tool's images follow its outputs in a user message, as in Chat Completions (docs/providers.md).
+            held += [{"type": "input_text", "text": tool_images_note(message)}, *map(_input_image, message.images)]
+    if held:
+        items.append({"role": "user", "content": held})
     return instructions, items
+
+
+def _input_image(part: ImagePart) -> dict[str, Any]:
+    # The Responses API's image: the URL (https or data:) as it came; detail defaults to auto as OpenAI's own does.
+    return {"type": "input_image", "image_url": part.image_url.url, "detail": part.image_url.detail or "auto"}
+
+
+def _content(message: Message) -> str | list[dict[str, Any]]:
+    """Text, or ``input_text`` and ``input_image`` parts."""
+    if not message.images:
+        return message.text or ""
+    return [
+        {"type": "input_text", "text": part.text} if isinstance(part, TextPart) else _input_image(part)
+        for part in parts_of(message)
+    ]
 
 
 def _items(message: Message) -> list[dict[str, Any]]:
@@ -135,10 +162,10 @@ def _items(message: Message) -> list[dict[str, Any]]:
             output = f"Error: {output}"
         return [{"type": "function_call_output", "call_id": message.tool_call_id, "output": output}]
     if message.role != "assistant":
-        return [{"role": message.role, "content": message.content or ""}]
+        return [{"role": message.role, "content": _content(message)}]
     items = [_reasoning_item(block) for block in message.reasoning or [] if _is_ours(block)]
-    if message.content:
-        items.append({"role": "assistant", "content": message.content})
+    if message.text:
+        items.append({"role": "assistant", "content": message.text})
     items.extend(
         {"type": "function_call", "call_id": call.id, "name": call.name, "arguments": arguments_text(call)}
         for call in message.tool_calls or []

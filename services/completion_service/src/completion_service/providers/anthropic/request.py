@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from completion_service.providers._anthropic_shape import DEFAULT_MAX_TOKENS, MAX_TEMPERATURE
+from completion_service.providers._images import data_image, parts_of
 from completion_service.providers.anthropic.schema import input_schema
 from completion_service.providers.tool_names import NameRule
-from suite_common.wire import CompletionRequest, Message, ReasoningBlock, ToolChoice, ToolSpec
+from suite_common.wire import CompletionRequest, ImagePart, Message, ReasoningBlock, ToolChoice, ToolSpec
 
 __all__ = ["EMPTY_TURN_TEXT", "PROVIDER_NAME", "TOOL_NAMES", "build_request_body"]
 
@@ -121,7 +122,7 @@ def _conversation(messages: Sequence[Message], provider: str) -> tuple[str, list
             reasoning = [_reasoning_block(block) for block in message.reasoning or [] if block.provider == provider]
             blocks: list[dict[str, Any]] = []
             if _has_text(message.text):
-                blocks.append({"type": "text", "text": message.content})
+                blocks.append({"type": "text", "text": message.text})
             owed.clear()
             for call in message.tool_calls or []:
                 tool_use_id = ids.new(call.id)
@@ -141,8 +142,7 @@ def _conversation(messages: Sequence[Message], provider: str) -> tuple[str, list
             turns.append(_Turn("user"))
         turn = turns[-1]
         if message.role == "user":
-            if _has_text(message.text):
-                turn.blocks.append({"type": "text", "text": message.content})
+            turn.blocks.extend(_user_blocks(message))
             continue
         # The repaired conversation answers each call right after its message, in call order.
         tool_use_id, invalid_arguments = owed.popleft()
@@ -188,8 +188,28 @@ def _reasoning_block(block: ReasoningBlock) -> dict[str, Any] | None:
     return None  # Anthropic refuses a thinking block without its signature
 
 
+def _image_block(part: ImagePart) -> dict[str, Any]:
+    """An image block: a ``data:`` URL's bytes as a ``base64`` source, an ``https`` URL as a ``url`` source
+    (Anthropic fetches it)."""
+    image = data_image(part.image_url.url)
+    if image is None:
+        return {"type": "image", "source": {"type": "url", "url": part.image_url.url}}
+    return {"type": "image", "source": {"type": "base64", "media_type": image.media_type, "data": image.base64_data}}
+
+
+def _user_blocks(message: Message) -> list[dict[str, Any]]:
+    """A user message's text and image blocks, in the message's order."""
+    if not message.images:
+        return [{"type": "text", "text": message.text}] if _has_text(message.text) else []
+    return [
+        _image_block(part) if isinstance(part, ImagePart) else {"type": "text", "text": part.text}
+        for part in parts_of(message)
+        if isinstance(part, ImagePart) or _has_text(part.text)
+    ]
+
+
 def _tool_result(tool_use_id: str, message: Message, invalid_arguments: str | None) -> dict[str, Any]:
-    content = message.content or ""
+    content = message.text or ""
     if invalid_arguments is not None:
         note = (
             "Your arguments for this call were not a JSON object, so the call was sent with {} instead. "
@@ -197,7 +217,11 @@ def _tool_result(tool_use_id: str, message: Message, invalid_arguments: str | No
         )
         content = f"{note}\n\n{content}" if content else note
     result: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id}
-    if content:
+    if message.images:
+        # A tool_result's content may be blocks: the text, then the images the tool returned.
+        text = [{"type": "text", "text": content}] if _has_text(content) else []
+        result["content"] = [*text, *(_image_block(part) for part in message.images)]
+    elif content:
         result["content"] = content
     if message.is_error:
         result["is_error"] = True

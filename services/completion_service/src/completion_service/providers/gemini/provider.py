@@ -34,6 +34,7 @@ class GeminiProvider(HttpAdapter):
     (``GeminiProvider(...)``) or on Vertex AI (``GeminiProvider.vertex(...)``)."""
 
     tool_names = TOOL_NAMES
+    image_input = "bytes"  # inlineData only: https images are fetched first
 
     def __init__(
         self,

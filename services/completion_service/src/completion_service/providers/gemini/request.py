@@ -19,9 +19,11 @@ from collections import deque
 from typing import Any
 
 from completion_service.controls import THINKING_BUDGETS
+from completion_service.providers._images import data_image, parts_of
 from completion_service.providers.gemini.endpoints import PROVIDER_NAME
 from completion_service.providers.gemini.schema import to_gemini_parameters
-from suite_common.wire import CompletionRequest, Message, ToolCall, ToolChoice
+from suite_common.errors import ApiError
+from suite_common.wire import CompletionRequest, ImagePart, Message, ToolCall, ToolChoice
 
 __all__ = ["CONTINUE_TEXT", "SKIP_SIGNATURE", "build_request_body", "thinking_config"]
 
@@ -127,21 +129,47 @@ def _contents(
         else:
             contents.append({"role": role, "parts": parts})
 
+    held: list[dict[str, Any]] = []  # this round's tool images: after all its function responses
     for message in messages:
+        if held and message.role != "tool":
+            add("user", held)
+            held = []
         if message.role == "system":
-            if message.content:
-                system.append({"text": message.content})
+            if message.text:
+                system.append({"text": message.text})
         elif message.role == "user":
-            if message.content:
-                add("user", [{"text": message.content}])
+            add("user", _user_parts(message))
         elif message.role == "assistant":
             add("model", _model_parts(message, provider=provider, send_call_ids=send_call_ids))
             owed = deque(message.tool_calls or ())
         else:
-            add("user", [_function_response(owed.popleft(), message, send_call_ids)])
+            call = owed.popleft()
+            add("user", [_function_response(call, message, send_call_ids)])
+            if message.images:
+                # Gemini pairs function responses with calls by position: the images follow them all.
+                held += [{"text": f"Images returned by the tool {call.name}:"}, *map(_inline_data, message.images)]
+    add("user", held)
     if not contents or contents[0]["role"] != "user":
         contents.insert(0, {"role": "user", "parts": [{"text": CONTINUE_TEXT}]})
     return system, contents
+
+
+def _inline_data(part: ImagePart) -> dict[str, Any]:
+    """An image as Gemini takes it: its bytes inline (an ``https`` image was fetched into a ``data:`` URL)."""
+    image = data_image(part.image_url.url)
+    if image is None:
+        raise ApiError(400, "images_not_supported", "Gemini takes images as bytes; this one came as a URL.")
+    return {"inlineData": {"mimeType": image.media_type, "data": image.base64_data}}
+
+
+def _user_parts(message: Message) -> list[dict[str, Any]]:
+    if not message.images:
+        return [{"text": message.text}] if message.text else []
+    return [
+        _inline_data(part) if isinstance(part, ImagePart) else {"text": part.text}
+        for part in parts_of(message)
+        if isinstance(part, ImagePart) or part.text
+    ]
 
 
 def _model_parts(message: Message, *, provider: str, send_call_ids: bool) -> list[dict[str, Any]]:
@@ -154,8 +182,8 @@ def _model_parts(message: Message, *, provider: str, send_call_ids: bool) -> lis
             parts.append({"text": block.text, "thought": True, "thoughtSignature": block.signature})
         else:
             text_signature = block.signature
-    if message.content:
-        text: dict[str, Any] = {"text": message.content}
+    if message.text:
+        text: dict[str, Any] = {"text": message.text}
         if text_signature:
             text["thoughtSignature"] = text_signature
         parts.append(text)
@@ -173,7 +201,7 @@ def _model_parts(message: Message, *, provider: str, send_call_ids: bool) -> lis
 
 def _function_response(call: ToolCall, result: Message, send_call_ids: bool) -> dict[str, Any]:
     # Gemini wants an object: the text goes under "error" when the tool failed, else under "result".
-    response: dict[str, Any] = {"error" if result.is_error else "result": result.content or ""}
+    response: dict[str, Any] = {"error" if result.is_error else "result": result.text or ""}
     if call.invalid_arguments is not None:
         response["note"] = (
             "The arguments of this call were not a JSON object, so the tool got none. "
