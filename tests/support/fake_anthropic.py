@@ -14,6 +14,8 @@ text split by word and tool input split into ``input_json_delta`` fragments, ``p
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import itertools
 import json
@@ -220,6 +222,26 @@ def _tools_problem(body: Mapping[str, Any]) -> str | None:
     return None
 
 
+IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+
+
+def _image_problem(where: str, source: Any) -> str | None:
+    """The Messages API's checks of an image block's ``source``: base64 data of a known type, or a URL."""
+    if not isinstance(source, dict):
+        return f"{where}.source: Field required"
+    if source.get("type") == "url":
+        return None if isinstance(source.get("url"), str) else f"{where}.source.url: Field required"
+    if source.get("type") != "base64":
+        return f"{where}.source.type: Input tag '{source.get('type')}' does not match 'base64', 'url'"
+    if source.get("media_type") not in IMAGE_MEDIA_TYPES:
+        return f"{where}.source.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'"
+    try:
+        base64.b64decode(source.get("data", ""), validate=True)
+    except (binascii.Error, ValueError):
+        return f"{where}.source.data: Invalid base64 data"
+    return None
+
+
 def _block_problem(role: str, where: str, block: Mapping[str, Any], signatures: Mapping[str, str] | None) -> str | None:
     kind = block.get("type")
     if kind == "text":
@@ -234,12 +256,26 @@ def _block_problem(role: str, where: str, block: Mapping[str, Any], signatures: 
             return f"{where}.name: Field required"
         if not isinstance(block.get("input"), dict):
             return f"{where}.tool_use.input: Input should be a valid dictionary"
+    elif kind == "image":
+        if role != "user":
+            return f"{where}: image blocks may only appear in user messages"
+        return _image_problem(where, block.get("source"))
     elif kind == "tool_result":
         if role != "user":
             return f"{where}: tool_result blocks may only appear in user messages"
         content = block.get("content")
         if content is not None and not isinstance(content, (str, list)):
             return f"{where}.content: Input should be a valid string or list"
+        for position, inner in enumerate(content if isinstance(content, list) else []):
+            inner_where = f"{where}.content.{position}"
+            if inner.get("type") == "image":
+                problem = _image_problem(inner_where, inner.get("source"))
+            elif inner.get("type") != "text" or not isinstance(inner.get("text"), str):
+                problem = f"{inner_where}.type: Input tag '{inner.get('type')}' does not match 'text', 'image'"
+            else:
+                problem = None
+            if problem:
+                return problem
         if "is_error" in block and not isinstance(block["is_error"], bool):
             return f"{where}.is_error: Input should be a valid boolean"
     elif kind == "thinking":

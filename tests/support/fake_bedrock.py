@@ -12,6 +12,7 @@ several partial JSON fragments, ending with ``messageStop`` and ``metadata``.
 
 from __future__ import annotations
 
+import base64
 import binascii
 import itertools
 import json
@@ -282,6 +283,19 @@ def request_problem(body: dict[str, Any], model: str = "") -> str | None:
         if previous["role"] == turn["role"]:
             return "A conversation must alternate between user and assistant roles."
     blocks = [block for turn in turns for block in turn["content"]]
+    images = [block["image"] for block in blocks if "image" in block]
+    results = [inner for block in blocks if "toolResult" in block for inner in block["toolResult"]["content"]]
+    images += [inner["image"] for inner in results if "image" in inner]
+    for image in images:
+        if image.get("format") not in ("png", "jpeg", "gif", "webp"):
+            return (
+                f"1 validation error detected: Value '{image.get('format')}' at 'image.format' failed to satisfy "
+                "constraint: Member must satisfy enum value set: [gif, jpeg, png, webp]"
+            )
+        try:
+            base64.b64decode((image.get("source") or {}).get("bytes", ""), validate=True)
+        except (binascii.Error, ValueError):
+            return "Invalid image: the bytes are not valid base64."
     if any("toolUse" in b or "toolResult" in b for b in blocks):
         if "toolConfig" not in body:
             return "The toolConfig field must be defined when using toolUse and toolResult content blocks."

@@ -21,6 +21,8 @@ the usage.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import itertools
 import json
 import re
@@ -204,6 +206,17 @@ def raw(body: bytes, *, status: int = 200, content_type: str = "application/json
     return RawReply(body, status, content_type)
 
 
+def _inline_data_problem(blob: Any) -> str | None:
+    """Gemini's checks of an ``inlineData`` blob: a MIME type, and base64 data."""
+    if not isinstance(blob, dict) or not isinstance(blob.get("mimeType"), str):
+        return "mime_type: field is required"
+    try:
+        base64.b64decode(blob.get("data", ""), validate=True)
+    except (binascii.Error, ValueError):
+        return "data: Invalid value (bytes): base64 decoding failed"
+    return None
+
+
 @dataclass(frozen=True)
 class Recorded:
     api: str
@@ -377,6 +390,9 @@ class ScriptedGemini:
         for index, content in enumerate(contents):
             if content.get("role") not in ("user", "model") or not content.get("parts"):
                 return f"* GenerateContentRequest.contents[{index}].parts: contents.parts must not be empty."
+            for position, part in enumerate(content["parts"]):
+                if "inlineData" in part and (problem := _inline_data_problem(part["inlineData"])):
+                    return f"* GenerateContentRequest.contents[{index}].parts[{position}].inline_data: {problem}"
             calls = [part for part in content["parts"] if "functionCall" in part]
             if not calls:
                 continue

@@ -221,6 +221,32 @@ def _unanswered_tool_calls(body: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _invalid_image_parts(body: dict[str, Any]) -> dict[str, Any] | None:
+    """OpenAI's 400 for content parts it does not take: an ``image_url`` part outside a user message, a part of
+    another type, an image URL that is neither https nor a data: URL."""
+    for position, message in enumerate(body.get("messages") or []):
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for index, part in enumerate(content):
+            kind, param = part.get("type"), f"messages[{position}].content[{index}]"
+            if kind == "text" and isinstance(part.get("text"), str):
+                continue
+            if kind != "image_url":
+                text = f"Invalid value: '{kind}'. Supported values are: 'text' and 'image_url'."
+            elif message.get("role") != "user":
+                text = (
+                    f"Invalid 'messages[{position}]'. Image URLs are only allowed for messages with role 'user', "
+                    f"but this message with role '{message.get('role')}' contains an image URL."
+                )
+            elif not str((part.get("image_url") or {}).get("url", "")).startswith(("https://", "data:image/")):
+                text = "Invalid image URL: expected a https URL or a base64-encoded data URL."
+            else:
+                continue
+            return {"error": {"message": text, "type": "invalid_request_error", "param": param, "code": None}}
+    return None
+
+
 def _invalid_messages(position: int, message: str) -> dict[str, Any]:
     param = f"messages.[{position}].role"
     return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}}
@@ -344,7 +370,8 @@ class ScriptedOpenAI:
             # prove the key never reaches the service's caller.
             message = f"Incorrect API key provided: {given}. You can find your API key at https://platform.openai.com."
             return JSONResponse(openai_error_body(401, message), 401)
-        if (refusal := _invalid_tool_name(body) or _unanswered_tool_calls(body)) is not None:
+        refusal = _invalid_tool_name(body) or _unanswered_tool_calls(body) or _invalid_image_parts(body)
+        if refusal is not None:
             return JSONResponse(refusal, 400)
         if not self._script:
             return JSONResponse(openai_error_body(500, "The scripted server ran out of replies."), 500)

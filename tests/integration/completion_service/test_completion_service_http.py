@@ -314,9 +314,14 @@ async def test_a_model_name_resolves_to_the_provider_and_upstream_model_that_wou
         tagged = await client.get("/api/v1/models/llama3.1%3A8b")
     assert demo.status_code == 200
     assert demo.headers["content-type"] == "application/json"
-    assert demo.json() == {"id": "demo", "provider": "demo", "upstreamModel": "demo"}
-    assert prefixed.json() == {"id": "openai/gpt-4o-mini", "provider": "openai", "upstreamModel": "gpt-4o-mini"}
-    assert bare.json() == {"id": "gpt-4o", "provider": "openai", "upstreamModel": "gpt-4o"}
+    assert demo.json() == {"id": "demo", "provider": "demo", "upstreamModel": "demo", "images": True}
+    assert prefixed.json() == {
+        "id": "openai/gpt-4o-mini",
+        "provider": "openai",
+        "upstreamModel": "gpt-4o-mini",
+        "images": True,  # a known model (model_images); an unknown one says nothing
+    }
+    assert bare.json() == {"id": "gpt-4o", "provider": "openai", "upstreamModel": "gpt-4o", "images": True}
     assert nested.json() == {
         "id": "openai/meta-llama/Llama-3.1-8B-Instruct",
         "provider": "openai",
