@@ -191,7 +191,7 @@ class CompletionSettings(EgressSettings):
         gt=0,
         description=(
             "The largest image, in bytes, a message may carry (a data: URL) or completion-service fetches from an "
-            "https URL for a provider that takes only bytes (Gemini, Bedrock); larger: 400 `image_too_large`."
+            "https URL for a provider that takes only bytes (Gemini, Bedrock); larger: 413 `image_too_large`."
         ),
     )
     image_fetch_timeout_seconds: float = Field(
