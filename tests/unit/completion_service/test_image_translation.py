@@ -9,6 +9,7 @@ import pytest
 from completion_service.model_images import takes_images
 from completion_service.providers import anthropic, bedrock, gemini, openai, openai_responses
 from completion_service.providers._images import data_image
+from completion_service.providers.tool_turns import repaired
 from suite_common.wire import CompletionRequest
 
 DATA = "data:image/jpeg;base64,/9j/4AAQ"
@@ -142,3 +143,21 @@ def test_a_data_url_that_is_not_a_base64_image_of_a_taken_type_is_refused(url: s
 )
 def test_the_known_models_say_whether_they_take_images(kind: str, model: str, images: bool | None) -> None:
     assert takes_images(kind, model) is images
+
+
+def test_a_stray_tool_result_quoted_as_a_user_message_keeps_its_images() -> None:
+    image = {"type": "image_url", "image_url": {"url": DATA}}
+    request = CompletionRequest.model_validate(
+        {
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": "Look."},
+                {"role": "tool", "toolCallId": "lost", "content": [{"type": "text", "text": "Seen."}, image]},
+            ],
+        }
+    )
+    body = openai.build_request_body(repaired(request), "gpt-4o", stream=False)
+    assert body["messages"][1] == {
+        "role": "user",
+        "content": [{"type": "text", "text": "Result of tool call lost:\nSeen."}, image],
+    }

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from suite_common.wire import CompletionRequest, Message, ToolCall
+from suite_common.wire import CompletionRequest, Message, TextPart, ToolCall
 
 __all__ = ["NOT_RUN_RESULT", "repaired"]
 
@@ -98,4 +98,6 @@ def _not_run(call: ToolCall) -> Message:
 
 def _quoted(result: Message) -> Message:
     failed = " (the tool failed)" if result.is_error else ""
-    return Message(role="user", content=f"Result of tool call {result.tool_call_id}{failed}:\n{result.content or ''}")
+    text = f"Result of tool call {result.tool_call_id}{failed}:\n{result.text or ''}"
+    # The images of a result quoted as a user message stay with it, after its text.
+    return Message(role="user", content=[TextPart(text=text), *result.images] if result.images else text)
