@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import anyio
 import httpx
@@ -56,6 +57,21 @@ def _too_large(size: int, limit: int) -> ApiError:
     )
 
 
+@contextmanager
+def _refusals(url: str, late: str) -> Iterator[None]:
+    """The guard's refusals as the caller's errors: a blocked address 400 ``image_url_not_allowed``, an unknown
+    name or running out of time (``late`` says which wait) 400 ``image_fetch_failed``."""
+    try:
+        yield
+    except EgressBlocked as error:
+        _log.warning("image_url_refused", host=error.host, reason=error.reason, address=error.address)
+        raise _not_allowed(url, error.message) from None
+    except HostNotResolved as error:
+        raise ApiError(400, "image_fetch_failed", error.message) from None
+    except TimeoutError:
+        raise ApiError(400, "image_fetch_failed", late) from None
+
+
 class ImageFetcher:
     """The guarded client that checks and fetches image URLs (see the module); ``aclose`` it when done."""
 
@@ -97,31 +113,15 @@ class ImageFetcher:
         """400 ``image_url_not_allowed`` unless ``url`` is ``https`` and its host resolves only to allowed addresses."""
         if not url.lower().startswith("https://"):
             raise _not_allowed(url, "an image is an https:// URL or a data:image/...;base64 URL.")
-        try:
-            with anyio.fail_after(self._timeout):
-                await check_url(url, self.policy, resolver=self._resolver)
-        except EgressBlocked as error:
-            _log.warning("image_url_refused", host=error.host, reason=error.reason, address=error.address)
-            raise _not_allowed(url, error.message) from None
-        except HostNotResolved as error:
-            raise ApiError(400, "image_fetch_failed", error.message) from None
-        except TimeoutError:
-            raise ApiError(400, "image_fetch_failed", f"Resolving the host of {clip(url)!r} took too long.") from None
+        with _refusals(url, f"Resolving the host of {clip(url)!r} took too long."), anyio.fail_after(self._timeout):
+            await check_url(url, self.policy, resolver=self._resolver)
 
     async def fetch(self, url: str, *, within: float) -> DataImage:
         """The image at ``url`` (checked at each connection and redirect), within ``within`` seconds at most."""
+        late = f"{clip(url)!r} did not answer within {self._timeout:g} s."
         try:
-            with anyio.fail_after(min(within, self._timeout)):
+            with _refusals(url, late), anyio.fail_after(min(within, self._timeout)):
                 return await self._fetch(url)
-        except EgressBlocked as error:
-            _log.warning("image_url_refused", host=error.host, reason=error.reason, address=error.address)
-            raise _not_allowed(url, error.message) from None
-        except HostNotResolved as error:
-            raise ApiError(400, "image_fetch_failed", error.message) from None
-        except TimeoutError:
-            raise ApiError(
-                400, "image_fetch_failed", f"{clip(url)!r} did not answer within {self._timeout:g} s."
-            ) from None
         except httpx.TooManyRedirects:
             raise ApiError(
                 400, "image_fetch_failed", f"{clip(url)!r} redirected more than {self._max_redirects} times."

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,6 +24,7 @@ __all__ = [
     "data_image",
     "parts_of",
     "tool_images_note",
+    "with_tool_images",
 ]
 
 ImageInput = Literal["url", "bytes", "none"]
@@ -96,3 +98,19 @@ def tool_images_note(message: Message) -> str:
     """The text that introduces a tool result's images where the format has no images in tool results (OpenAI):
     they follow in a user message, which says whose they are."""
     return f"Images returned by the tool call {message.tool_call_id}:"
+
+
+def with_tool_images(messages: Sequence[Message]) -> Iterator[Message | list[Message]]:
+    """The messages in order and, right after each run of tool messages, the list of those that carry images: where
+    a format takes no images in tool results (OpenAI) or pairs results with calls by position (Gemini), the images
+    follow the round's results together, never between them."""
+    held: list[Message] = []
+    for message in messages:
+        if held and message.role != "tool":
+            yield held
+            held = []
+        yield message
+        if message.role == "tool" and message.images:
+            held.append(message)
+    if held:
+        yield held

@@ -17,7 +17,7 @@ import httpx
 
 from completion_service.providers._adapter import HttpAdapter, Outbound
 from completion_service.providers._errors import bad_response
-from completion_service.providers._images import parts_of, tool_images_note
+from completion_service.providers._images import parts_of, tool_images_note, with_tool_images
 from completion_service.providers._openai_wire import (
     TOOL_NAMES,
     OpenAIEndpoint,
@@ -119,18 +119,16 @@ def build_request_body(
 def _messages(messages: list[Message]) -> list[dict[str, Any]]:
     """The conversation; a tool result's images (Chat Completions takes none in a tool message) follow in one user
     message after the round's tool messages, which must come right after the assistant's calls."""
-    out: list[dict[str, Any]] = []
-    held: list[dict[str, Any]] = []  # the user message parts of this round's tool images
-    for message in messages:
-        if held and message.role != "tool":
-            out.append({"role": "user", "content": held})
-            held = []
-        out.append(_message(message))
-        if message.role == "tool" and message.images:
-            held += [{"type": "text", "text": tool_images_note(message)}, *map(_image_part, message.images)]
-    if held:
-        out.append({"role": "user", "content": held})
-    return out
+    return [
+        _message(entry)
+        if isinstance(entry, Message)
+        else {"role": "user", "content": [part for result in entry for part in _tool_image_parts(result)]}
+        for entry in with_tool_images(messages)
+    ]
+
+
+def _tool_image_parts(result: Message) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": tool_images_note(result)}, *map(_image_part, result.images)]
 
 
 def _image_part(part: ImagePart) -> dict[str, Any]:

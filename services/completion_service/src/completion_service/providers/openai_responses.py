@@ -19,7 +19,7 @@ import httpx
 
 from completion_service.providers._adapter import HttpAdapter, Outbound
 from completion_service.providers._errors import bad_response
-from completion_service.providers._images import parts_of, tool_images_note
+from completion_service.providers._images import parts_of, tool_images_note, with_tool_images
 from completion_service.providers._openai_wire import (
     TOOL_NAMES,
     OpenAIEndpoint,
@@ -125,17 +125,15 @@ def _input(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
         leading += 1
     instructions = SUMMARY_SEPARATOR.join(message.text or "" for message in messages[:leading])
     items: list[dict[str, Any]] = []
-    held: list[dict[str, Any]] = []  # a user message's parts: this round's tool result images
-    for message in messages[leading:]:
-        if held and message.role != "tool":
-            items.append({"role": "user", "content": held})
-            held = []
-        items.extend(_items(message))
-        if message.role == "tool" and message.images:
-            # A tool's images follow its outputs in a user message, as in Chat Completions (docs/providers.md).
-            held += [{"type": "input_text", "text": tool_images_note(message)}, *map(_input_image, message.images)]
-    if held:
-        items.append({"role": "user", "content": held})
+    for entry in with_tool_images(messages[leading:]):
+        if isinstance(entry, Message):
+            items.extend(_items(entry))
+        else:  # the round's tool images follow its outputs in a user message, as in Chat Completions
+            parts = [
+                [{"type": "input_text", "text": tool_images_note(result)}, *map(_input_image, result.images)]
+                for result in entry
+            ]
+            items.append({"role": "user", "content": [part for group in parts for part in group]})
     return instructions, items
 
 

@@ -19,7 +19,7 @@ from collections import deque
 from typing import Any
 
 from completion_service.controls import THINKING_BUDGETS
-from completion_service.providers._images import data_image, parts_of
+from completion_service.providers._images import data_image, parts_of, with_tool_images
 from completion_service.providers.gemini.endpoints import PROVIDER_NAME
 from completion_service.providers.gemini.schema import to_gemini_parameters
 from suite_common.errors import ApiError
@@ -129,12 +129,14 @@ def _contents(
         else:
             contents.append({"role": role, "parts": parts})
 
-    held: list[dict[str, Any]] = []  # this round's tool images: after all its function responses
-    for message in messages:
-        if held and message.role != "tool":
-            add("user", held)
-            held = []
-        if message.role == "system":
+    names: dict[str, str] = {}  # tool call ids to names, for the images' note
+    for message in with_tool_images(messages):
+        if not isinstance(message, Message):
+            # Gemini pairs function responses with calls by position: a round's images follow them all.
+            for result in message:
+                note = {"text": f"Images returned by the tool {names.get(result.tool_call_id or '', 'call')}:"}
+                add("user", [note, *map(_inline_data, result.images)])
+        elif message.role == "system":
             if message.text:
                 system.append({"text": message.text})
         elif message.role == "user":
@@ -144,11 +146,8 @@ def _contents(
             owed = deque(message.tool_calls or ())
         else:
             call = owed.popleft()
+            names[call.id] = call.name
             add("user", [_function_response(call, message, send_call_ids)])
-            if message.images:
-                # Gemini pairs function responses with calls by position: the images follow them all.
-                held += [{"text": f"Images returned by the tool {call.name}:"}, *map(_inline_data, message.images)]
-    add("user", held)
     if not contents or contents[0]["role"] != "user":
         contents.insert(0, {"role": "user", "parts": [{"text": CONTINUE_TEXT}]})
     return system, contents
