@@ -10,8 +10,6 @@ echo server's ``add``), a real completion-service in front of the scripted OpenA
 from __future__ import annotations
 
 import base64
-import json
-import os
 import re
 import struct
 import uuid
@@ -22,17 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Browser, Locator, Page, Request, async_playwright, expect
+from playwright.async_api import Browser, FilePayload, Locator, Page, expect
 
 from support import fake_openai
 from support.caller_keys import key_entry
+from support.console_browser import CHROMIUM, WAIT_MS, chromium, open_console, run_bodies, send
 from support.fake_openai import ScriptedOpenAI
 from support.stacks import stack_of_callers
 
 pytestmark = pytest.mark.anyio
 
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-WAIT_MS = 20_000
 
 KEY = "console-approvals-" + uuid.uuid4().hex
 
@@ -68,28 +65,13 @@ class Console:
 
     async def open(self) -> Page:
         """A new browser (its own storage) on the console with ``KEY``, model ``gpt-4o`` (the scripted OpenAI)."""
-        context = await self.browser.new_context(viewport={"width": 1280, "height": 860})
-        await context.add_init_script(
-            f"sessionStorage.setItem('console.apiKey', {json.dumps(KEY)});"
-            "localStorage.setItem('console.model', 'gpt-4o');"
-        )
-        page = await context.new_page()
-        page.on("pageerror", lambda error: self.errors.append(str(error)))
-        page.on(
-            "console",
-            lambda message: self.errors.append(message.text) if "Content Security Policy" in message.text else None,
-        )
-        await page.goto(f"{self.agent_url}/console")
-        await expect(page.locator("body[data-ready=true]")).to_have_count(1, timeout=WAIT_MS)
-        return page
+        return await open_console(self.browser, self.agent_url, self.errors, key=KEY, model="gpt-4o")
 
 
 @pytest.fixture(scope="module")
 async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    async with chromium() as browser:
         yield browser
-        await browser.close()
 
 
 @pytest.fixture
@@ -98,23 +80,6 @@ async def console(tmp_path: Path, browser: Browser) -> AsyncIterator[Console]:
         running = Console(stack.agent_url, stack.llm, browser, errors=[])
         yield running
     assert not running.errors, f"the page threw or broke its policy: {running.errors}"
-
-
-async def send(page: Page, text: str) -> None:
-    await page.locator("#message").fill(text)
-    await page.locator("#message").press("Enter")
-
-
-def run_bodies(page: Page) -> list[dict[str, Any]]:
-    """The bodies of the runs the page starts, as it sends them."""
-    bodies: list[dict[str, Any]] = []
-
-    def record(request: Request) -> None:
-        if request.method == "POST" and request.url.endswith("/api/v1/agent/run"):
-            bodies.append(json.loads(request.post_data or "{}"))
-
-    page.on("request", record)
-    return bodies
 
 
 def tool_card(page: Page, call_id: str) -> Locator:
@@ -186,7 +151,8 @@ async def test_a_waiting_run_is_re_attached_after_a_reload_and_a_denial_with_a_m
     await expect(card.locator(".tool-result.error")).to_have_text("Not approved: not today", timeout=WAIT_MS)
     await expect(page.locator(".answer")).to_have_text("I did not add them.", timeout=WAIT_MS)
     await expect(page.locator(".run-footer")).to_contain_text("finish: stop")
-    assert tool_message(console.llm.requests[1], "call_deny") == "Not approved: not today"
+    # An error result reaches OpenAI's wire format with completion-service's "Error: " before it.
+    assert tool_message(console.llm.requests[1], "call_deny") == "Error: Not approved: not today"
 
 
 async def test_an_attached_image_is_sent_as_a_data_url_part_and_shown_in_the_message(console: Console) -> None:
@@ -198,8 +164,8 @@ async def test_an_attached_image_is_sent_as_a_data_url_part_and_shown_in_the_mes
     # Only images are taken: a text file is refused, and said so.
     await page.locator("#attach-file").set_input_files(
         files=[
-            {"name": "notes.txt", "mimeType": "text/plain", "buffer": b"hello"},
-            {"name": "red.png", "mimeType": "image/png", "buffer": image},
+            FilePayload(name="notes.txt", mimeType="text/plain", buffer=b"hello"),
+            FilePayload(name="red.png", mimeType="image/png", buffer=image),
         ]
     )
     await expect(page.locator("#attach-error")).to_contain_text("notes.txt: not a PNG, JPEG, GIF or WebP image")
