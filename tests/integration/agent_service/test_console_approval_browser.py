@@ -1,10 +1,14 @@
 """The console's approvals and images in a real browser: Approve / Deny on a tool card whose call waits for a person,
-a waiting run marked in the conversations list and re-attached after a reload, and an image attached to a message.
+a waiting run marked in the conversations list and re-attached after a reload, an image attached to a message, and a
+tool result's image (told live by type and size, shown from the store after a reload).
 
 Chromium is Debian's (``/usr/bin/chromium``), driven headless by Playwright, as in test_console_browser.py. The page
 talks to a real agent-service (its run store on SQLite, a callers file whose tenant ``acme`` wants approval for the
 echo server's ``add``), a real completion-service in front of the scripted OpenAI (model ``gpt-4o``, picked with
-"Other…"), and the real gateway in front of the echo MCP server over streamable HTTP.
+"Other…"), and the real gateway in front of the echo MCP server over streamable HTTP (and server-everything over stdio).
+
+They need the approval and images backends of issue 28 (``POST /api/v1/agent/runs/{runId}/approvals``, images stored
+by reference and served at ``/api/v1/agent/images/<sha256>``, image parts sent to the providers).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import struct
 import uuid
 import zlib
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +30,7 @@ from playwright.async_api import Browser, FilePayload, Locator, Page, expect
 from support import fake_openai
 from support.caller_keys import key_entry
 from support.console_browser import CHROMIUM, WAIT_MS, chromium, open_console, run_bodies, send
+from support.everything_server import everything_stdio_server
 from support.fake_openai import ScriptedOpenAI
 from support.stacks import stack_of_callers
 
@@ -74,12 +80,28 @@ async def browser() -> AsyncIterator[Browser]:
         yield browser
 
 
+@asynccontextmanager
+async def running_console(folder: Path, browser: Browser, **stack: Any) -> AsyncIterator[Console]:
+    """The stack (``stack``: ``running_stack``'s options) with ``CALLERS_FILE``; the pages must neither throw nor
+    break their policy."""
+    async with stack_of_callers(folder, CALLERS_FILE, **stack) as running:
+        console = Console(running.agent_url, running.llm, browser, errors=[])
+        yield console
+    assert not console.errors, f"the page threw or broke its policy: {console.errors}"
+
+
 @pytest.fixture
 async def console(tmp_path: Path, browser: Browser) -> AsyncIterator[Console]:
-    async with stack_of_callers(tmp_path, CALLERS_FILE) as stack:
-        running = Console(stack.agent_url, stack.llm, browser, errors=[])
-        yield running
-    assert not running.errors, f"the page threw or broke its policy: {running.errors}"
+    async with running_console(tmp_path, browser) as console:
+        yield console
+
+
+@pytest.fixture
+async def console_with_images(tmp_path: Path, browser: Browser) -> AsyncIterator[Console]:
+    """The MCP reference server (server-everything over stdio) beside the echo server: its ``get-tiny-image``
+    answers text, a 20x20 PNG, and text."""
+    async with running_console(tmp_path, browser, servers={"everything": everything_stdio_server()}) as console:
+        yield console
 
 
 def tool_card(page: Page, call_id: str) -> Locator:
@@ -190,5 +212,37 @@ async def test_an_attached_image_is_sent_as_a_data_url_part_and_shown_in_the_mes
     await expect(page.locator("body[data-ready=true]")).to_have_count(1, timeout=WAIT_MS)
     shown = page.locator(".message.user img.message-image")
     await expect(shown).to_have_count(1, timeout=WAIT_MS)
+    await expect(shown).to_have_attribute("data-stored", re.compile(r"^/api/v1/agent/images/[0-9a-f]{64}$"))
+    await expect(shown).to_have_attribute("src", re.compile(r"^blob:"))
     await expect(shown).to_have_js_property("complete", True)
     assert await shown.evaluate("image => [image.naturalWidth, image.naturalHeight]") == [3, 2]
+
+
+async def test_a_tool_results_image_is_told_live_and_shown_from_the_store_after_a_reload(
+    console_with_images: Console,
+) -> None:
+    console = console_with_images
+    console.llm.push(
+        fake_openai.tool_calls(("call_image", "get-tiny-image", {})),
+        fake_openai.text("That is the MCP logo."),
+    )
+    page = await console.open()
+    await send(page, "show me the tiny image")
+
+    card = tool_card(page, "call_image")
+    # The stream tells of the image (its type and size), never its bytes.
+    await expect(card.locator(".tool-images")).to_have_text(
+        re.compile(r"^1 image: image/png · [0-9.]+ (B|KB)$"), timeout=WAIT_MS
+    )
+    await expect(card.locator(".tool-result")).to_contain_text("Here's the image you requested:")
+    await expect(page.locator(".answer")).to_have_text("That is the MCP logo.", timeout=WAIT_MS)
+
+    # The stored tool message keeps the image by reference: the card shows it, fetched with the key.
+    await page.reload()
+    await expect(page.locator("body[data-ready=true]")).to_have_count(1, timeout=WAIT_MS)
+    shown = tool_card(page, "call_image").locator("img.message-image")
+    await expect(shown).to_have_count(1, timeout=WAIT_MS)
+    await expect(shown).to_have_attribute("data-stored", re.compile(r"^/api/v1/agent/images/[0-9a-f]{64}$"))
+    await expect(shown).to_have_attribute("alt", "An image returned by get-tiny-image")
+    await expect(shown).to_have_js_property("complete", True)
+    assert await shown.evaluate("image => [image.naturalWidth, image.naturalHeight]") == [20, 20]
