@@ -165,6 +165,17 @@ async def test_a_waiting_run_is_re_attached_after_a_reload_and_a_denial_with_a_m
     await expect(card.locator(".approval")).to_contain_text("needs your approval", timeout=WAIT_MS)
     await expect(page.locator(".message.user")).to_have_text(["You" + "add one and one"])
 
+    # The run waits in the store, not in the page: the page may leave it for a new conversation (which cancels
+    # nothing) and come back to it from the list, where it is marked.
+    await page.locator("#new-conversation").click()
+    await expect(page.locator(".message")).to_have_count(0)
+    await expect(page.locator("#stop")).to_be_hidden()
+    listed = page.locator("#conversations button[data-status=waiting]")
+    await expect(listed).to_have_count(1, timeout=WAIT_MS)
+    await listed.click()
+    await expect(card.locator(".approval")).to_contain_text("needs your approval", timeout=WAIT_MS)
+    assert len(console.llm.requests) == 1
+
     await card.get_by_label("Message with the decision on add").fill("not today")
     await card.get_by_role("button", name="Deny").click()
 

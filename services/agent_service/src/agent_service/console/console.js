@@ -88,7 +88,9 @@
   const state = {
     conversationId: sessionStorage.getItem(CONVERSATION_STORE) || newConversationId(),
     runId: null, // the run in flight, if any
-    abort: null, // closes the run's own stream: how a run that is not stored is stopped
+    abort: null, // closes the run's stream: how a run that is not stored is stopped, and a waiting run left
+    turn: null, // the Turn of the run in flight
+    leaving: null, // while a waiting run is left: resolves once its stream has closed
     unstored: false, // agent-service keeps no runs (AGENT_DATABASE_URL empty): no conversations, no re-attach
     tools: [], // [{name, description, server, title, unavailable}]
     // The tools switched off: the conversation's (its stored settings' tools), not this tab's; a new conversation
@@ -615,7 +617,9 @@
       box.setAttribute("aria-label", `Approval of ${data.name}`);
       const until = data.expiresAt ? ` It is denied if no one decides by ${new Date(data.expiresAt).toLocaleString()}.` : "";
       const server = data.server ? ` (server ${data.server})` : "";
-      box.appendChild(el("p", "approval-text", `This call of ${data.name}${server} needs your approval.${until}`));
+      const text = `This call of ${data.name}${server} needs your approval.${until} The run waits for it: you may leave ` +
+        "it and come back from the conversations list.";
+      box.appendChild(el("p", "approval-text", text));
       const message = el("input", "approval-message");
       message.type = "text";
       message.maxLength = 2000;
@@ -635,7 +639,13 @@
       approve.addEventListener("click", () => decide(true));
       deny.addEventListener("click", () => decide(false));
       parts.approval.replaceChildren(box);
+      syncLeave();
       refreshConversations(); // the list marks the conversation as waiting
+    }
+
+    // Whether a tool call of this run waits for a decision.
+    waiting() {
+      return [...this.cards.values()].some((parts) => parts.card.classList.contains("waiting"));
     }
 
     async decide(toolCallId, approve, message, controls) {
@@ -675,6 +685,7 @@
       else if (data.message) text += ` ${data.message}`;
       parts.approval.replaceChildren(el("p", "approval-decision " + (data.approve ? "approved" : "denied"), text));
       parts.status.textContent = data.approve ? "approved · running…" : "denied";
+      syncLeave();
       refreshConversations(); // no longer waiting
     }
 
@@ -870,18 +881,20 @@
   // Follows a run already under way (started before a reload, or in another tab) from its first event.
   async function replay(active, conversationId) {
     addUserMessage(active.question);
-    setRunning(active.runId, conversationId);
     const turn = new Turn(active.runId);
+    const abort = new AbortController();
+    Object.assign(state, { abort, turn });
+    setRunning(active.runId, conversationId);
     try {
       const response = await api(`/api/v1/agent/runs/${encodeURIComponent(active.runId)}/events`, {
         headers: { "Last-Event-ID": "0" },
+        signal: abort.signal,
       });
-      await follow(turn, response, active.runId);
+      await follow(turn, response, active.runId, abort.signal);
     } catch (failure) {
-      turn.error(failure.code || "network", failure.message);
+      if (!state.leaving) turn.error(failure.code || "network", failure.message);
     } finally {
-      setRunning(null);
-      refreshConversations();
+      runEnded();
     }
   }
 
@@ -931,7 +944,7 @@
   }
 
   async function openConversation(conversationId) {
-    if (state.runId) return; // one run at a time; Stop it first
+    if (!(await leaveWaitingRun())) return; // one run at a time; Stop it first
     closeSideOnPhone();
     await showConversation(conversationId);
   }
@@ -1474,11 +1487,39 @@
     else sessionStorage.removeItem(INFLIGHT_STORE);
     ui.stop.hidden = !runId;
     ui.send.disabled = Boolean(runId);
-    ui.newConversation.disabled = Boolean(runId);
+    syncLeave();
     document.body.classList.toggle("running", Boolean(runId));
   }
 
-  async function follow(turn, response, runId) {
+  // A run whose tool calls wait for approval waits in the store, not in this page: it may be left (New conversation,
+  // or another one of the list, where it is marked as waiting) and followed again from the list. Leaving cancels
+  // nothing. Any other run in flight keeps the page (Stop it first).
+  function syncLeave() {
+    ui.newConversation.disabled = Boolean(state.runId) && !(state.turn && state.turn.waiting());
+  }
+
+  // Closes the stream of a waiting run; answers whether the page is free for another conversation.
+  async function leaveWaitingRun() {
+    if (!state.runId) return true;
+    if (!state.turn || !state.turn.waiting() || !state.abort) return false;
+    state.leaving = new Promise((resolve) => {
+      state.leftRun = resolve;
+    });
+    state.abort.abort();
+    await state.leaving;
+    return true;
+  }
+
+  // A run's stream is done with: it ended, failed, or was left.
+  function runEnded() {
+    const left = state.leftRun;
+    Object.assign(state, { abort: null, turn: null, leaving: null, leftRun: null });
+    setRunning(null);
+    refreshConversations();
+    if (left) left();
+  }
+
+  async function follow(turn, response, runId, signal) {
     // Reads the stream; if it breaks before the run's end, re-attaches after the last event shown.
     for (let attempt = 0; ; attempt++) {
       try {
@@ -1489,6 +1530,7 @@
       if (turn.ended || attempt >= MAX_REATTACHES) return;
       response = await api(`/api/v1/agent/runs/${encodeURIComponent(runId)}/events`, {
         headers: { "Last-Event-ID": String(turn.lastSeq) },
+        signal,
       });
     }
   }
@@ -1546,18 +1588,18 @@
     }
     const runId = response.headers.get("X-Agent-Run-Id");
     state.fresh = state.unstored; // stored now, with its system prompt (an unstored run sends it each time)
-    setRunning(runId, conversationId);
     const turn = new Turn(runId);
+    state.turn = turn;
+    setRunning(runId, conversationId);
     try {
-      await follow(turn, response, runId);
+      await follow(turn, response, runId, abort.signal);
       if (!turn.ended) turn.error("stream_ended", "The stream ended before the run did; reload to follow it.");
     } catch (failure) {
+      if (state.leaving) return; // left while it waits (the finally clears up): the list brings it back
       if (abort.signal.aborted) turn.finish("cancelled");
       else turn.error(failure.code || "network", failure.message);
     } finally {
-      state.abort = null;
-      setRunning(null);
-      refreshConversations();
+      runEnded();
     }
   }
 
@@ -1659,8 +1701,8 @@
     if (!ui.modelOther.hidden) ui.modelOther.focus();
   });
   ui.modelOther.addEventListener("change", rememberModel);
-  ui.newConversation.addEventListener("click", () => {
-    if (state.runId) return;
+  ui.newConversation.addEventListener("click", async () => {
+    if (!(await leaveWaitingRun())) return;
     state.conversationId = newConversationId();
     sessionStorage.setItem(CONVERSATION_STORE, state.conversationId);
     ui.transcript.replaceChildren();
