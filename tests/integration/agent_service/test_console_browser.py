@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from playwright.async_api import Browser, BrowserContext, Page, Request, Route, async_playwright, expect
+from playwright.async_api import Browser, BrowserContext, Page, Route, async_playwright, expect
 from pydantic import SecretStr
 
 from agent_service.api.suggestions import load_suggestions
@@ -33,6 +33,7 @@ from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from support import fake_openai
 from support.caller_keys import key_entry
+from support.console_browser import CHROMIUM, WAIT_MS, open_console, run_bodies, send
 from support.fake_openai import ScriptedOpenAI
 from support.mcp_gateway import Gateway, echo_http_server, running_gateway
 from support.servers import serve_app
@@ -40,9 +41,6 @@ from support.stacks import running_agent
 
 pytestmark = pytest.mark.anyio
 
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-WAIT_MS = 20_000
-"""Bound of every wait for the page (a stdio tool server's first call takes a second or two)."""
 
 DOCS = {
     "deadlines.md": "# Deadlines\n\nEvery run has a wall-clock deadline of 120 seconds. When it passes, "
@@ -160,20 +158,12 @@ async def _services(
 @pytest.fixture
 async def page(stack: Stack) -> AsyncIterator[Page]:
     """A fresh tab (its own sessionStorage: a new conversation) on the console, loaded."""
-    context = await stack.browser.new_context(viewport={"width": 1280, "height": 860})
-    page = await context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
     # The page runs under agent-service's Content-Security-Policy: anything inline would be refused, and said so.
-    page.on(
-        "console",
-        lambda message: errors.append(message.text) if "Content Security Policy" in message.text else None,
-    )
-    await page.goto(f"{stack.agent_url}/console")
-    await expect(page.locator("body[data-ready=true]")).to_have_count(1, timeout=WAIT_MS)
+    errors: list[str] = []
+    page = await open_console(stack.browser, stack.agent_url, errors)
     await expect(page.locator("#model")).to_have_value("demo")
     yield page
-    await context.close()
+    await page.context.close()
     assert not errors, f"the page threw or broke its policy: {errors}"
 
 
@@ -184,23 +174,6 @@ async def only_tools(page: Page, *names: str) -> None:
         await server.uncheck()
     for name in names:
         await page.locator(f"#tools input[name=tool][value='{name}']").check()
-
-
-async def send(page: Page, text: str) -> None:
-    await page.locator("#message").fill(text)
-    await page.locator("#message").press("Enter")
-
-
-def run_bodies(page: Page) -> list[dict[str, Any]]:
-    """The bodies of the runs the page starts, as it sends them."""
-    bodies: list[dict[str, Any]] = []
-
-    def record(request: Request) -> None:
-        if request.method == "POST" and request.url.endswith("/api/v1/agent/run"):
-            bodies.append(json.loads(request.post_data or "{}"))
-
-    page.on("request", record)
-    return bodies
 
 
 async def open_gate(stack: Stack, tag: str) -> None:
@@ -710,13 +683,8 @@ async def test_inline_markdown_on_a_long_line_is_still_rendered(stack: Stack, pa
 
 async def _console(stack: Stack, url: str, key: str | None = None) -> tuple[BrowserContext, Page]:
     """A new browser (its own storage) on the console at ``url``, with ``key`` as its caller key, loaded."""
-    context = await stack.browser.new_context(viewport={"width": 1280, "height": 860})
-    if key is not None:
-        await context.add_init_script(f"sessionStorage.setItem('console.apiKey', {json.dumps(key)})")
-    page = await context.new_page()
-    await page.goto(f"{url}/console")
-    await expect(page.locator("body[data-ready=true]")).to_have_count(1, timeout=WAIT_MS)
-    return context, page
+    page = await open_console(stack.browser, url, [], key=key)
+    return page.context, page
 
 
 async def expect_controls(page: Page, persona: str, effort: str, verbosity: str, max_tokens: str) -> None:

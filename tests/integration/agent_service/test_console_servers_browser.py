@@ -11,15 +11,13 @@ Tenant ``acme``: an admin key (at most 2 servers of its own, ``max_iterations = 
 
 from __future__ import annotations
 
-import json
-import os
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, Locator, Page, async_playwright, expect
+from playwright.async_api import Browser, Locator, Page, expect
 from pydantic import SecretStr
 
 from agent_service.app import create_app
@@ -27,13 +25,12 @@ from agent_service.settings import AgentSettings
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from support.caller_keys import key_entry
+from support.console_browser import CHROMIUM, WAIT_MS, chromium, open_console
 from support.scripted_tenant_gateway import ScriptedTenantGateway
 from support.servers import serve_app
 
 pytestmark = pytest.mark.anyio
 
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-WAIT_MS = 20_000
 
 SECRET = "gateway-secret-" + uuid.uuid4().hex
 ADMIN_KEY = "acme-admin-" + uuid.uuid4().hex
@@ -55,10 +52,8 @@ if not Path(CHROMIUM).exists():
 
 @pytest.fixture(scope="module")
 async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    async with chromium() as browser:
         yield browser
-        await browser.close()
 
 
 @pytest.fixture(scope="module")
@@ -78,17 +73,7 @@ class Console:
     async def open(self, key: str, *, width: int = 1280, height: int = 860) -> Page:
         """A new browser (its own storage) on the console with ``key`` as its caller key, loaded; the page must
         neither throw nor break its Content-Security-Policy (checked when the test ends)."""
-        context = await self.browser.new_context(viewport={"width": width, "height": height})
-        await context.add_init_script(f"sessionStorage.setItem('console.apiKey', {json.dumps(key)})")
-        page = await context.new_page()
-        page.on("pageerror", lambda error: self.errors.append(str(error)))
-        page.on(
-            "console",
-            lambda message: self.errors.append(message.text) if "Content Security Policy" in message.text else None,
-        )
-        await page.goto(f"{self.agent_url}/console")
-        await expect(page.locator("body[data-ready=true]")).to_have_count(1, timeout=WAIT_MS)
-        return page
+        return await open_console(self.browser, self.agent_url, self.errors, key=key, width=width, height=height)
 
 
 @pytest.fixture

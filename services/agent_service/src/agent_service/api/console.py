@@ -31,9 +31,10 @@ __all__ = ["CONSOLE_DIR", "CONSOLE_HEADERS", "console_routes"]
 CONSOLE_DIR = Path(__file__).parent.parent / "console"
 """The console's files; shipped inside the package (the wheel takes everything under ``agent_service``)."""
 
+# img-src: an attached image is shown from its data: URL, a stored one (fetched with the key) from a blob: URL.
 CONSOLE_HEADERS = {
     "Content-Security-Policy": (
-        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; "
+        "default-src 'self'; img-src 'self' data: blob:; style-src 'self'; script-src 'self'; connect-src 'self'; "
         "frame-ancestors 'none'; base-uri 'none'"
     ),
     "X-Content-Type-Options": "nosniff",

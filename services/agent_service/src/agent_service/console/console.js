@@ -14,6 +14,11 @@
   const MOVED_RUN_CODES = new Set(["shutting_down", "run_moved"]); // the run goes on on another instance
   const RENDER_EVERY_MS = 50; // a streamed answer's Markdown is rendered again at most this often
   const OTHER_MODEL = "\u0000other"; // the picker's "Other…" entry: a name typed in (the list omits patterns)
+  const IMAGE_TYPES = new Set(["image/png", "image/jpeg", "image/gif", "image/webp"]); // what the agent API takes
+  // A guard against reading a huge file into the page only: the service's per-run cap (AGENT_RUN_IMAGES_MAX_BYTES,
+  // 20 MiB by default) decides, and its 413 images_too_large is shown as any refusal.
+  const MAX_IMAGE_BYTES = 20 * 1024 * 1024;
+  const STORED_IMAGE = /^\/api\/v1\/agent\/images\/[0-9a-f]{64}$/; // a stored run keeps its images by reference
 
   const $ = (id) => document.getElementById(id);
   const ui = {
@@ -38,6 +43,10 @@
     transcript: $("transcript"),
     composer: $("composer"),
     message: $("message"),
+    attachments: $("attachments"),
+    attachError: $("attach-error"),
+    attach: $("attach"),
+    attachFile: $("attach-file"),
     send: $("send"),
     stop: $("stop"),
     keyDialog: $("key-dialog"),
@@ -79,7 +88,9 @@
   const state = {
     conversationId: sessionStorage.getItem(CONVERSATION_STORE) || newConversationId(),
     runId: null, // the run in flight, if any
-    abort: null, // closes the run's own stream: how a run that is not stored is stopped
+    abort: null, // closes the run's stream: how a run that is not stored is stopped, and a waiting run left
+    turn: null, // the Turn of the run in flight
+    leaving: null, // while a waiting run is left: resolves once its stream has closed
     unstored: false, // agent-service keeps no runs (AGENT_DATABASE_URL empty): no conversations, no re-attach
     tools: [], // [{name, description, server, title, unavailable}]
     // The tools switched off: the conversation's (its stored settings' tools), not this tab's; a new conversation
@@ -89,6 +100,7 @@
     tenantPrompt: null, // the tenant's system prompt: a conversation without a persona's starts with it
     fresh: true, // nothing of the conversation is stored yet: its first message carries the system prompt
     promptEdited: false, // the system prompt was typed in: a persona picked later does not replace it
+    attachments: [], // images for the next message: [{name, type, size, url}] (url: a data: URL)
   };
 
   // --- small DOM helpers --------------------------------------------------------------------------
@@ -369,18 +381,98 @@
     }
   }
 
+  // --- images ---------------------------------------------------------------------------------------
+  // A message's content is its text, or a list of parts: {type: "text", text} and {type: "image_url",
+  // image_url: {url}}. A stored image (/api/v1/agent/images/<sha256>) needs the key: it is fetched and shown from
+  // an object URL (the page's policy allows images from this origin, data: and blob: only; an https image is
+  // named by a link, never loaded).
+
+  function textOf(content) {
+    if (Array.isArray(content)) {
+      return content
+        .filter((part) => part && part.type === "text")
+        .map((part) => part.text)
+        .join("\n");
+    }
+    return String(content ?? "");
+  }
+
+  function imagesOf(content) {
+    if (!Array.isArray(content)) return [];
+    return content.filter((part) => part && part.type === "image_url" && part.image_url).map((part) => part.image_url.url);
+  }
+
+  const storedImages = new Map(); // stored image path -> Promise of its object URL (each fetched once a page)
+
+  function storedImageUrl(path) {
+    if (!storedImages.has(path)) {
+      const loading = api(path)
+        .then((response) => response.blob())
+        .then((blob) => URL.createObjectURL(blob));
+      loading.catch(() => storedImages.delete(path)); // a failure is tried again next time it is shown
+      storedImages.set(path, loading);
+    }
+    return storedImages.get(path);
+  }
+
+  // The images of a message, as thumbnails (a click shows the picture whole, another click small again).
+  function imageStrip(urls, alt) {
+    const strip = el("div", "message-images");
+    for (const url of urls) {
+      if (url.startsWith("data:image/")) {
+        strip.appendChild(thumbnail(url, alt));
+      } else if (STORED_IMAGE.test(url)) {
+        const slot = el("span", "image-loading", "loading image…");
+        strip.appendChild(slot);
+        storedImageUrl(url).then(
+          (objectUrl) => slot.replaceWith(thumbnail(objectUrl, alt, url)),
+          (failure) => {
+            slot.className = "image-missing";
+            slot.textContent = `image unavailable (${failure.code || "network"})`;
+          },
+        );
+      } else if (/^https:\/\//.test(url)) {
+        const link = el("a", "image-link", url);
+        link.href = url;
+        link.rel = "noopener noreferrer";
+        link.target = "_blank";
+        strip.appendChild(link);
+      }
+    }
+    return strip;
+  }
+
+  function thumbnail(src, alt, stored) {
+    const image = el("img", "message-image");
+    image.src = src;
+    image.alt = alt;
+    if (stored) image.dataset.stored = stored;
+    image.addEventListener("click", () => image.classList.toggle("whole"));
+    return image;
+  }
+
+  function formatBytes(bytes) {
+    if (bytes < 1024) return `${bytes} B`;
+    if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KB`;
+    return `${(bytes / 1024 / 1024).toFixed(1)} MB`;
+  }
+
   // --- a turn: one run's view -----------------------------------------------------------------------
 
-  function addUserMessage(text) {
+  function addUserMessage(content) {
     const bubble = el("div", "message user");
     bubble.appendChild(el("div", "role", "You"));
-    bubble.appendChild(el("div", "user-text", text));
+    const text = textOf(content);
+    const images = imagesOf(content);
+    if (text || !images.length) bubble.appendChild(el("div", "user-text", text));
+    if (images.length) bubble.appendChild(imageStrip(images, "An image of your message"));
     ui.transcript.appendChild(bubble);
     scrollToEnd();
   }
 
   class Turn {
-    constructor() {
+    constructor(runId) {
+      this.runId = runId || null; // where its approvals are posted (run_started says it too)
       this.root = el("div", "message assistant");
       this.root.appendChild(el("div", "role", "Agent"));
       this.body = el("div", "turn-body");
@@ -405,6 +497,7 @@
       if (id !== null) this.lastSeq = id;
       switch (type) {
         case "run_started":
+          this.runId = data.runId;
           this.root.dataset.runId = data.runId;
           break;
         case "run_resumed":
@@ -423,7 +516,16 @@
           this.toolProgress(data);
           break;
         case "tool_result":
-          this.toolResult(data.toolCallId, data.content, data.isError, data.durationMs);
+          this.toolResult(data.toolCallId, data.content, data.isError, data.durationMs, data.images);
+          break;
+        case "approval_required":
+          this.approvalRequired(data);
+          break;
+        case "approval_decided":
+          this.approvalDecided(data);
+          break;
+        case "context_compacted":
+          this.body.appendChild(el("div", "note compacted", compactedText(data)));
           break;
         case "done":
           this.finish(data.finishReason, data.iterations, data.usage);
@@ -494,11 +596,97 @@
       const progress = el("div", "tool-progress");
       progress.hidden = true;
       card.appendChild(progress);
+      const approval = el("div", "approval-slot");
+      card.appendChild(approval);
       const result = el("div", "tool-result-slot");
       card.appendChild(result);
       this.body.appendChild(card);
-      this.cards.set(id, { card, status, progress, result });
+      this.cards.set(id, { card, status, progress, approval, result, name });
       return this.cards.get(id);
+    }
+
+    // The call waits for a person: Approve or Deny (with a message for the model) on its card. The run waits in
+    // the store, and this stream stays open: approval_decided, then the call's result, come on it.
+    approvalRequired(data) {
+      const parts = this.cards.get(data.toolCallId) || this.toolCall(data.toolCallId, data.name, data.arguments);
+      parts.card.classList.add("waiting");
+      parts.card.open = true;
+      parts.status.textContent = "waiting for approval";
+      const box = el("div", "approval");
+      box.setAttribute("role", "group");
+      box.setAttribute("aria-label", `Approval of ${data.name}`);
+      const until = data.expiresAt ? ` It is denied if no one decides by ${new Date(data.expiresAt).toLocaleString()}.` : "";
+      const server = data.server ? ` (server ${data.server})` : "";
+      const text = `This call of ${data.name}${server} needs your approval.${until} The run waits for it: you may leave ` +
+        "it and come back from the conversations list.";
+      box.appendChild(el("p", "approval-text", text));
+      const message = el("input", "approval-message");
+      message.type = "text";
+      message.maxLength = 2000;
+      message.placeholder = "Message for the model (optional)";
+      message.setAttribute("aria-label", `Message with the decision on ${data.name}`);
+      const approve = el("button", "approve", "Approve");
+      approve.type = "button";
+      const deny = el("button", "deny danger", "Deny");
+      deny.type = "button";
+      const failure = el("p", "form-error");
+      failure.setAttribute("role", "alert");
+      failure.hidden = true;
+      const buttons = el("div", "approval-buttons");
+      buttons.append(approve, deny);
+      box.append(message, buttons, failure);
+      const decide = (yes) => this.decide(data.toolCallId, yes, message.value.trim(), { approve, deny, message, failure });
+      approve.addEventListener("click", () => decide(true));
+      deny.addEventListener("click", () => decide(false));
+      parts.approval.replaceChildren(box);
+      syncLeave();
+      refreshConversations(); // the list marks the conversation as waiting
+    }
+
+    // Whether a tool call of this run waits for a decision.
+    waiting() {
+      return [...this.cards.values()].some((parts) => parts.card.classList.contains("waiting"));
+    }
+
+    async decide(toolCallId, approve, message, controls) {
+      controls.approve.disabled = controls.deny.disabled = controls.message.disabled = true;
+      controls.failure.hidden = true;
+      const decision = { toolCallId, approve };
+      if (message) decision.message = message;
+      try {
+        const answer = await json(`/api/v1/agent/runs/${encodeURIComponent(this.runId)}/approvals`, {
+          method: "POST",
+          body: { decisions: [decision] },
+        });
+        const parts = this.cards.get(toolCallId);
+        if (parts && parts.card.classList.contains("waiting")) {
+          // approval_decided is on its way on the stream; until then, say what was sent
+          parts.status.textContent = approve ? "approved" : "denied";
+          if (answer.status === "waiting") parts.status.textContent += " · other calls of this round still wait";
+        }
+      } catch (failure) {
+        const pending = failure.code !== "approval_not_pending" && failure.code !== "run_not_found";
+        controls.approve.disabled = controls.deny.disabled = controls.message.disabled = !pending;
+        controls.failure.hidden = false;
+        controls.failure.textContent =
+          failure.code === "approval_not_pending"
+            ? `This call is no longer waiting (decided already, or the run ended): ${failure.message}`
+            : `The decision was not taken: ${failure.message}`;
+      }
+    }
+
+    approvalDecided(data) {
+      const parts = this.cards.get(data.toolCallId);
+      if (!parts) return;
+      parts.card.classList.remove("waiting");
+      const who = data.decidedBy ? ` by ${data.decidedBy}` : "";
+      let text = data.approve ? `Approved${who}.` : `Denied${who}`;
+      if (!data.approve) text += data.message ? `: ${data.message}` : ".";
+      else if (data.message) text += ` ${data.message}`;
+      parts.approval.replaceChildren(el("p", "approval-decision " + (data.approve ? "approved" : "denied"), text));
+      parts.status.textContent = data.approve ? "approved · running…" : "denied";
+      syncLeave();
+      refreshConversations(); // no longer waiting
     }
 
     toolProgress(data) {
@@ -509,9 +697,11 @@
       parts.progress.textContent = "Progress: " + amount + (data.message ? " — " + data.message : "");
     }
 
-    toolResult(toolCallId, content, isError, durationMs) {
+    // ``images``: a live result's [{mimeType, sizeBytes}] (the stream carries no bytes); ``urls``: a stored
+    // result's images, by reference.
+    toolResult(toolCallId, content, isError, durationMs, images, urls) {
       const parts = this.cards.get(toolCallId) || this.toolCall(toolCallId, "tool", {});
-      parts.card.classList.remove("running");
+      parts.card.classList.remove("running", "waiting");
       parts.card.classList.add(isError ? "failed" : "succeeded");
       parts.progress.hidden = true;
       const seconds = typeof durationMs === "number" ? ` · ${formatDuration(durationMs)}` : "";
@@ -527,14 +717,26 @@
       } else {
         parts.result.replaceChildren(el("div", "tool-label", isError ? "Error" : "Result"), pre);
       }
+      if (images && images.length) {
+        const told = images.map((image) => `${image.mimeType} · ${formatBytes(image.sizeBytes)}`).join(", ");
+        const line = el("div", "tool-images", `${images.length} image${images.length === 1 ? "" : "s"}: ${told}`);
+        line.title = "The images went to the model; the conversation keeps them.";
+        parts.result.appendChild(line);
+      }
+      if (urls && urls.length) {
+        parts.result.appendChild(el("div", "tool-label", urls.length === 1 ? "Image" : "Images"));
+        parts.result.appendChild(imageStrip(urls, `An image returned by ${parts.name}`));
+      }
     }
 
     // Calls still open when the run ends got no result event (a cancelled run answers them in its store only).
     closeOpenCards(why) {
       for (const parts of this.cards.values()) {
         if (!parts.card.classList.contains("running")) continue;
+        parts.card.classList.remove("waiting");
         parts.card.classList.replace("running", "failed");
         parts.progress.hidden = true;
+        parts.approval.replaceChildren(); // no decision is taken any more
         parts.status.textContent = why;
       }
     }
@@ -562,6 +764,12 @@
       box.appendChild(document.createTextNode(message || "the run failed."));
       this.root.appendChild(box);
     }
+  }
+
+  function compactedText(data) {
+    const folded = `${data.messagesFolded} earlier message${data.messagesFolded === 1 ? "" : "s"}`;
+    const tokens = `${Number(data.tokensBefore).toLocaleString()} → ${Number(data.tokensAfter).toLocaleString()} tokens`;
+    return `Context compacted: ${folded} folded into a summary for the model (${tokens}); the conversation keeps them all.`;
   }
 
   function formatDuration(ms) {
@@ -610,15 +818,17 @@
         const iteration = turn.storedTurns;
         for (const block of message.reasoning || []) if (block.text) turn.reasoning(iteration, block.text);
         for (const call of message.toolCalls || []) turn.toolCall(call.id, call.name, call.arguments);
-        if (message.content) turn.text(iteration, message.content);
+        if (message.content) turn.text(iteration, textOf(message.content));
       } else if (message.role === "tool") {
-        turn.toolResult(message.toolCallId, message.content, Boolean(message.isError), undefined);
+        const urls = imagesOf(message.content);
+        turn.toolResult(message.toolCallId, textOf(message.content), Boolean(message.isError), undefined, null, urls);
       }
     }
     closeTurn();
   }
 
-  const ACTIVE_STATUSES = new Set(["processing", "tool_loop"]);
+  // A waiting run (a tool call waits for approval) is followed too: its cards offer Approve and Deny.
+  const ACTIVE_STATUSES = new Set(["processing", "tool_loop", "waiting"]);
 
   // Shows a stored conversation; answers its run still in progress, if any (a conversation takes one at a
   // time, so it is the last), which the caller replays from its events. That run's messages start at its
@@ -661,7 +871,7 @@
       return null;
     }
     const questionAt = messages.map((message) => message.role).lastIndexOf("user");
-    const question = questionAt >= 0 ? messages[questionAt].content || "" : "";
+    const question = questionAt >= 0 ? messages[questionAt].content || "" : ""; // its text, or its parts
     messages = questionAt >= 0 ? messages.slice(0, questionAt) : messages;
     runs = runs.slice(0, -1);
     renderStored(messages, runs);
@@ -671,18 +881,20 @@
   // Follows a run already under way (started before a reload, or in another tab) from its first event.
   async function replay(active, conversationId) {
     addUserMessage(active.question);
+    const turn = new Turn(active.runId);
+    const abort = new AbortController();
+    Object.assign(state, { abort, turn });
     setRunning(active.runId, conversationId);
-    const turn = new Turn();
     try {
       const response = await api(`/api/v1/agent/runs/${encodeURIComponent(active.runId)}/events`, {
         headers: { "Last-Event-ID": "0" },
+        signal: abort.signal,
       });
-      await follow(turn, response, active.runId);
+      await follow(turn, response, active.runId, abort.signal);
     } catch (failure) {
-      turn.error(failure.code || "network", failure.message);
+      if (!state.leaving) turn.error(failure.code || "network", failure.message);
     } finally {
-      setRunning(null);
-      refreshConversations();
+      runEnded();
     }
   }
 
@@ -702,7 +914,14 @@
           const button = el("button", "conversation", conversation.title || conversation.conversationId);
           button.type = "button";
           button.dataset.conversationId = conversation.conversationId;
+          button.dataset.status = conversation.status || "";
           button.title = `${conversation.runs ?? "?"} runs · ${conversation.updatedAt || ""}`;
+          if (conversation.status === "waiting") {
+            // Its newest run waits for a decision on a tool call: open it to approve or deny.
+            button.classList.add("waiting");
+            button.title += " · a tool call waits for approval";
+            button.prepend(el("span", "waiting-badge", "waiting"), document.createTextNode(" "));
+          }
           button.addEventListener("click", () => openConversation(conversation.conversationId));
           item.appendChild(button);
           return item;
@@ -725,7 +944,7 @@
   }
 
   async function openConversation(conversationId) {
-    if (state.runId) return; // one run at a time; Stop it first
+    if (!(await leaveWaitingRun())) return; // one run at a time; Stop it first
     closeSideOnPhone();
     await showConversation(conversationId);
   }
@@ -1268,11 +1487,39 @@
     else sessionStorage.removeItem(INFLIGHT_STORE);
     ui.stop.hidden = !runId;
     ui.send.disabled = Boolean(runId);
-    ui.newConversation.disabled = Boolean(runId);
+    syncLeave();
     document.body.classList.toggle("running", Boolean(runId));
   }
 
-  async function follow(turn, response, runId) {
+  // A run whose tool calls wait for approval waits in the store, not in this page: it may be left (New conversation,
+  // or another one of the list, where it is marked as waiting) and followed again from the list. Leaving cancels
+  // nothing. Any other run in flight keeps the page (Stop it first).
+  function syncLeave() {
+    ui.newConversation.disabled = Boolean(state.runId) && !(state.turn && state.turn.waiting());
+  }
+
+  // Closes the stream of a waiting run; answers whether the page is free for another conversation.
+  async function leaveWaitingRun() {
+    if (!state.runId) return true;
+    if (!state.turn || !state.turn.waiting() || !state.abort) return false;
+    state.leaving = new Promise((resolve) => {
+      state.leftRun = resolve;
+    });
+    state.abort.abort();
+    await state.leaving;
+    return true;
+  }
+
+  // A run's stream is done with: it ended, failed, or was left.
+  function runEnded() {
+    const left = state.leftRun;
+    Object.assign(state, { abort: null, turn: null, leaving: null, leftRun: null });
+    setRunning(null);
+    refreshConversations();
+    if (left) left();
+  }
+
+  async function follow(turn, response, runId, signal) {
     // Reads the stream; if it breaks before the run's end, re-attaches after the last event shown.
     for (let attempt = 0; ; attempt++) {
       try {
@@ -1283,12 +1530,21 @@
       if (turn.ended || attempt >= MAX_REATTACHES) return;
       response = await api(`/api/v1/agent/runs/${encodeURIComponent(runId)}/events`, {
         headers: { "Last-Event-ID": String(turn.lastSeq) },
+        signal,
       });
     }
   }
 
+  // The message's content: its text, or (with images attached) its parts, the text first.
+  function messageContent(text) {
+    if (!state.attachments.length) return text;
+    const parts = text.trim() ? [{ type: "text", text }] : [];
+    for (const image of state.attachments) parts.push({ type: "image_url", image_url: { url: image.url } });
+    return parts;
+  }
+
   async function send(text) {
-    if (state.runId || !text.trim()) return;
+    if (state.runId || (!text.trim() && !state.attachments.length)) return;
     if (!chosenModel()) {
       showError("Type a model name first (the picker's Other… entry).");
       ui.modelOther.focus();
@@ -1298,9 +1554,12 @@
     sessionStorage.setItem(CONVERSATION_STORE, conversationId);
     const prompt = state.fresh ? ui.systemPrompt.value.trim() : "";
     ui.newChat.hidden = true;
-    addUserMessage(text);
+    const content = messageContent(text);
+    addUserMessage(content);
     ui.message.value = "";
-    const messages = [{ role: "user", content: text }];
+    setAttachments([]);
+    formFailure(ui.attachError, "");
+    const messages = [{ role: "user", content }];
     if (prompt) messages.unshift({ role: "system", content: prompt });
     const body = { model: chosenModel(), messages, stream: true, ...chosenSettings() };
     if (!state.unstored) Object.assign(body, { conversationId, onDisconnect: "continue" });
@@ -1329,18 +1588,18 @@
     }
     const runId = response.headers.get("X-Agent-Run-Id");
     state.fresh = state.unstored; // stored now, with its system prompt (an unstored run sends it each time)
+    const turn = new Turn(runId);
+    state.turn = turn;
     setRunning(runId, conversationId);
-    const turn = new Turn();
     try {
-      await follow(turn, response, runId);
+      await follow(turn, response, runId, abort.signal);
       if (!turn.ended) turn.error("stream_ended", "The stream ended before the run did; reload to follow it.");
     } catch (failure) {
+      if (state.leaving) return; // left while it waits (the finally clears up): the list brings it back
       if (abort.signal.aborted) turn.finish("cancelled");
       else turn.error(failure.code || "network", failure.message);
     } finally {
-      state.abort = null;
-      setRunning(null);
-      refreshConversations();
+      runEnded();
     }
   }
 
@@ -1361,6 +1620,57 @@
     }
   }
 
+  // --- attaching images ------------------------------------------------------------------------------
+
+  function readAsDataUrl(file) {
+    return new Promise((resolve, reject) => {
+      const reader = new FileReader();
+      reader.addEventListener("load", () => resolve(reader.result));
+      reader.addEventListener("error", () => reject(reader.error));
+      reader.readAsDataURL(file);
+    });
+  }
+
+  async function attachFiles(files) {
+    const refused = [];
+    const added = [];
+    for (const file of files) {
+      if (!IMAGE_TYPES.has(file.type)) refused.push(`${file.name}: not a PNG, JPEG, GIF or WebP image`);
+      else if (file.size > MAX_IMAGE_BYTES) refused.push(`${file.name}: larger than ${formatBytes(MAX_IMAGE_BYTES)}`);
+      else {
+        try {
+          added.push({ name: file.name, type: file.type, size: file.size, url: await readAsDataUrl(file) });
+        } catch (failure) {
+          refused.push(`${file.name}: could not be read (${failure.message})`);
+        }
+      }
+    }
+    formFailure(ui.attachError, refused.length ? `Not attached: ${refused.join("; ")}.` : "");
+    setAttachments([...state.attachments, ...added]);
+  }
+
+  // The images the next message carries, each with a button that takes it off again.
+  function setAttachments(attachments) {
+    state.attachments = attachments;
+    ui.attachments.replaceChildren(
+      ...attachments.map((image, index) => {
+        const item = el("li", "attachment");
+        item.appendChild(thumbnail(image.url, image.name));
+        item.appendChild(el("span", "attachment-name", `${image.name} · ${formatBytes(image.size)}`));
+        const remove = el("button", "small-button", "Remove");
+        remove.type = "button";
+        remove.setAttribute("aria-label", `Remove ${image.name}`);
+        remove.addEventListener("click", () => {
+          setAttachments(state.attachments.filter((_, at) => at !== index));
+          ui.message.focus();
+        });
+        item.appendChild(remove);
+        return item;
+      }),
+    );
+    ui.attachments.hidden = attachments.length === 0;
+  }
+
   // --- wiring -----------------------------------------------------------------------------------------
 
   function closeSideOnPhone() {
@@ -1379,13 +1689,20 @@
     }
   });
   ui.stop.addEventListener("click", stop);
+  ui.attach.addEventListener("click", () => ui.attachFile.click());
+  ui.attachFile.addEventListener("change", async () => {
+    const files = [...ui.attachFile.files];
+    ui.attachFile.value = ""; // the same file may be picked again
+    await attachFiles(files);
+    ui.message.focus();
+  });
   ui.model.addEventListener("change", () => {
     rememberModel();
     if (!ui.modelOther.hidden) ui.modelOther.focus();
   });
   ui.modelOther.addEventListener("change", rememberModel);
-  ui.newConversation.addEventListener("click", () => {
-    if (state.runId) return;
+  ui.newConversation.addEventListener("click", async () => {
+    if (!(await leaveWaitingRun())) return;
     state.conversationId = newConversationId();
     sessionStorage.setItem(CONVERSATION_STORE, state.conversationId);
     ui.transcript.replaceChildren();
