@@ -495,6 +495,7 @@ class BedrockProvider(HttpAdapter):
 
     tool_names = TOOL_NAMES
     stream_media_type = _EVENT_STREAM
+    answers_through_tool = True  # Converse has no JSON mode: a response_format is a forced final tool
 
     def __init__(
         self,
