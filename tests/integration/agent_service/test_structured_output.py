@@ -14,21 +14,15 @@ from openai.types.shared_params import ResponseFormatJSONSchema
 from pydantic import BaseModel
 
 from support import fake_openai
+from support.answer_formats import CITY_SCHEMA, PARIS
 from support.stacks import AgentStack, running_stack
 
 pytestmark = pytest.mark.anyio
 
-CITY = {
-    "type": "object",
-    "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
-    "required": ["city", "population"],
-    "additionalProperties": False,
-}
 CITY_FORMAT: ResponseFormatJSONSchema = {
     "type": "json_schema",
-    "json_schema": {"name": "city_facts", "schema": CITY, "strict": True},
+    "json_schema": {"name": "city_facts", "schema": CITY_SCHEMA, "strict": True},
 }
-PARIS = {"city": "Paris", "population": 2102650}
 
 
 class CityFacts(BaseModel):

@@ -22,17 +22,14 @@ from suite_common.wire import (
     RunText,
     ToolInfo,
 )
+from support.answer_formats import CITY_SCHEMA, PARIS
 from support.scripted import Scripted, answer, call_tools
 
 pytestmark = pytest.mark.anyio
 
-CITY = {
-    "type": "object",
-    "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
-    "required": ["city", "population"],
-    "additionalProperties": False,
-}
-CITY_FORMAT = ResponseFormat(type="json_schema", json_schema=JsonSchemaFormat(name="city", schema=CITY, strict=True))
+CITY_FORMAT = ResponseFormat(
+    type="json_schema", json_schema=JsonSchemaFormat(name="city", schema=CITY_SCHEMA, strict=True)
+)
 
 
 def plan(response_format: ResponseFormat | None = CITY_FORMAT, **fields: Any) -> RunPlan:
@@ -61,27 +58,29 @@ async def lookup(_: dict[str, Any]) -> str:
 
 
 async def test_a_valid_answer_is_the_runs_output_and_the_format_goes_with_every_call() -> None:
-    valid = json.dumps({"city": "Paris", "population": 2102650})
+    valid = json.dumps(PARIS)
     scripted = Scripted([call_tools(("c1", "lookup", {})), answer(valid)], {"lookup": lookup})
     events = Recorder()
     outcome = await scripted.loop().run(plan(), events, stream_text=True)
-    assert (outcome.finish_reason, outcome.output) == ("stop", {"city": "Paris", "population": 2102650})
+    assert (outcome.finish_reason, outcome.output) == ("stop", PARIS)
     done = events.events[-1]
     assert isinstance(done, RunDone)
-    assert done.output == {"city": "Paris", "population": 2102650}
+    assert done.output == PARIS
     # The answer is told once valid, whole: no delta of an answer that might still be invalid.
     assert [event.delta for event in events.events if isinstance(event, RunText)] == [valid]
     formats = [request["responseFormat"] for request in scripted.completion_requests]
-    assert formats == [{"type": "json_schema", "json_schema": {"name": "city", "schema": CITY, "strict": True}}] * 2
+    assert (
+        formats == [{"type": "json_schema", "json_schema": {"name": "city", "schema": CITY_SCHEMA, "strict": True}}] * 2
+    )
 
 
 async def test_an_invalid_answer_gets_exactly_one_repair_round_saying_what_failed() -> None:
-    valid = json.dumps({"city": "Paris", "population": 2102650})
+    valid = json.dumps(PARIS)
     scripted = Scripted([answer('{"city": "Paris"}'), answer(valid)])
     events = Recorder()
     outcome = await scripted.loop().run(plan(), events, stream_text=True)
     assert (outcome.finish_reason, outcome.iterations, outcome.error) == ("stop", 2, None)
-    assert outcome.output == {"city": "Paris", "population": 2102650}
+    assert outcome.output == PARIS
     repair = scripted.completion_requests[1]["messages"][-1]
     assert repair["role"] == "user"
     assert "'population' is a required property" in repair["content"]

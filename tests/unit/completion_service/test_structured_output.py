@@ -27,17 +27,12 @@ from suite_common.wire import (
     ToolCallEvent,
     ToolSpec,
 )
+from support.answer_formats import CITY_SCHEMA, PARIS
 
 pytestmark = pytest.mark.anyio
 
-CITY = {
-    "type": "object",
-    "properties": {"city": {"type": "string"}, "population": {"type": "integer", "minimum": 1}},
-    "required": ["city", "population"],
-    "additionalProperties": False,
-}
 SCHEMA_FORMAT = ResponseFormat(
-    type="json_schema", json_schema=JsonSchemaFormat(name="city_facts", schema=CITY, strict=True)
+    type="json_schema", json_schema=JsonSchemaFormat(name="city_facts", schema=CITY_SCHEMA, strict=True)
 )
 OBJECT_FORMAT = ResponseFormat(type="json_object")
 SEARCH = ToolSpec(name="search", description="Search.", input_schema={"type": "object", "properties": {}})
@@ -59,7 +54,7 @@ def test_openai_chat_sends_the_schema_as_response_format_json_schema_with_strict
     body = openai.build_request_body(_request(SCHEMA_FORMAT), "gpt-4o", stream=False)
     assert body["response_format"] == {
         "type": "json_schema",
-        "json_schema": {"name": "city_facts", "schema": CITY, "strict": True},
+        "json_schema": {"name": "city_facts", "schema": CITY_SCHEMA, "strict": True},
     }
 
 
@@ -76,7 +71,7 @@ def test_responses_sends_the_schema_flattened_in_text_format_beside_verbosity() 
     body = openai_responses.build_request_body(_request(SCHEMA_FORMAT, verbosity="low"), "gpt-5", stream=False)
     assert body["text"] == {
         "verbosity": "low",
-        "format": {"type": "json_schema", "name": "city_facts", "schema": CITY, "strict": True},
+        "format": {"type": "json_schema", "name": "city_facts", "schema": CITY_SCHEMA, "strict": True},
     }
     body = openai_responses.build_request_body(_request(OBJECT_FORMAT), "gpt-5", stream=False)
     assert body["text"] == {"format": {"type": "json_object"}}
@@ -84,7 +79,7 @@ def test_responses_sends_the_schema_flattened_in_text_format_beside_verbosity() 
 
 def test_gemini_asks_for_json_with_the_schema_as_json_schema() -> None:
     body = gemini.build_request_body(_request(SCHEMA_FORMAT), upstream_model="gemini-2.5-flash")
-    assert body["generationConfig"] == {"responseMimeType": "application/json", "responseJsonSchema": CITY}
+    assert body["generationConfig"] == {"responseMimeType": "application/json", "responseJsonSchema": CITY_SCHEMA}
     body = gemini.build_request_body(_request(OBJECT_FORMAT), upstream_model="gemini-2.5-flash")
     assert body["generationConfig"] == {"responseMimeType": "application/json"}
 
@@ -93,7 +88,7 @@ def test_gemini_before_3_gets_no_json_mode_beside_function_declarations_gemini_3
     request = _request(SCHEMA_FORMAT, tools=[SEARCH])
     assert "generationConfig" not in gemini.build_request_body(request, upstream_model="gemini-2.5-pro")
     body = gemini.build_request_body(request, upstream_model="gemini-3-pro-preview")
-    assert body["generationConfig"]["responseJsonSchema"] == CITY
+    assert body["generationConfig"]["responseJsonSchema"] == CITY_SCHEMA
 
 
 # --- Anthropic and Bedrock: a forced final tool ---------------------------------------------------
@@ -137,16 +132,16 @@ ANSWER_DESCRIPTION = (
 
 
 async def test_anthropic_gets_the_schema_as_a_forced_tool_and_its_call_back_as_json_text() -> None:
-    upstream = Upstream(httpx.Response(200, json=_claude_tool_use("city_facts", {"city": "Paris", "population": 2})))
+    upstream = Upstream(httpx.Response(200, json=_claude_tool_use("city_facts", PARIS)))
     response = await _anthropic(upstream).complete(_request(SCHEMA_FORMAT, tools=[SEARCH]), "claude-sonnet-4-5", 5)
     [body] = upstream.bodies
     assert body["tools"] == [
         {"name": "search", "description": "Search.", "input_schema": {"type": "object", "properties": {}}},
-        {"name": "city_facts", "description": ANSWER_DESCRIPTION, "input_schema": CITY},
+        {"name": "city_facts", "description": ANSWER_DESCRIPTION, "input_schema": CITY_SCHEMA},
     ]
     assert body["tool_choice"] == {"type": "any"}
     assert (response.finish_reason, response.message.tool_calls) == ("stop", None)
-    assert json.loads(response.message.text or "") == {"city": "Paris", "population": 2}
+    assert json.loads(response.message.text or "") == PARIS
 
 
 async def test_anthropic_calls_of_the_callers_tools_pass_through_unchanged() -> None:
@@ -181,7 +176,7 @@ def _sse(*events: dict[str, Any]) -> httpx.Response:
 
 async def test_an_anthropic_stream_gives_the_answer_tool_as_one_text_delta_and_stop() -> None:
     message = {**_claude_tool_use("city_facts", {}), "content": [], "stop_reason": None}
-    arguments = json.dumps({"city": "Paris", "population": 2})
+    arguments = json.dumps(PARIS)
     upstream = Upstream(
         _sse(
             {"type": "message_start", "message": message},
@@ -206,7 +201,7 @@ async def test_an_anthropic_stream_gives_the_answer_tool_as_one_text_delta_and_s
     ]
     assert not any(isinstance(event, ToolCallEvent) for event in events)
     [text] = [event for event in events if isinstance(event, TextDelta)]
-    assert json.loads(text.delta) == {"city": "Paris", "population": 2}
+    assert json.loads(text.delta) == PARIS
     done = events[-1]
     assert isinstance(done, CompletionDone)
     assert done.finish_reason == "stop"
@@ -214,7 +209,7 @@ async def test_an_anthropic_stream_gives_the_answer_tool_as_one_text_delta_and_s
 
 
 async def test_bedrock_gets_the_schema_as_a_forced_tool_spec_and_its_tool_use_back_as_json_text() -> None:
-    answer = {"city": "Paris", "population": 2}
+    answer = PARIS
     converse = {
         "output": {
             "message": {
@@ -234,7 +229,13 @@ async def test_bedrock_gets_the_schema_as_a_forced_tool_spec_and_its_tool_use_ba
     assert body["toolConfig"] == {
         "tools": [
             {"toolSpec": {"name": "search", "description": "Search.", "inputSchema": {"json": SEARCH.input_schema}}},
-            {"toolSpec": {"name": "city_facts", "description": ANSWER_DESCRIPTION, "inputSchema": {"json": CITY}}},
+            {
+                "toolSpec": {
+                    "name": "city_facts",
+                    "description": ANSWER_DESCRIPTION,
+                    "inputSchema": {"json": CITY_SCHEMA},
+                }
+            },
         ],
         "toolChoice": {"any": {}},
     }
@@ -246,7 +247,7 @@ async def test_bedrock_gets_the_schema_as_a_forced_tool_spec_and_its_tool_use_ba
 
 def test_the_demo_model_answers_a_value_valid_against_the_schema() -> None:
     response = demo_completion(_request(SCHEMA_FORMAT))
-    jsonschema.validate(json.loads(response.message.text or ""), CITY)
+    jsonschema.validate(json.loads(response.message.text or ""), CITY_SCHEMA)
     streamed = "".join(event.delta for event in demo_events(_request(SCHEMA_FORMAT)) if isinstance(event, TextDelta))
     assert streamed == response.message.text
 
