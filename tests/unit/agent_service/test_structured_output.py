@@ -118,3 +118,14 @@ async def test_a_run_without_a_format_has_no_output_and_streams_its_text_as_it_c
     assert outcome.output is None
     assert len([event for event in events.events if isinstance(event, RunText)]) > 1
     assert "responseFormat" not in scripted.completion_requests[0]
+
+
+async def test_a_schema_whose_ref_does_not_resolve_fails_the_run_at_once_not_the_service() -> None:
+    broken = ResponseFormat(
+        type="json_schema", json_schema=JsonSchemaFormat(name="x", schema={"$ref": "https://schemas.example/x.json"})
+    )
+    scripted = Scripted([answer("{}")])
+    outcome = await scripted.loop().run(plan(broken), Recorder(), stream_text=False)
+    assert outcome.error is not None
+    assert (outcome.error.code, len(scripted.completion_requests)) == ("invalid_output", 1)
+    assert "$ref" in outcome.error.message

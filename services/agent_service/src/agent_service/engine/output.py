@@ -14,6 +14,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
+from referencing.exceptions import Unresolvable
 
 from agent_service.core.errors import UpstreamError
 from suite_common.wire import Message, ResponseFormat
@@ -56,7 +57,11 @@ class AnswerCheck:
         return cls(response_format)
 
     def judge(self, answer: Message) -> Verdict:
-        problem, value = self._problem(answer.text or "")
+        try:
+            problem, value = self._problem(answer.text or "")
+        except Unresolvable as error:  # a $ref of the schema (remote, or to nowhere): no answer could ever pass
+            message = f"The responseFormat schema cannot be applied: it has a $ref that does not resolve ({error})."
+            return Verdict(failure=UpstreamError(INVALID_OUTPUT, _clip(message), status=INVALID_OUTPUT_STATUS))
         if problem is None:
             return Verdict(output=value)
         if self._repaired:
