@@ -82,8 +82,9 @@ async def open_store(store_url: str) -> AsyncIterator[Callable[[], Awaitable[Run
 
     cleaner = await open_one()
     if cleaner.backend == "postgresql":
-        # The session's database is shared: each test starts from empty tables (claims see every run).
-        truncate = sa.text("TRUNCATE run_events, run_messages, runs, conversations")
+        # The session's database is shared: each test starts from empty tables (claims see every run). CASCADE: the
+        # tables that refer to runs (approvals) are emptied with them.
+        truncate = sa.text("TRUNCATE run_events, run_messages, runs, conversations CASCADE")
         await cleaner._db.run("empty the tables", lambda connection: connection.execute(truncate), write=True)
     try:
         yield open_one
@@ -201,6 +202,21 @@ async def test_a_step_of_an_owner_that_lost_the_lease_writes_nothing(store: RunS
     with pytest.raises(LeaseLost):
         await store.record(run.run_id, step, owner="replica-a")
     assert await store.events_after(run.run_id, 0) == []
+
+
+async def test_a_structured_answer_is_stored_with_the_runs_end_and_reads_back(store: RunStore) -> None:
+    run = new_run()
+    await store.create_run(run, owner="replica-a", lease_seconds=LEASE)
+    await store.record(run.run_id, Step(iterations=1), owner="replica-a")  # a step without output leaves it unset
+    before = await store.get_run(run.run_id)
+    assert before is not None
+    assert before.output is None
+    output = {"city": "Zürich", "population": 443037, "tags": ["lake", None], "ok": True}
+    step = Step(status="completed", finish_reason="stop", output=output)
+    await store.finish(run.run_id, step, owner="replica-a")
+    record = await store.get_run(run.run_id)
+    assert record is not None
+    assert (record.status, record.output) == ("completed", output)
 
 
 async def test_a_failed_step_rolls_back_everything_it_wrote(store: RunStore) -> None:

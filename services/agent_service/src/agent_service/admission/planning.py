@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 
 from agent_service.admission.tenant_runtime import TenantRuntime
 from agent_service.core.errors import UpstreamError
@@ -34,6 +36,7 @@ from suite_common.wire import (
     NamedToolChoice,
     ReasoningControl,
     ResolvedModel,
+    ResponseFormat,
     ToolChoice,
     ToolInfo,
     ToolSpec,
@@ -489,6 +492,17 @@ async def _resolve(
     return tools, prices, False
 
 
+def _check_response_format(response_format: ResponseFormat | None) -> None:
+    """A schema the answer could never be checked against is refused before the run (400)."""
+    if response_format is None or response_format.json_schema is None:
+        return
+    try:
+        Draft202012Validator.check_schema(response_format.json_schema.schema_)
+    except SchemaError as error:
+        message = f"responseFormat.json_schema.schema is not a valid JSON Schema (draft 2020-12): {error.message}"
+        raise ApiError(400, "invalid_request", clip(message, 500)) from None
+
+
 async def plan_run(
     request: AgentRunRequest,
     settings: AgentSettings,
@@ -517,6 +531,7 @@ async def plan_run(
     a tool list the gateway cannot give leaves a run that named no tools without any (a plain completion on the
     OpenAI front), logged, instead of failing it."""
     asked = request
+    _check_response_format(request.response_format)
     request = apply_persona(request, rules, settings.default_model)
     preset = frozenset(name for name in _PRESET_LIMITS if getattr(asked, name) is None and getattr(request, name))
     model = request.model
@@ -552,4 +567,8 @@ async def plan_run(
         tenant=tenant,
         prices=prices,
         tool_cache_seconds=runtime.tool_cache_seconds if runtime is not None else None,
+        # "text" asks for nothing: the run is planned as one without a format.
+        response_format=None
+        if request.response_format is None or request.response_format.type == "text"
+        else request.response_format,
     )

@@ -177,7 +177,8 @@ async def _run(runs: AgentRuns, run: StartedRun, on_event: EventSink, stream_tex
         warnings=outcome.warnings,
     )
     reasoning = final_reasoning(outcome.appended)
-    return _Answer(final_text(outcome.appended), handed_back, agent, outcome.usage, outcome.error, reasoning)
+    content = final_text(outcome.appended, structured=plan.response_format is not None)
+    return _Answer(content, handed_back, agent, outcome.usage, outcome.error, reasoning)
 
 
 async def _single_completion(
@@ -473,6 +474,7 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
         reasoning=to_reasoning(body, summary=reasoning),
         verbosity=body.verbosity,
         persona=_persona(request),
+        response_format=body.response_format,
     )
     plan = await plan_run(
         run_request,
@@ -489,7 +491,8 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
         tools_best_effort=True,
     )
     run = None
-    if plan.tools:
+    # A structured answer is validated and repaired by the loop: it takes a run, tools or not.
+    if plan.tools or plan.response_format is not None:
         run = await services.runs.begin(plan, run_request, send=None, caller=caller)
     else:  # one plain completion, not a run: still within the monthly budgets, counted, and holding a slot
         plan = await services.runs.admit(plan, caller)

@@ -37,6 +37,7 @@ from suite_common.wire import (
     NamedToolChoice,
     ReasoningControl,
     ReasoningEffort,
+    ResponseFormat,
     StreamMode,
     ToolCall,
     ToolChoice,
@@ -107,6 +108,8 @@ class ChatCompletionRequest(OpenAIModel):
     """As OpenAI's SDK sends it: the run's ``reasoning.effort`` (``to_reasoning``)."""
     verbosity: Literal["low", "medium", "high"] | None = None
     """The run's ``verbosity``."""
+    response_format: ResponseFormat | None = None
+    """The run's ``responseFormat`` (OpenAI's shape is the suite's): the answer's content is the validated JSON."""
 
 
 # --- the answers -------------------------------------------------------------------------------
@@ -277,8 +280,12 @@ def openai_finish_reason(reason: str) -> str:
     return _FINISH_REASONS.get(reason, "stop")
 
 
-def final_text(appended: list[Message]) -> str | None:
-    """The answer's content: the text of every assistant turn of the run, in order, a blank line between."""
+def final_text(appended: list[Message], *, structured: bool = False) -> str | None:
+    """The answer's content: the text of every assistant turn of the run, in order, a blank line between; or, for
+    a ``structured`` answer (``response_format``), the last turn's only, which is the JSON."""
+    if structured:
+        last = next((m for m in reversed(appended) if m.role == "assistant"), None)
+        return last.text if last is not None else None
     texts = [m.text for m in appended if m.role == "assistant" and m.text]
     return ROUND_SEPARATOR.join(texts) if texts else None
 

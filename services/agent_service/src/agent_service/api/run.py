@@ -100,6 +100,7 @@ def _answer(run: StartedRun, outcome: RunOutcome) -> Response:
         usage=outcome.usage,
         budget=outcome.budget,
         warnings=outcome.warnings,
+        output=outcome.output,
     )
     return ModelResponse(result, headers=headers)
 
@@ -158,13 +159,16 @@ _RUN = Operation(
     errors={
         400: (
             "The body is not valid JSON, or not a valid request (the message names the field); or it names a persona "
-            "the caller's tenant does not have (unknown_persona, listing those it has)."
+            "the caller's tenant does not have (unknown_persona, listing those it has); or responseFormat's "
+            "schema is not a valid JSON Schema."
         ),
         403: "The tenant may not run this model (model_not_allowed) or use a tool the run names, nor may the end "
         "user's role (X-User-Role, the tenant's tool_roles) (tool_not_allowed); or the run is under a cost limit "
         "and the model, or one of its fallbacks, has no price (model_not_priced).",
         409: "The conversation (conversationId) has a run in progress (conversation_busy), or as many runs as it may "
         "have (conversation_full).",
+        422: "With stream false: the run's final answer was still not valid against its responseFormat after one "
+        "repair round (invalid_output); the body keeps what the run did (a streamed run ends with that error event).",
         413: "The body is larger than the service accepts; or the run's messages would take its conversation past the "
         "size it may have (conversation_too_large).",
         429: "The tenant has its cap of runs in progress (too_many_runs), or the tenant or end user has used up a "

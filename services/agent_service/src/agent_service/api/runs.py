@@ -74,6 +74,7 @@ def run_view(record: RunRecord, messages: list[Message] | None = None) -> RunVie
         updated_at=record.updated_at.isoformat(),
         resumes=record.resumes,
         cancel_requested=record.cancel_requested,
+        output=record.output,
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from agent_service.core.errors import UpstreamError
 from agent_service.core.limits import RunLimits, SpendGuard
@@ -22,6 +22,7 @@ from suite_common.wire import (
     Message,
     ModelPrices,
     ReasoningControl,
+    ResponseFormat,
     RunEvent,
     RunFinishReason,
     ToolCall,
@@ -86,6 +87,9 @@ class RunPlan:
     """That user's role (``X-User-Role``)."""
     conversation_id: str | None = None
     """The stored conversation the run continues, if any."""
+    response_format: ResponseFormat | None = None
+    """The final answer as JSON (``json_schema`` or ``json_object``; never ``text``, which is ``None`` here): sent
+    with every LLM call, the answer validated and repaired once (``agent_service.engine.output``)."""
 
     @property
     def caller(self) -> CallerContext:
@@ -204,3 +208,5 @@ class RunOutcome:
     """Which budget ended the run (finish reason ``budget``)."""
     warnings: list[str] | None = None
     """What its LLM calls warned of (``RunDone.warnings``)."""
+    output: Any = None
+    """With ``responseFormat``: the final answer parsed (``RunDone.output``)."""

@@ -25,6 +25,7 @@ from agent_service.core.run import (
     RunRecorder,
 )
 from agent_service.engine.metering import complete_counted
+from agent_service.engine.output import AnswerCheck
 from agent_service.engine.state import RunState
 from agent_service.engine.tool_cache import ToolCache
 from agent_service.engine.tool_calls import ToolDispatch
@@ -163,6 +164,7 @@ class AgentLoop:
                 usage=state.usage,
                 budget=budget,
                 warnings=warnings,
+                output=state.output,
             )
         )
         return RunOutcome(
@@ -173,6 +175,7 @@ class AgentLoop:
             appended_from=state.appended_from,
             budget=budget,
             warnings=warnings,
+            output=state.output,
         )
 
     async def _finish_round(
@@ -204,6 +207,7 @@ class AgentLoop:
         specs = [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema) for t in plan.tools]
         specs += plan.client_tools
         tool_choice = plan.tool_choice
+        answers = AnswerCheck.of(plan.response_format)
         while (stop := await _stop_before_call(plan, state)) is None:
             iteration = state.iterations = state.iterations + 1
             with (
@@ -219,8 +223,22 @@ class AgentLoop:
                     temperature=plan.temperature,
                     reasoning=plan.reasoning,
                     verbosity=plan.verbosity,
+                    response_format=plan.response_format,
                 )
                 finish = await self._round(plan, state, emit, request, stream_text, recorder)
+            if finish == "stop" and answers is not None:
+                verdict = answers.judge(state.conversation[-1])
+                if verdict.failure is not None:
+                    raise verdict.failure  # the run fails with invalid_output
+                if verdict.repair is not None:
+                    state.append(verdict.repair)  # the invalid answer stays, and the model is told what failed
+                    tool_choice = "auto"
+                    continue
+                state.output = verdict.output
+                if stream_text:  # the answer's text, held back while it could still be invalid (``_complete``)
+                    await emit(
+                        RunText(run_id=plan.run_id, iteration=iteration, delta=state.conversation[-1].text or "")
+                    )
             if finish is not None:
                 return Stop(finish)
             # A forced choice ("required" or a named tool) applies to the first round only;
@@ -311,7 +329,8 @@ class AgentLoop:
                 self.completions,
                 request,
                 plan.limits.deadline,
-                forward if stream_text else None,
+                # With responseFormat nothing is streamed as it comes: an answer is told once valid (``_rounds``).
+                forward if stream_text and plan.response_format is None else None,
                 on_cut_off=cut_off,
                 stream=plan.spending is not None,
                 prices=plan.prices,

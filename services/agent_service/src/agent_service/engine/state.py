@@ -4,6 +4,7 @@ current round's calls and their results."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from suite_common.wire import Message, ToolCall, Usage
 
@@ -24,6 +25,8 @@ class RunState:
     """The position in ``conversation`` of the current round's assistant turn."""
     warnings: dict[str, None] = field(default_factory=dict)
     """The LLM calls' warnings, each once, in the order they came (a dict keeps it)."""
+    output: Any = None
+    """With ``responseFormat``: the final answer parsed, once valid (``engine.output``)."""
 
     @property
     def appended_from(self) -> int:

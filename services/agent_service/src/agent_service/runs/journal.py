@@ -287,6 +287,7 @@ class RunJournal:
             finish_reason="error" if error is not None else outcome.finish_reason,
             error=RunErrorDetail(code=error.code, message=error.message) if error is not None else None,
             budget=outcome.budget if error is None else None,
+            output=outcome.output if error is None else None,
         )
         await self._end(step)
 

@@ -17,6 +17,7 @@ from suite_common.wire import (
     ConversationSettings,
     Message,
     ReasoningControl,
+    ResponseFormat,
     RunFinishReason,
     ToolChoice,
     ToolInfo,
@@ -65,6 +66,9 @@ def stored_plan(plan: RunPlan) -> dict[str, Any]:
         "clientTools": [spec.model_dump(mode="json", by_alias=True) for spec in plan.client_tools],
         "systemPrompt": plan.system_prompt,
         "toolCacheSeconds": plan.tool_cache_seconds,
+        "responseFormat": plan.response_format.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if plan.response_format is not None
+        else None,
     }
 
 
@@ -93,6 +97,9 @@ def plan_from_record(record: RunRecord, messages: list[Message]) -> RunPlan:
         client_tools=[ToolSpec.model_validate(spec) for spec in stored.get("clientTools", [])],
         system_prompt=stored.get("systemPrompt"),
         tool_cache_seconds=stored.get("toolCacheSeconds"),
+        response_format=ResponseFormat.model_validate(stored["responseFormat"])
+        if stored.get("responseFormat")
+        else None,
         tenant=record.tenant or DEFAULT_TENANT,  # the run's own, stored with it
         user=record.user,
         role=record.user_role,  # the run's own column, like the user and the conversation

@@ -53,4 +53,5 @@ def run_record(row: sa.Row[Any]) -> RunRecord:
         cancel_requested=bool(row.cancel_requested),
         last_seq=row.last_seq,
         user_role=row.user_role,
+        output=row.output,
     )

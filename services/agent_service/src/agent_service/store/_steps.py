@@ -24,6 +24,7 @@ on SQLite), so that the rest of the store reads them as its own.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from datetime import UTC, datetime
 from typing import Any
@@ -102,6 +103,11 @@ def _counters(step: Step) -> list[Any]:
     ]
 
 
+def _output_json(step: Step) -> str | None:
+    """``runs.output`` as JSON text; ``None``: left as it is."""
+    return None if step.output is None else json.dumps(step.output)
+
+
 _SET_COUNTERS = (
     "status = COALESCE({0}, status), iterations = COALESCE({1}, iterations), "
     "input_tokens = COALESCE({2}, input_tokens), output_tokens = COALESCE({3}, output_tokens), "
@@ -161,9 +167,11 @@ def _postgres_sql(*, owned: bool, release: bool, logged: bool, audited: bool) ->
         if audited
         else ""
     )
+    output = f"${next(parameters)}"
     owner = f"${next(parameters)}"
     guard = (
-        f"UPDATE runs SET updated_at = $2, {counters}{_RELEASE if release else ''} "
+        f"UPDATE runs SET updated_at = $2, {counters}, output = COALESCE({output}::json, output)"
+        f"{_RELEASE if release else ''} "
         f"WHERE run_id = $1 AND {_ACTIVE}{f' AND lease_owner = {owner}' if owned else ''} "
         f"RETURNING run_id, conversation_id, tenant{', user_id, caller' if logged or audited else ''}"
     )
@@ -206,6 +214,7 @@ async def postgres_step(connection: Any, run_id: str, step: Step, *, owner: str 
     usage, audit = usage_rows(step), audit_rows(step)
     arguments += [list(column) for column in zip(*usage, strict=True)]
     arguments += [list(column) for column in zip(*audit, strict=True)]
+    arguments.append(_output_json(step))
     if owner is not None:
         arguments.append(owner)
     sql = _POSTGRES_SQL[owner is not None, release, bool(usage), bool(audit)]
@@ -219,7 +228,8 @@ async def postgres_step(connection: Any, run_id: str, step: Step, *, owner: str 
 def _sqlite_sql(*, owned: bool, release: bool) -> str:
     counters = _SET_COUNTERS.format(*(f":c{index}" for index in range(10)))
     return (
-        f"UPDATE runs SET updated_at = :now, {counters}{_RELEASE if release else ''} "
+        f"UPDATE runs SET updated_at = :now, {counters}, output = COALESCE(:output, output)"
+        f"{_RELEASE if release else ''} "
         f"WHERE run_id = :run_id AND {_ACTIVE}{' AND lease_owner = :owner' if owned else ''}"
     )
 
@@ -255,7 +265,7 @@ def sqlite_step(connection: sqlite3.Connection, run_id: str, step: Step, *, owne
     messages, events = step_rows(step)
     now = sqlite_time(datetime.now(UTC))
     parameters: dict[str, Any] = {f"c{index}": value for index, value in enumerate(_counters(step))}
-    parameters.update(run_id=run_id, now=now)
+    parameters.update(run_id=run_id, now=now, output=_output_json(step))
     if owner is not None:
         parameters["owner"] = owner
     cursor = connection.cursor()

@@ -140,6 +140,8 @@ class Step:
     error: RunErrorDetail | None = None
     budget: BudgetName | None = None
     """Which budget ended the run."""
+    output: Any | None = None
+    """With ``responseFormat``: the final answer parsed (``runs.output``); ``None`` leaves it as it is."""
     calls: list[LlmCall] = field(default_factory=list)
     """The LLM calls made since the previous step: one usage log row each, of the run's tenant, user and caller,
     written with the step (nothing is written for them when the guard refuses the step). A call already logged
@@ -176,6 +178,8 @@ class RunRecord:
     """The highest stored event sequence number (0: none)."""
     user_role: UserRole | None = None
     """The end user's role (``X-User-Role``) when the run started; ``None``: stored before roles (``user``)."""
+    output: Any | None = None
+    """With ``responseFormat``: the final answer parsed, once the run has it."""
 
     @property
     def active(self) -> bool:

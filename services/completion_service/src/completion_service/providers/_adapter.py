@@ -10,7 +10,7 @@ answer), ``_decoder`` (a stream's assembler), and its error translation inside `
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
@@ -20,6 +20,7 @@ import httpx
 from completion_service.controls import with_warnings
 from completion_service.providers._images import ImageInput
 from completion_service.providers._transport import ErrorTranslator, Upstream, media_type, parse_json
+from completion_service.providers.answer_tool import AnswerTool
 from completion_service.providers.tool_names import NameRule, ToolNames
 from completion_service.providers.tool_turns import repaired
 from suite_common.deadline import Deadline
@@ -71,6 +72,9 @@ class HttpAdapter:
     """An SSE ``data`` that ends the stream without being an event (OpenAI's ``[DONE]``)."""
     ignored_sse_events: ClassVar[frozenset[str]] = frozenset()
     """SSE ``event:`` names that tell the decoder nothing: skipped unread (their JSON never parsed)."""
+    answers_through_tool: ClassVar[bool] = False
+    """The wire format has no JSON mode: a ``response_format`` is asked for as a forced final tool
+    (``answer_tool``), whose call comes back as the answer's text."""
 
     async def _outbound(self, request: CompletionRequest, upstream_model: str, *, stream: bool) -> Outbound:
         raise NotImplementedError
@@ -93,6 +97,9 @@ class HttpAdapter:
         self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
     ) -> CompletionResponse:
         request = repaired(request)
+        answer_tool = AnswerTool.plan(request) if self.answers_through_tool else None
+        if answer_tool is not None:
+            request = answer_tool.outbound(request)
         names = ToolNames.plan(request, self.tool_names)
         deadline = Deadline.after(timeout_seconds)
         call, response = await self._open(
@@ -100,12 +107,32 @@ class HttpAdapter:
         )
         answer = self._parse(await call.upstream.read_json(response, deadline), request.model)
         answer = with_warnings(answer, call.warnings)
-        return answer if names is None else names.inbound(answer)
+        answer = answer if names is None else names.inbound(answer)
+        return answer if answer_tool is None else answer_tool.inbound(answer)
 
-    async def stream(
+    def stream(
         self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
-    ) -> AsyncIterator[CompletionEvent]:
+    ) -> AsyncGenerator[CompletionEvent]:
         request = repaired(request)
+        answer_tool = AnswerTool.plan(request) if self.answers_through_tool else None
+        if answer_tool is None:
+            return self._stream(request, upstream_model, timeout_seconds)
+        return self._answered(answer_tool, request, upstream_model, timeout_seconds)
+
+    async def _answered(
+        self, answer_tool: AnswerTool, request: CompletionRequest, upstream_model: str, timeout_seconds: float
+    ) -> AsyncGenerator[CompletionEvent]:
+        """A stream asked for through the answer tool, its call given back as text (one more layer, for these
+        calls only)."""
+        answered = answer_tool.inbound_events()
+        async with aclosing(self._stream(answer_tool.outbound(request), upstream_model, timeout_seconds)) as events:
+            async for event in events:
+                for kept in answered(event):
+                    yield kept
+
+    async def _stream(
+        self, request: CompletionRequest, upstream_model: str, timeout_seconds: float
+    ) -> AsyncGenerator[CompletionEvent]:
         names = ToolNames.plan(request, self.tool_names)
         deadline = Deadline.after(timeout_seconds)
         call, response = await self._open(

@@ -19,13 +19,14 @@ from completion_service.providers._errors import MAX_MESSAGE_CHARS, provider_err
 from completion_service.providers._transport import Upstream
 from completion_service.providers.tool_names import NameRule
 from suite_common.errors import ApiError
-from suite_common.wire import CompletionRequest, ReasoningEffort
+from suite_common.wire import CompletionRequest, JsonSchemaFormat, ReasoningEffort
 
 __all__ = [
     "TOOL_NAMES",
     "OpenAIEndpoint",
     "auth_headers",
     "error_detail",
+    "json_schema_format",
     "reasoning_effort",
     "reasons",
     "temperature_warnings",
@@ -59,6 +60,17 @@ def temperature_warnings(request: CompletionRequest, reasoning: bool) -> list[st
     if reasoning and request.temperature is not None:
         return ["temperature ignored: OpenAI's reasoning models take no temperature."]
     return []
+
+
+def json_schema_format(schema: JsonSchemaFormat) -> dict[str, Any]:
+    """A schema as both formats name it (``response_format.json_schema`` in Chat Completions, ``text.format``
+    beside ``type`` in Responses): ``name``, ``schema``, and ``strict`` and ``description`` where given."""
+    shape: dict[str, Any] = {"name": schema.name, "schema": schema.schema_}
+    if schema.strict is not None:
+        shape["strict"] = schema.strict
+    if schema.description:
+        shape["description"] = schema.description
+    return shape
 
 
 def auth_headers(api_key: str | None, header: str) -> dict[str, str]:

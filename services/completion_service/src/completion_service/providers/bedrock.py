@@ -514,6 +514,7 @@ class BedrockProvider(HttpAdapter):
     tool_names = TOOL_NAMES
     stream_media_type = _EVENT_STREAM
     image_input = "bytes"  # Converse takes image bytes only: https images are fetched first
+    answers_through_tool = True  # Converse has no JSON mode: a response_format is a forced final tool
 
     def __init__(
         self,

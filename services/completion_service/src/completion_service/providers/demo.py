@@ -303,6 +303,18 @@ def _direct_answer(question: str, request: CompletionRequest, images: str) -> st
     )
 
 
+def _formatted(text: str, request: CompletionRequest) -> str:
+    """The answer as ``response_format`` asks: a value made from the schema (strings say ``text``), or the object
+    ``{"answer": text}``; plain ``text`` otherwise."""
+    answer_format = request.response_format
+    if answer_format is None or answer_format.type == "text":
+        return text
+    if answer_format.json_schema is None:
+        return json.dumps({"answer": text})
+    schema = answer_format.json_schema.schema_
+    return json.dumps(_value("answer", schema, text, schema, 0))
+
+
 def demo_completion(request: CompletionRequest) -> CompletionResponse:
     """The demo model's whole answer; the same request always gets the same answer."""
     start = _last_user_index(request.messages)
@@ -335,6 +347,7 @@ def demo_completion(request: CompletionRequest) -> CompletionResponse:
         text = _cited_answer(request, results)
     else:
         text = _direct_answer(question, request, _images_received(request.messages[start]) if start >= 0 else "")
+    text = _formatted(text, request)
     return CompletionResponse(
         message=Message(role="assistant", content=text),
         finish_reason="stop",

@@ -22,6 +22,7 @@ from completion_service.providers._openai_wire import (
     TOOL_NAMES,
     OpenAIEndpoint,
     error_detail,
+    json_schema_format,
     reasoning_effort,
     reasons,
     temperature_warnings,
@@ -44,6 +45,7 @@ from suite_common.wire import (
     ReasoningBlock,
     ReasoningBlockEvent,
     ReasoningDelta,
+    ResponseFormat,
     TextDelta,
     TextPart,
     ToolCall,
@@ -108,7 +110,18 @@ def build_request_body(
         body["reasoning_effort"] = reasoning_effort(request.reasoning.effort, upstream_model)
     if request.verbosity is not None:
         body["verbosity"] = request.verbosity
+    answer_format = request.response_format
+    if answer_format is not None and answer_format.type != "text":
+        body["response_format"] = _response_format(answer_format)
     return body
+
+
+def _response_format(answer_format: ResponseFormat) -> dict[str, Any]:
+    """Chat Completions' ``response_format``: ``json_schema`` (strict where asked) or ``json_object``."""
+    schema = answer_format.json_schema
+    if schema is None:
+        return {"type": "json_object"}
+    return {"type": "json_schema", "json_schema": json_schema_format(schema)}
 
 
 # Plain dicts, not the ``openai_chat`` models: building and dumping the models costs four times as much on every

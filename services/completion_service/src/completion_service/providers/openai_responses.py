@@ -24,6 +24,7 @@ from completion_service.providers._openai_wire import (
     TOOL_NAMES,
     OpenAIEndpoint,
     error_detail,
+    json_schema_format,
     reasoning_effort,
     reasons,
     temperature_warnings,
@@ -113,8 +114,19 @@ def build_request_body(
             control["summary"] = "auto"  # "none": no summary asked for, so none comes back
         if control:
             body["reasoning"] = control
+    text: dict[str, Any] = {}
     if request.verbosity is not None:
-        body["text"] = {"verbosity": request.verbosity}
+        text["verbosity"] = request.verbosity
+    answer_format = request.response_format
+    if answer_format is not None and answer_format.type != "text":
+        schema = answer_format.json_schema
+        # ``text.format``: the Chat Completions shape flattened (name and schema beside type).
+        if schema is None:
+            text["format"] = {"type": "json_object"}
+        else:
+            text["format"] = {"type": "json_schema", **json_schema_format(schema)}
+    if text:
+        body["text"] = text
     return body
 
 

@@ -26,6 +26,7 @@ class AnthropicProvider(HttpAdapter):
     """Calls ``{base_url}/v1/messages`` through the service's shared ``httpx.AsyncClient``."""
 
     tool_names = TOOL_NAMES
+    answers_through_tool = True  # no JSON mode: a response_format is a forced final tool
 
     def __init__(
         self,

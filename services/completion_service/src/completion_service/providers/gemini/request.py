@@ -79,9 +79,25 @@ def build_request_body(
         generation["temperature"] = request.temperature
     if thinking:
         generation["thinkingConfig"] = thinking
+    generation.update(_answer_format(request, upstream_model))
     if generation:
         body["generationConfig"] = generation
     return body
+
+
+def _answer_format(request: CompletionRequest, upstream_model: str) -> dict[str, Any]:
+    """JSON mode (``responseMimeType``) and the answer's schema (``responseJsonSchema``, JSON Schema as it is).
+    Gemini before 3 refuses JSON mode beside function declarations: there it is left out when tools are offered
+    (the caller validates the answer either way)."""
+    answer_format = request.response_format
+    if answer_format is None or answer_format.type == "text":
+        return {}
+    if request.tools and not _GEMINI_3.search(upstream_model.lower()):
+        return {}
+    config: dict[str, Any] = {"responseMimeType": "application/json"}
+    if answer_format.json_schema is not None:
+        config["responseJsonSchema"] = answer_format.json_schema.schema_
+    return config
 
 
 def thinking_config(request: CompletionRequest, upstream_model: str, *, include_thoughts: bool) -> dict[str, Any]:

@@ -1,0 +1,152 @@
+"""Structured answers (``response_format`` / ``responseFormat``) through the real services: the official ``openai``
+SDK against the OpenAI front, and the agent API, with a scripted OpenAI behind completion-service (its requests
+show what each LLM call asked for) and the stored run read back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import openai
+import pytest
+from openai.types.shared_params import ResponseFormatJSONSchema
+from pydantic import BaseModel
+
+from support import fake_openai
+from support.answer_formats import CITY_SCHEMA, PARIS
+from support.stacks import AgentStack, running_stack
+
+pytestmark = pytest.mark.anyio
+
+CITY_FORMAT: ResponseFormatJSONSchema = {
+    "type": "json_schema",
+    "json_schema": {"name": "city_facts", "schema": CITY_SCHEMA, "strict": True},
+}
+
+
+class CityFacts(BaseModel):
+    city: str
+    population: int
+
+
+@pytest.fixture(scope="module")
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[AgentStack]:
+    database_url = f"sqlite:///{tmp_path_factory.mktemp('runs')}/runs.db"
+    async with running_stack(database_url=database_url) as running:
+        yield running
+
+
+@pytest.fixture
+async def fresh(stack: AgentStack) -> AgentStack:
+    stack.llm.requests.clear()
+    return stack
+
+
+@pytest.fixture
+async def client(stack: AgentStack) -> AsyncIterator[openai.AsyncOpenAI]:
+    async with openai.AsyncOpenAI(base_url=f"{stack.agent_url}/v1", api_key="any", max_retries=0) as sdk:
+        yield sdk
+
+
+def user(text: str) -> list[Any]:
+    return [{"role": "user", "content": text}]
+
+
+async def test_the_sdk_gets_a_valid_object_for_a_json_schema_response_format(
+    fresh: AgentStack, client: openai.AsyncOpenAI
+) -> None:
+    fresh.llm.push(fake_openai.text(json.dumps(PARIS)))
+    completion = await client.chat.completions.create(
+        model="gpt-4o",
+        messages=user("Biggest city of France?"),
+        response_format=CITY_FORMAT,
+    )
+    content = completion.choices[0].message.content
+    assert json.loads(content or "") == PARIS
+    # The provider was asked for the schema, the OpenAI way.
+    [sent] = fresh.llm.requests
+    assert sent["response_format"] == CITY_FORMAT
+
+
+async def test_the_sdks_parse_helper_gets_its_pydantic_model_back(
+    fresh: AgentStack, client: openai.AsyncOpenAI
+) -> None:
+    fresh.llm.push(fake_openai.text(json.dumps(PARIS)))
+    completion = await client.chat.completions.parse(
+        model="gpt-4o", messages=user("Biggest city of France?"), response_format=CityFacts
+    )
+    assert completion.choices[0].message.parsed == CityFacts(city="Paris", population=2102650)
+    assert fresh.llm.requests[0]["response_format"]["type"] == "json_schema"
+
+
+async def test_an_invalid_first_answer_gets_one_repair_round_and_the_client_only_the_valid_one(
+    fresh: AgentStack, client: openai.AsyncOpenAI
+) -> None:
+    fresh.llm.push(fake_openai.text("The biggest city is Paris."), fake_openai.text(json.dumps(PARIS)))
+    stream = await client.chat.completions.create(
+        model="gpt-4o",
+        messages=user("Biggest city of France?"),
+        response_format=CITY_FORMAT,
+        stream=True,
+    )
+    streamed = "".join([chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices])
+    assert json.loads(streamed) == PARIS
+    first, repair = fresh.llm.requests
+    told = repair["messages"][-2:]
+    assert told[0] == {"role": "assistant", "content": "The biggest city is Paris."}
+    assert told[1]["role"] == "user"
+    assert "not JSON" in told[1]["content"]
+    assert repair["response_format"] == first["response_format"] == CITY_FORMAT
+
+
+async def test_json_object_is_honoured_and_still_invalid_answers_fail_with_invalid_output(
+    fresh: AgentStack, client: openai.AsyncOpenAI
+) -> None:
+    fresh.llm.push(fake_openai.text("[1, 2]"), fake_openai.text("still no object"))
+    with pytest.raises(openai.APIStatusError) as failure:
+        await client.chat.completions.create(
+            model="gpt-4o", messages=user("Answer in JSON"), response_format={"type": "json_object"}
+        )
+    assert failure.value.status_code == 422
+    assert failure.value.code == "invalid_output"
+    assert len(fresh.llm.requests) == 2
+    assert fresh.llm.requests[0]["response_format"] == {"type": "json_object"}
+
+
+async def test_the_agent_api_answers_and_stores_the_output(fresh: AgentStack) -> None:
+    fresh.llm.push(fake_openai.text(json.dumps(PARIS)))
+    body = {
+        "model": "gpt-4o",
+        "messages": user("Biggest city of France?"),
+        "tools": [],
+        "responseFormat": CITY_FORMAT,
+    }
+    response = await fresh.http.post("/api/v1/agent/run", json=body)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert result["output"] == PARIS
+    stored = await fresh.http.get(f"/api/v1/agent/runs/{result['runId']}")
+    assert stored.json()["output"] == PARIS
+
+
+async def test_the_agent_api_refuses_a_schema_that_is_not_json_schema(fresh: AgentStack) -> None:
+    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "no-such-type"}}}
+    body = {"model": "gpt-4o", "messages": user("hi"), "responseFormat": bad}
+    response = await fresh.http.post("/api/v1/agent/run", json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_request"
+    assert fresh.llm.requests == []
+
+
+async def test_a_streamed_agent_run_fails_with_an_invalid_output_error_event(fresh: AgentStack) -> None:
+    fresh.llm.push(fake_openai.text("no"), fake_openai.text("still no"))
+    body = {"model": "gpt-4o", "messages": user("hi"), "tools": [], "stream": True, "responseFormat": CITY_FORMAT}
+    async with fresh.http.stream("POST", "/api/v1/agent/run", json=body) as response:
+        events = [json.loads(line[5:]) async for line in response.aiter_lines() if line.startswith("data:")]
+    assert events[-1]["type"] == "error"
+    assert events[-1]["code"] == "invalid_output"
+    run = await fresh.http.get(f"/api/v1/agent/runs/{events[-1]['runId']}")
+    stored = run.json()
+    assert (stored["status"], stored["finishReason"], stored["error"]["code"]) == ("failed", "error", "invalid_output")
+    assert "output" not in stored
