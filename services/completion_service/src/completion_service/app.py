@@ -25,7 +25,7 @@ from completion_service.controls import (
 )
 from completion_service.pricing import priced
 from completion_service.providers._transport import CallStats, call_stats
-from completion_service.routing import ModelRoute, ModelRouter, build_router
+from completion_service.routing import ModelRoute, ModelRouter, build_router, facts_fields
 from completion_service.settings import CompletionSettings
 from completion_service.telemetry import LlmTelemetry, provider_call_span, set_provider_outcome
 from suite_common.deadline import Deadline
@@ -339,7 +339,7 @@ def _target(route: ModelRoute) -> dict[str, object]:
     }
     if route.prices is not None:
         target["prices"] = route.prices.model_dump(by_alias=True)
-    return target
+    return target | facts_fields(route.facts)
 
 
 _MODELS = Operation("The model names and patterns this service routes", answer=ModelList)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agent_service.core.context import FitMemo
 from suite_common.wire import Message, ToolCall, Usage
 
 __all__ = ["RunState"]
@@ -24,6 +25,8 @@ class RunState:
     """The position in ``conversation`` of the current round's assistant turn."""
     warnings: dict[str, None] = field(default_factory=dict)
     """The LLM calls' warnings, each once, in the order they came (a dict keeps it)."""
+    context: FitMemo = field(default_factory=FitMemo)
+    """What the context fitter knows of the run's conversation (``agent_service.engine.context``)."""
 
     @property
     def appended_from(self) -> int:
