@@ -44,3 +44,8 @@ class FitMemo:
     """The messages folded and tool results trimmed the last compaction event told of: each round that sends the
     same does not tell it again."""
     summary_window: int | None = None
+    """The summary model's window, when it is not the run's model (asked once)."""
+    counted: int = 0
+    """How many of the conversation's first messages ``tokens`` counts: a run's conversation only grows, so each
+    round counts only its new messages."""
+    tokens: int = 0

@@ -100,9 +100,10 @@ class ContextFitter:
         answer = min(plan.max_tokens or _DEFAULT_ANSWER_TOKENS, window // 4)
         room = int((window - answer - tools_tokens(request.tools or [])) * share)
         messages = request.messages
-        offset = len(messages) - len(state.conversation)  # the system prompt put first, not in the conversation
-        before = messages_tokens(messages)
+        # The system prompt the loop put first (``with_system_prompt``), which the conversation does not hold.
+        offset = max(len(messages) - len(state.conversation), 0)
         memo = state.context
+        before = messages_tokens(messages[:offset]) + _conversation_tokens(state)
         if before <= room and share == _MARGIN:
             return request
         if not memo.loaded and plan.summaries is not None:
@@ -223,6 +224,16 @@ class ContextFitter:
             call = LlmCall(model, response.provider, response.usage, answered_model=response.model)
             await recorder.cut_off(call, usage=state.usage)
         return (response.message.text or "").strip() or previous
+
+
+def _conversation_tokens(state: RunState) -> int:
+    """The conversation's tokens, counting only the messages added since the last round."""
+    memo, conversation = state.context, state.conversation
+    if len(conversation) < memo.counted:  # cut back (a resumed round): count it again
+        memo.counted = memo.tokens = 0
+    memo.tokens += messages_tokens(conversation[memo.counted :])
+    memo.counted = len(conversation)
+    return memo.tokens
 
 
 def _trimmed(tail: list[Message], current: int, room: int) -> tuple[list[Message], int]:
