@@ -24,6 +24,7 @@ from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from support import fake_anthropic, fake_gemini, fake_openai
 from support.context_window import prompt_tokens
+from support.databases import fresh_database
 from support.mcp_gateway import running_gateway
 from support.servers import serve_app
 from support.stacks import running_agent
@@ -97,7 +98,8 @@ PROVIDERS = _providers()
 class Stack:
     provider: Provider
     http: httpx.AsyncClient
-    database: Path
+    database: str
+    """The run store's URL."""
     summaries: list[dict[str, Any]]
     """The summary requests the provider got, in order."""
     answers: list[dict[str, Any]]
@@ -105,7 +107,7 @@ class Stack:
 
 
 @asynccontextmanager
-async def _stack(kind: str, folder: Path, *, refusals: int = 0) -> AsyncIterator[Stack]:
+async def _stack(kind: str, folder: Path, *, refusals: int = 0, backend: str = "sqlite") -> AsyncIterator[Stack]:
     """``refusals``: the first so many answer calls (not summary calls) are refused as too long, whatever their size."""
     provider = PROVIDERS[kind]()
     summaries: list[dict[str, Any]] = []
@@ -122,35 +124,30 @@ async def _stack(kind: str, folder: Path, *, refusals: int = 0) -> AsyncIterator
 
     provider.fake.push(*[reply] * 200)
     catalog = [{"name": "small", "provider": kind, "model": provider.upstream, "contextTokens": WINDOW}]
-    async with (
-        serve_app(provider.fake.app) as llm_url,
-        running_gateway({}) as gateway,
-    ):
-        settings = CompletionSettings(
-            models=json.dumps(catalog), max_retries=0, demo_enabled=False, **provider.settings(llm_url)
-        )
-        database = folder / "runs.db"
-        async with (
-            serve_app(create_completion_app(settings)) as completion_url,
-            running_agent(
-                completion_url,
-                gateway,
-                database_url=f"sqlite:///{database}",
-                conversation_max_bytes=16 * 1024 * 1024,
-            ) as agent_url,
-            httpx.AsyncClient(base_url=agent_url, timeout=60) as http,
-        ):
-            yield Stack(provider, http, database, summaries, answers)
+    with fresh_database(backend, folder, "runs") as database:
+        async with serve_app(provider.fake.app) as llm_url, running_gateway({}) as gateway:
+            settings = CompletionSettings(
+                models=json.dumps(catalog), max_retries=0, demo_enabled=False, **provider.settings(llm_url)
+            )
+            async with (
+                serve_app(create_completion_app(settings)) as completion_url,
+                running_agent(
+                    completion_url, gateway, database_url=database, conversation_max_bytes=16 * 1024 * 1024
+                ) as agent_url,
+                httpx.AsyncClient(base_url=agent_url, timeout=60) as http,
+            ):
+                yield Stack(provider, http, database, summaries, answers)
 
 
 def _history(tokens: int, *, start: int = 0) -> list[dict[str, str]]:
     """Alternating user and assistant turns holding ``tokens`` tokens as the fakes count them."""
     messages: list[dict[str, str]] = []
-    turn = start
-    while prompt_tokens([m["content"] for m in messages]) < tokens:
+    turn, counted = start, 0
+    while counted < tokens:
         role = "user" if turn % 2 == 0 else "assistant"
         words = " ".join(f"{role}{turn}word{n}" for n in range(400))
         messages.append({"role": role, "content": f"Turn {turn}: {words}"})
+        counted += prompt_tokens(messages[-1]["content"])
         turn += 1
     if messages[-1]["role"] == "user":
         messages.append({"role": "assistant", "content": f"Turn {turn}: noted."})
@@ -175,8 +172,8 @@ def _of(events: list[tuple[str, dict[str, Any]]], kind: str) -> list[dict[str, A
     return [data for name, data in events if name == kind]
 
 
-async def _stored_summary(database: Path, conversation_id: str) -> Any:
-    store = await RunStore.open(f"sqlite:///{database}")
+async def _stored_summary(database: str, conversation_id: str) -> Any:
+    store = await RunStore.open(database)
     try:
         return await store.get_summary("default", conversation_id)
     finally:
@@ -189,13 +186,15 @@ def _sent_tokens(request: dict[str, Any]) -> int:
     )
 
 
-@pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
+@pytest.mark.parametrize(
+    ("kind", "backend"), [("openai", "sqlite"), ("anthropic", "sqlite"), ("gemini", "sqlite"), ("openai", "postgresql")]
+)
 async def test_a_conversation_of_500k_tokens_is_answered_by_a_32k_model_and_its_summary_reused(
-    kind: str, tmp_path: Path
+    kind: str, backend: str, tmp_path: Path
 ) -> None:
     history = _history(500_000)
     question = {"role": "user", "content": "So, where did we get to?"}
-    async with _stack(kind, tmp_path) as stack:
+    async with _stack(kind, tmp_path, backend=backend) as stack:
         events = await _run(
             stack.http,
             {"model": "small", "conversationId": "long", "tools": [], "messages": [*history, question]},
