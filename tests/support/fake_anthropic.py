@@ -31,6 +31,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from support.context_window import prompt_tokens
+
 __all__ = [
     "ANTHROPIC_VERSION",
     "ErrorReply",
@@ -475,8 +477,17 @@ class ScriptedAnthropic:
     rejected ones included.
     """
 
-    def __init__(self, replies: Sequence[ReplySource] = (), *, api_key: str | None = "test-key") -> None:
+    def __init__(
+        self,
+        replies: Sequence[ReplySource] = (),
+        *,
+        api_key: str | None = "test-key",
+        context_window: int | None = None,
+    ) -> None:
+        """``context_window``: a prompt longer than this many tokens (``support.context_window``) is refused as
+        Anthropic refuses one: 400 ``invalid_request_error`` "prompt is too long: N tokens > M maximum"."""
         self.api_key = api_key
+        self.context_window = context_window
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.signatures: dict[str, str] = {}
@@ -519,6 +530,10 @@ class ScriptedAnthropic:
         problem = request_problem(body, self.signatures)
         if problem is not None:
             return JSONResponse(error_body(400, problem), 400)
+        tokens = prompt_tokens(body.get("system"), body.get("messages"), body.get("tools"))
+        if self.context_window is not None and tokens > self.context_window:
+            message = f"prompt is too long: {tokens} tokens > {self.context_window} maximum"
+            return JSONResponse(error_body(400, message, "invalid_request_error"), 400)
         if not self._script:
             return JSONResponse(error_body(500, "The scripted server ran out of replies."), 500)
         source = self._script.popleft()

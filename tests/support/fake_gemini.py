@@ -36,6 +36,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from support.context_window import prompt_tokens
+
 __all__ = [
     "BlockedReply",
     "CallsReply",
@@ -287,8 +289,13 @@ class ScriptedGemini:
         api_key: str = "test-gemini-key",
         vertex_token: str = "ya29.test-token",
         require_signatures: bool = True,
+        context_window: int | None = None,
     ) -> None:
+        """``context_window``: a prompt longer than this many tokens (``support.context_window``) is refused as
+        Gemini refuses one: 400 ``INVALID_ARGUMENT`` "The input token count (N) exceeds the maximum number of tokens
+        allowed (M)."."""
         self.api_key = api_key
+        self.context_window = context_window
         self.vertex_token = vertex_token
         self.require_signatures = require_signatures
         self.requests: list[Recorded] = []
@@ -421,6 +428,13 @@ class ScriptedGemini:
     async def _answer(self, recorded: Recorded) -> Response:
         if problem := self._problem(recorded.body):
             return _invalid(problem)
+        body = recorded.body
+        tokens = prompt_tokens(body.get("systemInstruction"), body.get("contents"), body.get("tools"))
+        if self.context_window is not None and tokens > self.context_window:
+            return _invalid(
+                f"The input token count ({tokens}) exceeds the maximum number of tokens allowed "
+                f"({self.context_window})."
+            )
         if not self._script:
             return JSONResponse(google_error_body(500, "The scripted server ran out of replies."), status_code=500)
         source = self._script.popleft()

@@ -27,6 +27,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from support.context_window import prompt_tokens
+
 __all__ = [
     "ErrorReply",
     "HangAfterTextReply",
@@ -247,6 +249,20 @@ def _invalid_image_parts(body: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _too_long(body: dict[str, Any], window: int | None) -> dict[str, Any] | None:
+    """OpenAI's 400 for a prompt longer than the model's context window (its words)."""
+    tokens = prompt_tokens(body.get("messages"), body.get("tools"))
+    if window is None or tokens <= window:
+        return None
+    message = (
+        f"This model's maximum context length is {window} tokens. However, your messages resulted in {tokens} tokens. "
+        "Please reduce the length of the messages."
+    )
+    refusal = openai_error_body(400, message, "context_length_exceeded")
+    refusal["error"]["param"] = "messages"
+    return refusal
+
+
 def _invalid_messages(position: int, message: str) -> dict[str, Any]:
     param = f"messages.[{position}].role"
     return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}}
@@ -328,8 +344,17 @@ class _StreamThenHang(Response):
 class ScriptedOpenAI:
     """``POST /v1/chat/completions`` answered from a script; ``requests`` holds the bodies received."""
 
-    def __init__(self, replies: Sequence[ReplySource] = (), *, api_key: str | None = "test-key") -> None:
+    def __init__(
+        self,
+        replies: Sequence[ReplySource] = (),
+        *,
+        api_key: str | None = "test-key",
+        context_window: int | None = None,
+    ) -> None:
+        """``context_window``: a prompt longer than this many tokens (``support.context_window``) is refused as OpenAI
+        refuses one, 400 ``context_length_exceeded``, before any reply of the script is taken."""
         self.api_key = api_key
+        self.context_window = context_window
         self.requests: list[dict[str, Any]] = []
         self._script: deque[ReplySource] = deque(replies)
         self._ids = itertools.count(1)
@@ -372,6 +397,8 @@ class ScriptedOpenAI:
             return JSONResponse(openai_error_body(401, message), 401)
         refusal = _invalid_tool_name(body) or _unanswered_tool_calls(body) or _invalid_image_parts(body)
         if refusal is not None:
+            return JSONResponse(refusal, 400)
+        if (refusal := _too_long(body, self.context_window)) is not None:
             return JSONResponse(refusal, 400)
         if not self._script:
             return JSONResponse(openai_error_body(500, "The scripted server ran out of replies."), 500)

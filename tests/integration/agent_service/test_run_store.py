@@ -25,6 +25,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
+from agent_service.core.context import ContextSummary
 from agent_service.core.tenancy import DEFAULT_TENANT
 from agent_service.store import (
     ConversationBusy,
@@ -82,8 +83,8 @@ async def open_store(store_url: str) -> AsyncIterator[Callable[[], Awaitable[Run
 
     cleaner = await open_one()
     if cleaner.backend == "postgresql":
-        # The session's database is shared: each test starts from empty tables (claims see every run). CASCADE: the
-        # tables that refer to runs (approvals) are emptied with them.
+        # The session's database is shared: each test starts from empty tables (claims see every run).
+        # CASCADE: the tables that refer to these (summaries, approvals, ...) are emptied with them.
         truncate = sa.text("TRUNCATE run_events, run_messages, runs, conversations CASCADE")
         await cleaner._db.run("empty the tables", lambda connection: connection.execute(truncate), write=True)
     try:
@@ -283,6 +284,21 @@ async def test_events_are_read_after_a_sequence_number_at_most_a_limit(store: Ru
     record = await store.get_run(run.run_id)
     assert record is not None
     assert record.last_seq == 6
+
+
+async def test_a_conversations_summary_is_kept_per_tenant_and_never_replaced_by_a_smaller_one(store: RunStore) -> None:
+    conversation = f"conv_{uuid.uuid4().hex}"
+    await store.create_run(new_run(conversation_id=conversation), owner="replica-a", lease_seconds=LEASE)
+    assert await store.get_summary(DEFAULT_TENANT, conversation) is None
+    made = ContextSummary(covers=40, summary="Earlier: the user asked about leases.", tokens=12, model="small")
+    await store.put_summary(DEFAULT_TENANT, conversation, made)
+    # A run that folded less (made concurrently from an older state) does not replace it; a larger fold does.
+    await store.put_summary(DEFAULT_TENANT, conversation, dataclasses.replace(made, covers=20, summary="older"))
+    assert await store.get_summary(DEFAULT_TENANT, conversation) == made
+    grown = dataclasses.replace(made, covers=60, summary="Earlier: leases, then budgets.")
+    await store.put_summary(DEFAULT_TENANT, conversation, grown)
+    assert await store.get_summary(DEFAULT_TENANT, conversation) == grown
+    assert await store.get_summary("another-tenant", conversation) is None
 
 
 async def test_a_conversation_gives_each_run_the_messages_of_the_runs_before_it(store: RunStore) -> None:

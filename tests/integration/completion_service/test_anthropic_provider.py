@@ -92,7 +92,13 @@ async def test_the_models_endpoint_routes_anthropic_names_to_this_provider() -> 
     async with completion_service(ScriptedAnthropic()) as client:
         response = await client.get(f"/api/v1/models/{MODEL}")
     assert response.status_code == 200
-    assert response.json() == {"id": MODEL, "provider": "anthropic", "upstreamModel": UPSTREAM, "images": True}
+    assert response.json() == {
+        "id": MODEL,
+        "provider": "anthropic",
+        "upstreamModel": UPSTREAM,
+        "contextTokens": 200_000,
+        "images": True,
+    }
 
 
 async def test_a_text_answer_comes_back_whole_after_an_exact_request() -> None:

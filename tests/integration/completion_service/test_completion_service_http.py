@@ -314,14 +314,22 @@ async def test_a_model_name_resolves_to_the_provider_and_upstream_model_that_wou
         tagged = await client.get("/api/v1/models/llama3.1%3A8b")
     assert demo.status_code == 200
     assert demo.headers["content-type"] == "application/json"
-    assert demo.json() == {"id": "demo", "provider": "demo", "upstreamModel": "demo", "images": True}
+    # Known models carry their context window and whether they take images (model_facts); others say nothing.
+    known = {"contextTokens": 128_000, "images": True}
+    assert demo.json() == {
+        "id": "demo",
+        "provider": "demo",
+        "upstreamModel": "demo",
+        "contextTokens": 32_768,
+        "images": True,
+    }
     assert prefixed.json() == {
         "id": "openai/gpt-4o-mini",
         "provider": "openai",
         "upstreamModel": "gpt-4o-mini",
-        "images": True,  # a known model (model_images); an unknown one says nothing
+        **known,
     }
-    assert bare.json() == {"id": "gpt-4o", "provider": "openai", "upstreamModel": "gpt-4o", "images": True}
+    assert bare.json() == {"id": "gpt-4o", "provider": "openai", "upstreamModel": "gpt-4o", **known}
     assert nested.json() == {
         "id": "openai/meta-llama/Llama-3.1-8B-Instruct",
         "provider": "openai",

@@ -95,12 +95,13 @@ async def test_the_models_route_to_the_gemini_and_vertex_providers() -> None:
     async with completion_service(ScriptedGemini(), vertex_project="my-project", vertex_access_token="t") as client:
         gemini = await client.get(f"/api/v1/models/{MODEL}")
         vertex = await client.get("/api/v1/models/vertex/gemini-2.5-pro")
-    assert gemini.json() == {"id": MODEL, "provider": "gemini", "upstreamModel": "gemini-2.5-flash", "images": True}
+    known = {"contextTokens": 1_048_576, "images": True}
+    assert gemini.json() == {"id": MODEL, "provider": "gemini", "upstreamModel": "gemini-2.5-flash", **known}
     assert vertex.json() == {
         "id": "vertex/gemini-2.5-pro",
         "provider": "vertex",
         "upstreamModel": "gemini-2.5-pro",
-        "images": True,
+        **known,
     }
 
 

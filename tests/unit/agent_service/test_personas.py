@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from agent_service.access.callers_file import CallersFileError, parse_callers
-from agent_service.admission.planning import apply_persona, plan_run, system_prompt_of
+from agent_service.admission.planning import ModelCheck, apply_persona, plan_run, system_prompt_of
 from agent_service.core.personas import Persona, with_system_prompt
 from agent_service.core.tenancy import TenantRules
 from agent_service.runs.plans import plan_from_record, stored_plan
 from suite_common.errors import ApiError
-from suite_common.wire import AgentRunRequest, Message, ReasoningControl
-from unit.agent_service.test_planning import MODELS, SETTINGS, catalog
+from suite_common.wire import AgentRunRequest, Message, ModelTarget, ReasoningControl
+from unit.agent_service.test_planning import MODELS, SETTINGS, FakeCompletionClient, catalog
 from unit.agent_service.test_resume import record
 
 pytestmark = pytest.mark.anyio
@@ -279,3 +279,40 @@ async def test_a_planned_run_takes_its_personas_reasoning_and_verbosity_and_stor
     assert (plan.reasoning, plan.verbosity) == (ReasoningControl(effort="high", summary="auto"), "low")
     stored = stored_plan(plan)
     assert (stored["reasoning"], stored["verbosity"]) == ({"effort": "high", "summary": "auto"}, "low")
+
+
+_SUMMARY_FILE = (
+    """
+[personas.brief]
+summary_model = "persona-summariser"
+
+[personas.plain]
+model = "demo"
+
+[tenants.acme]
+summary_model = "tenant-summariser"
+"""
+    + _KEY
+)
+
+
+class _Windowed(FakeCompletionClient):
+    """completion-service knowing each model's context window."""
+
+    def _target(self, model: str) -> ModelTarget:
+        return super()._target(model).model_copy(update={"context_tokens": 32_768})
+
+
+async def test_a_run_is_fitted_to_its_models_window_and_summarised_by_its_personas_else_its_tenants_model() -> None:
+    tools, _ = catalog("search_documents")
+    rules = parse_callers(_SUMMARY_FILE).rules_of("acme")
+    windowed = ModelCheck(_Windowed({"demo"}), 0)  # type: ignore[arg-type]
+    brief = await plan_run(_request(persona="brief", model="demo"), SETTINGS, tools, windowed, rules=rules)
+    plain = await plan_run(_request(persona="plain"), SETTINGS, tools, windowed, rules=rules)
+    bare = await plan_run(_request(model="demo"), SETTINGS, tools, MODELS)
+    assert (brief.context_tokens, brief.summary_model) == (32_768, "persona-summariser")
+    assert (plain.context_tokens, plain.summary_model) == (32_768, "tenant-summariser")
+    assert (bare.context_tokens, bare.summary_model) == (None, None)  # a window unknown: never fitted
+    # A run taken over after a crash is fitted as it was.
+    taken = plan_from_record(replace(record(), plan=stored_plan(brief)), brief.messages)
+    assert (taken.context_tokens, taken.summary_model) == (32_768, "persona-summariser")

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from completion_service.model_images import takes_images
+from completion_service.model_facts import facts_by_name
 from completion_service.providers import anthropic, bedrock, gemini, openai, openai_responses
 from completion_service.providers._images import data_image
 from completion_service.providers.tool_turns import repaired
@@ -142,7 +142,7 @@ def test_a_data_url_that_is_not_a_base64_image_of_a_taken_type_is_refused(url: s
     ],
 )
 def test_the_known_models_say_whether_they_take_images(kind: str, model: str, images: bool | None) -> None:
-    assert takes_images(kind, model) is images
+    assert facts_by_name(kind, model).images is images
 
 
 def test_a_stray_tool_result_quoted_as_a_user_message_keeps_its_images() -> None:

@@ -128,7 +128,7 @@ def test_the_model_list_shows_aliases_demo_and_one_pattern_per_provider() -> Non
         "provider": "anthropic",
         "upstreamModel": "claude-x",
         "fallbacks": ["demo"],
-        "images": True,  # Claude's known default (model_images)
+        "images": True,  # Claude's known default (model_facts)
     }
 
 

@@ -26,7 +26,7 @@ from completion_service.controls import (
 from completion_service.images import ImageFetcher, admit_images, has_images, with_image_bytes
 from completion_service.pricing import priced
 from completion_service.providers._transport import CallStats, call_stats
-from completion_service.routing import ModelRoute, ModelRouter, build_router
+from completion_service.routing import ModelRoute, ModelRouter, build_router, facts_fields
 from completion_service.settings import CompletionSettings
 from completion_service.telemetry import LlmTelemetry, provider_call_span, set_provider_outcome
 from suite_common.deadline import Deadline
@@ -121,7 +121,7 @@ async def _image_route(body: CompletionRequest, route: ModelRoute, images: Image
 
 
 def _takes_images(route: ModelRoute) -> bool:
-    return route.images is not False and route.provider.image_input != "none"
+    return route.facts.images is not False and route.provider.image_input != "none"
 
 
 async def _with_images(
@@ -385,9 +385,7 @@ def _target(route: ModelRoute) -> dict[str, object]:
     }
     if route.prices is not None:
         target["prices"] = route.prices.model_dump(by_alias=True)
-    if route.images is not None:
-        target["images"] = route.images
-    return target
+    return target | facts_fields(route.facts)
 
 
 _MODELS = Operation("The model names and patterns this service routes", answer=ModelList)

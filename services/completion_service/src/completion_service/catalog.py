@@ -5,7 +5,8 @@ TOML), in that order. An entry::
 
     {"name": "smart", "provider": "anthropic", "model": "claude-sonnet-4-5",
      "apiKey": "${env:TEAM_ANTHROPIC_KEY}", "fallbacks": ["openai/gpt-4o"],
-     "prices": {"inputPerMillionUsd": 3, "outputPerMillionUsd": 15}, "reasoning": true}
+     "prices": {"inputPerMillionUsd": 3, "outputPerMillionUsd": 15}, "reasoning": true,
+     "contextTokens": 200000}
 
 Credentials are references (``${env:NAME}`` or ``${file:/path}``), resolved when the service
 starts; a literal key is accepted too, for local files that are never committed.
@@ -76,9 +77,11 @@ class CatalogModel(WireModel):
     (``controls.controls_by_name``). A model that cannot ignores it, with a warning in the answer."""
     verbosity: bool | None = None
     """The model takes OpenAI's ``verbosity``; unset: said by the model's family (OpenAI's gpt-5)."""
+    context_tokens: int | None = Field(default=None, gt=0)
+    """The model's context window in tokens (input and output together); unset: the provider's known window for
+    the model (``model_facts``), else unknown."""
     images: bool | None = None
-    """The model takes images in messages; unset: the known default of the model (``model_images``), else unknown
-    (images are sent and the provider decides). ``false``: a request with images is refused before any call."""
+    """The model takes images in messages; unset: as ``model_facts`` knows the model, else unknown."""
 
     @field_validator("name")
     @classmethod

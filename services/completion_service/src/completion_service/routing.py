@@ -16,7 +16,7 @@ import httpx
 
 from completion_service.catalog import RESPONSES_KIND, ROUTE_KINDS, CatalogError, CatalogModel, load_catalog
 from completion_service.controls import NO_CONTROLS, ModelControls, controls_by_name
-from completion_service.model_images import takes_images
+from completion_service.model_facts import DEMO_FACTS, UNKNOWN, ModelFacts, facts_by_name, with_overrides
 from completion_service.providers.base import Provider
 from completion_service.providers.demo import DemoProvider
 from completion_service.providers.registry import ProviderRegistry
@@ -25,7 +25,7 @@ from suite_common.echo import clip
 from suite_common.errors import ApiError
 from suite_common.wire import ModelPrices
 
-__all__ = ["ModelRoute", "ModelRouter", "build_router"]
+__all__ = ["ModelRoute", "ModelRouter", "build_router", "facts_fields"]
 
 _CONFIGURE = (
     "Configure a provider to use other models: COMPLETION_OPENAI_API_KEY or COMPLETION_OPENAI_BASE_URL "
@@ -52,8 +52,8 @@ class ModelRoute:
     """The catalog entry's prices, at which this route's answers are priced; ``None``: not a priced entry."""
     controls: ModelControls = NO_CONTROLS
     """The generation controls the model takes; the others are taken out of its requests, with a warning."""
-    images: bool | None = None
-    """The model takes images (``model_images``; a catalog entry's ``images``); ``None``: unknown."""
+    facts: ModelFacts = UNKNOWN
+    """Its context window and whether it takes images: the catalog entry's, else the known ones (``model_facts``)."""
 
     def chain(self) -> list[ModelRoute]:
         """This route, then its fallbacks in order."""
@@ -107,12 +107,14 @@ class ModelRouter:
             reasoning=family.reasoning if entry.reasoning is None else entry.reasoning,
             verbosity=family.verbosity if entry.verbosity is None else entry.verbosity,
         )
-        images = entry.images if entry.images is not None else takes_images(entry.provider, entry.model)
-        return ModelRoute(name, alias.provider, entry.model, fallbacks, entry.prices, controls, images)
+        facts = with_overrides(
+            facts_by_name(entry.provider, entry.model), context_tokens=entry.context_tokens, images=entry.images
+        )
+        return ModelRoute(name, alias.provider, entry.model, fallbacks, entry.prices, controls, facts)
 
     def _direct(self, model: str) -> ModelRoute | None:
         if model == "demo" and self._demo is not None:
-            return ModelRoute(model, self._demo, model, images=True)  # the demo takes no generation controls
+            return ModelRoute(model, self._demo, model, facts=DEMO_FACTS)  # the demo takes no generation controls
         kind, slash, upstream = model.partition("/")
         if slash and kind in ROUTE_KINDS:
             provider = self._providers.get(kind)
@@ -123,13 +125,13 @@ class ModelRouter:
                 provider,
                 upstream,
                 controls=controls_by_name(kind, upstream),
-                images=takes_images(kind, upstream),
+                facts=facts_by_name(kind, upstream),
             )
         openai = self._providers.get("openai")
         if openai is None:
             return None
         return ModelRoute(
-            model, openai, model, controls=controls_by_name("openai", model), images=takes_images("openai", model)
+            model, openai, model, controls=controls_by_name("openai", model), facts=facts_by_name("openai", model)
         )
 
     def route(self, model: str, *, not_found_status: int = 400) -> ModelRoute:
@@ -165,12 +167,10 @@ class ModelRouter:
                 listed["description"] = alias.entry.description
             if alias.entry.prices is not None:
                 listed["prices"] = alias.entry.prices.model_dump(by_alias=True)
-            images = self._alias_route(name, alias).images
-            if images is not None:
-                listed["images"] = images
-            models.append(listed)
+            models.append(listed | facts_fields(self._alias_route(name, alias).facts))
         if self._demo is not None:
-            models.append({"id": "demo", "provider": self._demo.name, "description": _DEMO_DESCRIPTION, "images": True})
+            demo = {"id": "demo", "provider": self._demo.name, "description": _DEMO_DESCRIPTION}
+            models.append(demo | facts_fields(DEMO_FACTS))
         for kind, provider in self._providers.items():
             description = f"Any model of the configured {kind} provider, as {kind}/<model id>"
             if kind == "openai":
@@ -179,6 +179,16 @@ class ModelRouter:
                 description = f"Any model of the configured openai provider in the Responses API, as {kind}/<model id>"
             models.append({"id": f"{kind}/*", "provider": provider.name, "description": description + "."})
         return models
+
+
+def facts_fields(facts: ModelFacts) -> dict[str, object]:
+    """``facts`` as the fields of ``ModelInfo`` and ``ModelTarget`` (``contextTokens``, ``images``), the known ones."""
+    fields: dict[str, object] = {}
+    if facts.context_tokens is not None:
+        fields["contextTokens"] = facts.context_tokens
+    if facts.images is not None:
+        fields["images"] = facts.images
+    return fields
 
 
 def build_router(settings: CompletionSettings, http: httpx.AsyncClient) -> ModelRouter:

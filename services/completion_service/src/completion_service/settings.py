@@ -154,8 +154,8 @@ class CompletionSettings(EgressSettings):
             'The model catalog as JSON: a list (or {"models": [...]}) of entries {name, provider (openai, '
             "anthropic, gemini, vertex, bedrock), model, apiKey? (${env:NAME}, ${file:/path} or the key), baseUrl?, "
             "fallbacks?, description?, prices? {inputPerMillionUsd, outputPerMillionUsd}, api? (chat or responses, "
-            "openai only), images? (the model takes images; unset: its known default)}. Callers use the names; "
-            "`<provider>/<model>` works without an entry."
+            "openai only), reasoning?, verbosity?, contextTokens? (its context window), images?}. Callers use the "
+            "names; `<provider>/<model>` works without an entry."
         ),
     )
     models_file: _OptionalPath = Field(

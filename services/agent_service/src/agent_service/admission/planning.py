@@ -460,15 +460,17 @@ async def _resolve(
     cost_limit: str | None,
     discovery: _Discovery,
     models: ModelCheck,
-) -> tuple[list[ToolInfo], ModelPrices | None, bool]:
-    """What the peers say of the run: its tools, its model's prices, and whether the run's own deadline ran out
-    while they were asked (``True``: the run goes on with what is known, and ends as ``deadline`` in the loop)."""
+) -> tuple[list[ToolInfo], ModelPrices | None, int | None, bool]:
+    """What the peers say of the run: its tools, its model's prices and context window, and whether the run's own
+    deadline ran out while they were asked (``True``: the run goes on with what is known, and ends as ``deadline`` in
+    the loop)."""
     deadline = limits.deadline
     tools: list[ToolInfo] = []
     prices = None
     try:
         resolved = await models.check(model, deadline)
         prices = resolved.prices
+        window = resolved.context_tokens
         if cost_limit is not None:
             _check_priced(model, resolved, cost_limit)
         # The plain path: no tool discovery when the caller wants no tools.
@@ -488,8 +490,8 @@ async def _resolve(
             raise  # the peer's failure, as it is (an ``ApiError``)
         # The run's own deadline ran out, not the peer: the loop ends the run as "deadline", as it
         # does when the deadline passes in any round (a 504 here blamed the peer; found by fuzzing).
-        return tools, prices, True
-    return tools, prices, False
+        return tools, prices, None, True
+    return tools, prices, window, False
 
 
 def _check_response_format(response_format: ResponseFormat | None) -> None:
@@ -543,7 +545,9 @@ async def plan_run(
     cost_limit = _cost_limit(asked, request, rules, user, role)
     agent_enabled = runtime is None or runtime.agent_enabled
     discovery = _Discovery(catalog, tenant, agent_enabled, tools_best_effort)
-    tools, prices, out_of_time = await _resolve(request, model, rules, role, limits, cost_limit, discovery, models)
+    tools, prices, window, out_of_time = await _resolve(
+        request, model, rules, role, limits, cost_limit, discovery, models
+    )
     client_tools = client_tools or []
     if client_tools:
         client_names = {spec.name for spec in client_tools}
@@ -571,4 +575,6 @@ async def plan_run(
         response_format=None
         if request.response_format is None or request.response_format.type == "text"
         else request.response_format,
+        context_tokens=window,
+        summary_model=(persona.summary_model if persona is not None else None) or rules.summary_model,
     )

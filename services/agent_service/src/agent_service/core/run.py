@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from agent_service.core.context import SummaryStore
 from agent_service.core.errors import UpstreamError
 from agent_service.core.limits import RunLimits, SpendGuard
 from agent_service.core.tenancy import DEFAULT_TENANT
@@ -97,6 +98,15 @@ class RunPlan:
         return CallerContext(
             tenant=self.tenant, user=self.user, role=self.role, run_id=self.run_id, conversation_id=self.conversation_id
         )
+
+    context_tokens: int | None = None
+    """The model's context window as completion-service knows it (``None``: unknown, the conversation is sent as it
+    is): what the context fitter fits each LLM call's messages to (``agent_service.engine.context``)."""
+    summary_model: str | None = None
+    """Who summarises the conversation's oldest turns when they no longer fit: the persona's, else the tenant's
+    ``summary_model`` (``None``: the run's model)."""
+    summaries: SummaryStore | None = None
+    """Where the run's conversation's summary is kept (``None``: a run without a stored conversation)."""
 
     tool_cache_seconds: float | None = None
     """The longest a cached tool result may serve this run (its tenant's runtime, ``toolCacheSeconds``; 0: the

@@ -24,6 +24,7 @@ from agent_service.core.run import (
     RunPlan,
     RunRecorder,
 )
+from agent_service.engine.context import ContextFitter
 from agent_service.engine.metering import complete_counted
 from agent_service.engine.output import AnswerCheck
 from agent_service.engine.state import RunState
@@ -67,6 +68,7 @@ class AgentLoop:
         self.completions = completions
         self.tools = tools
         self.telemetry = telemetry or RunTelemetry.disabled()
+        self.context = ContextFitter(completions)
         self.dispatch = ToolDispatch(
             tools, tool_result_max_chars=tool_result_max_chars, telemetry=self.telemetry, tool_cache=tool_cache
         )
@@ -225,7 +227,14 @@ class AgentLoop:
                     verbosity=plan.verbosity,
                     response_format=plan.response_format,
                 )
-                finish = await self._round(plan, state, emit, request, stream_text, recorder)
+                finish = await self.context.answered(  # the request fitted to the model's context window
+                    plan,
+                    state,
+                    emit,
+                    recorder,
+                    request,
+                    lambda fitted: self._round(plan, state, emit, fitted, stream_text, recorder),
+                )
             if finish == "stop" and answers is not None:
                 verdict = answers.judge(state.conversation[-1])
                 if verdict.failure is not None:

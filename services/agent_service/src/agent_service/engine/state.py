@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_service.core.context import FitMemo
 from suite_common.wire import Message, ToolCall, Usage
 
 __all__ = ["RunState"]
@@ -27,6 +28,8 @@ class RunState:
     """The LLM calls' warnings, each once, in the order they came (a dict keeps it)."""
     output: Any = None
     """With ``responseFormat``: the final answer parsed, once valid (``engine.output``)."""
+    context: FitMemo = field(default_factory=FitMemo)
+    """What the context fitter knows of the run's conversation (``agent_service.engine.context``)."""
 
     @property
     def appended_from(self) -> int:

@@ -60,6 +60,8 @@ def stored_plan(plan: RunPlan) -> dict[str, Any]:
         "maxTotalTokens": plan.limits.max_total_tokens,
         "maxCostUsd": plan.limits.max_cost_usd,
         "maxTokens": plan.max_tokens,
+        "contextTokens": plan.context_tokens,
+        "summaryModel": plan.summary_model,
         "temperature": plan.temperature,
         "reasoning": plan.reasoning.model_dump(mode="json", by_alias=True) if plan.reasoning is not None else None,
         "verbosity": plan.verbosity,
@@ -90,6 +92,8 @@ def plan_from_record(record: RunRecord, messages: list[Message]) -> RunPlan:
             max_cost_usd=stored.get("maxCostUsd"),
         ),
         max_tokens=stored.get("maxTokens"),
+        context_tokens=stored.get("contextTokens"),  # absent (a run stored before): not fitted, as it was not
+        summary_model=stored.get("summaryModel"),
         temperature=stored.get("temperature"),
         # Absent from the plan of a run stored before they existed: the provider's defaults, as it had.
         reasoning=ReasoningControl.model_validate(stored["reasoning"]) if stored.get("reasoning") else None,

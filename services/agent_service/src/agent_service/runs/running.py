@@ -23,6 +23,7 @@ from agent_service.core.tenancy import Caller
 from agent_service.engine.loop import AgentLoop
 from agent_service.runs.journal import LiveSink, RunJournal, RunMoved
 from agent_service.runs.plans import conversation_settings, stored_plan
+from agent_service.runs.summaries import StoredSummary
 from agent_service.settings import AgentSettings
 from agent_service.store import (
     ConversationBusy,
@@ -139,6 +140,8 @@ class RunExecutor:
         # user's: none without one, as the run's ``user_role`` column keeps it), the conversation.
         role = caller.role if caller.user is not None else None
         plan = replace(plan, user=caller.user, role=role, conversation_id=request.conversation_id)
+        if store is not None and request.conversation_id is not None:
+            plan = replace(plan, summaries=StoredSummary(store, caller.tenant, request.conversation_id))
         if store is None:
             journal = RunJournal(plan.run_id, store=None, owner=self.owner, base=0, send=send)
             return StartedRun(plan, journal, detached)

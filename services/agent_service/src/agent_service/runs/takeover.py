@@ -20,6 +20,7 @@ from agent_service.runs.journal import RunJournal
 from agent_service.runs.plans import Takeover, takeover
 from agent_service.runs.reading import abandon_before
 from agent_service.runs.running import CANCELLED_CALL, RunExecutor, StartedRun
+from agent_service.runs.summaries import StoredSummary
 from agent_service.store import RunRecord, RunStore, StoreError
 from suite_common.errors import ApiError
 from suite_common.logging import get_logger
@@ -168,6 +169,8 @@ class LeaseKeeper:
         await self._hold_slot(tenant, run_id)
         # Its budgets as its tenant's rules say now, its end user's (by the role the user had) included.
         plan = replace(taken.plan, spending=runs.budgets.guard(tenant, record.user, record.user_role or "user"))
+        if record.conversation_id is not None:
+            plan = replace(plan, summaries=StoredSummary(store, tenant, record.conversation_id))
         run = StartedRun(plan, journal, detached=True, resume=taken.resume)
         runs.active[run_id] = run
         task_group.start_soon(runs.execute_tracked, run, True)

@@ -5,7 +5,8 @@ Every method is one short transaction. Every failure of the database surfaces as
 Times are the replica's wall clock, in UTC.
 
 ``RunStore`` is its table families' parts over one ``Database``: runs with their messages and events (``_runs``),
-conversations (``_conversations``), the usage log (``_usage``), the tool-call audit log (``_audit``), leases
+conversations (``_conversations``), their summaries
+(``_summaries``), the usage log (``_usage``), the tool-call audit log (``_audit``), leases
 (``_leases``), the tenants' runtimes (``_tenant_runtime``); the caller keys of the same database are ``caller_keys``
 (``CallerKeyStore``).
 """
@@ -21,6 +22,7 @@ from agent_service.store._engine import database_url, open_database
 from agent_service.store._leases import RunLeases
 from agent_service.store._migrations import MIGRATIONS
 from agent_service.store._runs import StoredRuns
+from agent_service.store._summaries import ConversationSummaries
 from agent_service.store._tenant_runtime import TenantRuntimeSettings
 from agent_service.store._usage import UsageLog
 from agent_service.store.caller_keys import CallerKeyStore
@@ -29,7 +31,9 @@ from suite_common.sql import Database
 __all__ = ["RunStore"]
 
 
-class RunStore(StoredRuns, StoredConversations, UsageLog, ToolCallAudit, RunLeases, TenantRuntimeSettings):
+class RunStore(
+    StoredRuns, StoredConversations, ConversationSummaries, UsageLog, ToolCallAudit, RunLeases, TenantRuntimeSettings
+):
     """The durable runs of agent-service: their messages, events, leases, and the conversations they belong to.
 
     Each method runs one transaction, written as a plain function of a ``Connection`` (``suite_common.sql``'s
