@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import anyio
 
+from agent_service.admission.approval_rules import approval_tools, check_approval_patterns
 from agent_service.admission.tenant_runtime import TenantRuntime
 from agent_service.core.errors import UpstreamError
 from agent_service.core.limits import RunLimits
@@ -517,6 +518,7 @@ async def plan_run(
     a tool list the gateway cannot give leaves a run that named no tools without any (a plain completion on the
     OpenAI front), logged, instead of failing it."""
     asked = request
+    check_approval_patterns(asked.require_approval)
     request = apply_persona(request, rules, settings.default_model)
     preset = frozenset(name for name in _PRESET_LIMITS if getattr(asked, name) is None and getattr(request, name))
     model = request.model
@@ -534,6 +536,9 @@ async def plan_run(
         client_names = {spec.name for spec in client_tools}
         tools = [tool for tool in tools if tool.name not in client_names]
     choice = request.tool_choice
+    needs_approval = approval_tools(
+        tools, rules.approval, persona.approval if persona is not None else None, asked.require_approval
+    )
     if not out_of_time:
         _check_tool_choice(choice, {tool.name for tool in tools} | {spec.name for spec in client_tools})
     return RunPlan(
@@ -552,4 +557,6 @@ async def plan_run(
         tenant=tenant,
         prices=prices,
         tool_cache_seconds=runtime.tool_cache_seconds if runtime is not None else None,
+        approval_tools=needs_approval,
+        approval_timeout_seconds=rules.approval_timeout_seconds,
     )

@@ -24,6 +24,9 @@ class RunState:
     """The position in ``conversation`` of the current round's assistant turn."""
     warnings: dict[str, None] = field(default_factory=dict)
     """The LLM calls' warnings, each once, in the order they came (a dict keeps it)."""
+    waiting: list[ToolCall] = field(default_factory=list)
+    """The current round's calls held for a person's approval (``engine.approvals``): the run waits once the
+    others have finished."""
 
     @property
     def appended_from(self) -> int:

@@ -22,14 +22,16 @@ from agent_service.core.run import ResumePoint, RunOutcome, RunPlan
 from agent_service.core.tenancy import Caller
 from agent_service.engine.loop import AgentLoop
 from agent_service.runs.journal import LiveSink, RunJournal, RunMoved
-from agent_service.runs.plans import conversation_settings, stored_plan
+from agent_service.runs.plans import Takeover, conversation_settings, stored_plan, takeover
 from agent_service.settings import AgentSettings
 from agent_service.store import (
     ConversationBusy,
     ConversationFull,
     ConversationLimits,
     ConversationTooLarge,
+    NewApproval,
     NewRun,
+    RunRecord,
     RunStore,
     StoreError,
 )
@@ -218,7 +220,10 @@ class RunExecutor:
                     recorder=journal if journal.store is not None else None,
                     resume=run.resume,
                 )
-                outcome = await self._store_outcome(run, outcome)
+                if outcome.waiting:
+                    outcome = await self._park(run, outcome)
+                else:
+                    outcome = await self._store_outcome(run, outcome)
                 run.outcome = outcome
                 return outcome
             run.outcome = await self._stopped(run)  # only ``run.stop`` cancels this scope
@@ -285,6 +290,32 @@ class RunExecutor:
             return replace(outcome, error=failure)
         return outcome
 
+    async def _park(self, run: StartedRun, outcome: RunOutcome) -> RunOutcome:
+        """The run waits for approvals of ``outcome.waiting``, in the store (``RunStore.park``): nothing of it stays
+        here, its slot is released (``execute``'s end); a decision or the wait's limit resumes it on any replica
+        (``waiting``). A run that cannot be parked fails, as one whose step cannot be stored."""
+        plan = run.plan
+        servers = {tool.name: tool.server for tool in plan.tools}
+        held = [
+            NewApproval(call.id, outcome.iterations, call.name, servers.get(call.name), call.arguments)
+            for call in outcome.waiting
+        ]
+        try:
+            await run.journal.park(
+                held,
+                wait_seconds=plan.approval_timeout_seconds,
+                deadline_left_seconds=max(0.0, plan.limits.deadline.remaining()),
+            )
+        except RunMoved as moved:
+            run.stop_reason = "moved"
+            await run.journal.tell(RunError(run_id=plan.run_id, code=moved.code, message=moved.message))
+            return replace(outcome, waiting=[], error=moved)
+        except UpstreamError as failure:  # the lease lapses and another replica takes the run over
+            _log.error("run_not_parked", run_id=plan.run_id, error=failure.message)
+            await run.journal.tell(RunError(run_id=plan.run_id, code=failure.code, message=failure.message))
+            return replace(outcome, waiting=[], error=failure)
+        return outcome
+
     async def _stored_cancel(self, run: StartedRun) -> None:
         if run.journal.store is None:
             return
@@ -299,6 +330,48 @@ class RunExecutor:
                 await run.journal.finish_cancelled(done, CANCELLED_CALL)
             except UpstreamError as error:
                 _log.error("run_cancel_not_stored", run_id=run.plan.run_id, error=error.message)
+
+    async def reopen(
+        self, record: RunRecord, *, next_seq: int, deadline_seconds: float | None = None
+    ) -> tuple[RunJournal, Takeover]:
+        """A stored run this replica holds the lease of now (taken over, or resumed after its wait): its journal,
+        numbered from ``next_seq`` and counted on from what is stored, and where the run resumes
+        (``deadline_seconds``: as ``plans.takeover``'s)."""
+        store = self.store
+        assert store is not None
+        run_id = record.run_id
+        journal = RunJournal(
+            run_id,
+            store=store,
+            owner=self.owner,
+            base=0,
+            next_seq=next_seq,
+            attempt=record.resumes,
+            telemetry=self.loop.telemetry,
+        )
+        earlier = await store.earlier_messages(run_id)
+        taken = takeover(record, earlier, await store.run_messages(run_id), deadline_seconds=deadline_seconds)
+        journal.base = len(earlier)
+        journal.iterations, journal.usage = record.iterations, record.usage
+        # The interrupted round's calls without a stored result: a run that ends here, cancelled or failed, still
+        # answers each (as the replica that made them would have), so that its conversation can go on.
+        resume = taken.resume
+        journal.open_calls = {
+            call.id: (resume.turn_position - journal.base + 1 + index, call)
+            for index, call in enumerate(resume.calls)
+            if call.id not in resume.results
+        }
+        return journal, taken
+
+    async def hold_slot(self, tenant: str, run_id: str) -> None:
+        """A slot of its tenant for a resumed run. Admitted once already: over its tenant's cap it still goes on
+        (refusing it now would fail a run its client was told had started), but it counts, so new runs wait. Redis
+        down: it goes on uncounted."""
+        try:
+            await self.slots.acquire(tenant, run_id, UNCAPPED)
+            self.slots_held[run_id] = tenant
+        except ApiError as error:
+            _log.warning("run_slot_not_taken", run_id=run_id, error=error.message)
 
     def detach(self, run: StartedRun, *, stream_text: bool) -> None:
         """Execute ``run`` in the background: its client may leave, the run goes on until it ends or the service

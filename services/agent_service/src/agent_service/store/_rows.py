@@ -53,4 +53,6 @@ def run_record(row: sa.Row[Any]) -> RunRecord:
         cancel_requested=bool(row.cancel_requested),
         last_seq=row.last_seq,
         user_role=row.user_role,
+        waiting_since=row.waiting_since,
+        deadline_left_seconds=row.deadline_left_seconds,
     )
