@@ -248,3 +248,21 @@ async def test_cancelling_a_waiting_run_ends_it_at_once_with_its_held_call_answe
     assert rest[0][2]["finishReason"] == "cancelled"
     assert conversation_free.status_code == 409
     assert upstreams.ledger.started("send_payment") == 0
+
+
+async def test_the_openai_front_never_offers_a_tool_that_would_wait_for_approval(
+    upstreams: Upstreams, tmp_path: Path
+) -> None:
+    llm = upstreams.llm
+    llm.push(text("Hello."))
+    callers = tmp_path / "callers.toml"
+    callers.write_text(CALLERS_FILE)
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+
+    async with replica(upstreams, f"sqlite:///{tmp_path}/runs.db", tmp_path / "a.log", callers_file=callers) as a:
+        response = await a.http.post("/v1/chat/completions", json=body, headers=as_caller(ACME_KEY))
+
+    assert response.status_code == 200, response.text
+    offered = {entry["function"]["name"] for entry in llm.requests[-1]["tools"]}
+    assert "send_payment" not in offered  # acme's approval rule: an OpenAI client could never approve it
+    assert {"get_status", "set_status"} <= offered
