@@ -9,6 +9,7 @@ what is undecided, and the time spent waiting is not taken from the run's deadli
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 from integration.agent_service.test_run_takeover import (
     TAKEOVER_SECONDS,
     EventStream,
+    Replica,
     Upstreams,
     ended,
     kinds,
@@ -26,6 +28,7 @@ from integration.agent_service.test_run_takeover import (
     upstreams,
 )
 
+from agent_service.runs.running import CANCELLED_CALL
 from support.caller_keys import as_caller, key_entry
 from support.fake_openai import text, tool_calls
 from support.stacks import wait_for_run
@@ -64,6 +67,13 @@ def _body(content: str, **fields: Any) -> dict[str, Any]:
         "stream": True,
         **fields,
     }
+
+
+def _sqlite_replica(upstreams: Upstreams, folder: Path) -> AbstractAsyncContextManager[Replica]:
+    """One agent-service process on a SQLite file of ``folder``, with ``CALLERS_FILE``."""
+    callers = folder / "callers.toml"
+    callers.write_text(CALLERS_FILE)
+    return replica(upstreams, f"sqlite:///{folder}/runs.db", folder / "a.log", callers_file=callers)
 
 
 def _approvals_seen(events: list[tuple[int, str, dict[str, Any]]]) -> bool:
@@ -151,10 +161,7 @@ async def test_a_denied_call_is_never_made_and_the_model_is_told_why_on_the_stre
         text("I did not pay."),
     )
     ledger.open("get_status", {"key": "order-1"})
-    callers = tmp_path / "callers.toml"
-    callers.write_text(CALLERS_FILE)
-
-    async with replica(upstreams, f"sqlite:///{tmp_path}/runs.db", tmp_path / "a.log", callers_file=callers) as a:
+    async with _sqlite_replica(upstreams, tmp_path) as a:
         headers = as_caller(ACME_KEY)
         async with a.http.stream("POST", "/api/v1/agent/run", json=_body("Look, then pay."), headers=headers) as r:
             stream = EventStream(r)
@@ -192,12 +199,10 @@ async def test_a_wait_that_runs_out_denies_the_call_and_the_wait_is_not_taken_fr
 ) -> None:
     ledger, llm = upstreams.ledger, upstreams.llm
     llm.push(tool_calls(("call_pay", "send_payment", PAYMENT)), text("Nobody approved the payment."))
-    callers = tmp_path / "callers.toml"
-    callers.write_text(CALLERS_FILE)
     # The run may take 1.5 s; it waits for 2 s, then still has what it had left when it began to wait.
     body = _body("Pay 42.", stream=False, deadlineSeconds=1.5)
 
-    async with replica(upstreams, f"sqlite:///{tmp_path}/runs.db", tmp_path / "a.log", callers_file=callers) as a:
+    async with _sqlite_replica(upstreams, tmp_path) as a:
         with anyio.fail_after(TAKEOVER_SECONDS):
             response = await a.http.post("/api/v1/agent/run", json=body, headers=as_caller(HASTY_KEY))
         run_id = response.headers["X-Agent-Run-Id"]
@@ -224,10 +229,7 @@ async def test_cancelling_a_waiting_run_ends_it_at_once_with_its_held_call_answe
 ) -> None:
     llm = upstreams.llm
     llm.push(tool_calls(("call_pay", "send_payment", PAYMENT)))
-    callers = tmp_path / "callers.toml"
-    callers.write_text(CALLERS_FILE)
-
-    async with replica(upstreams, f"sqlite:///{tmp_path}/runs.db", tmp_path / "a.log", callers_file=callers) as a:
+    async with _sqlite_replica(upstreams, tmp_path) as a:
         headers = as_caller(ACME_KEY)
         async with a.http.stream("POST", "/api/v1/agent/run", json=_body("Pay 42."), headers=headers) as r:
             stream = EventStream(r)
@@ -236,6 +238,7 @@ async def test_cancelling_a_waiting_run_ends_it_at_once_with_its_held_call_answe
             cancelled = await a.http.post(f"/api/v1/agent/runs/{run_id}/cancel", headers=headers)
             with anyio.fail_after(TAKEOVER_SECONDS):
                 rest = await stream.read()
+        run = (await a.http.get(f"/api/v1/agent/runs/{run_id}", headers=headers)).json()
         conversation_free = await a.http.post(
             f"/api/v1/agent/runs/{run_id}/approvals",
             json={"decisions": [{"toolCallId": "call_pay", "approve": True}]},
@@ -247,6 +250,9 @@ async def test_cancelling_a_waiting_run_ends_it_at_once_with_its_held_call_answe
     assert kinds(rest) == ["done"]
     assert rest[0][2]["finishReason"] == "cancelled"
     assert conversation_free.status_code == 409
+    held = run["messages"][-1]
+    assert (held["toolCallId"], held["content"], held["isError"]) == ("call_pay", CANCELLED_CALL, True)
+    assert run["approvals"][0]["status"] == "denied"
     assert upstreams.ledger.started("send_payment") == 0
 
 
@@ -255,11 +261,9 @@ async def test_the_openai_front_never_offers_a_tool_that_would_wait_for_approval
 ) -> None:
     llm = upstreams.llm
     llm.push(text("Hello."))
-    callers = tmp_path / "callers.toml"
-    callers.write_text(CALLERS_FILE)
     body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 
-    async with replica(upstreams, f"sqlite:///{tmp_path}/runs.db", tmp_path / "a.log", callers_file=callers) as a:
+    async with _sqlite_replica(upstreams, tmp_path) as a:
         response = await a.http.post("/v1/chat/completions", json=body, headers=as_caller(ACME_KEY))
 
     assert response.status_code == 200, response.text
