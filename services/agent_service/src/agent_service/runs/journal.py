@@ -279,7 +279,7 @@ class RunJournal:
     async def park(self, held: list[NewApproval], *, wait_seconds: float, deadline_left_seconds: float) -> None:
         """The run begins to wait for approvals of ``held``: the events emitted since the last step (its
         ``approval_required``) stored with its status ``waiting`` and the pending approvals, in one transaction
-        (``RunStore.park``); then told to the attached client. Raises as a step's write does."""
+        (``RunStore.park``); the client is told with ``release_stored``. Raises as a step's write does."""
         store = self.store
         if store is None:
             return
@@ -307,6 +307,9 @@ class RunJournal:
             if events:
                 self.flushed_seq = events[-1].seq
             self._wake()
+
+    async def release_stored(self) -> None:
+        """Tell the attached client the events held until stored that are stored now (after ``park``)."""
         await self._release()
 
     # --- the end --------------------------------------------------------------------------------------

@@ -67,6 +67,8 @@ class StartedRun:
     scope: anyio.CancelScope | None = None
     outcome: RunOutcome | None = None
     """Set once the run has ended here."""
+    parked: bool = False
+    """It waits for approvals in the store (``_park``): this replica has let go of it."""
     stop_reason: str | None = None
     """Why this replica stopped it: ``cancelled`` (asked to), ``moved`` (the lease was lost); ``None``: its client
     left or the service is shutting down."""
@@ -233,18 +235,25 @@ class RunExecutor:
                 if self.lifecycle.interrupted:
                     await journal.log_calls()  # a call the shutdown cut off: counted in the budgets, so logged
                     await self._release(plan.run_id)
-                elif run.stop_reason is None:  # its client left
+                elif run.stop_reason is None and not run.parked:  # its client left (a parked run waits on)
                     journal.send = None
                     run.stop_reason = "cancelled"
                     await self._stored_cancel(run)
             raise
         finally:
-            self.active.pop(plan.run_id, None)
-            if run.stop_reason != "moved":  # moved: the slot (same run id) is the new owner's now
+            if run.parked:  # let go of already (``_park``): the run id may be resumed here again by now
+                pass
+            elif run.stop_reason != "moved":  # moved: the slot (same run id) is the new owner's now
+                self._let_go(run)
                 await self.release_slot(plan.run_id)
             else:
+                self._let_go(run)
                 self.slots_held.pop(plan.run_id, None)
             journal.ended.set()
+
+    def _let_go(self, run: StartedRun) -> None:
+        if self.active.get(run.plan.run_id) is run:
+            del self.active[run.plan.run_id]
 
     async def release_slot(self, run_id: str) -> None:
         """Give back the slot taken for ``run_id`` here, if any."""
@@ -300,6 +309,7 @@ class RunExecutor:
             NewApproval(call.id, outcome.iterations, call.name, servers.get(call.name), call.arguments)
             for call in outcome.waiting
         ]
+        run.parked = True  # from here on its lease is not renewed, nor the run stopped for the lease it gives up
         try:
             await run.journal.park(
                 held,
@@ -307,13 +317,21 @@ class RunExecutor:
                 deadline_left_seconds=max(0.0, plan.limits.deadline.remaining()),
             )
         except RunMoved as moved:
-            run.stop_reason = "moved"
+            run.parked, run.stop_reason = False, "moved"
             await run.journal.tell(RunError(run_id=plan.run_id, code=moved.code, message=moved.message))
             return replace(outcome, waiting=[], error=moved)
         except UpstreamError as failure:  # the lease lapses and another replica takes the run over
+            run.parked = False
             _log.error("run_not_parked", run_id=plan.run_id, error=failure.message)
             await run.journal.tell(RunError(run_id=plan.run_id, code=failure.code, message=failure.message))
             return replace(outcome, waiting=[], error=failure)
+        except BaseException:  # cancelled before the write (which is shielded): not parked, stopped as any run
+            run.parked = False
+            raise
+        # Let go of before its client hears of the wait: a decision may resume it here the next instant.
+        self._let_go(run)
+        await self.release_slot(plan.run_id)
+        await run.journal.release_stored()
         return outcome
 
     async def _stored_cancel(self, run: StartedRun) -> None:

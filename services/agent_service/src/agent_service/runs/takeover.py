@@ -75,7 +75,8 @@ class LeaseKeeper:
     async def _renew(self) -> None:
         runs = self._runs
         assert runs.store is not None
-        local = [run_id for run_id, run in runs.active.items() if run.journal.store is not None]
+        # A run parked to wait for approvals gave its lease up: it is not renewed, nor stopped for having none.
+        local = [run_id for run_id, run in runs.active.items() if run.journal.store is not None and not run.parked]
         if not local:
             return
         stop = await runs.store.renew_leases(runs.owner, local, lease_seconds=runs.settings.lease_seconds)
