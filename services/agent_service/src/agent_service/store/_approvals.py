@@ -17,6 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
+from agent_service.core.tenancy import DEFAULT_TENANT
 from agent_service.store._rows import read_run, utc_now
 from agent_service.store.records import (
     ACTIVE_STATUSES,
@@ -188,7 +189,7 @@ class RunApprovals:
                     {
                         "run_id": run_id,
                         "tool_call_id": call.tool_call_id,
-                        "tenant": tenant or "default",
+                        "tenant": tenant or DEFAULT_TENANT,
                         "iteration": call.iteration,
                         "tool": call.tool,
                         "server": call.server,
