@@ -83,7 +83,7 @@ async def open_store(store_url: str) -> AsyncIterator[Callable[[], Awaitable[Run
     cleaner = await open_one()
     if cleaner.backend == "postgresql":
         # The session's database is shared: each test starts from empty tables (claims see every run).
-        truncate = sa.text("TRUNCATE run_events, run_messages, runs, conversations")
+        truncate = sa.text("TRUNCATE approvals, conversation_summaries, run_events, run_messages, runs, conversations")
         await cleaner._db.run("empty the tables", lambda connection: connection.execute(truncate), write=True)
     try:
         yield open_one
