@@ -21,6 +21,7 @@ from agent_service.admission.rule_servers import check_rule_servers
 from agent_service.admission.run_slots import open_run_slots
 from agent_service.admission.tenant_runtime import TenantRuntimes
 from agent_service.api.admin import admin_routes
+from agent_service.api.approvals import approvals_routes
 from agent_service.api.audit import audit_routes
 from agent_service.api.auth import CALLER_ERRORS, PROTECTED_PREFIXES, CallerMiddleware
 from agent_service.api.console import console_routes
@@ -197,6 +198,7 @@ def create_app(
         routes=[
             *run_routes(),
             *runs_routes(),
+            *approvals_routes(),
             *usage_routes(),
             *audit_routes(),
             *admin_routes(),

@@ -18,6 +18,7 @@ import anyio
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from agent_service.admission.approval_rules import approval_tools, check_approval_patterns
 from agent_service.admission.tenant_runtime import TenantRuntime
 from agent_service.core.errors import UpstreamError
 from agent_service.core.limits import RunLimits
@@ -534,6 +535,7 @@ async def plan_run(
     OpenAI front), logged, instead of failing it."""
     asked = request
     _check_response_format(request.response_format)
+    check_approval_patterns(asked.require_approval)
     request = apply_persona(request, rules, settings.default_model)
     preset = frozenset(name for name in _PRESET_LIMITS if getattr(asked, name) is None and getattr(request, name))
     model = request.model
@@ -553,6 +555,9 @@ async def plan_run(
         client_names = {spec.name for spec in client_tools}
         tools = [tool for tool in tools if tool.name not in client_names]
     choice = request.tool_choice
+    needs_approval = approval_tools(
+        tools, rules.approval, persona.approval if persona is not None else None, asked.require_approval
+    )
     if not out_of_time:
         _check_tool_choice(choice, {tool.name for tool in tools} | {spec.name for spec in client_tools})
     return RunPlan(
@@ -577,4 +582,6 @@ async def plan_run(
         else request.response_format,
         context_tokens=window,
         summary_model=(persona.summary_model if persona is not None else None) or rules.summary_model,
+        approval_tools=needs_approval,
+        approval_timeout_seconds=rules.approval_timeout_seconds,
     )

@@ -63,6 +63,10 @@ async def _stream_run(run: StartedRun, runs: AgentRuns, lifecycle: Lifecycle, se
         _log.error("run_crashed", run_id=run_id, exc_info=error)
         await journal.tell(RunError(run_id=run_id, code="internal_error", message="The run failed unexpectedly."))
         return
+    if finished and run.outcome is not None and run.outcome.waiting:
+        # The run waits in the store for approvals: the stream stays open (keep-alives) and follows its stored events
+        # wherever it is resumed, to its end. Leaving now cancels nothing.
+        finished, _ = await until_interrupted(lifecycle, runs.follow(run_id, journal.flushed_seq, event_sender(send)))
     if not finished:
         # Not a silent cut: the caller learns why the stream ends, and where the run goes on. Told to this client
         # only: the run's own events go on where it is taken over.
@@ -105,6 +109,22 @@ def _answer(run: StartedRun, outcome: RunOutcome) -> Response:
     return ModelResponse(result, headers=headers)
 
 
+async def _answer_when_ended(
+    request: Request, run: StartedRun, runs: AgentRuns, lifecycle: Lifecycle, outcome: RunOutcome
+) -> Response:
+    """The JSON answer of a run that ended, or, when it waits for approvals, once it has ended wherever it resumed
+    (a client that leaves meanwhile cancels nothing)."""
+    if not outcome.waiting:
+        return _answer(run, outcome)
+    waited = await run_for_client(request, runs.waited_outcome(run), lifecycle=lifecycle)
+    if waited.client_gone:
+        return Response(status_code=499)  # the run goes on; nobody reads this
+    if not waited.finished or waited.result is None:
+        message = _HANDED_OVER.format(run_id=run.plan.run_id)
+        raise ApiError(503, "shutting_down", message, headers={"Retry-After": "1", "X-Agent-Run-Id": run.plan.run_id})
+    return _answer(run, waited.result)
+
+
 async def run_agent(request: Request) -> Response | EventStreamResponse:
     services = services_of(request)
     lifecycle = services.lifecycle
@@ -139,7 +159,7 @@ async def run_agent(request: Request) -> Response | EventStreamResponse:
             return Response(status_code=499)  # the run goes on; nobody reads this
         if run.outcome is None:
             raise ApiError(503, "shutting_down", _HANDED_OVER.format(run_id=plan.run_id), headers={"Retry-After": "1"})
-        return _answer(run, run.outcome)
+        return await _answer_when_ended(request, run, runs, lifecycle, run.outcome)
     if body.stream:
         return EventStreamResponse(lambda send: _stream_run(run, runs, lifecycle, send), headers=headers)
     outcome = await run_for_client(request, runs.execute(run, stream_text=False), lifecycle=lifecycle)
@@ -148,7 +168,7 @@ async def run_agent(request: Request) -> Response | EventStreamResponse:
     if not outcome.finished or outcome.result is None:
         message = _HANDED_OVER.format(run_id=plan.run_id) if run.journal.store is not None else _SHUTTING_DOWN
         raise ApiError(503, "shutting_down", message, headers={"Retry-After": "1", **headers})
-    return _answer(run, outcome.result)
+    return await _answer_when_ended(request, run, runs, lifecycle, outcome.result)
 
 
 _RUN = Operation(

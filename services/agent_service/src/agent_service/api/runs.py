@@ -11,13 +11,14 @@ from starlette.routing import BaseRoute
 from agent_service.api.auth import caller_of
 from agent_service.api.services import services_of
 from agent_service.runs import AgentRuns, StoredEventSink
-from agent_service.store import ConversationSummary, RunRecord, StoredEvent
+from agent_service.store import ApprovalRecord, ConversationSummary, RunRecord, StoredEvent
 from suite_common.echo import clip
 from suite_common.errors import ApiError
 from suite_common.http import ModelResponse
 from suite_common.openapi import ApiRoute, Operation
 from suite_common.sse import Emit, EventStreamResponse, encode_event
 from suite_common.wire import (
+    ApprovalView,
     ConversationList,
     ConversationSummaryView,
     ConversationView,
@@ -27,7 +28,16 @@ from suite_common.wire import (
     RunView,
 )
 
-__all__ = ["MAX_EVENT_ID", "event_sender", "query_limit", "run_view", "runs_routes"]
+__all__ = [
+    "MAX_EVENT_ID",
+    "approval_view",
+    "event_sender",
+    "path_id",
+    "query_limit",
+    "run_view",
+    "runs_routes",
+    "stored_run",
+]
 
 _MAX_ID_CHARS = 128
 _DEFAULT_CONVERSATIONS = 50
@@ -57,7 +67,25 @@ def _runs(request: Request) -> AgentRuns:
     return services_of(request).runs
 
 
-def run_view(record: RunRecord, messages: list[Message] | None = None) -> RunView:
+def approval_view(approval: ApprovalRecord) -> ApprovalView:
+    return ApprovalView(
+        tool_call_id=approval.tool_call_id,
+        iteration=approval.iteration,
+        name=approval.tool,
+        server=approval.server,
+        arguments=approval.arguments,
+        status=approval.status,
+        message=approval.message,
+        decided_by=approval.decided_by,
+        requested_at=approval.requested_at.isoformat(),
+        decided_at=approval.decided_at.isoformat() if approval.decided_at is not None else None,
+        expires_at=approval.expires_at.isoformat(),
+    )
+
+
+def run_view(
+    record: RunRecord, messages: list[Message] | None = None, approvals: list[ApprovalRecord] | None = None
+) -> RunView:
     return RunView(
         run_id=record.run_id,
         conversation_id=record.conversation_id,
@@ -75,17 +103,18 @@ def run_view(record: RunRecord, messages: list[Message] | None = None) -> RunVie
         resumes=record.resumes,
         cancel_requested=record.cancel_requested,
         output=record.output,
+        approvals=[approval_view(approval) for approval in approvals] if approvals else None,
     )
 
 
-def _path_id(request: Request, name: str) -> str:
+def path_id(request: Request, name: str) -> str:
     value: str = request.path_params[name]
     if len(value) > _MAX_ID_CHARS:
         raise ApiError(404, "not_found", f"No such {name}: {clip(value)}.")
     return value
 
 
-async def _record(request: Request, runs: AgentRuns, run_id: str) -> RunRecord:
+async def stored_run(request: Request, runs: AgentRuns, run_id: str) -> RunRecord:
     """The caller's tenant's run; another tenant's is answered exactly as an unknown one."""
     record = await runs.get(run_id, tenant=caller_of(request).tenant)
     if record is None:
@@ -95,9 +124,9 @@ async def _record(request: Request, runs: AgentRuns, run_id: str) -> RunRecord:
 
 async def get_run(request: Request) -> Response:
     runs = _runs(request)
-    record = await _record(request, runs, _path_id(request, "runId"))
+    record = await stored_run(request, runs, path_id(request, "runId"))
     messages = await runs.messages(record.run_id)
-    return ModelResponse(run_view(record, messages))
+    return ModelResponse(run_view(record, messages, await runs.approvals(record.run_id)))
 
 
 def _after(request: Request) -> int:
@@ -117,9 +146,9 @@ def _after(request: Request) -> int:
 
 async def get_events(request: Request) -> EventStreamResponse:
     runs = _runs(request)
-    run_id = _path_id(request, "runId")
+    run_id = path_id(request, "runId")
     after = _after(request)
-    await _record(request, runs, run_id)
+    await stored_run(request, runs, run_id)
 
     async def stream(send: Emit) -> None:
         await runs.follow(run_id, after, event_sender(send))
@@ -129,7 +158,7 @@ async def get_events(request: Request) -> EventStreamResponse:
 
 async def cancel_run(request: Request) -> Response:
     runs = _runs(request)
-    run_id = _path_id(request, "runId")
+    run_id = path_id(request, "runId")
     record = await runs.cancel(run_id, tenant=caller_of(request).tenant)
     if record is None:
         raise ApiError(404, "run_not_found", f"No run {clip(run_id)} is stored.")
@@ -149,7 +178,7 @@ def _cursor(request: Request) -> tuple[str, int] | None:
 
 async def get_conversation(request: Request) -> Response:
     runs = _runs(request)
-    conversation_id = _path_id(request, "conversationId")
+    conversation_id = path_id(request, "conversationId")
     limit = query_limit(request, _DEFAULT_PAGE_MESSAGES, _MAX_PAGE_MESSAGES)
     before = _cursor(request)
     conversation = await runs.conversation(
@@ -209,7 +238,8 @@ async def list_conversations(request: Request) -> Response:
 
 _NOT_STORED = "Runs are not stored (AGENT_DATABASE_URL is empty), or no such run is stored."
 _GET_RUN = Operation(
-    "A stored run: status, finish reason, iterations, usage, its messages, the error if any",
+    "A stored run: status (waiting: tool calls wait for approval), finish reason, iterations, usage, its messages, "
+    "its calls that needed approval, the error if any",
     answer=RunView,
     errors={404: _NOT_STORED, 503: "The run store is unavailable (Retry-After)."},
 )

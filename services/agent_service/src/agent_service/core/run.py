@@ -111,6 +111,12 @@ class RunPlan:
     tool_cache_seconds: float | None = None
     """The longest a cached tool result may serve this run (its tenant's runtime, ``toolCacheSeconds``; 0: the
     cache is neither read nor written); ``None``: the operator's cache policy as it is."""
+    approval_tools: frozenset[str] = frozenset()
+    """The tools (names as offered) whose calls wait for a person's approval
+    (``agent_service.admission.approval_rules``): the loop holds them and the run waits in the store
+    (``agent_service.runs.waiting``)."""
+    approval_timeout_seconds: float = 3600.0
+    """How long the run waits for those decisions; then the undecided calls are denied."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,8 +201,10 @@ class ResumePoint:
     results: dict[str, Message] = field(default_factory=dict)
     """The stored results among them, by tool call id."""
     redispatch: set[str] = field(default_factory=set)
-    """The ids of the calls without a result that may run again (their tools say they are idempotent); each other
-    one gets a result saying its outcome is unknown."""
+    """The ids of the calls without a result that may run again (their tools say they are idempotent), or that a
+    person approved; each other one gets a result saying its outcome is unknown, unless ``answered`` has one."""
+    answered: dict[str, str] = field(default_factory=dict)
+    """Calls answered without running, by id: the error result the model is told (a denied approval)."""
 
 
 UNKNOWN_OUTCOME = (
@@ -220,3 +228,6 @@ class RunOutcome:
     """What its LLM calls warned of (``RunDone.warnings``)."""
     output: Any = None
     """With ``responseFormat``: the final answer parsed (``RunDone.output``)."""
+    waiting: list[ToolCall] = field(default_factory=list)
+    """The round's calls held for a person's approval: the run did not end, it waits (no ``done`` was emitted);
+    ``finish_reason`` means nothing then."""

@@ -24,6 +24,7 @@ from agent_service.core.run import (
     RunPlan,
     RunRecorder,
 )
+from agent_service.engine.approvals import ask_approval, hold_for_approval, waiting_outcome
 from agent_service.engine.context import ContextFitter
 from agent_service.engine.metering import complete_counted
 from agent_service.engine.output import AnswerCheck
@@ -109,7 +110,9 @@ class AgentLoop:
                     raise
                 failed = result.error is not None
                 outcome = result.error.code if result.error is not None else result.finish_reason
-                finish_reason = "error" if result.error is not None else result.finish_reason
+                finish_reason: str = "error" if result.error is not None else result.finish_reason
+                if result.waiting:  # not an end: the run waits for approvals
+                    outcome = finish_reason = "waiting"
                 telemetry.run_outcome(span, outcome, finish_reason, result.error.message if result.error else None)
                 return result
         finally:
@@ -139,6 +142,8 @@ class AgentLoop:
         except anyio.get_cancelled_exc_class():
             _log.info("run_cancelled", iterations=state.iterations)
             raise
+        if stop is None:  # calls of the round wait for approval: the run does not end, it waits
+            return waiting_outcome(state)
         return await self._finish(plan, state, emit, stop, time.perf_counter() - started)
 
     async def _finish(self, plan: RunPlan, state: RunState, emit: EventSink, stop: Stop, elapsed: float) -> RunOutcome:
@@ -197,7 +202,8 @@ class AgentLoop:
         again = [call for call in resume.calls if call.id not in resume.results and call.id in resume.redispatch]
         for call in resume.calls:
             if call.id not in resume.results and call.id not in resume.redispatch:
-                message = Message(role="tool", tool_call_id=call.id, content=UNKNOWN_OUTCOME, is_error=True)
+                content = resume.answered.get(call.id, UNKNOWN_OUTCOME)  # a denied approval says so
+                message = Message(role="tool", tool_call_id=call.id, content=content, is_error=True)
                 await self.dispatch.finished(plan, state, emit, recorder, call, message, duration_ms=0.0)
         if again:
             await self.dispatch.dispatch(plan, state, emit, again, recorder, stream_text)
@@ -205,7 +211,8 @@ class AgentLoop:
 
     async def _rounds(
         self, plan: RunPlan, state: RunState, emit: EventSink, stream_text: bool, recorder: RunRecorder | None
-    ) -> Stop:
+    ) -> Stop | None:
+        """Why the run ends; ``None``: it waits for approvals (``state.waiting``)."""
         specs = [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema) for t in plan.tools]
         specs += plan.client_tools
         tool_choice = plan.tool_choice
@@ -250,6 +257,8 @@ class AgentLoop:
                     )
             if finish is not None:
                 return Stop(finish)
+            if state.waiting:
+                return None
             # A forced choice ("required" or a named tool) applies to the first round only;
             # forcing it again would keep the model from ever answering.
             tool_choice = "auto"
@@ -299,7 +308,12 @@ class AgentLoop:
             )
         if recorder is not None:  # stored before any tool runs: a crash from here on resumes these calls
             await recorder.turn(state.turn_position, message, iterations=iteration, usage=state.usage, call=llm_call)
-        await self.dispatch.dispatch(plan, state, emit, calls, recorder, stream_text)
+        calls, state.waiting = hold_for_approval(plan, calls)
+        if calls:
+            await self.dispatch.dispatch(plan, state, emit, calls, recorder, stream_text)
+        if state.waiting:  # the others have finished: the round stays open until the held ones are decided
+            await ask_approval(plan, state, emit)
+            return None
         # Results go back in the order the model asked for them, whatever order they finished in.
         state.close_round("The tool call did not finish.")
         return None

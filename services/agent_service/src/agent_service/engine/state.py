@@ -30,6 +30,9 @@ class RunState:
     """With ``responseFormat``: the final answer parsed, once valid (``engine.output``)."""
     context: FitMemo = field(default_factory=FitMemo)
     """What the context fitter knows of the run's conversation (``agent_service.engine.context``)."""
+    waiting: list[ToolCall] = field(default_factory=list)
+    """The current round's calls held for a person's approval (``engine.approvals``): the run waits once the
+    others have finished."""
 
     @property
     def appended_from(self) -> int:

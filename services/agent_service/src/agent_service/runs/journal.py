@@ -27,7 +27,7 @@ import anyio
 from agent_service.core.errors import UpstreamError
 from agent_service.core.run import LlmCall, RunOutcome, ToolCallRecord
 from agent_service.infra.telemetry import RunTelemetry
-from agent_service.store import LeaseLost, RunStore, Step, StoredEvent, StoreError
+from agent_service.store import LeaseLost, NewApproval, RunStore, Step, StoredEvent, StoreError
 from suite_common.logging import get_logger
 from suite_common.wire import (
     Message,
@@ -50,7 +50,7 @@ LiveSink = Callable[[RunEvent, StoredEvent], Awaitable[None]]
 
 TERMINAL_EVENTS = frozenset({"done", "error"})
 """A run's last stored event is one of these."""
-DURABLE_EVENTS = frozenset({"tool_call", "tool_result", *TERMINAL_EVENTS})
+DURABLE_EVENTS = frozenset({"tool_call", "tool_result", "approval_required", "approval_decided", *TERMINAL_EVENTS})
 """Events that state what the run did: told to a client (attached, or following on this replica) once stored only.
 The others (text, reasoning, progress) are told as they come: a run taken over after a crash says so
 (``run_resumed``) and asks the model again for an answer whose end was not stored."""
@@ -65,6 +65,15 @@ class RunMoved(UpstreamError):
             f"Another instance took this run over; follow it at GET /api/v1/agent/runs/{run_id}/events.",
             status=409,
         )
+
+
+def _not_stored() -> UpstreamError:
+    return UpstreamError(
+        "store_unavailable",
+        "The run could not be stored: the run store is unavailable.",
+        status=503,
+        headers={"Retry-After": "1"},
+    )
 
 
 _LOG_CALLS_SECONDS = 2.0
@@ -267,6 +276,42 @@ class RunJournal:
         await self._write(Step())
         await self._release()
 
+    async def park(self, held: list[NewApproval], *, wait_seconds: float, deadline_left_seconds: float) -> None:
+        """The run begins to wait for approvals of ``held``: the events emitted since the last step (its
+        ``approval_required``) stored with its status ``waiting`` and the pending approvals, in one transaction
+        (``RunStore.park``); the client is told with ``release_stored``. Raises as a step's write does."""
+        store = self.store
+        if store is None:
+            return
+        if self.unlogged or self.unaudited:  # none in practice (the round's turn logged its call): kept all the same
+            await self._write(Step())
+        await self._settle()
+        async with self._write_lock:
+            events = list(self.unflushed)
+            try:
+                with anyio.CancelScope(shield=True):
+                    await store.park(
+                        self.run_id,
+                        events,
+                        held,
+                        owner=self.owner,
+                        wait_seconds=wait_seconds,
+                        deadline_left_seconds=deadline_left_seconds,
+                    )
+            except LeaseLost:
+                raise RunMoved(self.run_id) from None
+            except StoreError as error:
+                _log.warning("run_not_stored", run_id=self.run_id, error=str(error))
+                raise _not_stored() from None
+            del self.unflushed[: len(events)]
+            if events:
+                self.flushed_seq = events[-1].seq
+            self._wake()
+
+    async def release_stored(self) -> None:
+        """Tell the attached client the events held until stored that are stored now (after ``park``)."""
+        await self._release()
+
     # --- the end --------------------------------------------------------------------------------------
 
     async def finish(self, outcome: RunOutcome) -> None:
@@ -360,12 +405,7 @@ class RunJournal:
             except StoreError as error:
                 self.telemetry.store_write(time.perf_counter() - started, ok=False)
                 _log.warning("run_not_stored", run_id=self.run_id, error=str(error))
-                raise UpstreamError(
-                    "store_unavailable",
-                    "The run could not be stored: the run store is unavailable.",
-                    status=503,
-                    headers={"Retry-After": "1"},
-                ) from None
+                raise _not_stored() from None
             finally:
                 if not written:  # the run's end writes them again
                     self.unaudited.extend(own)

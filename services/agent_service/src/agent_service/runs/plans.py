@@ -71,13 +71,18 @@ def stored_plan(plan: RunPlan) -> dict[str, Any]:
         "responseFormat": plan.response_format.model_dump(mode="json", by_alias=True, exclude_none=True)
         if plan.response_format is not None
         else None,
+        "approvalTools": sorted(plan.approval_tools),
+        "approvalTimeoutSeconds": plan.approval_timeout_seconds,
     }
 
 
-def plan_from_record(record: RunRecord, messages: list[Message]) -> RunPlan:
+def plan_from_record(record: RunRecord, messages: list[Message], *, deadline_seconds: float | None = None) -> RunPlan:
     """The plan of a run taken over: its own settings, a fresh deadline of the length it started with (the time
-    the crash took is not the run's), and ``messages`` as its conversation."""
+    the crash took is not the run's) or of ``deadline_seconds`` (what it had left when it began to wait for
+    approvals: the wait is not the run's either), and ``messages`` as its conversation."""
     stored = record.plan
+    if deadline_seconds is None:
+        deadline_seconds = float(stored["deadlineSeconds"])
     return RunPlan(
         run_id=record.run_id,
         model=record.model,
@@ -87,7 +92,7 @@ def plan_from_record(record: RunRecord, messages: list[Message]) -> RunPlan:
         tool_choice=_TOOL_CHOICE.validate_python(stored["toolChoice"]) if record.iterations == 0 else "auto",
         limits=RunLimits(
             max_iterations=int(stored["maxIterations"]),
-            deadline=Deadline.after(float(stored["deadlineSeconds"])),
+            deadline=Deadline.after(deadline_seconds),
             max_total_tokens=stored.get("maxTotalTokens"),
             max_cost_usd=stored.get("maxCostUsd"),
         ),
@@ -108,6 +113,8 @@ def plan_from_record(record: RunRecord, messages: list[Message]) -> RunPlan:
         user=record.user,
         role=record.user_role,  # the run's own column, like the user and the conversation
         conversation_id=record.conversation_id,
+        approval_tools=frozenset(stored.get("approvalTools", ())),
+        approval_timeout_seconds=float(stored.get("approvalTimeoutSeconds", 3600.0)),
     )
 
 
@@ -128,16 +135,19 @@ class Takeover:
     finished: RunFinishReason | None = None
 
 
-def takeover(record: RunRecord, earlier: list[Message], own: list[Message]) -> Takeover:
-    """``earlier``: the conversation's messages before the run; ``own``: the run's stored messages, by position."""
+def takeover(
+    record: RunRecord, earlier: list[Message], own: list[Message], *, deadline_seconds: float | None = None
+) -> Takeover:
+    """``earlier``: the conversation's messages before the run; ``own``: the run's stored messages, by position;
+    ``deadline_seconds``: as ``plan_from_record``'s."""
     base = len(earlier)
     last_turn = next((index for index in range(len(own) - 1, -1, -1) if own[index].role == "assistant"), None)
     resume = ResumePoint(iterations=record.iterations, usage=record.usage)
     if last_turn is None:  # the crash came before the first answer was stored: the run starts over
-        return Takeover(plan_from_record(record, earlier + own), resume)
+        return Takeover(plan_from_record(record, earlier + own, deadline_seconds=deadline_seconds), resume)
     turn = own[last_turn]
     calls = turn.tool_calls or []
-    plan = plan_from_record(record, earlier + own[: last_turn + 1])
+    plan = plan_from_record(record, earlier + own[: last_turn + 1], deadline_seconds=deadline_seconds)
     client_names = {spec.name for spec in plan.client_tools}
     if not calls:
         return Takeover(plan, resume, finished="stop")
@@ -149,7 +159,13 @@ def takeover(record: RunRecord, earlier: list[Message], own: list[Message]) -> T
         if message.role == "tool" and message.tool_call_id is not None
     }
     tools = {tool.name: tool for tool in plan.tools}
-    again = {call.id for call in calls if call.id not in results and may_call_again(tools.get(call.name))}
+    # A call held for approval is never made again unapproved, whatever its tool says (a crash before its run was
+    # parked to wait leaves it without a decision).
+    again = {
+        call.id
+        for call in calls
+        if call.id not in results and call.name not in plan.approval_tools and may_call_again(tools.get(call.name))
+    }
     return Takeover(
         plan,
         ResumePoint(

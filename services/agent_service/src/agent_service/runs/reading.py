@@ -112,7 +112,7 @@ class RunReader:
             record = await self.get(run_id)
             if record is None:
                 return
-            if not record.active:  # ended: once its last stored event is sent, nothing more will come
+            if not (record.active or record.waiting):  # ended: once its last stored event is sent, nothing more comes
                 if not await self._events_after(run_id, after):
                     return
                 continue

@@ -22,7 +22,7 @@ from agent_service.core.run import ResumePoint, RunOutcome, RunPlan
 from agent_service.core.tenancy import Caller
 from agent_service.engine.loop import AgentLoop
 from agent_service.runs.journal import LiveSink, RunJournal, RunMoved
-from agent_service.runs.plans import conversation_settings, stored_plan
+from agent_service.runs.plans import Takeover, conversation_settings, stored_plan, takeover
 from agent_service.runs.summaries import StoredSummary
 from agent_service.settings import AgentSettings
 from agent_service.store import (
@@ -30,7 +30,9 @@ from agent_service.store import (
     ConversationFull,
     ConversationLimits,
     ConversationTooLarge,
+    NewApproval,
     NewRun,
+    RunRecord,
     RunStore,
     StoreError,
 )
@@ -66,6 +68,8 @@ class StartedRun:
     scope: anyio.CancelScope | None = None
     outcome: RunOutcome | None = None
     """Set once the run has ended here."""
+    parked: bool = False
+    """It waits for approvals in the store (``_park``): this replica has let go of it."""
     stop_reason: str | None = None
     """Why this replica stopped it: ``cancelled`` (asked to), ``moved`` (the lease was lost); ``None``: its client
     left or the service is shutting down."""
@@ -221,7 +225,10 @@ class RunExecutor:
                     recorder=journal if journal.store is not None else None,
                     resume=run.resume,
                 )
-                outcome = await self._store_outcome(run, outcome)
+                if outcome.waiting:
+                    outcome = await self._park(run, outcome)
+                else:
+                    outcome = await self._store_outcome(run, outcome)
                 run.outcome = outcome
                 return outcome
             run.outcome = await self._stopped(run)  # only ``run.stop`` cancels this scope
@@ -231,18 +238,25 @@ class RunExecutor:
                 if self.lifecycle.interrupted:
                     await journal.log_calls()  # a call the shutdown cut off: counted in the budgets, so logged
                     await self._release(plan.run_id)
-                elif run.stop_reason is None:  # its client left
+                elif run.stop_reason is None and not run.parked:  # its client left (a parked run waits on)
                     journal.send = None
                     run.stop_reason = "cancelled"
                     await self._stored_cancel(run)
             raise
         finally:
-            self.active.pop(plan.run_id, None)
-            if run.stop_reason != "moved":  # moved: the slot (same run id) is the new owner's now
+            if run.parked:  # let go of already (``_park``): the run id may be resumed here again by now
+                pass
+            elif run.stop_reason != "moved":  # moved: the slot (same run id) is the new owner's now
+                self._let_go(run)
                 await self.release_slot(plan.run_id)
             else:
+                self._let_go(run)
                 self.slots_held.pop(plan.run_id, None)
             journal.ended.set()
+
+    def _let_go(self, run: StartedRun) -> None:
+        if self.active.get(run.plan.run_id) is run:
+            del self.active[run.plan.run_id]
 
     async def release_slot(self, run_id: str) -> None:
         """Give back the slot taken for ``run_id`` here, if any."""
@@ -288,6 +302,41 @@ class RunExecutor:
             return replace(outcome, error=failure)
         return outcome
 
+    async def _park(self, run: StartedRun, outcome: RunOutcome) -> RunOutcome:
+        """The run waits for approvals of ``outcome.waiting``, in the store (``RunStore.park``): nothing of it stays
+        here, its slot is released (``execute``'s end); a decision or the wait's limit resumes it on any replica
+        (``waiting``). A run that cannot be parked fails, as one whose step cannot be stored."""
+        plan = run.plan
+        servers = {tool.name: tool.server for tool in plan.tools}
+        held = [
+            NewApproval(call.id, outcome.iterations, call.name, servers.get(call.name), call.arguments)
+            for call in outcome.waiting
+        ]
+        run.parked = True  # from here on its lease is not renewed, nor the run stopped for the lease it gives up
+        try:
+            await run.journal.park(
+                held,
+                wait_seconds=plan.approval_timeout_seconds,
+                deadline_left_seconds=max(0.0, plan.limits.deadline.remaining()),
+            )
+        except RunMoved as moved:
+            run.parked, run.stop_reason = False, "moved"
+            await run.journal.tell(RunError(run_id=plan.run_id, code=moved.code, message=moved.message))
+            return replace(outcome, waiting=[], error=moved)
+        except UpstreamError as failure:  # the lease lapses and another replica takes the run over
+            run.parked = False
+            _log.error("run_not_parked", run_id=plan.run_id, error=failure.message)
+            await run.journal.tell(RunError(run_id=plan.run_id, code=failure.code, message=failure.message))
+            return replace(outcome, waiting=[], error=failure)
+        except BaseException:  # cancelled before the write (which is shielded): not parked, stopped as any run
+            run.parked = False
+            raise
+        # Let go of before its client hears of the wait: a decision may resume it here the next instant.
+        self._let_go(run)
+        await self.release_slot(plan.run_id)
+        await run.journal.release_stored()
+        return outcome
+
     async def _stored_cancel(self, run: StartedRun) -> None:
         if run.journal.store is None:
             return
@@ -302,6 +351,48 @@ class RunExecutor:
                 await run.journal.finish_cancelled(done, CANCELLED_CALL)
             except UpstreamError as error:
                 _log.error("run_cancel_not_stored", run_id=run.plan.run_id, error=error.message)
+
+    async def reopen(
+        self, record: RunRecord, *, next_seq: int, deadline_seconds: float | None = None
+    ) -> tuple[RunJournal, Takeover]:
+        """A stored run this replica holds the lease of now (taken over, or resumed after its wait): its journal,
+        numbered from ``next_seq`` and counted on from what is stored, and where the run resumes
+        (``deadline_seconds``: as ``plans.takeover``'s)."""
+        store = self.store
+        assert store is not None
+        run_id = record.run_id
+        journal = RunJournal(
+            run_id,
+            store=store,
+            owner=self.owner,
+            base=0,
+            next_seq=next_seq,
+            attempt=record.resumes,
+            telemetry=self.loop.telemetry,
+        )
+        earlier = await store.earlier_messages(run_id)
+        taken = takeover(record, earlier, await store.run_messages(run_id), deadline_seconds=deadline_seconds)
+        journal.base = len(earlier)
+        journal.iterations, journal.usage = record.iterations, record.usage
+        # The interrupted round's calls without a stored result: a run that ends here, cancelled or failed, still
+        # answers each (as the replica that made them would have), so that its conversation can go on.
+        resume = taken.resume
+        journal.open_calls = {
+            call.id: (resume.turn_position - journal.base + 1 + index, call)
+            for index, call in enumerate(resume.calls)
+            if call.id not in resume.results
+        }
+        return journal, taken
+
+    async def hold_slot(self, tenant: str, run_id: str) -> None:
+        """A slot of its tenant for a resumed run. Admitted once already: over its tenant's cap it still goes on
+        (refusing it now would fail a run its client was told had started), but it counts, so new runs wait. Redis
+        down: it goes on uncounted."""
+        try:
+            await self.slots.acquire(tenant, run_id, UNCAPPED)
+            self.slots_held[run_id] = tenant
+        except ApiError as error:
+            _log.warning("run_slot_not_taken", run_id=run_id, error=error.message)
 
     def detach(self, run: StartedRun, *, stream_text: bool) -> None:
         """Execute ``run`` in the background: its client may leave, the run goes on until it ends or the service

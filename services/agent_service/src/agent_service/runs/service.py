@@ -31,19 +31,22 @@ from agent_service.runs.journal import LiveSink, StoredEventSink
 from agent_service.runs.reading import RunReader
 from agent_service.runs.running import RunExecutor, StartedRun
 from agent_service.runs.takeover import LeaseKeeper
+from agent_service.runs.waiting import WaitingRuns
 from agent_service.settings import AgentSettings
 from agent_service.store import (
+    ApprovalRecord,
     AuditCursor,
     AuditedCall,
     AuditFilter,
     ConversationRecord,
     ConversationSummary,
+    Decided,
     ModelUsage,
     RunRecord,
     RunStore,
 )
 from suite_common.lifecycle import Lifecycle
-from suite_common.wire import AgentRunRequest, Message
+from suite_common.wire import AgentRunRequest, ApprovalDecision, Message
 
 __all__ = ["AgentRuns"]
 
@@ -69,7 +72,8 @@ class AgentRuns:
             budgets if budgets is not None else Budgets(LocalSpendLedger(), rules={}),
         )
         self.reader = RunReader(self.executor)
-        self.keeper = LeaseKeeper(self.executor)
+        self.waiting = WaitingRuns(self.executor, self.reader)
+        self.keeper = LeaseKeeper(self.executor, self.waiting)
 
     @property
     def store(self) -> RunStore | None:
@@ -143,4 +147,22 @@ class AgentRuns:
         await self.reader.log_usage(caller, call)
 
     async def cancel(self, run_id: str, *, tenant: str) -> RunRecord | None:
+        record = await self.reader.get(run_id, tenant=tenant)
+        if record is not None and record.waiting:  # nobody executes it: ended here, at once
+            cancelled = await self.waiting.cancel(record)
+            if cancelled is not None:
+                return cancelled
         return await self.reader.cancel(run_id, tenant=tenant)
+
+    # --- waiting for approvals (``WaitingRuns``) ----------------------------------------------------------
+
+    async def decide(self, run_id: str, decisions: list[ApprovalDecision], *, decided_by: str) -> Decided:
+        return await self.waiting.decide(run_id, decisions, decided_by=decided_by)
+
+    async def approvals(self, run_id: str) -> list[ApprovalRecord]:
+        return await self.waiting.approvals(run_id)
+
+    async def waited_outcome(self, run: StartedRun) -> RunOutcome:
+        """The end of ``run``, which waited for approvals (``outcome.waiting``), once it has ended wherever it was
+        resumed."""
+        return await self.waiting.outcome(run)

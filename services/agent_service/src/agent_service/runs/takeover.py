@@ -12,17 +12,15 @@ from dataclasses import replace
 
 import anyio
 
-from agent_service.admission.run_slots import UNCAPPED
 from agent_service.core.errors import UpstreamError
 from agent_service.core.run import RunOutcome
 from agent_service.core.tenancy import DEFAULT_TENANT
 from agent_service.runs.journal import RunJournal
-from agent_service.runs.plans import Takeover, takeover
 from agent_service.runs.reading import abandon_before
 from agent_service.runs.running import CANCELLED_CALL, RunExecutor, StartedRun
 from agent_service.runs.summaries import StoredSummary
-from agent_service.store import RunRecord, RunStore, StoreError
-from suite_common.errors import ApiError
+from agent_service.runs.waiting import WaitingRuns
+from agent_service.store import RunRecord, StoreError
 from suite_common.logging import get_logger
 from suite_common.wire import RunDone, RunError, RunErrorDetail, RunResumed
 
@@ -38,8 +36,9 @@ it never stored (text of an unfinished answer), and a client re-attaching after 
 class LeaseKeeper:
     """Renews the leases and slots of ``runs``' runs, stops those it lost, claims and resumes expired ones."""
 
-    def __init__(self, runs: RunExecutor) -> None:
+    def __init__(self, runs: RunExecutor, waiting: WaitingRuns) -> None:
         self._runs = runs
+        self._waiting = waiting
 
     async def release_all(self) -> None:
         """Runs still here at shutdown go to another replica at once, not after their lease."""
@@ -77,7 +76,8 @@ class LeaseKeeper:
     async def _renew(self) -> None:
         runs = self._runs
         assert runs.store is not None
-        local = [run_id for run_id, run in runs.active.items() if run.journal.store is not None]
+        # A run parked to wait for approvals gave its lease up: it is not renewed, nor stopped for having none.
+        local = [run_id for run_id, run in runs.active.items() if run.journal.store is not None and not run.parked]
         if not local:
             return
         stop = await runs.store.renew_leases(runs.owner, local, lease_seconds=runs.settings.lease_seconds)
@@ -107,6 +107,9 @@ class LeaseKeeper:
         """Resume a run whose replica stopped renewing its lease; this replica holds the lease now."""
         outcome = "failed"
         tenant = record.tenant or DEFAULT_TENANT
+        if record.waiting:  # its wait's limit passed: no crash, no takeover
+            await self._end_wait(record)
+            return
         try:
             outcome = await self._resume(record, tenant)
         except (StoreError, UpstreamError) as error:  # the lease lapses again: another sweep retries
@@ -119,6 +122,15 @@ class LeaseKeeper:
             if outcome != "resumed":  # ended here, or left: the dead replica's slot for it (same run id) goes too
                 with anyio.CancelScope(shield=True):
                     await self._runs.slots.release(tenant, record.run_id)
+
+    async def _end_wait(self, record: RunRecord) -> None:
+        """A waiting run claimed here once its wait's limit passed: its undecided calls denied, then resumed."""
+        try:
+            await self._waiting.expired(record)
+        except (StoreError, UpstreamError) as error:  # the lease lapses again (still waiting): another sweep retries
+            _log.warning("run_wait_not_ended", run_id=record.run_id, error=str(error))
+        except Exception as error:  # a bug: logged; the same
+            _log.error("run_wait_not_ended", run_id=record.run_id, exc_info=error)
 
     async def _fail_unresumable(self, record: RunRecord) -> None:
         runs = self._runs
@@ -143,7 +155,7 @@ class LeaseKeeper:
         if task_group is None:  # shutting down: the lease lapses again and another replica takes the run
             return "failed"
         run_id = record.run_id
-        journal, taken = await self._reopen(record, store)
+        journal, taken = await runs.reopen(record, next_seq=record.last_seq + RESUMED_SEQ_GAP)
         if record.cancel_requested:
             done = RunDone(run_id=run_id, finish_reason="cancelled", iterations=record.iterations, usage=record.usage)
             await journal.finish_cancelled(done, CANCELLED_CALL)
@@ -166,7 +178,7 @@ class LeaseKeeper:
             )
             await journal.finish(RunOutcome(taken.finished, record.iterations, record.usage, []))
             return "finished"
-        await self._hold_slot(tenant, run_id)
+        await runs.hold_slot(tenant, run_id)
         # Its budgets as its tenant's rules say now, its end user's (by the role the user had) included.
         plan = replace(taken.plan, spending=runs.budgets.guard(tenant, record.user, record.user_role or "user"))
         if record.conversation_id is not None:
@@ -175,39 +187,3 @@ class LeaseKeeper:
         runs.active[run_id] = run
         task_group.start_soon(runs.execute_tracked, run, True)
         return "resumed"
-
-    async def _reopen(self, record: RunRecord, store: RunStore) -> tuple[RunJournal, Takeover]:
-        """The claimed run's journal, numbered and counted on from what is stored, and where the run resumes."""
-        run_id = record.run_id
-        journal = RunJournal(
-            run_id,
-            store=store,
-            owner=self._runs.owner,
-            base=0,
-            next_seq=record.last_seq + RESUMED_SEQ_GAP,
-            attempt=record.resumes,
-            telemetry=self._runs.loop.telemetry,
-        )
-        earlier = await store.earlier_messages(run_id)
-        taken = takeover(record, earlier, await store.run_messages(run_id))
-        journal.base = len(earlier)
-        journal.iterations, journal.usage = record.iterations, record.usage
-        # The interrupted round's calls without a stored result: a run that ends here, cancelled or failed, still
-        # answers each (as the replica that made them would have), so that its conversation can go on.
-        resume = taken.resume
-        journal.open_calls = {
-            call.id: (resume.turn_position - journal.base + 1 + index, call)
-            for index, call in enumerate(resume.calls)
-            if call.id not in resume.results
-        }
-        return journal, taken
-
-    async def _hold_slot(self, tenant: str, run_id: str) -> None:
-        """A slot of its tenant for a resumed run. Admitted once already: over its tenant's cap it still goes on
-        (refusing it now would fail a run its client was told had started), but it counts, so new runs wait. Redis
-        down: it goes on uncounted."""
-        try:
-            await self._runs.slots.acquire(tenant, run_id, UNCAPPED)
-            self._runs.slots_held[run_id] = tenant
-        except ApiError as error:
-            _log.warning("run_slot_not_taken", run_id=run_id, error=error.message)

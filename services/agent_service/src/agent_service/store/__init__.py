@@ -1,8 +1,12 @@
 """Where runs live: their messages, their events, their leases; SQLite or PostgreSQL behind one interface."""
 
+from agent_service.store._approvals import Decided, Decision
 from agent_service.store.caller_keys import CallerKeyStore, KeyNameTaken, StoredCallerKey
 from agent_service.store.records import (
     ACTIVE_STATUSES,
+    UNFINISHED_STATUSES,
+    ApprovalNotPending,
+    ApprovalRecord,
     AuditCursor,
     AuditedCall,
     AuditFilter,
@@ -14,6 +18,7 @@ from agent_service.store.records import (
     ConversationTooLarge,
     LeaseLost,
     ModelUsage,
+    NewApproval,
     NewRun,
     RunRecord,
     RunStatus,
@@ -26,6 +31,9 @@ from agent_service.store.run_store import RunStore
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "UNFINISHED_STATUSES",
+    "ApprovalNotPending",
+    "ApprovalRecord",
     "AuditCursor",
     "AuditFilter",
     "AuditedCall",
@@ -36,9 +44,12 @@ __all__ = [
     "ConversationRecord",
     "ConversationSummary",
     "ConversationTooLarge",
+    "Decided",
+    "Decision",
     "KeyNameTaken",
     "LeaseLost",
     "ModelUsage",
+    "NewApproval",
     "NewRun",
     "RunRecord",
     "RunStatus",

@@ -18,7 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from agent_service.core.tenancy import DEFAULT_TENANT
 from agent_service.store._rows import read_messages, run_record
 from agent_service.store.records import (
-    ACTIVE_STATUSES,
+    UNFINISHED_STATUSES,
     ConversationBusy,
     ConversationRecord,
     ConversationSummary,
@@ -114,7 +114,9 @@ def take_conversation(connection: Connection, run: NewRun, tenant: str, conversa
     key = _conversation_key(tenant, conversation_id)
     stored = connection.execute(sa.select(conversations.c.settings).where(*key).with_for_update()).scalar_one()
     active = connection.execute(
-        sa.select(runs.c.run_id).where(*runs_of(tenant, conversation_id), runs.c.status.in_(ACTIVE_STATUSES)).limit(1)
+        sa.select(runs.c.run_id)
+        .where(*runs_of(tenant, conversation_id), runs.c.status.in_(UNFINISHED_STATUSES))
+        .limit(1)
     ).scalar_one_or_none()
     if active is not None:
         raise ConversationBusy(conversation_id, active)

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from agent_service.store._rows import read_run, run_record, utc_now
-from agent_service.store.records import ACTIVE_STATUSES, RunRecord
+from agent_service.store.records import ACTIVE_STATUSES, UNFINISHED_STATUSES, RunRecord
 from agent_service.store.schema import run_events, runs
 from suite_common.sql import Database
 from suite_common.wire import RunError, dump
@@ -74,7 +74,9 @@ class RunLeases:
     async def claim_expired(
         self, owner: str, *, lease_seconds: float, abandon_before: datetime, limit: int
     ) -> list[RunRecord]:
-        """Take over active runs whose lease has expired: owner, lease and ``resumes + 1`` set, returned. Several
+        """Take over active runs whose lease has expired, and waiting runs whose wait's limit passed (still
+        ``waiting``, ``resumes`` unchanged: see ``RunApprovals.expire_wait``): owner, lease and ``resumes + 1`` set,
+        returned. Several
         replicas claim at once without taking the same run twice (``FOR UPDATE SKIP LOCKED`` on PostgreSQL).
         A run whose lease expired before ``abandon_before`` is not claimed but marked ``failed`` with the error
         ``abandoned`` (see ``fail_abandoned``)."""
@@ -85,7 +87,8 @@ class RunLeases:
             expired = (
                 connection.execute(
                     sa.select(runs.c.run_id)
-                    .where(runs.c.status.in_(ACTIVE_STATUSES), runs.c.lease_expires_at < now)
+                    # A waiting run's lease_expires_at is its wait's limit: the claimer denies what is undecided.
+                    .where(runs.c.status.in_(UNFINISHED_STATUSES), runs.c.lease_expires_at < now)
                     .order_by(runs.c.lease_expires_at)
                     .limit(limit)
                     # Rows another replica is claiming right now are skipped, not waited for nor taken twice.
@@ -99,11 +102,14 @@ class RunLeases:
             result = connection.execute(
                 runs.update()
                 # The same conditions again: a run is never taken over unless it is still active and expired.
-                .where(runs.c.run_id.in_(expired), runs.c.status.in_(ACTIVE_STATUSES), runs.c.lease_expires_at < now)
+                .where(
+                    runs.c.run_id.in_(expired), runs.c.status.in_(UNFINISHED_STATUSES), runs.c.lease_expires_at < now
+                )
                 .values(
                     lease_owner=owner,
                     lease_expires_at=now + timedelta(seconds=lease_seconds),
-                    resumes=runs.c.resumes + 1,
+                    # A wait that ran out is no crash: it does not count as a resume.
+                    resumes=sa.case((runs.c.status == "waiting", runs.c.resumes), else_=runs.c.resumes + 1),
                     updated_at=now,
                 )
                 .returning(*runs.c)

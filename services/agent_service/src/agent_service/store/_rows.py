@@ -54,4 +54,6 @@ def run_record(row: sa.Row[Any]) -> RunRecord:
         last_seq=row.last_seq,
         user_role=row.user_role,
         output=row.output,
+        waiting_since=row.waiting_since,
+        deadline_left_seconds=row.deadline_left_seconds,
     )

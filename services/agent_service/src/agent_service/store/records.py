@@ -9,6 +9,7 @@ from typing import Any
 from agent_service.core.run import LlmCall, ToolCallRecord
 from suite_common.sql import StoreError
 from suite_common.wire import (
+    ApprovalStatus,
     BudgetName,
     ConversationSettings,
     Message,
@@ -22,6 +23,9 @@ from suite_common.wire import (
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "UNFINISHED_STATUSES",
+    "ApprovalNotPending",
+    "ApprovalRecord",
     "AuditCursor",
     "AuditFilter",
     "AuditedCall",
@@ -33,6 +37,7 @@ __all__ = [
     "ConversationTooLarge",
     "LeaseLost",
     "ModelUsage",
+    "NewApproval",
     "NewRun",
     "RunRecord",
     "RunStatus",
@@ -43,6 +48,9 @@ __all__ = [
 ]
 
 ACTIVE_STATUSES: tuple[RunStatus, ...] = ("processing", "tool_loop")
+"""A replica executes the run (it holds its lease, and renews it)."""
+UNFINISHED_STATUSES: tuple[RunStatus, ...] = (*ACTIVE_STATUSES, "waiting")
+"""Not ended: executing, or waiting in the store for approvals (its conversation is busy all the same)."""
 
 
 class LeaseLost(StoreError):
@@ -180,10 +188,56 @@ class RunRecord:
     """The end user's role (``X-User-Role``) when the run started; ``None``: stored before roles (``user``)."""
     output: Any | None = None
     """With ``responseFormat``: the final answer parsed, once the run has it."""
+    waiting_since: datetime | None = None
+    """Set while the run waits for approvals (status ``waiting``)."""
+    deadline_left_seconds: float | None = None
+    """The wall-clock seconds its deadline had left when it began to wait: it resumes with these."""
 
     @property
     def active(self) -> bool:
         return self.status in ACTIVE_STATUSES
+
+    @property
+    def waiting(self) -> bool:
+        return self.status == "waiting"
+
+
+class ApprovalNotPending(StoreError):
+    """A decision for a tool call that does not wait for one (decided already, unknown, or its run not waiting)."""
+
+    def __init__(self, run_id: str, tool_call_id: str) -> None:
+        super().__init__(f"The tool call {tool_call_id} of run {run_id} does not wait for a decision.")
+        self.run_id = run_id
+        self.tool_call_id = tool_call_id
+
+
+@dataclass(frozen=True, slots=True)
+class NewApproval:
+    """A tool call held for approval as its run begins to wait."""
+
+    tool_call_id: str
+    iteration: int
+    tool: str
+    server: str | None
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    """A tool call that needed approval (``schema.approvals``), and its decision."""
+
+    run_id: str
+    tool_call_id: str
+    iteration: int
+    tool: str
+    server: str | None
+    arguments: dict[str, Any]
+    status: ApprovalStatus
+    message: str | None
+    decided_by: str | None
+    requested_at: datetime
+    decided_at: datetime | None
+    expires_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,10 +5,9 @@ Every method is one short transaction. Every failure of the database surfaces as
 Times are the replica's wall clock, in UTC.
 
 ``RunStore`` is its table families' parts over one ``Database``: runs with their messages and events (``_runs``),
-conversations (``_conversations``), their summaries
-(``_summaries``), the usage log (``_usage``), the tool-call audit log (``_audit``), leases
-(``_leases``), the tenants' runtimes (``_tenant_runtime``); the caller keys of the same database are ``caller_keys``
-(``CallerKeyStore``).
+conversations (``_conversations``), their summaries (``_summaries``), the usage log (``_usage``), the tool-call
+audit log (``_audit``), leases (``_leases``), the tenants' runtimes (``_tenant_runtime``), runs waiting for approvals
+(``_approvals``); the caller keys of the same database are ``caller_keys`` (``CallerKeyStore``).
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
+from agent_service.store._approvals import RunApprovals
 from agent_service.store._audit import ToolCallAudit
 from agent_service.store._conversations import StoredConversations
 from agent_service.store._engine import database_url, open_database
@@ -32,7 +32,14 @@ __all__ = ["RunStore"]
 
 
 class RunStore(
-    StoredRuns, StoredConversations, ConversationSummaries, UsageLog, ToolCallAudit, RunLeases, TenantRuntimeSettings
+    StoredRuns,
+    StoredConversations,
+    ConversationSummaries,
+    UsageLog,
+    ToolCallAudit,
+    RunLeases,
+    TenantRuntimeSettings,
+    RunApprovals,
 ):
     """The durable runs of agent-service: their messages, events, leases, and the conversations they belong to.
 
