@@ -18,6 +18,7 @@ import anyio
 
 from agent_service.admission.tenant_runtime import TenantRuntime
 from agent_service.core.errors import UpstreamError
+from agent_service.core.images import check_images
 from agent_service.core.limits import RunLimits
 from agent_service.core.personas import GENERATION_FIELDS, PERSONA_FIELDS, Generation, Persona
 from agent_service.core.run import RunPlan
@@ -516,6 +517,7 @@ async def plan_run(
     ``agentEnabled`` false the run has none of the suite's tools (the gateway is not asked). ``tools_best_effort``:
     a tool list the gateway cannot give leaves a run that named no tools without any (a plain completion on the
     OpenAI front), logged, instead of failing it."""
+    check_images(request.messages, settings.run_images_max_bytes)
     asked = request
     request = apply_persona(request, rules, settings.default_model)
     preset = frozenset(name for name in _PRESET_LIMITS if getattr(asked, name) is None and getattr(request, name))

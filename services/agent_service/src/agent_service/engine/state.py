@@ -24,6 +24,8 @@ class RunState:
     """The position in ``conversation`` of the current round's assistant turn."""
     warnings: dict[str, None] = field(default_factory=dict)
     """The LLM calls' warnings, each once, in the order they came (a dict keeps it)."""
+    image_bytes: int = 0
+    """What the images of the run's tool results hold so far (bounded with its request's: ``engine.images``)."""
 
     @property
     def appended_from(self) -> int:

@@ -6,8 +6,8 @@ Times are the replica's wall clock, in UTC.
 
 ``RunStore`` is its table families' parts over one ``Database``: runs with their messages and events (``_runs``),
 conversations (``_conversations``), the usage log (``_usage``), the tool-call audit log (``_audit``), leases
-(``_leases``), the tenants' runtimes (``_tenant_runtime``); the caller keys of the same database are ``caller_keys``
-(``CallerKeyStore``).
+(``_leases``), the tenants' runtimes (``_tenant_runtime``), the images of stored messages (``_images``); the caller
+keys of the same database are ``caller_keys`` (``CallerKeyStore``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from sqlalchemy import Connection
 from agent_service.store._audit import ToolCallAudit
 from agent_service.store._conversations import StoredConversations
 from agent_service.store._engine import database_url, open_database
+from agent_service.store._images import StoredImages
 from agent_service.store._leases import RunLeases
 from agent_service.store._migrations import MIGRATIONS
 from agent_service.store._runs import StoredRuns
@@ -29,7 +30,9 @@ from suite_common.sql import Database
 __all__ = ["RunStore"]
 
 
-class RunStore(StoredRuns, StoredConversations, UsageLog, ToolCallAudit, RunLeases, TenantRuntimeSettings):
+class RunStore(
+    StoredRuns, StoredConversations, UsageLog, ToolCallAudit, RunLeases, TenantRuntimeSettings, StoredImages
+):
     """The durable runs of agent-service: their messages, events, leases, and the conversations they belong to.
 
     Each method runs one transaction, written as a plain function of a ``Connection`` (``suite_common.sql``'s
