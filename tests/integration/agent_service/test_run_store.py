@@ -82,8 +82,9 @@ async def open_store(store_url: str) -> AsyncIterator[Callable[[], Awaitable[Run
 
     cleaner = await open_one()
     if cleaner.backend == "postgresql":
-        # The session's database is shared: each test starts from empty tables (claims see every run).
-        truncate = sa.text("TRUNCATE run_events, run_messages, runs, conversations")
+        # The session's database is shared: each test starts from empty tables (claims see every run; CASCADE: with
+        # the tables that refer to them).
+        truncate = sa.text("TRUNCATE run_events, run_messages, runs, conversations CASCADE")
         await cleaner._db.run("empty the tables", lambda connection: connection.execute(truncate), write=True)
     try:
         yield open_one
