@@ -224,3 +224,22 @@ async def test_the_openai_sdk_sends_an_image_through_the_front(stack: Stack) -> 
         {"type": "text", "text": "What is this?"},
         {"type": "image_url", "image_url": {"url": PNG_URL, "detail": "low"}},
     ]
+
+
+async def test_the_next_run_of_a_conversation_sends_its_earlier_image_to_the_model_again(stack: Stack) -> None:
+    conversation = f"conv-{uuid.uuid4().hex}"
+    content = [{"type": "text", "text": "Keep this."}, {"type": "image_url", "image_url": {"url": PNG_URL}}]
+    first = {"model": "demo", "stream": False, "tools": [], "conversationId": conversation}
+    response = await stack.acme.post(
+        "/api/v1/agent/run", json=first | {"messages": [{"role": "user", "content": content}]}
+    )
+    assert response.status_code == 200, response.text
+    recorded = len(stack.completions.requests)
+    again = first | {"messages": [{"role": "user", "content": "And now?"}]}
+    response = await stack.acme.post("/api/v1/agent/run", json=again)
+    assert response.status_code == 200, response.text
+    # The stored reference was made the image's data: URL again before the call.
+    [call] = stack.completions.requests[recorded:]
+    assert _image_parts(call["messages"][0]) == [PNG_URL]
+    stored = (await stack.acme.get(f"/api/v1/agent/conversations/{conversation}")).json()
+    assert _image_parts(stored["messages"][0]) == [f"/api/v1/agent/images/{hashlib.sha256(PNG).hexdigest()}"]

@@ -13,7 +13,7 @@ from agent_service.core.images import DecodedImage, by_reference, check_images
 from agent_service.engine.images import MISSING_IMAGE, RunImages, image_room, image_summaries
 from agent_service.engine.tool_results import tool_result_content
 from suite_common.errors import ApiError
-from suite_common.wire import CallToolResponse, ImagePart, ImageUrl, Message, TextPart, ToolResultImage
+from suite_common.wire import CallToolResponse, ContentPart, ImagePart, ImageUrl, Message, TextPart, ToolResultImage
 
 pytestmark = pytest.mark.anyio
 
@@ -23,7 +23,7 @@ PNG_SHA = hashlib.sha256(PNG).hexdigest()
 
 
 def user(*urls: str, text: str = "What is this?") -> Message:
-    parts = [TextPart(text=text), *(ImagePart(image_url=ImageUrl(url=url)) for url in urls)]
+    parts: list[ContentPart] = [TextPart(text=text), *(ImagePart(image_url=ImageUrl(url=url)) for url in urls)]
     return Message(role="user", content=parts)
 
 
