@@ -26,6 +26,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from agent_service.core.context import ContextSummary
+from agent_service.core.images import DecodedImage
 from agent_service.core.tenancy import DEFAULT_TENANT
 from agent_service.store import (
     ConversationBusy,
@@ -1145,3 +1146,21 @@ async def test_usage_since_sums_a_tenants_usage_log_from_a_time_on_and_a_users_w
     )
     assert await store.usage_since(tenant, since, user="bob") == Usage(input_tokens=200, output_tokens=20)
     assert await store.usage_since(f"{tenant}-nobody", since) == Usage()
+
+
+async def test_an_image_is_kept_once_per_tenant_and_read_back_by_that_tenant_only(store: RunStore) -> None:
+    png = DecodedImage("image/png", b"\x89PNG\r\n\x1a\n" + uuid.uuid4().bytes)
+    gif = DecodedImage("image/gif", b"GIF89a" + uuid.uuid4().bytes)
+    await store.put_images("acme", [png, png])
+    await store.put_images("acme", [png, gif])  # again: left as it is
+    assert await store.images("acme", [png.sha256, gif.sha256, "0" * 64]) == {png.sha256: png, gif.sha256: gif}
+    assert await store.images("globex", [png.sha256]) == {}
+    assert await store.images("acme", []) == {}
+
+
+async def test_a_runs_images_are_kept_as_its_tenants(store: RunStore) -> None:
+    gif = DecodedImage("image/gif", b"GIF89a" + uuid.uuid4().bytes)
+    run = dataclasses.replace(new_run(), tenant="initech")
+    await store.create_run(run, owner="me", lease_seconds=LEASE)
+    await store.put_run_images(run.run_id, [gif])
+    assert await store.images("initech", [gif.sha256]) == {gif.sha256: gif}

@@ -12,9 +12,11 @@ documented status, content type and schema.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
+from base64 import b64encode
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -62,6 +64,18 @@ _CONVERSATION_RUN = {
     "messages": [{"role": "user", "content": "hello"}],
     "conversationId": CONVERSATION_ID,
 }
+_IMAGE = b"\x89PNG\r\n\x1a\n fuzzed"
+_IMAGE_RUN = {
+    "model": "demo",
+    "messages": [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64," + b64encode(_IMAGE).decode()}}
+            ],
+        }
+    ],
+}
 FUZZ_TENANT, FUZZ_SERVER = "fuzz", "fuzzed"
 _AGENT_CONFIG = (
     f"""
@@ -69,6 +83,11 @@ _AGENT_CONFIG = (
 [[operations]]
 include-name = "GET /api/v1/agent/conversations/{{conversationId}}"
 parameters = {{ conversationId = "{CONVERSATION_ID}" }}
+
+# The image of a run the suite stored before fuzzing: served, not only 404s for made-up ones.
+[[operations]]
+include-name = "GET /api/v1/agent/images/{{sha256}}"
+parameters = {{ sha256 = "{hashlib.sha256(_IMAGE).hexdigest()}" }}
 """
     + "".join(
         f"""
@@ -128,6 +147,8 @@ async def _running_suite() -> AsyncIterator[Suite]:
             async with httpx.AsyncClient(base_url=agent_url, timeout=30) as client:
                 started = await client.post("/api/v1/agent/run", json=_CONVERSATION_RUN)
                 assert started.status_code == 200, started.text
+                with_image = await client.post("/api/v1/agent/run", json=_IMAGE_RUN)
+                assert with_image.status_code == 200, with_image.text
                 server = {"name": FUZZ_SERVER, "url": "http://127.0.0.1:9/mcp"}
                 registered = await client.post("/api/v1/admin/mcp-servers", json=server)
                 assert registered.status_code == 201, registered.text

@@ -33,7 +33,17 @@ from agent_service.api.openai_wire import (
     to_tool_choice,
     utf8_pieces,
 )
-from suite_common.wire import Message, NamedToolChoice, ReasoningBlock, ReasoningControl, ToolCall, Usage
+from suite_common.wire import (
+    ImagePart,
+    ImageUrl,
+    Message,
+    NamedToolChoice,
+    ReasoningBlock,
+    ReasoningControl,
+    TextPart,
+    ToolCall,
+    Usage,
+)
 
 
 def request(**fields: Any) -> ChatCompletionRequest:
@@ -110,10 +120,21 @@ def test_messages_translate_with_developer_as_system_text_parts_joined_and_tool_
     assert messages[3] == Message(role="tool", tool_call_id="c1", content="sunny")
 
 
+def test_image_url_parts_become_the_suites_content_parts() -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0K", "detail": "low"}}
+    body = request(messages=[{"role": "user", "content": [{"type": "text", "text": "What is it?"}, image]}])
+    [message] = to_messages(body)
+    assert message.content == [
+        TextPart(text="What is it?"),
+        ImagePart(image_url=ImageUrl(url="data:image/png;base64,iVBORw0K", detail="low")),
+    ]
+
+
 @pytest.mark.parametrize(
     ("message", "problem"),
     [
-        ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}, "image_url"),
+        ({"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "x"}}]}, "input_audio"),
+        ({"role": "system", "content": [{"type": "image_url", "image_url": {"url": "https://a.test/"}}]}, "images"),
         ({"role": "tool", "content": "result"}, "toolCallId"),
     ],
 )

@@ -38,6 +38,7 @@ __all__ = [
     "ContentPart",
     "FunctionCall",
     "FunctionDefinition",
+    "ImageUrlItem",
     "NamedFunction",
     "NamedToolChoiceItem",
     "OpenAIModel",
@@ -88,9 +89,17 @@ class ToolCallItem(OpenAIModel):
     function: FunctionCall
 
 
+class ImageUrlItem(OpenAIModel):
+    url: str
+    detail: Literal["auto", "low", "high"] | None = None
+
+
 class ContentPart(OpenAIModel):
+    """A part of a message's content: ``text`` (with ``text``) or ``image_url`` (with ``image_url``)."""
+
     type: str
     text: str | None = None
+    image_url: ImageUrlItem | None = None
 
 
 class ChatMessage(OpenAIModel):

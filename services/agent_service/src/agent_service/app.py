@@ -25,6 +25,7 @@ from agent_service.api.approvals import approvals_routes
 from agent_service.api.audit import audit_routes
 from agent_service.api.auth import CALLER_ERRORS, PROTECTED_PREFIXES, CallerMiddleware
 from agent_service.api.console import console_routes
+from agent_service.api.images import images_routes
 from agent_service.api.openai_front import openai_routes
 from agent_service.api.run import run_routes
 from agent_service.api.runs import runs_routes
@@ -163,6 +164,8 @@ def create_app(
                 tool_result_max_chars=settings.tool_result_max_chars,
                 telemetry=telemetry,
                 tool_cache=open_tool_cache(settings, redis, telemetry),
+                images=store,
+                images_max_bytes=settings.run_images_max_bytes,
             )
             slots = open_run_slots(
                 redis,
@@ -199,6 +202,7 @@ def create_app(
             *run_routes(),
             *runs_routes(),
             *approvals_routes(),
+            *images_routes(),
             *usage_routes(),
             *audit_routes(),
             *admin_routes(),

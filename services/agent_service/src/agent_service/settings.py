@@ -9,6 +9,7 @@ from typing import Annotated, Literal, Self
 from pydantic import AfterValidator, BeforeValidator, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
+from agent_service.core.images import DEFAULT_RUN_IMAGES_MAX_BYTES
 from agent_service.core.tenancy import TOOL_PATTERN
 from suite_common.settings import ServiceSettings, blank_as_none, http_url
 
@@ -108,6 +109,10 @@ class AgentSettings(ServiceSettings):
     conversation_max_runs: int = Field(default=1000, ge=1)
     """Runs one conversation may have (every run started in it counts); one more is refused before anything of it is
     stored (409 ``conversation_full``)."""
+    run_images_max_bytes: int = Field(default=DEFAULT_RUN_IMAGES_MAX_BYTES, ge=0)
+    """What the images of one run may hold together, in bytes (decoded): its request's (over: 413
+    ``images_too_large``) and its tool results' (an image past it reaches the model as a note that it was left out).
+    A stored run keeps each image once by content, its messages refer to it (``/api/v1/agent/images/<sha256>``)."""
     lease_seconds: float = Field(default=15.0, ge=1)
     """A replica holds each run it executes for this long, renewed every third of it; when a replica dies, another
     takes its runs over once their lease has expired."""

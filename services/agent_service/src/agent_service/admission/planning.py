@@ -21,6 +21,7 @@ from jsonschema.exceptions import SchemaError
 from agent_service.admission.approval_rules import approval_tools, check_approval_patterns
 from agent_service.admission.tenant_runtime import TenantRuntime
 from agent_service.core.errors import UpstreamError
+from agent_service.core.images import check_images
 from agent_service.core.limits import RunLimits
 from agent_service.core.personas import GENERATION_FIELDS, PERSONA_FIELDS, Generation, Persona
 from agent_service.core.run import RunPlan
@@ -533,6 +534,7 @@ async def plan_run(
     ``agentEnabled`` false the run has none of the suite's tools (the gateway is not asked). ``tools_best_effort``:
     a tool list the gateway cannot give leaves a run that named no tools without any (a plain completion on the
     OpenAI front), logged, instead of failing it."""
+    check_images(request.messages, settings.run_images_max_bytes)
     asked = request
     _check_response_format(request.response_format)
     check_approval_patterns(asked.require_approval)

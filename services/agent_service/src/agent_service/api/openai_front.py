@@ -532,6 +532,8 @@ _CHAT_COMPLETIONS = Operation(
         "or one of its fallbacks, has no price (model_not_priced).",
         400: "Not a valid request (the message names the field); or the X-Agent-Persona header names a persona the "
         "caller's tenant does not have (unknown_persona).",
+        413: "The body is larger than the service accepts; or its images hold more than a run's may "
+        "(AGENT_RUN_IMAGES_MAX_BYTES: images_too_large).",
         429: "The tenant has its cap of runs in progress (too_many_runs), or the tenant or end user has used up a "
         "monthly budget (budget_exhausted), or the end user is new past the tenant's bound of end users a month "
         "(too_many_users); Retry-After says when to try again.",

@@ -32,6 +32,9 @@ from suite_common.openai_chat import (
     to_tool_call,
 )
 from suite_common.wire import (
+    ContentPart,
+    ImagePart,
+    ImageUrl,
     Message,
     ModelName,
     NamedToolChoice,
@@ -39,6 +42,7 @@ from suite_common.wire import (
     ReasoningEffort,
     ResponseFormat,
     StreamMode,
+    TextPart,
     ToolCall,
     ToolChoice,
     ToolSpec,
@@ -183,18 +187,25 @@ class OpenAIError(OpenAIModel):
 # --- request -> run ----------------------------------------------------------------------------
 
 
-def _text(message: ChatMessage) -> str | None:
+def _content(message: ChatMessage) -> str | list[ContentPart] | None:
+    """Text as text; parts with an image as the suite's content parts (the image's URL is checked with the run's)."""
     content = message.content
     if content is None or isinstance(content, str):
         return content
-    texts = []
+    parts: list[ContentPart] = []
     for part in content:
-        if part.type != "text" or part.text is None:
+        if part.type == "text" and part.text is not None:
+            parts.append(TextPart(text=part.text))
+        elif part.type == "image_url" and part.image_url is not None and part.image_url.url:
+            parts.append(ImagePart(image_url=ImageUrl(url=part.image_url.url, detail=part.image_url.detail)))
+        else:
             raise WireError(
-                f"{message.role} message: content parts of type {clip(part.type)!r} are not supported (text only)."
+                f"{message.role} message: content parts of type {clip(part.type)!r} are not supported "
+                "(text and image_url only)."
             )
-        texts.append(part.text)
-    return "".join(texts)
+    if all(isinstance(part, TextPart) for part in parts):
+        return "".join(part.text for part in parts if isinstance(part, TextPart))
+    return parts
 
 
 def to_messages(request: ChatCompletionRequest) -> list[Message]:
@@ -206,7 +217,7 @@ def to_messages(request: ChatCompletionRequest) -> list[Message]:
             messages.append(
                 Message(
                     role=role,
-                    content=_text(message),
+                    content=_content(message),
                     tool_calls=[to_tool_call(item) for item in message.tool_calls] if message.tool_calls else None,
                     tool_call_id=message.tool_call_id,
                 )

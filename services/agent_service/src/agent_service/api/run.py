@@ -178,7 +178,8 @@ _RUN = Operation(
     events=RunEvent,
     errors={
         400: (
-            "The body is not valid JSON, or not a valid request (the message names the field); or it names a persona "
+            "The body is not valid JSON, or not a valid request (the message names the field; an image URL that is "
+            "not https:// or data:image/<png|jpeg|gif|webp>;base64 too); or it names a persona "
             "the caller's tenant does not have (unknown_persona, listing those it has); or responseFormat's "
             "schema is not a valid JSON Schema."
         ),
@@ -190,7 +191,8 @@ _RUN = Operation(
         422: "With stream false: the run's final answer was still not valid against its responseFormat after one "
         "repair round (invalid_output); the body keeps what the run did (a streamed run ends with that error event).",
         413: "The body is larger than the service accepts; or the run's messages would take its conversation past the "
-        "size it may have (conversation_too_large).",
+        "size it may have (conversation_too_large); or its images hold more than a run's may "
+        "(AGENT_RUN_IMAGES_MAX_BYTES: images_too_large).",
         429: "The tenant has its cap of runs in progress (too_many_runs), or the tenant or end user has used up a "
         "monthly budget (budget_exhausted), or the end user is new past the tenant's bound of end users a month "
         "(too_many_users); Retry-After says when to try again.",

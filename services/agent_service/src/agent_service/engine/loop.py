@@ -13,6 +13,7 @@ import anyio
 import structlog
 
 from agent_service.core.errors import OUTBOUND_BLOCKED, UpstreamError
+from agent_service.core.images import DEFAULT_RUN_IMAGES_MAX_BYTES
 from agent_service.core.limits import Stop
 from agent_service.core.personas import with_system_prompt
 from agent_service.core.run import (
@@ -26,6 +27,7 @@ from agent_service.core.run import (
 )
 from agent_service.engine.approvals import ask_approval, hold_for_approval, waiting_outcome
 from agent_service.engine.context import ContextFitter
+from agent_service.engine.images import ImageSource, RunImages
 from agent_service.engine.metering import complete_counted
 from agent_service.engine.output import AnswerCheck
 from agent_service.engine.state import RunState
@@ -65,13 +67,21 @@ class AgentLoop:
         tool_result_max_chars: int,
         telemetry: RunTelemetry | None = None,
         tool_cache: ToolCache | None = None,
+        images: ImageSource | None = None,
+        images_max_bytes: int = DEFAULT_RUN_IMAGES_MAX_BYTES,
     ) -> None:
+        """``images``: where a stored run's images are read (``engine.images``)."""
         self.completions = completions
+        self.images = images
         self.tools = tools
         self.telemetry = telemetry or RunTelemetry.disabled()
         self.context = ContextFitter(completions)
         self.dispatch = ToolDispatch(
-            tools, tool_result_max_chars=tool_result_max_chars, telemetry=self.telemetry, tool_cache=tool_cache
+            tools,
+            tool_result_max_chars=tool_result_max_chars,
+            telemetry=self.telemetry,
+            tool_cache=tool_cache,
+            images_max_bytes=images_max_bytes,
         )
 
     async def run(
@@ -217,6 +227,7 @@ class AgentLoop:
         specs += plan.client_tools
         tool_choice = plan.tool_choice
         answers = AnswerCheck.of(plan.response_format)
+        images = RunImages(self.images, plan.tenant)
         while (stop := await _stop_before_call(plan, state)) is None:
             iteration = state.iterations = state.iterations + 1
             with (
@@ -225,7 +236,7 @@ class AgentLoop:
             ):
                 request = CompletionRequest(
                     model=plan.model,
-                    messages=with_system_prompt(state.conversation, plan.system_prompt),
+                    messages=await images.resolve(with_system_prompt(state.conversation, plan.system_prompt)),
                     tools=specs,
                     tool_choice=tool_choice,
                     max_tokens=plan.max_tokens,

@@ -33,6 +33,8 @@ class RunState:
     waiting: list[ToolCall] = field(default_factory=list)
     """The current round's calls held for a person's approval (``engine.approvals``): the run waits once the
     others have finished."""
+    image_bytes: int = 0
+    """What the images of the run's tool results hold so far (bounded with its request's: ``engine.images``)."""
 
     @property
     def appended_from(self) -> int:

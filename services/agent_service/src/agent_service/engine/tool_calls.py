@@ -11,10 +11,12 @@ import structlog
 from opentelemetry.trace import Span
 
 from agent_service.core.errors import OUTBOUND_BLOCKED, UpstreamError
+from agent_service.core.images import DEFAULT_RUN_IMAGES_MAX_BYTES
 from agent_service.core.run import EventSink, RunPlan, RunRecorder, ToolCallRecord
+from agent_service.engine.images import image_room, image_summaries
 from agent_service.engine.state import RunState
 from agent_service.engine.tool_cache import ToolCache
-from agent_service.engine.tool_results import render_tool_result
+from agent_service.engine.tool_results import tool_result_content
 from agent_service.infra.peers import ProgressSink, ToolsClient
 from agent_service.infra.telemetry import RunTelemetry
 from suite_common.echo import clip
@@ -22,6 +24,7 @@ from suite_common.tracing import mark_span_failed
 from suite_common.wire import (
     CallToolProgress,
     CallToolResponse,
+    ContentPart,
     Message,
     RunToolProgress,
     RunToolResult,
@@ -44,8 +47,11 @@ class ToolDispatch:
         tool_result_max_chars: int,
         telemetry: RunTelemetry,
         tool_cache: ToolCache | None,
+        images_max_bytes: int = DEFAULT_RUN_IMAGES_MAX_BYTES,
     ) -> None:
+        """``images_max_bytes``: what a run's images may hold together (``AGENT_RUN_IMAGES_MAX_BYTES``)."""
         self.tools = tools
+        self.images_max_bytes = images_max_bytes
         self.tool_result_max_chars = tool_result_max_chars
         self.telemetry = telemetry
         self.tool_cache = tool_cache
@@ -119,6 +125,7 @@ class ToolDispatch:
                 "tool_call", attributes={"tool.name": call.name, "tool.call_id": call.id}
             ) as span,
         ):
+            content: str | list[ContentPart]
             if (refusal := _refusal(call, allowed)) is not None:
                 content, is_error = refusal, True
             elif (hit := await self._cached(plan, tool, call)) is not None:
@@ -141,11 +148,14 @@ class ToolDispatch:
                     if recorder is not None:
                         recorder.unanswered(ended)
                     raise
-                content, is_error = render_tool_result(result, self.tool_result_max_chars), result.is_error
+                room = image_room(plan.messages, state.image_bytes, self.images_max_bytes)
+                content, image_bytes = tool_result_content(result, self.tool_result_max_chars, image_room=room)
+                state.image_bytes += image_bytes
+                is_error = result.is_error
                 # The server that ran it (the planned one: the gateway runs the call there or nowhere); a call
                 # that no server ran (refused, the gateway unreachable) keeps the planned one.
                 server, status = result.server or server, "error" if result.is_error else "ok"
-                if status == "ok":
+                if status == "ok" and isinstance(content, str):  # a result with images is not cached
                     await self._remember(plan, tool, call, server, content)
             span.set_attributes({"tool.server": server, "tool.status": status})
             if status not in ("ok", "cached"):
@@ -212,6 +222,7 @@ class ToolDispatch:
                 is_error=bool(message.is_error),
                 duration_ms=duration_ms,
                 cached=cached or None,
+                images=image_summaries(message),
             )
         )
         if recorder is not None:

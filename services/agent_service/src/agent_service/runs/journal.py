@@ -25,6 +25,7 @@ from dataclasses import replace
 import anyio
 
 from agent_service.core.errors import UpstreamError
+from agent_service.core.images import DecodedImage, by_reference
 from agent_service.core.run import LlmCall, RunOutcome, ToolCallRecord
 from agent_service.infra.telemetry import RunTelemetry
 from agent_service.store import LeaseLost, NewApproval, RunStore, Step, StoredEvent, StoreError
@@ -395,6 +396,7 @@ class RunJournal:
                 # Shielded: a write cut off midway may still commit (on PostgreSQL a step is one statement), and the
                 # journal would then write its events twice. It is short, and bounded by the store's own timeouts.
                 with anyio.CancelScope(shield=True):
+                    await _keep_images(store, self.run_id, step)
                     if final:
                         await store.finish(self.run_id, step, owner=self.owner)
                     else:
@@ -417,3 +419,17 @@ class RunJournal:
                 self.flushed_seq = events[-1].seq
             self.recorded.update(position for position, _ in step.messages)
             self._wake()
+
+
+async def _keep_images(store: RunStore, run_id: str, step: Step) -> None:
+    """The step's messages as stored: their ``data:`` images kept in the run's tenant's images first, referred to by
+    the messages (``core.images``)."""
+    kept: list[DecodedImage] = []
+    messages = []
+    for position, message in step.messages:
+        message, images = by_reference(message)
+        messages.append((position, message))
+        kept += images
+    if kept:
+        await store.put_run_images(run_id, kept)
+        step.messages = messages

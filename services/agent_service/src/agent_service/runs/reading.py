@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import anyio
 
+from agent_service.core.images import DecodedImage
 from agent_service.core.run import LlmCall
 from agent_service.core.tenancy import DEFAULT_TENANT, Caller
 from agent_service.runs.journal import TERMINAL_EVENTS, StoredEventSink
@@ -117,6 +118,13 @@ class RunReader:
                     return
                 continue
             await anyio.sleep(poll)
+
+    async def image(self, sha256: str, *, tenant: str) -> DecodedImage | None:
+        """``tenant``'s stored image of that content (``None``: it has none)."""
+        try:
+            return (await self._store().images(tenant, [sha256])).get(sha256)
+        except StoreError as error:
+            raise store_unavailable(error) from None
 
     async def messages(self, run_id: str) -> list[Message]:
         try:

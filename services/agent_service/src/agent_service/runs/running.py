@@ -18,6 +18,7 @@ from anyio.abc import TaskGroup
 from agent_service.admission.budgets import Budgets
 from agent_service.admission.run_slots import UNCAPPED, RunSlots
 from agent_service.core.errors import UpstreamError
+from agent_service.core.images import messages_by_reference
 from agent_service.core.run import ResumePoint, RunOutcome, RunPlan
 from agent_service.core.tenancy import Caller
 from agent_service.engine.loop import AgentLoop
@@ -149,11 +150,13 @@ class RunExecutor:
         if store is None:
             journal = RunJournal(plan.run_id, store=None, owner=self.owner, base=0, send=send)
             return StartedRun(plan, journal, detached)
+        # Stored with its images by reference (kept first); the run itself goes on with them as they came.
+        input_messages, images = messages_by_reference(plan.messages)
         new = NewRun(
             run_id=plan.run_id,
             model=plan.model,
             plan=stored_plan(plan),
-            input_messages=plan.messages,
+            input_messages=input_messages,
             conversation_id=request.conversation_id,
             caller=caller.name,
             tenant=caller.tenant,
@@ -163,6 +166,8 @@ class RunExecutor:
         )
         limits = ConversationLimits(self.settings.conversation_max_bytes, self.settings.conversation_max_runs)
         try:
+            if images:
+                await store.put_images(caller.tenant, images)
             earlier = await store.create_run(
                 new, owner=self.owner, lease_seconds=self.settings.lease_seconds, limits=limits
             )

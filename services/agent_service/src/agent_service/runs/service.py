@@ -24,6 +24,7 @@ import anyio
 from agent_service.admission.budgets import Budgets
 from agent_service.admission.run_slots import LocalRunSlots, RunSlots
 from agent_service.admission.spend_ledgers import LocalSpendLedger
+from agent_service.core.images import DecodedImage
 from agent_service.core.run import LlmCall, RunOutcome, RunPlan
 from agent_service.core.tenancy import Caller
 from agent_service.engine.loop import AgentLoop
@@ -121,6 +122,9 @@ class AgentRuns:
 
     async def follow(self, run_id: str, after: int, send: StoredEventSink) -> None:
         await self.reader.follow(run_id, after, send)
+
+    async def image(self, sha256: str, *, tenant: str) -> DecodedImage | None:
+        return await self.reader.image(sha256, tenant=tenant)
 
     async def messages(self, run_id: str) -> list[Message]:
         return await self.reader.messages(run_id)

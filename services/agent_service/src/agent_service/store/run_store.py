@@ -7,7 +7,8 @@ Times are the replica's wall clock, in UTC.
 ``RunStore`` is its table families' parts over one ``Database``: runs with their messages and events (``_runs``),
 conversations (``_conversations``), their summaries (``_summaries``), the usage log (``_usage``), the tool-call
 audit log (``_audit``), leases (``_leases``), the tenants' runtimes (``_tenant_runtime``), runs waiting for approvals
-(``_approvals``); the caller keys of the same database are ``caller_keys`` (``CallerKeyStore``).
+(``_approvals``), the images of stored messages (``_images``); the caller keys of the same database are
+``caller_keys`` (``CallerKeyStore``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from agent_service.store._approvals import RunApprovals
 from agent_service.store._audit import ToolCallAudit
 from agent_service.store._conversations import StoredConversations
 from agent_service.store._engine import database_url, open_database
+from agent_service.store._images import StoredImages
 from agent_service.store._leases import RunLeases
 from agent_service.store._migrations import MIGRATIONS
 from agent_service.store._runs import StoredRuns
@@ -40,6 +42,7 @@ class RunStore(
     RunLeases,
     TenantRuntimeSettings,
     RunApprovals,
+    StoredImages,
 ):
     """The durable runs of agent-service: their messages, events, leases, and the conversations they belong to.
 
