@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -13,8 +14,16 @@ import pytest
 from openai.types.shared_params import ResponseFormatJSONSchema
 from pydantic import BaseModel
 
+from agent_service.core.limits import RunLimits
+from agent_service.core.run import LlmCall, RunPlan
+from agent_service.runs.journal import RunJournal
+from agent_service.runs.plans import stored_plan, takeover
+from agent_service.store import NewApproval, NewRun, RunStore
+from suite_common.deadline import Deadline
+from suite_common.wire import JsonSchemaFormat, Message, ResponseFormat, RunEvent, ToolInfo, Usage
 from support import fake_openai
 from support.answer_formats import CITY_SCHEMA, PARIS
+from support.scripted import Scripted, answer, call_tools
 from support.stacks import AgentStack, running_stack
 
 pytestmark = pytest.mark.anyio
@@ -150,3 +159,75 @@ async def test_a_streamed_agent_run_fails_with_an_invalid_output_error_event(fre
     stored = run.json()
     assert (stored["status"], stored["finishReason"], stored["error"]["code"]) == ("failed", "error", "invalid_output")
     assert "output" not in stored
+
+
+# --- the repair round stored (a real RunJournal on SQLite) ---------------------------------------------------------
+
+REPAIR_FORMAT = ResponseFormat(type="json_schema", json_schema=JsonSchemaFormat(name="city", schema=CITY_SCHEMA))
+
+
+async def stored_run(tmp_path: Path) -> tuple[RunStore, RunPlan]:
+    store = await RunStore.open(f"sqlite:///{tmp_path}/repair.db")
+    plan = RunPlan(
+        run_id="run_repair",
+        model="scripted",
+        messages=[Message(role="user", content="Biggest city?")],
+        tools=[ToolInfo(name="lookup", description="Look up.", input_schema={"type": "object"}, server="s")],
+        tool_choice="auto",
+        limits=RunLimits(max_iterations=15, deadline=Deadline.after(30)),
+        response_format=REPAIR_FORMAT,
+        approval_tools=frozenset({"lookup"}),
+    )
+    run = NewRun(run_id=plan.run_id, model=plan.model, plan=stored_plan(plan), input_messages=plan.messages)
+    await store.create_run(run, owner="A", lease_seconds=30)
+    return store, plan
+
+
+async def no_events(_: RunEvent) -> None:
+    return None
+
+
+async def test_a_repair_round_that_waits_for_approval_keeps_the_invalid_answer_and_the_repair_stored(
+    tmp_path: Path,
+) -> None:
+    store, plan = await stored_run(tmp_path)
+
+    async def lookup(_: dict[str, Any]) -> str:
+        return "Paris"
+
+    scripted = Scripted([answer('{"city": 1}'), call_tools(("c1", "lookup", {}))], {"lookup": lookup})
+    journal = RunJournal(plan.run_id, store=store, owner="A", base=0)
+    outcome = await scripted.loop().run(plan, journal.emit, stream_text=False, recorder=journal)
+    assert outcome.waiting
+    held = [NewApproval("c1", outcome.iterations, "lookup", "s", {})]
+    await journal.park(held, wait_seconds=60, deadline_left_seconds=20)
+    own = await store.run_messages(plan.run_id)
+    # No gap: the invalid answer and the repair request are stored before the round's tool-call turn.
+    assert [(message.role, message.content) for message in own[:2]] == [
+        ("user", "Biggest city?"),
+        ("assistant", '{"city": 1}'),
+    ]
+    assert own[2].role == "user" and "not valid" in (own[2].text or "")
+    assert own[3].role == "assistant" and [call.id for call in own[3].tool_calls or []] == ["c1"]
+    taken = takeover(await store.get_run(plan.run_id), [], own)
+    assert (taken.finished, taken.resume.turn_position) == (None, 3)
+    await store.aclose()
+
+
+async def test_a_run_taken_over_right_after_its_repair_was_stored_asks_the_model_again(tmp_path: Path) -> None:
+    store, plan = await stored_run(tmp_path)
+    journal = RunJournal(plan.run_id, store=store, owner="A", base=0)
+    invalid = Message(role="assistant", content='{"city": 1}')
+    repair = Message(role="user", content="Your answer is not valid.")
+    call = LlmCall("scripted", "scripted", Usage(), iteration=1)
+    await journal.turn(1, invalid, iterations=1, usage=Usage(), call=call)
+    await journal.repair(1, invalid, repair, iterations=1, usage=Usage())
+    # The replica dies here; another one takes the run over: the repair round goes on, the run does not end.
+    own = await store.run_messages(plan.run_id)
+    taken = takeover(await store.get_run(plan.run_id), [], own)
+    assert taken.finished is None
+    assert [message.role for message in taken.plan.messages] == ["user", "assistant", "user"]
+    scripted = Scripted([answer(json.dumps(PARIS))])
+    outcome = await scripted.loop().run(taken.plan, no_events, stream_text=False, resume=taken.resume)
+    assert (outcome.finish_reason, outcome.output, outcome.iterations) == ("stop", PARIS, 2)
+    await store.aclose()

@@ -175,6 +175,11 @@ class RunRecorder(Protocol):
         """An assistant turn, before any of its tool calls runs. ``usage``: the run's so far; ``call``: the LLM call
         that answered this turn (one row of the usage log)."""
 
+    async def repair(self, position: int, answer: Message, prompt: Message, *, iterations: int, usage: Usage) -> None:
+        """A final answer that did not validate (``responseFormat``) at ``position``, and the user message asking
+        for another at ``position + 1``, stored together before the repair round's LLM call (the answer's own
+        ``turn`` left it to the run's end)."""
+
     async def result(self, position: int, message: Message, *, audit: ToolCallRecord | None) -> None:
         """A tool result, as soon as its call has finished; ``audit``: the call's audit row, stored with the result
         (``None``: a result of no call made here, such as one a crash left without an outcome)."""

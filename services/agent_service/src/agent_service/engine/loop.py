@@ -259,6 +259,11 @@ class AgentLoop:
                     raise verdict.failure  # the run fails with invalid_output
                 if verdict.repair is not None:
                     state.append(verdict.repair)  # the invalid answer stays, and the model is told what failed
+                    if recorder is not None:
+                        answer = state.conversation[-2]
+                        await recorder.repair(
+                            state.turn_position, answer, verdict.repair, iterations=iteration, usage=state.usage
+                        )
                     tool_choice = "auto"
                     continue
                 state.output = verdict.output

@@ -210,6 +210,17 @@ class RunJournal:
         await self._write(Step(messages=[(local, message)], status="tool_loop", iterations=iterations, usage=usage))
         await self._release()  # its tool calls
 
+    async def repair(self, position: int, answer: Message, prompt: Message, *, iterations: int, usage: Usage) -> None:
+        # The one path where a final answer is not the run's last step: stored now with the message that follows
+        # it, so that the positions after it (the repair round's) have no gap, and a takeover resumes the round.
+        local = position - self.base
+        self.iterations, self.usage = iterations, usage
+        step = Step(
+            messages=[(local, answer), (local + 1, prompt)], status="tool_loop", iterations=iterations, usage=usage
+        )
+        await self._write(step)
+        await self._release()
+
     async def result(self, position: int, message: Message, *, audit: ToolCallRecord | None) -> None:
         if message.tool_call_id is not None:
             self.open_calls.pop(message.tool_call_id, None)

@@ -150,6 +150,10 @@ def takeover(
     plan = plan_from_record(record, earlier + own[: last_turn + 1], deadline_seconds=deadline_seconds)
     client_names = {spec.name for spec in plan.client_tools}
     if not calls:
+        if any(message.role == "user" for message in own[last_turn + 1 :]):
+            # A final answer that did not validate, and the repair message after it (``responseFormat``): the
+            # repair round goes on; the answer is not the run's end.
+            return Takeover(plan_from_record(record, earlier + own, deadline_seconds=deadline_seconds), resume)
         return Takeover(plan, resume, finished="stop")
     if all(call.name in client_names for call in calls):
         return Takeover(plan, resume, finished="tool_calls")
