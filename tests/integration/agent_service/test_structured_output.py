@@ -139,8 +139,24 @@ async def test_the_agent_api_answers_and_stores_the_output(fresh: AgentStack) ->
     assert stored.json()["output"] == PARIS
 
 
-async def test_the_agent_api_refuses_a_schema_that_is_not_json_schema(fresh: AgentStack) -> None:
-    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "no-such-type"}}}
+UNUSABLE_SCHEMAS = {
+    "not JSON Schema": {"type": "no-such-type"},
+    "references that loop": {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}},
+    "a loop below the root": {
+        "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/b"}},
+        "$defs": {"b": {"type": "object", "$ref": "#/$defs/b"}},
+    },
+    "a remote reference": {"type": "object", "properties": {"a": {"$ref": "https://schemas.example/a.json"}}},
+    "a dynamic reference to nowhere": {"$dynamicRef": "#meta"},
+}
+
+
+@pytest.mark.parametrize("schema", UNUSABLE_SCHEMAS.values(), ids=UNUSABLE_SCHEMAS.keys())
+async def test_the_agent_api_refuses_a_schema_no_answer_could_be_checked_against(
+    fresh: AgentStack, schema: dict[str, Any]
+) -> None:
+    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
     body = {"model": "gpt-4o", "messages": user("hi"), "responseFormat": bad}
     response = await fresh.http.post("/api/v1/agent/run", json=body)
     assert response.status_code == 400

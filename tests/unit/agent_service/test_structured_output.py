@@ -129,3 +129,15 @@ async def test_a_schema_whose_ref_does_not_resolve_fails_the_run_at_once_not_the
     assert outcome.error is not None
     assert (outcome.error.code, len(scripted.completion_requests)) == ("invalid_output", 1)
     assert "$ref" in outcome.error.message
+
+
+async def test_a_schema_whose_references_loop_fails_the_run_with_invalid_output_not_a_crash() -> None:
+    looping = ResponseFormat(
+        type="json_schema",
+        json_schema=JsonSchemaFormat(name="x", schema={"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}),
+    )
+    scripted = Scripted([answer("{}")])
+    outcome = await scripted.loop().run(plan(looping), Recorder(), stream_text=False)
+    assert outcome.error is not None
+    assert (outcome.error.code, len(scripted.completion_requests)) == ("invalid_output", 1)
+    assert "loop" in outcome.error.message

@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 
 from agent_service.admission.approval_rules import approval_tools, check_approval_patterns
 from agent_service.admission.tenant_runtime import TenantRuntime
+from agent_service.core.answer_schema import schema_problem
 from agent_service.core.errors import UpstreamError
 from agent_service.core.images import check_images
 from agent_service.core.limits import RunLimits
@@ -500,11 +499,9 @@ def _check_response_format(response_format: ResponseFormat | None) -> None:
     """A schema the answer could never be checked against is refused before the run (400)."""
     if response_format is None or response_format.json_schema is None:
         return
-    try:
-        Draft202012Validator.check_schema(response_format.json_schema.schema_)
-    except SchemaError as error:
-        message = f"responseFormat.json_schema.schema is not a valid JSON Schema (draft 2020-12): {error.message}"
-        raise ApiError(400, "invalid_request", clip(message, 500)) from None
+    problem = schema_problem(response_format.json_schema.schema_)
+    if problem is not None:
+        raise ApiError(400, "invalid_request", clip(f"responseFormat.json_schema.schema: {problem}", 500))
 
 
 async def plan_run(

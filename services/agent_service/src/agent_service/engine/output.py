@@ -12,10 +12,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 from referencing.exceptions import Unresolvable
 
+from agent_service.core.answer_schema import answer_validator
 from agent_service.core.errors import UpstreamError
 from suite_common.wire import Message, ResponseFormat
 
@@ -46,7 +46,7 @@ class AnswerCheck:
 
     def __init__(self, response_format: ResponseFormat) -> None:
         schema = response_format.json_schema
-        self._validator = Draft202012Validator(schema.schema_) if schema is not None else None
+        self._validator = answer_validator(schema.schema_) if schema is not None else None
         self._repaired = False
 
     @classmethod
@@ -62,6 +62,9 @@ class AnswerCheck:
         except Unresolvable as error:  # a $ref of the schema (remote, or to nowhere): no answer could ever pass
             message = f"The responseFormat schema cannot be applied: it has a $ref that does not resolve ({error})."
             return Verdict(failure=UpstreamError(INVALID_OUTPUT, _clip(message), status=INVALID_OUTPUT_STATUS))
+        except RecursionError:  # references that loop where planning's probe did not reach: a failed run, not a crash
+            message = "The responseFormat schema cannot be applied: its references loop forever."
+            return Verdict(failure=UpstreamError(INVALID_OUTPUT, message, status=INVALID_OUTPUT_STATUS))
         if problem is None:
             return Verdict(output=value)
         if self._repaired:
