@@ -141,3 +141,23 @@ async def test_a_schema_whose_references_loop_fails_the_run_with_invalid_output_
     assert outcome.error is not None
     assert (outcome.error.code, len(scripted.completion_requests)) == ("invalid_output", 1)
     assert "loop" in outcome.error.message
+
+
+async def test_a_run_out_of_iterations_before_its_repair_is_answered_fails_with_invalid_output() -> None:
+    scripted = Scripted([answer('{"city": "Paris"}')])
+    events = Recorder()
+    limits = RunLimits(max_iterations=1, deadline=Deadline.after(10))
+    outcome = await scripted.loop().run(plan(limits=limits), events, stream_text=False)
+    assert len(scripted.completion_requests) == 1
+    assert outcome.error is not None
+    assert (outcome.finish_reason, outcome.error.code, outcome.output) == ("error", "invalid_output", None)
+    error = events.events[-1]
+    assert isinstance(error, RunError)
+    assert error.code == "invalid_output"
+
+
+async def test_a_run_out_of_iterations_without_a_repair_keeps_its_finish_reason() -> None:
+    scripted = Scripted([call_tools(("c1", "lookup", {}))], {"lookup": lookup})
+    limits = RunLimits(max_iterations=1, deadline=Deadline.after(10))
+    outcome = await scripted.loop().run(plan(limits=limits), Recorder(), stream_text=False)
+    assert (outcome.finish_reason, outcome.error, outcome.output) == ("max_iterations", None, None)

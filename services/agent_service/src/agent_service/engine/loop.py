@@ -278,6 +278,8 @@ class AgentLoop:
             # A forced choice ("required" or a named tool) applies to the first round only;
             # forcing it again would keep the model from ever answering.
             tool_choice = "auto"
+        if answers is not None and (failure := answers.unanswered()) is not None:
+            raise failure  # out of iterations or budget with the repair unanswered: no valid output, invalid_output
         return stop
 
     async def _round(

@@ -48,6 +48,7 @@ class AnswerCheck:
         schema = response_format.json_schema
         self._validator = answer_validator(schema.schema_) if schema is not None else None
         self._repaired = False
+        self._answered = False
 
     @classmethod
     def of(cls, response_format: ResponseFormat | None) -> AnswerCheck | None:
@@ -66,6 +67,7 @@ class AnswerCheck:
             message = "The responseFormat schema cannot be applied: its references loop forever."
             return Verdict(failure=UpstreamError(INVALID_OUTPUT, message, status=INVALID_OUTPUT_STATUS))
         if problem is None:
+            self._answered = True
             return Verdict(output=value)
         if self._repaired:
             message = f"The model's final answer is not valid JSON of the requested format, after one repair: {problem}"
@@ -76,6 +78,14 @@ class AnswerCheck:
             "code fences, following the requested format exactly."
         )
         return Verdict(repair=Message(role="user", content=prompt))
+
+    def unanswered(self) -> UpstreamError | None:
+        """The failure of a run stopped (out of iterations or budget) after its repair was asked for and before a
+        valid answer came: it has no valid output either, so it fails as a second invalid answer does."""
+        if not self._repaired or self._answered:
+            return None
+        message = "The run stopped before the model answered its repair request with valid JSON of the requested format."
+        return UpstreamError(INVALID_OUTPUT, message, status=INVALID_OUTPUT_STATUS)
 
     def _problem(self, text: str) -> tuple[str | None, Any]:
         """``(why the answer is invalid, None)`` or ``(None, its value)``."""
