@@ -223,9 +223,13 @@ async def test_a_repair_round_that_waits_for_approval_keeps_the_invalid_answer_a
         ("user", "Biggest city?"),
         ("assistant", '{"city": 1}'),
     ]
-    assert own[2].role == "user" and "not valid" in (own[2].text or "")
-    assert own[3].role == "assistant" and [call.id for call in own[3].tool_calls or []] == ["c1"]
-    taken = takeover(await store.get_run(plan.run_id), [], own)
+    assert own[2].role == "user"
+    assert "not valid" in (own[2].text or "")
+    assert own[3].role == "assistant"
+    assert [call.id for call in own[3].tool_calls or []] == ["c1"]
+    record = await store.get_run(plan.run_id)
+    assert record is not None
+    taken = takeover(record, [], own)
     assert (taken.finished, taken.resume.turn_position) == (None, 3)
     await store.aclose()
 
@@ -240,7 +244,9 @@ async def test_a_run_taken_over_right_after_its_repair_was_stored_asks_the_model
     await journal.repair(1, invalid, repair, iterations=1, usage=Usage())
     # The replica dies here; another one takes the run over: the repair round goes on, the run does not end.
     own = await store.run_messages(plan.run_id)
-    taken = takeover(await store.get_run(plan.run_id), [], own)
+    record = await store.get_run(plan.run_id)
+    assert record is not None
+    taken = takeover(record, [], own)
     assert taken.finished is None
     assert [message.role for message in taken.plan.messages] == ["user", "assistant", "user"]
     scripted = Scripted([answer(json.dumps(PARIS))])

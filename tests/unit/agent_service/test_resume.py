@@ -151,6 +151,9 @@ class Steps:
     async def cut_off(self, call: LlmCall, *, usage: Usage) -> None:
         raise AssertionError("no call is cut off here")
 
+    async def repair(self, position: int, answer: Message, prompt: Message, *, iterations: int, usage: Usage) -> None:
+        raise AssertionError("no answer is repaired here")
+
 
 async def test_a_resumed_round_repeats_the_safe_calls_answers_the_others_unknown_and_the_run_goes_on() -> None:
     calls: list[str] = []

@@ -65,6 +65,9 @@ class Steps:
     async def cut_off(self, call: LlmCall, *, usage: Usage) -> None:
         self.llm_calls.append(call)
 
+    async def repair(self, position: int, answer: Message, prompt: Message, *, iterations: int, usage: Usage) -> None:
+        raise AssertionError("no answer is repaired here")
+
     def rows(self) -> list[tuple[str, int, int, str | None, str, str]]:
         every = sorted([*self.answered, *self.unanswered_calls], key=lambda row: (row.iteration, row.call_index))
         return [(row.tool_call_id, row.iteration, row.call_index, row.server, row.tool, row.status) for row in every]

@@ -84,7 +84,9 @@ class AnswerCheck:
         valid answer came: it has no valid output either, so it fails as a second invalid answer does."""
         if not self._repaired or self._answered:
             return None
-        message = "The run stopped before the model answered its repair request with valid JSON of the requested format."
+        message = (
+            "The run stopped before the model answered its repair request with valid JSON of the requested format."
+        )
         return UpstreamError(INVALID_OUTPUT, message, status=INVALID_OUTPUT_STATUS)
 
     def _problem(self, text: str) -> tuple[str | None, Any]:
