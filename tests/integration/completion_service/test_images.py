@@ -11,6 +11,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 import trustme
@@ -22,8 +23,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from completion_service.app import create_app
-from completion_service.images import ImageFetcher
+from completion_service.images import ImageFetcher, admit_images
 from completion_service.settings import CompletionSettings
+from suite_common.errors import ApiError
+from suite_common.wire import CompletionRequest
 from support import fake_anthropic, fake_gemini, fake_openai
 from support.fake_bedrock import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, BedrockReply, ScriptedBedrock
 from support.servers import serve_app
@@ -313,3 +316,61 @@ async def test_the_demo_model_says_which_images_it_received() -> None:
     assert asked.status_code == 200, asked.text
     assert f"You sent 1 image (image/png, {len(PNG)} bytes)." in asked.json()["message"]["content"]
     assert {"id": "demo", "images": True}.items() <= next(m for m in models if m["id"] == "demo").items()
+
+
+def _images_body(model: str, urls: list[str]) -> dict[str, Any]:
+    parts = [
+        {"type": "text", "text": "Compare these."},
+        *({"type": "image_url", "image_url": {"url": u}} for u in urls),
+    ]
+    return {"model": model, "messages": [{"role": "user", "content": parts}]}
+
+
+async def test_more_images_than_a_request_may_carry_are_refused_before_any_call() -> None:
+    upstream = _upstream("openai")
+    async with service(upstream, image_max_count=2) as client:
+        two = await client.post("/api/v1/completions", json=_images_body("openai/gpt-4o", [DATA_URL] * 2))
+        three = await client.post("/api/v1/completions", json=_images_body("openai/gpt-4o", [DATA_URL] * 3))
+    assert two.status_code == 200, two.text
+    assert (three.status_code, three.json()["error"]["code"]) == (400, "too_many_images")
+    assert "COMPLETION_IMAGE_MAX_COUNT" in three.json()["error"]["message"]
+    assert len(upstream.requests()) == 1
+
+
+async def test_the_images_one_request_fetches_are_bounded_together() -> None:
+    upstream = _upstream("gemini")
+    settings = {"ssrf_allow_loopback": True, "image_fetch_max_bytes": len(PNG)}  # together: 4 of them at most
+    async with image_host() as host, service(upstream, trust=host.trust, **settings) as client:
+        four = await client.post(
+            "/api/v1/completions", json=_images_body(CASES[2].model, [f"{host.base}/dot.png?n={n}" for n in range(4)])
+        )
+        five = await client.post(
+            "/api/v1/completions", json=_images_body(CASES[2].model, [f"{host.base}/dot.png?n={n}" for n in range(5)])
+        )
+    assert four.status_code == 200, four.text
+    assert (five.status_code, five.json()["error"]["code"]) == (413, "image_too_large")
+    assert "together" in five.json()["error"]["message"]
+    assert len(upstream.requests()) == 1
+
+
+async def test_image_url_checks_run_together_within_the_requests_deadline() -> None:
+    started: list[str] = []
+
+    async def hanging(host: str, port: int) -> list[str]:
+        started.append(host)
+        await anyio.sleep_forever()
+        return []
+
+    config = CompletionSettings(demo_enabled=True)
+    fetcher = ImageFetcher(
+        config.egress_policy(), resolver=hanging, max_bytes=1 << 20, timeout_seconds=10, max_redirects=3
+    )
+    request = CompletionRequest.model_validate(
+        _images_body("demo", [f"https://host{n}.example/a.png" for n in range(8)])
+    )
+    with anyio.fail_after(5):
+        with pytest.raises(ApiError) as refused:
+            await admit_images(request, fetcher, within=0.3)
+    assert (refused.value.status, refused.value.code) == (504, "upstream_timeout")
+    assert len(started) == 4  # a few at a time, not one after another
+    await fetcher.aclose()

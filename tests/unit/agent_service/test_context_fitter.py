@@ -15,7 +15,7 @@ from agent_service.engine.context import ContextFitter
 from agent_service.engine.state import RunState
 from agent_service.engine.tokens import CHARS_PER_TOKEN, messages_tokens
 from suite_common.deadline import Deadline
-from suite_common.wire import CompletionRequest, Message, RunContextCompacted, RunEvent, ToolCall
+from suite_common.wire import CompletionRequest, Message, RunContextCompacted, RunEvent, ToolCall, ToolSpec
 from support.scripted import Scripted, answer
 
 pytestmark = pytest.mark.anyio
@@ -126,3 +126,52 @@ async def test_a_run_without_a_known_window_is_never_fitted() -> None:
     scripted = Scripted([answer("the answer")])
     await scripted.loop().run(replace(_plan(messages, None)), _Events(), stream_text=False)
     assert len(scripted.completion_requests[0]["messages"]) == len(messages)
+
+
+async def test_the_runs_own_earlier_tool_results_are_trimmed_and_the_current_rounds_kept_whole() -> None:
+    big = "result " * 3_000  # about 7,000 tokens by the estimate: two do not fit a 16k window
+    messages = [Message(role="user", content="research it")]
+    for n in range(3):
+        call = ToolCall(id=f"c{n}", name="search", arguments={"q": str(n)})
+        messages += [
+            Message(role="assistant", tool_calls=[call]),
+            Message(role="tool", tool_call_id=f"c{n}", content=big),
+        ]
+    state = RunState(conversation=list(messages))
+    state.turn_position = 5
+    request = CompletionRequest(model="scripted", messages=messages)
+    fitter = ContextFitter(Scripted([]).loop().completions)  # a summary call would find no answer
+
+    async def sent(fitted: CompletionRequest) -> CompletionRequest:
+        return fitted
+
+    fitted = await fitter.answered(_plan(messages, 16_000), state, _Events(), None, request, sent)
+    roles = [(m.role, m.tool_call_id) for m in fitted.messages]
+    assert roles == [(m.role, m.tool_call_id) for m in messages]  # nothing folded: every call keeps its result
+    assert [m.text == big for m in fitted.messages if m.role == "tool"] == [False, False, True]
+    assert "removed to fit the model's context window" in (fitted.messages[2].text or "")
+    assert messages_tokens(fitted.messages) < 16_000
+
+
+async def test_the_tool_definitions_are_counted_once_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    import agent_service.engine.context as context
+
+    counted: list[int] = []
+
+    def counting(tools: list[ToolSpec]) -> int:
+        counted.append(len(tools))
+        return 10 * len(tools)
+
+    monkeypatch.setattr(context, "tools_tokens", counting)
+    specs = [ToolSpec(name=f"tool_{n}", description="d", input_schema={"type": "object"}) for n in range(30)]
+    messages = [Message(role="user", content="q?")]
+    state = RunState(conversation=list(messages))
+    fitter = ContextFitter(Scripted([]).loop().completions)
+
+    async def sent(fitted: CompletionRequest) -> CompletionRequest:
+        return fitted
+
+    for _ in range(3):  # each round's request copies the loop's list of specs
+        request = CompletionRequest(model="scripted", messages=messages, tools=specs)
+        await fitter.answered(_plan(messages, 32_768), state, _Events(), None, request, sent)
+    assert counted == [30]

@@ -9,11 +9,25 @@ from collections.abc import Iterable
 
 import pytest
 
-from agent_service.core.images import DecodedImage, by_reference, check_images
+from agent_service.core.images import DecodedImage, by_reference, check_images, has_images
+from agent_service.core.limits import RunLimits
+from agent_service.core.run import RunPlan
 from agent_service.engine.images import MISSING_IMAGE, RunImages, image_room, image_summaries
+from agent_service.engine.state import RunState
 from agent_service.engine.tool_results import tool_result_content
+from suite_common.deadline import Deadline
 from suite_common.errors import ApiError
-from suite_common.wire import CallToolResponse, ContentPart, ImagePart, ImageUrl, Message, TextPart, ToolResultImage
+from suite_common.wire import (
+    CallToolResponse,
+    ContentPart,
+    ImagePart,
+    ImageUrl,
+    Message,
+    TextPart,
+    ToolCall,
+    ToolResultImage,
+)
+from support.scripted import Scripted, answer
 
 pytestmark = pytest.mark.anyio
 
@@ -143,6 +157,66 @@ def test_a_tool_image_past_the_runs_room_or_of_another_type_is_said_in_the_text(
     )
 
 
-def test_the_room_left_for_tool_images_counts_the_requests_images_and_the_earlier_results() -> None:
-    assert image_room([user(PNG_URL)], 100, 1000) == 1000 - len(PNG) - 100
-    assert image_room([user(PNG_URL)], 1000, 1000) == 0
+async def test_the_room_left_for_tool_images_counts_the_requests_images_and_the_earlier_results() -> None:
+    held = await RunImages(CountingSource({}), "acme").held([user(PNG_URL)], resumed=False)
+    assert held == len(PNG)
+    assert image_room(held + 100, 1000) == 1000 - len(PNG) - 100
+    assert image_room(1000, 1000) == 0
+
+
+async def test_a_resumed_run_counts_its_stored_images_toward_its_cap_in_one_store_read() -> None:
+    earlier = b"\x89PNG" + b"e" * 500
+    source = CountingSource({PNG_SHA: DecodedImage("image/png", PNG), "e" * 64: DecodedImage("image/png", earlier)})
+    request, _ = by_reference(user(PNG_URL))
+    conversation = [
+        user("/api/v1/agent/images/" + "e" * 64),  # an earlier run's image: not this run's
+        Message(role="assistant", content="a logo"),
+        request,
+        Message(role="assistant", tool_calls=[ToolCall(id="c1", name="look", arguments={})]),
+        Message(
+            role="tool", tool_call_id="c1", content=[ImagePart(image_url=ImageUrl(url=request.images[0].image_url.url))]
+        ),
+    ]
+    images = RunImages(source, "acme")
+    assert await images.held(conversation, resumed=True) == len(PNG)
+    await images.resolve(conversation)
+    assert source.reads == [{PNG_SHA, "e" * 64}]  # one read, which the rounds then use
+    assert await RunImages(CountingSource({}), "acme").held([Message(role="user", content="hi")], resumed=True) == 0
+
+
+def test_a_run_state_knows_whether_its_conversation_has_images() -> None:
+    state = RunState(conversation=[Message(role="user", content="hi")])
+    assert not state.images
+    state.append(Message(role="assistant", content="hello"))
+    assert not state.images
+    state.append(Message(role="tool", tool_call_id="c1", content=[ImagePart(image_url=ImageUrl(url=PNG_URL))]))
+    assert state.images
+    assert RunState(conversation=[user(PNG_URL)]).images
+
+
+async def test_a_run_without_images_never_scans_its_messages_for_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    import agent_service.engine.images as engine_images
+
+    scans: list[int] = []
+
+    def counting(messages: Iterable[Message]) -> bool:
+        scans.append(1)
+        return has_images(messages)
+
+    monkeypatch.setattr(engine_images, "has_images", counting)
+    scripted = Scripted([answer("hello")])
+    plan = RunPlan(
+        run_id="run_img",
+        model="scripted",
+        messages=[Message(role="user", content="hi")],
+        tools=[],
+        tool_choice="auto",
+        limits=RunLimits(max_iterations=3, deadline=Deadline.after(10)),
+    )
+
+    async def ignored(event: object) -> None:
+        pass
+
+    outcome = await scripted.loop().run(plan, ignored, stream_text=False)
+    assert outcome.finish_reason == "stop"
+    assert scans == []

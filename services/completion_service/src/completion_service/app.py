@@ -105,7 +105,9 @@ async def _finished_events(
         await _close(events)  # closing this stream closes the provider's at once, not when collected
 
 
-async def _image_route(body: CompletionRequest, route: ModelRoute, images: ImageFetcher) -> ModelRoute:
+async def _image_route(
+    body: CompletionRequest, route: ModelRoute, images: ImageFetcher, deadline: Deadline
+) -> ModelRoute:
     """The route of a request with images, before any call: 400 ``images_not_supported`` when its model takes none
     (its fallbacks that take none are left out of the chain), every image URL checked (``images.admit_images``)."""
     if not _takes_images(route):
@@ -115,7 +117,7 @@ async def _image_route(body: CompletionRequest, route: ModelRoute, images: Image
             f"The model {route.name!r} does not take images (its catalog entry or the provider's known models say "
             "so); send text only or pick a model that does.",
         )
-    await admit_images(body, images)
+    await admit_images(body, images, within=_left(deadline))
     fallbacks = tuple(fallback for fallback in route.fallbacks if _takes_images(fallback))
     return route if fallbacks == route.fallbacks else replace(route, fallbacks=fallbacks)
 
@@ -286,9 +288,9 @@ async def completions(request: Request) -> Response | EventStreamResponse:
     services = _services(request)
     body = await read_model(request, CompletionRequest)
     route = services.router.route(body.model)
-    if has_images(body):
-        route = await _image_route(body, route, services.images)
     deadline = _deadline(request, services.settings)
+    if has_images(body):  # checked within the request's deadline
+        route = await _image_route(body, route, services.images, deadline)
     lifecycle = services.lifecycle
     if not body.stream:
         answered, response = await _until_answered(request, lifecycle, _complete(body, route, deadline, services))

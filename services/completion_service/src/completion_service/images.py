@@ -7,12 +7,14 @@ the policy allows; a fetch is bounded in time (``COMPLETION_IMAGE_FETCH_TIMEOUT_
 (``COMPLETION_IMAGE_FETCH_MAX_BYTES``) and must answer an image type every provider takes. ``admit_images`` checks a
 request's images before any provider is called; ``with_image_bytes`` turns its ``https`` images into ``data:`` URLs
 for a provider whose ``image_input`` is ``bytes`` (Gemini, Bedrock, the demo); the others get the URLs as they came.
+A request carries at most ``COMPLETION_IMAGE_MAX_COUNT`` images, its fetches bring at most ``_TOTAL_FACTOR`` times
+the one-image cap together, and its checks and fetches run a few at a time within the request's deadline.
 """
 
 from __future__ import annotations
 
 import ssl
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
 import anyio
@@ -32,6 +34,10 @@ __all__ = ["ImageFetcher", "admit_images", "has_images", "with_image_bytes"]
 _log = get_logger("completion_service.images")
 
 _ACCEPT = ", ".join(sorted(IMAGE_MEDIA_TYPES))
+_TOTAL_FACTOR = 4
+"""The https images of one request together bring at most this many times the one-image cap."""
+_AT_ONCE = 4
+"""The image URLs of one request checked or fetched at the same time."""
 
 
 def has_images(request: CompletionRequest) -> bool:
@@ -83,10 +89,13 @@ class ImageFetcher:
         max_bytes: int,
         timeout_seconds: float,
         max_redirects: int,
+        max_count: int = 20,
         verify: ssl.SSLContext | bool = True,
     ) -> None:
         self.policy = policy
         self.max_bytes = max_bytes
+        self.max_count = max_count
+        self.max_total_bytes = _TOTAL_FACTOR * max_bytes
         self._resolver = resolver
         self._timeout = timeout_seconds
         self._max_redirects = max_redirects
@@ -103,6 +112,7 @@ class ImageFetcher:
             max_bytes=settings.image_fetch_max_bytes,
             timeout_seconds=settings.image_fetch_timeout_seconds,
             max_redirects=settings.image_fetch_max_redirects,
+            max_count=settings.image_max_count,
             verify=verify,
         )
 
@@ -154,34 +164,89 @@ class ImageFetcher:
         return DataImage.of(media_type, bytes(body))
 
 
-async def admit_images(request: CompletionRequest, fetcher: ImageFetcher) -> None:
-    """Every image of ``request`` acceptable before any call: a ``data:`` URL a well-formed image within the size
-    cap (else 400 ``invalid_request``, 413 ``image_too_large``), an ``https`` URL allowed by the egress policy
-    (else 400 ``image_url_not_allowed``), nothing else (agent-service's stored ``/api/v1/agent/images/...`` are
-    resolved by agent-service before it calls)."""
+async def admit_images(request: CompletionRequest, fetcher: ImageFetcher, *, within: float) -> None:
+    """Every image of ``request`` acceptable before any call: at most ``max_count`` of them (else 400
+    ``too_many_images``), a ``data:`` URL a well-formed image within the size cap (else 400 ``invalid_request``, 413
+    ``image_too_large``), an ``https`` URL allowed by the egress policy (else 400 ``image_url_not_allowed``), nothing
+    else (agent-service's stored ``/api/v1/agent/images/...`` are resolved by agent-service before it calls). The
+    https URLs are checked a few at a time, all within ``within`` seconds (else 504 ``upstream_timeout``)."""
+    count = sum(len(message.images) for message in request.messages)
+    if count > fetcher.max_count:
+        raise ApiError(
+            400,
+            "too_many_images",
+            f"The request carries {count} images; this service takes at most {fetcher.max_count} "
+            "(COMPLETION_IMAGE_MAX_COUNT).",
+        )
+    remote = []
     for url in dict.fromkeys(_image_urls(request)):
         try:
             image = data_image(url)
         except ValueError as error:
             raise ApiError(400, "invalid_request", f"An image is not valid: {error}.") from None
         if image is None:
-            await fetcher.check(url)
+            remote.append(url)
         elif image.size > fetcher.max_bytes:
             raise _too_large(image.size, fetcher.max_bytes)
+    await _few_at_a_time([_bound(fetcher.check, url) for url in remote], within, "its image URLs were checked")
 
 
 async def with_image_bytes(
     request: CompletionRequest, fetcher: ImageFetcher, fetched: dict[str, str], *, within: float
 ) -> CompletionRequest:
-    """``request`` with its ``https`` images fetched into ``data:`` URLs; ``fetched`` keeps them by URL for the
-    other models of a fallback chain (each image is fetched once per request)."""
-    for url in dict.fromkeys(_image_urls(request)):
-        if url not in fetched and data_image(url) is None:
-            image = await fetcher.fetch(url, within=within)
-            fetched[url] = image.url
+    """``request`` with its ``https`` images fetched into ``data:`` URLs, a few at a time within ``within`` seconds,
+    at most ``max_total_bytes`` together (else 413 ``image_too_large``); ``fetched`` keeps them by URL for the other
+    models of a fallback chain (each image is fetched once per request)."""
+    wanted = [url for url in dict.fromkeys(_image_urls(request)) if url not in fetched and data_image(url) is None]
+    total = 0
+
+    async def fetch(url: str) -> None:
+        nonlocal total
+        image = await fetcher.fetch(url, within=within)
+        total += image.size
+        if total > fetcher.max_total_bytes:
+            raise ApiError(
+                413,
+                "image_too_large",
+                f"The request's https images hold more than {fetcher.max_total_bytes} bytes together "
+                f"({_TOTAL_FACTOR} times COMPLETION_IMAGE_FETCH_MAX_BYTES).",
+            )
+        fetched[url] = image.url
+
+    await _few_at_a_time([_bound(fetch, url) for url in wanted], within, "its images were fetched")
     if not fetched:
         return request
     return request.model_copy(update={"messages": [_with_data_urls(message, fetched) for message in request.messages]})
+
+
+def _bound(work: Callable[[str], Awaitable[object]], url: str) -> Callable[[], Awaitable[object]]:
+    return lambda: work(url)
+
+
+async def _few_at_a_time(works: list[Callable[[], Awaitable[object]]], within: float, while_: str) -> None:
+    """Each of ``works``, ``_AT_ONCE`` at a time, all within ``within`` seconds (else 504 ``upstream_timeout``
+    saying what was ``while_`` under way); the first refusal stops the others and is raised as it is."""
+    if not works:
+        return
+    refusals: list[ApiError] = []
+    limiter = anyio.CapacityLimiter(_AT_ONCE)
+
+    async def one(work: Callable[[], Awaitable[object]]) -> None:
+        async with limiter:
+            try:
+                await work()
+            except ApiError as refusal:
+                refusals.append(refusal)
+                group.cancel_scope.cancel()
+
+    with anyio.move_on_after(within) as deadline:
+        async with anyio.create_task_group() as group:
+            for work in works:
+                group.start_soon(one, work)
+    if refusals:
+        raise refusals[0]
+    if deadline.cancelled_caught:
+        raise ApiError(504, "upstream_timeout", f"The request's time ran out while {while_}.", retryable=True)
 
 
 def _with_data_urls(message: Message, fetched: dict[str, str]) -> Message:

@@ -194,6 +194,15 @@ class CompletionSettings(EgressSettings):
             "https URL for a provider that takes only bytes (Gemini, Bedrock); larger: 413 `image_too_large`."
         ),
     )
+    image_max_count: int = Field(
+        default=20,
+        ge=1,
+        description=(
+            "The most images one request may carry (its messages' image parts together); more: 400 "
+            "`too_many_images`. The https images of one request together may bring at most 4 times "
+            "COMPLETION_IMAGE_FETCH_MAX_BYTES (else 413 `image_too_large`)."
+        ),
+    )
     image_fetch_timeout_seconds: float = Field(
         default=10,
         gt=0,

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from suite_common.wire import ToolSpec
+
 __all__ = ["ContextSummary", "FitMemo", "SummaryStore"]
 
 
@@ -49,3 +51,7 @@ class FitMemo:
     """How many of the conversation's first messages ``tokens`` counts: a run's conversation only grows, so each
     round counts only its new messages."""
     tokens: int = 0
+    tools: list[ToolSpec] | None = None
+    """The tool definitions ``tools_tokens`` counts (the loop sends the same ones each round: counted once a run;
+    kept by reference, so the same objects are recognised however the request copied its list)."""
+    tools_tokens: int = 0

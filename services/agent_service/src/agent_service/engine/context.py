@@ -2,7 +2,8 @@
 
 The loop hands each round's call to ``ContextFitter.answered``. A conversation that clearly fits is sent as it is (one
 sum of string lengths: ``agent_service.engine.tokens``). One that does not is cut down in what is SENT, never in what
-is stored: first the results of old tool calls are trimmed; then the oldest turns are folded into a summary made by
+is stored: first the results of old tool calls are trimmed (the run's own earlier rounds' too: only the current
+round's stay whole, and each call keeps its result message); then the oldest turns are folded into a summary made by
 the run's summary model through completion-service, sent first as "Summary of the earlier conversation: ...". The
 system prompt, the last user message and the current round are never folded. A summary is kept in the run's state and
 in the store (``RunPlan.summaries``), so the next run of the conversation starts from it: it is made once per growth
@@ -23,7 +24,7 @@ from agent_service.engine.state import RunState
 from agent_service.engine.tokens import CHARS_PER_TOKEN, message_tokens, messages_tokens, tools_tokens
 from agent_service.infra.peers import CompletionClient
 from suite_common.logging import get_logger
-from suite_common.wire import CompletionRequest, Message, RunContextCompacted, RunEvent
+from suite_common.wire import CompletionRequest, Message, RunContextCompacted, RunEvent, ToolSpec
 
 __all__ = ["CONTEXT_LENGTH_EXCEEDED", "SUMMARY_PREFIX", "ContextFitter"]
 
@@ -98,7 +99,7 @@ class ContextFitter:
         window = plan.context_tokens
         assert window is not None
         answer = min(plan.max_tokens or _DEFAULT_ANSWER_TOKENS, window // 4)
-        room = int((window - answer - tools_tokens(request.tools or [])) * share)
+        room = int((window - answer - _tools_tokens(state, request.tools or [])) * share)
         messages = request.messages
         # The system prompt the loop put first (``with_system_prompt``), which the conversation does not hold.
         offset = max(len(messages) - len(state.conversation), 0)
@@ -138,6 +139,7 @@ class ContextFitter:
             head += 1
         last_user = max((i for i, m in enumerate(conversation) if m.role == "user"), default=head)
         keep_from = max(last_user, head)
+        current = _current_round(conversation, keep_from)
         fixed = messages_tokens(prompt) + messages_tokens(conversation[:head])
         memo = state.context
         summary = memo.summary
@@ -147,13 +149,13 @@ class ContextFitter:
         summary_room = min(_SUMMARY_TOKENS, room // 8)
         # Trim old tool results, then fold the oldest turns, until what is sent fits.
         tail = list(conversation[covers:])
-        tail, trimmed = _trimmed(tail, keep_from - covers, room - fixed - summary_room)
+        tail, trimmed = _trimmed(tail, current - covers, room - fixed - summary_room)
         if fixed + summary_room + messages_tokens(tail) > room or share != _MARGIN:
             cut = _cut(conversation, covers, keep_from, room - fixed - summary_room, share != _MARGIN)
             if cut > covers:
                 summary = await self._summarise(plan, state, recorder, summary, conversation[covers:cut], cut, room)
                 covers = cut
-                tail, trimmed = _trimmed(list(conversation[covers:]), keep_from - covers, room - fixed - summary_room)
+                tail, trimmed = _trimmed(list(conversation[covers:]), current - covers, room - fixed - summary_room)
         sent = [*prompt, *conversation[:head]]
         if summary is not None:
             sent.append(Message(role="user", content=SUMMARY_PREFIX + summary.summary))
@@ -234,6 +236,24 @@ def _conversation_tokens(state: RunState) -> int:
     memo.tokens += messages_tokens(conversation[memo.counted :])
     memo.counted = len(conversation)
     return memo.tokens
+
+
+def _tools_tokens(state: RunState, tools: list[ToolSpec]) -> int:
+    """``tools_tokens(tools)``, counted once a run: the loop offers the same tool definitions every round."""
+    memo = state.context
+    known = memo.tools
+    if known is None or len(known) != len(tools) or any(a is not b for a, b in zip(known, tools, strict=True)):
+        memo.tools, memo.tools_tokens = list(tools), tools_tokens(tools)
+    return memo.tools_tokens
+
+
+def _current_round(conversation: list[Message], keep_from: int) -> int:
+    """Where the current round starts: the assistant turn whose tool results end the conversation, else the last
+    user message (``keep_from``). Only what comes before it may lose its tool results; the round's stay whole."""
+    index = len(conversation) - 1
+    while index > keep_from and conversation[index].role == "tool":
+        index -= 1
+    return max(index, keep_from)
 
 
 def _trimmed(tail: list[Message], current: int, room: int) -> tuple[list[Message], int]:

@@ -2,8 +2,8 @@
 room left for its tool results' images, and what a ``tool_result`` event says of them.
 
 completion-service never sees a reference (``/api/v1/agent/images/<sha256>``, ``core.images``): before each LLM call
-``RunImages.resolve`` puts the bytes back, read from the store once per run (a run without images reads nothing and
-pays one scan of its messages).
+``RunImages.resolve`` puts the bytes back, read from the store once per run. A run without images (``RunState.images``
+false) reads nothing and never calls it: its messages are scanned once, when it starts.
 """
 
 from __future__ import annotations
@@ -42,20 +42,34 @@ class RunImages:
         same list when there is none. A store that fails is the run's ``store_unavailable`` (503)."""
         if not has_images(messages):
             return messages
-        referenced = {
-            sha
-            for message in messages
-            for part in message.images
-            if (sha := referenced_sha(part.image_url.url)) is not None
-        }
+        referenced = _referenced(messages)
         if not referenced:
             return messages  # images, all inline
+        await self._load(referenced)
+        return [self._resolved(message) for message in messages]
+
+    async def held(self, messages: list[Message], *, resumed: bool) -> int:
+        """What the run's own images hold as it starts, which its cap counts with its tool results': the request's
+        ``data:`` images; and for a run taken over (its images stored by reference by then) the referenced images
+        from its last user message on, read in one store query (and kept for ``resolve``)."""
+        held = sum(len(image.data) for message in messages for image in _inline(message))
+        if not resumed or not (referenced := _referenced(messages)):
+            return held
+        sizes = await self._load(referenced)  # all of them, the earlier runs' too: ``resolve`` needs them next
+        start = max((i for i, message in enumerate(messages) if message.role == "user"), default=0)
+        return held + sum(sizes.get(sha, 0) for sha in _referenced(messages[start:]))
+
+    async def _load(self, referenced: set[str]) -> dict[str, int]:
+        """Read the images of ``referenced`` not read yet (one store query); the sizes of those it read."""
+        sizes: dict[str, int] = {}
         if wanted := referenced - self.urls.keys():
             found = await self._read(wanted)
             for sha in wanted:
                 image = found.get(sha)
                 self.urls[sha] = data_url(image) if image is not None else None
-        return [self._resolved(message) for message in messages]
+                if image is not None:
+                    sizes[sha] = len(image.data)
+        return sizes
 
     async def _read(self, wanted: set[str]) -> dict[str, DecodedImage]:
         if self.source is None:
@@ -84,6 +98,15 @@ class RunImages:
         return message.model_copy(update={"content": parts})
 
 
+def _referenced(messages: list[Message]) -> set[str]:
+    return {
+        sha
+        for message in messages
+        for part in message.images
+        if (sha := referenced_sha(part.image_url.url)) is not None
+    }
+
+
 def _inline(message: Message) -> list[DecodedImage]:
     images = []
     for part in message.images:
@@ -96,11 +119,10 @@ def _inline(message: Message) -> list[DecodedImage]:
     return images
 
 
-def image_room(messages: list[Message], used: int, max_bytes: int) -> int:
-    """What a run's tool results may still bring in images: ``max_bytes`` less its request's ``data:`` images
-    (``messages``) and the ``used`` bytes of its earlier results'."""
-    sent = sum(len(image.data) for message in messages for image in _inline(message)) if has_images(messages) else 0
-    return max(0, max_bytes - sent - used)
+def image_room(used: int, max_bytes: int) -> int:
+    """What a run's tool results may still bring in images: ``max_bytes`` less the ``used`` bytes of the run's own
+    images (``RunImages.held`` and its earlier results')."""
+    return max(0, max_bytes - used)
 
 
 def image_summaries(message: Message) -> list[ToolResultImage] | None:

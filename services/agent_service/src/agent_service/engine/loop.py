@@ -138,11 +138,14 @@ class AgentLoop:
         resume: ResumePoint | None,
     ) -> RunOutcome:
         started = time.perf_counter()
+        images = RunImages(self.images, plan.tenant)
         try:
             with anyio.CancelScope(deadline=plan.limits.deadline.at) as deadline_scope:
+                if state.images:  # the run's cap counts its images so far, a resumed run's too
+                    state.image_bytes = await images.held(state.conversation, resumed=resume is not None)
                 if resume is not None and resume.calls:
                     await self._finish_round(plan, state, emit, resume, recorder, stream_text)
-                stop = await self._rounds(plan, state, emit, stream_text, recorder)
+                stop = await self._rounds(plan, state, emit, stream_text, recorder, images)
             if deadline_scope.cancelled_caught:
                 stop = Stop("deadline")
         except UpstreamError as error:
@@ -220,23 +223,29 @@ class AgentLoop:
         state.close_round("The tool call did not finish.")
 
     async def _rounds(
-        self, plan: RunPlan, state: RunState, emit: EventSink, stream_text: bool, recorder: RunRecorder | None
+        self,
+        plan: RunPlan,
+        state: RunState,
+        emit: EventSink,
+        stream_text: bool,
+        recorder: RunRecorder | None,
+        images: RunImages,
     ) -> Stop | None:
         """Why the run ends; ``None``: it waits for approvals (``state.waiting``)."""
         specs = [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema) for t in plan.tools]
         specs += plan.client_tools
         tool_choice = plan.tool_choice
         answers = AnswerCheck.of(plan.response_format)
-        images = RunImages(self.images, plan.tenant)
         while (stop := await _stop_before_call(plan, state)) is None:
             iteration = state.iterations = state.iterations + 1
             with (
                 structlog.contextvars.bound_contextvars(round=iteration),
                 self.telemetry.tracer.start_as_current_span("agent_round", attributes={"agent.round.index": iteration}),
             ):
+                messages = with_system_prompt(state.conversation, plan.system_prompt)
                 request = CompletionRequest(
                     model=plan.model,
-                    messages=await images.resolve(with_system_prompt(state.conversation, plan.system_prompt)),
+                    messages=await images.resolve(messages) if state.images else messages,
                     tools=specs,
                     tool_choice=tool_choice,
                     max_tokens=plan.max_tokens,

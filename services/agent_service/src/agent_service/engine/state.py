@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_service.core.context import FitMemo
+from agent_service.core.images import has_images
 from suite_common.wire import Message, ToolCall, Usage
 
 __all__ = ["RunState"]
@@ -34,7 +35,13 @@ class RunState:
     """The current round's calls held for a person's approval (``engine.approvals``): the run waits once the
     others have finished."""
     image_bytes: int = 0
-    """What the images of the run's tool results hold so far (bounded with its request's: ``engine.images``)."""
+    """What the run's own images hold so far, its request's and its tool results' (bounded: ``engine.images``)."""
+    images: bool = False
+    """The conversation has an image (set when it starts with one or one is appended): a run without any never
+    scans its messages for images again (``engine.images``)."""
+
+    def __post_init__(self) -> None:
+        self.images = has_images(self.conversation)
 
     @property
     def appended_from(self) -> int:
@@ -43,6 +50,8 @@ class RunState:
     def append(self, message: Message) -> None:
         self.conversation.append(message)
         self.appended.append(message)
+        if not self.images and not isinstance(message.content, str | None) and message.images:
+            self.images = True
 
     def close_round(self, reason: str) -> None:
         """Append the round's results in call order; a call without one gets an error saying ``reason``.

@@ -148,7 +148,7 @@ class ToolDispatch:
                     if recorder is not None:
                         recorder.unanswered(ended)
                     raise
-                room = image_room(plan.messages, state.image_bytes, self.images_max_bytes)
+                room = image_room(state.image_bytes, self.images_max_bytes)
                 content, image_bytes = tool_result_content(result, self.tool_result_max_chars, image_room=room)
                 state.image_bytes += image_bytes
                 is_error = result.is_error
