@@ -48,6 +48,7 @@ KNOWN_MODELS: tuple[tuple[tuple[str, ...], re.Pattern[str], ModelFacts], ...] = 
     (_OPENAI, re.compile(r"(^|[/.])gpt-oss"), ModelFacts(131_072, False)),
     (_ANTHROPIC, re.compile(r"claude-(2|instant)|claude-v2"), ModelFacts(100_000, False)),
     (_ANTHROPIC, re.compile(r"claude-(3|[a-z]+-[3-9]|[4-9])"), ModelFacts(200_000, True)),
+    (_ANTHROPIC, re.compile(r"claude-"), ModelFacts(None, True)),  # a newer Claude: images, its window unknown
     (_GEMINI, re.compile(r"(^|/)gemini-(1\.0-)?pro$"), ModelFacts(32_760, False)),
     (_GEMINI, re.compile(r"(^|/)gemini-1\.5-pro"), ModelFacts(2_097_152, True)),
     (_GEMINI, re.compile(r"(^|/)gemini-"), ModelFacts(1_048_576, True)),
