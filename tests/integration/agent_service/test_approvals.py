@@ -263,9 +263,16 @@ async def test_the_openai_front_never_offers_a_tool_that_would_wait_for_approval
     llm.push(text("Hello."))
     body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 
+    forced = {**body, "tool_choice": {"type": "function", "function": {"name": "send_payment"}}}
+
     async with _sqlite_replica(upstreams, tmp_path) as a:
         response = await a.http.post("/v1/chat/completions", json=body, headers=as_caller(ACME_KEY))
+        refused = await a.http.post("/v1/chat/completions", json=forced, headers=as_caller(ACME_KEY))
 
+    # A choice of a tool left out is refused here, not sent on for the provider to refuse.
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["code"] == "invalid_request"
+    assert "approval" in refused.json()["error"]["message"]
     assert response.status_code == 200, response.text
     offered = {entry["function"]["name"] for entry in llm.requests[-1]["tools"]}
     assert "send_payment" not in offered  # acme's approval rule: an OpenAI client could never approve it

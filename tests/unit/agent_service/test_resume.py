@@ -14,7 +14,7 @@ from agent_service.core.run import UNKNOWN_OUTCOME, LlmCall, RunPlan, ToolCallRe
 from agent_service.runs.plans import stored_plan, takeover
 from agent_service.store import ApprovalRecord, RunRecord
 from suite_common.deadline import Deadline
-from suite_common.wire import Message, ReasoningControl, RunToolResult, ToolCall, ToolInfo, Usage
+from suite_common.wire import ApprovalStatus, Message, ReasoningControl, RunToolResult, ToolCall, ToolInfo, Usage
 from support.scripted import Scripted, answer
 from unit.agent_service.test_loop import Recorder
 
@@ -130,7 +130,7 @@ async def test_a_run_past_its_first_round_is_resumed_with_tool_choice_auto() -> 
     assert takeover(record(), [], [USER, turn("lookup")]).plan.tool_choice == "auto"
 
 
-def decision(name: str, status: str, message: str | None = None) -> ApprovalRecord:
+def decision(name: str, status: ApprovalStatus, message: str | None = None) -> ApprovalRecord:
     return ApprovalRecord(
         run_id="run_1",
         tool_call_id=f"call_{name}",

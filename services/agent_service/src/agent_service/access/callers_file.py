@@ -81,7 +81,16 @@ from agent_service.core.tenancy import (
 )
 from suite_common.wire import DEFAULT_MAX_TENANT_SERVERS
 
-__all__ = ["KEY_ROLES", "MAX_APPROVAL_TIMEOUT_SECONDS", "CallerKey", "Callers", "CallersFileError", "hash_key", "load_callers", "parse_callers"]
+__all__ = [
+    "KEY_ROLES",
+    "MAX_APPROVAL_TIMEOUT_SECONDS",
+    "CallerKey",
+    "Callers",
+    "CallersFileError",
+    "hash_key",
+    "load_callers",
+    "parse_callers",
+]
 
 _SETTING = "AGENT_CALLERS_FILE"
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
