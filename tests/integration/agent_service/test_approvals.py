@@ -9,6 +9,7 @@ what is undecided, and the time spent waiting is not taken from the run's deadli
 
 from __future__ import annotations
 
+import json
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from integration.agent_service.test_run_takeover import (
 )
 
 from agent_service.runs.running import CANCELLED_CALL
+from support.answer_formats import CITY_SCHEMA, PARIS
 from support.caller_keys import as_caller, key_entry
 from support.fake_openai import text, tool_calls
 from support.stacks import wait_for_run
@@ -222,6 +224,26 @@ async def test_a_wait_that_runs_out_denies_the_call_and_the_wait_is_not_taken_fr
         None,
     )
     assert run["resumes"] == 0
+
+
+async def test_a_run_that_waited_answers_stream_false_with_its_output_and_warnings(
+    upstreams: Upstreams, tmp_path: Path
+) -> None:
+    llm = upstreams.llm
+    llm.push(tool_calls(("call_pay", "send_payment", PAYMENT)), text(json.dumps(PARIS)))
+    city = {"type": "json_schema", "json_schema": {"name": "city_facts", "schema": CITY_SCHEMA, "strict": True}}
+    # gpt-4o cannot reason: the control is dropped and the answer warns of it.
+    body = _body("Pay 42, then name a city.", stream=False, responseFormat=city, reasoning={"effort": "high"})
+
+    async with _sqlite_replica(upstreams, tmp_path) as a:
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            response = await a.http.post("/api/v1/agent/run", json=body, headers=as_caller(HASTY_KEY))
+
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["output"] == PARIS
+    [warning] = answer["warnings"]
+    assert "reasoning" in warning
 
 
 async def test_cancelling_a_waiting_run_ends_it_at_once_with_its_held_call_answered(
