@@ -148,16 +148,7 @@ def decision(name: str, status: ApprovalStatus, message: str | None = None) -> A
 
 
 def approval_record() -> RunRecord:
-    plan = RunPlan(
-        run_id="run_1",
-        model="scripted",
-        messages=[],
-        tools=TOOLS,
-        tool_choice="auto",
-        limits=RunLimits(max_iterations=15, deadline=Deadline.after(60)),
-        approval_tools=frozenset({"lookup", "send_email", "charge_card"}),
-    )
-    return record(plan=stored_plan(plan))
+    return record(plan={**record().plan, "approvalTools": ["charge_card", "lookup", "send_email"]})
 
 
 async def test_a_run_resumed_by_its_decision_makes_each_approved_call_and_tells_each_denied_one() -> None:

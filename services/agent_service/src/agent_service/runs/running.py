@@ -242,7 +242,7 @@ class RunExecutor:
             with anyio.CancelScope(shield=True):
                 if self.lifecycle.interrupted:
                     await journal.log_calls()  # a call the shutdown cut off: counted in the budgets, so logged
-                    await self._release(plan.run_id)
+                    await self.release_lease(plan.run_id)
                 elif run.stop_reason is None and not run.parked:  # its client left (a parked run waits on)
                     journal.send = None
                     run.stop_reason = "cancelled"
@@ -280,7 +280,8 @@ class RunExecutor:
         await self._stored_cancel(run)
         return RunOutcome("cancelled", journal.iterations, journal.usage, [])
 
-    async def _release(self, run_id: str) -> None:
+    async def release_lease(self, run_id: str) -> None:
+        """Let another replica take ``run_id`` over at once (its lease expires now), within two seconds."""
         if self.store is None:
             return
         with anyio.move_on_after(2.0):

@@ -83,8 +83,9 @@ class WaitingRuns:
         if decided.resumed:
             try:
                 await self._resume(decided.record, decided=True)
-            except Exception as error:  # the decisions are kept: the lease lapses and a takeover resumes from them
+            except Exception as error:  # the decisions are kept (200): a takeover resumes the run from them
                 _log.warning("run_not_resumed_after_approval", run_id=run_id, error=str(error))
+                await self._runs.release_lease(run_id)
         return decided
 
     async def approvals(self, run_id: str) -> list[ApprovalRecord]:
@@ -109,8 +110,9 @@ class WaitingRuns:
         asked for ends cancelled instead."""
         runs = self._runs
         task_group = runs.task_group
-        # Shutting down: its lease lapses and another replica takes it over, from its stored decisions.
+        # Shutting down: another replica takes it over at once, from its stored decisions.
         if task_group is None:
+            await runs.release_lease(record.run_id)
             return
         run_id = record.run_id
         journal, taken = await runs.reopen(
