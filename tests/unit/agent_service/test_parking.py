@@ -19,6 +19,19 @@ from unit.agent_service.test_planning import SETTINGS
 pytestmark = pytest.mark.anyio
 
 
+class CancelAsked:
+    """A journal whose run's cancel was asked for just before it parks: the store does not park it."""
+
+    store = None
+    iterations = 1
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+
+    async def park(self, held: list[NewApproval], *, wait_seconds: float, deadline_left_seconds: float) -> bool:
+        return False
+
+
 class ResumedAtOnce:
     """A journal whose park is followed at once by a decision on this replica resuming the run (same run id)."""
 
@@ -47,3 +60,14 @@ async def test_a_run_resumed_the_instant_it_parks_keeps_the_slot_it_took() -> No
     with pytest.raises(ApiError) as refused:
         await slots.acquire("acme", "run_other", 1)  # the resumed run's slot is still counted
     assert refused.value.code == "too_many_runs"
+
+
+async def test_a_run_whose_cancel_was_asked_for_as_it_parks_ends_cancelled_instead_of_waiting() -> None:
+    runs = RunExecutor(cast(Any, None), None, SETTINGS, Lifecycle(grace_seconds=1), LocalRunSlots(60), cast(Any, None))
+    run = StartedRun(plan("send_payment"), cast(Any, CancelAsked()), detached=True)
+    held = RunOutcome("stop", 1, Usage(), [], waiting=[ToolCall(id="call_pay", name="send_payment", arguments={})])
+
+    outcome = await runs._park(run, held)
+
+    assert (outcome.finish_reason, outcome.waiting) == ("cancelled", [])
+    assert (run.parked, run.stop_reason) == (False, "cancelled")

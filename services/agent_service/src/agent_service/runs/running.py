@@ -310,8 +310,9 @@ class RunExecutor:
 
     async def _park(self, run: StartedRun, outcome: RunOutcome) -> RunOutcome:
         """The run waits for approvals of ``outcome.waiting``, in the store (``RunStore.park``): nothing of it stays
-        here, its slot is released (``execute``'s end); a decision or the wait's limit resumes it on any replica
-        (``waiting``). A run that cannot be parked fails, as one whose step cannot be stored."""
+        here, its slot is released first; a decision or the wait's limit resumes it on any replica (``waiting``). A
+        run that cannot be parked fails, as one whose step cannot be stored; one whose cancel was asked for ends
+        cancelled."""
         plan = run.plan
         servers = {tool.name: tool.server for tool in plan.tools}
         held = [
