@@ -29,6 +29,7 @@ from integration.agent_service.test_run_takeover import (
     upstreams,
 )
 
+from agent_service.core.run import UNKNOWN_OUTCOME
 from agent_service.runs.running import CANCELLED_CALL
 from support.answer_formats import CITY_SCHEMA, PARIS
 from support.caller_keys import as_caller, key_entry
@@ -152,6 +153,46 @@ async def test_a_waiting_run_survives_its_replicas_kill_and_the_call_another_rep
         "done",
     ]
     assert stored[-1][2]["finishReason"] == "stop"
+
+
+async def test_a_run_whose_deciding_replica_dies_mid_call_is_taken_over_with_its_decisions_kept(
+    upstreams: Upstreams, tmp_path: Path, own_postgres_url: str
+) -> None:
+    ledger, llm = upstreams.ledger, upstreams.llm
+    refund = {"amount": 7}
+    llm.push(tool_calls(("call_pay", "send_payment", PAYMENT), ("call_refund", "send_payment", refund)), text("Done."))
+    callers = tmp_path / "callers.toml"
+    callers.write_text(CALLERS_FILE)
+    headers = as_caller(ACME_KEY)
+
+    async with (
+        replica(upstreams, own_postgres_url, tmp_path / "a.log", callers_file=callers) as a,
+        replica(upstreams, own_postgres_url, tmp_path / "b.log", callers_file=callers) as b,
+    ):
+        async with a.http.stream("POST", "/api/v1/agent/run", json=_body("Pay 42."), headers=headers) as response:
+            seen = await EventStream(response).read(until=lambda events: kinds(events).count("approval_required") == 2)
+        run_id = seen[0][2]["runId"]  # its client left: the run waits on
+        decisions = [
+            {"toolCallId": "call_pay", "approve": True},
+            {"toolCallId": "call_refund", "approve": False, "message": "not this one"},
+        ]
+        decided = await b.http.post(
+            f"/api/v1/agent/runs/{run_id}/approvals", json={"decisions": decisions}, headers=headers
+        )
+        assert decided.status_code == 200, decided.text
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            await ledger.wait_for_state("send_payment", PAYMENT, 1, "started")
+        await b.kill()  # mid-payment: whether it was paid is unknown
+        a.http.headers.update(headers)
+        run = await wait_for_run(a.http, run_id, ended, within=TAKEOVER_SECONDS)
+
+    assert run["status"] == "completed", run
+    assert run["resumes"] == 1
+    results = {m["toolCallId"]: m["content"] for m in run["messages"] if m["role"] == "tool"}
+    assert results == {"call_pay": UNKNOWN_OUTCOME, "call_refund": "Not approved: not this one"}
+    # The model is told both, as the error results they are.
+    assert tool_messages(llm.requests[-1]["messages"]) == {key: f"Error: {value}" for key, value in results.items()}
+    assert ledger.started("send_payment") == 1  # never made twice, the denied one never
 
 
 async def test_a_denied_call_is_never_made_and_the_model_is_told_why_on_the_stream_kept_open(
