@@ -9,6 +9,7 @@ what is undecided, and the time spent waiting is not taken from the run's deadli
 
 from __future__ import annotations
 
+import json
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,9 @@ from integration.agent_service.test_run_takeover import (
     upstreams,
 )
 
+from agent_service.core.run import UNKNOWN_OUTCOME
 from agent_service.runs.running import CANCELLED_CALL
+from support.answer_formats import CITY_SCHEMA, PARIS
 from support.caller_keys import as_caller, key_entry
 from support.fake_openai import text, tool_calls
 from support.stacks import wait_for_run
@@ -152,6 +155,46 @@ async def test_a_waiting_run_survives_its_replicas_kill_and_the_call_another_rep
     assert stored[-1][2]["finishReason"] == "stop"
 
 
+async def test_a_run_whose_deciding_replica_dies_mid_call_is_taken_over_with_its_decisions_kept(
+    upstreams: Upstreams, tmp_path: Path, own_postgres_url: str
+) -> None:
+    ledger, llm = upstreams.ledger, upstreams.llm
+    refund = {"amount": 7}
+    llm.push(tool_calls(("call_pay", "send_payment", PAYMENT), ("call_refund", "send_payment", refund)), text("Done."))
+    callers = tmp_path / "callers.toml"
+    callers.write_text(CALLERS_FILE)
+    headers = as_caller(ACME_KEY)
+
+    async with (
+        replica(upstreams, own_postgres_url, tmp_path / "a.log", callers_file=callers) as a,
+        replica(upstreams, own_postgres_url, tmp_path / "b.log", callers_file=callers) as b,
+    ):
+        async with a.http.stream("POST", "/api/v1/agent/run", json=_body("Pay 42."), headers=headers) as response:
+            seen = await EventStream(response).read(until=lambda events: kinds(events).count("approval_required") == 2)
+        run_id = seen[0][2]["runId"]  # its client left: the run waits on
+        decisions = [
+            {"toolCallId": "call_pay", "approve": True},
+            {"toolCallId": "call_refund", "approve": False, "message": "not this one"},
+        ]
+        decided = await b.http.post(
+            f"/api/v1/agent/runs/{run_id}/approvals", json={"decisions": decisions}, headers=headers
+        )
+        assert decided.status_code == 200, decided.text
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            await ledger.wait_for_state("send_payment", PAYMENT, 1, "started")
+        await b.kill()  # mid-payment: whether it was paid is unknown
+        a.http.headers.update(headers)
+        run = await wait_for_run(a.http, run_id, ended, within=TAKEOVER_SECONDS)
+
+    assert run["status"] == "completed", run
+    assert run["resumes"] == 1
+    results = {m["toolCallId"]: m["content"] for m in run["messages"] if m["role"] == "tool"}
+    assert results == {"call_pay": UNKNOWN_OUTCOME, "call_refund": "Not approved: not this one"}
+    # The model is told both, as the error results they are.
+    assert tool_messages(llm.requests[-1]["messages"]) == {key: f"Error: {value}" for key, value in results.items()}
+    assert ledger.started("send_payment") == 1  # never made twice, the denied one never
+
+
 async def test_a_denied_call_is_never_made_and_the_model_is_told_why_on_the_stream_kept_open(
     upstreams: Upstreams, tmp_path: Path
 ) -> None:
@@ -224,6 +267,26 @@ async def test_a_wait_that_runs_out_denies_the_call_and_the_wait_is_not_taken_fr
     assert run["resumes"] == 0
 
 
+async def test_a_run_that_waited_answers_stream_false_with_its_output_and_warnings(
+    upstreams: Upstreams, tmp_path: Path
+) -> None:
+    llm = upstreams.llm
+    llm.push(tool_calls(("call_pay", "send_payment", PAYMENT)), text(json.dumps(PARIS)))
+    city = {"type": "json_schema", "json_schema": {"name": "city_facts", "schema": CITY_SCHEMA, "strict": True}}
+    # gpt-4o cannot reason: the control is dropped and the answer warns of it.
+    body = _body("Pay 42, then name a city.", stream=False, responseFormat=city, reasoning={"effort": "high"})
+
+    async with _sqlite_replica(upstreams, tmp_path) as a:
+        with anyio.fail_after(TAKEOVER_SECONDS):
+            response = await a.http.post("/api/v1/agent/run", json=body, headers=as_caller(HASTY_KEY))
+
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["output"] == PARIS
+    [warning] = answer["warnings"]
+    assert "reasoning" in warning
+
+
 async def test_cancelling_a_waiting_run_ends_it_at_once_with_its_held_call_answered(
     upstreams: Upstreams, tmp_path: Path
 ) -> None:
@@ -263,9 +326,16 @@ async def test_the_openai_front_never_offers_a_tool_that_would_wait_for_approval
     llm.push(text("Hello."))
     body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 
+    forced = {**body, "tool_choice": {"type": "function", "function": {"name": "send_payment"}}}
+
     async with _sqlite_replica(upstreams, tmp_path) as a:
         response = await a.http.post("/v1/chat/completions", json=body, headers=as_caller(ACME_KEY))
+        refused = await a.http.post("/v1/chat/completions", json=forced, headers=as_caller(ACME_KEY))
 
+    # A choice of a tool left out is refused here, not sent on for the provider to refuse.
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["code"] == "invalid_request"
+    assert "approval" in refused.json()["error"]["message"]
     assert response.status_code == 200, response.text
     offered = {entry["function"]["name"] for entry in llm.requests[-1]["tools"]}
     assert "send_payment" not in offered  # acme's approval rule: an OpenAI client could never approve it

@@ -34,6 +34,7 @@ from agent_service.store import (
     ConversationLimits,
     ConversationTooLarge,
     LeaseLost,
+    NewApproval,
     NewRun,
     RunStore,
     Step,
@@ -204,6 +205,22 @@ async def test_a_step_of_an_owner_that_lost_the_lease_writes_nothing(store: RunS
     with pytest.raises(LeaseLost):
         await store.record(run.run_id, step, owner="replica-a")
     assert await store.events_after(run.run_id, 0) == []
+
+
+async def test_a_run_whose_cancel_was_asked_for_is_not_parked_to_wait_for_approvals(store: RunStore) -> None:
+    # A waiting run is not stopped by its lease: parked, the cancel asked for just before would be lost.
+    run = new_run()
+    await store.create_run(run, owner="replica-a", lease_seconds=LEASE)
+    await store.request_cancel(run.run_id)
+    held = [NewApproval("call_pay", 1, "send_payment", "ledger", {"amount": 42})]
+    parked = await store.park(run.run_id, [event(1)], held, owner="replica-a", wait_seconds=60, deadline_left_seconds=5)
+    assert parked is False
+    record = await store.get_run(run.run_id)
+    assert record is not None
+    assert (record.status, record.lease_owner, record.last_seq) == ("processing", "replica-a", 0)
+    assert await store.approvals(run.run_id) == []
+    with pytest.raises(LeaseLost):
+        await store.park(run.run_id, [], held, owner="replica-b", wait_seconds=60, deadline_left_seconds=5)
 
 
 async def test_a_structured_answer_is_stored_with_the_runs_end_and_reads_back(store: RunStore) -> None:

@@ -11,6 +11,7 @@ from agent_service.admission.planning import plan_run
 from agent_service.core.personas import Persona
 from agent_service.core.tenancy import TenantRules
 from agent_service.runs.plans import plan_from_record, stored_plan
+from agent_service.runs.waiting import stored_failure
 from agent_service.store import RunRecord
 from suite_common.errors import ApiError
 from suite_common.wire import ToolInfo, Usage
@@ -81,3 +82,24 @@ async def test_a_plan_stored_before_approvals_reads_back_without_any() -> None:
     plan = plan_from_record(record, [], deadline_seconds=3.0)
     assert plan.approval_tools == frozenset()
     assert plan.limits.deadline.remaining() <= 3.0
+
+
+async def test_a_front_that_cannot_approve_leaves_the_tools_out_before_checking_the_tool_choice() -> None:
+    tools, _ = catalog("get_status", "send_payment")
+    rules = TenantRules(approval=("send_payment",))
+    plan = await plan_run(request(), SETTINGS, tools, MODELS, rules=rules, offer_approval_tools=False)
+    assert [tool.name for tool in plan.tools] == ["get_status"]
+    assert plan.approval_tools == frozenset()
+    forced = request(toolChoice={"type": "function", "name": "send_payment"})
+    with pytest.raises(ApiError) as refused:
+        await plan_run(forced, SETTINGS, tools, MODELS, rules=rules, offer_approval_tools=False)
+    assert (refused.value.status, refused.value.code) == (400, "invalid_request")
+    assert "needs a person's approval" in refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [("invalid_output", 422), ("outbound_ssrf_blocked", 403), ("context_length_exceeded", 400), ("other", 502)],
+)
+def test_a_run_that_waited_fails_with_the_status_a_live_run_of_its_error_answers(code: str, status: int) -> None:
+    assert stored_failure(code, "it failed").status == status

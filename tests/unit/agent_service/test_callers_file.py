@@ -220,6 +220,11 @@ def test_a_tenants_run_caps_and_monthly_budgets_are_read_amounts_as_floats() -> 
         ('role_monthly_cost_usd = {user = "1"}', "role_monthly_cost_usd.user must be a number above 0"),
         ("max_mcp_servers = -1", "max_mcp_servers must be a whole number, 0 or more"),
         ("max_mcp_servers = true", "max_mcp_servers must be a whole number, 0 or more"),
+        ("approval_timeout_seconds = inf", "approval_timeout_seconds must be a number above 0 and at most 2592000"),
+        ("approval_timeout_seconds = nan", "approval_timeout_seconds must be a number above 0 and at most 2592000"),
+        # Past what a date can hold: the run would fail when it parks (OverflowError), not the file when loaded.
+        ("approval_timeout_seconds = 1e300", "approval_timeout_seconds must be a number above 0 and at most 2592000"),
+        ("approval_timeout_seconds = 2592001", "approval_timeout_seconds must be a number above 0 and at most"),
     ],
 )
 def test_a_wrong_tenant_field_is_one_line_naming_it(fields: str, problem: str) -> None:

@@ -12,9 +12,9 @@ import pytest
 from agent_service.core.limits import RunLimits
 from agent_service.core.run import UNKNOWN_OUTCOME, LlmCall, RunPlan, ToolCallRecord
 from agent_service.runs.plans import stored_plan, takeover
-from agent_service.store import RunRecord
+from agent_service.store import ApprovalRecord, RunRecord
 from suite_common.deadline import Deadline
-from suite_common.wire import Message, ReasoningControl, RunToolResult, ToolCall, ToolInfo, Usage
+from suite_common.wire import ApprovalStatus, Message, ReasoningControl, RunToolResult, ToolCall, ToolInfo, Usage
 from support.scripted import Scripted, answer
 from unit.agent_service.test_loop import Recorder
 
@@ -128,6 +128,53 @@ async def test_a_run_that_crashed_before_its_first_answer_starts_over_with_its_f
 
 async def test_a_run_past_its_first_round_is_resumed_with_tool_choice_auto() -> None:
     assert takeover(record(), [], [USER, turn("lookup")]).plan.tool_choice == "auto"
+
+
+def decision(name: str, status: ApprovalStatus, message: str | None = None) -> ApprovalRecord:
+    return ApprovalRecord(
+        run_id="run_1",
+        tool_call_id=f"call_{name}",
+        iteration=1,
+        tool=name,
+        server="s",
+        arguments={},
+        status=status,
+        message=message,
+        decided_by="acme-app",
+        requested_at=NOW,
+        decided_at=NOW,
+        expires_at=NOW,
+    )
+
+
+def approval_record() -> RunRecord:
+    return record(plan={**record().plan, "approvalTools": ["charge_card", "lookup", "send_email"]})
+
+
+async def test_a_run_resumed_by_its_decision_makes_each_approved_call_and_tells_each_denied_one() -> None:
+    own = [USER, turn("lookup", "send_email", "charge_card")]
+    approvals = [decision("lookup", "approved"), decision("send_email", "approved"), decision("charge_card", "denied")]
+    resumed = takeover(approval_record(), [], own, approvals=approvals, decided=True).resume
+    assert resumed.redispatch == {"call_lookup", "call_send_email"}
+    assert resumed.answered == {"call_charge_card": "Not approved."}
+
+
+async def test_a_run_taken_over_after_its_decision_keeps_it_and_repeats_only_what_is_safe_to_repeat() -> None:
+    # The replica that resumed it may have died mid-call: an approved call is as any call a crash interrupted.
+    own = [USER, turn("lookup", "send_email", "charge_card")]
+    approvals = [
+        decision("lookup", "approved"),
+        decision("send_email", "approved"),
+        decision("charge_card", "denied", "too much"),
+    ]
+    resumed = takeover(approval_record(), [], own, approvals=approvals).resume
+    assert resumed.redispatch == {"call_lookup"}  # read-only; send_email's outcome is unknown
+    assert resumed.answered == {"call_charge_card": "Not approved: too much"}
+
+
+async def test_a_held_call_without_a_decision_is_never_made_again() -> None:
+    resumed = takeover(approval_record(), [], [USER, turn("lookup")]).resume
+    assert resumed.redispatch == set()
 
 
 class Steps:

@@ -81,7 +81,16 @@ from agent_service.core.tenancy import (
 )
 from suite_common.wire import DEFAULT_MAX_TENANT_SERVERS
 
-__all__ = ["KEY_ROLES", "CallerKey", "Callers", "CallersFileError", "hash_key", "load_callers", "parse_callers"]
+__all__ = [
+    "KEY_ROLES",
+    "MAX_APPROVAL_TIMEOUT_SECONDS",
+    "CallerKey",
+    "Callers",
+    "CallersFileError",
+    "hash_key",
+    "load_callers",
+    "parse_callers",
+]
 
 _SETTING = "AGENT_CALLERS_FILE"
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
@@ -224,6 +233,11 @@ def _whole(value: Any, least: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
+MAX_APPROVAL_TIMEOUT_SECONDS = 30 * 24 * 3600
+"""The longest wait for approvals a tenant may set: a run parked longer is forgotten, not waited for (and a wait
+past what a date can hold would fail the run when it parks)."""
+
+
 def _amount(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < float("inf")
 
@@ -303,8 +317,12 @@ def _rules(name: str, table: dict[str, Any], source: str) -> TenantRules:
     if not _whole(max_servers, 0):
         raise _fail(source, f"{where}: max_mcp_servers must be a whole number, 0 or more (0: none of its own)")
     approval_timeout = table.get("approval_timeout_seconds", 3600.0)
-    if not _amount(approval_timeout):
-        raise _fail(source, f"{where}: approval_timeout_seconds must be a number above 0")
+    if not _amount(approval_timeout) or approval_timeout > MAX_APPROVAL_TIMEOUT_SECONDS:
+        raise _fail(
+            source,
+            f"{where}: approval_timeout_seconds must be a number above 0 and at most {MAX_APPROVAL_TIMEOUT_SECONDS} "
+            "(30 days)",
+        )
     summary_model = table.get("summary_model")
     if summary_model is not None and (not isinstance(summary_model, str) or not summary_model.strip()):
         raise _fail(source, f"{where}: summary_model must be a model name")

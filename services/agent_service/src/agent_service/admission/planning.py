@@ -517,6 +517,7 @@ async def plan_run(
     role: UserRole = "user",
     runtime: TenantRuntime | None = None,
     tools_best_effort: bool = False,
+    offer_approval_tools: bool = True,
 ) -> RunPlan:
     """``client_tools``: tools the caller runs itself (see ``RunPlan.client_tools``); one of ours with the same
     name is left out of the run, since the caller, who declared it, expects to run it. ``rules``: the caller's
@@ -530,7 +531,8 @@ async def plan_run(
     its ``maxIterations`` caps the run's, its ``toolCacheSeconds`` the cached results' lifetime, and with
     ``agentEnabled`` false the run has none of the suite's tools (the gateway is not asked). ``tools_best_effort``:
     a tool list the gateway cannot give leaves a run that named no tools without any (a plain completion on the
-    OpenAI front), logged, instead of failing it."""
+    OpenAI front), logged, instead of failing it. ``offer_approval_tools`` false (a front whose clients cannot
+    approve a call): the tools that need approval are not offered, and a ``toolChoice`` naming one is a 400."""
     check_images(request.messages, settings.run_images_max_bytes)
     asked = request
     _check_response_format(request.response_format)
@@ -557,6 +559,16 @@ async def plan_run(
     needs_approval = approval_tools(
         tools, rules.approval, persona.approval if persona is not None else None, asked.require_approval
     )
+    if needs_approval and not offer_approval_tools:  # left out before the choice is checked against the tools
+        if isinstance(choice, NamedToolChoice) and choice.name in needs_approval:
+            raise ApiError(
+                400,
+                "invalid_request",
+                f"toolChoice names '{clip(choice.name)}', a tool that needs a person's approval: it is not offered "
+                "on this API (no client of it can approve a call).",
+            )
+        tools = [tool for tool in tools if tool.name not in needs_approval]
+        needs_approval = frozenset()
     if not out_of_time:
         _check_tool_choice(choice, {tool.name for tool in tools} | {spec.name for spec in client_tools})
     return RunPlan(

@@ -13,7 +13,7 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 
 import anyio
@@ -489,11 +489,9 @@ async def _chat_completions(request: Request) -> Response | EventStreamResponse:
         runtime=runtime,
         # The loop only for a tenant with a tool to offer: a gateway that cannot list them leaves plain chat working.
         tools_best_effort=True,
-    )
-    if plan.approval_tools:
         # An OpenAI client has no way to approve a call: the tools that would wait for a person are not offered.
-        kept = [tool for tool in plan.tools if tool.name not in plan.approval_tools]
-        plan = replace(plan, tools=kept, approval_tools=frozenset())
+        offer_approval_tools=False,
+    )
     run = None
     # A structured answer is validated and repaired by the loop: it takes a run, tools or not.
     if plan.tools or plan.response_format is not None:

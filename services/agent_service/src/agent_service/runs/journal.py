@@ -288,13 +288,14 @@ class RunJournal:
         await self._write(Step())
         await self._release()
 
-    async def park(self, held: list[NewApproval], *, wait_seconds: float, deadline_left_seconds: float) -> None:
+    async def park(self, held: list[NewApproval], *, wait_seconds: float, deadline_left_seconds: float) -> bool:
         """The run begins to wait for approvals of ``held``: the events emitted since the last step (its
         ``approval_required``) stored with its status ``waiting`` and the pending approvals, in one transaction
-        (``RunStore.park``); the client is told with ``release_stored``. Raises as a step's write does."""
+        (``RunStore.park``); the client is told with ``release_stored``. ``False``: its cancel was asked for, it is
+        not parked (nothing written). Raises as a step's write does."""
         store = self.store
         if store is None:
-            return
+            return True
         if self.unlogged or self.unaudited:  # none in practice (the round's turn logged its call): kept all the same
             await self._write(Step())
         await self._settle()
@@ -302,7 +303,7 @@ class RunJournal:
             events = list(self.unflushed)
             try:
                 with anyio.CancelScope(shield=True):
-                    await store.park(
+                    parked = await store.park(
                         self.run_id,
                         events,
                         held,
@@ -315,10 +316,13 @@ class RunJournal:
             except StoreError as error:
                 _log.warning("run_not_stored", run_id=self.run_id, error=str(error))
                 raise _not_stored() from None
+            if not parked:
+                return False
             del self.unflushed[: len(events)]
             if events:
                 self.flushed_seq = events[-1].seq
             self._wake()
+        return True
 
     async def release_stored(self) -> None:
         """Tell the attached client the events held until stored that are stored now (after ``park``)."""

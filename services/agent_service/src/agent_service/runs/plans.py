@@ -10,7 +10,8 @@ from pydantic import TypeAdapter
 from agent_service.core.limits import RunLimits
 from agent_service.core.run import ResumePoint, RunPlan
 from agent_service.core.tenancy import DEFAULT_TENANT
-from agent_service.store import RunRecord
+from agent_service.engine.approvals import denied_result
+from agent_service.store import ApprovalRecord, RunRecord
 from suite_common.deadline import Deadline
 from suite_common.wire import (
     AgentRunRequest,
@@ -136,10 +137,18 @@ class Takeover:
 
 
 def takeover(
-    record: RunRecord, earlier: list[Message], own: list[Message], *, deadline_seconds: float | None = None
+    record: RunRecord,
+    earlier: list[Message],
+    own: list[Message],
+    *,
+    deadline_seconds: float | None = None,
+    approvals: list[ApprovalRecord] | None = None,
+    decided: bool = False,
 ) -> Takeover:
     """``earlier``: the conversation's messages before the run; ``own``: the run's stored messages, by position;
-    ``deadline_seconds``: as ``plan_from_record``'s."""
+    ``deadline_seconds``: as ``plan_from_record``'s; ``approvals``: the run's decisions (``RunStore.approvals``);
+    ``decided``: the run is resumed by the decision of its round itself, nothing crashed since (else it is taken
+    over, and whoever resumed it after the decision may have died mid-call)."""
     base = len(earlier)
     last_turn = next((index for index in range(len(own) - 1, -1, -1) if own[index].role == "assistant"), None)
     resume = ResumePoint(iterations=record.iterations, usage=record.usage)
@@ -163,12 +172,26 @@ def takeover(
         if message.role == "tool" and message.tool_call_id is not None
     }
     tools = {tool.name: tool for tool in plan.tools}
-    # A call held for approval is never made again unapproved, whatever its tool says (a crash before its run was
-    # parked to wait leaves it without a decision).
+    open_ids = {call.id for call in calls if call.id not in results}
+    decisions = {approval.tool_call_id: approval for approval in approvals or [] if approval.tool_call_id in open_ids}
+    # A denied call is told so, whoever resumes the run.
+    answered = {
+        call_id: denied_result(approval.message)
+        for call_id, approval in decisions.items()
+        if approval.status == "denied"
+    }
+    approved = {call_id for call_id, approval in decisions.items() if approval.status == "approved"}
+    # The rule for an approved call without a result: resumed by its decision (no crash since: it was never made),
+    # it is made, exactly once. Taken over after the decision, it is as any call a crash interrupted (the replica
+    # that resumed the run may have died mid-call): made again only when its tool says that is harmless, else its
+    # outcome is unknown. A held call without a decision (a crash before its run was parked) is never made.
     again = {
         call.id
         for call in calls
-        if call.id not in results and call.name not in plan.approval_tools and may_call_again(tools.get(call.name))
+        if call.id in open_ids
+        and call.id not in answered
+        and (call.name not in plan.approval_tools or call.id in approved)
+        and ((decided and call.id in approved) or may_call_again(tools.get(call.name)))
     }
     return Takeover(
         plan,
@@ -179,5 +202,6 @@ def takeover(
             calls=list(calls),
             results=results,
             redispatch=again,
+            answered=answered,
         ),
     )

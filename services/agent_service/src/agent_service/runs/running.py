@@ -20,7 +20,7 @@ from agent_service.admission.run_slots import UNCAPPED, RunSlots
 from agent_service.core.errors import UpstreamError
 from agent_service.core.images import messages_by_reference
 from agent_service.core.run import ResumePoint, RunOutcome, RunPlan
-from agent_service.core.tenancy import Caller
+from agent_service.core.tenancy import DEFAULT_TENANT, Caller
 from agent_service.engine.loop import AgentLoop
 from agent_service.runs.journal import LiveSink, RunJournal, RunMoved
 from agent_service.runs.plans import Takeover, conversation_settings, stored_plan, takeover
@@ -242,7 +242,7 @@ class RunExecutor:
             with anyio.CancelScope(shield=True):
                 if self.lifecycle.interrupted:
                     await journal.log_calls()  # a call the shutdown cut off: counted in the budgets, so logged
-                    await self._release(plan.run_id)
+                    await self.release_lease(plan.run_id)
                 elif run.stop_reason is None and not run.parked:  # its client left (a parked run waits on)
                     journal.send = None
                     run.stop_reason = "cancelled"
@@ -280,7 +280,8 @@ class RunExecutor:
         await self._stored_cancel(run)
         return RunOutcome("cancelled", journal.iterations, journal.usage, [])
 
-    async def _release(self, run_id: str) -> None:
+    async def release_lease(self, run_id: str) -> None:
+        """Let another replica take ``run_id`` over at once (its lease expires now), within two seconds."""
         if self.store is None:
             return
         with anyio.move_on_after(2.0):
@@ -309,17 +310,21 @@ class RunExecutor:
 
     async def _park(self, run: StartedRun, outcome: RunOutcome) -> RunOutcome:
         """The run waits for approvals of ``outcome.waiting``, in the store (``RunStore.park``): nothing of it stays
-        here, its slot is released (``execute``'s end); a decision or the wait's limit resumes it on any replica
-        (``waiting``). A run that cannot be parked fails, as one whose step cannot be stored."""
+        here, its slot is released first; a decision or the wait's limit resumes it on any replica (``waiting``). A
+        run that cannot be parked fails, as one whose step cannot be stored; one whose cancel was asked for ends
+        cancelled."""
         plan = run.plan
         servers = {tool.name: tool.server for tool in plan.tools}
         held = [
             NewApproval(call.id, outcome.iterations, call.name, servers.get(call.name), call.arguments)
             for call in outcome.waiting
         ]
+        # Released before the park write, not after: a decision may resume the run here the instant it is parked,
+        # and the slot it takes then has the same key (its run id).
+        await self.release_slot(plan.run_id)
         run.parked = True  # from here on its lease is not renewed, nor the run stopped for the lease it gives up
         try:
-            await run.journal.park(
+            parked = await run.journal.park(
                 held,
                 wait_seconds=plan.approval_timeout_seconds,
                 deadline_left_seconds=max(0.0, plan.limits.deadline.remaining()),
@@ -336,9 +341,12 @@ class RunExecutor:
         except BaseException:  # cancelled before the write (which is shielded): not parked, stopped as any run
             run.parked = False
             raise
+        if not parked:  # its cancel was asked for just before: it ends cancelled, as a cancelled waiting run
+            run.parked, run.stop_reason = False, "cancelled"
+            await self._stored_cancel(run)
+            return RunOutcome("cancelled", run.journal.iterations, run.journal.usage, [])
         # Let go of before its client hears of the wait: a decision may resume it here the next instant.
         self._let_go(run)
-        await self.release_slot(plan.run_id)
         await run.journal.release_stored()
         return outcome
 
@@ -358,11 +366,12 @@ class RunExecutor:
                 _log.error("run_cancel_not_stored", run_id=run.plan.run_id, error=error.message)
 
     async def reopen(
-        self, record: RunRecord, *, next_seq: int, deadline_seconds: float | None = None
+        self, record: RunRecord, *, next_seq: int, deadline_seconds: float | None = None, decided: bool = False
     ) -> tuple[RunJournal, Takeover]:
         """A stored run this replica holds the lease of now (taken over, or resumed after its wait): its journal,
-        numbered from ``next_seq`` and counted on from what is stored, and where the run resumes
-        (``deadline_seconds``: as ``plans.takeover``'s)."""
+        numbered from ``next_seq`` and counted on from what is stored, and where the run resumes, its round's
+        decisions included (``deadline_seconds``, ``decided``: as ``plans.takeover``'s). The one place both paths
+        rebuild the run: its plan with its budgets as its tenant's rules say now and its conversation's summary."""
         store = self.store
         assert store is not None
         run_id = record.run_id
@@ -376,7 +385,15 @@ class RunExecutor:
             telemetry=self.loop.telemetry,
         )
         earlier = await store.earlier_messages(run_id)
-        taken = takeover(record, earlier, await store.run_messages(run_id), deadline_seconds=deadline_seconds)
+        own = await store.run_messages(run_id)
+        approvals = await store.approvals(run_id)
+        taken = takeover(record, earlier, own, deadline_seconds=deadline_seconds, approvals=approvals, decided=decided)
+        tenant = record.tenant or DEFAULT_TENANT
+        # Its budgets as its tenant's rules say now, its end user's (by the role the user had) included.
+        plan = replace(taken.plan, spending=self.budgets.guard(tenant, record.user, record.user_role or "user"))
+        if record.conversation_id is not None:
+            plan = replace(plan, summaries=StoredSummary(store, tenant, record.conversation_id))
+        taken = replace(taken, plan=plan)
         journal.base = len(earlier)
         journal.iterations, journal.usage = record.iterations, record.usage
         # The interrupted round's calls without a stored result: a run that ends here, cancelled or failed, still

@@ -156,7 +156,11 @@ class AgentRuns:
             cancelled = await self.waiting.cancel(record)
             if cancelled is not None:
                 return cancelled
-        return await self.reader.cancel(run_id, tenant=tenant)
+        record = await self.reader.cancel(run_id, tenant=tenant)
+        # Parked meanwhile (its cancel not marked: only a run that executes is): ended as a waiting run after all.
+        if record is not None and record.waiting:
+            return await self.waiting.cancel(record) or await self.reader.get(run_id, tenant=tenant)
+        return record
 
     # --- waiting for approvals (``WaitingRuns``) ----------------------------------------------------------
 

@@ -8,8 +8,6 @@ its last stored step (``plans.takeover``). A replica shutting down releases its 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import anyio
 
 from agent_service.core.errors import UpstreamError
@@ -18,7 +16,6 @@ from agent_service.core.tenancy import DEFAULT_TENANT
 from agent_service.runs.journal import RunJournal
 from agent_service.runs.reading import abandon_before
 from agent_service.runs.running import CANCELLED_CALL, RunExecutor, StartedRun
-from agent_service.runs.summaries import StoredSummary
 from agent_service.runs.waiting import WaitingRuns
 from agent_service.store import RunRecord, StoreError
 from suite_common.logging import get_logger
@@ -179,11 +176,7 @@ class LeaseKeeper:
             await journal.finish(RunOutcome(taken.finished, record.iterations, record.usage, []))
             return "finished"
         await runs.hold_slot(tenant, run_id)
-        # Its budgets as its tenant's rules say now, its end user's (by the role the user had) included.
-        plan = replace(taken.plan, spending=runs.budgets.guard(tenant, record.user, record.user_role or "user"))
-        if record.conversation_id is not None:
-            plan = replace(plan, summaries=StoredSummary(store, tenant, record.conversation_id))
-        run = StartedRun(plan, journal, detached=True, resume=taken.resume)
+        run = StartedRun(taken.plan, journal, detached=True, resume=taken.resume)
         runs.active[run_id] = run
         task_group.start_soon(runs.execute_tracked, run, True)
         return "resumed"

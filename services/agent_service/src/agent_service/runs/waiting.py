@@ -11,12 +11,14 @@ left when it began to wait, makes each approved call once, tells the model of ea
 
 from __future__ import annotations
 
-from dataclasses import replace
+import json
 
-from agent_service.core.errors import UpstreamError
+from agent_service.core.errors import OUTBOUND_BLOCKED, UpstreamError, outbound_blocked
 from agent_service.core.run import RunOutcome
 from agent_service.core.tenancy import DEFAULT_TENANT
-from agent_service.engine.approvals import NO_DECISION_IN_TIME, denied_result
+from agent_service.engine.approvals import NO_DECISION_IN_TIME
+from agent_service.engine.context import CONTEXT_LENGTH_EXCEEDED
+from agent_service.engine.output import INVALID_OUTPUT, INVALID_OUTPUT_STATUS
 from agent_service.runs.reading import RunReader
 from agent_service.runs.running import CANCELLED_CALL, RunExecutor, StartedRun, store_unavailable
 from agent_service.store import (
@@ -34,7 +36,7 @@ from suite_common.errors import ApiError
 from suite_common.logging import get_logger
 from suite_common.wire import ApprovalDecision, Message, RunDone, dump
 
-__all__ = ["WaitingRuns"]
+__all__ = ["WaitingRuns", "stored_failure"]
 
 _log = get_logger("agent_service.runs")
 
@@ -79,7 +81,11 @@ class WaitingRuns:
         except StoreError as error:
             raise store_unavailable(error) from None
         if decided.resumed:
-            await self._resume(decided.record, decided.approvals)
+            try:
+                await self._resume(decided.record, decided=True)
+            except Exception as error:  # the decisions are kept (200): a takeover resumes the run from them
+                _log.warning("run_not_resumed_after_approval", run_id=run_id, error=str(error))
+                await self._runs.release_lease(run_id)
         return decided
 
     async def approvals(self, run_id: str) -> list[ApprovalRecord]:
@@ -95,35 +101,32 @@ class WaitingRuns:
         ended = await store.expire_wait(record.run_id, owner=self._runs.owner, message=NO_DECISION_IN_TIME)
         if ended is None:
             return "decided"
-        await self._resume(ended, await store.approvals(record.run_id))
+        await self._resume(ended, decided=True)
         return "resumed"
 
-    async def _resume(self, record: RunRecord, approvals: list[ApprovalRecord]) -> None:
-        """Execute the run, claimed here, from its waiting round: approved calls made, denied ones answered."""
+    async def _resume(self, record: RunRecord, *, decided: bool) -> None:
+        """Execute the run, claimed here, from its waiting round (``reopen`` answers the denied calls and says which
+        approved ones are made: ``decided``, resumed by the decision itself, makes each); a run whose cancel was
+        asked for ends cancelled instead."""
         runs = self._runs
         task_group = runs.task_group
-        if task_group is None:  # shutting down: its lease lapses and another replica takes it over
+        # Shutting down: another replica takes it over at once, from its stored decisions.
+        if task_group is None:
+            await runs.release_lease(record.run_id)
             return
         run_id = record.run_id
         journal, taken = await runs.reopen(
-            record, next_seq=record.last_seq + 1, deadline_seconds=record.deadline_left_seconds
+            record, next_seq=record.last_seq + 1, deadline_seconds=record.deadline_left_seconds, decided=decided
         )
+        if record.cancel_requested:
+            done = RunDone(run_id=run_id, finish_reason="cancelled", iterations=record.iterations, usage=record.usage)
+            await journal.finish_cancelled(done, CANCELLED_CALL)
+            return
         resume = taken.resume
-        open_ids = {call.id for call in resume.calls if call.id not in resume.results}
-        decided = {approval.tool_call_id: approval for approval in approvals if approval.tool_call_id in open_ids}
-        approved = {call_id for call_id, approval in decided.items() if approval.status == "approved"}
-        denied = {
-            call_id: denied_result(approval.message)
-            for call_id, approval in decided.items()
-            if approval.status == "denied"
-        }
-        resume = replace(resume, redispatch=resume.redispatch | approved, answered=denied)
-        tenant = record.tenant or DEFAULT_TENANT
-        await runs.hold_slot(tenant, run_id)
-        plan = replace(taken.plan, spending=runs.budgets.guard(tenant, record.user, record.user_role or "user"))
-        run = StartedRun(plan, journal, detached=True, resume=resume)
+        await runs.hold_slot(record.tenant or DEFAULT_TENANT, run_id)
+        run = StartedRun(taken.plan, journal, detached=True, resume=resume)
         runs.active[run_id] = run
-        _log.info("run_resumed_after_approval", run_id=run_id, approved=len(approved), denied=len(denied))
+        _log.info("run_resumed_after_approval", run_id=run_id, made=len(resume.redispatch), denied=len(resume.answered))
         task_group.start_soon(runs.execute_tracked, run, True)
 
     async def cancel(self, record: RunRecord) -> RunRecord | None:
@@ -153,10 +156,12 @@ class WaitingRuns:
         stored, as the store says it ended."""
         store = self._store()
 
-        async def skip(_: StoredEvent) -> None:  # only its end matters: ``follow`` returns after the last event
-            pass
+        last: list[StoredEvent] = []
 
-        await self._reader.follow(run.plan.run_id, run.journal.flushed_seq, skip)
+        async def keep(event: StoredEvent) -> None:  # only its end matters: ``follow`` returns after the last event
+            last[:] = [event]
+
+        await self._reader.follow(run.plan.run_id, run.journal.flushed_seq, keep)
         try:
             record = await store.get_run(run.plan.run_id)
             own = await store.run_messages(run.plan.run_id)
@@ -165,8 +170,9 @@ class WaitingRuns:
         if record is None:
             raise ApiError(404, "run_not_found", f"No run {run.plan.run_id} is stored.")
         appended = own[len(run.plan.messages) - run.journal.base :]
-        failure = UpstreamError(record.error.code, record.error.message) if record.error is not None else None
+        failure = stored_failure(record.error.code, record.error.message) if record.error is not None else None
         finish = record.finish_reason if record.finish_reason not in (None, "error") else "stop"
+        warnings = json.loads(last[0].data).get("warnings") if last and last[0].type == "done" else None
         return RunOutcome(
             finish or "stop",
             record.iterations,
@@ -175,4 +181,19 @@ class WaitingRuns:
             failure,
             appended_from=len(run.plan.messages),
             budget=record.budget,
+            warnings=warnings,
+            output=record.output,
         )
+
+
+_STORED_ERROR_STATUS = {
+    INVALID_OUTPUT: INVALID_OUTPUT_STATUS,
+    OUTBOUND_BLOCKED: outbound_blocked().status,
+    CONTEXT_LENGTH_EXCEEDED: 400,  # the completion service's status for it, passed through to a live run's client
+}
+"""The HTTP status a live run's client gets for a run error of these codes (any other: 502, a peer's failure)."""
+
+
+def stored_failure(code: str, message: str) -> UpstreamError:
+    """A stored run error as the failure to answer with: the status a live run of it would have answered."""
+    return UpstreamError(code, message, status=_STORED_ERROR_STATUS.get(code, 502))

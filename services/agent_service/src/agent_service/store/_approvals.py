@@ -152,12 +152,13 @@ class RunApprovals:
         owner: str,
         wait_seconds: float,
         deadline_left_seconds: float,
-    ) -> None:
+    ) -> bool:
         """The run begins to wait: ``events`` stored, its status ``waiting`` without a lease owner until
-        now + ``wait_seconds``, ``held`` stored as pending approvals. Raises ``LeaseLost`` (writing nothing) when
-        ``owner`` no longer holds the run."""
+        now + ``wait_seconds``, ``held`` stored as pending approvals. ``False`` (writing nothing): its cancel was
+        asked for, it is not parked (a waiting run is not stopped by its lease: the cancel would be lost). Raises
+        ``LeaseLost`` (writing nothing) when ``owner`` no longer holds the run."""
 
-        def park(connection: Connection) -> None:
+        def park(connection: Connection) -> bool:
             now = utc_now()
             expires = now + timedelta(seconds=wait_seconds)
             values: dict[str, Any] = {
@@ -172,10 +173,25 @@ class RunApprovals:
                 values["last_seq"] = events[-1].seq  # numbered on from the run's last stored one
             result = connection.execute(
                 runs.update()
-                .where(runs.c.run_id == run_id, runs.c.lease_owner == owner, runs.c.status.in_(ACTIVE_STATUSES))
+                .where(
+                    runs.c.run_id == run_id,
+                    runs.c.lease_owner == owner,
+                    runs.c.status.in_(ACTIVE_STATUSES),
+                    runs.c.cancel_requested.is_(False),
+                )
                 .values(**values)
             )
             if result.rowcount != 1:
+                cancelled = connection.execute(
+                    sa.select(runs.c.run_id).where(
+                        runs.c.run_id == run_id,
+                        runs.c.lease_owner == owner,
+                        runs.c.status.in_(ACTIVE_STATUSES),
+                        runs.c.cancel_requested.is_(True),
+                    )
+                ).one_or_none()
+                if cancelled is not None:
+                    return False
                 raise LeaseLost(f"Run {run_id} is no longer held by {owner}.")
             if events:
                 connection.execute(
@@ -201,8 +217,9 @@ class RunApprovals:
                     for call in held
                 ],
             )
+            return True
 
-        await self._db.run(f"park run {run_id} to wait for approvals", park, write=True)
+        return await self._db.run(f"park run {run_id} to wait for approvals", park, write=True)
 
     async def decide(
         self, run_id: str, decisions: Sequence[Decision], *, decided_by: str, owner: str, lease_seconds: float
