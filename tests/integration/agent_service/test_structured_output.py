@@ -253,3 +253,24 @@ async def test_a_run_taken_over_right_after_its_repair_was_stored_asks_the_model
     outcome = await scripted.loop().run(taken.plan, no_events, stream_text=False, resume=taken.resume)
     assert (outcome.finish_reason, outcome.output, outcome.iterations) == ("stop", PARIS, 2)
     await store.aclose()
+
+
+async def test_a_run_taken_over_after_its_repair_round_gets_no_second_one(tmp_path: Path) -> None:
+    store, plan = await stored_run(tmp_path)
+    journal = RunJournal(plan.run_id, store=store, owner="A", base=0)
+    invalid = Message(role="assistant", content='{"city": 1}')
+    repair = Message(role="user", content="Your answer is not valid.")
+    call = LlmCall("scripted", "scripted", Usage(), iteration=1)
+    await journal.turn(1, invalid, iterations=1, usage=Usage(), call=call)
+    await journal.repair(1, invalid, repair, iterations=1, usage=Usage())
+    own = await store.run_messages(plan.run_id)
+    record = await store.get_run(plan.run_id)
+    assert record is not None
+    taken = takeover(record, [], own)
+    assert taken.resume.repaired
+    # The model answers invalid JSON again: the run's one repair was spent before the takeover, so it fails.
+    scripted = Scripted([answer('{"city": 2}'), answer(json.dumps(PARIS))])
+    outcome = await scripted.loop().run(taken.plan, no_events, stream_text=False, resume=taken.resume)
+    assert outcome.error is not None
+    assert outcome.error.code == "invalid_output"
+    await store.aclose()

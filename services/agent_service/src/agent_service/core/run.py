@@ -210,6 +210,9 @@ class ResumePoint:
     person approved; each other one gets a result saying its outcome is unknown, unless ``answered`` has one."""
     answered: dict[str, str] = field(default_factory=dict)
     """Calls answered without running, by id: the error result the model is told (a denied approval)."""
+    repaired: bool = False
+    """The run already asked its model to repair an invalid final answer (``responseFormat``): its next invalid
+    answer fails the run, as it would have had the run not been taken over."""
 
 
 UNKNOWN_OUTCOME = (

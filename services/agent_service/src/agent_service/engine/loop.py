@@ -145,7 +145,8 @@ class AgentLoop:
                     state.image_bytes = await images.held(state.conversation, resumed=resume is not None)
                 if resume is not None and resume.calls:
                     await self._finish_round(plan, state, emit, resume, recorder, stream_text)
-                stop = await self._rounds(plan, state, emit, stream_text, recorder, images)
+                repaired = resume is not None and resume.repaired
+                stop = await self._rounds(plan, state, emit, stream_text, recorder, images, repaired=repaired)
             if deadline_scope.cancelled_caught:
                 stop = Stop("deadline")
         except UpstreamError as error:
@@ -230,12 +231,15 @@ class AgentLoop:
         stream_text: bool,
         recorder: RunRecorder | None,
         images: RunImages,
+        *,
+        repaired: bool,
     ) -> Stop | None:
-        """Why the run ends; ``None``: it waits for approvals (``state.waiting``)."""
+        """Why the run ends; ``None``: it waits for approvals (``state.waiting``). ``repaired``: a resumed run had its
+        repair round (``responseFormat``) already."""
         specs = [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema) for t in plan.tools]
         specs += plan.client_tools
         tool_choice = plan.tool_choice
-        answers = AnswerCheck.of(plan.response_format)
+        answers = AnswerCheck.of(plan.response_format, repaired=repaired)
         while (stop := await _stop_before_call(plan, state)) is None:
             iteration = state.iterations = state.iterations + 1
             with (

@@ -51,11 +51,14 @@ class AnswerCheck:
         self._answered = False
 
     @classmethod
-    def of(cls, response_format: ResponseFormat | None) -> AnswerCheck | None:
-        """The check a run needs; ``None``: its answer is plain text."""
+    def of(cls, response_format: ResponseFormat | None, *, repaired: bool = False) -> AnswerCheck | None:
+        """The check a run needs; ``None``: its answer is plain text. ``repaired``: the run (taken over, or resumed
+        after approvals) already had its repair round."""
         if response_format is None or response_format.type == "text":
             return None
-        return cls(response_format)
+        check = cls(response_format)
+        check._repaired = repaired
+        return check
 
     def judge(self, answer: Message) -> Verdict:
         try:

@@ -136,6 +136,16 @@ class Takeover:
     finished: RunFinishReason | None = None
 
 
+def _repaired(own: list[Message]) -> bool:
+    """Whether a run's own stored messages hold a repair: a user message after a final answer (an assistant turn
+    without tool calls). Within a run a user message follows nothing else (its request's come first)."""
+    return any(
+        message.role == "user" and own[index - 1].role == "assistant" and not own[index - 1].tool_calls
+        for index, message in enumerate(own)
+        if index > 0
+    )
+
+
 def takeover(
     record: RunRecord,
     earlier: list[Message],
@@ -151,7 +161,7 @@ def takeover(
     over, and whoever resumed it after the decision may have died mid-call)."""
     base = len(earlier)
     last_turn = next((index for index in range(len(own) - 1, -1, -1) if own[index].role == "assistant"), None)
-    resume = ResumePoint(iterations=record.iterations, usage=record.usage)
+    resume = ResumePoint(iterations=record.iterations, usage=record.usage, repaired=_repaired(own))
     if last_turn is None:  # the crash came before the first answer was stored: the run starts over
         return Takeover(plan_from_record(record, earlier + own, deadline_seconds=deadline_seconds), resume)
     turn = own[last_turn]
@@ -203,5 +213,6 @@ def takeover(
             results=results,
             redispatch=again,
             answered=answered,
+            repaired=resume.repaired,
         ),
     )
