@@ -77,6 +77,21 @@ _IMAGE_RUN = {
     ],
 }
 FUZZ_TENANT, FUZZ_SERVER = "fuzz", "fuzzed"
+
+
+def _agent_config(run_id: str) -> str:
+    """``run_id``: a run the suite stored before fuzzing, whose approvals are then answered (409: none pending), not
+    only 404s for made-up ids."""
+    return (
+        f"""
+[[operations]]
+include-name = "POST /api/v1/agent/runs/{{runId}}/approvals"
+parameters = {{ runId = "{run_id}" }}
+"""
+        + _AGENT_CONFIG
+    )
+
+
 _AGENT_CONFIG = (
     f"""
 # The conversation the suite stored before fuzzing: reading it, not only 404s for made-up ids.
@@ -119,6 +134,8 @@ class Suite:
     agent_url: str
     completion_url: str
     mcp_url: str
+    run_id: str
+    """A run stored before fuzzing."""
 
 
 @asynccontextmanager
@@ -152,7 +169,8 @@ async def _running_suite() -> AsyncIterator[Suite]:
                 server = {"name": FUZZ_SERVER, "url": "http://127.0.0.1:9/mcp"}
                 registered = await client.post("/api/v1/admin/mcp-servers", json=server)
                 assert registered.status_code == 201, registered.text
-            yield Suite(agent_url=agent_url, completion_url=completion_url, mcp_url=gateway.url)
+            run_id = started.json()["runId"]
+            yield Suite(agent_url=agent_url, completion_url=completion_url, mcp_url=gateway.url, run_id=run_id)
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +209,9 @@ def test_every_operation_of_every_service_answers_as_documented_and_never_with_a
     workdirs = {service: tmp_path / service for service in services}
     for workdir in workdirs.values():
         workdir.mkdir()
-    (workdirs["agent-service"] / "schemathesis.toml").write_text(_AGENT_CONFIG)  # read from the working directory
+    (workdirs["agent-service"] / "schemathesis.toml").write_text(
+        _agent_config(suite.run_id)
+    )  # read from the working directory
     (workdirs["mcp-client-service"] / "schemathesis.toml").write_text(_GATEWAY_CONFIG)
     secret = f"X-MCP-Service-Secret: {GATEWAY_SECRET}"
     runs = {  # side by side: each service is fuzzed by its own process
