@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from agent_service.core.limits import RunLimits
 from agent_service.core.run import LlmCall, RunPlan
 from agent_service.runs.journal import RunJournal
-from agent_service.runs.plans import stored_plan, takeover
+from agent_service.runs.plans import Takeover, stored_plan, takeover
 from agent_service.store import NewApproval, NewRun, RunStore
 from suite_common.deadline import Deadline
 from suite_common.wire import JsonSchemaFormat, Message, ResponseFormat, RunEvent, ToolInfo, Usage
@@ -234,7 +234,8 @@ async def test_a_repair_round_that_waits_for_approval_keeps_the_invalid_answer_a
     await store.aclose()
 
 
-async def test_a_run_taken_over_right_after_its_repair_was_stored_asks_the_model_again(tmp_path: Path) -> None:
+async def taken_over_after_its_repair(tmp_path: Path) -> tuple[RunStore, Takeover]:
+    """A run whose invalid answer and repair request were stored, taken over by another replica right then."""
     store, plan = await stored_run(tmp_path)
     journal = RunJournal(plan.run_id, store=store, owner="A", base=0)
     invalid = Message(role="assistant", content='{"city": 1}')
@@ -242,11 +243,15 @@ async def test_a_run_taken_over_right_after_its_repair_was_stored_asks_the_model
     call = LlmCall("scripted", "scripted", Usage(), iteration=1)
     await journal.turn(1, invalid, iterations=1, usage=Usage(), call=call)
     await journal.repair(1, invalid, repair, iterations=1, usage=Usage())
-    # The replica dies here; another one takes the run over: the repair round goes on, the run does not end.
     own = await store.run_messages(plan.run_id)
     record = await store.get_run(plan.run_id)
     assert record is not None
-    taken = takeover(record, [], own)
+    return store, takeover(record, [], own)
+
+
+async def test_a_run_taken_over_right_after_its_repair_was_stored_asks_the_model_again(tmp_path: Path) -> None:
+    store, taken = await taken_over_after_its_repair(tmp_path)
+    # The repair round goes on, the run does not end.
     assert taken.finished is None
     assert [message.role for message in taken.plan.messages] == ["user", "assistant", "user"]
     scripted = Scripted([answer(json.dumps(PARIS))])
@@ -256,17 +261,7 @@ async def test_a_run_taken_over_right_after_its_repair_was_stored_asks_the_model
 
 
 async def test_a_run_taken_over_after_its_repair_round_gets_no_second_one(tmp_path: Path) -> None:
-    store, plan = await stored_run(tmp_path)
-    journal = RunJournal(plan.run_id, store=store, owner="A", base=0)
-    invalid = Message(role="assistant", content='{"city": 1}')
-    repair = Message(role="user", content="Your answer is not valid.")
-    call = LlmCall("scripted", "scripted", Usage(), iteration=1)
-    await journal.turn(1, invalid, iterations=1, usage=Usage(), call=call)
-    await journal.repair(1, invalid, repair, iterations=1, usage=Usage())
-    own = await store.run_messages(plan.run_id)
-    record = await store.get_run(plan.run_id)
-    assert record is not None
-    taken = takeover(record, [], own)
+    store, taken = await taken_over_after_its_repair(tmp_path)
     assert taken.resume.repaired
     # The model answers invalid JSON again: the run's one repair was spent before the takeover, so it fails.
     scripted = Scripted([answer('{"city": 2}'), answer(json.dumps(PARIS))])
