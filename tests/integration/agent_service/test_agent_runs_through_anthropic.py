@@ -6,7 +6,6 @@ by a server that speaks (and checks) Anthropic's Messages API, extended thinking
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import anyio
@@ -18,6 +17,7 @@ from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from support.fake_anthropic import ScriptedAnthropic, signature_of, text, thinking, tool_calls
 from support.mcp_gateway import echo_http_server, running_gateway
+from support.run_streams import RunEvents, events_of, streamed_run
 from support.servers import serve_app
 from support.stacks import running_agent
 
@@ -26,24 +26,9 @@ pytestmark = pytest.mark.anyio
 THOUGHT = "I should echo the phrase and add the numbers, both at once."
 
 
-async def _run(agent_url: str, body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    events: list[tuple[str, dict[str, Any]]] = []
-    name = ""
-    async with (
-        httpx.AsyncClient(timeout=30) as http,
-        http.stream("POST", f"{agent_url}/api/v1/agent/run", json=body) as response,
-    ):
-        assert response.status_code == 200, await response.aread()
-        async for line in response.aiter_lines():
-            if line.startswith("event: "):
-                name = line.removeprefix("event: ")
-            elif line.startswith("data: "):
-                events.append((name, json.loads(line.removeprefix("data: "))))
-    return events
-
-
-def _of(events: list[tuple[str, dict[str, Any]]], kind: str) -> list[dict[str, Any]]:
-    return [data for name, data in events if name == kind]
+async def _run(agent_url: str, body: dict[str, Any]) -> RunEvents:
+    async with httpx.AsyncClient(timeout=30) as http:
+        return await streamed_run(http, f"{agent_url}/api/v1/agent/run", body)
 
 
 async def test_a_streamed_run_thinks_calls_two_tools_then_answers_through_anthropic() -> None:
@@ -83,16 +68,16 @@ async def test_a_streamed_run_thinks_calls_two_tools_then_answers_through_anthro
             with anyio.fail_after(60):
                 events = await _run(agent_url, body)
 
-    assert "".join(r["delta"] for r in _of(events, "reasoning")) == THOUGHT
-    assert [(c["name"], c["arguments"]) for c in _of(events, "tool_call")] == [
+    assert "".join(r["delta"] for r in events_of(events, "reasoning")) == THOUGHT
+    assert [(c["name"], c["arguments"]) for c in events_of(events, "tool_call")] == [
         ("echo", {"text": "the loop stops"}),
         ("add", {"a": 2, "b": 3}),
     ]
-    results = {r["toolCallId"]: r for r in _of(events, "tool_result")}
+    results = {r["toolCallId"]: r for r in events_of(events, "tool_result")}
     assert not results["toolu_01Echo"]["isError"]
     assert "the loop stops" in results["toolu_01Echo"]["content"]
     assert "5" in results["toolu_01Add"]["content"]
-    assert "".join(t["delta"] for t in _of(events, "text")) == "The tools said: the loop stops, and 2 + 3 = 5."
+    assert "".join(t["delta"] for t in events_of(events, "text")) == "The tools said: the loop stops, and 2 + 3 = 5."
     done = events[-1]
     assert done[0] == "done"
     assert (done[1]["finishReason"], done[1]["iterations"]) == ("stop", 2)

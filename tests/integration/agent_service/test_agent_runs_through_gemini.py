@@ -3,7 +3,6 @@ with the tools of a real MCP server (over streamable HTTP) behind a real mcp-cli
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import anyio
@@ -15,26 +14,16 @@ from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from support.fake_gemini import ScriptedGemini, function_calls, text
 from support.mcp_gateway import echo_http_server, running_gateway
+from support.run_streams import RunEvents, streamed_run
 from support.servers import serve_app
 from support.stacks import running_agent
 
 pytestmark = pytest.mark.anyio
 
 
-async def _stream_run(agent_url: str, body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    events: list[tuple[str, dict[str, Any]]] = []
-    name = ""
-    async with (
-        httpx.AsyncClient(timeout=30) as http,
-        http.stream("POST", f"{agent_url}/api/v1/agent/run", json=body) as response,
-    ):
-        assert response.status_code == 200, await response.aread()
-        async for line in response.aiter_lines():
-            if line.startswith("event: "):
-                name = line.removeprefix("event: ")
-            elif line.startswith("data: "):
-                events.append((name, json.loads(line.removeprefix("data: "))))
-    return events
+async def _stream_run(agent_url: str, body: dict[str, Any]) -> RunEvents:
+    async with httpx.AsyncClient(timeout=30) as http:
+        return await streamed_run(http, f"{agent_url}/api/v1/agent/run", body)
 
 
 async def test_a_streamed_run_on_gemini_calls_two_tools_then_answers_with_the_signature_sent_back() -> None:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 from pydantic import SecretStr
@@ -26,6 +25,7 @@ from support import fake_anthropic, fake_gemini, fake_openai
 from support.context_window import prompt_tokens
 from support.databases import fresh_database
 from support.mcp_gateway import running_gateway
+from support.run_streams import RunEvents, events_of, streamed_run
 from support.servers import serve_app
 from support.stacks import running_agent
 
@@ -154,22 +154,8 @@ def _history(tokens: int, *, start: int = 0) -> list[dict[str, str]]:
     return messages
 
 
-async def _run(http: httpx.AsyncClient, body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    events: list[tuple[str, dict[str, Any]]] = []
-    name = ""
-    with anyio.fail_after(60):
-        async with http.stream("POST", "/api/v1/agent/run", json={**body, "stream": True}) as response:
-            assert response.status_code == 200, await response.aread()
-            async for line in response.aiter_lines():
-                if line.startswith("event: "):
-                    name = line.removeprefix("event: ")
-                elif line.startswith("data: "):
-                    events.append((name, json.loads(line.removeprefix("data: "))))
-    return events
-
-
-def _of(events: list[tuple[str, dict[str, Any]]], kind: str) -> list[dict[str, Any]]:
-    return [data for name, data in events if name == kind]
+async def _run(http: httpx.AsyncClient, body: dict[str, Any]) -> RunEvents:
+    return await streamed_run(http, "/api/v1/agent/run", body)
 
 
 async def _stored_summary(database: str, conversation_id: str) -> Any:
@@ -199,10 +185,13 @@ async def test_a_conversation_of_500k_tokens_is_answered_by_a_32k_model_and_its_
             stack.http,
             {"model": "small", "conversationId": "long", "tools": [], "messages": [*history, question]},
         )
-        (done,) = _of(events, "done")
+        (done,) = events_of(events, "done")
         assert done["finishReason"] == "stop", events[-3:]
-        assert "".join(e["delta"] for e in _of(events, "text")) == "The answer, from the summary and the newest turns."
-        (compacted,) = _of(events, "context_compacted")
+        assert (
+            "".join(e["delta"] for e in events_of(events, "text"))
+            == "The answer, from the summary and the newest turns."
+        )
+        (compacted,) = events_of(events, "context_compacted")
         assert compacted["messagesFolded"] > 0
         assert compacted["tokensBefore"] > 500_000 > WINDOW > compacted["tokensAfter"]
         # The summary was made in chunks, each within the window; the run's one call got the summary and the question.
@@ -230,7 +219,7 @@ async def test_a_conversation_of_500k_tokens_is_answered_by_a_32k_model_and_its_
                 "messages": [{"role": "user", "content": "And?"}],
             },
         )
-        assert _of(events, "done")[0]["finishReason"] == "stop"
+        assert events_of(events, "done")[0]["finishReason"] == "stop"
         assert len(stack.summaries) == first_fold
         assert SUMMARY_SENT + f"Summary {first_fold}:" in json.dumps(stack.answers[-1])
 
@@ -245,7 +234,7 @@ async def test_a_conversation_of_500k_tokens_is_answered_by_a_32k_model_and_its_
                 "messages": [*grown, {"role": "user", "content": "Now?"}],
             },
         )
-        assert _of(events, "done")[0]["finishReason"] == "stop"
+        assert events_of(events, "done")[0]["finishReason"] == "stop"
         new_calls = stack.summaries[first_fold:]
         assert 1 <= len(new_calls) <= 3
         assert f"Summary {first_fold}:" in json.dumps(new_calls[0])
@@ -265,8 +254,8 @@ async def test_a_provider_that_refuses_the_prompt_as_too_long_gets_a_harder_fold
             stack.http,
             {"model": "small", "tools": [], "messages": [*history, {"role": "user", "content": "Well?"}]},
         )
-        assert _of(events, "done")[0]["finishReason"] == "stop", events[-3:]
-        (compacted,) = _of(events, "context_compacted")
+        assert events_of(events, "done")[0]["finishReason"] == "stop", events[-3:]
+        (compacted,) = events_of(events, "context_compacted")
         assert compacted["messagesFolded"] >= len(history) // 2
         assert len(stack.answers) == 2
         assert len(stack.summaries) == 1
@@ -281,6 +270,6 @@ async def test_a_prompt_refused_again_after_the_harder_fold_fails_the_run_with_c
             stack.http,
             {"model": "small", "tools": [], "messages": [*_history(15_000), {"role": "user", "content": "Well?"}]},
         )
-        (error,) = _of(events, "error")
+        (error,) = events_of(events, "error")
         assert error["code"] == "context_length_exceeded"
         assert len(stack.answers) == 2
