@@ -23,14 +23,22 @@ __all__ = [
     "ApprovalsResponse",
     "BudgetName",
     "ConversationId",
+    "InputAnswer",
+    "InputStatus",
+    "InputView",
+    "InputsRequest",
+    "InputsResponse",
     "RunApprovalDecided",
     "RunApprovalRequired",
+    "RunAuthorizationRequired",
     "RunContextCompacted",
     "RunDone",
     "RunError",
     "RunErrorDetail",
     "RunEvent",
     "RunFinishReason",
+    "RunInputDecided",
+    "RunInputRequired",
     "RunReasoning",
     "RunResumed",
     "RunStarted",
@@ -183,6 +191,48 @@ class RunApprovalDecided(_RunEventBase):
     """The caller key's name and the end user (``<key>/<user>``) who decided; ``None``: the wait's limit passed."""
 
 
+class RunAuthorizationRequired(_RunEventBase):
+    """A tool call's server is behind OAuth and holds no token for whom the run acts (the run's end user on a
+    per-user server, else its tenant): the call was not made, its ``tool_result`` says so, and the run goes on. A
+    person opens ``authorizationUrl`` to consent (the console's "Connect"); a later run, or the same conversation's
+    next message, can then use the server."""
+
+    type: Literal["authorization_required"] = "authorization_required"
+    iteration: int
+    tool_call_id: str
+    name: str
+    server: str
+    authorization_url: str
+
+
+class RunInputRequired(_RunEventBase):
+    """A running tool's server asked its user a question (MCP ``elicitation/create``): the run waits (status
+    ``waiting``, in the store as for an approval) until the question is answered with ``POST
+    /api/v1/agent/runs/{runId}/inputs`` or its wait's limit passes (then ``decline``)."""
+
+    type: Literal["input_required"] = "input_required"
+    iteration: int
+    input_id: str
+    tool_call_id: str
+    name: str
+    server: str | None = None
+    message: str
+    requested_schema: dict[str, Any]
+    expires_at: str | None = None
+    """When the question is declined if no one answered (ISO 8601, UTC)."""
+
+
+class RunInputDecided(_RunEventBase):
+    """A question was answered (by a person, or ``decline`` when the wait's limit passed); the tool call goes on."""
+
+    type: Literal["input_decided"] = "input_decided"
+    input_id: str
+    tool_call_id: str
+    action: Literal["accept", "decline", "cancel"]
+    decided_by: str | None = None
+    """As ``approval_decided``'s: ``<key>`` or ``<key>/<user>``; ``None``: the wait's limit passed."""
+
+
 class RunContextCompacted(_RunEventBase):
     """Before this round's LLM call the conversation did not fit the model's context window: its oldest turns were
     folded into a stored summary (and old tool results trimmed). The stored conversation keeps every message."""
@@ -251,6 +301,9 @@ RunEvent = Annotated[
     | RunReasoning
     | RunApprovalRequired
     | RunApprovalDecided
+    | RunAuthorizationRequired
+    | RunInputRequired
+    | RunInputDecided
     | RunContextCompacted
     | RunDone
     | RunError,
@@ -299,7 +352,8 @@ class AgentRunFailure(WireModel):
 
 RunStatus = Literal["processing", "tool_loop", "waiting", "completed", "failed", "cancelled"]
 """``processing``: waiting for the model; ``tool_loop``: the model's tool calls are running; ``waiting``: tool calls
-wait for a person's approval (the run is in the store, no replica holds it); then final."""
+wait for a person's approval, or a tool's question waits for a person's answer (the run is in the store, no replica
+holds it); then final."""
 
 ApprovalStatus = Literal["pending", "approved", "denied"]
 
@@ -341,6 +395,46 @@ class ApprovalsResponse(WireModel):
     """The round's calls that needed approval, decided or not."""
 
 
+InputStatus = Literal["pending", "accepted", "declined", "cancelled"]
+
+
+class InputView(WireModel):
+    """A question a tool's server asked during the run, and its answer (never the answer's content)."""
+
+    input_id: str
+    tool_call_id: str
+    iteration: int
+    name: str
+    server: str | None = None
+    message: str
+    requested_schema: dict[str, Any]
+    status: InputStatus
+    decided_by: str | None = None
+    requested_at: str
+    decided_at: str | None = None
+    expires_at: str
+
+
+class InputAnswer(WireModel):
+    input_id: str = Field(min_length=1, max_length=256)
+    action: Literal["accept", "decline", "cancel"]
+    content: dict[str, Any] | None = None
+    """With ``accept``: the answer, an object valid against the question's ``requestedSchema`` once its defaults fill
+    what it leaves out (400 ``invalid_input`` otherwise)."""
+
+
+class InputsRequest(WireModel):
+    """``POST /api/v1/agent/runs/{runId}/inputs``."""
+
+    inputs: list[InputAnswer] = Field(min_length=1, max_length=64)
+
+
+class InputsResponse(WireModel):
+    run_id: str
+    status: RunStatus
+    inputs: list[InputView]
+
+
 class RunView(WireModel):
     """A stored run, as ``GET /api/v1/agent/runs/{runId}`` answers it."""
 
@@ -367,5 +461,7 @@ class RunView(WireModel):
     cancel_requested: bool = False
     approvals: list[ApprovalView] | None = None
     """The calls of the run that needed approval, the waiting ones first (``None``: none did)."""
+    inputs: list[InputView] | None = None
+    """The questions tool servers asked during the run, the pending ones first (``None``: none did)."""
     output: Any | None = None
     """With ``responseFormat``: the final answer parsed."""

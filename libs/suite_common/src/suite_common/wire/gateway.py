@@ -11,11 +11,17 @@ from suite_common.wire.base import WireModel
 __all__ = [
     "CALLER_META_KEY",
     "TENANT_HEADER",
+    "AuthorizationRequiredError",
+    "CallToolElicitation",
     "CallToolProgress",
     "CallToolRequest",
     "CallToolResponse",
     "CallerContext",
+    "ElicitationAction",
+    "ElicitationAnswer",
     "ListToolsResponse",
+    "OAuthCallback",
+    "OAuthCallbackResult",
     "ToolInfo",
     "ToolUnavailable",
     "UserRole",
@@ -91,7 +97,12 @@ class CallToolRequest(WireModel):
     ``name`` must then be a name that tool is listed under (its server's ``toolPrefix`` and its own name, or
     ``<server>__`` and that)."""
     caller: CallerContext | None = None
-    """Who the call acts for: the gateway sends it to the tool server as ``_meta["io.loopsuite/caller"]``."""
+    """Who the call acts for: the gateway sends it to the tool server as ``_meta["io.loopsuite/caller"]``. Its
+    ``user`` also picks the token of a per-user OAuth server (docs/gateway.md, Authorization)."""
+    call_id: str | None = Field(default=None, min_length=1, max_length=300)
+    """The caller's own key for the call (agent-service: ``<runId>/<toolCallId>``). A call with one that waits for a
+    person's answer to the server's ``elicitation/create`` outlives its caller's connection (up to the answer's time
+    limit) and is followed again with ``GET /mcp/v1/calls/{callId}/events``."""
 
 
 class CallToolResponse(WireModel):
@@ -109,3 +120,64 @@ class CallToolProgress(WireModel):
     progress: float
     total: float | None = None
     message: str | None = None
+
+
+class CallToolElicitation(WireModel):
+    """An ``elicitation`` event of a ``call-tool`` answered as SSE: the server asked its user a question
+    (``elicitation/create``, form mode) during the call. Answered with ``POST /mcp/v1/elicitations/{elicitationId}``;
+    the call goes on when it is (or when the answer's time limit passes: ``cancel``)."""
+
+    elicitation_id: str
+    message: str
+    requested_schema: dict[str, Any]
+    """The restricted JSON Schema of the MCP spec: an object of flat string, number, integer, boolean and enum
+    properties, with ``default``s a client fills in for what an answer leaves out (SEP-1034)."""
+    server: str
+    expires_at: str | None = None
+    """When the gateway answers ``cancel`` for a person who did not (ISO 8601, UTC)."""
+
+
+ElicitationAction = Literal["accept", "decline", "cancel"]
+
+
+class ElicitationAnswer(WireModel):
+    """``POST /mcp/v1/elicitations/{elicitationId}``: the person's answer, given to the server as its
+    ``ElicitResult``. ``content`` only with ``accept``; it is checked against the requested schema once the schema's
+    defaults fill what it leaves out (400 ``invalid_input`` otherwise)."""
+
+    action: ElicitationAction
+    content: dict[str, Any] | None = None
+
+
+class AuthorizationRequiredError(WireModel):
+    """The error body (HTTP 401, or an SSE ``error`` event) of a ``call-tool`` whose server is behind OAuth and holds
+    no usable token for whom the call acts (the tenant's, or ``caller.user``'s on a per-user server): nothing was
+    called. A person opens ``authorizationUrl`` to consent; the authorization server sends them back to the
+    gateway's redirect URI (agent-service ``GET /api/v1/agent/oauth/callback``), after which the call can be made
+    again."""
+
+    code: Literal["authorization_required"] = "authorization_required"
+    message: str
+    server: str
+    authorization_url: str
+
+
+class OAuthCallback(WireModel):
+    """``POST /mcp/v1/oauth/callback``: what the authorization server's redirect carried (its query), passed on by
+    agent-service's ``GET /api/v1/agent/oauth/callback`` (or any front that owns the redirect URI)."""
+
+    state: str = Field(min_length=1, max_length=512)
+    code: str | None = Field(default=None, max_length=4096)
+    error: str | None = Field(default=None, max_length=256)
+    error_description: str | None = Field(default=None, max_length=2000)
+    iss: str | None = Field(default=None, max_length=2000)
+
+
+class OAuthCallbackResult(WireModel):
+    """The answer to a completed consent: whose token is now held, for which server. Never the token."""
+
+    server: str
+    tenant: str | None = None
+    user: str | None = None
+    """Set for a per-user server: the end user who consented."""
+    scopes: list[str] = Field(default_factory=list)
