@@ -75,7 +75,8 @@ def scenario_checks(where: Path, scenario: str) -> list[dict[str, Any]]:
     """The checks the suite recorded for ``scenario`` (its results folder is ``<scenario>-<timestamp>``)."""
     folders = sorted(where.glob(f"{scenario}-*"))
     assert folders, f"no results for {scenario} in {where}"
-    return json.loads((folders[-1] / "checks.json").read_text())
+    checks: list[dict[str, Any]] = json.loads((folders[-1] / "checks.json").read_text())
+    return checks
 
 
 def failures(checks: list[dict[str, Any]]) -> list[str]:
