@@ -1,10 +1,13 @@
 // The agent console: a chat over agent-service's own API (same origin), no build step, no libraries.
 // Everything shown from the model, the tools or the store goes in through textContent or createTextNode:
 // no string from them is ever parsed as HTML (see renderMarkdown).
-// An ES module (index.html loads it with type="module"): the API, Markdown, the Servers and Runtime sections are
-// modules of their own beside it.
+// An ES module (index.html loads it with type="module"): the API, Markdown, the question form, the Servers,
+// Connections and Runtime sections are modules of their own beside it.
 import { api, json, readEvents } from "./api.js";
+import { consentPrompt } from "./authorization.js";
+import { initConnections } from "./connections.js";
 import { el, formFailure } from "./dom.js";
+import { questionBox, questionDecision } from "./input-form.js";
 import { renderMarkdown } from "./markdown.js";
 import { initRuntime } from "./runtime.js";
 import { initServers } from "./servers.js";
@@ -228,6 +231,15 @@ import { initServers } from "./servers.js";
         case "approval_decided":
           this.approvalDecided(data);
           break;
+        case "input_required":
+          this.inputRequired(data);
+          break;
+        case "input_decided":
+          this.inputDecided(data);
+          break;
+        case "authorization_required":
+          this.authorizationRequired(data);
+          break;
         case "context_compacted":
           this.body.appendChild(el("div", "note compacted", compactedText(data)));
           break;
@@ -393,6 +405,71 @@ import { initServers } from "./servers.js";
       refreshConversations(); // no longer waiting
     }
 
+    // A running call's server asks the person a question: a form on its card (input-form.js). The run waits in the
+    // store as for an approval; input_decided, then the call's result, come on this stream.
+    inputRequired(data) {
+      const parts = this.cards.get(data.toolCallId) || this.toolCall(data.toolCallId, data.name, {});
+      parts.card.classList.add("waiting");
+      parts.card.open = true;
+      parts.status.textContent = "waiting for your answer";
+      const box = questionBox(
+        data,
+        (action, content) => this.answerInput(data.inputId, action, content),
+        (refusal) => refusal.code === "input_not_pending" || refusal.code === "run_not_found",
+      );
+      const asked = this.questionOf(parts, data.inputId);
+      if (asked) asked.replaceWith(box);
+      else parts.approval.appendChild(box);
+      syncLeave();
+      refreshConversations(); // the list marks the conversation as waiting
+    }
+
+    questionOf(parts, inputId) {
+      return [...parts.approval.querySelectorAll(".question")].find((box) => box.dataset.inputId === inputId);
+    }
+
+    async answerInput(inputId, action, content) {
+      const answer = { inputId, action };
+      if (content !== undefined) answer.content = content;
+      try {
+        await json(`/api/v1/agent/runs/${encodeURIComponent(this.runId)}/inputs`, {
+          method: "POST",
+          body: { inputs: [answer] },
+        });
+      } catch (failure) {
+        const lead = {
+          input_not_pending: "This question is no longer waiting (answered already, or the run ended)",
+          invalid_input: "The answer does not fit the question",
+        }[failure.code];
+        const said = new Error(`${lead || "The answer was not sent"}: ${failure.message}`);
+        throw Object.assign(said, { code: failure.code });
+      }
+      // input_decided is on its way on the stream; the box stays (disabled) until then.
+    }
+
+    inputDecided(data) {
+      const parts = this.cards.get(data.toolCallId);
+      if (!parts) return;
+      const box = this.questionOf(parts, data.inputId);
+      const decision = questionDecision(data);
+      if (box) box.replaceWith(decision);
+      else parts.approval.appendChild(decision);
+      if (!parts.approval.querySelector(".question")) {
+        parts.card.classList.remove("waiting");
+        parts.status.textContent = data.action === "accept" ? "answered · running…" : `${data.action}d · running…`;
+      }
+      syncLeave();
+      refreshConversations(); // no longer waiting
+    }
+
+    // The call's server needs a consent nobody gave: it was not called (its result says so). Connect opens the
+    // authorization page; the person's connections are read again when they come back.
+    authorizationRequired(data) {
+      const parts = this.cards.get(data.toolCallId) || this.toolCall(data.toolCallId, data.name, {});
+      parts.approval.appendChild(consentPrompt(data, () => connections.load()));
+      connections.wanted(data.server);
+    }
+
     toolProgress(data) {
       const parts = this.cards.get(data.toolCallId);
       if (!parts) return;
@@ -531,7 +608,8 @@ import { initServers } from "./servers.js";
     closeTurn();
   }
 
-  // A waiting run (a tool call waits for approval) is followed too: its cards offer Approve and Deny.
+  // A waiting run (a tool call waits for approval, or for an answer to its server's question) is followed too: its
+  // cards offer Approve and Deny, or the question's form.
   const ACTIVE_STATUSES = new Set(["processing", "tool_loop", "waiting"]);
 
   // Shows a stored conversation; answers its run still in progress, if any (a conversation takes one at a
@@ -623,7 +701,7 @@ import { initServers } from "./servers.js";
           if (conversation.status === "waiting") {
             // Its newest run waits for a decision on a tool call: open it to approve or deny.
             button.classList.add("waiting");
-            button.title += " · a tool call waits for approval";
+            button.title += " · a tool call waits for a decision or an answer";
             button.prepend(el("span", "waiting-badge", "waiting"), document.createTextNode(" "));
           }
           button.addEventListener("click", () => openConversation(conversation.conversationId));
@@ -1101,6 +1179,7 @@ import { initServers } from "./servers.js";
   });
   const loadServers = initServers({ onToolsChanged: loadTools });
   const loadRuntime = initRuntime();
+  const connections = initConnections();
 
   async function start() {
     await Promise.all([
@@ -1111,6 +1190,7 @@ import { initServers } from "./servers.js";
       refreshConversations(),
       loadServers(),
       loadRuntime(),
+      connections.load(),
     ]);
     // A run in flight when the page was left (reloaded): its conversation shows it, re-attached.
     const inflight = JSON.parse(sessionStorage.getItem(INFLIGHT_STORE) || "null");

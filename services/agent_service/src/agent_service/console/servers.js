@@ -2,8 +2,10 @@
 // Shown to a key the admin API answers: an admin key, for its own tenant (an open API is the admin of "default").
 // Any other 4xx hides it: a plain key's 403 admin_only, an operator key's 400 (it names a tenant with ?tenant=,
 // which the console does not). A header value typed in is sent once and never kept: the form is reset after a
-// save, and the answers carry the headers' names only.
+// save, and the answers carry the headers' names only. A server behind OAuth shows its authorization on its card
+// (authorization.js): Connect and Disconnect.
 import { api, json, notForThisKey } from "./api.js";
+import { authorizationBlock, authorizationOf, loadAdminConnections } from "./authorization.js";
 import { button, el, errorLine, formFailure } from "./dom.js";
 
 export const SERVERS_PATH = "/api/v1/admin/mcp-servers";
@@ -39,7 +41,8 @@ const STATE_WORDS = {
   disabled: "off",
 };
 
-const admin = { loaded: false, servers: [], maxServers: null, polls: 0, pollTimer: null };
+// connections: the tenant's OAuth connections by server (null: none listed, or no such endpoint here).
+const admin = { loaded: false, servers: [], maxServers: null, polls: 0, pollTimer: null, connections: null };
 let toolsChanged = () => {}; // initServers' onToolsChanged: the Tools section lists the tenant's catalog again
 
 function serversPath(name) {
@@ -60,6 +63,8 @@ async function loadServers() {
   const toolCounts = serverToolCounts();
   admin.servers = body.servers || [];
   admin.maxServers = body.maxServers ?? null;
+  // Who is connected to the servers behind OAuth (asked only when there is one).
+  admin.connections = admin.servers.some(authorizationOf) ? await loadAdminConnections() : null;
   renderServers();
   // Tools listed (or gone) since the last look (a server done connecting): the Tools section follows.
   if (admin.loaded && serverToolCounts() !== toolCounts) toolsChanged();
@@ -126,6 +131,12 @@ function serverCard(server, toolsOpen) {
   }
   if (server.allowedTools) card.appendChild(el("div", "server-detail", `Only: ${server.allowedTools.join(", ")}`));
   if (server.lastError) card.appendChild(el("div", "server-error", `Last error: ${server.lastError}`));
+  const authorization = authorizationBlock(server, {
+    authorizePath: `${serversPath(server.name)}/authorize`,
+    connections: admin.connections ? admin.connections.get(server.name) || [] : null,
+    changed: () => loadServers(),
+  });
+  if (authorization) card.appendChild(authorization);
   const tools = server.tools || [];
   const count = server.toolCount ?? tools.length;
   const counted = `${count} tool${count === 1 ? "" : "s"}`;
@@ -145,7 +156,7 @@ function serverCard(server, toolsOpen) {
     card.appendChild(el("div", "server-detail", server.state === "connecting" ? "Listing its tools…" : counted));
   }
   const failure = errorLine();
-  failure.classList.add("card-failure");
+  failure.classList.add("card-failure"); // the card's own (its authorization part has another)
   card.appendChild(failure);
   const remove = button("small-button", "Delete", `Delete ${server.name}`);
   remove.dataset.control = "delete";
