@@ -1,10 +1,18 @@
 // The agent console: a chat over agent-service's own API (same origin), no build step, no libraries.
 // Everything shown from the model, the tools or the store goes in through textContent or createTextNode:
 // no string from them is ever parsed as HTML (see renderMarkdown).
-"use strict";
+// An ES module (index.html loads it with type="module"): the API, Markdown, the question form, the Servers,
+// Connections and Runtime sections are modules of their own beside it.
+import { api, json, readEvents } from "./api.js";
+import { consentPrompt } from "./authorization.js";
+import { initConnections } from "./connections.js";
+import { el, formFailure } from "./dom.js";
+import { questionBox, questionDecision } from "./input-form.js";
+import { renderMarkdown } from "./markdown.js";
+import { initRuntime } from "./runtime.js";
+import { initServers } from "./servers.js";
 
 (() => {
-  const KEY_STORE = "console.apiKey"; // sessionStorage only: the key never outlives the tab
   const INFLIGHT_STORE = "console.inflight"; // {runId, conversationId} while a run streams
   const CONVERSATION_STORE = "console.conversation";
   const MODEL_STORE = "console.model"; // the model of a new conversation; a stored one keeps its own (its settings)
@@ -49,40 +57,7 @@
     attachFile: $("attach-file"),
     send: $("send"),
     stop: $("stop"),
-    keyDialog: $("key-dialog"),
     keyForm: $("key-form"),
-    keyInput: $("key-input"),
-    serversPanel: $("servers-panel"),
-    servers: $("servers"),
-    serversNote: $("servers-note"),
-    serversRefresh: $("servers-refresh"),
-    serverAdd: $("server-add"),
-    serverForm: $("server-form"),
-    serverName: $("server-name"),
-    serverUrl: $("server-url"),
-    serverTransport: $("server-transport"),
-    serverHeaderName: $("server-header-name"),
-    serverHeaderValue: $("server-header-value"),
-    serverFormError: $("server-form-error"),
-    serverSave: $("server-save"),
-    deleteDialog: $("delete-dialog"),
-    deleteTitle: $("delete-title"),
-    deleteText: $("delete-text"),
-    runtimePanel: $("runtime-panel"),
-    runtimeHeading: $("runtime-heading"),
-    runtimeForm: $("runtime-form"),
-    runtimeMaxIterations: $("runtime-max-iterations"),
-    runtimeMaxIterationsNote: $("runtime-max-iterations-note"),
-    runtimeToolCache: $("runtime-tool-cache"),
-    runtimeToolCacheNote: $("runtime-tool-cache-note"),
-    runtimeStreamMode: $("runtime-stream-mode"),
-    runtimeStreamModeNote: $("runtime-stream-mode-note"),
-    runtimeAgentEnabled: $("runtime-agent-enabled"),
-    runtimeAgentNote: $("runtime-agent-note"),
-    runtimeError: $("runtime-error"),
-    runtimeSave: $("runtime-save"),
-    runtimeDefaults: $("runtime-defaults"),
-    runtimeNote: $("runtime-note"),
   };
 
   const state = {
@@ -103,15 +78,6 @@
     attachments: [], // images for the next message: [{name, type, size, url}] (url: a data: URL)
   };
 
-  // --- small DOM helpers --------------------------------------------------------------------------
-
-  function el(tag, className, text) {
-    const node = document.createElement(tag);
-    if (className) node.className = className;
-    if (text !== undefined && text !== null) node.textContent = String(text);
-    return node;
-  }
-
   function scrollToEnd() {
     ui.transcript.scrollTop = ui.transcript.scrollHeight;
   }
@@ -120,265 +86,6 @@
     const bytes = new Uint8Array(8);
     crypto.getRandomValues(bytes);
     return "console-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
-  }
-
-  // --- Markdown, safely ---------------------------------------------------------------------------
-  // A small subset (paragraphs, headings, lists, fenced and inline code, bold, italics, http(s) links),
-  // built as DOM nodes whose text is set with createTextNode: model or tool output that contains HTML is
-  // shown as the characters it is, never interpreted.
-
-  // Inline markup is found in one pass over the line (each position looks ahead through tables of where the next
-  // backtick, star and closing bracket are), so its cost grows with the line's length, never with its square: a
-  // line of 16,000 "[" is as cheap as any other. A line longer than MAX_INLINE_CHARS is parsed up to there only.
-  const MAX_INLINE_CHARS = 10000;
-
-  // For every position of ``text``, where the next character that ``is`` says yes to is, at or after it (-1: none).
-  function nextWhere(text, is) {
-    const next = new Int32Array(text.length + 2).fill(-1);
-    for (let i = text.length - 1; i >= 0; i--) next[i] = is(text[i]) ? i : next[i + 1];
-    return next;
-  }
-
-  const URL_SCHEME = /^https?:\/\//;
-
-  // The inline tokens of ``text`` in order, {start, end, kind, inner, href}: what matching
-  // (`[^`]+`)|(\*\*[^*]+\*\*)|(\*[^*\s][^*]*\*)|(\[[^\]]+\]\((https?:\/\/[^\s)]+)\)) again and again would find.
-  function inlineTokens(text) {
-    const ticks = nextWhere(text, (c) => c === "`");
-    const stars = nextWhere(text, (c) => c === "*");
-    const closes = nextWhere(text, (c) => c === "]");
-    const urlStops = nextWhere(text, (c) => c === ")" || /\s/.test(c));
-    // The end of the link "(http...)" after the "](" at ``at``, or -1.
-    const urlEnd = (at) => {
-      const scheme = URL_SCHEME.exec(text.slice(at + 2, at + 10));
-      if (!scheme) return -1;
-      const first = at + 2 + scheme[0].length;
-      const stop = urlStops[first];
-      return stop > first && text[stop] === ")" ? stop + 1 : -1;
-    };
-    const tokens = [];
-    let i = 0;
-    while (i < text.length) {
-      const ch = text[i];
-      let token = null;
-      if (ch === "`") {
-        const close = ticks[i + 1];
-        if (close > i + 1) token = { end: close + 1, kind: "code", inner: text.slice(i + 1, close) };
-      } else if (ch === "*") {
-        if (text[i + 1] === "*") {
-          const close = stars[i + 2];
-          if (close > i + 2 && text[close + 1] === "*") {
-            token = { end: close + 2, kind: "strong", inner: text.slice(i + 2, close) };
-          }
-        }
-        if (!token && i + 1 < text.length && text[i + 1] !== "*" && !/\s/.test(text[i + 1])) {
-          const close = stars[i + 2];
-          if (close > i + 1) token = { end: close + 1, kind: "em", inner: text.slice(i + 1, close) };
-        }
-      } else if (ch === "[") {
-        const close = closes[i + 1];
-        if (close > i + 1 && text[close + 1] === "(") {
-          const end = urlEnd(close);
-          if (end > 0) token = { end, kind: "link", inner: text.slice(i + 1, close), href: text.slice(close + 2, end - 1) };
-        }
-      }
-      if (token) {
-        tokens.push({ start: i, ...token });
-        i = token.end;
-      } else {
-        i++;
-      }
-    }
-    return tokens;
-  }
-
-  function renderInline(text, parent) {
-    const line = String(text);
-    const parsed = line.slice(0, MAX_INLINE_CHARS);
-    let shown = 0;
-    for (const token of inlineTokens(parsed)) {
-      if (token.start > shown) parent.appendChild(document.createTextNode(parsed.slice(shown, token.start)));
-      if (token.kind === "code") {
-        parent.appendChild(el("code", null, token.inner));
-      } else if (token.kind === "strong" || token.kind === "em") {
-        const node = el(token.kind);
-        renderInline(token.inner, node); // holds no star: only code and links can be inside
-        parent.appendChild(node);
-      } else {
-        const link = el("a", null, token.inner);
-        link.href = token.href; // only http(s): nothing else is taken as a link
-        link.rel = "noopener noreferrer";
-        link.target = "_blank";
-        parent.appendChild(link);
-      }
-      shown = token.end;
-    }
-    if (shown < line.length) parent.appendChild(document.createTextNode(line.slice(shown)));
-  }
-
-  function renderMarkdown(source) {
-    const root = el("div", "markdown");
-    const lines = String(source).replace(/\r\n?/g, "\n").split("\n");
-    let paragraph = [];
-    let list = null;
-    const flushParagraph = () => {
-      if (paragraph.length) {
-        const p = el("p");
-        paragraph.forEach((line, index) => {
-          if (index) p.appendChild(el("br"));
-          renderInline(line, p);
-        });
-        root.appendChild(p);
-        paragraph = [];
-      }
-    };
-    const flushList = () => {
-      list = null;
-    };
-    for (let i = 0; i < lines.length; i++) {
-      const line = lines[i];
-      const fence = /^```(\S*)\s*$/.exec(line);
-      if (fence) {
-        flushParagraph();
-        flushList();
-        const code = [];
-        i++;
-        while (i < lines.length && !/^```\s*$/.test(lines[i])) code.push(lines[i++]);
-        const pre = el("pre");
-        pre.appendChild(el("code", null, code.join("\n")));
-        root.appendChild(pre);
-        continue;
-      }
-      const heading = /^(#{1,6})\s+(.*)$/.exec(line);
-      const bullet = /^\s*[-*+]\s+(.*)$/.exec(line);
-      const numbered = /^\s*\d+[.)]\s+(.*)$/.exec(line);
-      if (heading) {
-        flushParagraph();
-        flushList();
-        const h = el("h" + Math.min(heading[1].length + 2, 6));
-        renderInline(heading[2], h);
-        root.appendChild(h);
-      } else if (bullet || numbered) {
-        flushParagraph();
-        const tag = bullet ? "ul" : "ol";
-        if (!list || list.tagName.toLowerCase() !== tag) {
-          list = el(tag);
-          root.appendChild(list);
-        }
-        const item = el("li");
-        renderInline((bullet || numbered)[1], item);
-        list.appendChild(item);
-      } else if (!line.trim()) {
-        flushParagraph();
-        flushList();
-      } else {
-        flushList();
-        paragraph.push(line);
-      }
-    }
-    flushParagraph();
-    return root;
-  }
-
-  // --- the API ------------------------------------------------------------------------------------
-
-  class ApiFailure extends Error {
-    constructor(status, code, message) {
-      super(message);
-      this.status = status;
-      this.code = code;
-    }
-  }
-
-  let keyPrompt = null;
-
-  function askForKey() {
-    // One dialog at a time: requests that meet a 401 together wait for the same answer.
-    if (!keyPrompt) {
-      keyPrompt = new Promise((resolve) => {
-        ui.keyInput.value = "";
-        ui.keyDialog.addEventListener(
-          "close",
-          () => {
-            const key = ui.keyInput.value.trim();
-            if (key) sessionStorage.setItem(KEY_STORE, key);
-            keyPrompt = null;
-            resolve(Boolean(key));
-          },
-          { once: true },
-        );
-        ui.keyDialog.showModal();
-        ui.keyInput.focus();
-      });
-    }
-    return keyPrompt;
-  }
-
-  async function api(path, options = {}) {
-    for (let attempt = 0; ; attempt++) {
-      const headers = new Headers(options.headers || {});
-      const key = sessionStorage.getItem(KEY_STORE);
-      if (key) headers.set("Authorization", "Bearer " + key);
-      if (options.body !== undefined) headers.set("Content-Type", "application/json");
-      const response = await fetch(path, {
-        method: options.method || "GET",
-        headers,
-        body: options.body === undefined ? undefined : JSON.stringify(options.body),
-        signal: options.signal,
-      });
-      if (response.status === 401 && attempt < 3) {
-        sessionStorage.removeItem(KEY_STORE);
-        if (await askForKey()) continue;
-      }
-      if (!response.ok) throw await failureOf(response);
-      return response;
-    }
-  }
-
-  async function failureOf(response) {
-    let code = "http_" + response.status;
-    let message = response.status + " " + response.statusText;
-    try {
-      const body = await response.json();
-      const error = body.error || body;
-      if (error.code) code = error.code;
-      if (error.message) message = error.message;
-    } catch {
-      // not JSON: the status line says enough
-    }
-    return new ApiFailure(response.status, code, message);
-  }
-
-  async function json(path, options) {
-    return (await api(path, options)).json();
-  }
-
-  // Server-sent events over fetch (EventSource cannot send Authorization or Last-Event-ID itself).
-  async function* readEvents(response) {
-    const reader = response.body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return;
-      buffer += decoder.decode(value, { stream: true }).replace(/\r\n?/g, "\n");
-      let end;
-      while ((end = buffer.indexOf("\n\n")) >= 0) {
-        const block = buffer.slice(0, end);
-        buffer = buffer.slice(end + 2);
-        const event = { id: null, event: "message", data: [] };
-        for (const line of block.split("\n")) {
-          if (!line || line.startsWith(":")) continue;
-          const colon = line.indexOf(":");
-          const field = colon < 0 ? line : line.slice(0, colon);
-          const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
-          if (field === "id") event.id = Number(value);
-          else if (field === "event") event.event = value;
-          else if (field === "data") event.data.push(value);
-        }
-        if (event.data.length) yield { id: event.id, event: event.event, data: JSON.parse(event.data.join("\n")) };
-      }
-    }
   }
 
   // --- images ---------------------------------------------------------------------------------------
@@ -523,6 +230,15 @@
           break;
         case "approval_decided":
           this.approvalDecided(data);
+          break;
+        case "input_required":
+          this.inputRequired(data);
+          break;
+        case "input_decided":
+          this.inputDecided(data);
+          break;
+        case "authorization_required":
+          this.authorizationRequired(data);
           break;
         case "context_compacted":
           this.body.appendChild(el("div", "note compacted", compactedText(data)));
@@ -689,6 +405,71 @@
       refreshConversations(); // no longer waiting
     }
 
+    // A running call's server asks the person a question: a form on its card (input-form.js). The run waits in the
+    // store as for an approval; input_decided, then the call's result, come on this stream.
+    inputRequired(data) {
+      const parts = this.cards.get(data.toolCallId) || this.toolCall(data.toolCallId, data.name, {});
+      parts.card.classList.add("waiting");
+      parts.card.open = true;
+      parts.status.textContent = "waiting for your answer";
+      const box = questionBox(
+        data,
+        (action, content) => this.answerInput(data.inputId, action, content),
+        (refusal) => refusal.code === "input_not_pending" || refusal.code === "run_not_found",
+      );
+      const asked = this.questionOf(parts, data.inputId);
+      if (asked) asked.replaceWith(box);
+      else parts.approval.appendChild(box);
+      syncLeave();
+      refreshConversations(); // the list marks the conversation as waiting
+    }
+
+    questionOf(parts, inputId) {
+      return [...parts.approval.querySelectorAll(".question")].find((box) => box.dataset.inputId === inputId);
+    }
+
+    async answerInput(inputId, action, content) {
+      const answer = { inputId, action };
+      if (content !== undefined) answer.content = content;
+      try {
+        await json(`/api/v1/agent/runs/${encodeURIComponent(this.runId)}/inputs`, {
+          method: "POST",
+          body: { inputs: [answer] },
+        });
+      } catch (failure) {
+        const lead = {
+          input_not_pending: "This question is no longer waiting (answered already, or the run ended)",
+          invalid_input: "The answer does not fit the question",
+        }[failure.code];
+        const said = new Error(`${lead || "The answer was not sent"}: ${failure.message}`);
+        throw Object.assign(said, { code: failure.code });
+      }
+      // input_decided is on its way on the stream; the box stays (disabled) until then.
+    }
+
+    inputDecided(data) {
+      const parts = this.cards.get(data.toolCallId);
+      if (!parts) return;
+      const box = this.questionOf(parts, data.inputId);
+      const decision = questionDecision(data);
+      if (box) box.replaceWith(decision);
+      else parts.approval.appendChild(decision);
+      if (!parts.approval.querySelector(".question")) {
+        parts.card.classList.remove("waiting");
+        parts.status.textContent = data.action === "accept" ? "answered · running…" : `${data.action}d · running…`;
+      }
+      syncLeave();
+      refreshConversations(); // no longer waiting
+    }
+
+    // The call's server needs a consent nobody gave: it was not called (its result says so). Connect opens the
+    // authorization page; the person's connections are read again when they come back.
+    authorizationRequired(data) {
+      const parts = this.cards.get(data.toolCallId) || this.toolCall(data.toolCallId, data.name, {});
+      parts.approval.appendChild(consentPrompt(data, () => connections.load()));
+      connections.wanted(data.server);
+    }
+
     toolProgress(data) {
       const parts = this.cards.get(data.toolCallId);
       if (!parts) return;
@@ -827,7 +608,8 @@
     closeTurn();
   }
 
-  // A waiting run (a tool call waits for approval) is followed too: its cards offer Approve and Deny.
+  // A waiting run (a tool call waits for approval, or for an answer to its server's question) is followed too: its
+  // cards offer Approve and Deny, or the question's form.
   const ACTIVE_STATUSES = new Set(["processing", "tool_loop", "waiting"]);
 
   // Shows a stored conversation; answers its run still in progress, if any (a conversation takes one at a
@@ -919,7 +701,7 @@
           if (conversation.status === "waiting") {
             // Its newest run waits for a decision on a tool call: open it to approve or deny.
             button.classList.add("waiting");
-            button.title += " · a tool call waits for approval";
+            button.title += " · a tool call waits for a decision or an answer";
             button.prepend(el("span", "waiting-badge", "waiting"), document.createTextNode(" "));
           }
           button.addEventListener("click", () => openConversation(conversation.conversationId));
@@ -1150,333 +932,6 @@
     const maxTokens = Number(ui.maxTokens.value);
     if (ui.maxTokens.value.trim() && Number.isInteger(maxTokens) && maxTokens >= 1) settings.maxTokens = maxTokens;
     return settings;
-  }
-
-  // --- the tenant's own servers and runtime (admin keys) ---------------------------------------------------
-  // Shown to a key the admin API answers: an admin key, for its own tenant (an open API is the admin of "default").
-  // Any other 4xx hides them: a plain key's 403 admin_only, an operator key's 400 (it names a tenant with ?tenant=,
-  // which the console does not). A header value typed in is sent once and never kept: the form is reset after a
-  // save, and the answers carry the headers' names only.
-
-  const SERVERS_PATH = "/api/v1/admin/mcp-servers";
-  const RUNTIME_PATH = "/api/v1/admin/runtime";
-  const CONNECTING_POLL_MS = 2000; // a new or switched-on server connects in the background: its card is re-read
-  const MAX_CONNECTING_POLLS = 15;
-  const STATE_WORDS = {
-    ready: "ready",
-    idle: "idle",
-    connecting: "connecting…",
-    degraded: "degraded",
-    failed: "failed",
-    disabled: "off",
-  };
-
-  const admin = { loaded: false, servers: [], maxServers: null, polls: 0, pollTimer: null, runtime: null };
-
-  // A failure of the admin API that says this key may not use it (or this agent-service has none): hide the panel.
-  function notForThisKey(failure) {
-    return failure.status >= 400 && failure.status < 500;
-  }
-
-  function serversPath(name) {
-    return `${SERVERS_PATH}/${encodeURIComponent(name)}`;
-  }
-
-  async function loadServers() {
-    let body;
-    try {
-      body = await json(SERVERS_PATH);
-    } catch (failure) {
-      ui.serversPanel.hidden = notForThisKey(failure);
-      ui.serversNote.hidden = false;
-      ui.serversNote.textContent = `Servers unavailable: ${failure.message}`;
-      return;
-    }
-    ui.serversPanel.hidden = false;
-    const toolCounts = serverToolCounts();
-    admin.servers = body.servers || [];
-    admin.maxServers = body.maxServers ?? null;
-    renderServers();
-    // Tools listed (or gone) since the last look (a server done connecting): the Tools section follows.
-    if (admin.loaded && serverToolCounts() !== toolCounts) loadTools();
-    admin.loaded = true;
-    pollWhileConnecting();
-  }
-
-  function serverToolCounts() {
-    return admin.servers.map((server) => `${server.name}:${server.enabled}:${server.toolCount}`).join(",");
-  }
-
-  function pollWhileConnecting() {
-    clearTimeout(admin.pollTimer);
-    if (!admin.servers.some((server) => server.state === "connecting")) admin.polls = 0;
-    else if (admin.polls < MAX_CONNECTING_POLLS) {
-      admin.polls++;
-      admin.pollTimer = setTimeout(loadServers, CONNECTING_POLL_MS);
-    }
-  }
-
-  // The cards, again: a tools list left open and the control that had the focus stay so.
-  function renderServers() {
-    const open = new Set(
-      [...ui.servers.querySelectorAll(".server-tools[open]")].map((details) => details.closest("li").dataset.server),
-    );
-    const focused = document.activeElement && document.activeElement.closest(".server-card");
-    const focusedControl = focused ? document.activeElement.dataset.control : null;
-    ui.servers.replaceChildren(...admin.servers.map((server) => serverCard(server, open.has(server.name))));
-    if (focusedControl) focusServerControl(focused.dataset.server, focusedControl);
-    const cap = admin.maxServers === null ? "" : ` (at most ${admin.maxServers})`;
-    ui.serversNote.hidden = false;
-    ui.serversNote.textContent = admin.servers.length
-      ? `${admin.servers.length} server${admin.servers.length === 1 ? "" : "s"} of your own${cap}.`
-      : `No server of your own yet${cap}.`;
-  }
-
-  function focusServerControl(name, control) {
-    for (const card of ui.servers.querySelectorAll(".server-card")) {
-      if (card.dataset.server === name) card.querySelector(`[data-control="${control}"]`)?.focus();
-    }
-  }
-
-  function serverCard(server, toolsOpen) {
-    const card = el("li", "server-card");
-    card.dataset.server = server.name;
-    card.dataset.state = server.state;
-    const head = el("div", "server-head");
-    head.appendChild(el("span", "server-name", server.name));
-    head.appendChild(el("span", `server-state state-${server.state}`, STATE_WORDS[server.state] || server.state));
-    const toggle = el("label", "server-toggle");
-    const box = el("input", "server-enabled");
-    box.type = "checkbox";
-    box.setAttribute("role", "switch");
-    box.setAttribute("aria-label", `${server.name} on`);
-    box.dataset.control = "switch";
-    box.checked = Boolean(server.enabled);
-    box.addEventListener("change", () => switchServer(server.name, box));
-    toggle.append(box, document.createTextNode(" On"));
-    head.appendChild(toggle);
-    card.appendChild(head);
-    card.appendChild(el("div", "server-detail", `${server.url} · ${server.transport}`));
-    if (server.headerNames && server.headerNames.length) {
-      card.appendChild(el("div", "server-detail", `Headers: ${server.headerNames.join(", ")} (values not shown)`));
-    }
-    if (server.allowedTools) card.appendChild(el("div", "server-detail", `Only: ${server.allowedTools.join(", ")}`));
-    if (server.lastError) card.appendChild(el("div", "server-error", `Last error: ${server.lastError}`));
-    const tools = server.tools || [];
-    const count = server.toolCount ?? tools.length;
-    const counted = `${count} tool${count === 1 ? "" : "s"}`;
-    if (tools.length) {
-      const list = el("details", "server-tools");
-      list.open = toolsOpen;
-      list.appendChild(el("summary", null, counted));
-      const items = el("ul");
-      for (const tool of tools) {
-        const item = el("li", null, tool.name);
-        if (tool.description) item.title = tool.description;
-        items.appendChild(item);
-      }
-      list.appendChild(items);
-      card.appendChild(list);
-    } else {
-      card.appendChild(el("div", "server-detail", server.state === "connecting" ? "Listing its tools…" : counted));
-    }
-    const failure = el("p", "form-error");
-    failure.setAttribute("role", "alert");
-    failure.hidden = true;
-    card.appendChild(failure);
-    const remove = el("button", "small-button", "Delete");
-    remove.type = "button";
-    remove.dataset.control = "delete";
-    remove.setAttribute("aria-label", `Delete ${server.name}`);
-    remove.addEventListener("click", () => confirmDelete(server.name));
-    card.appendChild(remove);
-    return card;
-  }
-
-  function cardFailure(name, text) {
-    for (const card of ui.servers.querySelectorAll(".server-card")) {
-      if (card.dataset.server !== name) continue;
-      const box = card.querySelector(".form-error");
-      box.textContent = text;
-      box.hidden = false;
-    }
-  }
-
-  // After a change: this tab's Tools section shows the tenant's catalog as runs now see it.
-  function serversChanged(servers) {
-    admin.servers = servers;
-    admin.polls = 0;
-    renderServers();
-    pollWhileConnecting();
-    loadTools();
-  }
-
-  async function switchServer(name, box) {
-    const enabled = box.checked;
-    const focused = document.activeElement === box; // disabling it may take the focus away: it is given back
-    box.disabled = true;
-    try {
-      const updated = await json(serversPath(name), { method: "PATCH", body: { enabled } });
-      serversChanged(admin.servers.map((server) => (server.name === name ? updated : server)));
-      if (focused) focusServerControl(name, "switch");
-    } catch (failure) {
-      box.checked = !enabled;
-      box.disabled = false;
-      if (focused) box.focus();
-      cardFailure(name, `Could not switch ${name} ${enabled ? "on" : "off"}: ${failure.message}`);
-    }
-  }
-
-  function confirmDelete(name) {
-    ui.deleteTitle.textContent = `Delete ${name}?`;
-    ui.deleteText.textContent = `${name} and its tools leave your runs; its header values are deleted with it.`;
-    ui.deleteDialog.returnValue = "";
-    ui.deleteDialog.addEventListener(
-      "close",
-      () => {
-        if (ui.deleteDialog.returnValue === "delete") deleteServer(name);
-      },
-      { once: true },
-    );
-    ui.deleteDialog.showModal(); // Cancel, its first button, has the focus: Enter or Escape keeps the server
-  }
-
-  async function deleteServer(name) {
-    try {
-      await api(serversPath(name), { method: "DELETE" });
-    } catch (failure) {
-      if (failure.code !== "server_not_found") {
-        cardFailure(name, `Could not delete ${name}: ${failure.message}`);
-        return;
-      }
-    }
-    serversChanged(admin.servers.filter((server) => server.name !== name));
-    ui.serversRefresh.focus(); // the card that had the focus is gone
-  }
-
-  // The gateway's refusals of a registration, in words (its message says the detail: which cap, which address).
-  function registrationFailure(failure) {
-    switch (failure.code) {
-      case "url_not_allowed":
-        return `This URL is not allowed: ${failure.message}`;
-      case "server_exists":
-        return `A server of this name exists already (yours or a shared one): pick another name. ${failure.message}`;
-      case "too_many_servers":
-        return `Your tenant has as many servers as it may: delete one first. ${failure.message}`;
-      case "secrets_key_missing":
-        return (
-          "Header values cannot be stored here (the gateway has no secrets key): add the server without a header. " +
-          failure.message
-        );
-      default:
-        return `The server was not added: ${failure.message}`;
-    }
-  }
-
-  function formFailure(box, text) {
-    box.textContent = text;
-    box.hidden = !text;
-  }
-
-  async function addServer(event) {
-    event.preventDefault();
-    const headerName = ui.serverHeaderName.value.trim();
-    if (Boolean(headerName) !== Boolean(ui.serverHeaderValue.value)) {
-      formFailure(ui.serverFormError, "A header needs both a name and a value (or neither).");
-      (headerName ? ui.serverHeaderValue : ui.serverHeaderName).focus();
-      return;
-    }
-    const body = {
-      name: ui.serverName.value.trim(),
-      url: ui.serverUrl.value.trim(),
-      transport: ui.serverTransport.value,
-    };
-    if (headerName) body.headers = { [headerName]: ui.serverHeaderValue.value };
-    ui.serverSave.disabled = true;
-    try {
-      const created = await json(SERVERS_PATH, { method: "POST", body });
-      ui.serverForm.reset(); // the header value leaves the page here
-      formFailure(ui.serverFormError, "");
-      serversChanged([...admin.servers.filter((server) => server.name !== created.name), created]);
-      focusServerControl(created.name, "switch");
-    } catch (failure) {
-      formFailure(ui.serverFormError, registrationFailure(failure));
-    } finally {
-      ui.serverSave.disabled = false;
-    }
-  }
-
-  async function loadRuntime() {
-    try {
-      showRuntime(await json(RUNTIME_PATH));
-    } catch (failure) {
-      ui.runtimePanel.hidden = notForThisKey(failure);
-      ui.runtimeForm.hidden = true;
-      ui.runtimeNote.hidden = false;
-      ui.runtimeNote.textContent = `Runtime unavailable: ${failure.message}`;
-    }
-  }
-
-  function showRuntime(runtime) {
-    admin.runtime = runtime;
-    const mine = new Set(runtime.setByAdmin || []);
-    const origin = (field) => (mine.has(field) ? "set for your tenant" : "the operator's default");
-    ui.runtimePanel.hidden = false;
-    ui.runtimeForm.hidden = false;
-    ui.runtimeHeading.textContent = `Runtime of ${runtime.tenant}`;
-    ui.runtimeMaxIterations.value = String(runtime.maxIterations);
-    ui.runtimeToolCache.value = String(runtime.toolCacheSeconds);
-    ui.runtimeStreamMode.value = runtime.streamMode;
-    ui.runtimeAgentEnabled.checked = runtime.agentEnabled;
-    const caps = runtime.caps || {};
-    ui.runtimeToolCache.disabled = !(caps.toolCacheSeconds > 0); // no cache to tune
-    ui.runtimeMaxIterationsNote.textContent =
-      `LLM calls per run; at most ${caps.maxIterations}. Now ${origin("maxIterations")}.`;
-    ui.runtimeToolCacheNote.textContent =
-      caps.toolCacheSeconds > 0
-        ? `How long a tool result is reused; at most ${caps.toolCacheSeconds}, 0 turns it off. ` +
-          `Now ${origin("toolCacheSeconds")}.`
-        : "The operator keeps no tool results: the cache is off.";
-    ui.runtimeStreamModeNote.textContent = `How the OpenAI front answers stream: true. Now ${origin("streamMode")}.`;
-    ui.runtimeAgentNote.textContent =
-      `Off: every request is a plain completion, no tools. Now ${origin("agentEnabled")}.`;
-    ui.runtimeDefaults.disabled = mine.size === 0;
-  }
-
-  // The fields changed on the form (an emptied number: back to the operator's default).
-  function runtimeChanges() {
-    const now = admin.runtime;
-    const changes = {};
-    const number = (input, field) => {
-      if (!input.value.trim()) {
-        if ((now.setByAdmin || []).includes(field)) changes[field] = null;
-      } else if (Number(input.value) !== now[field]) changes[field] = Number(input.value);
-    };
-    number(ui.runtimeMaxIterations, "maxIterations");
-    number(ui.runtimeToolCache, "toolCacheSeconds");
-    if (ui.runtimeStreamMode.value !== now.streamMode) changes.streamMode = ui.runtimeStreamMode.value;
-    if (ui.runtimeAgentEnabled.checked !== now.agentEnabled) changes.agentEnabled = ui.runtimeAgentEnabled.checked;
-    return changes;
-  }
-
-  async function patchRuntime(changes) {
-    formFailure(ui.runtimeError, "");
-    ui.runtimeNote.hidden = false;
-    if (!Object.keys(changes).length) {
-      ui.runtimeNote.textContent = "Nothing to save: the form shows the runtime in force.";
-      return;
-    }
-    ui.runtimeSave.disabled = true;
-    try {
-      showRuntime(await json(RUNTIME_PATH, { method: "PATCH", body: changes }));
-      ui.runtimeNote.textContent = "Saved: your tenant's next runs use it.";
-    } catch (failure) {
-      ui.runtimeNote.hidden = true;
-      const lead = failure.code === "runtime_not_stored" ? "This agent-service keeps no store for it" : "Not saved";
-      formFailure(ui.runtimeError, `${lead}: ${failure.message}`);
-    } finally {
-      ui.runtimeSave.disabled = false;
-    }
   }
 
   // --- running ------------------------------------------------------------------------------------
@@ -1722,18 +1177,9 @@
   ui.keyForm.addEventListener("submit", () => {
     // method="dialog" closes the dialog; the close handler reads the key
   });
-  ui.serverForm.addEventListener("submit", addServer);
-  ui.serversRefresh.addEventListener("click", () => {
-    admin.polls = 0;
-    loadServers();
-  });
-  ui.runtimeForm.addEventListener("submit", (event) => {
-    event.preventDefault();
-    patchRuntime(runtimeChanges());
-  });
-  ui.runtimeDefaults.addEventListener("click", () => {
-    patchRuntime(Object.fromEntries((admin.runtime.setByAdmin || []).map((field) => [field, null])));
-  });
+  const loadServers = initServers({ onToolsChanged: loadTools });
+  const loadRuntime = initRuntime();
+  const connections = initConnections();
 
   async function start() {
     await Promise.all([
@@ -1744,6 +1190,7 @@
       refreshConversations(),
       loadServers(),
       loadRuntime(),
+      connections.load(),
     ]);
     // A run in flight when the page was left (reloaded): its conversation shows it, re-attached.
     const inflight = JSON.parse(sessionStorage.getItem(INFLIGHT_STORE) || "null");
