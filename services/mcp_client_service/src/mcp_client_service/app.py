@@ -69,6 +69,7 @@ from suite_common.sse import Emit, EventStreamResponse, encode_event
 from suite_common.wire import (
     TENANT_HEADER,
     TENANT_NAME_RULE,
+    CallToolElicitation,
     CallToolProgress,
     CallToolRequest,
     CallToolResponse,
@@ -116,15 +117,16 @@ _CALL_TOOL = Operation(
     "Call one tool on the MCP server that serves it",
     body=CallToolRequest,
     answer=CallToolResponse,
-    # With ``Accept: text/event-stream``: ``progress`` events, then one ``result`` or ``error`` event.
-    events=CallToolProgress | CallToolResponse | ErrorDetail,
+    # With ``Accept: text/event-stream``: ``progress`` and ``elicitation`` events, then one ``result`` or ``error``.
+    events=CallToolProgress | CallToolElicitation | CallToolResponse | ErrorDetail,
     errors={
         404: "No serving MCP server has a tool of this name (within X-Tenant-Id's catalog, when given: another "
         "tenant's servers are never found; a server switched off or deleted is not either).",
         403: "outbound_ssrf_blocked: the connection to the tool's server was refused by the outbound policy "
         "(its name resolves to a blocked address); the tool was not called.",
         409: "The request's server does not have the tool it names (serverTool, else name) now, or name is not "
-        "one of that tool's names (tool_server_mismatch); nothing was called.",
+        "one of that tool's names (tool_server_mismatch); nothing was called. call_in_progress (SSE): a call with "
+        "this callId is running already.",
         400: "The arguments do not match the tool's input schema, or the request is not valid; tenant_mismatch: "
         "caller.tenant differs from X-Tenant-Id (without the header, caller.tenant is not passed on).",
         503: "The tool's server is restarting or its circuit is open, or no session to a tenant's server can be "
