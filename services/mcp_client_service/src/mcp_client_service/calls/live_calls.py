@@ -155,6 +155,7 @@ class LiveCall:
                 self.taken.set()
             ended = True
         finally:
+            follower.out.close()
             if not ended and self._follower is follower:
                 self._follower = None
                 self._left()
