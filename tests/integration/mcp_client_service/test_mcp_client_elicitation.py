@@ -14,16 +14,17 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx
 import pytest
 from httpx_sse import ServerSentEvent
+from mcp_types import TextContent
 
 from suite_common.sse_parser import EventStreamParser
 from support.asking_mcp_server import build_asking_server
-from support.mcp_gateway import Gateway, echo_stdio_server, raw_stdio_server, running_gateway
+from support.mcp_gateway import Gateway, echo_stdio_server, face_client, raw_stdio_server, running_gateway
 from support.servers import serve_app
 
 pytestmark = pytest.mark.anyio
@@ -133,6 +134,14 @@ async def test_a_plain_json_call_has_nobody_to_ask_so_the_question_is_declined_a
     assert json.loads(response.json()["content"][0]["text"])["action"] == "decline"
 
 
+async def test_the_gateways_own_mcp_endpoint_has_nobody_to_ask_either(gateway: Gateway) -> None:
+    with anyio.fail_after(SECONDS):
+        async with face_client(gateway) as client:
+            result = await client.call_tool("h_greet", {})
+
+    assert json.loads(cast(TextContent, result.content[0]).text) == {"action": "decline"}
+
+
 async def test_an_answer_that_does_not_fit_the_schema_is_400_and_the_question_still_waits(gateway: Gateway) -> None:
     with anyio.fail_after(SECONDS):
         async with sse(gateway, "POST", "/mcp/v1/tools/call-tool", body=ASKING["streamable HTTP"]) as events:
@@ -228,10 +237,11 @@ async def test_a_caller_that_leaves_with_no_question_waiting_still_cancels_its_c
             "/mcp/v1/tools/call-tool",
             json={"name": "echo_await_hold", "arguments": {"tag": "left", "event": "cancelled"}},
         )
-        follow = await gateway.http.get("/mcp/v1/calls/run-3/call-1/events")
+        async with sse(gateway, "GET", "/mcp/v1/calls/run-3/call-1/events") as events:
+            ended = await events.next_json("error")  # kept for a follower: how it ended
 
     assert cancelled.json()["content"][0]["text"] == "left cancelled"
-    assert follow.status_code in (200, 404)  # gone, or its cancellation kept for a follower: never running
+    assert ended["code"] == "call_cancelled"
 
 
 async def test_a_question_on_a_stdio_session_with_two_calls_in_flight_is_declined(gateway: Gateway) -> None:
