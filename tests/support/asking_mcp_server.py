@@ -55,8 +55,13 @@ def ask_other() -> Elicit[OtherContact]:
     return Elicit("And who else?", OtherContact)
 
 
-def build_asking_server(name: str = "asking") -> MCPServer:
+def build_asking_server(name: str = "asking", *, handshake_era: bool = False) -> MCPServer:
+    """``handshake_era``: the server does not answer ``server/discover``, so a client falls back to ``initialize``
+    (2025-11-25) and the questions come as ``elicitation/create`` requests during the call (over streamable HTTP,
+    on the call's own response stream)."""
     server = MCPServer(name)
+    if handshake_era:
+        server._lowlevel_server._request_handlers.pop("server/discover")
 
     def greet(answer: Annotated[ElicitationResult[Contact], Resolve(ask_contact)]) -> str:
         """Ask who to greet, and say what the answer was."""

@@ -37,6 +37,7 @@ SECONDS = 20.0
 ASKING = {
     "stdio": {"name": "s_greet", "arguments": {}},
     "streamable HTTP": {"name": "h_greet", "arguments": {}},
+    "streamable HTTP, handshake era": {"name": "old_greet", "arguments": {}},
     "stdio, handshake era": {"name": "ask", "arguments": {"message": "Who are you?"}},
 }
 """One call of a tool that asks for a name (and has a default ``greeting``), per server and transport."""
@@ -87,10 +88,14 @@ async def answer(
 
 @pytest.fixture(scope="module")
 async def gateway() -> AsyncIterator[Gateway]:
-    async with serve_app(build_asking_server().streamable_http_app()) as asking_url:
+    async with (
+        serve_app(build_asking_server().streamable_http_app()) as asking_url,
+        serve_app(build_asking_server(handshake_era=True).streamable_http_app()) as handshake_url,
+    ):
         servers = {
             "asking-stdio": {"command": sys.executable, "args": [str(ASKING_SCRIPT)], "toolPrefix": "s_"},
             "asking-http": {"url": asking_url + "/mcp", "toolPrefix": "h_"},
+            "asking-http-2025": {"url": handshake_url + "/mcp", "toolPrefix": "old_"},
             "legacy": raw_stdio_server("elicit"),
             "echo": echo_stdio_server("echo", tool_prefix="echo_"),
         }
@@ -108,7 +113,7 @@ async def test_the_question_reaches_the_sse_caller_and_the_answer_gets_the_schem
             question = await events.next_json("elicitation")
             assert question["requestedSchema"]["properties"]["greeting"]["default"] == "hello"
             assert question["requestedSchema"]["required"] == ["name"]
-            assert question["server"] in ("asking-stdio", "asking-http", "legacy")
+            assert question["server"] in ("asking-stdio", "asking-http", "asking-http-2025", "legacy")
             assert question["expiresAt"]
             answered = await answer(
                 gateway, question["elicitationId"], {"action": "accept", "content": {"name": "Ada"}}
@@ -242,6 +247,25 @@ async def test_a_caller_that_leaves_with_no_question_waiting_still_cancels_its_c
 
     assert cancelled.json()["content"][0]["text"] == "left cancelled"
     assert ended["code"] == "call_cancelled"
+
+
+async def test_over_streamable_http_each_of_two_calls_in_flight_gets_its_own_question(gateway: Gateway) -> None:
+    body = ASKING["streamable HTTP, handshake era"]
+    session = gateway.registry.connections["asking-http-2025"].client
+    assert session is not None
+    assert session.protocol_version == "2025-11-25"  # questions as requests, each on its call's response stream
+    with anyio.fail_after(SECONDS):
+        async with (
+            sse(gateway, "POST", "/mcp/v1/tools/call-tool", body=body) as first,
+            sse(gateway, "POST", "/mcp/v1/tools/call-tool", body=body) as second,
+        ):
+            questions = [await first.next_json("elicitation"), await second.next_json("elicitation")]
+            for question, name in zip(questions, ["Ada", "Grace"], strict=True):
+                content = {"name": name}
+                await answer(gateway, question["elicitationId"], {"action": "accept", "content": content})
+            outcomes = [await first.result_text(), await second.result_text()]
+
+    assert [outcome["name"] for outcome in outcomes] == ["Ada", "Grace"]
 
 
 async def test_a_question_on_a_stdio_session_with_two_calls_in_flight_is_declined(gateway: Gateway) -> None:
