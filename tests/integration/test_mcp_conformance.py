@@ -25,12 +25,10 @@ NODE_MODULES = TESTS / "support" / "node_servers" / "node_modules"
 SUITE = NODE_MODULES / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
 REPOSITORY = TESTS.parent
 
-SCENARIOS = ["initialize", "tools_call", "sse-retry"]
+SCENARIOS = ["initialize", "tools_call", "sse-retry", "elicitation-sep1034-client-defaults"]
 """Run one at a time: ``sse-retry`` measures the reconnection's timing, which a loaded machine would blur."""
 
-EXPECTED_FAILURES: dict[str, str] = {
-    "elicitation-sep1034-client-defaults": "the gateway declares no elicitation capability yet",
-}
+EXPECTED_FAILURES: dict[str, str] = {}
 
 pytestmark = pytest.mark.skipif(
     shutil.which("node") is None or not SUITE.exists(),

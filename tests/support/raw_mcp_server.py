@@ -31,6 +31,9 @@ standard library only, as many third-party servers still do; it answers ``server
   exits at start every time after; ``die()`` ends the process without answering;
 - ``slow-list``: answers ``tools/list`` only after ``--delay`` seconds (it exits when its stdin
   closes meanwhile, as a well-behaved server does);
+- ``elicit``: ``ask(message)`` asks the client ``elicitation/create`` (form mode: ``name``, required, and
+  ``greeting``, defaulting to ``"hello"``) and answers with the client's ``ElicitResult`` as JSON text (an error
+  answer as ``{"error": ...}``); several may wait at once;
 - ``odd-tools``: lists ``echo`` a second time (with another description), ``long_job`` whose
   ``execution.taskSupport`` is ``"required"`` (it can only run as a task) and ``maybe_task``
   whose ``taskSupport`` is ``"optional"``.
@@ -64,7 +67,15 @@ MODES = (
     "deep-schema",
     "stderr-noise",
     "odd-tools",
+    "elicit",
 )
+
+ASK_SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "greeting": {"type": "string", "default": "hello"}},
+    "required": ["name"],
+}
+"""What ``ask`` (mode ``elicit``) asks for."""
 
 _PROTOCOL_VERSION = "2025-06-18"
 
@@ -113,6 +124,8 @@ class RawServer:
         self.stderr_lines = stderr_lines
         self.extra_tools: list[str] = []
         self.lists_answered = 0
+        self.asking: dict[str, Any] = {}
+        """Mode ``elicit``: the id of each ``elicitation/create`` sent -> the ``tools/call`` it answers."""
         self._writing = threading.Lock()
 
     def send(self, message: dict[str, Any]) -> None:
@@ -162,6 +175,8 @@ class RawServer:
             ]
         if self.mode == "deep-schema":
             return [*base, _tool("deep", _deep_schema(150))]
+        if self.mode == "elicit":
+            return [*base, _tool("ask", {"type": "object", "properties": {"message": {"type": "string"}}})]
         return base
 
     def call(self, request_id: Any, params: dict[str, Any]) -> None:
@@ -174,6 +189,12 @@ class RawServer:
                 sys.stdout.flush()
         if name == "die":
             os._exit(3)
+        if name == "ask":
+            asked = f"ask-{request_id}"
+            self.asking[asked] = request_id
+            question = {"mode": "form", "message": str(arguments.get("message", "Who?")), "requestedSchema": ASK_SCHEMA}
+            self.send({"jsonrpc": "2.0", "id": asked, "method": "elicitation/create", "params": question})
+            return  # answered when the client's answer arrives (``handle``)
         if name == "echo":
             text = str(arguments.get("text", ""))
         elif name == "pid":
@@ -203,6 +224,12 @@ class RawServer:
         method, request_id = message.get("method"), message.get("id")
         if request_id is None:
             return  # a notification (initialized, cancelled): nothing to answer
+        if method is None and request_id in self.asking:  # the client's answer to ``ask``'s question
+            answer = message.get("result") or {"error": message.get("error")}
+            text = json.dumps(answer, sort_keys=True)
+            call_id = self.asking.pop(request_id)
+            self.send({"jsonrpc": "2.0", "id": call_id, "result": {"content": [{"type": "text", "text": text}]}})
+            return
         if method == "initialize":
             result: dict[str, Any] = {
                 "protocolVersion": _PROTOCOL_VERSION,

@@ -4,7 +4,9 @@ The suite starts a scenario's MCP server and runs this program with the server's
 scenario's name in ``MCP_CONFORMANCE_SCENARIO`` and, for some, its context (client credentials) as JSON in
 ``MCP_CONFORMANCE_CONTEXT``. This program does what an operator and a user of the gateway would: it writes a servers
 file naming that URL, starts a real gateway on a loopback port, waits for the server, and lists and calls every tool
-through the gateway's REST API. The suite then judges what the gateway sent the server.
+through the gateway's REST API. The suite then judges what the gateway sent the server. Tools are called with
+``Accept: text/event-stream``, as agent-service calls them: a server's question (an ``elicitation`` event) is
+answered ``accept`` with no content, so the gateway fills the requested schema's defaults (SEP-1034).
 
 Run by ``tests/integration/test_mcp_conformance.py``; by hand::
 
@@ -22,6 +24,7 @@ from typing import Any
 
 import anyio
 
+from suite_common.sse_parser import EventStreamParser
 from support.mcp_gateway import Gateway, running_gateway
 
 SERVER = "conformance"
@@ -44,11 +47,26 @@ async def wait_for_tools(gateway: Gateway) -> list[dict[str, Any]]:
     return [tool for tool in listing["tools"] if tool["server"] == SERVER]
 
 
+async def call_answering_questions(gateway: Gateway, body: dict[str, Any]) -> str:
+    """One call-tool as SSE, each of the server's questions answered ``accept`` with ``{}``: its last event."""
+    parser, last = EventStreamParser(), ""
+    headers = {"Accept": "text/event-stream"}
+    async with gateway.http.stream("POST", "/mcp/v1/tools/call-tool", json=body, headers=headers) as response:
+        async for chunk in response.aiter_bytes():
+            for event in parser.feed(chunk):
+                if event.event == "elicitation":
+                    question = json.loads(event.data)["elicitationId"]
+                    answer = {"action": "accept", "content": {}}
+                    answered = await gateway.http.post(f"/mcp/v1/elicitations/{question}", json=answer)
+                    print(f"answered {question}: {answered.status_code} {answered.text}", flush=True)
+                last = f"{event.event} {event.data}"
+    return last
+
+
 async def call_every_tool(gateway: Gateway, tools: list[dict[str, Any]]) -> None:
     for tool in tools:
         body = {"name": tool["name"], "server": SERVER, "arguments": arguments_for(tool["inputSchema"])}
-        response = await gateway.http.post("/mcp/v1/tools/call-tool", json=body)
-        print(f"call {tool['name']}: {response.status_code} {response.text}", flush=True)
+        print(f"call {tool['name']}: {await call_answering_questions(gateway, body)}", flush=True)
 
 
 def server_config(url: str, scenario: str, context: dict[str, Any]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from mcp_types import (
 
 from mcp_client_service.calls.call import CallRecord, RoutedTool, call_routed_tool
 from mcp_client_service.calls.validation import SchemaValidators
+from mcp_client_service.connection.elicitation import Asker
 from mcp_client_service.failures import OutboundBlockedError, ServerUnavailableError
 from suite_common.ssrf import EgressBlocked
 
@@ -58,6 +59,8 @@ class ScriptedSession:
         time_limit: float,
         on_progress: ProgressFnT | None = None,
         caller: Mapping[str, Any] | None = None,
+        *,
+        elicit: Asker | None = None,
     ) -> CallToolResult:
         self.calls.append((name, arguments, time_limit))
         if isinstance(self.outcome, Exception):

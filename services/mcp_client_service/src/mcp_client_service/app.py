@@ -34,6 +34,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from mcp_client_service.calls.elicitation import ElicitationBroker
+from mcp_client_service.calls.live_calls import CallInProgress, LiveCalls
+from mcp_client_service.calls.live_routes import live_call_routes
 from mcp_client_service.calls.progress import ProgressRelay
 from mcp_client_service.calls.router import (
     ToolNotFoundError,
@@ -44,13 +47,14 @@ from mcp_client_service.calls.router import (
 from mcp_client_service.calls.telemetry import GatewayTelemetry
 from mcp_client_service.config.options import Backoff, BreakerPolicy, ConnectionOptions
 from mcp_client_service.config.servers_file import ConfigError, ServersFile, load_servers_config
+from mcp_client_service.connection.elicitation import Asker
 from mcp_client_service.failures import OutboundBlockedError
 from mcp_client_service.mcp_face.endpoint import MCP_FACE_PATH, McpFace
 from mcp_client_service.mcp_face.features import FeatureRouter
 from mcp_client_service.registry.server_registry import ReloadResult, ServerRegistry, ServersResponse
 from mcp_client_service.settings import MCPClientSettings
 from mcp_client_service.store import SecretsBox, TenantServerStore, open_tenant_store
-from mcp_client_service.tenants.configs import checked_tenant
+from mcp_client_service.tenants.configs import header_tenant
 from mcp_client_service.tenants.routes import tenant_routes
 from mcp_client_service.tenants.servers import TenantServers, TenantSettings
 from suite_common.auth import SharedSecretMiddleware
@@ -65,6 +69,7 @@ from suite_common.sse import Emit, EventStreamResponse, encode_event
 from suite_common.wire import (
     TENANT_HEADER,
     TENANT_NAME_RULE,
+    CallToolElicitation,
     CallToolProgress,
     CallToolRequest,
     CallToolResponse,
@@ -88,6 +93,8 @@ class _Services:
     tenants: TenantServers
     tenant_store: TenantServerStore
     """The servers tenants register at runtime (open from start to shutdown)."""
+    live_calls: LiveCalls
+    """The SSE calls running now, and those waiting for a person's answer or a follower."""
 
 
 def _services(request: Request) -> _Services:
@@ -110,15 +117,16 @@ _CALL_TOOL = Operation(
     "Call one tool on the MCP server that serves it",
     body=CallToolRequest,
     answer=CallToolResponse,
-    # With ``Accept: text/event-stream``: ``progress`` events, then one ``result`` or ``error`` event.
-    events=CallToolProgress | CallToolResponse | ErrorDetail,
+    # With ``Accept: text/event-stream``: ``progress`` and ``elicitation`` events, then one ``result`` or ``error``.
+    events=CallToolProgress | CallToolElicitation | CallToolResponse | ErrorDetail,
     errors={
         404: "No serving MCP server has a tool of this name (within X-Tenant-Id's catalog, when given: another "
         "tenant's servers are never found; a server switched off or deleted is not either).",
         403: "outbound_ssrf_blocked: the connection to the tool's server was refused by the outbound policy "
         "(its name resolves to a blocked address); the tool was not called.",
         409: "The request's server does not have the tool it names (serverTool, else name) now, or name is not "
-        "one of that tool's names (tool_server_mismatch); nothing was called.",
+        "one of that tool's names (tool_server_mismatch); nothing was called. call_in_progress (SSE): a call with "
+        "this callId is running already.",
         400: "The arguments do not match the tool's input schema, or the request is not valid; tenant_mismatch: "
         "caller.tenant differs from X-Tenant-Id (without the header, caller.tenant is not passed on).",
         503: "The tool's server is restarting or its circuit is open, or no session to a tenant's server can be "
@@ -130,8 +138,7 @@ _CALL_TOOL = Operation(
 
 def _tenant(request: Request) -> str | None:
     """The tenant named by ``X-Tenant-Id``; ``None`` without one (the shared servers only)."""
-    tenant = request.headers.get(TENANT_HEADER)
-    return None if tenant is None else checked_tenant(tenant, TENANT_HEADER)
+    return header_tenant(request.headers)
 
 
 async def list_tools(request: Request) -> Response:
@@ -202,11 +209,10 @@ async def _stream_call(
     caller: dict[str, Any] | None,
     deadline: Deadline,
     send: Emit,
-) -> None:
-    """``call-tool`` as SSE: the server's progress as ``progress`` events, then one ``result`` or ``error``.
-
-    ``EventStreamResponse`` cancels this when the caller goes away, which cancels the call.
-    """
+    elicit: Asker,
+) -> bytes:
+    """``call-tool`` as SSE (a ``LiveCall``'s work): the server's progress as ``progress`` events, its questions
+    through ``elicit`` (``elicitation`` events), and the last event: one ``result`` or ``error``."""
 
     async def forward(progress: float, total: float | None, message: str | None) -> None:
         event = CallToolProgress(progress=progress, total=total, message=message)
@@ -224,21 +230,20 @@ async def _stream_call(
             server_tool=body.server_tool,
             tenant=tenant,
             caller=caller,
+            elicit=elicit,
         )
     except ToolUnavailableError as unavailable:
         await relay.close()
-        await send(encode_event(json.dumps(_unavailable_body(unavailable)), event="error"))
-        return
+        return encode_event(json.dumps(_unavailable_body(unavailable)), event="error")
     except (ToolNotFoundError, ToolServerMismatchError, OutboundBlockedError, ApiError) as raised:
         if isinstance(raised, OutboundBlockedError):
             error = _outbound_blocked(raised)
         else:
             error = raised if isinstance(raised, ApiError) else _refusal(raised)
         await relay.close()
-        await send(encode_event(json.dumps({"code": error.code, "message": error.message}), event="error"))
-        return
+        return encode_event(json.dumps({"code": error.code, "message": error.message}), event="error")
     await relay.close()
-    await send(encode_event(dump(response), event="result"))
+    return encode_event(dump(response), event="result")
 
 
 async def call_tool_route(request: Request) -> Response | EventStreamResponse:
@@ -248,8 +253,13 @@ async def call_tool_route(request: Request) -> Response | EventStreamResponse:
     caller = _caller(body, tenant)
     deadline = Deadline.from_header(request.headers, cap=math.inf)
     if _wants_event_stream(request):
-        call = functools.partial(_stream_call, services.router, body, tenant, caller, deadline)
-        return EventStreamResponse(call)
+        # The call runs apart from this request (``LiveCall``): with a callId it may outlive it, waiting for a person.
+        work = functools.partial(_stream_call, services.router, body, tenant, caller, deadline)
+        try:
+            follower = services.live_calls.start(tenant, body.call_id, work)
+        except CallInProgress:
+            raise ApiError(409, "call_in_progress", "A call with this callId is running already.") from None
+        return EventStreamResponse(follower.relay)
     # A caller that goes away (agent-service cancelling a run, a deadline) cancels the call: the
     # SDK then sends the server `notifications/cancelled` (or, over streamable HTTP at protocol
     # 2026, aborts the request's POST), so the tool stops instead of running to the call timeout.
@@ -385,6 +395,9 @@ def create_app(
         time_limit=router.time_limit,
     )
     face = McpFace(router, secret=secret, secret_header=settings.secret_header, features=features)
+    live_calls = LiveCalls(
+        ElicitationBroker(settings.elicitation_timeout_seconds), result_seconds=settings.detached_result_seconds
+    )
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[dict[str, _Services]]:
@@ -401,7 +414,7 @@ def create_app(
             # Every tenant's servers are known before the first request; their sessions open on first use.
             await tenants.load(tenant_store)
             # Supervisors connect in the background: the API is up before any server is.
-            async with face.run(), anyio.create_task_group() as tg:
+            async with face.run(), live_calls.running(), anyio.create_task_group() as tg:
                 tg.start_soon(registry.run, name="mcp-server-registry")
                 await tg.start(tenants.run)
                 try:
@@ -412,6 +425,7 @@ def create_app(
                             router=router,
                             tenants=tenants,
                             tenant_store=tenant_store,
+                            live_calls=live_calls,
                         )
                     }
                 finally:
@@ -442,6 +456,7 @@ def create_app(
         ApiRoute(f"{PROTECTED_PREFIX}/servers", list_servers, method="GET", operation=_SERVERS),
         ApiRoute(f"{PROTECTED_PREFIX}/servers/reload", reload_servers, method="POST", operation=_RELOAD),
         *tenant_routes(PROTECTED_PREFIX, tenants),
+        *live_call_routes(PROTECTED_PREFIX, live_calls),
         Route(MCP_FACE_PATH, face),
     ]
     app = Starlette(

@@ -227,6 +227,23 @@ class MCPClientSettings(EgressSettings):
         ge=1,
         description="Most sessions to one tenant's servers open at once (the same rule at the bound).",
     )
+    elicitation_timeout_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        le=30 * 24 * 3600,
+        description=(
+            "How long a server's question during a tool call (elicitation/create) waits for a person's answer "
+            "(POST /mcp/v1/elicitations/{elicitationId}); then the server is answered cancel and the call goes on."
+        ),
+    )
+    detached_result_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description=(
+            "How long the result of a call whose caller left while it waited for an answer (a call-tool with "
+            "callId) is kept for GET /mcp/v1/calls/{callId}/events, when it ends with nobody following it."
+        ),
+    )
 
     @field_validator("database_url")
     @classmethod

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from mcp_client_service.calls.results import dump_content, error_result, to_response
 from mcp_client_service.calls.validation import SchemaValidators, Violation, describe_violations, violation_from_error
+from mcp_client_service.connection.elicitation import Asker
 from mcp_client_service.failures import (
     OutboundBlockedError,
     ServerUnavailableError,
@@ -102,6 +103,8 @@ class ToolSession(Protocol):
         time_limit: float,
         on_progress: ProgressFnT | None = None,
         caller: Mapping[str, Any] | None = None,
+        *,
+        elicit: Asker | None = None,
     ) -> CallToolResult: ...
 
     def redact(self, text: str) -> str: ...
@@ -234,6 +237,7 @@ async def call_routed_tool(
     callers_deadline: bool = False,
     on_progress: ProgressFnT | None = None,
     caller: Mapping[str, Any] | None = None,
+    elicit: Asker | None = None,
 ) -> CallToolResponse:
     """One call of ``tool`` on ``session``: checked, bounded by ``time_limit`` seconds, never raising but for
     ``OutboundBlockedError`` (the outbound policy refused a connection the call needed: not a tool error).
@@ -241,7 +245,8 @@ async def call_routed_tool(
     ``callers_deadline``: the limit is the caller's deadline, shorter than the server's own, so
     running past it says nothing of the server. ``on_progress`` gets the server's progress
     notifications for the call (the call then carries a progress token). ``caller`` (a ``CallerContext`` as
-    JSON) is sent as ``_meta["io.loopsuite/caller"]``.
+    JSON) is sent as ``_meta["io.loopsuite/caller"]``. ``elicit`` puts the server's questions during the call to a
+    person (without it they are declined).
     """
     started = time.perf_counter()
     server = tool.server
@@ -278,7 +283,9 @@ async def call_routed_tool(
         )
         return finish("invalid_arguments", error_result(text, server=server, duration_ms=elapsed_ms()))
     try:
-        result = await session.call_tool(tool.server_tool_name, arguments, time_limit, on_progress, caller)
+        result = await session.call_tool(
+            tool.server_tool_name, arguments, time_limit, on_progress, caller, elicit=elicit
+        )
     except anyio.get_cancelled_exc_class():
         # The server did receive the call (it is told to stop): count it, or the hang-up leaves no trace.
         finish("cancelled", error_result("The caller cancelled the call.", server=server, duration_ms=elapsed_ms()))

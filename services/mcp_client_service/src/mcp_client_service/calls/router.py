@@ -26,6 +26,7 @@ from opentelemetry.trace import Tracer
 from mcp_client_service.calls.call import CallRecord, RoutedTool, call_routed_tool
 from mcp_client_service.calls.results import error_result
 from mcp_client_service.calls.validation import SchemaValidators
+from mcp_client_service.connection.elicitation import Asker
 from mcp_client_service.connection.server_connection import ServerConnection
 from mcp_client_service.failures import OutboundBlockedError
 from mcp_client_service.registry.catalog import CatalogEntry, ToolCatalog
@@ -184,6 +185,7 @@ class ToolRouter:
         server_tool: str | None = None,
         tenant: str | None = None,
         caller: Mapping[str, Any] | None = None,
+        elicit: Asker | None = None,
     ) -> CallToolResponse:
         """Call the tool listed as ``name``; ``ToolNotFoundError`` if no server offers it.
 
@@ -199,7 +201,8 @@ class ToolRouter:
         ``deadline`` is the caller's (its ``X-Deadline-Ms``). A tool whose
         server cannot take calls now gets an error result saying why, or with ``raise_unavailable``
         raises ``ToolUnavailableError`` (the REST API answers 503 with ``Retry-After``).
-        ``on_progress`` gets the server's progress notifications for the call.
+        ``on_progress`` gets the server's progress notifications for the call; ``elicit`` its questions
+        (``elicitation/create``) for a person, which are declined without it.
         """
         with self._tracer.start_as_current_span("mcp_tool_call", attributes={"tool.name": name}) as span:
             catalog = self.catalog(tenant)
@@ -207,9 +210,11 @@ class ToolRouter:
                 span.set_attribute("tool.tenant", tenant)
             tool = self._by_name(name, catalog) if server is None else self._held(name, server, server_tool, catalog)
             if tool.tenant is None:
-                response = await self._call(tool, arguments, deadline, raise_unavailable, on_progress, caller)
+                response = await self._call(tool, arguments, deadline, raise_unavailable, on_progress, caller, elicit)
             else:
-                response = await self._call_own(tool, arguments, deadline, raise_unavailable, on_progress, caller)
+                response = await self._call_own(
+                    tool, arguments, deadline, raise_unavailable, on_progress, caller, elicit
+                )
             span.set_attribute("tool.server", response.server)
             span.set_attribute("tool.is_error", response.is_error)
             return response
@@ -256,6 +261,7 @@ class ToolRouter:
         raise_unavailable: bool,
         on_progress: ProgressFnT | None,
         caller: Mapping[str, Any] | None,
+        elicit: Asker | None,
     ) -> CallToolResponse:
         """A call of a shared server's tool."""
         session = self._registry.connections.get(tool.server)
@@ -267,7 +273,7 @@ class ToolRouter:
             retry_after = self._registry.retry_after(tool.server) if raise_unavailable else None
             return self._unavailable(tool, text, retry_after, raise_unavailable, self._record)
         limit = self._server_limit(tool.server)
-        return await self._run(session, tool, arguments, limit, deadline, on_progress, caller, self._record)
+        return await self._run(session, tool, arguments, limit, deadline, on_progress, caller, elicit, self._record)
 
     async def _call_own(
         self,
@@ -277,6 +283,7 @@ class ToolRouter:
         raise_unavailable: bool,
         on_progress: ProgressFnT | None,
         caller: Mapping[str, Any] | None,
+        elicit: Asker | None,
     ) -> CallToolResponse:
         """A call of a tenant's own server's tool, on the tenant's session of it (opened now if need be)."""
         assert self._tenants is not None
@@ -292,7 +299,7 @@ class ToolRouter:
                     retry_after = _seconds_until(away[1]) if away is not None else None
                     return self._unavailable(tool, refusal, retry_after, raise_unavailable, record)
                 return await self._run(
-                    session, tool, arguments, self.call_timeout, deadline, on_progress, caller, record
+                    session, tool, arguments, self.call_timeout, deadline, on_progress, caller, elicit, record
                 )
         except ServerGone:
             # Switched off or deleted since the caller listed it: refused, never run.
@@ -309,6 +316,7 @@ class ToolRouter:
         deadline: Deadline,
         on_progress: ProgressFnT | None,
         caller: Mapping[str, Any] | None,
+        elicit: Asker | None,
         record: Callable[[CallRecord], None],
     ) -> CallToolResponse:
         """The call on ``session``, within the server's ``limit`` shortened by the caller's deadline."""
@@ -323,6 +331,7 @@ class ToolRouter:
             on_finished=record,
             on_progress=on_progress,
             caller=caller,
+            elicit=elicit,
         )
 
     def _unavailable(

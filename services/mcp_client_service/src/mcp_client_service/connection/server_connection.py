@@ -3,7 +3,8 @@
 A ``ServerConnection`` is made of parts: its session loop (``supervisor.SessionLoop``: connect,
 list, probe, reconnect), the tools of its listings (``tool_listing.ToolListing``), its calls in
 flight and their outcomes (``call_accounting.CallAccounting``, feeding the ``CircuitBreaker``),
-the calls of its tools that can only run as tasks (``tasks.TaskCalls``), and the log of what a
+the calls of its tools that can only run as tasks (``tasks.TaskCalls``), the questions its server asks during
+calls (``elicitation.CallElicitations``), and the log of what a
 stdio child writes besides JSON-RPC (``child_output.ChildOutputLog``).
 The state they share (the open ``mcp.Client``, the last error) is a ``state.ConnectionState``,
 kept up to date by the session loop; the connection reads it and makes the calls.
@@ -31,6 +32,7 @@ from mcp_client_service.config.servers_file import ServerConfig
 from mcp_client_service.connection.breaker import CircuitBreaker, CircuitState
 from mcp_client_service.connection.call_accounting import CallAccounting
 from mcp_client_service.connection.child_output import ChildOutputLog
+from mcp_client_service.connection.elicitation import Asker, CallClock, CallElicitations
 from mcp_client_service.connection.state import ConnectionState
 from mcp_client_service.connection.supervisor import SessionLoop
 from mcp_client_service.connection.tasks import TaskCalls
@@ -71,6 +73,7 @@ class ServerConnection:
         self.calls = CallAccounting(name, self.breaker, on_change=on_change, on_circuit_opened=self._wake_loop)
         self.output = ChildOutputLog(name, self.redact)
         self.tasks = TaskCalls(name, self.redact)
+        self.elicitations = CallElicitations(name)
         self._state = ConnectionState(
             name=name,
             config=config,
@@ -81,6 +84,7 @@ class ServerConnection:
             calls=self.calls,
             output=self.output,
             tasks=self.tasks,
+            elicitations=self.elicitations,
             changed=on_change,
         )
         """What the session loop keeps up to date (read through the properties below)."""
@@ -212,6 +216,8 @@ class ServerConnection:
         time_limit: float,
         on_progress: ProgressFnT | None = None,
         caller: Mapping[str, Any] | None = None,
+        *,
+        elicit: Asker | None = None,
     ) -> CallToolResult:
         """One ``tools/call`` (``name`` as the server knows it) on the open session, bounded by ``time_limit`` s.
 
@@ -219,6 +225,9 @@ class ServerConnection:
         ``notifications/progress`` for it are handed over as they arrive. ``caller`` (a ``CallerContext`` as
         JSON) goes along as ``_meta["io.loopsuite/caller"]``, so the server learns who the call acts for. A tool
         that can only run as a task is run as one (``tasks.TaskCalls``), within the same time limit.
+
+        ``elicit`` puts the server's questions during the call (``elicitation/create``) to a person; the time
+        limit stops while one waits for its answer. Without it the server's questions are declined at once.
 
         Raises ``ServerUnavailableError`` without a session (``CircuitOpenError`` while the circuit
         is open), ``TimeoutError`` past the time limit and ``mcp.shared.exceptions.MCPError`` for
@@ -232,18 +241,27 @@ class ServerConnection:
         assert client is not None
         calls = self.calls
         calls.in_flight += 1
+        # A call that may wait for a person keeps its own clock, which stops meanwhile; the SDK's read timeout
+        # would not (it cannot tell a stdio server's question from the call's). Otherwise: the SDK's read timeout
+        # ends the request (and tells the server to cancel it), the outer bound also covers a write that cannot
+        # complete.
+        clock = CallClock(time_limit) if elicit is not None else None
         try:
-            # The SDK's read timeout ends the request (and tells the server to cancel it); the
-            # outer bound also covers a write that cannot complete.
-            with anyio.fail_after(time_limit + 1.0):
+            bound = anyio.fail_after(time_limit + 1.0) if clock is None else clock.scope
+            with bound, self.elicitations.call(name, elicit, clock):
                 meta = _request_meta(caller)
                 if name in self.listing.task_only:
                     return await self.tasks.call(
                         client, name, arguments, time_limit=time_limit, on_progress=on_progress, meta=meta
                     )
                 return await client.call_tool(
-                    name, arguments, read_timeout_seconds=time_limit, progress_callback=on_progress, meta=meta
+                    name,
+                    arguments,
+                    read_timeout_seconds=time_limit if clock is None else None,
+                    progress_callback=on_progress,
+                    meta=meta,
                 )
+            raise TimeoutError(f"the call did not finish within {time_limit:g} s")  # the clock's scope ran out
         except MCPError as error:
             # An answer dropped for its size fails this call only: the session is fine.
             if _session_is_gone(error) and not is_oversized_answer(error.message):

@@ -5,7 +5,7 @@
 ``ConnectionState``, so neither module imports the other. The loop keeps the session fields up to
 date (``client``, ``connecting``, ``first_attempt_done``, ``attempts``, ``last_error``,
 ``retry_at``) and tells of each change through ``changed``; the connection reads them and makes
-the calls. The parts (breaker, listing, call accounting, child output, task calls) are the
+the calls. The parts (breaker, listing, call accounting, child output, task calls, the calls' questions) are the
 connection's, shared by reference.
 """
 
@@ -22,6 +22,7 @@ from mcp_client_service.config.servers_file import ServerConfig
 from mcp_client_service.connection.breaker import CircuitBreaker
 from mcp_client_service.connection.call_accounting import CallAccounting
 from mcp_client_service.connection.child_output import ChildOutputLog
+from mcp_client_service.connection.elicitation import CallElicitations
 from mcp_client_service.connection.tasks import TaskCalls
 from mcp_client_service.connection.tool_listing import ToolListing
 from mcp_client_service.redaction import redact, secret_forms
@@ -43,6 +44,7 @@ class ConnectionState:
     calls: CallAccounting
     output: ChildOutputLog
     tasks: TaskCalls
+    elicitations: CallElicitations
     changed: Callable[[], None]
     """Called (synchronously) whenever the state or the listed tools change."""
     client: Client | None = None

@@ -195,7 +195,12 @@ class SessionLoop:
         try:
             with anyio.CancelScope(deadline=started + options.connect_timeout) as deadline:
                 async with Client(
-                    transport, cache=None, client_info=_CLIENT_INFO, message_handler=self._on_message
+                    transport,
+                    cache=None,
+                    client_info=_CLIENT_INFO,
+                    message_handler=self._on_message,
+                    # Declares the elicitation capability: a server may ask the person behind a call a question.
+                    elicitation_callback=state.elicitations.callback,
                 ) as client:
                     listing.protocol_version = client.protocol_version
                     listing.runs_tasks = runs_tools_as_tasks(client)

@@ -17,11 +17,11 @@ from pydantic import ValidationError
 from mcp_client_service.config.references import has_references
 from mcp_client_service.config.servers_file import HttpServerConfig
 from suite_common.errors import ApiError
-from suite_common.wire import TENANT_NAME_RULE, is_tenant_name
+from suite_common.wire import TENANT_HEADER, TENANT_NAME_RULE, is_tenant_name
 
 MASK = "***"
 
-__all__ = ["checked_tenant", "masked_url", "registration_problem", "server_config"]
+__all__ = ["checked_tenant", "header_tenant", "masked_url", "registration_problem", "server_config"]
 
 
 def checked_tenant(tenant: str, where: str) -> str:
@@ -30,6 +30,12 @@ def checked_tenant(tenant: str, where: str) -> str:
     if not is_tenant_name(tenant):
         raise ApiError(400, "invalid_tenant", f"{where} is not a tenant's name: one is {TENANT_NAME_RULE}.")
     return tenant
+
+
+def header_tenant(headers: Mapping[str, str]) -> str | None:
+    """The tenant a request's ``X-Tenant-Id`` names (checked as ``checked_tenant`` does); ``None`` without one."""
+    tenant = headers.get(TENANT_HEADER)
+    return None if tenant is None else checked_tenant(tenant, TENANT_HEADER)
 
 
 def server_config(
