@@ -159,7 +159,7 @@ class ScriptedElicitGateway:
             self.calls.pop(call.call_id, None)
         await emit(encode_event(dump(self._result(call)), event="result"))
 
-    async def _call_tool(self, request: Request) -> Response:
+    async def _call_tool(self, request: Request) -> Response | EventStreamResponse:
         if not self._authorized(request):
             return _error(401, "unauthorized", "wrong secret")
         body = CallToolRequest.model_validate_json(await request.body())
@@ -205,7 +205,7 @@ class ScriptedElicitGateway:
         call.answered.set()
         return JSONResponse({"elicitationId": elicitation_id, "action": answer.action})
 
-    async def _follow(self, request: Request) -> Response:
+    async def _follow(self, request: Request) -> Response | EventStreamResponse:
         if not self._authorized(request):
             return _error(401, "unauthorized", "wrong secret")
         self.follows.append(dict(request.headers))

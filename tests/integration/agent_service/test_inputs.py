@@ -199,7 +199,7 @@ async def test_a_question_parks_the_run_and_an_answer_on_another_replica_resumes
     assert run["messages"][-1]["content"] == "Booked."
     [question] = run["inputs"]
     assert (question["status"], question["decidedBy"]) == ("accepted", "acme-app/alice")
-    assert "partySize\": 4" not in str(run["inputs"])  # the answer is the server's to read, never shown
+    assert 'partySize": 4' not in str(run["inputs"])  # the answer is the server's to read, never shown
     assert list(dict.fromkeys(kinds(stored)))[2:] == ["input_required", "input_decided", "tool_result", "text", "done"]
 
 

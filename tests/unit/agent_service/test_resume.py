@@ -14,7 +14,16 @@ from agent_service.core.run import UNKNOWN_OUTCOME, LlmCall, RunPlan, ToolCallRe
 from agent_service.runs.plans import stored_plan, takeover
 from agent_service.store import ApprovalRecord, InputRecord, RunRecord
 from suite_common.deadline import Deadline
-from suite_common.wire import ApprovalStatus, InputStatus, Message, ReasoningControl, RunToolResult, ToolCall, ToolInfo, Usage
+from suite_common.wire import (
+    ApprovalStatus,
+    InputStatus,
+    Message,
+    ReasoningControl,
+    RunToolResult,
+    ToolCall,
+    ToolInfo,
+    Usage,
+)
 from support.scripted import Scripted, answer
 from unit.agent_service.test_loop import Recorder
 
