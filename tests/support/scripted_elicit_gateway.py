@@ -4,11 +4,11 @@ nothing else (``list-tools``, ``call-tool``, ``POST /mcp/v1/elicitations/{id}``,
 
 Not the gateway: it connects to no MCP server. Each tool is a script of questions (``Question``), asked one after
 the other while the answers are ``accept``; the tool's result says what was answered. A ``call-tool`` asked for SSE
-with a ``callId`` sends an ``elicitation`` event and keeps the call when its caller goes away (detached), to be
-followed again; one without (or a JSON one: nobody to ask) gets its questions declined at once. An accepted answer
-is checked with ``suite_common.elicitation.answer_content`` (defaults filled) as the gateway checks it. A finished
-detached call's result goes to one follower, then the call is forgotten; ``forget_calls`` forgets them all, as a
-restarted gateway would have.
+sends an ``elicitation`` event and waits for the answer; with a ``callId`` it keeps the call when its caller goes
+away (detached), to be followed again. A JSON one (nobody to ask) gets its questions declined at once. An accepted
+answer is checked with ``suite_common.elicitation.answer_content`` (defaults filled) as the gateway checks it. A
+finished detached call's result goes to one follower, then the call is forgotten; ``forget_calls`` forgets them all,
+as a restarted gateway would have.
 """
 
 from __future__ import annotations
@@ -174,7 +174,8 @@ class ScriptedElicitGateway:
             return JSONResponse(json.loads(dump(self._result(call))))
         if body.call_id is not None:
             self.calls[body.call_id] = call
-        return EventStreamResponse(lambda emit: self._produce(call, emit, ask=body.call_id is not None))
+        # Over SSE the question is asked, callId or not: a caller without one answers it at once or loses the call.
+        return EventStreamResponse(lambda emit: self._produce(call, emit, ask=True))
 
     async def _produce(self, call: _Call, emit: Emit, *, ask: bool) -> None:
         await self._run(call, emit, ask=ask)

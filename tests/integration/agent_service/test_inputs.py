@@ -21,13 +21,16 @@ import pytest
 from integration.agent_service.test_run_takeover import TAKEOVER_SECONDS, EventStream, Replica, ended, kinds
 from pydantic import SecretStr
 
+from agent_service.app import create_app
 from agent_service.core.run import INPUT_LOST
+from agent_service.settings import AgentSettings
 from completion_service.app import create_app as create_completion_app
 from completion_service.settings import CompletionSettings
 from support.caller_keys import as_caller, key_entry
 from support.fake_openai import ScriptedOpenAI, text, tool_calls
 from support.mcp_gateway import GATEWAY_SECRET
 from support.processes import agent_env, spawned
+from support.run_streams import events_of, streamed_run
 from support.scripted_elicit_gateway import Question, ScriptedElicitGateway, ScriptedTool
 from support.servers import free_port, serve_app
 from support.stacks import wait_for_run
@@ -255,3 +258,25 @@ async def test_a_call_asking_again_waits_again_and_a_call_the_gateway_lost_meanw
     assert run["status"] == "completed", run
     [result] = [m for m in run["messages"] if m["role"] == "tool"]
     assert (result["content"], result["isError"]) == (INPUT_LOST, True)
+
+
+async def test_a_run_nobody_can_wait_for_declines_the_question_at_once_and_goes_on(upstreams: Upstreams) -> None:
+    # Not stored (no database): it cannot wait, so it sends no callId and declines the gateway's question itself.
+    llm, gateway = upstreams.llm, upstreams.gateway
+    llm.push(tool_calls(("call_book", "book_table", {})), text("Could not book."))
+    settings = AgentSettings(
+        completion_url=upstreams.completion_url,
+        mcp_client_url=upstreams.gateway_url,
+        mcp_service_secret=SecretStr(GATEWAY_SECRET),
+        catalog_cache_seconds=0,
+        database_url="",
+    )
+    async with serve_app(create_app(settings)) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        events = await streamed_run(http, "/api/v1/agent/run", _body("Book a table."), seconds=TAKEOVER_SECONDS)
+
+    assert "callId" not in gateway.call_requests[0]
+    assert [answer.action for _, answer in gateway.answers] == ["decline"]
+    assert events_of(events, "input_required") == []
+    [result] = events_of(events, "tool_result")
+    assert result["content"] == "book_table: decline"
+    assert events[-1][0] == "done", events
