@@ -280,3 +280,20 @@ async def test_a_run_nobody_can_wait_for_declines_the_question_at_once_and_goes_
     [result] = events_of(events, "tool_result")
     assert result["content"] == "book_table: decline"
     assert events[-1][0] == "done", events
+
+
+async def test_cancelling_a_run_that_waits_for_an_answer_cancels_its_question_at_the_gateway_too(
+    upstreams: Upstreams, tmp_path: Path
+) -> None:
+    upstreams.llm.push(tool_calls(("call_book", "book_table", {})))
+    async with _replica(upstreams, f"sqlite:///{tmp_path}/runs.db", tmp_path, "a", _callers()) as a:
+        run_id, asked = await _ask(a)
+        a.http.headers.update(as_caller(ACME_KEY))
+        cancelled = await a.http.post(f"/api/v1/agent/runs/{run_id}/cancel")
+        assert cancelled.status_code == 200, cancelled.text
+        run = await wait_for_run(a.http, run_id, ended, within=TAKEOVER_SECONDS)
+
+    assert run["status"] == "cancelled"
+    assert [question["status"] for question in run["inputs"]] == ["cancelled"]
+    # The call waiting at the gateway ends now, not when the gateway's own limit passes.
+    assert [(known, answer.action) for known, answer in upstreams.gateway.answers] == [(asked["inputId"], "cancel")]

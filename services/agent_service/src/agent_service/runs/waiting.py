@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 
+import anyio
+
 from agent_service.core.errors import OUTBOUND_BLOCKED, UpstreamError, outbound_blocked
 from agent_service.core.run import RunOutcome
 from agent_service.core.tenancy import DEFAULT_TENANT
@@ -37,15 +39,19 @@ from agent_service.store import (
     StoredEvent,
     StoreError,
 )
+from suite_common.deadline import Deadline
 from suite_common.echo import clip
 from suite_common.elicitation import InvalidAnswer, answer_content
 from suite_common.errors import ApiError
 from suite_common.logging import get_logger
-from suite_common.wire import ApprovalDecision, InputAnswer, Message, RunDone, dump
+from suite_common.wire import ApprovalDecision, CallerContext, ElicitationAnswer, InputAnswer, Message, RunDone, dump
 
 __all__ = ["WaitingRuns", "stored_failure"]
 
 _log = get_logger("agent_service.runs")
+
+_CANCEL_SECONDS = 5.0
+"""The longest a cancel waits to tell the gateway that a cancelled run's questions will not be answered."""
 
 
 class WaitingRuns:
@@ -183,8 +189,9 @@ class WaitingRuns:
         task_group.start_soon(runs.execute_tracked, run, True)
 
     async def cancel(self, record: RunRecord) -> RunRecord | None:
-        """End a waiting run at once (nobody executes it): cancelled, its held calls answered. ``None``: it was not
-        waiting any more (decided meanwhile: cancel it as a running one)."""
+        """End a waiting run at once (nobody executes it): cancelled, its held calls answered, its questions
+        cancelled (at the gateway too). ``None``: it was not waiting any more (decided meanwhile: cancel it as a
+        running one)."""
         store = self._store()
         try:
             own = await store.run_messages(record.run_id)
@@ -200,9 +207,30 @@ class WaitingRuns:
                 run_id=record.run_id, finish_reason="cancelled", iterations=record.iterations, usage=record.usage
             )
             event = StoredEvent(record.last_seq + 1, done.type, dump(done))
-            return await store.cancel_waiting(record.run_id, answers, event)
+            asked = [question for question in await store.inputs(record.run_id) if question.status == "pending"]
+            cancelled = await store.cancel_waiting(record.run_id, answers, event)
         except StoreError as error:
             raise store_unavailable(error) from None
+        if cancelled is not None:
+            await self._cancel_questions(cancelled, asked)
+        return cancelled
+
+    async def _cancel_questions(self, record: RunRecord, asked: list[InputRecord]) -> None:
+        """The gateway told that nobody will answer the questions of a run cancelled while it waited (``cancel``),
+        so that their calls end now rather than when the gateway's own limit passes. Best effort, bounded: the run
+        is cancelled already."""
+        if not asked:
+            return
+        caller = CallerContext(tenant=record.tenant or DEFAULT_TENANT, user=record.user, run_id=record.run_id)
+        tools = self._runs.loop.dispatch.tools
+        with anyio.move_on_after(_CANCEL_SECONDS):
+            for question in asked:
+                try:
+                    await tools.answer_question(
+                        question.input_id, ElicitationAnswer(action="cancel"), Deadline.after(_CANCEL_SECONDS), caller
+                    )
+                except UpstreamError as error:
+                    _log.warning("question_not_cancelled", run_id=record.run_id, error=error.message)
 
     async def outcome(self, run: StartedRun) -> RunOutcome:
         """The end of a run that waited, for a client that waits for it (``stream: false``): once its last event is
