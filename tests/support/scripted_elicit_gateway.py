@@ -83,6 +83,8 @@ class ScriptedElicitGateway:
     """Every answer the gateway took (``elicitationId``, answer as forwarded to the server: defaults filled)."""
     follows: list[dict[str, str]] = field(default_factory=list)
     """The headers of each ``GET /mcp/v1/calls/{callId}/events``."""
+    unavailable_answers: int = 0
+    """How many answers to refuse with 503 before taking one (a gateway briefly unavailable)."""
 
     @property
     def app(self) -> Starlette:
@@ -183,6 +185,9 @@ class ScriptedElicitGateway:
     async def _answer(self, request: Request) -> Response:
         if not self._authorized(request):
             return _error(401, "unauthorized", "wrong secret")
+        if self.unavailable_answers > 0:
+            self.unavailable_answers -= 1
+            return _error(503, "unavailable", "try again")
         elicitation_id = request.path_params["elicitationId"]
         answer = ElicitationAnswer.model_validate_json(await request.body())
         call = self.questions.get(elicitation_id)

@@ -297,3 +297,21 @@ async def test_cancelling_a_run_that_waits_for_an_answer_cancels_its_question_at
     assert [question["status"] for question in run["inputs"]] == ["cancelled"]
     # The call waiting at the gateway ends now, not when the gateway's own limit passes.
     assert [(known, answer.action) for known, answer in upstreams.gateway.answers] == [(asked["inputId"], "cancel")]
+
+
+async def test_an_answer_the_gateway_did_not_take_is_sent_again_when_the_question_still_waits(
+    upstreams: Upstreams, tmp_path: Path
+) -> None:
+    upstreams.llm.push(tool_calls(("call_book", "book_table", {})), text("Booked."))
+    upstreams.gateway.unavailable_answers = 1
+    async with _replica(upstreams, f"sqlite:///{tmp_path}/runs.db", tmp_path, "a", _callers()) as a:
+        run_id, asked = await _ask(a)
+        a.http.headers.update(as_caller(ACME_KEY))
+        answer = {"inputs": [{"inputId": asked["inputId"], "action": "accept", "content": {"partySize": 3}}]}
+        assert (await a.http.post(f"/api/v1/agent/runs/{run_id}/inputs", json=answer)).status_code == 200
+        run = await wait_for_run(a.http, run_id, ended, within=TAKEOVER_SECONDS)
+
+    assert run["status"] == "completed", run
+    results = [m["content"] for m in run["messages"] if m["role"] == "tool"]
+    assert results == ['book_table: accept {"partySize": 3, "room": "garden"}']
+    assert len(upstreams.gateway.answers) == 1

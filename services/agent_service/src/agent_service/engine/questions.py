@@ -84,8 +84,23 @@ async def continue_call(
     followed to its result or next question. A call the gateway no longer knows (it restarted while the run
     waited) ends with an error result saying its outcome is unknown."""
     input_id, answer = answered
-    await tools.answer_question(input_id, answer, plan.limits.deadline, plan.caller)
-    followed = await tools.follow_call(call_id_of(plan, call), plan.limits.deadline, on_progress, plan.caller)
-    if followed is None:
-        return CallToolResponse(content=[{"type": "text", "text": INPUT_LOST}], is_error=True, server="", duration_ms=0)
-    return followed
+    for _ in range(_ANSWER_ATTEMPTS):
+        await tools.answer_question(input_id, answer, plan.limits.deadline, plan.caller)
+        followed = await tools.follow_call(call_id_of(plan, call), plan.limits.deadline, on_progress, plan.caller)
+        if followed is None:
+            return _error(INPUT_LOST)
+        # The same question still waiting: the answer did not get through (the gateway was briefly unreachable).
+        if not (isinstance(followed, CallToolElicitation) and followed.elicitation_id == input_id):
+            return followed
+    return _error(
+        "The tool service did not take the person's answer to this tool call's question; the call may still be "
+        "waiting for it there, so whether it took effect is unknown."
+    )
+
+
+_ANSWER_ATTEMPTS = 2
+"""How often a resumed call's answer is sent when following the call shows its question still waiting."""
+
+
+def _error(text: str) -> CallToolResponse:
+    return CallToolResponse(content=[{"type": "text", "text": text}], is_error=True, server="", duration_ms=0)
