@@ -80,12 +80,16 @@ FUZZ_TENANT, FUZZ_SERVER = "fuzz", "fuzzed"
 
 
 def _agent_config(run_id: str) -> str:
-    """``run_id``: a run the suite stored before fuzzing, whose approvals are then answered (409: none pending), not
-    only 404s for made-up ids."""
+    """``run_id``: a run the suite stored before fuzzing, whose approvals and inputs are then answered (409: none
+    pending), not only 404s for made-up ids."""
     return (
         f"""
 [[operations]]
 include-name = "POST /api/v1/agent/runs/{{runId}}/approvals"
+parameters = {{ runId = "{run_id}" }}
+
+[[operations]]
+include-name = "POST /api/v1/agent/runs/{{runId}}/inputs"
 parameters = {{ runId = "{run_id}" }}
 """
         + _AGENT_CONFIG

@@ -9,6 +9,7 @@ import pytest
 from agent_service.admission.approval_rules import approval_tools
 from agent_service.admission.planning import plan_run
 from agent_service.core.personas import Persona
+from agent_service.core.run import RunPlan
 from agent_service.core.tenancy import TenantRules
 from agent_service.runs.plans import plan_from_record, stored_plan
 from agent_service.runs.waiting import stored_failure
@@ -82,6 +83,29 @@ async def test_a_plan_stored_before_approvals_reads_back_without_any() -> None:
     plan = plan_from_record(record, [], deadline_seconds=3.0)
     assert plan.approval_tools == frozenset()
     assert plan.limits.deadline.remaining() <= 3.0
+    assert plan.input_timeout_seconds == 600.0  # it may wait for answers, as long as a tenant's default
+
+
+async def test_the_tenants_input_timeout_is_planned_and_stored_and_a_front_that_cannot_ask_waits_for_none() -> None:
+    tools, _ = catalog("get_status")
+    rules = TenantRules(input_timeout_seconds=90)
+    plan = await plan_run(request(), SETTINGS, tools, MODELS, rules=rules)
+    assert plan.input_timeout_seconds == 90
+    assert plan_from_record_of(plan).input_timeout_seconds == 90
+    openai_front = await plan_run(request(), SETTINGS, tools, MODELS, rules=rules, offer_approval_tools=False)
+    assert openai_front.input_timeout_seconds is None  # its tools' questions are declined by the gateway at once
+
+
+def plan_from_record_of(plan: RunPlan) -> RunPlan:
+    """``plan`` as a replica taking its run over rebuilds it from the store."""
+    now = datetime.now(UTC)
+    record = RunRecord(
+        run_id=plan.run_id, conversation_id=None, caller=None, tenant=None, user=None, model=plan.model,
+        status="tool_loop", iterations=1, usage=Usage(), finish_reason=None, budget=None, error=None,
+        plan=stored_plan(plan), created_at=now, updated_at=now, lease_owner=None, lease_expires_at=None,
+        resumes=0, cancel_requested=False, last_seq=0,
+    )  # fmt: skip
+    return plan_from_record(record, [])
 
 
 async def test_a_front_that_cannot_approve_leaves_the_tools_out_before_checking_the_tool_choice() -> None:

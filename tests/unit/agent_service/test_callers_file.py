@@ -225,6 +225,9 @@ def test_a_tenants_run_caps_and_monthly_budgets_are_read_amounts_as_floats() -> 
         # Past what a date can hold: the run would fail when it parks (OverflowError), not the file when loaded.
         ("approval_timeout_seconds = 1e300", "approval_timeout_seconds must be a number above 0 and at most 2592000"),
         ("approval_timeout_seconds = 2592001", "approval_timeout_seconds must be a number above 0 and at most"),
+        ("input_timeout_seconds = 0", "input_timeout_seconds must be a number above 0 and at most 2592000"),
+        ('input_timeout_seconds = "600"', "input_timeout_seconds must be a number above 0 and at most 2592000"),
+        ("input_timeout_seconds = 2592001", "input_timeout_seconds must be a number above 0 and at most 2592000"),
     ],
 )
 def test_a_wrong_tenant_field_is_one_line_naming_it(fields: str, problem: str) -> None:

@@ -28,7 +28,9 @@ class CancelAsked:
     def __init__(self) -> None:
         self.usage = Usage()
 
-    async def park(self, held: list[NewApproval], *, wait_seconds: float, deadline_left_seconds: float) -> bool:
+    async def park(
+        self, held: list[NewApproval], *, wait_seconds: float, deadline_left_seconds: float, asked: object = ()
+    ) -> bool:
         return False
 
 
@@ -38,7 +40,9 @@ class ResumedAtOnce:
     def __init__(self, runs: RunExecutor, run_id: str) -> None:
         self.runs, self.run_id = runs, run_id
 
-    async def park(self, held: list[NewApproval], *, wait_seconds: float, deadline_left_seconds: float) -> bool:
+    async def park(
+        self, held: list[NewApproval], *, wait_seconds: float, deadline_left_seconds: float, asked: object = ()
+    ) -> bool:
         await self.runs.hold_slot("acme", self.run_id)  # what ``WaitingRuns._resume`` does
         return True
 

@@ -12,9 +12,18 @@ import pytest
 from agent_service.core.limits import RunLimits
 from agent_service.core.run import UNKNOWN_OUTCOME, LlmCall, RunPlan, ToolCallRecord
 from agent_service.runs.plans import stored_plan, takeover
-from agent_service.store import ApprovalRecord, RunRecord
+from agent_service.store import ApprovalRecord, InputRecord, RunRecord
 from suite_common.deadline import Deadline
-from suite_common.wire import ApprovalStatus, Message, ReasoningControl, RunToolResult, ToolCall, ToolInfo, Usage
+from suite_common.wire import (
+    ApprovalStatus,
+    InputStatus,
+    Message,
+    ReasoningControl,
+    RunToolResult,
+    ToolCall,
+    ToolInfo,
+    Usage,
+)
 from support.scripted import Scripted, answer
 from unit.agent_service.test_loop import Recorder
 
@@ -175,6 +184,49 @@ async def test_a_run_taken_over_after_its_decision_keeps_it_and_repeats_only_wha
 async def test_a_held_call_without_a_decision_is_never_made_again() -> None:
     resumed = takeover(approval_record(), [], [USER, turn("lookup")]).resume
     assert resumed.redispatch == set()
+
+
+def question(name: str, input_id: str, status: InputStatus, *, at: int = 0, answer: Any = None) -> InputRecord:
+    return InputRecord(
+        run_id="run_1",
+        input_id=input_id,
+        tool_call_id=f"call_{name}",
+        iteration=1,
+        name=name,
+        server="s",
+        message="Sure?",
+        requested_schema={"type": "object"},
+        status=status,
+        answer=answer,
+        decided_by=None,
+        requested_at=NOW.replace(second=at),
+        decided_at=NOW,
+        expires_at=NOW,
+    )
+
+
+async def test_a_call_whose_question_was_answered_is_continued_with_its_last_answer_and_never_made_again() -> None:
+    # lookup may be repeated, but it waits at the gateway: it is followed, not made again (nor told unknown).
+    own = [USER, turn("lookup", "send_email", "set_flag"), result("set_flag", "set")]
+    inputs = [
+        question("lookup", "el_1", "accepted", at=1, answer={"sure": True}),
+        question("lookup", "el_2", "declined", at=2),
+        question("send_email", "el_3", "cancelled", at=1),
+        question("set_flag", "el_4", "accepted", at=1, answer={}),  # its result is stored: nothing to continue
+    ]
+    resumed = takeover(record(), [], own, inputs=inputs, decided=True).resume
+    assert resumed.redispatch == set()
+    assert {call_id: (input_id, answer.action) for call_id, (input_id, answer) in resumed.answers.items()} == {
+        "call_lookup": ("el_2", "decline"),
+        "call_send_email": ("el_3", "cancel"),
+    }
+
+
+async def test_an_accepted_answer_is_forwarded_with_its_content() -> None:
+    own = [USER, turn("send_email")]
+    inputs = [question("send_email", "el_1", "accepted", answer={"to": "ops"})]
+    [(input_id, answer)] = takeover(record(), [], own, inputs=inputs).resume.answers.values()
+    assert (input_id, answer.action, answer.content) == ("el_1", "accept", {"to": "ops"})
 
 
 class Steps:

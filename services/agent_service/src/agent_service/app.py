@@ -26,6 +26,7 @@ from agent_service.api.audit import audit_routes
 from agent_service.api.auth import CALLER_ERRORS, PROTECTED_PREFIXES, CallerMiddleware
 from agent_service.api.console import console_routes
 from agent_service.api.images import images_routes
+from agent_service.api.inputs import inputs_routes
 from agent_service.api.openai_front import openai_routes
 from agent_service.api.run import run_routes
 from agent_service.api.runs import runs_routes
@@ -202,6 +203,7 @@ def create_app(
             *run_routes(),
             *runs_routes(),
             *approvals_routes(),
+            *inputs_routes(),
             *images_routes(),
             *usage_routes(),
             *audit_routes(),

@@ -72,6 +72,7 @@ from agent_service.core.personas import (
     parse_system_prompt,
 )
 from agent_service.core.tenancy import (
+    DEFAULT_INPUT_TIMEOUT_SECONDS,
     NO_RULES,
     TOOL_PATTERN,
     USER_ROLES,
@@ -208,6 +209,7 @@ _RULE_FIELDS = (
     "max_mcp_servers",
     "approval",
     "approval_timeout_seconds",
+    "input_timeout_seconds",
     "summary_model",
 )
 _WHOLE_LIMITS = ("max_iterations", "max_run_tokens", "monthly_tokens", "user_monthly_tokens")
@@ -234,8 +236,8 @@ def _whole(value: Any, least: int) -> bool:
 
 
 MAX_APPROVAL_TIMEOUT_SECONDS = 30 * 24 * 3600
-"""The longest wait for approvals a tenant may set: a run parked longer is forgotten, not waited for (and a wait
-past what a date can hold would fail the run when it parks)."""
+"""The longest wait for approvals (or answers) a tenant may set: a run parked longer is forgotten, not waited for (and
+a wait past what a date can hold would fail the run when it parks)."""
 
 
 def _amount(value: Any) -> bool:
@@ -323,6 +325,13 @@ def _rules(name: str, table: dict[str, Any], source: str) -> TenantRules:
             f"{where}: approval_timeout_seconds must be a number above 0 and at most {MAX_APPROVAL_TIMEOUT_SECONDS} "
             "(30 days)",
         )
+    input_timeout = table.get("input_timeout_seconds", DEFAULT_INPUT_TIMEOUT_SECONDS)
+    if not _amount(input_timeout) or input_timeout > MAX_APPROVAL_TIMEOUT_SECONDS:
+        raise _fail(
+            source,
+            f"{where}: input_timeout_seconds must be a number above 0 and at most {MAX_APPROVAL_TIMEOUT_SECONDS} "
+            "(30 days)",
+        )
     summary_model = table.get("summary_model")
     if summary_model is not None and (not isinstance(summary_model, str) or not summary_model.strip()):
         raise _fail(source, f"{where}: summary_model must be a model name")
@@ -335,6 +344,7 @@ def _rules(name: str, table: dict[str, Any], source: str) -> TenantRules:
         max_mcp_servers=max_servers,
         approval=_names(table, "approval", where, source, TOOL_PATTERN) or (),
         approval_timeout_seconds=float(approval_timeout),
+        input_timeout_seconds=float(input_timeout),
         summary_model=summary_model,
         **_limits(table, where, source),
         **_role_budgets(table, where, source),

@@ -595,4 +595,6 @@ async def plan_run(
         summary_model=(persona.summary_model if persona is not None else None) or rules.summary_model,
         approval_tools=needs_approval,
         approval_timeout_seconds=rules.approval_timeout_seconds,
+        # A front whose clients cannot approve a call cannot answer a question either: the gateway declines it.
+        input_timeout_seconds=rules.input_timeout_seconds if offer_approval_tools else None,
     )

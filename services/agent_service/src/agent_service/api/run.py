@@ -63,7 +63,7 @@ async def _stream_run(run: StartedRun, runs: AgentRuns, lifecycle: Lifecycle, se
         _log.error("run_crashed", run_id=run_id, exc_info=error)
         await journal.tell(RunError(run_id=run_id, code="internal_error", message="The run failed unexpectedly."))
         return
-    if finished and run.outcome is not None and run.outcome.waiting:
+    if finished and run.outcome is not None and run.outcome.parks:
         # The run waits in the store for approvals: the stream stays open (keep-alives) and follows its stored events
         # wherever it is resumed, to its end. Leaving now cancels nothing.
         finished, _ = await until_interrupted(lifecycle, runs.follow(run_id, journal.flushed_seq, event_sender(send)))
@@ -114,7 +114,7 @@ async def _answer_when_ended(
 ) -> Response:
     """The JSON answer of a run that ended, or, when it waits for approvals, once it has ended wherever it resumed
     (a client that leaves meanwhile cancels nothing)."""
-    if not outcome.waiting:
+    if not outcome.parks:
         return _answer(run, outcome)
     waited = await run_for_client(request, runs.waited_outcome(run), lifecycle=lifecycle)
     if waited.client_gone:

@@ -11,7 +11,7 @@ from starlette.routing import BaseRoute
 from agent_service.api.auth import caller_of
 from agent_service.api.services import services_of
 from agent_service.runs import AgentRuns, StoredEventSink
-from agent_service.store import ApprovalRecord, ConversationSummary, RunRecord, StoredEvent
+from agent_service.store import ApprovalRecord, ConversationSummary, InputRecord, RunRecord, StoredEvent
 from suite_common.echo import clip
 from suite_common.errors import ApiError
 from suite_common.http import ModelResponse
@@ -22,6 +22,7 @@ from suite_common.wire import (
     ConversationList,
     ConversationSummaryView,
     ConversationView,
+    InputView,
     Message,
     RunErrorDetail,
     RunEvent,
@@ -32,6 +33,7 @@ __all__ = [
     "MAX_EVENT_ID",
     "approval_view",
     "event_sender",
+    "input_view",
     "path_id",
     "query_limit",
     "run_view",
@@ -83,8 +85,30 @@ def approval_view(approval: ApprovalRecord) -> ApprovalView:
     )
 
 
+def input_view(question: InputRecord) -> InputView:
+    """A question of a tool's server and how it was answered; never the answer's content (it may be a person's
+    private data, and it was the server's to read)."""
+    return InputView(
+        input_id=question.input_id,
+        tool_call_id=question.tool_call_id,
+        iteration=question.iteration,
+        name=question.name,
+        server=question.server,
+        message=question.message,
+        requested_schema=question.requested_schema,
+        status=question.status,
+        decided_by=question.decided_by,
+        requested_at=question.requested_at.isoformat(),
+        decided_at=question.decided_at.isoformat() if question.decided_at is not None else None,
+        expires_at=question.expires_at.isoformat(),
+    )
+
+
 def run_view(
-    record: RunRecord, messages: list[Message] | None = None, approvals: list[ApprovalRecord] | None = None
+    record: RunRecord,
+    messages: list[Message] | None = None,
+    approvals: list[ApprovalRecord] | None = None,
+    inputs: list[InputRecord] | None = None,
 ) -> RunView:
     return RunView(
         run_id=record.run_id,
@@ -104,6 +128,7 @@ def run_view(
         cancel_requested=record.cancel_requested,
         output=record.output,
         approvals=[approval_view(approval) for approval in approvals] if approvals else None,
+        inputs=[input_view(question) for question in inputs] if inputs else None,
     )
 
 
@@ -126,7 +151,8 @@ async def get_run(request: Request) -> Response:
     runs = _runs(request)
     record = await stored_run(request, runs, path_id(request, "runId"))
     messages = await runs.messages(record.run_id)
-    return ModelResponse(run_view(record, messages, await runs.approvals(record.run_id)))
+    approvals, inputs = await runs.approvals(record.run_id), await runs.inputs(record.run_id)
+    return ModelResponse(run_view(record, messages, approvals, inputs))
 
 
 def _after(request: Request) -> int:
@@ -238,8 +264,8 @@ async def list_conversations(request: Request) -> Response:
 
 _NOT_STORED = "Runs are not stored (AGENT_DATABASE_URL is empty), or no such run is stored."
 _GET_RUN = Operation(
-    "A stored run: status (waiting: tool calls wait for approval), finish reason, iterations, usage, its messages, "
-    "its calls that needed approval, the error if any",
+    "A stored run: status (waiting: tool calls wait for approval, or tool servers' questions for answers), finish "
+    "reason, iterations, usage, its messages, its calls that needed approval, its questions, the error if any",
     answer=RunView,
     errors={404: _NOT_STORED, 503: "The run store is unavailable (Retry-After)."},
 )

@@ -20,6 +20,7 @@ from agent_service.core.tenancy import DEFAULT_TENANT
 from suite_common.wire import (
     BudgetName,
     CallerContext,
+    ElicitationAnswer,
     Message,
     ModelPrices,
     ReasoningControl,
@@ -37,7 +38,9 @@ from suite_common.wire import (
 )
 
 __all__ = [
+    "INPUT_LOST",
     "UNKNOWN_OUTCOME",
+    "AskedInput",
     "EventSink",
     "LlmCall",
     "ResumePoint",
@@ -117,6 +120,9 @@ class RunPlan:
     (``agent_service.runs.waiting``)."""
     approval_timeout_seconds: float = 3600.0
     """How long the run waits for those decisions; then the undecided calls are denied."""
+    input_timeout_seconds: float | None = 600.0
+    """How long the run waits for a person's answer to a tool server's question (``input_required``); then it is
+    declined. ``None``: nobody can be asked (the OpenAI front): the gateway declines every question at once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +200,23 @@ class RunRecorder(Protocol):
 
 
 @dataclass(frozen=True)
+class AskedInput:
+    """A tool server's question during a call of the round (MCP ``elicitation/create``, relayed by the gateway): the
+    call waits at the gateway, the run in the store, until a person answers (``input_required``)."""
+
+    input_id: str
+    """The gateway's ``elicitationId``: the answer is forwarded to ``POST /mcp/v1/elicitations/{input_id}``."""
+    tool_call_id: str
+    iteration: int
+    name: str
+    server: str | None
+    message: str
+    requested_schema: dict[str, Any]
+    expires_at: datetime
+    """When it is declined if nobody answered."""
+
+
+@dataclass(frozen=True)
 class ResumePoint:
     """Where a run taken over after a crash picks up: its stored counters and the last round's loose ends."""
 
@@ -210,10 +233,18 @@ class ResumePoint:
     person approved; each other one gets a result saying its outcome is unknown, unless ``answered`` has one."""
     answered: dict[str, str] = field(default_factory=dict)
     """Calls answered without running, by id: the error result the model is told (a denied approval)."""
+    answers: dict[str, tuple[str, ElicitationAnswer]] = field(default_factory=dict)
+    """Calls that wait at the gateway for their server's question to be answered, by id: the input id and the answer
+    to forward; the call is then followed to its result (``GET /mcp/v1/calls/{callId}/events``)."""
     repaired: bool = False
     """The run already asked its model to repair an invalid final answer (``responseFormat``): its next invalid
     answer fails the run, as it would have had the run not been taken over."""
 
+
+INPUT_LOST = (
+    "This tool call waited for a person's answer to its server's question, and the tool service lost the call while "
+    "it waited (it restarted), so whether it took effect is unknown: check its effect before calling it again."
+)
 
 UNKNOWN_OUTCOME = (
     "The service running this conversation restarted while this tool call was in progress, so whether it took "
@@ -239,3 +270,10 @@ class RunOutcome:
     waiting: list[ToolCall] = field(default_factory=list)
     """The round's calls held for a person's approval: the run did not end, it waits (no ``done`` was emitted);
     ``finish_reason`` means nothing then."""
+    asked: list[AskedInput] = field(default_factory=list)
+    """The round's questions of tool servers waiting for a person's answer: the run waits as for ``waiting``."""
+
+    @property
+    def parks(self) -> bool:
+        """The run did not end: it waits in the store for approvals or answers."""
+        return bool(self.waiting or self.asked)

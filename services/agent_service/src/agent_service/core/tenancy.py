@@ -19,6 +19,7 @@ from suite_common.wire import DEFAULT_MAX_TENANT_SERVERS, UserRole
 
 __all__ = [
     "ANONYMOUS",
+    "DEFAULT_INPUT_TIMEOUT_SECONDS",
     "DEFAULT_TENANT",
     "NO_RULES",
     "TOOL_PATTERN",
@@ -37,6 +38,9 @@ KeyRole = Literal["admin", "operator"]
 DEFAULT_TENANT = "default"
 """The tenant of a run stored without one (before callers were configured, or by an open API), and of the
 conversations stored before conversations were keyed by tenant."""
+
+DEFAULT_INPUT_TIMEOUT_SECONDS = 600.0
+"""How long a run waits for an answer to a tool server's question unless its tenant says (``input_timeout_seconds``)."""
 
 USER_ROLES: tuple[UserRole, ...] = ("guest", "user", "admin", "owner")
 """An end user's roles, lowest first: a role may do what every role before it may."""
@@ -106,6 +110,9 @@ class TenantRules:
     MCP annotations do not say ``readOnlyHint: true``). A persona's and a request's patterns add to these."""
     approval_timeout_seconds: float = 3600.0
     """How long a run waits for approvals; then its undecided calls are denied ("no decision in time")."""
+    input_timeout_seconds: float = DEFAULT_INPUT_TIMEOUT_SECONDS
+    """How long a run waits for a person's answer to a tool server's question (``input_required``); then the
+    question is declined."""
     summary_model: str | None = None
     """The model that summarises a conversation's oldest turns when they no longer fit (``None``: the run's)."""
 

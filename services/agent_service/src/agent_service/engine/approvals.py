@@ -49,7 +49,8 @@ async def ask_approval(plan: RunPlan, state: RunState, emit: EventSink) -> None:
 
 
 def waiting_outcome(state: RunState) -> RunOutcome:
-    """The outcome of a run that stops to wait: nothing appended is final, no ``done`` was emitted."""
+    """The outcome of a run that stops to wait (for approvals, answers or both): nothing appended is final, no
+    ``done`` was emitted."""
     return RunOutcome(
         "stop",
         state.iterations,
@@ -57,6 +58,7 @@ def waiting_outcome(state: RunState) -> RunOutcome:
         state.appended,
         appended_from=state.appended_from,
         waiting=list(state.waiting),
+        asked=list(state.asked),
     )
 
 

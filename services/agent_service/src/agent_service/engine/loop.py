@@ -121,7 +121,7 @@ class AgentLoop:
                 failed = result.error is not None
                 outcome = result.error.code if result.error is not None else result.finish_reason
                 finish_reason: str = "error" if result.error is not None else result.finish_reason
-                if result.waiting:  # not an end: the run waits for approvals
+                if result.parks:  # not an end: the run waits for approvals or answers
                     outcome = finish_reason = "waiting"
                 telemetry.run_outcome(span, outcome, finish_reason, result.error.message if result.error else None)
                 return result
@@ -146,7 +146,9 @@ class AgentLoop:
                 if resume is not None and resume.calls:
                     await self._finish_round(plan, state, emit, resume, recorder, stream_text)
                 repaired = resume is not None and resume.repaired
-                stop = await self._rounds(plan, state, emit, stream_text, recorder, images, repaired=repaired)
+                stop = None
+                if not state.asked:  # else a call continued after its answer asked again: the run waits once more
+                    stop = await self._rounds(plan, state, emit, stream_text, recorder, images, repaired=repaired)
             if deadline_scope.cancelled_caught:
                 stop = Stop("deadline")
         except UpstreamError as error:
@@ -156,7 +158,7 @@ class AgentLoop:
         except anyio.get_cancelled_exc_class():
             _log.info("run_cancelled", iterations=state.iterations)
             raise
-        if stop is None:  # calls of the round wait for approval: the run does not end, it waits
+        if stop is None:  # the round waits for approvals or answers: the run does not end, it waits
             return waiting_outcome(state)
         return await self._finish(plan, state, emit, stop, time.perf_counter() - started)
 
@@ -209,19 +211,22 @@ class AgentLoop:
         stream_text: bool,
     ) -> None:
         """The interrupted round of a resumed run: its stored results kept, the idempotent calls that have none
-        made again, the others answered with an unknown outcome; then the round closes as any other."""
+        made again, the calls that waited for a question continued with its answer, the others answered with an
+        unknown outcome; then the round closes as any other, unless a continued call asked again."""
         state.conversation = state.conversation[: resume.turn_position + 1]
         state.turn_position, state.pending = resume.turn_position, list(resume.calls)
         state.finished = dict(resume.results)
-        again = [call for call in resume.calls if call.id not in resume.results and call.id in resume.redispatch]
+        goes_on = resume.redispatch | resume.answers.keys()
+        again = [call for call in resume.calls if call.id not in resume.results and call.id in goes_on]
         for call in resume.calls:
-            if call.id not in resume.results and call.id not in resume.redispatch:
+            if call.id not in resume.results and call.id not in goes_on:
                 content = resume.answered.get(call.id, UNKNOWN_OUTCOME)  # a denied approval says so
                 message = Message(role="tool", tool_call_id=call.id, content=content, is_error=True)
                 await self.dispatch.finished(plan, state, emit, recorder, call, message, duration_ms=0.0)
         if again:
-            await self.dispatch.dispatch(plan, state, emit, again, recorder, stream_text)
-        state.close_round("The tool call did not finish.")
+            await self.dispatch.dispatch(plan, state, emit, again, recorder, stream_text, answers=resume.answers)
+        if not state.asked:
+            state.close_round("The tool call did not finish.")
 
     async def _rounds(
         self,
@@ -234,8 +239,8 @@ class AgentLoop:
         *,
         repaired: bool,
     ) -> Stop | None:
-        """Why the run ends; ``None``: it waits for approvals (``state.waiting``). ``repaired``: a resumed run had its
-        repair round (``responseFormat``) already."""
+        """Why the run ends; ``None``: it waits for approvals (``state.waiting``) or answers (``state.asked``).
+        ``repaired``: a resumed run had its repair round (``responseFormat``) already."""
         specs = [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema) for t in plan.tools]
         specs += plan.client_tools
         tool_choice = plan.tool_choice
@@ -286,7 +291,7 @@ class AgentLoop:
                     )
             if finish is not None:
                 return Stop(finish)
-            if state.waiting:
+            if state.waiting or state.asked:
                 return None
             # A forced choice ("required" or a named tool) applies to the first round only;
             # forcing it again would keep the model from ever answering.
@@ -342,8 +347,9 @@ class AgentLoop:
         calls, state.waiting = hold_for_approval(plan, calls)
         if calls:
             await self.dispatch.dispatch(plan, state, emit, calls, recorder, stream_text)
-        if state.waiting:  # the others have finished: the round stays open until the held ones are decided
-            await ask_approval(plan, state, emit)
+        if state.waiting or state.asked:  # the others have finished: the round stays open until decided and answered
+            if state.waiting:
+                await ask_approval(plan, state, emit)
             return None
         # Results go back in the order the model asked for them, whatever order they finished in.
         state.close_round("The tool call did not finish.")

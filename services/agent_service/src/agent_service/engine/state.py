@@ -8,6 +8,7 @@ from typing import Any
 
 from agent_service.core.context import FitMemo
 from agent_service.core.images import has_images
+from agent_service.core.run import AskedInput
 from suite_common.wire import Message, ToolCall, Usage
 
 __all__ = ["RunState"]
@@ -34,6 +35,9 @@ class RunState:
     waiting: list[ToolCall] = field(default_factory=list)
     """The current round's calls held for a person's approval (``engine.approvals``): the run waits once the
     others have finished."""
+    asked: list[AskedInput] = field(default_factory=list)
+    """The current round's questions of tool servers (``engine.questions``): their calls wait at the gateway, the
+    run waits for the answers once the round's other calls have finished."""
     image_bytes: int = 0
     """What the run's own images hold so far, its request's and its tool results' (bounded: ``engine.images``)."""
     images: bool = False

@@ -14,6 +14,7 @@ from agent_service.core.errors import OUTBOUND_BLOCKED, UpstreamError
 from agent_service.core.images import DEFAULT_RUN_IMAGES_MAX_BYTES
 from agent_service.core.run import EventSink, RunPlan, RunRecorder, ToolCallRecord
 from agent_service.engine.images import image_room, image_summaries
+from agent_service.engine.questions import ask_input, call_id_of, can_ask, continue_call
 from agent_service.engine.state import RunState
 from agent_service.engine.tool_cache import ToolCache
 from agent_service.engine.tool_results import tool_result_content
@@ -22,9 +23,11 @@ from agent_service.infra.telemetry import RunTelemetry
 from suite_common.echo import clip
 from suite_common.tracing import mark_span_failed
 from suite_common.wire import (
+    CallToolElicitation,
     CallToolProgress,
     CallToolResponse,
     ContentPart,
+    ElicitationAnswer,
     Message,
     RunToolProgress,
     RunToolResult,
@@ -64,18 +67,32 @@ class ToolDispatch:
         calls: list[ToolCall],
         recorder: RunRecorder | None,
         stream_text: bool,
+        answers: dict[str, tuple[str, ElicitationAnswer]] | None = None,
     ) -> None:
-        """Run ``calls``, in parallel when there are several; raises the tool service's own failure."""
+        """Run ``calls``, in parallel when there are several; raises the tool service's own failure. ``answers``: the
+        calls of a resumed run that waited for their server's question, continued with these answers
+        (``ResumePoint.answers``) instead of being made."""
         allowed = {tool.name for tool in plan.tools}
         failures: list[UpstreamError] = []
+        answers = answers or {}
         if len(calls) == 1:  # the common case: no task group to pay for
-            await self._call_tool(plan, calls[0], allowed, emit, state, recorder, failures, None, stream_text)
+            await self._call_tool(plan, calls[0], allowed, emit, state, recorder, failures, None, stream_text, answers)
         else:
             async with anyio.create_task_group() as tg:
                 scope = tg.cancel_scope
                 for call in calls:
                     tg.start_soon(
-                        self._call_tool, plan, call, allowed, emit, state, recorder, failures, scope, stream_text
+                        self._call_tool,
+                        plan,
+                        call,
+                        allowed,
+                        emit,
+                        state,
+                        recorder,
+                        failures,
+                        scope,
+                        stream_text,
+                        answers,
                     )
         if failures:
             # The tool service itself failed (not a tool): the run cannot go on.
@@ -92,9 +109,11 @@ class ToolDispatch:
         failures: list[UpstreamError],
         siblings: anyio.CancelScope | None,
         streamed: bool,
+        answers: dict[str, tuple[str, ElicitationAnswer]],
     ) -> None:
         """``siblings``: the scope of the round's other calls, when there are any. ``streamed``: the run
-        is streamed, so the tool's progress is reported as ``tool_progress`` events."""
+        is streamed, so the tool's progress is reported as ``tool_progress`` events. ``answers``: as
+        ``dispatch``'s."""
         iteration = state.iterations
         position = next(index for index, pending in enumerate(state.pending) if pending.id == call.id)
         started, started_at = time.perf_counter(), datetime.now(UTC)
@@ -126,13 +145,19 @@ class ToolDispatch:
             ) as span,
         ):
             content: str | list[ContentPart]
-            if (refusal := _refusal(call, allowed)) is not None:
+            answered = answers.get(call.id)
+            if answered is None and (refusal := _refusal(call, allowed)) is not None:
                 content, is_error = refusal, True
-            elif (hit := await self._cached(plan, tool, call)) is not None:
+            elif answered is None and (hit := await self._cached(plan, tool, call)) is not None:
                 content, is_error, status, cached = hit, False, "cached", True  # nothing called: the earlier result
             else:
                 try:
-                    result = await self._execute(plan, tool, call, iteration, emit, streamed)
+                    # Progress is told to a streamed run only: nobody else would see it.
+                    progress = _progress_reporter(plan, iteration, call, emit) if streamed else _unseen
+                    if answered is not None:
+                        result = await continue_call(self.tools, plan, call, answered, progress)
+                    else:
+                        result = await self._execute(plan, tool, call, progress, streamed, can_ask(plan, recorder))
                 except UpstreamError as error:
                     failures.append(error)
                     _gateway_failed(span, server, error, siblings)
@@ -148,6 +173,10 @@ class ToolDispatch:
                     if recorder is not None:
                         recorder.unanswered(ended)
                     raise
+                if isinstance(result, CallToolElicitation):  # the call waits at the gateway for a person's answer
+                    span.set_attributes({"tool.server": server, "tool.status": "waiting"})
+                    await ask_input(plan, state, emit, call, tool.server if tool is not None else None, result)
+                    return
                 room = image_room(state.image_bytes, self.images_max_bytes)
                 content, image_bytes = tool_result_content(result, self.tool_result_max_chars, image_room=room)
                 state.image_bytes += image_bytes
@@ -168,15 +197,28 @@ class ToolDispatch:
         )
 
     async def _execute(
-        self, plan: RunPlan, tool: ToolInfo | None, call: ToolCall, iteration: int, emit: EventSink, streamed: bool
-    ) -> CallToolResponse:
-        """The tool call made through the gateway (routed to ``tool``'s server); raises the gateway's failure."""
-        if streamed:
-            progress = _progress_reporter(plan, iteration, call, emit)
+        self,
+        plan: RunPlan,
+        tool: ToolInfo | None,
+        call: ToolCall,
+        progress: ProgressSink,
+        streamed: bool,
+        asks: bool,
+    ) -> CallToolResponse | CallToolElicitation:
+        """The tool call made through the gateway (routed to ``tool``'s server); raises the gateway's failure.
+        ``asks``: the run can wait for a person (``questions.can_ask``), so the call is made with its ``callId`` and
+        its server's question is returned."""
+        if streamed or asks:
             return await self.tools.call_tool_streamed(
-                call.name, call.arguments, plan.limits.deadline, progress, route=tool, caller=plan.caller
+                call.name,
+                call.arguments,
+                plan.limits.deadline,
+                progress,
+                route=tool,
+                caller=plan.caller,
+                call_id=call_id_of(plan, call) if asks else None,
             )
-        # the cheaper JSON answer: nobody would see the progress
+        # the cheaper JSON answer: nobody would see the progress, nobody could answer a question (declined)
         return await self.tools.call_tool(
             call.name, call.arguments, plan.limits.deadline, route=tool, caller=plan.caller
         )
@@ -274,6 +316,10 @@ def _refusal(call: ToolCall, allowed: set[str]) -> str | None:
             "Call the tool again with a JSON object that matches its input schema."
         )
     return None
+
+
+async def _unseen(progress: CallToolProgress) -> None:
+    """The progress of a call of a run that is not streamed: nobody would see it."""
 
 
 def _progress_reporter(plan: RunPlan, iteration: int, call: ToolCall, emit: EventSink) -> ProgressSink:

@@ -11,11 +11,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-import anyio
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
-from agent_service.core.errors import OUTBOUND_BLOCKED, UpstreamError, outbound_blocked
+from agent_service.core.errors import UpstreamError
+from agent_service.infra.call_answers import (
+    ProgressSink,
+    QuestionSink,
+    error_result,
+    failed_call,
+    read_call_events,
+    read_to_the_end,
+    unauthorized,
+)
 from suite_common.deadline import Deadline
 from suite_common.errors import ApiError
 from suite_common.http import check_model_name
@@ -26,13 +34,14 @@ from suite_common.tracing import trace_headers
 from suite_common.wire import (
     TENANT_HEADER,
     CallerContext,
-    CallToolProgress,
+    CallToolElicitation,
     CallToolRequest,
     CallToolResponse,
     CompletionDone,
     CompletionEvent,
     CompletionRequest,
     CompletionResponse,
+    ElicitationAnswer,
     ListToolsResponse,
     Message,
     ReasoningBlock,
@@ -51,7 +60,7 @@ from suite_common.wire import (
     dump,
 )
 
-__all__ = ["CompletionClient", "DeltaSink", "ProgressSink", "ToolsClient"]
+__all__ = ["CompletionClient", "DeltaSink", "ProgressSink", "QuestionSink", "ToolsClient"]
 
 _log = get_logger("agent_service.peers")
 
@@ -60,14 +69,7 @@ _completion_event = TypeAdapter[CompletionEvent](CompletionEvent)
 DeltaSink = Callable[[TextDelta | ReasoningDelta], Awaitable[None]]
 """Where a streamed turn hands each text or reasoning delta as it arrives."""
 
-ProgressSink = Callable[[CallToolProgress], Awaitable[None]]
-"""Where a tool call answered as SSE hands each progress event of the tool."""
-
-
 _PASSED_THROUGH = frozenset({400, 413, 429, 503, 504})
-
-_STREAM_END_GRACE_SECONDS = 1.0
-"""How long a streamed completion may go on after its ``done`` event before the client stops reading."""
 
 
 def _error_body(response: PeerReply) -> tuple[str, str] | None:
@@ -174,7 +176,7 @@ class CompletionClient:
                     failed = PeerReply(stream.status, stream.headers, await stream.read())
                     raise _error_from_response(self.service, failed)
                 folded = await _fold_stream(_events(stream), on_delta)
-                await _read_to_the_end(stream)
+                await read_to_the_end(stream)
                 return folded
         except httpx.HTTPError as error:
             raise _transport_error(self.service, error) from None
@@ -188,18 +190,6 @@ async def _events(stream: PeerStream) -> AsyncIterator[CompletionEvent]:
         for sse in parser.feed(chunk):
             if sse.data:
                 yield _completion_event.validate_json(sse.data)
-
-
-async def _read_to_the_end(stream: PeerStream) -> None:
-    """completion-service ends its stream right after ``done``: reading on to that end hands the connection
-    back to the pool, where leaving now would close it (and the next call connect). The turn is complete
-    already, so whatever comes after ``done`` is ignored, a failure included."""
-    with anyio.move_on_after(_STREAM_END_GRACE_SECONDS):
-        try:
-            async for _ in stream.chunks():
-                pass
-        except httpx.HTTPError:
-            pass
 
 
 async def _fold_stream(events: AsyncIterator[CompletionEvent], on_delta: DeltaSink) -> CompletionResponse:
@@ -257,6 +247,8 @@ class ToolsClient:
         self.list_url = base + "/mcp/v1/tools/list-tools"
         self.servers_url = base + "/mcp/v1/servers"
         self.call_url = base + "/mcp/v1/tools/call-tool"
+        self.elicitations_url = base + "/mcp/v1/elicitations/"
+        self.calls_url = base + "/mcp/v1/calls/"
         self.tenants_url = base + "/mcp/v1/tenants/"
         self.auth = {secret_header: secret}
 
@@ -281,7 +273,7 @@ class ToolsClient:
             raise UpstreamError("bad_upstream_response", f"{self.service} sent a malformed server list") from None
 
     async def _get(self, url: str, deadline: Deadline, headers: Mapping[str, str] | None = None) -> PeerReply:
-        """A GET of the gateway answered 200; anything else raises (a rejected secret as ``_unauthorized``)."""
+        """A GET of the gateway answered 200; anything else raises (a rejected secret as ``unauthorized``)."""
         try:
             response = await self.http.request(
                 "GET",
@@ -292,7 +284,7 @@ class ToolsClient:
         except httpx.HTTPError as error:
             raise _transport_error(self.service, error) from None
         if response.status == 401:
-            raise _unauthorized()
+            raise unauthorized()
         if response.status != 200:
             raise _error_from_response(self.service, response)
         return response
@@ -329,13 +321,13 @@ class ToolsClient:
             response = await self.http.request("POST", self.call_url, content=body, headers=headers)
         except httpx.HTTPError as error:
             failure = _transport_error(self.service, error)
-            return _error_result(f"The tool call failed: {failure.message}.")
+            return error_result(f"The tool call failed: {failure.message}.")
         if response.status != 200:
-            return _failed_call(response)
+            return failed_call(response)
         try:
             return CallToolResponse.model_validate_json(response.content)
         except ValidationError:
-            return _error_result(f"The tool call failed: {self.service} sent a malformed result.")
+            return error_result(f"The tool call failed: {self.service} sent a malformed result.")
 
     async def call_tool_streamed(
         self,
@@ -346,41 +338,99 @@ class ToolsClient:
         *,
         route: ToolInfo | None = None,
         caller: CallerContext | None = None,
-    ) -> CallToolResponse:
+        call_id: str | None = None,
+    ) -> CallToolResponse | CallToolElicitation:
         """``call_tool`` answered as SSE: the tool's progress goes to ``on_progress`` as it comes.
 
-        For streamed runs only: the stream costs more than the JSON answer of ``call_tool``.
+        ``call_id`` (``<runId>/<toolCallId>``): the run can wait for a person, so a question of the tool's server
+        (``elicitation``) ends the reading and is returned, the call waiting at the gateway for its answer
+        (``answer_question``, then ``follow_call``). Without one, nobody is asked: the question is declined at once
+        and the call goes on. For streamed runs, and runs that may wait: the stream costs more than JSON.
         """
-        body = _call_body(name, arguments, route, caller)
-        headers = {
+        body = _call_body(name, arguments, route, caller, call_id)
+        headers = {**self._call_headers(deadline, caller), "content-type": "application/json"}
+
+        async def ask(question: CallToolElicitation) -> bool:
+            if call_id is not None:
+                return True
+            await self.answer_question(question.elicitation_id, ElicitationAnswer(action="decline"), deadline, caller)
+            return False
+
+        return await self._read_call("POST", self.call_url, body, headers, on_progress, ask)
+
+    async def answer_question(
+        self, elicitation_id: str, answer: ElicitationAnswer, deadline: Deadline, caller: CallerContext | None
+    ) -> None:
+        """``POST /mcp/v1/elicitations/{elicitationId}``: a person's answer (or a decline) to the server's question.
+        An answer the gateway no longer waits for (404 ``elicitation_not_found``: it ran out or the gateway
+        restarted; 409 ``elicitation_answered``: forwarded before a crash) is not an error: following the call
+        tells what became of it. A rejected secret raises."""
+        url = f"{self.elicitations_url}{quote(elicitation_id, safe='')}"
+        headers = {**self._call_headers(deadline, caller), "content-type": "application/json"}
+        try:
+            response = await self.http.request(
+                "POST", url, content=dump(answer).encode(), headers=headers, time_limit=deadline.remaining()
+            )
+        except httpx.HTTPError as error:
+            _log.warning("elicitation_answer_not_sent", error=_transport_error(self.service, error).message)
+            return
+        if response.status == 401:
+            raise unauthorized()
+        if response.status != 200:
+            said = _error_body(response)
+            _log.info("elicitation_answer_refused", status=response.status, code=said[0] if said else None)
+
+    async def follow_call(
+        self, call_id: str, deadline: Deadline, on_progress: ProgressSink, caller: CallerContext | None
+    ) -> CallToolResponse | CallToolElicitation | None:
+        """``GET /mcp/v1/calls/{callId}/events``: a call that waited for its server's question followed again to its
+        result, or to its next question; ``None``: the gateway no longer knows the call (it restarted, or the
+        call's result went to another follower)."""
+        url = f"{self.calls_url}{quote(call_id, safe='')}/events"
+
+        async def stop(question: CallToolElicitation) -> bool:
+            return True
+
+        result = await self._read_call("GET", url, None, self._call_headers(deadline, caller), on_progress, stop)
+        return None if result is _CALL_NOT_FOUND else result
+
+    def _call_headers(self, deadline: Deadline, caller: CallerContext | None) -> dict[str, str]:
+        return {
             **self.auth,
             **deadline.header(),
             **trace_headers(),
             **_tenant_header(caller),
-            "content-type": "application/json",
             "accept": "text/event-stream",
         }
+
+    async def _read_call(
+        self,
+        method: str,
+        url: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        on_progress: ProgressSink,
+        on_question: QuestionSink,
+    ) -> CallToolResponse | CallToolElicitation:
+        """A call's events read to its result or the question ``on_question`` stops at; ``_CALL_NOT_FOUND`` for a
+        404 ``call_not_found``; the gateway's failures as error results (``failed_call``)."""
         try:
-            async with self.http.stream("POST", self.call_url, content=body, headers=headers) as stream:
+            async with self.http.stream(method, url, content=body, headers=headers) as stream:
                 if stream.status != 200:
-                    return _failed_call(PeerReply(stream.status, stream.headers, await stream.read()))
+                    reply = PeerReply(stream.status, stream.headers, await stream.read())
+                    said = _error_body(reply)
+                    if stream.status == 404 and said is not None and said[0] == "call_not_found":
+                        return _CALL_NOT_FOUND
+                    return failed_call(reply)
                 if not stream.headers.get("content-type", "").startswith("text/event-stream"):
                     # A gateway from before call-tool spoke SSE answers JSON, as it always did.
                     return CallToolResponse.model_validate_json(await stream.read())
-                parser = EventStreamParser()
-                async for chunk in stream.chunks():
-                    for event in parser.feed(chunk):
-                        if event.event == "progress":
-                            await on_progress(CallToolProgress.model_validate_json(event.data))
-                        elif event.event in ("result", "error"):
-                            await _read_to_the_end(stream)  # hands the connection back to the pool
-                            return _streamed_answer(event.event, event.data)
+                return await read_call_events(stream, on_progress, on_question, self.service)
         except httpx.HTTPError as error:
             failure = _transport_error(self.service, error)
-            return _error_result(f"The tool call failed: {failure.message}.")
+            return error_result(f"The tool call failed: {failure.message}.")
         except (ValidationError, ValueError):
-            return _error_result(f"The tool call failed: {self.service} sent a malformed result.")
-        return _error_result(f"The tool call failed: {self.service} ended the stream without a result.")
+            return error_result(f"The tool call failed: {self.service} sent a malformed result.")
 
     # The tenant API (``/mcp/v1/tenants/{tenant}/servers``), which agent-service's admin API forwards to. The
     # gateway's refusals (4xx) reach the admin as the gateway said them: its status, code and message.
@@ -425,7 +475,7 @@ class ToolsClient:
 
     async def _tenant_request(self, method: str, url: str, deadline: Deadline, body: bytes | None = None) -> PeerReply:
         """A request of the tenant API answered 2xx; a 4xx raises with the gateway's status, code and message, a
-        rejected secret as ``_unauthorized`` (the operator's mistake, not the caller's), anything else as
+        rejected secret as ``unauthorized`` (the operator's mistake, not the caller's), anything else as
         ``_error_from_response``. Header values of a server may be in ``body``: nothing of it is logged."""
         headers = {**self.auth, **deadline.header(), **trace_headers()}
         if body is not None:
@@ -439,7 +489,7 @@ class ToolsClient:
         if 200 <= response.status < 300:
             return response
         if response.status == 401:
-            raise _unauthorized()
+            raise unauthorized()
         if 400 <= response.status < 500:
             raise _refusal_passed_through(self.service, response)
         raise _error_from_response(self.service, response)
@@ -468,12 +518,23 @@ def _refusal_passed_through(service: str, response: PeerReply) -> UpstreamError:
     return UpstreamError(code, message, status=response.status, headers=headers)
 
 
-def _call_body(name: str, arguments: dict[str, Any], route: ToolInfo | None, caller: CallerContext | None) -> bytes:
+def _call_body(
+    name: str,
+    arguments: dict[str, Any],
+    route: ToolInfo | None,
+    caller: CallerContext | None,
+    call_id: str | None = None,
+) -> bytes:
     """``call-tool``'s body; with ``route``, the server and its own name of the tool, for the gateway to hold to."""
     if route is None or not route.server:
-        return dump(CallToolRequest(name=name, arguments=arguments, caller=caller)).encode()
+        return dump(CallToolRequest(name=name, arguments=arguments, caller=caller, call_id=call_id)).encode()
     request = CallToolRequest(
-        name=name, arguments=arguments, server=route.server, server_tool=route.server_tool or route.name, caller=caller
+        name=name,
+        arguments=arguments,
+        server=route.server,
+        server_tool=route.server_tool or route.name,
+        caller=caller,
+        call_id=call_id,
     )
     return dump(request).encode()
 
@@ -482,59 +543,5 @@ def _tenant_header(caller: CallerContext | None) -> dict[str, str]:
     return {TENANT_HEADER: caller.tenant} if caller is not None else {}
 
 
-def _failed_call(response: PeerReply) -> CallToolResponse:
-    """A ``call-tool`` answered with an HTTP error: an error result saying why; a rejected secret, and an address the
-    outbound policy blocks, raise."""
-    if response.status == 401:
-        raise _unauthorized()
-    try:
-        error = json.loads(response.content)["error"]
-        code = error.get("code")
-        text = _failure_text(error)
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return _error_result(f"The tool call failed: HTTP {response.status}")
-    if response.status == 403 and code == OUTBOUND_BLOCKED:
-        raise _blocked(error)
-    return _error_result(text)
-
-
-def _streamed_answer(event: str, data: str) -> CallToolResponse:
-    """The last event of a streamed ``call-tool``: its ``result``, or an ``error`` {code, message}."""
-    if event == "result":
-        return CallToolResponse.model_validate_json(data)
-    try:
-        error = json.loads(data)
-        text = _failure_text(error)
-    except (KeyError, TypeError):
-        raise ValueError("an error event without a message") from None
-    if error.get("code") == OUTBOUND_BLOCKED:  # the stream had started when the connection was refused
-        raise _blocked(error)
-    return _error_result(text)
-
-
-def _failure_text(error: dict[str, Any]) -> str:
-    """What the model reads when call-tool did not answer with a result (``error`` is the gateway's
-    ``{code, message}``, as a JSON error body or an SSE ``error`` event): the gateway's words, and for a
-    tool that is unavailable for a while (``tool_unavailable``) when to try it again."""
-    message = str(error["message"])
-    retry_after = error.get("retryAfterSeconds")
-    if error.get("code") == "tool_unavailable" and isinstance(retry_after, int | float):
-        return f"The tool call failed: {message} It may work again in about {retry_after:g} s."
-    return f"The tool call failed: {message}"
-
-
-def _blocked(error: dict[str, Any]) -> UpstreamError:
-    """The gateway's ``outbound_ssrf_blocked``: its words go to the log, the run ends with ours."""
-    _log.warning("tool_call_blocked_by_outbound_policy", gateway_message=str(error.get("message", "")))
-    return outbound_blocked()
-
-
-def _unauthorized() -> UpstreamError:
-    return UpstreamError(
-        "tools_unauthorized",
-        "mcp-client-service rejected the shared secret: AGENT_MCP_SERVICE_SECRET must match MCP_CLIENT_SERVICE_SECRET",
-    )
-
-
-def _error_result(text: str) -> CallToolResponse:
-    return CallToolResponse(content=[{"type": "text", "text": text}], is_error=True, server="", duration_ms=0)
+_CALL_NOT_FOUND = error_result("The call is not known to the gateway.")
+"""What ``_read_call`` answers for a 404 ``call_not_found`` (compared by identity, never shown)."""

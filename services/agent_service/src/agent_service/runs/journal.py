@@ -19,14 +19,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
 import anyio
 
 from agent_service.core.errors import UpstreamError
 from agent_service.core.images import DecodedImage, by_reference
-from agent_service.core.run import LlmCall, RunOutcome, ToolCallRecord
+from agent_service.core.run import AskedInput, LlmCall, RunOutcome, ToolCallRecord
 from agent_service.infra.telemetry import RunTelemetry
 from agent_service.store import LeaseLost, NewApproval, RunStore, Step, StoredEvent, StoreError
 from suite_common.logging import get_logger
@@ -51,7 +51,17 @@ LiveSink = Callable[[RunEvent, StoredEvent], Awaitable[None]]
 
 TERMINAL_EVENTS = frozenset({"done", "error"})
 """A run's last stored event is one of these."""
-DURABLE_EVENTS = frozenset({"tool_call", "tool_result", "approval_required", "approval_decided", *TERMINAL_EVENTS})
+DURABLE_EVENTS = frozenset(
+    {
+        "tool_call",
+        "tool_result",
+        "approval_required",
+        "approval_decided",
+        "input_required",
+        "input_decided",
+        *TERMINAL_EVENTS,
+    }
+)
 """Events that state what the run did: told to a client (attached, or following on this replica) once stored only.
 The others (text, reasoning, progress) are told as they come: a run taken over after a crash says so
 (``run_resumed``) and asks the model again for an answer whose end was not stored."""
@@ -288,9 +298,17 @@ class RunJournal:
         await self._write(Step())
         await self._release()
 
-    async def park(self, held: list[NewApproval], *, wait_seconds: float, deadline_left_seconds: float) -> bool:
-        """The run begins to wait for approvals of ``held``: the events emitted since the last step (its
-        ``approval_required``) stored with its status ``waiting`` and the pending approvals, in one transaction
+    async def park(
+        self,
+        held: list[NewApproval],
+        *,
+        wait_seconds: float,
+        deadline_left_seconds: float,
+        asked: Sequence[AskedInput] = (),
+    ) -> bool:
+        """The run begins to wait for approvals of ``held`` and answers to ``asked``: the events emitted since the
+        last step (its ``approval_required`` and ``input_required``) stored with its status ``waiting``, the pending
+        approvals and questions, in one transaction
         (``RunStore.park``); the client is told with ``release_stored``. ``False``: its cancel was asked for, it is
         not parked (nothing written). Raises as a step's write does."""
         store = self.store
@@ -310,6 +328,7 @@ class RunJournal:
                         owner=self.owner,
                         wait_seconds=wait_seconds,
                         deadline_left_seconds=deadline_left_seconds,
+                        asked=asked,
                     )
             except LeaseLost:
                 raise RunMoved(self.run_id) from None

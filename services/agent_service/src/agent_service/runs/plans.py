@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import TypeAdapter
 
@@ -11,11 +11,12 @@ from agent_service.core.limits import RunLimits
 from agent_service.core.run import ResumePoint, RunPlan
 from agent_service.core.tenancy import DEFAULT_TENANT
 from agent_service.engine.approvals import denied_result
-from agent_service.store import ApprovalRecord, RunRecord
+from agent_service.store import ApprovalRecord, InputRecord, RunRecord
 from suite_common.deadline import Deadline
 from suite_common.wire import (
     AgentRunRequest,
     ConversationSettings,
+    ElicitationAnswer,
     Message,
     ReasoningControl,
     ResponseFormat,
@@ -74,6 +75,7 @@ def stored_plan(plan: RunPlan) -> dict[str, Any]:
         else None,
         "approvalTools": sorted(plan.approval_tools),
         "approvalTimeoutSeconds": plan.approval_timeout_seconds,
+        "inputTimeoutSeconds": plan.input_timeout_seconds,
     }
 
 
@@ -116,6 +118,8 @@ def plan_from_record(record: RunRecord, messages: list[Message], *, deadline_sec
         conversation_id=record.conversation_id,
         approval_tools=frozenset(stored.get("approvalTools", ())),
         approval_timeout_seconds=float(stored.get("approvalTimeoutSeconds", 3600.0)),
+        # Absent from a run stored before questions were asked: the default limit.
+        input_timeout_seconds=stored.get("inputTimeoutSeconds", 600.0),
     )
 
 
@@ -153,10 +157,12 @@ def takeover(
     *,
     deadline_seconds: float | None = None,
     approvals: list[ApprovalRecord] | None = None,
+    inputs: list[InputRecord] | None = None,
     decided: bool = False,
 ) -> Takeover:
     """``earlier``: the conversation's messages before the run; ``own``: the run's stored messages, by position;
     ``deadline_seconds``: as ``plan_from_record``'s; ``approvals``: the run's decisions (``RunStore.approvals``);
+    ``inputs``: its tool servers' questions and their answers (``RunStore.inputs``);
     ``decided``: the run is resumed by the decision of its round itself, nothing crashed since (else it is taken
     over, and whoever resumed it after the decision may have died mid-call)."""
     base = len(earlier)
@@ -191,6 +197,7 @@ def takeover(
         if approval.status == "denied"
     }
     approved = {call_id for call_id, approval in decisions.items() if approval.status == "approved"}
+    answers = _answers(inputs or [], open_ids)
     # The rule for an approved call without a result: resumed by its decision (no crash since: it was never made),
     # it is made, exactly once. Taken over after the decision, it is as any call a crash interrupted (the replica
     # that resumed the run may have died mid-call): made again only when its tool says that is harmless, else its
@@ -200,6 +207,7 @@ def takeover(
         for call in calls
         if call.id in open_ids
         and call.id not in answered
+        and call.id not in answers
         and (call.name not in plan.approval_tools or call.id in approved)
         and ((decided and call.id in approved) or may_call_again(tools.get(call.name)))
     }
@@ -213,6 +221,30 @@ def takeover(
             results=results,
             redispatch=again,
             answered=answered,
+            answers=answers,
             repaired=resume.repaired,
         ),
     )
+
+
+_ACTION: dict[str, Literal["accept", "decline", "cancel"]] = {
+    "accepted": "accept",
+    "declined": "decline",
+    "cancelled": "cancel",
+}
+
+
+def _answers(inputs: list[InputRecord], open_ids: set[str]) -> dict[str, tuple[str, ElicitationAnswer]]:
+    """The open calls that waited at the gateway for their server's last question, now answered: the answer to
+    forward, then the call to follow, whoever resumes the run and however often (the gateway ignores an answer it
+    has, and a call it no longer knows ends with ``INPUT_LOST``). Such a call is never made again: it is still
+    running at the gateway, or its outcome is unknown."""
+    last: dict[str, InputRecord] = {}
+    for question in sorted(inputs, key=lambda record: record.requested_at):
+        if question.tool_call_id in open_ids:
+            last[question.tool_call_id] = question
+    return {
+        call_id: (question.input_id, ElicitationAnswer(action=_ACTION[question.status], content=question.answer))
+        for call_id, question in last.items()
+        if question.status in _ACTION
+    }

@@ -70,7 +70,7 @@ class StartedRun:
     outcome: RunOutcome | None = None
     """Set once the run has ended here."""
     parked: bool = False
-    """It waits for approvals in the store (``_park``): this replica has let go of it."""
+    """It waits for approvals or answers in the store (``_park``): this replica has let go of it."""
     stop_reason: str | None = None
     """Why this replica stopped it: ``cancelled`` (asked to), ``moved`` (the lease was lost); ``None``: its client
     left or the service is shutting down."""
@@ -230,7 +230,7 @@ class RunExecutor:
                     recorder=journal if journal.store is not None else None,
                     resume=run.resume,
                 )
-                if outcome.waiting:
+                if outcome.parks:
                     outcome = await self._park(run, outcome)
                 else:
                     outcome = await self._store_outcome(run, outcome)
@@ -309,8 +309,9 @@ class RunExecutor:
         return outcome
 
     async def _park(self, run: StartedRun, outcome: RunOutcome) -> RunOutcome:
-        """The run waits for approvals of ``outcome.waiting``, in the store (``RunStore.park``): nothing of it stays
-        here, its slot is released first; a decision or the wait's limit resumes it on any replica (``waiting``). A
+        """The run waits for approvals of ``outcome.waiting`` and answers to ``outcome.asked``, in the store
+        (``RunStore.park``): nothing of it stays here, its slot is released first; the last decision or answer, or
+        the wait's limit, resumes it on any replica (``waiting``). A
         run that cannot be parked fails, as one whose step cannot be stored; one whose cancel was asked for ends
         cancelled."""
         plan = run.plan
@@ -328,16 +329,17 @@ class RunExecutor:
                 held,
                 wait_seconds=plan.approval_timeout_seconds,
                 deadline_left_seconds=max(0.0, plan.limits.deadline.remaining()),
+                asked=outcome.asked,
             )
         except RunMoved as moved:
             run.parked, run.stop_reason = False, "moved"
             await run.journal.tell(RunError(run_id=plan.run_id, code=moved.code, message=moved.message))
-            return replace(outcome, waiting=[], error=moved)
+            return replace(outcome, waiting=[], asked=[], error=moved)
         except UpstreamError as failure:  # the lease lapses and another replica takes the run over
             run.parked = False
             _log.error("run_not_parked", run_id=plan.run_id, error=failure.message)
             await run.journal.tell(RunError(run_id=plan.run_id, code=failure.code, message=failure.message))
-            return replace(outcome, waiting=[], error=failure)
+            return replace(outcome, waiting=[], asked=[], error=failure)
         except BaseException:  # cancelled before the write (which is shielded): not parked, stopped as any run
             run.parked = False
             raise
@@ -387,7 +389,16 @@ class RunExecutor:
         earlier = await store.earlier_messages(run_id)
         own = await store.run_messages(run_id)
         approvals = await store.approvals(run_id)
-        taken = takeover(record, earlier, own, deadline_seconds=deadline_seconds, approvals=approvals, decided=decided)
+        inputs = await store.inputs(run_id)
+        taken = takeover(
+            record,
+            earlier,
+            own,
+            deadline_seconds=deadline_seconds,
+            approvals=approvals,
+            inputs=inputs,
+            decided=decided,
+        )
         tenant = record.tenant or DEFAULT_TENANT
         # Its budgets as its tenant's rules say now, its end user's (by the role the user had) included.
         plan = replace(taken.plan, spending=self.budgets.guard(tenant, record.user, record.user_role or "user"))

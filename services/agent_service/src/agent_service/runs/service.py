@@ -35,6 +35,7 @@ from agent_service.runs.takeover import LeaseKeeper
 from agent_service.runs.waiting import WaitingRuns
 from agent_service.settings import AgentSettings
 from agent_service.store import (
+    Answered,
     ApprovalRecord,
     AuditCursor,
     AuditedCall,
@@ -42,12 +43,13 @@ from agent_service.store import (
     ConversationRecord,
     ConversationSummary,
     Decided,
+    InputRecord,
     ModelUsage,
     RunRecord,
     RunStore,
 )
 from suite_common.lifecycle import Lifecycle
-from suite_common.wire import AgentRunRequest, ApprovalDecision, Message
+from suite_common.wire import AgentRunRequest, ApprovalDecision, InputAnswer, Message
 
 __all__ = ["AgentRuns"]
 
@@ -162,13 +164,19 @@ class AgentRuns:
             return await self.waiting.cancel(record) or await self.reader.get(run_id, tenant=tenant)
         return record
 
-    # --- waiting for approvals (``WaitingRuns``) ----------------------------------------------------------
+    # --- waiting for approvals and answers (``WaitingRuns``) ----------------------------------------------------------
 
     async def decide(self, run_id: str, decisions: list[ApprovalDecision], *, decided_by: str) -> Decided:
         return await self.waiting.decide(run_id, decisions, decided_by=decided_by)
 
     async def approvals(self, run_id: str) -> list[ApprovalRecord]:
         return await self.waiting.approvals(run_id)
+
+    async def answer(self, run_id: str, answers: list[InputAnswer], *, decided_by: str) -> Answered:
+        return await self.waiting.answer(run_id, answers, decided_by=decided_by)
+
+    async def inputs(self, run_id: str) -> list[InputRecord]:
+        return await self.waiting.inputs(run_id)
 
     async def waited_outcome(self, run: StartedRun) -> RunOutcome:
         """The end of ``run``, which waited for approvals (``outcome.waiting``), once it has ended wherever it was

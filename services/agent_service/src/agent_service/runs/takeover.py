@@ -121,7 +121,7 @@ class LeaseKeeper:
                     await self._runs.slots.release(tenant, record.run_id)
 
     async def _end_wait(self, record: RunRecord) -> None:
-        """A waiting run claimed here once its wait's limit passed: its undecided calls denied, then resumed."""
+        """A waiting run claimed here once its wait's limit passed: what ran out denied or declined, then resumed."""
         try:
             await self._waiting.expired(record)
         except (StoreError, UpstreamError) as error:  # the lease lapses again (still waiting): another sweep retries

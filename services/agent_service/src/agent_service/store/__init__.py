@@ -1,6 +1,7 @@
 """Where runs live: their messages, their events, their leases; SQLite or PostgreSQL behind one interface."""
 
 from agent_service.store._approvals import Decided, Decision
+from agent_service.store._inputs import Answered, InputDecision
 from agent_service.store.caller_keys import CallerKeyStore, KeyNameTaken, StoredCallerKey
 from agent_service.store.records import (
     ACTIVE_STATUSES,
@@ -16,6 +17,8 @@ from agent_service.store.records import (
     ConversationRecord,
     ConversationSummary,
     ConversationTooLarge,
+    InputNotPending,
+    InputRecord,
     LeaseLost,
     ModelUsage,
     NewApproval,
@@ -32,6 +35,7 @@ from agent_service.store.run_store import RunStore
 __all__ = [
     "ACTIVE_STATUSES",
     "UNFINISHED_STATUSES",
+    "Answered",
     "ApprovalNotPending",
     "ApprovalRecord",
     "AuditCursor",
@@ -46,6 +50,9 @@ __all__ = [
     "ConversationTooLarge",
     "Decided",
     "Decision",
+    "InputDecision",
+    "InputNotPending",
+    "InputRecord",
     "KeyNameTaken",
     "LeaseLost",
     "ModelUsage",

@@ -75,7 +75,7 @@ class RunLeases:
         self, owner: str, *, lease_seconds: float, abandon_before: datetime, limit: int
     ) -> list[RunRecord]:
         """Take over active runs whose lease has expired, and waiting runs whose wait's limit passed (still
-        ``waiting``, ``resumes`` unchanged: see ``RunApprovals.expire_wait``): owner, lease and ``resumes + 1`` set,
+        ``waiting``, ``resumes`` unchanged: see ``RunWaits.expire_wait``): owner, lease and ``resumes + 1`` set,
         returned. Several
         replicas claim at once without taking the same run twice (``FOR UPDATE SKIP LOCKED`` on PostgreSQL).
         A run whose lease expired before ``abandon_before`` is not claimed but marked ``failed`` with the error

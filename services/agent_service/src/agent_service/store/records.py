@@ -12,6 +12,7 @@ from suite_common.wire import (
     ApprovalStatus,
     BudgetName,
     ConversationSettings,
+    InputStatus,
     Message,
     RunErrorDetail,
     RunFinishReason,
@@ -35,6 +36,8 @@ __all__ = [
     "ConversationRecord",
     "ConversationSummary",
     "ConversationTooLarge",
+    "InputNotPending",
+    "InputRecord",
     "LeaseLost",
     "ModelUsage",
     "NewApproval",
@@ -189,7 +192,7 @@ class RunRecord:
     output: Any | None = None
     """With ``responseFormat``: the final answer parsed, once the run has it."""
     waiting_since: datetime | None = None
-    """Set while the run waits for approvals (status ``waiting``)."""
+    """Set while the run waits for approvals or answers (status ``waiting``)."""
     deadline_left_seconds: float | None = None
     """The wall-clock seconds its deadline had left when it began to wait: it resumes with these."""
 
@@ -234,6 +237,36 @@ class ApprovalRecord:
     arguments: dict[str, Any]
     status: ApprovalStatus
     message: str | None
+    decided_by: str | None
+    requested_at: datetime
+    decided_at: datetime | None
+    expires_at: datetime
+
+
+class InputNotPending(StoreError):
+    """An answer to a question that does not wait for one (answered already, unknown, or its run not waiting)."""
+
+    def __init__(self, run_id: str, input_id: str) -> None:
+        super().__init__(f"The input {input_id} of run {run_id} does not wait for an answer.")
+        self.run_id = run_id
+        self.input_id = input_id
+
+
+@dataclass(frozen=True, slots=True)
+class InputRecord:
+    """A tool server's question during a run (``schema.inputs``), and its answer."""
+
+    run_id: str
+    input_id: str
+    tool_call_id: str
+    iteration: int
+    name: str
+    server: str | None
+    message: str
+    requested_schema: dict[str, Any]
+    status: InputStatus
+    answer: dict[str, Any] | None
+    """The accepted content, defaults filled (forwarded on resume; never shown)."""
     decided_by: str | None
     requested_at: datetime
     decided_at: datetime | None

@@ -6,9 +6,9 @@ Times are the replica's wall clock, in UTC.
 
 ``RunStore`` is its table families' parts over one ``Database``: runs with their messages and events (``_runs``),
 conversations (``_conversations``), their summaries (``_summaries``), the usage log (``_usage``), the tool-call
-audit log (``_audit``), leases (``_leases``), the tenants' runtimes (``_tenant_runtime``), runs waiting for approvals
-(``_approvals``), the images of stored messages (``_images``); the caller keys of the same database are
-``caller_keys`` (``CallerKeyStore``).
+audit log (``_audit``), leases (``_leases``), the tenants' runtimes (``_tenant_runtime``), runs waiting for a person
+(``_waiting``) with their approvals (``_approvals``) and tool servers' questions (``_inputs``), the images of stored
+messages (``_images``); the caller keys of the same database are ``caller_keys`` (``CallerKeyStore``).
 """
 
 from __future__ import annotations
@@ -21,12 +21,14 @@ from agent_service.store._audit import ToolCallAudit
 from agent_service.store._conversations import StoredConversations
 from agent_service.store._engine import database_url, open_database
 from agent_service.store._images import StoredImages
+from agent_service.store._inputs import RunInputs
 from agent_service.store._leases import RunLeases
 from agent_service.store._migrations import MIGRATIONS
 from agent_service.store._runs import StoredRuns
 from agent_service.store._summaries import ConversationSummaries
 from agent_service.store._tenant_runtime import TenantRuntimeSettings
 from agent_service.store._usage import UsageLog
+from agent_service.store._waiting import RunWaits
 from agent_service.store.caller_keys import CallerKeyStore
 from suite_common.sql import Database
 
@@ -41,7 +43,9 @@ class RunStore(
     ToolCallAudit,
     RunLeases,
     TenantRuntimeSettings,
+    RunWaits,
     RunApprovals,
+    RunInputs,
     StoredImages,
 ):
     """The durable runs of agent-service: their messages, events, leases, and the conversations they belong to.

@@ -17,6 +17,7 @@ __all__ = [
     "conversation_summaries",
     "conversations",
     "images",
+    "inputs",
     "metadata",
     "run_events",
     "run_messages",
@@ -235,6 +236,33 @@ approvals = sa.Table(
     sa.Column("decided_at", UtcDateTime, nullable=True),
     sa.Column("expires_at", UtcDateTime, nullable=False),
     sa.PrimaryKeyConstraint("run_id", "tool_call_id"),
+)
+
+inputs = sa.Table(
+    "inputs",
+    metadata,
+    # One row per question a tool's server asked during a run (MCP ``elicitation/create``, relayed by the gateway);
+    # answered once (pending -> accepted | declined | cancelled). ``input_id`` is the gateway's ``elicitationId``.
+    sa.Column("run_id", sa.Text, sa.ForeignKey("runs.run_id", ondelete="CASCADE"), nullable=False),
+    sa.Column("input_id", sa.Text, nullable=False),
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("tool_call_id", sa.Text, nullable=False),
+    sa.Column("iteration", sa.Integer, nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("server", sa.Text, nullable=True),
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("requested_schema", sa.JSON, nullable=False),
+    # pending | accepted | declined | cancelled
+    sa.Column("status", sa.Text, nullable=False),
+    # The answer's content (accepted only, defaults filled), kept to be forwarded to the gateway when the run resumes;
+    # never shown in a view.
+    sa.Column("answer", sa.JSON, nullable=True),
+    # As ``approvals.decided_by``; NULL: unanswered, or declined by the wait's limit.
+    sa.Column("decided_by", sa.Text, nullable=True),
+    sa.Column("requested_at", UtcDateTime, nullable=False),
+    sa.Column("decided_at", UtcDateTime, nullable=True),
+    sa.Column("expires_at", UtcDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("run_id", "input_id"),
 )
 
 conversation_summaries = sa.Table(
