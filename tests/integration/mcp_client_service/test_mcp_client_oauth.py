@@ -166,6 +166,35 @@ async def test_authorize_answers_a_consent_url_then_authorized_and_refuses_what_
                 assert (answer.status_code, answer.json()["error"]["code"]) == (status, code)
 
 
+async def test_a_step_up_during_a_call_answers_401_with_a_consent_url_and_the_call_runs_after_it(
+    tmp_path: Path,
+) -> None:
+    async with protected_echo_server(OAuthWorld(call_scope="write")) as world:
+        servers = {"tracker": {"url": world.mcp_url, "auth": {"type": "oauth"}}}
+        async with running_gateway(servers, **_gateway_settings(tmp_path)) as gateway:
+            first = await _person_consents(await _waiting_url(gateway, "tracker"))
+            assert (await gateway.http.post(CALLBACK, json=first)).status_code == 200
+            await gateway.wait_until_ready("tracker")
+            call = {"name": "echo", "arguments": {"text": "hi"}}
+
+            refused = await gateway.http.post("/mcp/v1/tools/call-tool", json=call)
+            assert refused.status_code == 401, refused.text
+            error = refused.json()["error"]
+            assert (error["code"], error["server"]) == ("authorization_required", "tracker")
+            assert "scope=echo+write" in error["authorizationUrl"]  # the union of what was granted and challenged
+            streamed = await gateway.http.post(
+                "/mcp/v1/tools/call-tool", json=call, headers={"Accept": "text/event-stream"}
+            )
+            assert "event: error" in streamed.text
+            assert '"code":"authorization_required"' in streamed.text
+
+            done = await gateway.http.post(CALLBACK, json=await _person_consents(error["authorizationUrl"]))
+            assert done.json()["scopes"] == ["echo", "write"]
+            answered = await gateway.http.post("/mcp/v1/tools/call-tool", json=call)
+            assert answered.status_code == 200, answered.text
+            assert answered.json()["content"][0]["text"] == "hi"
+
+
 def test_an_auth_block_is_for_http_servers_and_needs_the_vaults_key(tmp_path: Path) -> None:
     from mcp_client_service.config.servers_file import ConfigError
 
