@@ -23,6 +23,7 @@ fallbacks), client registration (CIMD, dynamic registration), scope selection an
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
@@ -43,6 +44,17 @@ from suite_common.logging import get_logger
 __all__ = ["GatewayAuth", "ProviderContext", "SessionOAuth", "build_provider", "pending_of"]
 
 _log = get_logger("mcp_client_service.oauth.provider")
+
+
+class _ConsentIsNoError(logging.Filter):
+    """The SDK logs every exception out of its flow with a traceback ("OAuth flow error"): a consent the gateway
+    asks for is the flow working, said once by ``oauth_consent_required``, not an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], AuthorizationRequired))
+
+
+logging.getLogger("mcp.client.auth.oauth2").addFilter(_ConsentIsNoError())
 
 
 class ProviderContext:
