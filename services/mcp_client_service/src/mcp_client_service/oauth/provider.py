@@ -41,7 +41,7 @@ from mcp_client_service.oauth.principal import Principal
 from mcp_client_service.oauth.vault import OAuthVault, PendingConsent
 from suite_common.logging import get_logger
 
-__all__ = ["GatewayAuth", "ProviderContext", "SessionOAuth", "build_provider", "pending_of"]
+__all__ = ["GatewayAuth", "ProviderContext", "SessionOAuth", "build_provider"]
 
 _log = get_logger("mcp_client_service.oauth.provider")
 
@@ -187,6 +187,9 @@ class _GatewayFlow(_KeptFlow):
         context = self.context
         if context.client_info is None:
             raise OAuthFlowError("no client registration to ask a consent with")
+        if self.config.tokens == "perUser" and not self.principal.user:
+            # Never one person's consent for everyone: a per-user server's sessions are each user's own.
+            raise OAuthFlowError("a per-user server is authorized by each user (caller.user), not for the deployment")
         asked = self.shared.consent_asked(self.principal)
         if asked > self.shared.step_up_limit:
             raise OAuthFlowError(
@@ -285,11 +288,6 @@ class SessionOAuth:
 
     def provider(self, server_url: str, config: OAuthConfig) -> GatewayAuth:
         return build_provider(self.context, self.principal, server_url, config)
-
-
-def pending_of(auth: GatewayAuth | None) -> AuthorizationRequired | None:
-    """The consent ``auth``'s last refused request needs, if any."""
-    return auth.pending if auth is not None else None
 
 
 def _pre_registered(config: OAuthConfig, redirect_url: str) -> OAuthClientInformationFull | None:

@@ -359,18 +359,6 @@ class OAuthVault:
             return None
         return Principal(row.tenant, row.server, row.user), pending
 
-    async def consent_principal(self, state: str) -> Principal | None:
-        """Whose consent ``state`` is (used or not, expired or not); ``None``: unknown."""
-
-        def select(connection: Connection) -> sa.Row[Any] | None:
-            query = sa.select(oauth_consents.c.tenant, oauth_consents.c.server, oauth_consents.c.user).where(
-                oauth_consents.c.state == state
-            )
-            return connection.execute(query).first()
-
-        row = await self._db.run("read a consent", select, write=False)
-        return None if row is None else Principal(row.tenant, row.server, row.user)
-
 
 def _token_key(principal: Principal) -> tuple[sa.ColumnElement[bool], ...]:
     return (
