@@ -195,6 +195,17 @@ async def test_a_step_up_during_a_call_answers_401_with_a_consent_url_and_the_ca
             assert answered.json()["content"][0]["text"] == "hi"
 
 
+async def test_a_consent_completed_on_another_replica_is_seen_by_the_one_waiting(tmp_path: Path) -> None:
+    async with protected_echo_server() as world:
+        servers = {"tracker": {"url": world.mcp_url, "auth": {"type": "oauth"}}}
+        shared = _gateway_settings(tmp_path)  # one store, one key: two replicas
+        async with running_gateway(servers, **shared) as waiting, running_gateway(servers, **shared) as other:
+            redirect = await _person_consents(await _waiting_url(waiting, "tracker"))
+            done = await other.http.post(CALLBACK, json=redirect)
+            assert done.status_code == 200, done.text
+            await waiting.wait_until_ready("tracker")  # within the consent check's period, no reconnect loop
+
+
 def test_an_auth_block_is_for_http_servers_and_needs_the_vaults_key(tmp_path: Path) -> None:
     from mcp_client_service.config.servers_file import ConfigError
 
