@@ -147,7 +147,11 @@ async def test_a_callback_is_refused_for_an_unknown_state_a_denied_consent_and_a
 
 async def test_authorize_answers_a_consent_url_then_authorized_and_refuses_what_is_not_oauth(tmp_path: Path) -> None:
     async with protected_echo_server() as world, echo_http_server("plain") as plain:
-        servers = {"tracker": {"url": world.mcp_url, "auth": {"type": "oauth"}}, "plain": {"url": plain}}
+        servers = {
+            "tracker": {"url": world.mcp_url, "auth": {"type": "oauth"}},
+            "plain": {"url": plain},
+            "docs": {"url": world.mcp_url, "auth": {"type": "oauth", "tokens": "perUser"}},
+        }
         async with running_gateway(servers, **_gateway_settings(tmp_path)) as gateway:
             asked = await gateway.http.post("/mcp/v1/oauth/authorize", json={"server": "tracker"})
             assert asked.status_code == 200, asked.text
@@ -156,11 +160,20 @@ async def test_authorize_answers_a_consent_url_then_authorized_and_refuses_what_
             await gateway.wait_until_ready("tracker")  # woken by the consent: no reconnect loop in between
             held = await gateway.http.post("/mcp/v1/oauth/authorize", json={"server": "tracker"})
             assert held.json() == {"authorized": True}
+            statuses = {
+                status["name"]: status for status in (await gateway.http.get("/mcp/v1/servers")).json()["servers"]
+            }
+            assert statuses["tracker"]["authorization"] == {"tokens": "machine", "state": "authorized"}
+            # Nobody consents for everyone to a per-user server: it waits for its users.
+            assert statuses["docs"]["authorization"] == {"tokens": "perUser", "state": "required"}
+            assert "plain" in statuses
+            assert "authorization" not in statuses["plain"]
 
             for body, status, code in (
                 ({"server": "plain"}, 400, "not_oauth"),
                 ({"server": "nowhere"}, 404, "server_not_found"),
                 ({"server": "tracker", "user": "u-1"}, 400, "user_not_expected"),
+                ({"server": "docs"}, 400, "user_required"),
             ):
                 answer = await gateway.http.post("/mcp/v1/oauth/authorize", json=body)
                 assert (answer.status_code, answer.json()["error"]["code"]) == (status, code)
