@@ -51,6 +51,9 @@ from mcp_client_service.connection.elicitation import Asker
 from mcp_client_service.failures import OutboundBlockedError
 from mcp_client_service.mcp_face.endpoint import MCP_FACE_PATH, McpFace
 from mcp_client_service.mcp_face.features import FeatureRouter
+from mcp_client_service.oauth import AuthorizationRequired, OAuthVault, ProviderContext
+from mcp_client_service.oauth.consents import ConsentFlow
+from mcp_client_service.oauth_api import OAuthServers, oauth_routes
 from mcp_client_service.registry.server_registry import ReloadResult, ServerRegistry, ServersResponse
 from mcp_client_service.settings import MCPClientSettings
 from mcp_client_service.store import SecretsBox, TenantServerStore, open_tenant_store
@@ -69,6 +72,7 @@ from suite_common.sse import Emit, EventStreamResponse, encode_event
 from suite_common.wire import (
     TENANT_HEADER,
     TENANT_NAME_RULE,
+    AuthorizationRequiredError,
     CallToolElicitation,
     CallToolProgress,
     CallToolRequest,
@@ -95,6 +99,8 @@ class _Services:
     """The servers tenants register at runtime (open from start to shutdown)."""
     live_calls: LiveCalls
     """The SSE calls running now, and those waiting for a person's answer or a follower."""
+    oauth: ConsentFlow
+    """OAuth consents over the vault (which opens with the store)."""
 
 
 def _services(request: Request) -> _Services:
@@ -131,6 +137,8 @@ _CALL_TOOL = Operation(
         "caller.tenant differs from X-Tenant-Id (without the header, caller.tenant is not passed on).",
         503: "The tool's server is restarting or its circuit is open, or no session to a tenant's server can be "
         "opened now (tool_unavailable, Retry-After).",
+        401: "authorization_required (AuthorizationRequiredError): the tool's server is behind OAuth and no usable "
+        "token is held; a person opens authorizationUrl to consent. Nothing was called.",
     },
     example={"name": "echo", "arguments": {"text": "hello"}},
 )
@@ -159,7 +167,21 @@ async def reload_servers(request: Request) -> Response:
     except ConfigError as error:
         # The running servers stay as they are; the message names the server and field at fault.
         raise ApiError(400, "invalid_servers_config", f"The servers config was not reloaded: {error}") from None
+    try:
+        _check_oauth_key(servers, services.settings)
+    except ValueError as error:
+        raise ApiError(400, "invalid_servers_config", f"The servers config was not reloaded: {error}") from None
     return ModelResponse(await services.registry.reload(servers))
+
+
+def _check_oauth_key(servers: ServersFile, settings: MCPClientSettings) -> None:
+    """``ValueError`` naming the setting when a server has an ``auth`` block and the vault has no key to seal with."""
+    oauth = [name for name, config in servers.servers.items() if getattr(config, "auth", None) is not None]
+    if oauth and not (settings.secrets_key.get_secret_value().strip() or settings.secrets_key_file):
+        raise ValueError(
+            f"the servers {', '.join(oauth)} have an auth block (OAuth), and their tokens are kept encrypted: set "
+            "MCP_CLIENT_SECRETS_KEY (python -m mcp_client_service.store generate-key makes one)"
+        )
 
 
 def _tool_not_found(error: ToolNotFoundError) -> ApiError:
@@ -235,6 +257,9 @@ async def _stream_call(
     except ToolUnavailableError as unavailable:
         await relay.close()
         return encode_event(json.dumps(_unavailable_body(unavailable)), event="error")
+    except AuthorizationRequired as required:
+        await relay.close()
+        return encode_event(dump(_authorization_required(required)), event="error")
     except (ToolNotFoundError, ToolServerMismatchError, OutboundBlockedError, ApiError) as raised:
         if isinstance(raised, OutboundBlockedError):
             error = _outbound_blocked(raised)
@@ -287,10 +312,21 @@ async def call_tool_route(request: Request) -> Response | EventStreamResponse:
             status_code=503,
             headers={"Retry-After": str(_retry_after_seconds(error))},
         )
+    except AuthorizationRequired as required:
+        return JSONResponse({"error": json.loads(dump(_authorization_required(required)))}, status_code=401)
     if not answered or response is None:
         _log.info("mcp_tool_call_abandoned", tool=body.name, reason="the caller disconnected")
         return Response(status_code=499)  # nobody reads this
     return ModelResponse(response)
+
+
+def _authorization_required(required: AuthorizationRequired) -> AuthorizationRequiredError:
+    return AuthorizationRequiredError(
+        message=f'The MCP server "{required.server}" needs an authorization: a person opens authorizationUrl to '
+        "consent, then the call can be made again. Nothing was called.",
+        server=required.server,
+        authorization_url=required.authorization_url,
+    )
 
 
 _RETRY_UNKNOWN_SECONDS = 1
@@ -363,7 +399,25 @@ def create_app(
         servers = load_servers_config(settings.servers_file)
     options = connection_options(settings, os.environ if environ is None else environ)
     secrets = SecretsBox.configured(settings.secrets_key, settings.secrets_key_file)
-    registry = ServerRegistry(servers, options, collision=settings.tool_name_collision)
+    _check_oauth_key(servers, settings)
+    opened_vault: list[OAuthVault] = []  # the vault opens with the store (lifespan)
+
+    def vault() -> OAuthVault:
+        if not opened_vault:
+            raise ApiError(409, "oauth_not_configured", "OAuth needs MCP_CLIENT_SECRETS_KEY (the vault's key).")
+        return opened_vault[0]
+
+    oauth_context = ProviderContext(
+        vault,
+        redirect_url=settings.oauth_redirect_url,
+        client_name=settings.oauth_client_name,
+        client_metadata_url=settings.oauth_client_metadata_url,
+        step_up_limit=settings.oauth_step_up_limit,
+    )
+    registry = ServerRegistry(servers, options, collision=settings.tool_name_collision, oauth=oauth_context)
+    oauth_servers = OAuthServers(registry)
+    consents = ConsentFlow(oauth_context, oauth_servers.client)
+    consents.listen(registry.oauth_token_changed)
     tenants = TenantServers(
         None,  # its store opens with the app (lifespan)
         registry,
@@ -410,6 +464,10 @@ def create_app(
             settings.database_url, secrets=secrets, migrate=settings.database_migrate
         )
         _log.info("mcp_client_store_opened", backend=tenant_store.backend, secrets_keys=secrets is not None)
+        if secrets is not None:
+            opened_vault.append(
+                OAuthVault(tenant_store.database, secrets, consent_seconds=settings.oauth_consent_seconds)
+            )
         try:
             # Every tenant's servers are known before the first request; their sessions open on first use.
             await tenants.load(tenant_store)
@@ -426,6 +484,7 @@ def create_app(
                             tenants=tenants,
                             tenant_store=tenant_store,
                             live_calls=live_calls,
+                            oauth=consents,
                         )
                     }
                 finally:
@@ -433,6 +492,7 @@ def create_app(
                     tg.cancel_scope.cancel()
                     await observability.aclose()
         finally:
+            opened_vault.clear()
             await tenant_store.close()
 
     async def readyz(_: Request) -> Response:
@@ -457,6 +517,7 @@ def create_app(
         ApiRoute(f"{PROTECTED_PREFIX}/servers/reload", reload_servers, method="POST", operation=_RELOAD),
         *tenant_routes(PROTECTED_PREFIX, tenants),
         *live_call_routes(PROTECTED_PREFIX, live_calls),
+        *oauth_routes(PROTECTED_PREFIX, lambda: consents, oauth_servers),
         Route(MCP_FACE_PATH, face),
     ]
     app = Starlette(
@@ -476,4 +537,6 @@ def create_app(
     add_openapi(app, title="mcp-client-service", security=SharedSecretScheme(settings.secret_header, PROTECTED_PREFIX))
     app.state.registry = registry  # for embedding and tests: wait on server states without polling
     app.state.tenants = tenants
+    app.state.oauth = consents  # for embedding and tests (per-user sessions build on it)
+    app.state.oauth_servers = oauth_servers  # .extra: how a tenant's OAuth server is found
     return app
