@@ -105,6 +105,8 @@ class BearerScheme:
 
     prefixes: tuple[str, ...]
     errors: Mapping[int, str]
+    open_paths: tuple[str, ...] = ()
+    """Paths under ``prefixes`` the middleware serves without a key (a browser's redirect back from elsewhere)."""
 
 
 Security = SharedSecretScheme | BearerScheme
@@ -114,7 +116,7 @@ _SCHEME_NAMES = {SharedSecretScheme: "sharedSecret", BearerScheme: "callerKey"}
 def _protects(security: Security | None, path: str) -> bool:
     if isinstance(security, SharedSecretScheme):
         return path.startswith(security.prefix)
-    return security is not None and path.startswith(security.prefixes)
+    return security is not None and path.startswith(security.prefixes) and path not in security.open_paths
 
 
 def _scheme(security: Security) -> dict[str, Any]:

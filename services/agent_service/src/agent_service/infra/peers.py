@@ -15,7 +15,13 @@ import anyio
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
-from agent_service.core.errors import OUTBOUND_BLOCKED, UpstreamError, outbound_blocked
+from agent_service.core.errors import (
+    AUTHORIZATION_REQUIRED,
+    OUTBOUND_BLOCKED,
+    AuthorizationNeeded,
+    UpstreamError,
+    outbound_blocked,
+)
 from suite_common.deadline import Deadline
 from suite_common.errors import ApiError
 from suite_common.http import check_model_name
@@ -25,6 +31,7 @@ from suite_common.sse_parser import EventStreamParser
 from suite_common.tracing import trace_headers
 from suite_common.wire import (
     TENANT_HEADER,
+    AuthorizationRequiredError,
     CallerContext,
     CallToolProgress,
     CallToolRequest,
@@ -258,6 +265,7 @@ class ToolsClient:
         self.servers_url = base + "/mcp/v1/servers"
         self.call_url = base + "/mcp/v1/tools/call-tool"
         self.tenants_url = base + "/mcp/v1/tenants/"
+        self.oauth_url = base + "/mcp/v1/oauth/"
         self.auth = {secret_header: secret}
 
     async def list_tools(self, deadline: Deadline, *, tenant: str | None = None) -> list[ToolInfo]:
@@ -387,12 +395,12 @@ class ToolsClient:
 
     async def tenant_servers(self, tenant: str, deadline: Deadline) -> TenantServerList:
         """``GET /mcp/v1/tenants/{tenant}/servers``."""
-        reply = await self._tenant_request("GET", self._servers_of(tenant), deadline)
+        reply = await self.gateway_request("GET", self._servers_of(tenant), deadline)
         return _tenant_answer(TenantServerList, reply)
 
     async def tenant_server(self, tenant: str, name: str, deadline: Deadline) -> TenantServer:
         """``GET /mcp/v1/tenants/{tenant}/servers/{name}`` (404 ``server_not_found``, passed through)."""
-        reply = await self._tenant_request("GET", self._servers_of(tenant, name), deadline)
+        reply = await self.gateway_request("GET", self._servers_of(tenant, name), deadline)
         return _tenant_answer(TenantServer, reply)
 
     async def create_tenant_server(
@@ -402,7 +410,7 @@ class ToolsClient:
         tenant's own servers."""
         url = f"{self._servers_of(tenant)}?maxServers={max_servers}"
         body = server.model_dump_json(by_alias=True, exclude_none=True).encode()
-        reply = await self._tenant_request("POST", url, deadline, body)
+        reply = await self.gateway_request("POST", url, deadline, body)
         return _tenant_answer(TenantServer, reply)
 
     async def update_tenant_server(
@@ -411,22 +419,24 @@ class ToolsClient:
         """``PATCH /mcp/v1/tenants/{tenant}/servers/{name}``: the fields ``patch`` sets only (an ``allowedTools:
         null`` sent, a field left out not)."""
         body = patch.model_dump_json(by_alias=True, exclude_unset=True).encode()
-        reply = await self._tenant_request("PATCH", self._servers_of(tenant, name), deadline, body)
+        reply = await self.gateway_request("PATCH", self._servers_of(tenant, name), deadline, body)
         return _tenant_answer(TenantServer, reply)
 
     async def delete_tenant_server(self, tenant: str, name: str, deadline: Deadline) -> None:
         """``DELETE /mcp/v1/tenants/{tenant}/servers/{name}`` (204)."""
-        await self._tenant_request("DELETE", self._servers_of(tenant, name), deadline)
+        await self.gateway_request("DELETE", self._servers_of(tenant, name), deadline)
 
     def _servers_of(self, tenant: str, name: str | None = None) -> str:
         # Quoted whole: a name is one path segment, whatever the caller sent ("..", "/", "?").
         url = f"{self.tenants_url}{quote(tenant, safe='')}/servers"
         return url if name is None else f"{url}/{quote(name, safe='')}"
 
-    async def _tenant_request(self, method: str, url: str, deadline: Deadline, body: bytes | None = None) -> PeerReply:
-        """A request of the tenant API answered 2xx; a 4xx raises with the gateway's status, code and message, a
+    async def gateway_request(self, method: str, url: str, deadline: Deadline, body: bytes | None = None) -> PeerReply:
+        """A request of the gateway's own API (its tenant API, its OAuth endpoints: ``infra.gateway_oauth``) answered
+        2xx; a 4xx raises with the gateway's status, code and message, a
         rejected secret as ``_unauthorized`` (the operator's mistake, not the caller's), anything else as
-        ``_error_from_response``. Header values of a server may be in ``body``: nothing of it is logged."""
+        ``_error_from_response``. Header values of a server (or a client secret, a code) may be in ``body``: nothing of
+        it is logged."""
         headers = {**self.auth, **deadline.header(), **trace_headers()}
         if body is not None:
             headers["content-type"] = "application/json"
@@ -483,16 +493,24 @@ def _tenant_header(caller: CallerContext | None) -> dict[str, str]:
 
 
 def _failed_call(response: PeerReply) -> CallToolResponse:
-    """A ``call-tool`` answered with an HTTP error: an error result saying why; a rejected secret, and an address the
-    outbound policy blocks, raise."""
-    if response.status == 401:
-        raise _unauthorized()
+    """A ``call-tool`` answered with an HTTP error: an error result saying why; a rejected secret, an address the
+    outbound policy blocks, and a server that needs a person's consent (``AuthorizationNeeded``), raise."""
     try:
         error = json.loads(response.content)["error"]
         code = error.get("code")
         text = _failure_text(error)
     except (ValueError, KeyError, TypeError, AttributeError):
+        if response.status == 401:
+            raise _unauthorized() from None
         return _error_result(f"The tool call failed: HTTP {response.status}")
+    if response.status == 401:
+        # The gateway's own 401 for a consent not given (its body says so); any other 401 is the shared secret.
+        if code != AUTHORIZATION_REQUIRED:
+            raise _unauthorized()
+        needed = _authorization_needed(error)
+        if needed is None:
+            return _error_result(f"The tool call failed: {MALFORMED_CONSENT}.")
+        raise needed
     if response.status == 403 and code == OUTBOUND_BLOCKED:
         raise _blocked(error)
     return _error_result(text)
@@ -509,7 +527,21 @@ def _streamed_answer(event: str, data: str) -> CallToolResponse:
         raise ValueError("an error event without a message") from None
     if error.get("code") == OUTBOUND_BLOCKED:  # the stream had started when the connection was refused
         raise _blocked(error)
+    if error.get("code") == AUTHORIZATION_REQUIRED and (needed := _authorization_needed(error)) is not None:
+        raise needed
     return _error_result(text)
+
+
+MALFORMED_CONSENT = "mcp-client-service sent an authorization_required answer without its server or URL"
+
+
+def _authorization_needed(error: dict[str, Any]) -> AuthorizationNeeded | None:
+    """The gateway's ``authorization_required`` body as the signal the dispatch acts on; ``None`` if malformed (the
+    call then fails as any other the gateway refused)."""
+    try:
+        return AuthorizationNeeded(AuthorizationRequiredError.model_validate(error))
+    except ValidationError:
+        return None
 
 
 def _failure_text(error: dict[str, Any]) -> str:
