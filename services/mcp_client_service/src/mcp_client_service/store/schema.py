@@ -10,7 +10,16 @@ import sqlalchemy as sa
 
 from suite_common.sql import UtcDateTime, store_metadata
 
-__all__ = ["REVISION_ROW", "metadata", "registry_revision", "tenant_server_deletions", "tenant_servers"]
+__all__ = [
+    "REVISION_ROW",
+    "metadata",
+    "oauth_clients",
+    "oauth_consents",
+    "oauth_tokens",
+    "registry_revision",
+    "tenant_server_deletions",
+    "tenant_servers",
+]
 
 metadata = store_metadata()
 """Constraint names are fixed (``store_metadata``): the migrations and the metadata name them alike."""
@@ -66,3 +75,52 @@ registry_revision = sa.Table(
 
 REVISION_ROW = 1
 """The id of ``registry_revision``'s one row."""
+
+# The OAuth vault (mcp_client_service.oauth.vault). Tenant "" is the deployment's servers file, user "" a machine
+# server's one token. Every secret is one Fernet token (store.secrets) of its JSON.
+
+oauth_clients = sa.Table(
+    "oauth_clients",
+    metadata,
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("server", sa.Text, nullable=False),
+    # The client registration the authorization server answered (or the CIMD / pre-registered one), sealed: it
+    # may hold a client secret.
+    sa.Column("client_encrypted", sa.Text, nullable=False),
+    sa.Column("updated_at", UtcDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("tenant", "server"),
+)
+
+oauth_tokens = sa.Table(
+    "oauth_tokens",
+    metadata,
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("server", sa.Text, nullable=False),
+    sa.Column("user", sa.Text, nullable=False),
+    # The token response (access and refresh token), sealed.
+    sa.Column("token_encrypted", sa.Text, nullable=False),
+    # What was granted (space-separated) and until when: shown in the connections list, never the token.
+    sa.Column("scopes", sa.Text, nullable=True),
+    sa.Column("expires_at", UtcDateTime, nullable=True),
+    sa.Column("updated_at", UtcDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("tenant", "server", "user"),
+)
+
+oauth_consents = sa.Table(
+    "oauth_consents",
+    metadata,
+    # The authorization request's random state: the callback names the consent by it.
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("server", sa.Text, nullable=False),
+    sa.Column("user", sa.Text, nullable=False),
+    # {code_verifier, scope, redirect_uri, token_endpoint, ...}, sealed.
+    sa.Column("pending_encrypted", sa.Text, nullable=False),
+    # The authorization code once the callback came (sealed); set: the consent is used.
+    sa.Column("code_encrypted", sa.Text, nullable=True),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("expires_at", UtcDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("state"),
+    sa.Index(None, "tenant", "server", "user"),
+    sa.Index(None, "expires_at"),
+)

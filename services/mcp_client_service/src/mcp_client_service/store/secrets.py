@@ -1,4 +1,4 @@
-"""Header values of tenant servers, encrypted at rest with Fernet keys from a Secret.
+"""Header values of tenant servers (and the OAuth vault's tokens), encrypted at rest with Fernet keys from a Secret.
 
 A tenant server's headers carry its credentials (``Authorization: Bearer ...``): the store keeps them as one Fernet
 token (AES-128-CBC with HMAC-SHA256, so a changed token is refused, never misread) of their JSON. Several keys may
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from cryptography.fernet import Fernet, MultiFernet
 from pydantic import SecretStr
@@ -48,14 +49,22 @@ class SecretsBox:
 
     def seal(self, headers: Mapping[str, str]) -> str:
         """The token of ``headers`` (encrypted with the first key)."""
-        plain = json.dumps(dict(headers), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        return self._box.encrypt(plain).decode("ascii")
+        return self.seal_json(dict(headers))
 
     def open(self, token: str) -> dict[str, str]:
         """The headers of ``token``; ``cryptography.fernet.InvalidToken`` when none of the keys encrypted it (or
         it was altered)."""
-        headers: dict[str, str] = json.loads(self._box.decrypt(token.encode("ascii")))
+        headers: dict[str, str] = self.open_json(token)
         return headers
+
+    def seal_json(self, value: Any) -> str:
+        """The token of any JSON value (the OAuth vault's tokens, client registrations, pending consents)."""
+        plain = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        return self._box.encrypt(plain).decode("ascii")
+
+    def open_json(self, token: str) -> Any:
+        """The JSON value of ``token`` (``InvalidToken`` as ``open``)."""
+        return json.loads(self._box.decrypt(token.encode("ascii")))
 
     def reseal(self, token: str) -> str:
         """``token`` encrypted again with the first key (``InvalidToken`` as ``open``)."""

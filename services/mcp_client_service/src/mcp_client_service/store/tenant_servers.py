@@ -165,6 +165,11 @@ class TenantServerStore:
         """``sqlite`` or ``postgresql``."""
         return self._db.backend
 
+    @property
+    def database(self) -> Database:
+        """The store's database, which the OAuth vault (``oauth.vault``) shares."""
+        return self._db
+
     async def close(self) -> None:
         await self._db.dispose()
 

@@ -1,0 +1,145 @@
+"""The gateway's OAuth vault on both backends: tokens, client registrations and pending consents sealed at rest,
+whose token is whose, a consent completing once."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from cryptography.fernet import Fernet
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+
+from mcp_client_service.oauth import OAuthVault, PendingConsent, Principal
+from mcp_client_service.store import SecretsBox, TenantServerStore, open_tenant_store
+from mcp_client_service.store.schema import oauth_clients, oauth_consents, oauth_tokens
+
+pytestmark = pytest.mark.anyio
+
+ACCESS = "acc3ss-t0ken-never-at-rest"
+REFRESH = "r3fresh-t0ken-never-at-rest"
+VERIFIER = "v" * 64
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/store/mcp_client.db"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+async def store(store_url: str) -> AsyncIterator[TenantServerStore]:
+    opened = await open_tenant_store(store_url, secrets=None)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def vault(store: TenantServerStore, clock: Clock) -> OAuthVault:
+    box = SecretsBox([Fernet.generate_key().decode()])
+    return OAuthVault(store.database, box, consent_seconds=600, clock=clock)
+
+
+@pytest.fixture
+def tenant() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+async def raw_rows(store: TenantServerStore, table: sa.Table) -> str:
+    def read(connection: sa.Connection) -> str:
+        return repr(connection.execute(sa.select(table)).all())
+
+    return await store.database.run("read raw rows", read, write=False)
+
+
+async def test_a_token_is_sealed_at_rest_and_reads_back_for_its_principal_only(
+    vault: OAuthVault, store: TenantServerStore, tenant: str
+) -> None:
+    alice = Principal(tenant, "tracker", "alice")
+    storage = vault.storage(alice)
+    await storage.set_tokens(OAuthToken(access_token=ACCESS, refresh_token=REFRESH, expires_in=3600, scope="a b"))
+
+    token = await storage.get_tokens()
+    assert token is not None
+    assert token.access_token == ACCESS
+    assert token.refresh_token == REFRESH
+    assert await vault.storage(Principal(tenant, "tracker", "bob")).get_tokens() is None
+    assert await vault.storage(Principal(tenant, "tracker")).get_tokens() is None
+    rows = await raw_rows(store, oauth_tokens)
+    assert ACCESS not in rows
+    assert REFRESH not in rows
+    [connection] = await vault.connections(tenant=tenant)
+    assert (connection.server, connection.user, connection.scopes) == ("tracker", "alice", ("a", "b"))
+    assert ACCESS not in repr(connection)
+
+
+async def test_a_token_near_its_expiry_is_handed_out_expired_so_the_provider_refreshes_it(
+    vault: OAuthVault, clock: Clock, tenant: str
+) -> None:
+    storage = vault.storage(Principal(tenant, "tracker"))
+    await storage.set_tokens(OAuthToken(access_token=ACCESS, refresh_token=REFRESH, expires_in=3600))
+    fresh = await storage.get_tokens()
+    assert fresh is not None
+    assert fresh.expires_in is not None
+    assert 3400 < fresh.expires_in < 3600
+    clock.now += timedelta(seconds=3590)
+    near = await storage.get_tokens()
+    assert near is not None
+    assert near.expires_in == 0
+
+
+async def test_revoking_forgets_only_that_principals_token(vault: OAuthVault, tenant: str) -> None:
+    for user in ("alice", "bob"):
+        await vault.storage(Principal(tenant, "tracker", user)).set_tokens(OAuthToken(access_token=f"{user}-t"))
+    assert await vault.revoke(tenant, "tracker", "alice") is True
+    assert await vault.revoke(tenant, "tracker", "alice") is False
+    assert [c.user for c in await vault.connections(tenant=tenant)] == ["bob"]
+
+
+async def test_a_client_registration_is_sealed_and_shared_by_the_servers_users(
+    vault: OAuthVault, store: TenantServerStore, tenant: str
+) -> None:
+    client = OAuthClientInformationFull(client_id="gateway", client_secret="cl1ent-s3cret", redirect_uris=None)
+    await vault.storage(Principal(tenant, "tracker", "alice")).set_client_info(client)
+    shared = await vault.storage(Principal(tenant, "tracker", "bob")).get_client_info()
+    assert shared is not None
+    assert shared.client_secret == "cl1ent-s3cret"
+    assert "cl1ent-s3cret" not in await raw_rows(store, oauth_clients)
+
+
+async def test_a_consent_completes_once_and_not_after_it_expired(
+    vault: OAuthVault, store: TenantServerStore, clock: Clock, tenant: str
+) -> None:
+    alice = Principal(tenant, "tracker", "alice")
+    pending = PendingConsent(code_verifier=VERIFIER, redirect_uri="http://cb", token_endpoint="http://as/token")
+    state = await vault.start_consent(alice, pending)
+    assert VERIFIER not in await raw_rows(store, oauth_consents)
+
+    assert await vault.complete_consent(state, "c0de") == (alice, pending)
+    assert await vault.complete_consent(state, "c0de") is None
+    assert "c0de" not in await raw_rows(store, oauth_consents)
+
+    late = await vault.start_consent(alice, pending)
+    clock.now += timedelta(seconds=601)
+    assert await vault.complete_consent(late, "c0de") is None
+    assert await vault.complete_consent("no-such-state", "c0de") is None
