@@ -32,7 +32,13 @@ from mcp_client_service.registry.catalog import Away, NameCollision, ServerTools
 from mcp_client_service.registry.server_registry import ServerRegistry
 from mcp_client_service.tenants.catalogs import TenantCatalogs, parse_tools
 from mcp_client_service.tenants.configs import masked_url, server_config
-from mcp_client_service.tenants.sessions import SessionKey, SessionLimitReached, TenantSessions
+from mcp_client_service.tenants.sessions import (
+    ConnectionMaker,
+    SessionKey,
+    SessionLimitReached,
+    TenantSessions,
+    shared_key,
+)
 from mcp_client_service.tenants.store_api import ServerRow, TenantStore
 from suite_common.logging import get_logger
 from suite_common.wire import TenantServer, ToolInfo
@@ -93,7 +99,10 @@ class TenantServers:
         *,
         collision: NameCollision = "first_wins",
         settings: TenantSettings | None = None,
+        make_connection: ConnectionMaker | None = None,
     ) -> None:
+        """``make_connection``: how a session's connection is made (the gateway's picks an OAuth server's token by
+        the session's key); default, a plain ``ServerConnection``."""
         self._store = store
         self.settings = settings = settings or TenantSettings()
         self._registry = registry
@@ -104,6 +113,7 @@ class TenantServers:
             max_sessions=settings.max_sessions,
             max_per_tenant=settings.max_sessions_per_tenant,
             on_change=self._session_changed,
+            make_connection=make_connection,
         )
         self.catalogs = TenantCatalogs(collision=collision, shared=self._shared_tools, own=self._own_tools)
         self._known: dict[str, dict[str, _Known]] = {}
@@ -115,7 +125,7 @@ class TenantServers:
         self._changed: anyio.Event | None = None
         self._writes = 0
         """Changes this replica made (``adopt``, ``forget``): a sync that raced one is not adopted."""
-        self._listing: dict[SessionKey, float] = {}
+        self._listing: dict[tuple[str, str], float] = {}
         """Servers being listed in the background, or last tried (``time.monotonic``) and never listed."""
 
     def _notify(self) -> None:
@@ -222,7 +232,7 @@ class TenantServers:
         if before is not None and before.row == row:
             return
         if before is not None and (not row.enabled or not _connects_the_same(before.row, row)):
-            self.sessions.close((row.tenant, row.name), "its settings changed" if row.enabled else "switched off")
+            self.sessions.close_server(row.tenant, row.name, "its settings changed" if row.enabled else "switched off")
         tenant_known[row.name] = self._known_row(row)
         self.catalogs.changed(row.tenant)
         self._notify()
@@ -232,7 +242,7 @@ class TenantServers:
         if tenant_known.pop(name, None) is None:
             return
         self._listing.pop((tenant, name), None)
-        self.sessions.close((tenant, name), "deleted")
+        self.sessions.close_server(tenant, name, "deleted")
         if tenant_known:
             self.catalogs.changed(tenant)
         else:
@@ -295,7 +305,7 @@ class TenantServers:
         for name, known in self._known.get(tenant, {}).items():
             if not known.row.enabled or known.config is None:
                 continue
-            connection = self.sessions.get((tenant, name))
+            connection = self.sessions.latest(tenant, name)  # a per-user server's: any consented user's session
             offers = known.config.offers
             stored = known.stored_tools
             if connection is None and known.recorded[0] is None:
@@ -321,19 +331,20 @@ class TenantServers:
     # --- sessions -----------------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def session(self, tenant: str, name: str) -> AsyncIterator[ServerConnection]:
-        """The session of ``tenant``'s server ``name``, opened if needed, once it serves or has failed.
+    async def session(self, tenant: str, name: str, user: str = "") -> AsyncIterator[ServerConnection]:
+        """The session of ``tenant``'s server ``name`` (``user``'s own, for a per-user server; ``""``: the one the
+        tenant's runs share), opened if needed, once it serves or has failed.
 
         ``ServerGone`` if the tenant has no such enabled server now; ``SessionLimitReached`` at the bounds.
         """
         known = self._known.get(tenant, {}).get(name)
         if known is None or not known.row.enabled or known.config is None:
             raise ServerGone(name)
-        async with self.sessions.using((tenant, name), known.config, wait=self.connect_wait) as connection:
+        async with self.sessions.using((tenant, name, user), known.config, wait=self.connect_wait) as connection:
             yield connection
 
     def _session_changed(self, key: SessionKey) -> None:
-        tenant, name = key
+        tenant, name, _ = key
         self.catalogs.changed(tenant)
         self._notify()
         connection = self.sessions.get(key)
@@ -344,16 +355,18 @@ class TenantServers:
         if known.recorded != (tools, None):
             # Noted in memory at once, so that one listing is recorded once.
             self._known[tenant][name] = replace(known, stored_tools=connection.listing.tools, recorded=(tools, None))
-            self._task_group.start_soon(self._record_listing, key, tools, None)
+            self._task_group.start_soon(self._record_listing, tenant, name, tools, None)
 
-    async def _record_listing(self, key: SessionKey, tools: list[dict[str, Any]] | None, error: str | None) -> None:
+    async def _record_listing(
+        self, tenant: str, name: str, tools: list[dict[str, Any]] | None, error: str | None
+    ) -> None:
         try:
-            await self.store.record_listing(key[0], key[1], tools, error)
+            await self.store.record_listing(tenant, name, tools, error)
         except Exception as failure:  # a listing not kept is kept at the next one; the call path is unaffected
             _log.warning(
                 "mcp_tenant_listing_not_recorded",
-                tenant=key[0],
-                server=key[1],
+                tenant=tenant,
+                server=name,
                 error=f"{type(failure).__name__}: {failure}",
             )
 
@@ -393,18 +406,17 @@ class TenantServers:
         if serving:
             return  # its listing is recorded as the session publishes it (``_session_changed``)
         # Nobody is waiting on it: no reconnecting in the background until a call asks for it again.
-        self.sessions.close((tenant, name), "its first connection failed")
+        self.sessions.close(shared_key(tenant, name), "its first connection failed")
         known = self._known.get(tenant, {}).get(name)
         if known is not None:
             self._known[tenant][name] = replace(known, recorded=(known.recorded[0], error))
-            await self._record_listing((tenant, name), None, error)  # None: the tools listed before stay
+            await self._record_listing(tenant, name, None, error)  # None: the tools listed before stay
 
     # --- answers ------------------------------------------------------------------------------------
 
     def describe(self, row: ServerRow) -> TenantServer:
         """``row`` as the tenant API answers it: settings (header names, never values), state, tools."""
-        key = (row.tenant, row.name)
-        connection = self.sessions.get(key) if row.enabled else None
+        connection = self.sessions.latest(row.tenant, row.name) if row.enabled else None
         known = self._known.get(row.tenant, {}).get(row.name)
         if not row.enabled:
             state, last_error = "disabled", row.last_error
