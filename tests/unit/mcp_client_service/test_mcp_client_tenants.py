@@ -59,6 +59,7 @@ class Row:
     created_at: datetime = _EPOCH
     updated_at: datetime = _EPOCH
     headers_problem: str | None = None
+    auth: Mapping[str, Any] | None = None
 
 
 class StoreDouble:

@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -31,7 +31,7 @@ from mcp_client_service.connection.server_connection import ServerConnection
 from mcp_client_service.registry.catalog import Away, NameCollision, ServerTools, ToolCatalog
 from mcp_client_service.registry.server_registry import ServerRegistry
 from mcp_client_service.tenants.catalogs import TenantCatalogs, parse_tools
-from mcp_client_service.tenants.configs import masked_url, server_config
+from mcp_client_service.tenants.configs import is_per_user, masked_url, server_config
 from mcp_client_service.tenants.sessions import (
     ConnectionMaker,
     SessionKey,
@@ -41,7 +41,7 @@ from mcp_client_service.tenants.sessions import (
 )
 from mcp_client_service.tenants.store_api import ServerRow, TenantStore
 from suite_common.logging import get_logger
-from suite_common.wire import TenantServer, ToolInfo
+from suite_common.wire import ServerAuth, ServerAuthorization, ServerAuthView, TenantServer, ToolInfo
 
 __all__ = ["ServerGone", "TenantServers", "TenantSettings"]
 
@@ -78,7 +78,12 @@ class _Known:
 
 
 def _connects_the_same(a: ServerRow, b: ServerRow) -> bool:
-    return a.url == b.url and a.transport == b.transport and dict(a.headers) == dict(b.headers)
+    return (
+        a.url == b.url
+        and a.transport == b.transport
+        and dict(a.headers) == dict(b.headers)
+        and (a.auth or None) == (b.auth or None)
+    )
 
 
 def _dump_tools(tools: Sequence[Tool]) -> list[dict[str, Any]]:
@@ -260,7 +265,7 @@ class TenantServers:
             _log.error("mcp_tenant_server_headers_unreadable", tenant=row.tenant, server=row.name, error=problem)
         else:
             try:
-                config = server_config(row.url, row.transport, row.headers, row.allowed_tools)
+                config = server_config(row.url, row.transport, row.headers, row.allowed_tools, row.auth)
             except ValueError as error:
                 problem = str(error)
         return _Known(
@@ -270,6 +275,11 @@ class TenantServers:
             stored_tools=parse_tools(row.tools),
             recorded=(row.tools, row.last_error),
         )
+
+    def is_per_user(self, tenant: str, name: str) -> bool:
+        """Whether ``tenant``'s server ``name`` holds OAuth tokens per end user (a session per user)."""
+        known = self._known.get(tenant, {}).get(name)
+        return known is not None and is_per_user(known.row.auth)
 
     def is_shared(self, name: str) -> bool:
         """Whether ``name`` is a server of the servers file (a tenant's server may not take its name)."""
@@ -371,8 +381,9 @@ class TenantServers:
             )
 
     def list_in_background(self, tenant: str, name: str) -> None:
-        """Connect to a registered (or enabled) server and list its tools, now, without waiting for it."""
-        if self._task_group is not None:
+        """Connect to a registered (or enabled) server and list its tools, now, without waiting for it. Not a
+        per-user server: only a user's own session (their token) can list it, which records its listing."""
+        if self._task_group is not None and not self.is_per_user(tenant, name):
             self._listing[tenant, name] = math.inf  # in progress
             self._task_group.start_soon(self._list_now, tenant, name, name=f"mcp-tenant-list:{tenant}/{name}")
 
@@ -429,6 +440,7 @@ class TenantServers:
         else:
             state, last_error = ("failed" if row.last_error else "idle"), row.last_error
         tools = self._tool_infos(row, connection)
+        auth = _auth_of(row)
         return TenantServer(
             name=row.name,
             url=masked_url(row.url),  # its secrets masked: headers are the place for them
@@ -440,6 +452,8 @@ class TenantServers:
             last_error=last_error,
             tool_count=len(tools),
             tools=tools,
+            auth=ServerAuthView.of(auth) if auth is not None else None,
+            authorization=_authorization(auth, connection, row) if auth is not None else None,
             created_at=row.created_at,
             updated_at=row.updated_at,
         )
@@ -464,3 +478,21 @@ class TenantServers:
                     )
                 )
         return infos
+
+
+def _auth_of(row: ServerRow) -> ServerAuth | None:
+    """The row's ``auth`` block as the wire reads it; ``None`` if it has none (or one no longer readable as such)."""
+    if row.auth is None:
+        return None
+    try:
+        return ServerAuth.model_validate(row.auth)
+    except ValueError:
+        return None
+
+
+def _authorization(auth: ServerAuth, connection: ServerConnection | None, row: ServerRow) -> ServerAuthorization:
+    """Whether a token is held, as far as this replica sees: a session serves, or one listed the server (for a
+    per-user server, some user consented); else a consent is required."""
+    serving = connection is not None and connection.serving
+    state: Literal["required", "authorized"] = "authorized" if serving or row.tools is not None else "required"
+    return ServerAuthorization(tokens=auth.tokens, state=state)

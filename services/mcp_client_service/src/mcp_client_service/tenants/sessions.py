@@ -48,7 +48,6 @@ def shared_key(tenant: str, server: str) -> SessionKey:
     return (tenant, server, "")
 
 
-
 class SessionLimitReached(Exception):
     """No session can be opened now: a bound is reached and every open session is in use."""
 
