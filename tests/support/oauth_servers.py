@@ -208,11 +208,14 @@ def _s256(verifier: str) -> str:
 def _authenticated_client(request: Request, form: dict[str, Any], clients: dict[str, dict[str, Any]]) -> str | None:
     """The client a token or revocation request authenticates as (RFC 6749 2.3.1), by its registered method."""
     header = request.headers.get("authorization", "")
+    secret: str | None
     if header.lower().startswith("basic "):
         client_id, _, secret = base64.b64decode(header[6:]).decode().partition(":")
         method = "client_secret_basic"
     else:
-        client_id, secret = str(form.get("client_id", "")), form.get("client_secret")
+        client_id = str(form.get("client_id", ""))
+        secret = form.get("client_secret")
+        secret = None if secret is None else str(secret)
         method = "client_secret_post" if secret is not None else "none"
     client = clients.get(client_id)
     if client is None or client["token_endpoint_auth_method"] != method:
