@@ -362,7 +362,7 @@ async def test_a_first_connection_that_fails_is_recorded_and_its_session_closed(
     store.put(Row("a", "down", tools=_json("now")))
     settings = TenantSettings(sync_seconds=3600)
     async with _running(TenantServers(store, _registry(), _OPTIONS, settings=settings)) as servers:
-        await servers._list_now("a", "down")
+        await servers._list_now("a", "down", "")
 
         assert servers.sessions.get(("a", "down", "")) is None
         [(tenant, name, tools, error)] = store.recorded

@@ -37,7 +37,6 @@ from mcp_client_service.tenants.sessions import (
     SessionKey,
     SessionLimitReached,
     TenantSessions,
-    shared_key,
 )
 from mcp_client_service.tenants.store_api import ServerRow, TenantStore
 from suite_common.logging import get_logger
@@ -380,21 +379,23 @@ class TenantServers:
                 error=f"{type(failure).__name__}: {failure}",
             )
 
-    def list_in_background(self, tenant: str, name: str) -> None:
-        """Connect to a registered (or enabled) server and list its tools, now, without waiting for it. Not a
-        per-user server: only a user's own session (their token) can list it, which records its listing."""
-        if self._task_group is not None and not self.is_per_user(tenant, name):
-            self._listing[tenant, name] = math.inf  # in progress
-            self._task_group.start_soon(self._list_now, tenant, name, name=f"mcp-tenant-list:{tenant}/{name}")
+    def list_in_background(self, tenant: str, name: str, user: str = "") -> None:
+        """Connect to a registered (or enabled) server and list its tools, now, without waiting for it. A per-user
+        server is listed by a user's own session only (``user``: one who has just consented), which records its
+        listing as the server's; without a user it is not listed (nobody's token to list it with)."""
+        if self._task_group is None or (self.is_per_user(tenant, name) and not user):
+            return
+        self._listing[tenant, name] = math.inf  # in progress
+        self._task_group.start_soon(self._list_now, tenant, name, user, name=f"mcp-tenant-list:{tenant}/{name}")
 
     def _list_if_due(self, tenant: str, name: str) -> None:
         """List a server never listed, unless that is in progress or was tried within ``_RELIST_SECONDS``."""
         if time.monotonic() >= self._listing.get((tenant, name), -math.inf) + _RELIST_SECONDS:
             self.list_in_background(tenant, name)
 
-    async def _list_now(self, tenant: str, name: str) -> None:
+    async def _list_now(self, tenant: str, name: str, user: str) -> None:
         try:
-            await self._list_once(tenant, name)
+            await self._list_once(tenant, name, user)
         finally:
             known = self._known.get(tenant, {}).get(name)
             if known is not None and known.recorded[0] is None:
@@ -402,12 +403,12 @@ class TenantServers:
             else:
                 self._listing.pop((tenant, name), None)
 
-    async def _list_once(self, tenant: str, name: str) -> None:
+    async def _list_once(self, tenant: str, name: str, user: str) -> None:
         serving, error = False, "no session could be opened in time: every one was in use"
         with anyio.move_on_after(self.connect_wait):
             while True:
                 try:
-                    async with self.session(tenant, name) as connection:
+                    async with self.session(tenant, name, user) as connection:
                         serving, error = connection.serving, connection.last_error or "it did not answer in time"
                     break
                 except SessionLimitReached:
@@ -417,9 +418,9 @@ class TenantServers:
         if serving:
             return  # its listing is recorded as the session publishes it (``_session_changed``)
         # Nobody is waiting on it: no reconnecting in the background until a call asks for it again.
-        self.sessions.close(shared_key(tenant, name), "its first connection failed")
+        self.sessions.close((tenant, name, user), "its first connection failed")
         known = self._known.get(tenant, {}).get(name)
-        if known is not None:
+        if known is not None and not user:  # one user's failed session says nothing of the server's
             self._known[tenant][name] = replace(known, recorded=(known.recorded[0], error))
             await self._record_listing(tenant, name, None, error)  # None: the tools listed before stay
 

@@ -31,7 +31,7 @@ from mcp_client_service.config.servers_file import HttpServerConfig
 from mcp_client_service.connection.server_connection import ServerConnection
 from suite_common.logging import get_logger
 
-__all__ = ["ConnectionMaker", "SessionKey", "SessionLimitReached", "TenantSessions", "shared_key"]
+__all__ = ["ConnectionMaker", "SessionKey", "SessionLimitReached", "TenantSessions"]
 
 _log = get_logger("mcp_client_service.tenants.sessions")
 
@@ -41,11 +41,6 @@ SessionKey = tuple[str, str, str]
 ConnectionMaker = Callable[[SessionKey, HttpServerConfig, Callable[[], None]], ServerConnection]
 """How a session's connection is made: (its key, the server's config, what it calls on every change). The gateway's
 makes an OAuth server's connection with the token of the key's principal."""
-
-
-def shared_key(tenant: str, server: str) -> SessionKey:
-    """The key of the session ``tenant``'s runs share (a server without per-user tokens)."""
-    return (tenant, server, "")
 
 
 class SessionLimitReached(Exception):
