@@ -78,7 +78,7 @@ class AuthorizationServer:
     refresh_tokens: dict[str, _Token] = field(default_factory=dict)
     revoked: list[str] = field(default_factory=list)
     issued: list[str] = field(default_factory=list)
-    """Every access and refresh token it ever issued (for a test to look for in logs and answers)."""
+    """Every code, access token and refresh token it ever issued (for a test to look for in logs and answers)."""
 
     def user_of(self, token: str) -> str | None:
         grant = self.tokens.get(token)
@@ -136,6 +136,7 @@ class AuthorizationServer:
             code = "code-" + secrets.token_urlsafe(16)
             challenge = query.get("code_challenge", "")
             self.codes[code] = _Grant(client["client_id"], redirect_uri, challenge, query.get("scope") or SCOPE, user)
+            self.issued.append(code)
             back["code"] = code
         return RedirectResponse(f"{redirect_uri}?{urlencode(back)}", status_code=302)
 

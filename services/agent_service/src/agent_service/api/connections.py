@@ -121,6 +121,7 @@ _CALLBACK = Operation(
     "is completed through the gateway and a small page says so. Public: no key; the state says whose consent it is",
     media_type="text/html",
     answer=str,
+    error_media_type="text/html",
     errors={
         400: "No state, an unknown, expired or used one (invalid_oauth_state), or the person refused (oauth_denied): "
         "answered as an HTML page.",
