@@ -47,6 +47,9 @@ from mcp_client_service.config.servers_file import ConfigError, ServersFile, loa
 from mcp_client_service.failures import OutboundBlockedError
 from mcp_client_service.mcp_face.endpoint import MCP_FACE_PATH, McpFace
 from mcp_client_service.mcp_face.features import FeatureRouter
+from mcp_client_service.oauth import AuthorizationRequired, OAuthVault, ProviderContext
+from mcp_client_service.oauth.consents import ConsentFlow
+from mcp_client_service.oauth_api import OAuthServers, oauth_routes
 from mcp_client_service.registry.server_registry import ReloadResult, ServerRegistry, ServersResponse
 from mcp_client_service.settings import MCPClientSettings
 from mcp_client_service.store import SecretsBox, TenantServerStore, open_tenant_store
@@ -65,6 +68,7 @@ from suite_common.sse import Emit, EventStreamResponse, encode_event
 from suite_common.wire import (
     TENANT_HEADER,
     TENANT_NAME_RULE,
+    AuthorizationRequiredError,
     CallToolProgress,
     CallToolRequest,
     CallToolResponse,
@@ -88,6 +92,8 @@ class _Services:
     tenants: TenantServers
     tenant_store: TenantServerStore
     """The servers tenants register at runtime (open from start to shutdown)."""
+    oauth: ConsentFlow
+    """OAuth consents over the vault (which opens with the store)."""
 
 
 def _services(request: Request) -> _Services:
@@ -123,6 +129,8 @@ _CALL_TOOL = Operation(
         "caller.tenant differs from X-Tenant-Id (without the header, caller.tenant is not passed on).",
         503: "The tool's server is restarting or its circuit is open, or no session to a tenant's server can be "
         "opened now (tool_unavailable, Retry-After).",
+        401: "authorization_required (AuthorizationRequiredError): the tool's server is behind OAuth and no usable "
+        "token is held; a person opens authorizationUrl to consent. Nothing was called.",
     },
     example={"name": "echo", "arguments": {"text": "hello"}},
 )
@@ -152,7 +160,21 @@ async def reload_servers(request: Request) -> Response:
     except ConfigError as error:
         # The running servers stay as they are; the message names the server and field at fault.
         raise ApiError(400, "invalid_servers_config", f"The servers config was not reloaded: {error}") from None
+    try:
+        _check_oauth_key(servers, services.settings)
+    except ValueError as error:
+        raise ApiError(400, "invalid_servers_config", f"The servers config was not reloaded: {error}") from None
     return ModelResponse(await services.registry.reload(servers))
+
+
+def _check_oauth_key(servers: ServersFile, settings: MCPClientSettings) -> None:
+    """``ValueError`` naming the setting when a server has an ``auth`` block and the vault has no key to seal with."""
+    oauth = [name for name, config in servers.servers.items() if getattr(config, "auth", None) is not None]
+    if oauth and not (settings.secrets_key.get_secret_value().strip() or settings.secrets_key_file):
+        raise ValueError(
+            f"the servers {', '.join(oauth)} have an auth block (OAuth), and their tokens are kept encrypted: set "
+            "MCP_CLIENT_SECRETS_KEY (python -m mcp_client_service.store generate-key makes one)"
+        )
 
 
 def _tool_not_found(error: ToolNotFoundError) -> ApiError:
@@ -229,6 +251,10 @@ async def _stream_call(
         await relay.close()
         await send(encode_event(json.dumps(_unavailable_body(unavailable)), event="error"))
         return
+    except AuthorizationRequired as required:
+        await relay.close()
+        await send(encode_event(dump(_authorization_required(required)), event="error"))
+        return
     except (ToolNotFoundError, ToolServerMismatchError, OutboundBlockedError, ApiError) as raised:
         if isinstance(raised, OutboundBlockedError):
             error = _outbound_blocked(raised)
@@ -277,10 +303,21 @@ async def call_tool_route(request: Request) -> Response | EventStreamResponse:
             status_code=503,
             headers={"Retry-After": str(_retry_after_seconds(error))},
         )
+    except AuthorizationRequired as required:
+        return JSONResponse({"error": json.loads(dump(_authorization_required(required)))}, status_code=401)
     if not answered or response is None:
         _log.info("mcp_tool_call_abandoned", tool=body.name, reason="the caller disconnected")
         return Response(status_code=499)  # nobody reads this
     return ModelResponse(response)
+
+
+def _authorization_required(required: AuthorizationRequired) -> AuthorizationRequiredError:
+    return AuthorizationRequiredError(
+        message=f'The MCP server "{required.server}" needs an authorization: a person opens authorizationUrl to '
+        "consent, then the call can be made again. Nothing was called.",
+        server=required.server,
+        authorization_url=required.authorization_url,
+    )
 
 
 _RETRY_UNKNOWN_SECONDS = 1
@@ -353,7 +390,25 @@ def create_app(
         servers = load_servers_config(settings.servers_file)
     options = connection_options(settings, os.environ if environ is None else environ)
     secrets = SecretsBox.configured(settings.secrets_key, settings.secrets_key_file)
-    registry = ServerRegistry(servers, options, collision=settings.tool_name_collision)
+    _check_oauth_key(servers, settings)
+    opened_vault: list[OAuthVault] = []  # the vault opens with the store (lifespan)
+
+    def vault() -> OAuthVault:
+        if not opened_vault:
+            raise ApiError(409, "oauth_not_configured", "OAuth needs MCP_CLIENT_SECRETS_KEY (the vault's key).")
+        return opened_vault[0]
+
+    oauth_context = ProviderContext(
+        vault,
+        redirect_url=settings.oauth_redirect_url,
+        client_name=settings.oauth_client_name,
+        client_metadata_url=settings.oauth_client_metadata_url,
+        step_up_limit=settings.oauth_step_up_limit,
+    )
+    registry = ServerRegistry(servers, options, collision=settings.tool_name_collision, oauth=oauth_context)
+    oauth_servers = OAuthServers(registry)
+    consents = ConsentFlow(oauth_context, oauth_servers.client)
+    consents.listen(registry.oauth_token_changed)
     tenants = TenantServers(
         None,  # its store opens with the app (lifespan)
         registry,
@@ -397,6 +452,10 @@ def create_app(
             settings.database_url, secrets=secrets, migrate=settings.database_migrate
         )
         _log.info("mcp_client_store_opened", backend=tenant_store.backend, secrets_keys=secrets is not None)
+        if secrets is not None:
+            opened_vault.append(
+                OAuthVault(tenant_store.database, secrets, consent_seconds=settings.oauth_consent_seconds)
+            )
         try:
             # Every tenant's servers are known before the first request; their sessions open on first use.
             await tenants.load(tenant_store)
@@ -412,6 +471,7 @@ def create_app(
                             router=router,
                             tenants=tenants,
                             tenant_store=tenant_store,
+                            oauth=consents,
                         )
                     }
                 finally:
@@ -419,6 +479,7 @@ def create_app(
                     tg.cancel_scope.cancel()
                     await observability.aclose()
         finally:
+            opened_vault.clear()
             await tenant_store.close()
 
     async def readyz(_: Request) -> Response:
@@ -442,6 +503,7 @@ def create_app(
         ApiRoute(f"{PROTECTED_PREFIX}/servers", list_servers, method="GET", operation=_SERVERS),
         ApiRoute(f"{PROTECTED_PREFIX}/servers/reload", reload_servers, method="POST", operation=_RELOAD),
         *tenant_routes(PROTECTED_PREFIX, tenants),
+        *oauth_routes(PROTECTED_PREFIX, lambda: consents, oauth_servers),
         Route(MCP_FACE_PATH, face),
     ]
     app = Starlette(
@@ -461,4 +523,5 @@ def create_app(
     add_openapi(app, title="mcp-client-service", security=SharedSecretScheme(settings.secret_header, PROTECTED_PREFIX))
     app.state.registry = registry  # for embedding and tests: wait on server states without polling
     app.state.tenants = tenants
+    app.state.oauth = consents  # for embedding and tests (per-user sessions build on it)
     return app

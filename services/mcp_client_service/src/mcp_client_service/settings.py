@@ -228,6 +228,39 @@ class MCPClientSettings(EgressSettings):
         description="Most sessions to one tenant's servers open at once (the same rule at the bound).",
     )
 
+    oauth_redirect_url: str = Field(
+        default="http://127.0.0.1:8000/api/v1/agent/oauth/callback",
+        description=(
+            "The redirect URI the gateway registers and sends people back to after an OAuth consent (servers with an "
+            "auth block): agent-service's public callback, which passes the code to POST /mcp/v1/oauth/callback."
+        ),
+    )
+    oauth_client_name: str = Field(
+        default="loop-suite gateway",
+        description="The client_name the gateway registers with authorization servers (dynamic registration).",
+    )
+    oauth_client_metadata_url: str = Field(
+        default="",
+        description=(
+            "The gateway's client ID metadata document (an https URL with a path; CIMD): used as its client_id by "
+            "authorization servers that support it, instead of registering. Empty: dynamic registration, or a "
+            "server's pre-registered clientId."
+        ),
+    )
+    oauth_consent_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="How long an authorization URL stays usable: a callback after that answers invalid_oauth_state.",
+    )
+    oauth_step_up_limit: int = Field(
+        default=3,
+        ge=1,
+        description=(
+            "Consents asked in a row for one server and principal while it keeps refusing the token (403 "
+            "insufficient_scope), the first included: then the gateway stops asking and reports the refusal."
+        ),
+    )
+
     @field_validator("database_url")
     @classmethod
     def _known_database(cls, url: str) -> str:

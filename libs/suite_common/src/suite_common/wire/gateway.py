@@ -20,8 +20,12 @@ __all__ = [
     "ElicitationAction",
     "ElicitationAnswer",
     "ListToolsResponse",
+    "OAuthAuthorizeRequest",
+    "OAuthAuthorizeResult",
     "OAuthCallback",
     "OAuthCallbackResult",
+    "OAuthConnectionView",
+    "OAuthConnections",
     "ToolInfo",
     "ToolUnavailable",
     "UserRole",
@@ -181,3 +185,39 @@ class OAuthCallbackResult(WireModel):
     user: str | None = None
     """Set for a per-user server: the end user who consented."""
     scopes: list[str] = Field(default_factory=list)
+
+
+class OAuthAuthorizeRequest(WireModel):
+    """``POST /mcp/v1/oauth/authorize``: a fresh consent for one principal of an OAuth server (``tenant`` absent: a
+    server of the deployment's servers file; ``user``: the end user of a per-user server, absent for a machine
+    one)."""
+
+    server: str = Field(min_length=1, max_length=200)
+    tenant: str | None = Field(default=None, max_length=200)
+    user: str | None = Field(default=None, max_length=200)
+
+
+class OAuthAuthorizeResult(WireModel):
+    """Either the URL a person opens to consent, or ``authorized: true`` when a usable token is already held."""
+
+    authorization_url: str | None = None
+    authorized: bool = False
+
+
+class OAuthConnectionView(WireModel):
+    """One held OAuth token, never the token: whose (``tenant``/``user`` absent: the deployment's / a machine's),
+    which scopes, until when."""
+
+    server: str
+    tenant: str | None = None
+    user: str | None = None
+    scopes: list[str] = Field(default_factory=list)
+    expires_at: str | None = None
+    """ISO 8601, UTC; absent: the authorization server gave no expiry."""
+    updated_at: str
+
+
+class OAuthConnections(WireModel):
+    """``GET /mcp/v1/oauth/connections``."""
+
+    connections: list[OAuthConnectionView]

@@ -40,6 +40,7 @@ from mcp_client_service.failures import (
     describe_error,
     request_timed_out,
 )
+from mcp_client_service.oauth import AuthorizationRequired
 from mcp_client_service.transport.response_limits import is_oversized_answer
 from suite_common.logging import get_logger
 from suite_common.ssrf import EgressBlocked
@@ -71,8 +72,10 @@ CallOutcome = Literal[
     "contract_violation",
     "cancelled",
     "outbound_blocked",
+    "authorization_required",
 ]
 """How a call ended. ``outbound_blocked``: the outbound policy refused the connection, the tool was not called.
+``authorization_required``: the server's OAuth wants a consent first; the tool was not run.
 ``cancelled``: the caller hung up while the server worked on it. ``timeout`` is
 the server's own limit, ``deadline_exceeded`` the caller's
 shorter deadline; those two, ``outcome_unknown`` and ``response_too_large`` leave it open whether
@@ -133,7 +136,13 @@ class CallRecord:
 
     @property
     def reached_server(self) -> bool:
-        return self.outcome not in ("invalid_arguments", "deadline_passed", "unavailable", "outbound_blocked")
+        return self.outcome not in (
+            "invalid_arguments",
+            "deadline_passed",
+            "unavailable",
+            "outbound_blocked",
+            "authorization_required",
+        )
 
     @property
     def server_health(self) -> bool | None:
@@ -282,6 +291,10 @@ async def call_routed_tool(
     except anyio.get_cancelled_exc_class():
         # The server did receive the call (it is told to stop): count it, or the hang-up leaves no trace.
         finish("cancelled", error_result("The caller cancelled the call.", server=server, duration_ms=elapsed_ms()))
+        raise
+    except AuthorizationRequired:
+        text = f'The MCP server "{server}" needs an authorization first; the tool was not run.'
+        finish("authorization_required", error_result(text, server=server, duration_ms=elapsed_ms()))
         raise
     except Exception as error:
         blocked = cause_of(error, EgressBlocked)

@@ -260,6 +260,8 @@ class ToolRouter:
     ) -> CallToolResponse:
         """A call of a shared server's tool."""
         session = self._registry.connections.get(tool.server)
+        if session is not None and session.consent is not None:
+            raise session.consent  # nothing is called before a person consents
         refusal = self._registry.call_refusal(tool.server)
         if session is not None and session.egress_refusal is not None and session.client is None:
             self._blocked(tool, session, self._record)

@@ -16,7 +16,7 @@ HTTP (``"type": "sse"`` for the older HTTP+SSE transport); ``"type": "stdio" | "
 clients' fields: ``enabled``, ``required`` (readiness waits for it), ``callTimeoutSeconds``,
 ``allowedTools`` / ``deniedTools`` (names, ``*`` globs allowed) and ``toolPrefix``. Values of
 ``env``, ``headers``, ``args`` and ``url`` may hold secrets by reference (``${env:NAME}``,
-``${file:/path}``; see ``references``).
+``${file:/path}``; see ``references``). An HTTP server may carry an ``auth`` block (OAuth; see ``auth``).
 
 The order of the servers in the file is their priority. Other top-level keys of the file are
 ignored, so an existing client config can be reused as it is; so are the keys of a server the
@@ -46,6 +46,7 @@ from pydantic import (
     model_validator,
 )
 
+from mcp_client_service.config.auth import OAuthConfig
 from mcp_client_service.config.references import check_references, has_references
 from suite_common.logging import get_logger
 
@@ -154,6 +155,13 @@ class StdioServerConfig(_ServerOptions):
     cwd: Path | None = None
     """Working directory of the child; relative paths are relative to the gateway's."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_auth(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "auth" in data:
+            raise ValueError('"auth" (OAuth) is for HTTP servers: a stdio server gets its credentials from its env')
+        return data
+
     @property
     def transport(self) -> str:
         return "stdio"
@@ -175,6 +183,9 @@ class HttpServerConfig(_ServerOptions):
     """The MCP endpoint, such as ``http://search:8102/mcp`` (for ``sse``, the SSE endpoint)."""
     headers: dict[str, _Referencing] = Field(default_factory=dict)
     """Sent with every request to the server (an ``Authorization`` header, say)."""
+    auth: OAuthConfig | None = None
+    """OAuth to a protected server (``config.auth``): the gateway finds the authorization server, registers,
+    asks for consent or uses client credentials, and keeps the tokens in its vault."""
 
     @property
     def transport(self) -> str:

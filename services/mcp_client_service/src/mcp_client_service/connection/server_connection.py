@@ -36,13 +36,15 @@ from mcp_client_service.connection.supervisor import SessionLoop
 from mcp_client_service.connection.tasks import TaskCalls
 from mcp_client_service.connection.tool_listing import ToolListing
 from mcp_client_service.failures import CircuitOpenError, ServerUnavailableError, connection_lost
+from mcp_client_service.oauth import AuthorizationRequired, SessionOAuth
 from mcp_client_service.transport.response_limits import is_oversized_answer
 from suite_common.tracing import trace_headers
 from suite_common.wire import CALLER_META_KEY
 
 __all__ = ["ServerConnection", "ServerState"]
 
-ServerState = Literal["connecting", "ready", "degraded", "failed"]
+ServerState = Literal["connecting", "ready", "degraded", "failed", "unauthorized"]
+"""``unauthorized``: an OAuth server waiting for a person's consent (no session until one completes)."""
 
 T = TypeVar("T")
 
@@ -61,6 +63,7 @@ class ServerConnection:
         *,
         base_dir: Path | None = None,
         on_change: Callable[[], None] = lambda: None,
+        oauth: SessionOAuth | None = None,
     ) -> None:
         self.name = name
         self.config = config
@@ -82,6 +85,7 @@ class ServerConnection:
             output=self.output,
             tasks=self.tasks,
             changed=on_change,
+            oauth=oauth,
         )
         """What the session loop keeps up to date (read through the properties below)."""
         self._loop = SessionLoop(self._state)
@@ -132,8 +136,27 @@ class ServerConnection:
         return self.config.transport
 
     @property
+    def oauth(self) -> SessionOAuth | None:
+        """How its sessions authorize themselves (an ``auth`` server); ``None``: no OAuth."""
+        return self._state.oauth
+
+    @property
+    def consent(self) -> AuthorizationRequired | None:
+        """Set while it waits for a person's consent: the URL to open."""
+        return self._state.consent
+
+    def token_changed(self, authorized: bool) -> None:
+        """Its principal's OAuth token changed: a consent completed (connect again if it waited for one), or it
+        was revoked (the session ends: it was opened with that token)."""
+        if not authorized and self.client is not None:
+            self._loop.end_session("its OAuth token was revoked")
+        self._loop.wake()
+
+    @property
     def state(self) -> ServerState:
         if self.client is None:
+            if self._state.consent is not None:
+                return "unauthorized"
             return "connecting" if self.connecting else "failed"
         if self.breaker.state != "closed" or self.calls.last_call_failed or self.listing.invalid_tools:
             return "degraded"
@@ -226,6 +249,8 @@ class ServerConnection:
         Never retried: the tool may have run. Does not record the outcome: see ``calls.record``.
         """
         client = self.client
+        if self._state.consent is not None:
+            raise self._state.consent
         refusal = self.refuse_reason()
         if refusal is not None:
             raise (CircuitOpenError if not self.breaker.allows_calls() else ServerUnavailableError)(refusal)
@@ -241,10 +266,16 @@ class ServerConnection:
                     return await self.tasks.call(
                         client, name, arguments, time_limit=time_limit, on_progress=on_progress, meta=meta
                     )
-                return await client.call_tool(
+                result = await client.call_tool(
                     name, arguments, read_timeout_seconds=time_limit, progress_callback=on_progress, meta=meta
                 )
+                if self._state.oauth is not None:
+                    self._state.oauth.context.served(self._state.oauth.principal)
+                return result
         except MCPError as error:
+            auth = self._state.auth
+            if auth is not None and auth.pending is not None:
+                raise auth.pending from None  # refused for want of a consent (a step-up): nothing ran
             # An answer dropped for its size fails this call only: the session is fine.
             if _session_is_gone(error) and not is_oversized_answer(error.message):
                 calls.lost_with_session()

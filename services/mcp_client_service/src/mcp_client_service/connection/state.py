@@ -24,6 +24,7 @@ from mcp_client_service.connection.call_accounting import CallAccounting
 from mcp_client_service.connection.child_output import ChildOutputLog
 from mcp_client_service.connection.tasks import TaskCalls
 from mcp_client_service.connection.tool_listing import ToolListing
+from mcp_client_service.oauth import AuthorizationRequired, GatewayAuth, SessionOAuth
 from mcp_client_service.redaction import redact, secret_forms
 from mcp_client_service.transport.session_transport import literal_secrets
 
@@ -56,6 +57,12 @@ class ConnectionState:
     """While it waits to reconnect: when (``time.monotonic``) the next attempt starts."""
     egress_refusal: str | None = None
     """Set while its last connection attempt was refused by the outbound policy: why (safe to show)."""
+    oauth: SessionOAuth | None = None
+    """How its sessions authorize themselves (a server with an ``auth`` block); ``None``: no OAuth."""
+    auth: GatewayAuth | None = None
+    """The OAuth provider of its current (or last) session."""
+    consent: AuthorizationRequired | None = None
+    """Set while it waits for a person's consent (no session, no reconnecting until one completes)."""
     _secrets: list[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -33,10 +33,12 @@ from mcp_types import Implementation, ProgressNotification, Tool, ToolListChange
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_client_service.config.schemas import ToolListingFilter
+from mcp_client_service.config.servers_file import HttpServerConfig
 from mcp_client_service.connection.state import ConnectionState
 from mcp_client_service.connection.tasks import runs_tools_as_tasks
 from mcp_client_service.connection.tool_listing import list_all_tools
 from mcp_client_service.failures import cause_of, connection_lost, describe_error, request_timed_out
+from mcp_client_service.oauth import AuthorizationRequired
 from mcp_client_service.transport.legacy_sse import OversizedEventError
 from mcp_client_service.transport.session_transport import (
     StdioCallbacks,
@@ -145,6 +147,7 @@ class SessionLoop:
             )
             started = anyio.current_time()
             self._exit_status = None
+            generation = state.oauth.context.generation(state.oauth.principal) if state.oauth else 0
             failure: Exception | None = None
             try:
                 await self._serve_one_session()
@@ -154,6 +157,13 @@ class SessionLoop:
                 # A session that saw its transport close: for a stdio child, how the process ended says more.
                 closed = self._exit_reason() if _connection_closed(raised) else None
                 error = self._end_reason or closed or describe_error(raised)
+            consent = state.auth.pending if failure is not None and state.auth is not None else None
+            if consent is not None:
+                await self._wait_for_consent(consent, generation)
+                delay = options.backoff.initial
+                continue
+            if failure is not None and state.auth is not None and state.auth.failure is not None:
+                error = state.auth.failure  # what OAuth said, rather than the transport's "error response"
             error = state.redact(error)
             state.connecting = False
             state.first_attempt_done = True
@@ -175,6 +185,26 @@ class SessionLoop:
             if not opened:
                 await anyio.sleep(delay)
                 delay = options.backoff.next(delay)
+
+    async def _wait_for_consent(self, consent: AuthorizationRequired, generation: int) -> None:
+        """No session without a person's consent: wait (no reconnecting, nothing counted against the circuit) until
+        a consent completes or the connection is woken, then connect again."""
+        state = self._state
+        assert state.oauth is not None
+        if state.oauth.context.generation(state.oauth.principal) != generation:
+            return  # a consent completed while this session was failing: its token is there to use
+        state.consent = consent
+        state.connecting = False
+        state.first_attempt_done = True
+        state.retry_at = None
+        state.last_error = "waiting for an OAuth consent: open the authorization URL (authorization.authorizationUrl)"
+        state.changed()
+        _log.warning("mcp_server_authorization_required", server=state.name)
+        self._wake = anyio.Event()
+        try:
+            await self._wake.wait()
+        finally:
+            state.consent = None
 
     async def _serve_one_session(self) -> None:
         """One session from connect to its end; returns when it ends, raises if it cannot start."""
@@ -220,8 +250,13 @@ class SessionLoop:
             on_exit=self._on_exit,
             on_stderr=state.output.on_stderr,
         )
+        state.auth = None
+        if state.oauth is not None and isinstance(resolved, HttpServerConfig) and resolved.auth is not None:
+            state.auth = state.oauth.provider(resolved.url, resolved.auth)
+            if resolved.auth.client_secret:
+                state.remember_secrets([resolved.auth.client_secret])
         return WatchedTransport(
-            open_transport(resolved, state.options, callbacks),
+            open_transport(resolved, state.options, callbacks, state.auth),
             self._transport_ended,
             listing,
             on_message=self._on_transport_message,
@@ -237,6 +272,8 @@ class SessionLoop:
         state.egress_refusal = None
         try:
             self._publish(tools, listing)
+            if state.oauth is not None:
+                state.oauth.context.served(state.oauth.principal)
             if state.breaker.state == "half_open":
                 state.breaker.record_success()
             _log.info(

@@ -4,15 +4,19 @@ consents (``vault``), the httpx2 ``Auth`` of an oauth server's session built on 
 
 from mcp_client_service.oauth.errors import AuthorizationRequired, ConsentError, OAuthNotConfigured
 from mcp_client_service.oauth.principal import Principal
+from mcp_client_service.oauth.provider import GatewayAuth, ProviderContext, SessionOAuth
 from mcp_client_service.oauth.vault import OAuthConnection, OAuthVault, PendingConsent, VaultTokenStorage
 
 __all__ = [
     "AuthorizationRequired",
     "ConsentError",
+    "GatewayAuth",
     "OAuthConnection",
     "OAuthNotConfigured",
     "OAuthVault",
     "PendingConsent",
     "Principal",
+    "ProviderContext",
+    "SessionOAuth",
     "VaultTokenStorage",
 ]

@@ -36,6 +36,9 @@ _REFRESH_MARGIN_SECONDS = 60
 """A token this close to its expiry is handed out as expired, so the provider refreshes it before a server refuses
 it."""
 
+_REVOCATION = "revocation_endpoint"
+"""Kept beside the token in its sealed JSON (the SDK's ``OAuthToken`` ignores the key)."""
+
 
 @dataclass(frozen=True)
 class OAuthConnection:
@@ -55,6 +58,8 @@ class StoredToken:
 
     token: OAuthToken = field(repr=False)
     expires_at: datetime | None
+    revocation_endpoint: str | None = None
+    """Where the authorization server takes the token back (RFC 7009), when it said so at consent."""
 
 
 @dataclass(frozen=True)
@@ -155,24 +160,31 @@ class OAuthVault:
         if row is None:
             return None
         try:
-            token = OAuthToken.model_validate(self._box.open_json(row.token_encrypted))
+            sealed = self._box.open_json(row.token_encrypted)
+            token = OAuthToken.model_validate(sealed)
         except (InvalidToken, ValueError):
             _log.warning("oauth_token_unreadable", principal=principal.describe())
             return None
-        return StoredToken(token=token, expires_at=row.expires_at)
+        return StoredToken(token=token, expires_at=row.expires_at, revocation_endpoint=sealed.get(_REVOCATION))
 
-    async def store_token(self, principal: Principal, token: OAuthToken) -> None:
-        """Keep ``token`` (sealed) as ``principal``'s, replacing any other."""
+    async def store_token(
+        self, principal: Principal, token: OAuthToken, *, revocation_endpoint: str | None = None
+    ) -> None:
+        """Keep ``token`` (sealed) as ``principal``'s, replacing any other. ``revocation_endpoint``: where the
+        authorization server takes it back; unset: the one kept with the token it replaces (a refresh)."""
         now = self.now()
         expires_at = None if token.expires_in is None else now + timedelta(seconds=int(token.expires_in))
-        values = {
-            "token_encrypted": self._box.seal_json(token.model_dump(mode="json", exclude_none=True)),
-            "scopes": token.scope,
-            "expires_at": expires_at,
-            "updated_at": now,
-        }
+        plain = token.model_dump(mode="json", exclude_none=True)
+        values = {"scopes": token.scope, "expires_at": expires_at, "updated_at": now}
 
         def upsert(connection: Connection) -> None:
+            endpoint = revocation_endpoint
+            if endpoint is None:
+                query = sa.select(oauth_tokens.c.token_encrypted).where(*_token_key(principal))
+                previous = connection.execute(query).scalar_one_or_none()
+                endpoint = self._kept_endpoint(previous)
+            sealed = self._box.seal_json({**plain, _REVOCATION: endpoint} if endpoint else plain)
+            values["token_encrypted"] = sealed
             updated = connection.execute(oauth_tokens.update().where(*_token_key(principal)).values(**values))
             if updated.rowcount == 0:
                 key = {"tenant": principal.tenant, "server": principal.server, "user": principal.user}
@@ -180,6 +192,15 @@ class OAuthVault:
 
         await self._db.run(f"store the OAuth token of {principal.describe()}", upsert, write=True)
         _log.info("oauth_token_stored", principal=principal.describe(), scopes=token.scope, expires_at=expires_at)
+
+    def _kept_endpoint(self, sealed: str | None) -> str | None:
+        if sealed is None:
+            return None
+        try:
+            endpoint = self._box.open_json(sealed).get(_REVOCATION)
+        except (InvalidToken, ValueError, AttributeError):
+            return None
+        return endpoint if isinstance(endpoint, str) else None
 
     async def connections(
         self, tenant: str | None = None, server: str | None = None, user: str | None = None

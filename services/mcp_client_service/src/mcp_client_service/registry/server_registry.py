@@ -22,14 +22,16 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
+from typing import Literal
 
 import anyio
 from anyio.abc import TaskGroup
 
 from mcp_client_service.config.options import ConnectionOptions
 from mcp_client_service.config.references import ReferenceResolver, UnresolvedReferenceError, has_references
-from mcp_client_service.config.servers_file import ServerConfig, ServersFile, StdioServerConfig
+from mcp_client_service.config.servers_file import HttpServerConfig, ServerConfig, ServersFile, StdioServerConfig
 from mcp_client_service.connection.server_connection import ServerConnection
+from mcp_client_service.oauth import Principal, ProviderContext, SessionOAuth
 from mcp_client_service.registry.catalog import Away, NameCollision, ServerTools, ToolCatalog
 from suite_common.logging import get_logger
 from suite_common.wire import WireModel
@@ -45,6 +47,15 @@ _DRAIN_GRACE_SECONDS = 5.0
 class InvalidTool(WireModel):
     name: str
     reason: str
+
+
+class ServerAuthorization(WireModel):
+    """Where an OAuth server stands: ``required`` (waiting for a person to open ``authorizationUrl`` and consent)
+    or ``authorized``; for a per-user server, the state of no one in particular (each user consents)."""
+
+    tokens: Literal["machine", "perUser"]
+    state: Literal["required", "authorized"]
+    authorization_url: str | None = None
 
 
 class ServerStatus(WireModel):
@@ -68,6 +79,8 @@ class ServerStatus(WireModel):
     invalid_tools: list[InvalidTool] | None = None
     """Tools it lists that the gateway dropped (an unusable ``inputSchema``, a name it repeats, a
     tool that can only run as a task), and why."""
+    authorization: ServerAuthorization | None = None
+    """An OAuth server's authorization (servers with an ``auth`` block only)."""
 
 
 class Readiness(WireModel):
@@ -100,6 +113,8 @@ def _references_digest(config: ServerConfig, resolver: ReferenceResolver) -> str
         texts = [*config.args, *config.env.values()]
     else:
         texts = [config.url, *config.headers.values()]
+        if config.auth is not None:
+            texts += [value for value in (config.auth.client_id, config.auth.client_secret) if value]
     referencing = [text for text in texts if has_references(text)]
     if not referencing:
         return None
@@ -108,6 +123,18 @@ def _references_digest(config: ServerConfig, resolver: ReferenceResolver) -> str
     except UnresolvedReferenceError as error:
         values = [f"unresolved: {error}"]
     return hashlib.sha256("\0".join(values).encode()).hexdigest()
+
+
+def _authorization(connection: ServerConnection) -> ServerAuthorization | None:
+    config = connection.config
+    if not isinstance(config, HttpServerConfig) or config.auth is None:
+        return None
+    consent = connection.consent
+    if consent is not None:
+        return ServerAuthorization(
+            tokens=config.auth.tokens, state="required", authorization_url=consent.authorization_url
+        )
+    return ServerAuthorization(tokens=config.auth.tokens, state="authorized")
 
 
 class ServerRegistry:
@@ -119,8 +146,11 @@ class ServerRegistry:
         options: ConnectionOptions | None = None,
         *,
         collision: NameCollision = "first_wins",
+        oauth: ProviderContext | None = None,
     ) -> None:
         self.options = options or ConnectionOptions()
+        self.oauth = oauth
+        """The OAuth of servers with an ``auth`` block (their principal: tenant ``""``, user ``""``)."""
         self.catalog = ToolCatalog(collision=collision)
         self.connections: dict[str, ServerConnection] = {}
         self.disabled: dict[str, str] = {}
@@ -138,7 +168,18 @@ class ServerRegistry:
         self._apply(servers)
 
     def _connection(self, name: str, config: ServerConfig, servers: ServersFile) -> ServerConnection:
-        return ServerConnection(name, config, self.options, base_dir=servers.base_dir, on_change=self._on_change)
+        oauth = None
+        if self.oauth is not None and isinstance(config, HttpServerConfig) and config.auth is not None:
+            oauth = SessionOAuth(self.oauth, Principal("", name))
+        return ServerConnection(
+            name, config, self.options, base_dir=servers.base_dir, on_change=self._on_change, oauth=oauth
+        )
+
+    def oauth_token_changed(self, principal: Principal, authorized: bool) -> None:
+        """A machine token of a servers-file server changed (consent, revocation): its connection is told."""
+        connection = self.connections.get(principal.server) if not principal.tenant and not principal.user else None
+        if connection is not None and connection.oauth is not None:
+            connection.token_changed(authorized)
 
     def _apply(self, servers: ServersFile) -> None:
         """Adopt ``servers`` as the config before ``run`` starts (connections are made, not started)."""
@@ -331,6 +372,7 @@ class ServerRegistry:
                     circuit_detail=connection.circuit_detail(),
                     p50_latency_ms=connection.calls.durations.p50_ms(),
                     invalid_tools=invalid or None,
+                    authorization=_authorization(connection),
                 )
             servers.append(status)
         return ServersResponse(servers=servers)

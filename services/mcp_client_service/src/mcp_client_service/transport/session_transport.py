@@ -47,7 +47,8 @@ def literal_secrets(config: ServerConfig) -> list[str]:
     if isinstance(config, StdioServerConfig):
         return list(config.env.values())
     url = urlsplit(config.url)
-    return [*config.headers.values(), url.password or "", url.query, url.fragment]
+    oauth = [config.auth.client_secret or ""] if config.auth is not None else []
+    return [*config.headers.values(), url.password or "", url.query, url.fragment, *oauth]
 
 
 def resolve_config(config: ServerConfig, options: ConnectionOptions, base_dir: Path) -> tuple[ServerConfig, list[str]]:
@@ -70,10 +71,19 @@ def resolve_config(config: ServerConfig, options: ConnectionOptions, base_dir: P
         )
         resolved = stdio
     else:
+        auth = config.auth
+        if auth is not None:
+            auth = auth.model_copy(
+                update={
+                    "client_id": resolver.resolve(auth.client_id) if auth.client_id else None,
+                    "client_secret": resolver.resolve(auth.client_secret) if auth.client_secret else None,
+                }
+            )
         http = config.model_copy(
             update={
                 "url": resolver.resolve(config.url),
                 "headers": {key: resolver.resolve(value) for key, value in config.headers.items()},
+                "auth": auth,
             }
         )
         resolved = http
@@ -108,11 +118,14 @@ class StdioCallbacks:
     on_stderr: Callable[[str], None] = _ignore
 
 
-def open_transport(config: ServerConfig, options: ConnectionOptions, callbacks: StdioCallbacks) -> Transport:
-    """The transport to a server whose config has been resolved."""
+def open_transport(
+    config: ServerConfig, options: ConnectionOptions, callbacks: StdioCallbacks, auth: httpx2.Auth | None = None
+) -> Transport:
+    """The transport to a server whose config has been resolved; ``auth``: its OAuth (HTTP servers), whose own
+    requests (discovery, registration, token) go through the session's guarded client."""
     if isinstance(config, StdioServerConfig):
         return _stdio_transport(config, options, callbacks)
-    return _http_transport(config, options)
+    return _http_transport(config, options, auth)
 
 
 @asynccontextmanager
@@ -144,7 +157,9 @@ async def _stdio_transport(
 
 
 @asynccontextmanager
-async def _http_transport(config: HttpServerConfig, options: ConnectionOptions) -> AsyncIterator[TransportStreams]:
+async def _http_transport(
+    config: HttpServerConfig, options: ConnectionOptions, auth: httpx2.Auth | None
+) -> AsyncIterator[TransportStreams]:
     if not config.url.startswith(("http://", "https://")):
         raise ServerStartError("its url, once its references are resolved, is not an http:// or https:// URL")
     policy = options.egress_for(config.url)
@@ -158,6 +173,8 @@ async def _http_transport(config: HttpServerConfig, options: ConnectionOptions) 
         max_connections=options.http_max_connections,
         max_response_bytes=options.max_response_bytes,
     )
+    if auth is not None:
+        http.auth = auth
     # One SSE event is bounded like a whole JSON answer: the SDK's 1 MiB default would end the
     # session over a legitimate 2 MB result.
     if config.transport == "sse":
