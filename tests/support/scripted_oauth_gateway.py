@@ -101,7 +101,13 @@ class ScriptedOAuthGateway(ScriptedTenantGateway):
             del self.connections[chosen[0]]
             return Response(status_code=204)
         listed = [
-            {"server": server, "tenant": tenant, "user": user or None, "scopes": self.connections[principal]}
+            {
+                "server": server,
+                "tenant": tenant,
+                "user": user or None,
+                "scopes": self.connections[principal],
+                "updatedAt": "2026-11-28T12:00:00+00:00",
+            }
             for principal in chosen
             for tenant, server, user in [principal]
         ]

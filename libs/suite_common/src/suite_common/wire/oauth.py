@@ -1,5 +1,5 @@
-"""OAuth to protected MCP servers, as the gateway's endpoints and agent-service's faces of consent speak it
-(docs/gateway.md "Authorization", docs/agent-api.md "Connections", docs/tenants.md "The auth block").
+"""The ``auth`` block of a remote MCP server behind OAuth, as the tenant API and agent-service's admin API speak it
+(docs/tenants.md "The auth block"); the OAuth endpoints' bodies are in ``gateway``.
 
 A token belongs to a principal (tenant, server, user): tenant ``""`` is a server of the deployment's servers file,
 user ``""`` a *machine* server's one token. No model here ever carries a token, a client secret in an answer, an
@@ -8,7 +8,6 @@ authorization code or a PKCE verifier: a client secret is write-only (a request 
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Literal
 
 from pydantic import ConfigDict, Field
@@ -16,10 +15,6 @@ from pydantic import ConfigDict, Field
 from suite_common.wire.base import WireModel
 
 __all__ = [
-    "OAuthAuthorization",
-    "OAuthAuthorizeRequest",
-    "OAuthConnection",
-    "OAuthConnectionList",
     "OAuthTokens",
     "ServerAuth",
     "ServerAuthView",
@@ -76,35 +71,3 @@ class ServerAuthorization(WireModel):
     tokens: OAuthTokens
     state: Literal["required", "authorized"]
     authorization_url: str | None = None
-
-
-class OAuthAuthorizeRequest(WireModel):
-    """``POST /mcp/v1/oauth/authorize``: a fresh consent for a principal (``user``: a per-user server's end user)."""
-
-    server: str = Field(min_length=1, max_length=256)
-    tenant: str | None = Field(default=None, max_length=64)
-    user: str | None = Field(default=None, max_length=128)
-
-
-class OAuthAuthorization(WireModel):
-    """The answer to a consent asked for: the URL a person opens, or ``authorized`` when a usable token is held."""
-
-    authorization_url: str | None = None
-    authorized: bool = False
-
-
-class OAuthConnection(WireModel):
-    """A token held for a principal, as listed: never the token."""
-
-    server: str
-    tenant: str | None = None
-    """``None`` (or ``""``): a server of the deployment's servers file."""
-    user: str | None = None
-    """``None`` (or ``""``): a machine server's token; else the end user who consented."""
-    scopes: list[str] = Field(default_factory=list)
-    expires_at: datetime | None = None
-    updated_at: datetime | None = None
-
-
-class OAuthConnectionList(WireModel):
-    connections: list[OAuthConnection]

@@ -22,7 +22,7 @@ from suite_common.errors import ApiError
 from suite_common.http import ModelResponse
 from suite_common.logging import get_logger
 from suite_common.openapi import ApiRoute, Operation
-from suite_common.wire import OAuthAuthorization, OAuthConnectionList
+from suite_common.wire import OAuthAuthorizeResult, OAuthConnections
 
 __all__ = ["admin_oauth_routes"]
 
@@ -65,7 +65,7 @@ async def list_connections(request: Request) -> Response:
     scope = admin_tenant(request, services)
     server = request.query_params.get("server")
     connections = await services.oauth.connections(_deadline(), tenant=scope.tenant, server=server)
-    return ModelResponse(OAuthConnectionList(connections=connections))
+    return ModelResponse(OAuthConnections(connections=connections))
 
 
 async def revoke_connection(request: Request) -> Response:
@@ -89,7 +89,7 @@ _GATEWAY_DOWN = "mcp-client-service is unreachable or did not answer in time (up
 _AUTHORIZE = Operation(
     "Connect a machine OAuth server (one token for the tenant; an operator may also connect a server of the "
     "deployment's servers file): the URL an admin opens to consent, or authorized: true when a usable token is held",
-    answer=OAuthAuthorization,
+    answer=OAuthAuthorizeResult,
     errors={
         400: "The server is not behind OAuth (not_oauth); or an operator key without a valid ?tenant= "
         "(invalid_request).",
@@ -101,7 +101,7 @@ _AUTHORIZE = Operation(
 _LIST = Operation(
     "The OAuth tokens held for the tenant: its machine servers' and each user's of its per-user servers (scopes, "
     "expiry, never the token); ?server= narrows to one server",
-    answer=OAuthConnectionList,
+    answer=OAuthConnections,
     errors={403: _WHO, 503: _GATEWAY_DOWN},
 )
 _REVOKE = Operation(

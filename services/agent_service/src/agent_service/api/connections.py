@@ -27,7 +27,7 @@ from suite_common.errors import ApiError
 from suite_common.http import ModelResponse
 from suite_common.logging import get_logger
 from suite_common.openapi import ApiRoute, Operation
-from suite_common.wire import OAuthAuthorization, OAuthCallback, OAuthConnectionList
+from suite_common.wire import OAuthAuthorizeResult, OAuthCallback, OAuthConnections
 
 __all__ = ["GATEWAY_SECONDS", "connections_routes"]
 
@@ -94,7 +94,7 @@ async def list_connections(request: Request) -> Response:
     connections = await services_of(request).oauth.connections(
         Deadline.after(GATEWAY_SECONDS), tenant=tenant, user=user
     )
-    return ModelResponse(OAuthConnectionList(connections=connections))
+    return ModelResponse(OAuthConnections(connections=connections))
 
 
 async def authorize(request: Request) -> Response:
@@ -131,13 +131,13 @@ _CALLBACK = Operation(
 )
 _LIST = Operation(
     "The end user's own connections to per-user MCP servers (scopes, expiry, never the token)",
-    answer=OAuthConnectionList,
+    answer=OAuthConnections,
     errors={403: _NO_USER, 503: _GATEWAY_DOWN},
 )
 _AUTHORIZE = Operation(
     "Connect the end user to a per-user MCP server: the URL to open for their consent, or authorized: true when "
     "a usable token is held already",
-    answer=OAuthAuthorization,
+    answer=OAuthAuthorizeResult,
     errors={
         400: "The server is not behind OAuth (not_oauth).",
         403: _NO_USER,

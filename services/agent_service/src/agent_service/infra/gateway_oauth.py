@@ -17,12 +17,12 @@ from agent_service.infra.peers import ToolsClient
 from suite_common.deadline import Deadline
 from suite_common.peer_client import PeerReply
 from suite_common.wire import (
-    OAuthAuthorization,
     OAuthAuthorizeRequest,
+    OAuthAuthorizeResult,
     OAuthCallback,
     OAuthCallbackResult,
-    OAuthConnection,
-    OAuthConnectionList,
+    OAuthConnections,
+    OAuthConnectionView,
     dump,
 )
 
@@ -45,19 +45,19 @@ class GatewayOAuth:
         reply = await self.tools.gateway_request("POST", self.url + "callback", deadline, dump(callback).encode())
         return _answer(OAuthCallbackResult, reply)
 
-    async def authorize(self, server: str, tenant: str, user: str, deadline: Deadline) -> OAuthAuthorization:
+    async def authorize(self, server: str, tenant: str, user: str, deadline: Deadline) -> OAuthAuthorizeResult:
         """A fresh consent for (tenant, server, user): its URL, or ``authorized`` when a usable token is held."""
         request = OAuthAuthorizeRequest(server=server, tenant=tenant, user=user)
         body = request.model_dump_json(by_alias=True).encode()
         reply = await self.tools.gateway_request("POST", self.url + "authorize", deadline, body)
-        return _answer(OAuthAuthorization, reply)
+        return _answer(OAuthAuthorizeResult, reply)
 
     async def connections(
         self, deadline: Deadline, *, tenant: str, server: str | None = None, user: str | None = None
-    ) -> list[OAuthConnection]:
+    ) -> list[OAuthConnectionView]:
         """The tokens held for ``tenant`` (of ``server``, of ``user``, when given): never the tokens themselves."""
         reply = await self.tools.gateway_request("GET", self._connections(tenant, server, user), deadline)
-        return _answer(OAuthConnectionList, reply).connections
+        return _answer(OAuthConnections, reply).connections
 
     async def revoke(self, deadline: Deadline, *, tenant: str, server: str, user: str) -> None:
         """Forget the token of (tenant, server, user) and end its session (404 ``connection_not_found``)."""

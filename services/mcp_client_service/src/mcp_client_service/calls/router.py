@@ -289,6 +289,8 @@ class ToolRouter:
             user = _user_of(tool, caller)  # each user's calls go on their own session, with their own token
         try:
             async with self._tenants.session(tool.tenant, tool.server, user) as session:
+                if session.consent is not None:
+                    raise session.consent  # nothing is called before this principal consents (401)
                 record = self._recorder(session)
                 if session.egress_refusal is not None and session.client is None:
                     self._blocked(tool, session, record)

@@ -275,6 +275,11 @@ class TenantServers:
             recorded=(row.tools, row.last_error),
         )
 
+    def config_of(self, tenant: str, name: str) -> HttpServerConfig | None:
+        """The connection config of ``tenant``'s enabled server ``name``; ``None``: it has none such now."""
+        known = self._known.get(tenant, {}).get(name)
+        return known.config if known is not None and known.row.enabled else None
+
     def is_per_user(self, tenant: str, name: str) -> bool:
         """Whether ``tenant``'s server ``name`` holds OAuth tokens per end user (a session per user)."""
         known = self._known.get(tenant, {}).get(name)
