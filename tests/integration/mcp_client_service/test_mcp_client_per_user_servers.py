@@ -1,6 +1,7 @@
-"""A tenant's per-user server (``"auth": {"tokens": "perUser"}``) through the real gateway: each end user's calls go
-on a session of their own, a call naming no user is refused (403 ``user_required``), it is listed by a user's
-session only, and its ``auth`` block's client secret is in no answer and no log line.
+"""A tenant's OAuth servers through the real gateway. A per-user server (``"auth": {"tokens": "perUser"}``): each end
+user's calls go on a session of their own, a call naming no user is refused (403 ``user_required``), it is listed by
+a user's session only, and its ``auth`` block's client secret is in no answer and no log line. A machine server: it
+waits for its admin's consent (its card says where), then serves the whole tenant with one token.
 
 The server is the echo server over streamable HTTP (tests/support): these tests are of the sessions, whoever's token
 they carry (the OAuth flow itself: test_mcp_client_oauth_per_user.py).
@@ -11,12 +12,14 @@ from __future__ import annotations
 import json
 
 import anyio
+import httpx
 import pytest
 from cryptography.fernet import Fernet
 from structlog.testing import capture_logs
 
 from suite_common.sse_parser import EventStreamParser
 from support.mcp_gateway import WAIT_SECONDS, echo_http_server, running_gateway
+from support.oauth_server import protected_echo_server
 
 pytestmark = pytest.mark.anyio
 
@@ -109,3 +112,47 @@ async def test_an_auth_block_with_a_reference_or_an_unknown_field_is_refused() -
         refused = await keyless.http.post(SERVERS, json=body)
         assert (refused.status_code, refused.json()["error"]["code"]) == (400, "secrets_key_missing")
         assert CLIENT_SECRET not in refused.text
+
+
+async def test_a_tenants_machine_server_waits_for_its_admins_consent_then_serves_the_whole_tenant() -> None:
+    key = Fernet.generate_key().decode()
+    async with (
+        protected_echo_server() as world,
+        running_gateway({}, secrets_key=key, oauth_redirect_url="http://agent.test/callback") as gateway,
+    ):
+        body = {"name": "wiki", "url": world.mcp_url, "auth": {"type": "oauth"}}
+        created = await gateway.http.post(SERVERS, json=body)
+        assert created.status_code == 201, created.text
+        with anyio.fail_after(WAIT_SECONDS):  # its background listing finds it needs a consent
+            await gateway.tenants.wait_until(
+                lambda servers: (
+                    (latest := servers.sessions.latest("a", "wiki")) is not None and latest.consent is not None
+                )
+            )
+        card = (await gateway.http.get(SERVERS + "/wiki")).json()["authorization"]
+        assert (card["tokens"], card["state"]) == ("machine", "required")
+        assert card["authorizationUrl"].startswith(world.base_url + "/authorize?")
+        refused = await gateway.http.post(
+            "/mcp/v1/tools/call-tool", headers={"X-Tenant-Id": "a"}, json={"name": "echo", "arguments": {"text": "x"}}
+        )
+        assert refused.status_code in (401, 404), refused.text  # not listed yet, or listed and waiting: never called
+
+        async with httpx.AsyncClient() as browser:  # the admin consents
+            redirect = await browser.get(card["authorizationUrl"])
+        query = dict(httpx.URL(redirect.headers["location"]).params)
+        done = await gateway.http.post("/mcp/v1/oauth/callback", json=query)
+        assert done.status_code == 200, done.text
+        assert (done.json()["server"], done.json()["tenant"], done.json().get("user")) == ("wiki", "a", None)
+        with anyio.fail_after(WAIT_SECONDS):
+            await gateway.tenants.wait_until(lambda servers: servers.recorded_listing("a", "wiki") is not None)
+
+        for user in ("alice", "bob", None):  # one token for the whole tenant, whoever calls
+            caller = {"tenant": "a", "runId": "r"} | ({"user": user} if user else {})
+            called = await gateway.http.post(
+                "/mcp/v1/tools/call-tool",
+                headers={"X-Tenant-Id": "a"},
+                json={"name": "echo", "arguments": {"text": "x"}, "caller": caller},
+            )
+            assert called.status_code == 200, called.text
+        assert len(set(world.bearers)) == 1
+        assert (await gateway.http.get(SERVERS + "/wiki")).json()["authorization"]["state"] == "authorized"

@@ -415,6 +415,8 @@ class TenantServers:
                 try:
                     async with self.session(tenant, name, user) as connection:
                         serving, error = connection.serving, connection.last_error or "it did not answer in time"
+                        # Waiting for a person's consent is not a failure: kept (idle-closed as any), it says where.
+                        serving = serving or connection.consent is not None
                     break
                 except SessionLimitReached:
                     await self.sessions.wait_for_room()  # in the background, a listing may wait its turn
@@ -500,5 +502,10 @@ def _authorization(auth: ServerAuth, connection: ServerConnection | None, row: S
     """Whether a token is held, as far as this replica sees: a session serves, or one listed the server (for a
     per-user server, some user consented); else a consent is required."""
     serving = connection is not None and connection.serving
+    if auth.tokens == "machine" and connection is not None and connection.consent is not None:
+        # The tenant's one session waits for its admin's consent: where to give it (never a user's URL).
+        return ServerAuthorization(
+            tokens="machine", state="required", authorization_url=connection.consent.authorization_url
+        )
     state: Literal["required", "authorized"] = "authorized" if serving or row.tools is not None else "required"
     return ServerAuthorization(tokens=auth.tokens, state=state)
