@@ -119,10 +119,12 @@ parameters = {{ name = "{FUZZ_SERVER}" }}
 include-name = "GET /api/v1/agent/connections"
 headers = {{ "X-User-Id" = "fuzz-user" }}
 
+# The registered server (not behind OAuth: 400 not_oauth) until the fuzzing of its DELETE removes it: 404s then.
 [[operations]]
 include-name = "POST /api/v1/agent/connections/{{server}}/authorize"
 headers = {{ "X-User-Id" = "fuzz-user" }}
 parameters = {{ server = "{FUZZ_SERVER}" }}
+warnings = {json.dumps([warning for warning in WARNINGS if warning != "missing_test_data"])}
 
 # Nobody connected anything here: every revocation is a 404 connection_not_found.
 [[operations]]

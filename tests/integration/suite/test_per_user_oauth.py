@@ -133,14 +133,20 @@ async def test_two_users_consent_each_call_carries_their_own_token_and_one_revoc
     with capture_logs() as logs:
         alice_token = await stack.consent("alice")
         await _listed(stack)
-        bob_token = await stack.consent("bob")
-        assert alice_token != bob_token
+        seen = len(stack.world.bearers)
+        called = await stack.call("alice")
+        assert called.status_code == 200, called.text
+        assert json.loads(called.json()["content"][0]["text"])["user"] == "alice"
+        assert set(stack.world.bearers[seen:]) == {alice_token}  # only alice's session: her token, every request
 
-        for user, token in (("alice", alice_token), ("bob", bob_token), ("alice", alice_token)):
+        bob_token = await stack.consent("bob")
+        assert bob_token != alice_token
+        for user, token in (("bob", bob_token), ("alice", alice_token)):
+            seen = len(stack.world.bearers)
             called = await stack.call(user)
             assert called.status_code == 200, called.text
             assert json.loads(called.json()["content"][0]["text"])["user"] == user
-            assert stack.world.bearers[-1] == token  # the call went with this user's own token
+            assert token in stack.world.bearers[seen:]  # the call's request went with this user's own token
         assert set(stack.world.bearers) == {alice_token, bob_token}
 
         stranger = await stack.call("carol")  # never consented: asked to, nothing called
@@ -156,12 +162,14 @@ async def test_two_users_consent_each_call_carries_their_own_token_and_one_revoc
         assert [(c["server"], c["user"]) for c in mine.json()["connections"]] == [("crm", "alice")]
         revoked = await stack.as_user("DELETE", "/api/v1/agent/connections/crm", "alice")
         assert revoked.status_code == 204, revoked.text
+        seen = len(stack.world.bearers)
 
         again = await stack.call("alice")
         assert (again.status_code, again.json()["error"]["code"]) == (401, "authorization_required")
         still = await stack.call("bob")
         assert still.status_code == 200, still.text
-        assert stack.world.bearers[-1] == bob_token
+        assert bob_token in stack.world.bearers[seen:]
+        assert alice_token not in stack.world.bearers[seen:]  # her session ended with her token
         assert stack.world.revoked  # told the authorization server (RFC 7009)
         stack.answers.append(await stack.agent.get("/api/v1/admin/oauth-connections", headers=as_caller(ADMIN)))
         stack.answers.append(await stack.gateway.http.get("/mcp/v1/servers"))
