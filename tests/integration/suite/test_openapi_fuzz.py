@@ -114,6 +114,10 @@ parameters = {{ name = "{FUZZ_SERVER}" }}
         for method in ("GET", "PATCH", "DELETE")
     )
     + f"""
+# Its first DELETE deletes it: every later one is a 404 (the name is the only parameter). Every other warning holds.
+warnings = {json.dumps([warning for warning in WARNINGS if warning != "missing_test_data"])}
+"""
+    + f"""
 # A person's own connections: the open API's caller naming an end user (without one: 403 user_required).
 [[operations]]
 include-name = "GET /api/v1/agent/connections"
@@ -136,10 +140,6 @@ warnings = {json.dumps([warning for warning in WARNINGS if warning != "missing_t
 [[operations]]
 include-name = "POST /api/v1/admin/mcp-servers/{{name}}/authorize"
 parameters = {{ name = "{FUZZ_SERVER}" }}
-"""
-    + f"""
-# Its first DELETE deletes it: every later one is a 404 (the name is the only parameter). Every other warning holds.
-warnings = {json.dumps([warning for warning in WARNINGS if warning != "missing_test_data"])}
 """
 )
 _GATEWAY_CONFIG = "".join(
