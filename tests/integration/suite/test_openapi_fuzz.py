@@ -123,7 +123,7 @@ warnings = {json.dumps([warning for warning in WARNINGS if warning != "missing_t
 include-name = "GET /api/v1/agent/connections"
 headers = {{ "X-User-Id" = "fuzz-user" }}
 
-# The registered server (not behind OAuth: 400 not_oauth) until the fuzzing of its DELETE removes it: 404s then.
+# The same server, for a person's consent (400 not_oauth, then 404s).
 [[operations]]
 include-name = "POST /api/v1/agent/connections/{{server}}/authorize"
 headers = {{ "X-User-Id" = "fuzz-user" }}
@@ -136,10 +136,12 @@ include-name = "DELETE /api/v1/agent/connections/{{server}}"
 headers = {{ "X-User-Id" = "fuzz-user" }}
 warnings = {json.dumps([warning for warning in WARNINGS if warning != "missing_test_data"])}
 
-# The server registered before fuzzing: not behind OAuth, so a consent is refused (400 not_oauth), not a 404.
+# The server registered before fuzzing: not behind OAuth, so a consent is refused (400 not_oauth), until the
+# fuzzing of its DELETE removes it (404s then).
 [[operations]]
 include-name = "POST /api/v1/admin/mcp-servers/{{name}}/authorize"
 parameters = {{ name = "{FUZZ_SERVER}" }}
+warnings = {json.dumps([warning for warning in WARNINGS if warning != "missing_test_data"])}
 """
 )
 _GATEWAY_CONFIG = "".join(
