@@ -25,8 +25,9 @@ NODE_MODULES = TESTS / "support" / "node_servers" / "node_modules"
 SUITE = NODE_MODULES / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
 REPOSITORY = TESTS.parent
 
-SCENARIOS = ["initialize", "tools_call", "sse-retry"]
-"""Run one at a time: ``sse-retry`` measures the reconnection's timing, which a loaded machine would blur."""
+SCENARIOS = ["initialize", "tools_call", "sse-retry", "auth/client-credentials-basic"]
+"""Run one at a time: ``sse-retry`` measures the reconnection's timing, which a loaded machine would blur.
+``auth/client-credentials-basic`` (an extension scenario, outside the auth suite): machine to machine, no person."""
 
 SUITES = {
     "auth": [

@@ -24,7 +24,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from support.echo_mcp_server import build_echo_server
 from support.servers import serve_app
@@ -41,6 +41,8 @@ class OAuthWorld:
     deny: bool = False
     """``/authorize`` answers ``error=access_denied`` instead of a code."""
     fail_token_endpoint: bool = False
+    call_scope: str | None = None
+    """Set: a ``tools/call`` needs this scope too (else 403 ``insufficient_scope``, a step-up)."""
     codes: dict[str, dict[str, str]] = field(default_factory=dict)
     access_tokens: dict[str, str] = field(default_factory=dict)
     """Live access token: its scope."""
@@ -178,8 +180,39 @@ class _Protected:
             )
             await response(scope, receive, send)
             return
+        body, receive = await _read_body(receive)
+        needed = self.world.call_scope
+        if needed and b'"tools/call"' in body and needed not in self.world.access_tokens[bearer].split():
+            wanted = f"{self.world.access_tokens[bearer]} {needed}"
+            challenge = f'Bearer error="insufficient_scope", scope="{wanted}"'
+            response = JSONResponse(
+                {"error": "insufficient_scope"}, status_code=403, headers={"WWW-Authenticate": challenge}
+            )
+            await response(scope, receive, send)
+            return
         self.world.bearers.append(bearer)
         await self.mcp(scope, receive, send)
+
+
+async def _read_body(receive: Receive) -> tuple[bytes, Receive]:
+    """The request's body, and a ``receive`` that hands it on again."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    body = b"".join(chunks)
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return body, replay
 
 
 @asynccontextmanager

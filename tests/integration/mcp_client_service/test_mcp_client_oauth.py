@@ -147,7 +147,11 @@ async def test_a_callback_is_refused_for_an_unknown_state_a_denied_consent_and_a
 
 async def test_authorize_answers_a_consent_url_then_authorized_and_refuses_what_is_not_oauth(tmp_path: Path) -> None:
     async with protected_echo_server() as world, echo_http_server("plain") as plain:
-        servers = {"tracker": {"url": world.mcp_url, "auth": {"type": "oauth"}}, "plain": {"url": plain}}
+        servers = {
+            "tracker": {"url": world.mcp_url, "auth": {"type": "oauth"}},
+            "plain": {"url": plain},
+            "docs": {"url": world.mcp_url, "auth": {"type": "oauth", "tokens": "perUser"}},
+        }
         async with running_gateway(servers, **_gateway_settings(tmp_path)) as gateway:
             asked = await gateway.http.post("/mcp/v1/oauth/authorize", json={"server": "tracker"})
             assert asked.status_code == 200, asked.text
@@ -156,14 +160,63 @@ async def test_authorize_answers_a_consent_url_then_authorized_and_refuses_what_
             await gateway.wait_until_ready("tracker")  # woken by the consent: no reconnect loop in between
             held = await gateway.http.post("/mcp/v1/oauth/authorize", json={"server": "tracker"})
             assert held.json() == {"authorized": True}
+            statuses = {
+                status["name"]: status for status in (await gateway.http.get("/mcp/v1/servers")).json()["servers"]
+            }
+            assert statuses["tracker"]["authorization"] == {"tokens": "machine", "state": "authorized"}
+            # Nobody consents for everyone to a per-user server: it waits for its users.
+            assert statuses["docs"]["authorization"] == {"tokens": "perUser", "state": "required"}
+            assert "plain" in statuses
+            assert "authorization" not in statuses["plain"]
 
             for body, status, code in (
                 ({"server": "plain"}, 400, "not_oauth"),
                 ({"server": "nowhere"}, 404, "server_not_found"),
                 ({"server": "tracker", "user": "u-1"}, 400, "user_not_expected"),
+                ({"server": "docs"}, 400, "user_required"),
             ):
                 answer = await gateway.http.post("/mcp/v1/oauth/authorize", json=body)
                 assert (answer.status_code, answer.json()["error"]["code"]) == (status, code)
+
+
+async def test_a_step_up_during_a_call_answers_401_with_a_consent_url_and_the_call_runs_after_it(
+    tmp_path: Path,
+) -> None:
+    async with protected_echo_server(OAuthWorld(call_scope="write")) as world:
+        servers = {"tracker": {"url": world.mcp_url, "auth": {"type": "oauth"}}}
+        async with running_gateway(servers, **_gateway_settings(tmp_path)) as gateway:
+            first = await _person_consents(await _waiting_url(gateway, "tracker"))
+            assert (await gateway.http.post(CALLBACK, json=first)).status_code == 200
+            await gateway.wait_until_ready("tracker")
+            call = {"name": "echo", "arguments": {"text": "hi"}}
+
+            refused = await gateway.http.post("/mcp/v1/tools/call-tool", json=call)
+            assert refused.status_code == 401, refused.text
+            error = refused.json()["error"]
+            assert (error["code"], error["server"]) == ("authorization_required", "tracker")
+            assert "scope=echo+write" in error["authorizationUrl"]  # the union of what was granted and challenged
+            streamed = await gateway.http.post(
+                "/mcp/v1/tools/call-tool", json=call, headers={"Accept": "text/event-stream"}
+            )
+            assert "event: error" in streamed.text
+            assert '"code":"authorization_required"' in streamed.text
+
+            done = await gateway.http.post(CALLBACK, json=await _person_consents(error["authorizationUrl"]))
+            assert done.json()["scopes"] == ["echo", "write"]
+            answered = await gateway.http.post("/mcp/v1/tools/call-tool", json=call)
+            assert answered.status_code == 200, answered.text
+            assert answered.json()["content"][0]["text"] == "hi"
+
+
+async def test_a_consent_completed_on_another_replica_is_seen_by_the_one_waiting(tmp_path: Path) -> None:
+    async with protected_echo_server() as world:
+        servers = {"tracker": {"url": world.mcp_url, "auth": {"type": "oauth"}}}
+        shared = _gateway_settings(tmp_path)  # one store, one key: two replicas
+        async with running_gateway(servers, **shared) as waiting, running_gateway(servers, **shared) as other:
+            redirect = await _person_consents(await _waiting_url(waiting, "tracker"))
+            done = await other.http.post(CALLBACK, json=redirect)
+            assert done.status_code == 200, done.text
+            await waiting.wait_until_ready("tracker")  # within the consent check's period, no reconnect loop
 
 
 def test_an_auth_block_is_for_http_servers_and_needs_the_vaults_key(tmp_path: Path) -> None:

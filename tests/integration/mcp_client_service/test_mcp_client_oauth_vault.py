@@ -4,7 +4,7 @@ whose token is whose, a consent completing once."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -16,6 +16,7 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from mcp_client_service.oauth import OAuthVault, PendingConsent, Principal
 from mcp_client_service.store import SecretsBox, TenantServerStore, open_tenant_store
 from mcp_client_service.store.schema import oauth_clients, oauth_consents, oauth_tokens
+from support.databases import fresh_database
 
 pytestmark = pytest.mark.anyio
 
@@ -25,11 +26,11 @@ VERIFIER = "v" * 64
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/store/mcp_client.db"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database of the test's own: its rows are sealed with keys of its own, which a key rotation of another
+    test's rows on a shared database could not read."""
+    with fresh_database(request.param, tmp_path, "gateway_oauth") as url:
+        yield url
 
 
 class Clock:
@@ -143,3 +144,21 @@ async def test_a_consent_completes_once_and_not_after_it_expired(
     clock.now += timedelta(seconds=601)
     assert await vault.complete_consent(late, "c0de") is None
     assert await vault.complete_consent("no-such-state", "c0de") is None
+
+
+async def test_a_key_rotation_re_encrypts_the_vaults_rows_too(store_url: str, tenant: str) -> None:
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    alice = Principal(tenant, "tracker", "alice")
+    before = await open_tenant_store(store_url, secrets=SecretsBox([old]))
+    try:
+        await OAuthVault(before.database, SecretsBox([old])).storage(alice).set_tokens(OAuthToken(access_token=ACCESS))
+    finally:
+        await before.close()
+    rotating = await open_tenant_store(store_url, secrets=SecretsBox([new, old]))
+    try:
+        await rotating.rotate_secrets()
+        token = await OAuthVault(rotating.database, SecretsBox([new])).storage(alice).get_tokens()
+    finally:
+        await rotating.close()
+    assert token is not None
+    assert token.access_token == ACCESS

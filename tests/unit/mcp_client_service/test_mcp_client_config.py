@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -377,3 +378,28 @@ def test_an_explicit_call_timeout_wins_over_clines_timeout() -> None:
     (server,) = parse_servers_config(text).servers.values()
 
     assert server.call_timeout_seconds == 5.0
+
+
+@pytest.mark.parametrize(
+    ("auth", "problem"),
+    [
+        ({"type": "oauth", "grant": "client_credentials"}, 'needs \\"clientId\\" and \\"clientSecret\\"'),
+        (
+            {"type": "oauth", "grant": "client_credentials", "tokens": "perUser", "clientId": "a", "clientSecret": "b"},
+            "machine",
+        ),
+        ({"type": "oauth", "clientSecret": "b"}, "without"),
+        ({"type": "oauth", "tokens": "everyone"}, "tokens"),
+    ],
+)
+def test_an_auth_block_that_cannot_work_is_refused_saying_why(auth: dict[str, Any], problem: str) -> None:
+    text = json.dumps({"mcpServers": {"s": {"url": "https://mcp.example/mcp", "auth": auth}}})
+    with pytest.raises(ConfigError, match=problem):
+        parse_servers_config(text)
+
+
+def test_an_auth_blocks_client_secret_is_never_shown() -> None:
+    text = json.dumps(
+        {"mcpServers": {"s": {"url": "https://mcp.example/mcp", "auth": {"clientId": "a", "clientSecret": "s3cr3t"}}}}
+    )
+    assert "s3cr3t" not in repr(parse_servers_config(text))

@@ -528,4 +528,5 @@ def create_app(
     app.state.registry = registry  # for embedding and tests: wait on server states without polling
     app.state.tenants = tenants
     app.state.oauth = consents  # for embedding and tests (per-user sessions build on it)
+    app.state.oauth_servers = oauth_servers  # .extra: how a tenant's OAuth server is found
     return app

@@ -56,6 +56,9 @@ _log = get_logger("mcp_client_service.connection.supervisor")
 
 _CLIENT_INFO = Implementation(name="mcp-client-service", version="0.1.0")
 
+_CONSENT_CHECK_SECONDS = 5.0
+"""While a server waits for a consent: how often the store is read for a token another replica got."""
+
 _LISTEN_RETRY_SECONDS = (1.0, 60.0)
 """First and longest pause before a dropped ``subscriptions/listen`` stream is opened again."""
 
@@ -201,10 +204,28 @@ class SessionLoop:
         state.changed()
         _log.warning("mcp_server_authorization_required", server=state.name)
         self._wake = anyio.Event()
+        seen = await self._token_stamp()
         try:
-            await self._wake.wait()
+            while not self._wake.is_set():
+                # A consent completed here wakes the loop; one completed on another replica is seen in the store.
+                with anyio.move_on_after(_CONSENT_CHECK_SECONDS):
+                    await self._wake.wait()
+                if not self._wake.is_set() and await self._token_stamp() != seen:
+                    break
         finally:
             state.consent = None
+
+    async def _token_stamp(self) -> object:
+        """When the principal's token last changed (``None``: none is held, or the store cannot say now)."""
+        oauth = self._state.oauth
+        assert oauth is not None
+        principal = oauth.principal
+        try:
+            held = await oauth.context.vault.connections(principal.tenant, principal.server, principal.user)
+        except Exception as error:  # the store away: the next check sees it; the consent's own wake still works
+            _log.warning("mcp_server_consent_check_failed", server=self._state.name, error=describe_error(error))
+            return None
+        return held[0].updated_at if held else None
 
     async def _serve_one_session(self) -> None:
         """One session from connect to its end; returns when it ends, raises if it cannot start."""

@@ -57,6 +57,7 @@ from mcp_client_service.calls.progress import ProgressRelay
 from mcp_client_service.calls.router import ToolNotFoundError, ToolRouter
 from mcp_client_service.failures import OutboundBlockedError
 from mcp_client_service.mcp_face.features import FeatureRouter
+from mcp_client_service.oauth import AuthorizationRequired
 from suite_common.auth import secrets_match
 from suite_common.deadline import Deadline
 from suite_common.errors import ApiError, error_response
@@ -205,6 +206,10 @@ class McpFace:
         except OutboundBlockedError as blocked:
             # Not a tool result a model reads: a refusal of the request, as the REST API's 403.
             raise MCPError(INVALID_REQUEST, f"outbound_ssrf_blocked: {blocked.message}") from None
+        except AuthorizationRequired as required:
+            # As the REST API's 401: nothing was called; a person opens the URL to consent, then calls again.
+            message = f'authorization_required: the MCP server "{required.server}" needs a consent first: open '
+            raise MCPError(INVALID_REQUEST, message + required.authorization_url) from None
         finally:
             if relay is not None:
                 await relay.close()

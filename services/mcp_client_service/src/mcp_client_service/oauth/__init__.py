@@ -2,7 +2,7 @@
 consents (``vault``), the httpx2 ``Auth`` of an oauth server's session built on the SDK's ``mcp.client.auth``
 (``provider``), and the consent flow the API drives (``consents``)."""
 
-from mcp_client_service.oauth.errors import AuthorizationRequired, ConsentError, OAuthNotConfigured
+from mcp_client_service.oauth.errors import AuthorizationRequired, ConsentError
 from mcp_client_service.oauth.principal import Principal
 from mcp_client_service.oauth.provider import GatewayAuth, ProviderContext, SessionOAuth
 from mcp_client_service.oauth.vault import OAuthConnection, OAuthVault, PendingConsent, VaultTokenStorage
@@ -12,7 +12,6 @@ __all__ = [
     "ConsentError",
     "GatewayAuth",
     "OAuthConnection",
-    "OAuthNotConfigured",
     "OAuthVault",
     "PendingConsent",
     "Principal",

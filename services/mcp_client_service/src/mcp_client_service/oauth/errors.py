@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mcp_client_service.oauth.principal import Principal
 
-__all__ = ["AuthorizationRequired", "ConsentError", "OAuthNotConfigured"]
+__all__ = ["AuthorizationRequired", "ConsentError"]
 
 
 class AuthorizationRequired(Exception):
@@ -31,7 +31,3 @@ class ConsentError(Exception):
         self.code = code
         self.message = message
         self.status = status
-
-
-class OAuthNotConfigured(ValueError):
-    """An ``auth`` server cannot be served: the vault's key (``MCP_CLIENT_SECRETS_KEY``) is not set."""

@@ -23,6 +23,7 @@ fallbacks), client registration (CIMD, dynamic registration), scope selection an
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
@@ -40,9 +41,20 @@ from mcp_client_service.oauth.principal import Principal
 from mcp_client_service.oauth.vault import OAuthVault, PendingConsent
 from suite_common.logging import get_logger
 
-__all__ = ["GatewayAuth", "ProviderContext", "SessionOAuth", "build_provider", "pending_of"]
+__all__ = ["GatewayAuth", "ProviderContext", "SessionOAuth", "build_provider"]
 
 _log = get_logger("mcp_client_service.oauth.provider")
+
+
+class _ConsentIsNoError(logging.Filter):
+    """The SDK logs every exception out of its flow with a traceback ("OAuth flow error"): a consent the gateway
+    asks for is the flow working, said once by ``oauth_consent_required``, not an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], AuthorizationRequired))
+
+
+logging.getLogger("mcp.client.auth.oauth2").addFilter(_ConsentIsNoError())
 
 
 class ProviderContext:
@@ -175,6 +187,9 @@ class _GatewayFlow(_KeptFlow):
         context = self.context
         if context.client_info is None:
             raise OAuthFlowError("no client registration to ask a consent with")
+        if self.config.tokens == "perUser" and not self.principal.user:
+            # Never one person's consent for everyone: a per-user server's sessions are each user's own.
+            raise OAuthFlowError("a per-user server is authorized by each user (caller.user), not for the deployment")
         asked = self.shared.consent_asked(self.principal)
         if asked > self.shared.step_up_limit:
             raise OAuthFlowError(
@@ -273,11 +288,6 @@ class SessionOAuth:
 
     def provider(self, server_url: str, config: OAuthConfig) -> GatewayAuth:
         return build_provider(self.context, self.principal, server_url, config)
-
-
-def pending_of(auth: GatewayAuth | None) -> AuthorizationRequired | None:
-    """The consent ``auth``'s last refused request needs, if any."""
-    return auth.pending if auth is not None else None
 
 
 def _pre_registered(config: OAuthConfig, redirect_url: str) -> OAuthClientInformationFull | None:

@@ -359,38 +359,6 @@ class OAuthVault:
             return None
         return Principal(row.tenant, row.server, row.user), pending
 
-    async def consent_principal(self, state: str) -> Principal | None:
-        """Whose consent ``state`` is (used or not, expired or not); ``None``: unknown."""
-
-        def select(connection: Connection) -> sa.Row[Any] | None:
-            query = sa.select(oauth_consents.c.tenant, oauth_consents.c.server, oauth_consents.c.user).where(
-                oauth_consents.c.state == state
-            )
-            return connection.execute(query).first()
-
-        row = await self._db.run("read a consent", select, write=False)
-        return None if row is None else Principal(row.tenant, row.server, row.user)
-
-    async def rotate_secrets(self) -> int:
-        """Seal every row again with the first key; how many rows."""
-
-        def rotate(connection: Connection) -> int:
-            count = 0
-            for table, columns in (
-                (oauth_clients, ("client_encrypted",)),
-                (oauth_tokens, ("token_encrypted",)),
-                (oauth_consents, ("pending_encrypted", "code_encrypted")),
-            ):
-                keys = [column for column in table.primary_key.columns]
-                for row in connection.execute(sa.select(*keys, *(table.c[name] for name in columns))).all():
-                    values = {name: self._box.reseal(row._mapping[name]) for name in columns if row._mapping[name]}
-                    where = [column == row._mapping[column.name] for column in keys]
-                    connection.execute(table.update().where(*where).values(**values))
-                    count += 1
-            return count
-
-        return await self._db.run("re-encrypt the OAuth vault", rotate, write=True)
-
 
 def _token_key(principal: Principal) -> tuple[sa.ColumnElement[bool], ...]:
     return (

@@ -134,6 +134,8 @@ def _authorization(connection: ServerConnection) -> ServerAuthorization | None:
         return ServerAuthorization(
             tokens=config.auth.tokens, state="required", authorization_url=consent.authorization_url
         )
+    if config.auth.tokens == "perUser" and not connection.serving:
+        return ServerAuthorization(tokens="perUser", state="required")  # each user consents for themselves
     return ServerAuthorization(tokens=config.auth.tokens, state="authorized")
 
 

@@ -26,7 +26,15 @@ import sqlalchemy as sa
 from cryptography.fernet import InvalidToken
 from sqlalchemy import Connection
 
-from mcp_client_service.store.schema import REVISION_ROW, registry_revision, tenant_server_deletions, tenant_servers
+from mcp_client_service.store.schema import (
+    REVISION_ROW,
+    oauth_clients,
+    oauth_consents,
+    oauth_tokens,
+    registry_revision,
+    tenant_server_deletions,
+    tenant_servers,
+)
 from mcp_client_service.store.secrets import SecretsBox
 from suite_common.sql import (
     Database,
@@ -401,8 +409,9 @@ class TenantServerStore:
 
     async def rotate_secrets(self) -> int:
         """Encrypt every stored set of header values (and ``auth`` block) again with the first key (after a new key
-        was put first); the number of servers re-encrypted. ``SecretsUnreadable`` (nothing changed) when a row's
-        values are encrypted with none of the keys."""
+        was put first), and the OAuth vault's rows with them (tokens, client registrations, pending consents: the
+        same keys seal them); the number of servers re-encrypted. ``SecretsUnreadable`` (nothing changed) when a
+        row's values are encrypted with none of the keys."""
         secrets = self._secrets
         if secrets is None:
             raise SecretsKeyMissing(f"Header values cannot be re-encrypted: {_KEY_SETTING} is not set.")
@@ -426,6 +435,7 @@ class TenantServerStore:
                     except InvalidToken:
                         raise _unreadable(row.tenant, row.name) from None
                 connection.execute(tenant_servers.update().where(*_key(row.tenant, row.name)).values(**values))
+            _reseal_oauth_rows(connection, secrets)
             return len(rows)
 
         return await self._db.run("re-encrypt the header values of every server", rotate, write=True)
@@ -484,6 +494,26 @@ class TenantServerStore:
             headers_problem=problem,
             auth=auth,
         )
+
+
+_OAUTH_SEALED = (
+    (oauth_clients, ("client_encrypted",)),
+    (oauth_tokens, ("token_encrypted",)),
+    (oauth_consents, ("pending_encrypted", "code_encrypted")),
+)
+
+
+def _reseal_oauth_rows(connection: Connection, secrets: SecretsBox) -> None:
+    """The OAuth vault's sealed columns, encrypted again with the first key."""
+    for table, columns in _OAUTH_SEALED:
+        keys = list(table.primary_key.columns)
+        for row in connection.execute(sa.select(*keys, *(table.c[name] for name in columns))).all():
+            try:
+                values = {name: secrets.reseal(row._mapping[name]) for name in columns if row._mapping[name]}
+            except InvalidToken:
+                raise SecretsUnreadable(f"A row of {table.name} is encrypted with none of the keys.") from None
+            where = [key == row._mapping[key.name] for key in keys]
+            connection.execute(table.update().where(*where).values(**values))
 
 
 def _key(tenant: str, name: str) -> tuple[sa.ColumnElement[bool], sa.ColumnElement[bool]]:
