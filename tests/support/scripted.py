@@ -93,7 +93,9 @@ class Scripted:
     A call-tool asked for ``text/event-stream`` is answered as SSE (contract C2): the tool's
     ``progress`` events (scripted per tool name), then its ``result``; a tool named in
     ``stream_errors`` answers one ``error`` event instead. A tool named in ``blocked`` is refused as the gateway
-    refuses a server whose address the outbound policy blocks (403 ``outbound_ssrf_blocked``), never run.
+    refuses a server whose address the outbound policy blocks (403 ``outbound_ssrf_blocked``), never run. A tool
+    named in ``consent`` (→ its server) is refused as the gateway refuses a call whose OAuth server holds no token
+    for whom it acts: 401 ``authorization_required``, or that ``error`` event when streamed; never run.
     """
 
     def __init__(
@@ -104,12 +106,14 @@ class Scripted:
         progress: dict[str, list[CallToolProgress]] | None = None,
         stream_errors: dict[str, tuple[str, str]] | None = None,
         blocked: set[str] | None = None,
+        consent: dict[str, str] | None = None,
     ) -> None:
         self.replies = list(replies)  # None: never answer (a hung LLM)
         self.tools = tools or {}
         self.progress = progress or {}
         self.stream_errors = stream_errors or {}
         self.blocked = blocked or set()
+        self.consent = consent or {}
         self.call_tool_requests: list[httpx.Request] = []
         """Every call-tool request as sent (headers and body), blocked ones included."""
         self.completion_requests: list[dict[str, Any]] = []
@@ -133,10 +137,22 @@ class Scripted:
             if name in self.blocked:
                 refusal = {"code": "outbound_ssrf_blocked", "message": "10.0.0.7 is a private address"}
                 return httpx.Response(403, json={"error": refusal})
-            self.tool_calls.append((name, arguments))
             accept = request.headers.get("accept", "")
-            self.tool_call_accepts.append(accept)
             streamed = "text/event-stream" in accept
+            if name in self.consent:
+                server = self.consent[name]
+                needed = {
+                    "code": "authorization_required",
+                    "message": f"{server} needs the user's authorization",
+                    "server": server,
+                    "authorizationUrl": f"https://as.example/authorize?client_id=gw&state=st-{server}",
+                }
+                if not streamed:
+                    return httpx.Response(401, json={"error": needed})
+                event = encode_event(json.dumps(needed), event="error")
+                return httpx.Response(200, content=event, headers={"content-type": "text/event-stream"})
+            self.tool_calls.append((name, arguments))
+            self.tool_call_accepts.append(accept)
             if streamed and name in self.stream_errors:
                 code, message = self.stream_errors[name]
                 error = encode_event(json.dumps({"code": code, "message": message}), event="error")

@@ -6,8 +6,9 @@ Not the gateway: it connects to nothing. A registered server is ``connecting`` w
 for its tenant while it is enabled. Its refusals are the gateway's: 400 ``invalid_request``, 404 ``server_not_found``,
 409 ``server_exists`` / ``too_many_servers`` (``maxServers``, default 20), 422 ``url_not_allowed`` (a URL naming
 169.254.169.254, the cloud metadata address). ``leak_header_values``: every answer also carries the servers' header
-values, as a broken gateway might (agent-service must not pass them on). A test may set a stored server's ``state`` and
-``lastError`` (what the gateway's background listing would find): its answers say them.
+values (and its ``auth`` block with its client secret), as a broken gateway might (agent-service must not pass them
+on). A test may set a stored server's ``state`` and ``lastError`` (what the gateway's background listing would
+find): its answers say them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from suite_common.wire import TENANT_HEADER, TenantServerCreate, TenantServerPatch
+from suite_common.wire import TENANT_HEADER, ServerAuthView, TenantServerCreate, TenantServerPatch
 
 __all__ = ["RecordedRequest", "ScriptedTenantGateway"]
 
@@ -86,6 +87,10 @@ class ScriptedTenantGateway:
             "toolCount": len(tools),
             "tools": tools,
         }
+        auth = server.get("auth")
+        if auth is not None:
+            shown = auth if self.leak_header_values else ServerAuthView.of(auth)
+            answer["auth"] = shown.model_dump(by_alias=True, exclude_none=True)
         if self.leak_header_values:
             answer["headers"] = server["headers"]
         return answer
@@ -128,6 +133,7 @@ class ScriptedTenantGateway:
             "headers": body.headers or {},
             "enabled": body.enabled,
             "allowedTools": body.allowed_tools,
+            "auth": body.auth,
         }
         return JSONResponse(self._answer(own[body.name]), status_code=201)
 
@@ -154,4 +160,6 @@ class ScriptedTenantGateway:
                     server[wire_name] = changes[wire_name]
             if patch.headers is not None:
                 server["headers"] = patch.headers
+            if "auth" in patch.model_fields_set:
+                server["auth"] = patch.auth
         return JSONResponse(self._answer(server))

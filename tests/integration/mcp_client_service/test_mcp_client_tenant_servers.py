@@ -94,7 +94,7 @@ async def test_a_tenant_registers_a_third_party_server_and_only_it_sees_and_call
             "/mcp/v1/tools/call-tool", headers=_as("a"), json={"name": "echo", "arguments": {"message": "x"}}
         )
         assert refused.status_code == 404
-        assert gateway.tenants.sessions.get(("a", "everything")) is None
+        assert gateway.tenants.sessions.get(("a", "everything", "")) is None
 
 
 async def test_the_tool_server_learns_who_the_call_acts_for_and_header_values_never_leave() -> None:

@@ -272,6 +272,49 @@ async def test_a_key_rotation_re_encrypts_every_row_with_the_new_key(open_store:
     assert rotated.headers == {"Authorization": TOKEN}
 
 
+async def test_an_auth_block_is_sealed_at_rest_read_back_changed_removed_and_rotated(
+    open_store: OpenStore, tenant: str
+) -> None:
+    client_secret = "cs-" + TOKEN
+    auth = {"type": "oauth", "tokens": "perUser", "clientId": "gw-client", "clientSecret": client_secret}
+    old = await open_store(keys=KEY_A)
+    created = await create(old, tenant, "crm", auth=auth)
+    assert created.auth == auth
+    assert client_secret not in repr(created)
+
+    def raw(connection: sa.Connection) -> str | None:
+        query = sa.select(tenant_servers.c.auth_encrypted).where(
+            tenant_servers.c.tenant == tenant, tenant_servers.c.name == "crm"
+        )
+        token: str | None = connection.execute(query).scalar_one()
+        return token
+
+    sealed = await old._db.run("read the sealed auth", raw, write=False)
+    assert sealed is not None
+    assert client_secret not in sealed
+    assert "gw-client" not in sealed
+    with pytest.raises(SecretsKeyMissing):
+        await create(await open_store(keys=None), tenant, "other", auth=auth)
+
+    both = await open_store(keys=f"{KEY_B},{KEY_A}")
+    assert await both.rotate_secrets() >= 1
+    rotated = await (await open_store(keys=KEY_B)).get(tenant, "crm")
+    assert rotated is not None
+    assert rotated.auth == auth
+
+    machine = {"type": "oauth", "tokens": "machine"}
+    changed = await both.update(tenant, "crm", auth=machine)
+    assert changed is not None
+    assert changed.auth == machine
+    kept = await both.update(tenant, "crm", enabled=False)  # auth left out: kept
+    assert kept is not None
+    assert kept.auth == machine
+    removed = await both.update(tenant, "crm", auth=None)
+    assert removed is not None
+    assert removed.auth is None
+    assert await both._db.run("read the sealed auth", raw, write=False) is None
+
+
 async def test_headers_no_key_decrypts_make_that_server_say_so_and_never_keep_the_others_from_loading(
     open_store: OpenStore, tenant: str
 ) -> None:

@@ -121,6 +121,32 @@ parameters = {{ name = "{FUZZ_SERVER}" }}
 # Its first DELETE deletes it: every later one is a 404 (the name is the only parameter). Every other warning holds.
 warnings = {json.dumps([warning for warning in WARNINGS if warning != "missing_test_data"])}
 """
+    + f"""
+# A person's own connections: the open API's caller naming an end user (without one: 403 user_required).
+[[operations]]
+include-name = "GET /api/v1/agent/connections"
+headers = {{ "X-User-Id" = "fuzz-user" }}
+
+# The same server, for a person's consent (400 not_oauth, then 404s).
+[[operations]]
+include-name = "POST /api/v1/agent/connections/{{server}}/authorize"
+headers = {{ "X-User-Id" = "fuzz-user" }}
+parameters = {{ server = "{FUZZ_SERVER}" }}
+warnings = {json.dumps([warning for warning in WARNINGS if warning != "missing_test_data"])}
+
+# Nobody connected anything here: every revocation is a 404 connection_not_found.
+[[operations]]
+include-name = "DELETE /api/v1/agent/connections/{{server}}"
+headers = {{ "X-User-Id" = "fuzz-user" }}
+warnings = {json.dumps([warning for warning in WARNINGS if warning != "missing_test_data"])}
+
+# The server registered before fuzzing: not behind OAuth, so a consent is refused (400 not_oauth), until the
+# fuzzing of its DELETE removes it (404s then).
+[[operations]]
+include-name = "POST /api/v1/admin/mcp-servers/{{name}}/authorize"
+parameters = {{ name = "{FUZZ_SERVER}" }}
+warnings = {json.dumps([warning for warning in WARNINGS if warning != "missing_test_data"])}
+"""
 )
 _GATEWAY_CONFIG = "".join(
     f"""

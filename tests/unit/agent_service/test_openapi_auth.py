@@ -8,13 +8,13 @@ import pytest
 from pydantic import SecretStr
 from starlette.testclient import TestClient
 
-from agent_service.api.auth import PROTECTED_PREFIXES
+from agent_service.api.auth import is_protected
 from agent_service.app import create_app
 from agent_service.settings import AgentSettings
 
 RUN_ROUTES = {("post", "/api/v1/agent/run"), ("post", "/v1/chat/completions")}
 """The operations that start a run: the tenant's cap of runs in progress applies (429)."""
-OPEN_PATHS = {"/healthz", "/readyz", "/metrics", "/openapi.json"}
+OPEN_PATHS = {"/healthz", "/readyz", "/metrics", "/openapi.json", "/api/v1/agent/oauth/callback"}
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def test_the_caller_key_is_a_bearer_security_scheme(document: dict[str, Any]) ->
 
 
 def test_every_protected_operation_requires_the_key_and_documents_the_refusals(document: dict[str, Any]) -> None:
-    protected = [(m, p, o) for m, p, o in _operations(document) if p.startswith(PROTECTED_PREFIXES)]
+    protected = [(m, p, o) for m, p, o in _operations(document) if is_protected(p)]
     assert len(protected) >= 9
     for method, path, operation in protected:
         where = f"{method} {path}"
@@ -60,7 +60,7 @@ def test_the_operations_own_refusals_are_kept_beside_the_middlewares(document: d
 
 
 def test_the_open_routes_need_no_key(document: dict[str, Any]) -> None:
-    open_operations = [(m, p, o) for m, p, o in _operations(document) if not p.startswith(PROTECTED_PREFIXES)]
+    open_operations = [(m, p, o) for m, p, o in _operations(document) if not is_protected(p)]
     assert {path for _, path, _ in open_operations} == OPEN_PATHS
     for method, path, operation in open_operations:
         assert "security" not in operation, f"{method} {path}"

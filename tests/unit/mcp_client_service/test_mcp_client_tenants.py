@@ -7,7 +7,7 @@ nobody listens on (they fail to connect, which these tests do not mind).
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -19,13 +19,14 @@ from mcp_types import Tool
 from structlog.testing import capture_logs
 
 from mcp_client_service.config.options import ConnectionOptions
-from mcp_client_service.config.servers_file import ServersFile, parse_servers_config
+from mcp_client_service.config.servers_file import HttpServerConfig, ServersFile, parse_servers_config
+from mcp_client_service.connection.server_connection import ServerConnection
 from mcp_client_service.registry.catalog import ServerTools
 from mcp_client_service.registry.server_registry import ServerRegistry
 from mcp_client_service.tenants.catalogs import TenantCatalogs
 from mcp_client_service.tenants.configs import registration_problem, server_config
 from mcp_client_service.tenants.servers import ServerGone, TenantServers, TenantSettings
-from mcp_client_service.tenants.sessions import SessionLimitReached, TenantSessions
+from mcp_client_service.tenants.sessions import SessionKey, SessionLimitReached, TenantSessions
 from suite_common.ssrf import EgressPolicy
 
 pytestmark = pytest.mark.anyio
@@ -58,6 +59,7 @@ class Row:
     created_at: datetime = _EPOCH
     updated_at: datetime = _EPOCH
     headers_problem: str | None = None
+    auth: Mapping[str, Any] | None = None
 
 
 class StoreDouble:
@@ -224,52 +226,85 @@ async def _sessions(**bounds: Any) -> AsyncIterator[tuple[TenantSessions, Clock]
 
 async def test_at_the_tenants_bound_its_least_recently_used_idle_session_closes() -> None:
     async with _sessions(max_sessions=10, max_per_tenant=2) as (sessions, clock):
-        sessions.open(("a", "one"), _CONFIG)
+        sessions.open(("a", "one", ""), _CONFIG)
         clock.now += 1
-        sessions.open(("a", "two"), _CONFIG)
-        sessions.open(("a", "one"), _CONFIG)  # used again: "two" is now the least recently used
-        sessions.open(("b", "other"), _CONFIG)
+        sessions.open(("a", "two", ""), _CONFIG)
+        sessions.open(("a", "one", ""), _CONFIG)  # used again: "two" is now the least recently used
+        sessions.open(("b", "other", ""), _CONFIG)
 
-        sessions.open(("a", "three"), _CONFIG)
+        sessions.open(("a", "three", ""), _CONFIG)
 
-        assert sessions.get(("a", "two")) is None
-        assert sessions.get(("a", "one")) is not None
-        assert sessions.get(("b", "other")) is not None  # another tenant's session is not taken
+        assert sessions.get(("a", "two", "")) is None
+        assert sessions.get(("a", "one", "")) is not None
+        assert sessions.get(("b", "other", "")) is not None  # another tenant's session is not taken
         assert (sessions.count("a"), len(sessions)) == (2, 3)
 
 
 async def test_at_the_total_bound_any_tenants_idle_session_makes_room() -> None:
     async with _sessions(max_sessions=2, max_per_tenant=2) as (sessions, _):
-        sessions.open(("a", "one"), _CONFIG)
-        sessions.open(("b", "one"), _CONFIG)
+        sessions.open(("a", "one", ""), _CONFIG)
+        sessions.open(("b", "one", ""), _CONFIG)
 
-        sessions.open(("c", "one"), _CONFIG)
+        sessions.open(("c", "one", ""), _CONFIG)
 
-        assert sessions.get(("a", "one")) is None
+        assert sessions.get(("a", "one", "")) is None
         assert len(sessions) == 2
 
 
 async def test_when_every_session_is_in_use_no_other_opens() -> None:
     async with _sessions(max_sessions=1, max_per_tenant=1) as (sessions, _):
-        async with sessions.using(("a", "one"), _CONFIG, wait=0):
+        async with sessions.using(("a", "one", ""), _CONFIG, wait=0):
             with pytest.raises(SessionLimitReached, match="in use"):
-                sessions.open(("b", "one"), _CONFIG)
-        sessions.open(("b", "one"), _CONFIG)  # idle again: it makes room
+                sessions.open(("b", "one", ""), _CONFIG)
+        sessions.open(("b", "one", ""), _CONFIG)  # idle again: it makes room
 
-        assert sessions.get(("a", "one")) is None
+        assert sessions.get(("a", "one", "")) is None
 
 
 async def test_a_session_closes_after_its_idle_time_and_not_before() -> None:
     async with _sessions(max_sessions=5, max_per_tenant=5, idle_seconds=60.0) as (sessions, clock):
-        sessions.open(("a", "one"), _CONFIG)
+        sessions.open(("a", "one", ""), _CONFIG)
         clock.now += 59
         sessions._close_idle()
-        assert sessions.get(("a", "one")) is not None
+        assert sessions.get(("a", "one", "")) is not None
 
         clock.now += 2
         sessions._close_idle()
-        assert sessions.get(("a", "one")) is None
+        assert sessions.get(("a", "one", "")) is None
         assert sessions.count("a") == 0
+
+
+async def test_each_user_of_a_per_user_server_has_a_session_of_their_own_closed_alone_or_with_the_server() -> None:
+    made: list[SessionKey] = []
+
+    def make(key: SessionKey, config: HttpServerConfig, on_change: Callable[[], None]) -> ServerConnection:
+        made.append(key)  # the gateway's maker picks the token of the key's principal
+        return ServerConnection(key[1], config, _OPTIONS, on_change=on_change)
+
+    clock = Clock()
+    sessions = TenantSessions(
+        _OPTIONS, idle_seconds=60.0, max_sessions=10, max_per_tenant=10, clock=clock, make_connection=make
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(sessions.run)
+        alice = sessions.open(("a", "crm", "alice"), _CONFIG)
+        clock.now += 1
+        bob = sessions.open(("a", "crm", "bob"), _CONFIG)
+        other = sessions.open(("a", "wiki", "alice"), _CONFIG)
+        assert alice is not bob
+        assert sessions.open(("a", "crm", "alice"), _CONFIG) is alice  # the same user's calls share theirs
+        assert made == [("a", "crm", "alice"), ("a", "crm", "bob"), ("a", "wiki", "alice")]
+        assert sessions.latest("a", "crm") is alice  # used last
+
+        sessions.close(("a", "crm", "alice"), "its token was revoked")  # one user's only
+        assert (sessions.get(("a", "crm", "alice")), sessions.get(("a", "crm", "bob"))) == (None, bob)
+        assert sessions.latest("a", "crm") is bob
+
+        sessions.close_server("a", "crm", "its settings changed")  # every user's
+        assert sessions.get(("a", "crm", "bob")) is None
+        assert sessions.latest("a", "crm") is None
+        assert sessions.get(("a", "wiki", "alice")) is other
+        tg.cancel_scope.cancel()
 
 
 # --- in step with the store ----------------------------------------------------------------------
@@ -296,12 +331,12 @@ async def test_switching_a_server_off_closes_its_session_and_refuses_new_ones() 
     settings = TenantSettings(sync_seconds=3600)
     async with _running(TenantServers(store, _registry(), _OPTIONS, settings=settings)) as servers:
         async with servers.session("a", "clock"):
-            assert servers.sessions.get(("a", "clock")) is not None
+            assert servers.sessions.get(("a", "clock", "")) is not None
 
         store.put(Row("a", "clock", enabled=False))
         await servers.sync()
 
-        assert servers.sessions.get(("a", "clock")) is None
+        assert servers.sessions.get(("a", "clock", "")) is None
         with pytest.raises(ServerGone):
             async with servers.session("a", "clock"):
                 pass
@@ -327,9 +362,9 @@ async def test_a_first_connection_that_fails_is_recorded_and_its_session_closed(
     store.put(Row("a", "down", tools=_json("now")))
     settings = TenantSettings(sync_seconds=3600)
     async with _running(TenantServers(store, _registry(), _OPTIONS, settings=settings)) as servers:
-        await servers._list_now("a", "down")
+        await servers._list_now("a", "down", "")
 
-        assert servers.sessions.get(("a", "down")) is None
+        assert servers.sessions.get(("a", "down", "")) is None
         [(tenant, name, tools, error)] = store.recorded
         assert (tenant, name, tools) == ("a", "down", None)  # None: the tools listed before stay
         assert error

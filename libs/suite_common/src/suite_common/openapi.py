@@ -80,6 +80,8 @@ class Operation:
     """An example request body."""
     error: Any = ErrorResponse
     """The shape of the operation's error bodies (a front speaking another API's wire format has its own)."""
+    error_media_type: str = "application/json"
+    """Of the error bodies: a page a browser shows (``text/html``) is described as text."""
 
 
 class ApiRoute(Route):
@@ -105,6 +107,8 @@ class BearerScheme:
 
     prefixes: tuple[str, ...]
     errors: Mapping[int, str]
+    open_paths: tuple[str, ...] = ()
+    """Paths under ``prefixes`` the middleware serves without a key (a browser's redirect back from elsewhere)."""
 
 
 Security = SharedSecretScheme | BearerScheme
@@ -114,7 +118,7 @@ _SCHEME_NAMES = {SharedSecretScheme: "sharedSecret", BearerScheme: "callerKey"}
 def _protects(security: Security | None, path: str) -> bool:
     if isinstance(security, SharedSecretScheme):
         return path.startswith(security.prefix)
-    return security is not None and path.startswith(security.prefixes)
+    return security is not None and path.startswith(security.prefixes) and path not in security.open_paths
 
 
 def _scheme(security: Security) -> dict[str, Any]:
@@ -159,7 +163,11 @@ class _Schemas:
         return replace(document), definitions.get("$defs", {})
 
 
-def _error(schemas: _Schemas, description: str, model: Any = ErrorResponse) -> dict[str, Any]:
+def _error(
+    schemas: _Schemas, description: str, model: Any = ErrorResponse, media_type: str = "application/json"
+) -> dict[str, Any]:
+    if media_type != "application/json":
+        return {"description": description, "content": {media_type: {"schema": {"type": "string"}}}}
     schema = schemas.ref(model, "serialization")
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
@@ -224,14 +232,14 @@ def _operation(route: Route, method: str, schemas: _Schemas, security: Security 
             media["example"] = dict(spec.example)
         operation["requestBody"] = {"required": True, "content": {"application/json": media}}
         for status, when in _BODY_ERRORS.items():
-            responses[str(status)] = _error(schemas, when, spec.error)
+            responses[str(status)] = _error(schemas, when, spec.error, spec.error_media_type)
     errors = dict(spec.errors)
     if security is not None and _protects(security, route.path):
         operation["security"] = [{_SCHEME_NAMES[type(security)]: []}]
         errors = _with_refusals(security, errors)
     for status, when in sorted(errors.items()):
-        responses[str(status)] = _error(schemas, when, spec.error)
-    responses["default"] = _error(schemas, "Any other error, with its status.", spec.error)
+        responses[str(status)] = _error(schemas, when, spec.error, spec.error_media_type)
+    responses["default"] = _error(schemas, "Any other error, with its status.", spec.error, spec.error_media_type)
     operation["responses"] = responses
     return operation
 

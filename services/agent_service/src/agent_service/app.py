@@ -21,9 +21,11 @@ from agent_service.admission.rule_servers import check_rule_servers
 from agent_service.admission.run_slots import open_run_slots
 from agent_service.admission.tenant_runtime import TenantRuntimes
 from agent_service.api.admin import admin_routes
+from agent_service.api.admin_oauth import admin_oauth_routes
 from agent_service.api.approvals import approvals_routes
 from agent_service.api.audit import audit_routes
-from agent_service.api.auth import CALLER_ERRORS, PROTECTED_PREFIXES, CallerMiddleware
+from agent_service.api.auth import CALLER_ERRORS, PROTECTED_PREFIXES, PUBLIC_PATHS, CallerMiddleware
+from agent_service.api.connections import connections_routes
 from agent_service.api.console import console_routes
 from agent_service.api.images import images_routes
 from agent_service.api.inputs import inputs_routes
@@ -36,6 +38,7 @@ from agent_service.api.usage import usage_routes
 from agent_service.core.tenancy import NO_RULES
 from agent_service.engine.loop import AgentLoop
 from agent_service.engine.tool_cache import open_tool_cache
+from agent_service.infra.gateway_oauth import GatewayOAuth
 from agent_service.infra.peers import CompletionClient, ToolsClient
 from agent_service.infra.shared_redis import connect_redis
 from agent_service.infra.telemetry import RunTelemetry
@@ -194,6 +197,7 @@ def create_app(
                 runs,
                 TenantRuntimes(store, settings),
                 rules_of=callers.rules_of if callers is not None else lambda _: NO_RULES,
+                oauth=GatewayOAuth(tools),
                 open_api=callers is None and stored_keys is None,
             )
             yield {"services": services}
@@ -208,6 +212,8 @@ def create_app(
             *usage_routes(),
             *audit_routes(),
             *admin_routes(),
+            *admin_oauth_routes(),
+            *connections_routes(),
             *console_routes(suggestions),
             *openai_routes(),
             *health_routes(_readiness, observability.lifecycle),
@@ -218,5 +224,5 @@ def create_app(
     install_error_handlers(app)
     app.add_middleware(CallerMiddleware, callers=callers, stored=stored_keys)
     observability.install(app)
-    add_openapi(app, title="agent-service", security=BearerScheme(PROTECTED_PREFIXES, CALLER_ERRORS))
+    add_openapi(app, title="agent-service", security=BearerScheme(PROTECTED_PREFIXES, CALLER_ERRORS, PUBLIC_PATHS))
     return app

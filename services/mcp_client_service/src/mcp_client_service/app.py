@@ -57,6 +57,7 @@ from mcp_client_service.oauth_api import OAuthServers, oauth_routes
 from mcp_client_service.registry.server_registry import ReloadResult, ServerRegistry, ServersResponse
 from mcp_client_service.settings import MCPClientSettings
 from mcp_client_service.store import SecretsBox, TenantServerStore, open_tenant_store
+from mcp_client_service.tenant_oauth import tenant_connections, tenant_oauth_servers, tenant_token_changed
 from mcp_client_service.tenants.configs import header_tenant
 from mcp_client_service.tenants.routes import tenant_routes
 from mcp_client_service.tenants.servers import TenantServers, TenantSettings
@@ -430,7 +431,10 @@ def create_app(
             max_sessions=settings.tenant_max_sessions,
             max_sessions_per_tenant=settings.tenant_max_sessions_per_tenant,
         ),
+        make_connection=tenant_connections(oauth_context, options.for_tenant_servers()),
     )
+    oauth_servers.extra.append(tenant_oauth_servers(tenants))
+    consents.listen(tenant_token_changed(tenants))
     observability = Observability.create("mcp-client-service", settings, tracer_provider=tracer_provider)
     telemetry = GatewayTelemetry(observability.registry, registry, tenants)
     router = ToolRouter(

@@ -18,6 +18,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from mcp_client_service.config.auth import OAuthConfig
+from mcp_client_service.config.options import ConnectionOptions
 from mcp_client_service.config.references import UnresolvedReferenceError
 from mcp_client_service.config.servers_file import HttpServerConfig
 from mcp_client_service.failures import ServerStartError
@@ -38,7 +39,7 @@ from suite_common.wire import (
     OAuthConnectionView,
 )
 
-__all__ = ["OAuthServer", "OAuthServers", "oauth_routes"]
+__all__ = ["OAuthLookup", "OAuthServer", "OAuthServers", "oauth_http", "oauth_routes"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,22 @@ class OAuthServer:
 
 
 OAuthLookup = Callable[[Principal], "OAuthServer | None"]
+
+
+def oauth_http(options: ConnectionOptions, url: str) -> Callable[[], httpx2.AsyncClient]:
+    """The guarded client of a server's OAuth requests: its session's egress policy (of ``url``), its timeouts."""
+    policy = options.egress_for(url)
+
+    def http() -> httpx2.AsyncClient:
+        return guarded_http_client(
+            policy,
+            timeout=httpx2.Timeout(options.connect_timeout),
+            resolver=options.resolver,
+            max_connections=2,
+            max_response_bytes=options.max_response_bytes,
+        )
+
+    return http
 
 
 class OAuthServers:
@@ -77,19 +94,7 @@ class OAuthServers:
             raise ApiError(409, "server_config_unresolved", connection.redact(str(error))) from None
         assert isinstance(resolved, HttpServerConfig)
         assert resolved.auth is not None
-        options = connection.options
-        policy = options.egress_for(resolved.url)
-
-        def http() -> httpx2.AsyncClient:
-            return guarded_http_client(
-                policy,
-                timeout=httpx2.Timeout(options.connect_timeout),
-                resolver=options.resolver,
-                max_connections=2,
-                max_response_bytes=options.max_response_bytes,
-            )
-
-        return OAuthServer(url=resolved.url, auth=resolved.auth, http=http)
+        return OAuthServer(url=resolved.url, auth=resolved.auth, http=oauth_http(connection.options, resolved.url))
 
     def require(self, principal: Principal) -> OAuthServer:
         found = self.find(principal)

@@ -7,9 +7,9 @@ breaking an older one.
 
 Every model is imported from here (``from suite_common.wire import Message``); each contract has its module:
 ``base`` (``WireModel``, ``dump``, the deadline header), ``errors`` (the error body), ``conversation`` (messages,
-tool calls, usage), ``completion`` (completion-service), ``gateway`` (mcp-client-service),
-``tenant_servers`` (the servers tenants register), ``tenant_runtime`` (a tenant's runtime settings), ``agent_runs`` and
-``agent_views`` (agent-service: its runs, and what it answers besides).
+tool calls, usage), ``completion`` (completion-service), ``gateway`` (mcp-client-service), ``oauth`` (OAuth to MCP
+servers), ``tenant_servers`` (the servers tenants register), ``tenant_runtime`` (a tenant's runtime settings),
+``agent_runs`` and ``agent_views`` (agent-service: its runs, and what it answers besides).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from suite_common.wire import (
     conversation,
     errors,
     gateway,
+    oauth,
     tenant_runtime,
     tenant_servers,
 )
@@ -32,6 +33,7 @@ from suite_common.wire.completion import *  # noqa: F403
 from suite_common.wire.conversation import *  # noqa: F403
 from suite_common.wire.errors import *  # noqa: F403
 from suite_common.wire.gateway import *  # noqa: F403
+from suite_common.wire.oauth import *  # noqa: F403
 from suite_common.wire.tenant_runtime import *  # noqa: F403
 from suite_common.wire.tenant_servers import *  # noqa: F403
 
@@ -41,6 +43,7 @@ __all__ = [
     *conversation.__all__,
     *completion.__all__,
     *gateway.__all__,
+    *oauth.__all__,
     *tenant_servers.__all__,
     *tenant_runtime.__all__,
     *agent_runs.__all__,

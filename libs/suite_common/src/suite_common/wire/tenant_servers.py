@@ -17,6 +17,7 @@ from pydantic import ConfigDict, Field
 
 from suite_common.wire.base import WireModel
 from suite_common.wire.gateway import ToolInfo
+from suite_common.wire.oauth import ServerAuth, ServerAuthorization, ServerAuthView
 
 __all__ = [
     "DEFAULT_MAX_TENANT_SERVERS",
@@ -64,6 +65,9 @@ class TenantServerCreate(_Strict):
     enabled: bool = True
     allowed_tools: list[str] | None = None
     """Only these of its tools are offered (its own names); ``None``: every tool it lists."""
+    auth: ServerAuth | None = None
+    """The server is behind OAuth (docs/tenants.md, "The auth block"); its client secret is write-only, encrypted at
+    rest like header values."""
 
 
 class TenantServerPatch(_Strict):
@@ -75,6 +79,8 @@ class TenantServerPatch(_Strict):
     headers: dict[str, str] | None = None
     enabled: bool | None = None
     allowed_tools: list[str] | None = None
+    auth: ServerAuth | None = None
+    """Replaces the whole block (``null``: the server is no longer behind OAuth)."""
 
 
 class TenantServer(WireModel):
@@ -93,6 +99,10 @@ class TenantServer(WireModel):
     last_error: str | None = None
     tool_count: int = 0
     tools: list[ToolInfo] = Field(default_factory=list)
+    auth: ServerAuthView | None = None
+    """Its ``auth`` block (``hasClientSecret``, never the secret); ``None``: not behind OAuth."""
+    authorization: ServerAuthorization | None = None
+    """With ``auth``: whether a token is held (for a per-user server: ``authorized`` once any user consented)."""
     created_at: datetime | None = None
     updated_at: datetime | None = None
 

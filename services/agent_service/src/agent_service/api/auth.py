@@ -9,7 +9,8 @@ in the file, if there is one, else none. Without a callers file and store keys t
 every request is the caller ``anonymous`` of the tenant ``default``, which may name a user.
 
 ``CallerMiddleware`` is the one place that checks: ``/api/v1/agent/*``, ``/api/v1/admin/*`` and ``/v1/*`` need a
-key; the health, metrics, OpenAPI and console page routes stay open. The store unreachable when a key has to be
+key (but the OAuth callback a browser comes back to, ``PUBLIC_PATHS``); the health, metrics, OpenAPI and console page
+routes stay open. The store unreachable when a key has to be
 looked up there: 503 ``store_unavailable``. With keys, the lines logged while serving a request carry ``caller``,
 ``tenant``, ``user`` and ``user_role`` (when named). Handlers (and the limiter) read the caller with ``caller_of``.
 """
@@ -33,12 +34,22 @@ from suite_common.echo import clip
 from suite_common.errors import error_response
 from suite_common.logging import get_logger
 
-__all__ = ["CALLER_ERRORS", "PROTECTED_PREFIXES", "CallerMiddleware", "caller_of"]
+__all__ = ["CALLER_ERRORS", "PROTECTED_PREFIXES", "PUBLIC_PATHS", "CallerMiddleware", "caller_of", "is_protected"]
 
 _log = get_logger("agent_service.callers")
 
 PROTECTED_PREFIXES = ("/api/v1/agent/", "/api/v1/admin/", "/v1/")
 """The paths that need a caller key (when the service has keys): the one list, which /openapi.json documents too."""
+PUBLIC_PATHS = ("/api/v1/agent/oauth/callback",)
+"""Paths under ``PROTECTED_PREFIXES`` that need no key: a person's browser comes back there from an OAuth
+authorization server, with nothing but the redirect's query (whose ``state`` the gateway checks)."""
+
+
+def is_protected(path: str) -> bool:
+    """Whether ``path`` needs a caller key (when the service has keys)."""
+    return path.startswith(PROTECTED_PREFIXES) and path not in PUBLIC_PATHS
+
+
 CALLER_ERRORS = {
     400: "X-User-Id is not 1 to 128 printable ASCII characters without spaces (invalid_request), or X-User-Role is "
     "not one of guest, user, admin, owner (invalid_user_role).",
@@ -116,7 +127,7 @@ class CallerMiddleware:
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]
-        protected = path.startswith(PROTECTED_PREFIXES)
+        protected = is_protected(path)
         user = _header(scope, _USER_HEADER)
         role = _header(scope, _ROLE_HEADER)
         if self.open:

@@ -16,6 +16,7 @@ from agent_service.admission.planning import ModelCheck, ToolCatalog
 from agent_service.admission.tenant_runtime import TenantRuntimes
 from agent_service.core.tenancy import TenantRules
 from agent_service.engine.loop import AgentLoop
+from agent_service.infra.gateway_oauth import GatewayOAuth
 from agent_service.runs import AgentRuns
 from agent_service.settings import AgentSettings
 from suite_common.lifecycle import Lifecycle
@@ -27,8 +28,8 @@ __all__ = ["Services", "services_of"]
 @dataclass(frozen=True)
 class Services:
     """The service's parts that outlive a request: its settings, the peers' pooled client, the loop, the tool and
-    model catalogs, its lifecycle (draining or not), its runs, the tenants' runtimes and rules, and whether the API
-    is open (no caller keys)."""
+    model catalogs, its lifecycle (draining or not), its runs, the tenants' runtimes and rules, the gateway's OAuth
+    endpoints, and whether the API is open (no caller keys)."""
 
     settings: AgentSettings
     http: PeerClient
@@ -40,6 +41,8 @@ class Services:
     runtimes: TenantRuntimes
     rules_of: Callable[[str], TenantRules]
     """Any tenant's rules (its ``[tenants.<name>]`` of the callers file), for an operator acting for it."""
+    oauth: GatewayOAuth
+    """The gateway's OAuth endpoints: consent callbacks, connections (``api.connections``, ``api.admin_oauth``)."""
     open_api: bool = False
     """No caller keys at all: every request is the caller ``anonymous`` of the tenant ``default``."""
 

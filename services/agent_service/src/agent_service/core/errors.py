@@ -8,8 +8,12 @@ Inside a run it ends the run instead (the loop reports ``code`` and ``message`` 
 from __future__ import annotations
 
 from suite_common.errors import ApiError
+from suite_common.wire import AuthorizationRequiredError
 
-__all__ = ["OUTBOUND_BLOCKED", "UpstreamError", "outbound_blocked"]
+__all__ = ["AUTHORIZATION_REQUIRED", "OUTBOUND_BLOCKED", "AuthorizationNeeded", "UpstreamError", "outbound_blocked"]
+
+AUTHORIZATION_REQUIRED = "authorization_required"
+"""The gateway did not make a tool call: its server is behind OAuth and holds no token for whom the call acts."""
 
 OUTBOUND_BLOCKED = "outbound_ssrf_blocked"
 """The gateway refused a tool call because its server's address is one the outbound policy blocks (403). The run
@@ -33,3 +37,12 @@ def outbound_blocked() -> UpstreamError:
         "A tool call was refused: its server's address is one the outbound policy blocks. The run was stopped.",
         status=403,
     )
+
+
+class AuthorizationNeeded(Exception):
+    """The gateway's ``authorization_required`` answer to a tool call (HTTP 401, or an SSE ``error`` event): nothing
+    was called; a person is to open ``detail.authorization_url`` to consent. Not a failure of the run."""
+
+    def __init__(self, detail: AuthorizationRequiredError) -> None:
+        super().__init__(f"the MCP server {detail.server!r} needs authorization")
+        self.detail = detail

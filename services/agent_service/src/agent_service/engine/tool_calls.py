@@ -10,7 +10,7 @@ import anyio
 import structlog
 from opentelemetry.trace import Span
 
-from agent_service.core.errors import OUTBOUND_BLOCKED, UpstreamError
+from agent_service.core.errors import OUTBOUND_BLOCKED, AuthorizationNeeded, UpstreamError
 from agent_service.core.images import DEFAULT_RUN_IMAGES_MAX_BYTES
 from agent_service.core.run import EventSink, RunPlan, RunRecorder, ToolCallRecord
 from agent_service.engine.images import image_room, image_summaries
@@ -29,6 +29,7 @@ from suite_common.wire import (
     ContentPart,
     ElicitationAnswer,
     Message,
+    RunAuthorizationRequired,
     RunToolProgress,
     RunToolResult,
     ToolCall,
@@ -158,6 +159,11 @@ class ToolDispatch:
                         result = await continue_call(self.tools, plan, call, answered, progress)
                     else:
                         result = await self._execute(plan, tool, call, progress, streamed, can_ask(plan, recorder))
+                except AuthorizationNeeded as needed:
+                    # Nothing was called (the planned server is audited): the person is asked to consent, the model
+                    # told why; never cached.
+                    await _ask_consent(plan, iteration, call, needed, emit)
+                    content, is_error, status = _consent_text(call, needed), True, "refused"
                 except UpstreamError as error:
                     failures.append(error)
                     _gateway_failed(span, server, error, siblings)
@@ -173,19 +179,20 @@ class ToolDispatch:
                     if recorder is not None:
                         recorder.unanswered(ended)
                     raise
-                if isinstance(result, CallToolElicitation):  # the call waits at the gateway for a person's answer
-                    span.set_attributes({"tool.server": server, "tool.status": "waiting"})
-                    await ask_input(plan, state, emit, call, tool.server if tool is not None else None, result)
-                    return
-                room = image_room(state.image_bytes, self.images_max_bytes)
-                content, image_bytes = tool_result_content(result, self.tool_result_max_chars, image_room=room)
-                state.image_bytes += image_bytes
-                is_error = result.is_error
-                # The server that ran it (the planned one: the gateway runs the call there or nowhere); a call
-                # that no server ran (refused, the gateway unreachable) keeps the planned one.
-                server, status = result.server or server, "error" if result.is_error else "ok"
-                if status == "ok" and isinstance(content, str):  # a result with images is not cached
-                    await self._remember(plan, tool, call, server, content)
+                else:
+                    if isinstance(result, CallToolElicitation):  # the call waits at the gateway for a person's answer
+                        span.set_attributes({"tool.server": server, "tool.status": "waiting"})
+                        await ask_input(plan, state, emit, call, tool.server if tool is not None else None, result)
+                        return
+                    room = image_room(state.image_bytes, self.images_max_bytes)
+                    content, image_bytes = tool_result_content(result, self.tool_result_max_chars, image_room=room)
+                    state.image_bytes += image_bytes
+                    is_error = result.is_error
+                    # The server that ran it (the planned one: the gateway runs the call there or nowhere); a call
+                    # that no server ran (refused, the gateway unreachable) keeps the planned one.
+                    server, status = result.server or server, "error" if result.is_error else "ok"
+                    if status == "ok" and isinstance(content, str):  # a result with images is not cached
+                        await self._remember(plan, tool, call, server, content)
             span.set_attributes({"tool.server": server, "tool.status": status})
             if status not in ("ok", "cached"):
                 mark_span_failed(span, status)
@@ -316,6 +323,31 @@ def _refusal(call: ToolCall, allowed: set[str]) -> str | None:
             "Call the tool again with a JSON object that matches its input schema."
         )
     return None
+
+
+async def _ask_consent(
+    plan: RunPlan, iteration: int, call: ToolCall, needed: AuthorizationNeeded, emit: EventSink
+) -> None:
+    """The run's ``authorization_required`` event: where the person consents (the console's "Connect")."""
+    await emit(
+        RunAuthorizationRequired(
+            run_id=plan.run_id,
+            iteration=iteration,
+            tool_call_id=call.id,
+            name=call.name,
+            server=needed.detail.server,
+            authorization_url=needed.detail.authorization_url,
+        )
+    )
+
+
+def _consent_text(call: ToolCall, needed: AuthorizationNeeded) -> str:
+    """What the model reads of a call its server's OAuth kept from being made: the user must connect it first."""
+    return (
+        f"The tool '{clip(call.name)}' was not called: its MCP server '{clip(needed.detail.server)}' needs the user's "
+        "authorization first. The user has been asked to connect it (an authorization link was shown to them); "
+        "tell them so, and try again once they have."
+    )
 
 
 async def _unseen(progress: CallToolProgress) -> None:

@@ -10,14 +10,22 @@ from typing import Any
 
 import anyio
 import httpx
+from pydantic import ValidationError
 
-from agent_service.core.errors import OUTBOUND_BLOCKED, UpstreamError, outbound_blocked
+from agent_service.core.errors import (
+    AUTHORIZATION_REQUIRED,
+    OUTBOUND_BLOCKED,
+    AuthorizationNeeded,
+    UpstreamError,
+    outbound_blocked,
+)
 from suite_common.logging import get_logger
 from suite_common.peer_client import PeerReply, PeerStream
 from suite_common.sse_parser import EventStreamParser
-from suite_common.wire import CallToolElicitation, CallToolProgress, CallToolResponse
+from suite_common.wire import AuthorizationRequiredError, CallToolElicitation, CallToolProgress, CallToolResponse
 
 __all__ = [
+    "MALFORMED_CONSENT",
     "ProgressSink",
     "QuestionSink",
     "error_result",
@@ -74,16 +82,24 @@ async def read_call_events(
 
 
 def failed_call(response: PeerReply) -> CallToolResponse:
-    """A ``call-tool`` answered with an HTTP error: an error result saying why; a rejected secret, and an address the
-    outbound policy blocks, raise."""
-    if response.status == 401:
-        raise unauthorized()
+    """A ``call-tool`` answered with an HTTP error: an error result saying why; a rejected secret, an address the
+    outbound policy blocks, and a server that needs a person's consent (``AuthorizationNeeded``), raise."""
     try:
         error = json.loads(response.content)["error"]
         code = error.get("code")
         text = _failure_text(error)
     except (ValueError, KeyError, TypeError, AttributeError):
+        if response.status == 401:
+            raise unauthorized() from None
         return error_result(f"The tool call failed: HTTP {response.status}")
+    if response.status == 401:
+        # The gateway's own 401 for a consent not given (its body says so); any other 401 is the shared secret.
+        if code != AUTHORIZATION_REQUIRED:
+            raise unauthorized()
+        needed = _authorization_needed(error)
+        if needed is None:
+            return error_result(f"The tool call failed: {MALFORMED_CONSENT}.")
+        raise needed
     if response.status == 403 and code == OUTBOUND_BLOCKED:
         raise _blocked(error)
     return error_result(text)
@@ -100,7 +116,21 @@ def _streamed_answer(event: str, data: str) -> CallToolResponse:
         raise ValueError("an error event without a message") from None
     if error.get("code") == OUTBOUND_BLOCKED:  # the stream had started when the connection was refused
         raise _blocked(error)
+    if error.get("code") == AUTHORIZATION_REQUIRED and (needed := _authorization_needed(error)) is not None:
+        raise needed
     return error_result(text)
+
+
+MALFORMED_CONSENT = "mcp-client-service sent an authorization_required answer without its server or URL"
+
+
+def _authorization_needed(error: dict[str, Any]) -> AuthorizationNeeded | None:
+    """The gateway's ``authorization_required`` body as the signal the dispatch acts on; ``None`` if malformed (the
+    call then fails as any other the gateway refused)."""
+    try:
+        return AuthorizationNeeded(AuthorizationRequiredError.model_validate(error))
+    except ValidationError:
+        return None
 
 
 def _failure_text(error: dict[str, Any]) -> str:

@@ -250,6 +250,7 @@ class ToolsClient:
         self.elicitations_url = base + "/mcp/v1/elicitations/"
         self.calls_url = base + "/mcp/v1/calls/"
         self.tenants_url = base + "/mcp/v1/tenants/"
+        self.oauth_url = base + "/mcp/v1/oauth/"
         self.auth = {secret_header: secret}
 
     async def list_tools(self, deadline: Deadline, *, tenant: str | None = None) -> list[ToolInfo]:
@@ -437,12 +438,12 @@ class ToolsClient:
 
     async def tenant_servers(self, tenant: str, deadline: Deadline) -> TenantServerList:
         """``GET /mcp/v1/tenants/{tenant}/servers``."""
-        reply = await self._tenant_request("GET", self._servers_of(tenant), deadline)
+        reply = await self.gateway_request("GET", self._servers_of(tenant), deadline)
         return _tenant_answer(TenantServerList, reply)
 
     async def tenant_server(self, tenant: str, name: str, deadline: Deadline) -> TenantServer:
         """``GET /mcp/v1/tenants/{tenant}/servers/{name}`` (404 ``server_not_found``, passed through)."""
-        reply = await self._tenant_request("GET", self._servers_of(tenant, name), deadline)
+        reply = await self.gateway_request("GET", self._servers_of(tenant, name), deadline)
         return _tenant_answer(TenantServer, reply)
 
     async def create_tenant_server(
@@ -452,7 +453,7 @@ class ToolsClient:
         tenant's own servers."""
         url = f"{self._servers_of(tenant)}?maxServers={max_servers}"
         body = server.model_dump_json(by_alias=True, exclude_none=True).encode()
-        reply = await self._tenant_request("POST", url, deadline, body)
+        reply = await self.gateway_request("POST", url, deadline, body)
         return _tenant_answer(TenantServer, reply)
 
     async def update_tenant_server(
@@ -461,22 +462,24 @@ class ToolsClient:
         """``PATCH /mcp/v1/tenants/{tenant}/servers/{name}``: the fields ``patch`` sets only (an ``allowedTools:
         null`` sent, a field left out not)."""
         body = patch.model_dump_json(by_alias=True, exclude_unset=True).encode()
-        reply = await self._tenant_request("PATCH", self._servers_of(tenant, name), deadline, body)
+        reply = await self.gateway_request("PATCH", self._servers_of(tenant, name), deadline, body)
         return _tenant_answer(TenantServer, reply)
 
     async def delete_tenant_server(self, tenant: str, name: str, deadline: Deadline) -> None:
         """``DELETE /mcp/v1/tenants/{tenant}/servers/{name}`` (204)."""
-        await self._tenant_request("DELETE", self._servers_of(tenant, name), deadline)
+        await self.gateway_request("DELETE", self._servers_of(tenant, name), deadline)
 
     def _servers_of(self, tenant: str, name: str | None = None) -> str:
         # Quoted whole: a name is one path segment, whatever the caller sent ("..", "/", "?").
         url = f"{self.tenants_url}{quote(tenant, safe='')}/servers"
         return url if name is None else f"{url}/{quote(name, safe='')}"
 
-    async def _tenant_request(self, method: str, url: str, deadline: Deadline, body: bytes | None = None) -> PeerReply:
-        """A request of the tenant API answered 2xx; a 4xx raises with the gateway's status, code and message, a
-        rejected secret as ``unauthorized`` (the operator's mistake, not the caller's), anything else as
-        ``_error_from_response``. Header values of a server may be in ``body``: nothing of it is logged."""
+    async def gateway_request(self, method: str, url: str, deadline: Deadline, body: bytes | None = None) -> PeerReply:
+        """A request of the gateway's own API (its tenant API, its OAuth endpoints: ``infra.gateway_oauth``) answered
+        2xx; a 4xx raises with the gateway's status, code and message, a
+        rejected secret as ``_unauthorized`` (the operator's mistake, not the caller's), anything else as
+        ``_error_from_response``. Header values of a server (or a client secret, a code) may be in ``body``: nothing of
+        it is logged."""
         headers = {**self.auth, **deadline.header(), **trace_headers()}
         if body is not None:
             headers["content-type"] = "application/json"

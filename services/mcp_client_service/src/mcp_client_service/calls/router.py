@@ -35,6 +35,7 @@ from mcp_client_service.tenants.servers import ServerGone, TenantServers
 from mcp_client_service.tenants.sessions import SessionLimitReached
 from suite_common.deadline import Deadline
 from suite_common.echo import clip
+from suite_common.errors import ApiError
 from suite_common.logging import get_logger
 from suite_common.wire import CallToolResponse
 
@@ -290,8 +291,13 @@ class ToolRouter:
         """A call of a tenant's own server's tool, on the tenant's session of it (opened now if need be)."""
         assert self._tenants is not None
         assert tool.tenant is not None
+        user = ""
+        if self._tenants.is_per_user(tool.tenant, tool.server):
+            user = _user_of(tool, caller)  # each user's calls go on their own session, with their own token
         try:
-            async with self._tenants.session(tool.tenant, tool.server) as session:
+            async with self._tenants.session(tool.tenant, tool.server, user) as session:
+                if session.consent is not None:
+                    raise session.consent  # nothing is called before this principal consents (401)
                 record = self._recorder(session)
                 if session.egress_refusal is not None and session.client is None:
                     self._blocked(tool, session, record)
@@ -363,6 +369,21 @@ class ToolRouter:
             )
         )
         raise OutboundBlockedError(tool.server, f'The tool "{tool.name}" was not called: {why}')
+
+
+def _user_of(tool: RoutedTool, caller: Mapping[str, Any] | None) -> str:
+    """The end user a call of a per-user server acts for (``caller.user``); 403 ``user_required`` without one:
+    whose token would it use?"""
+    user = caller.get("user") if caller is not None else None
+    if not isinstance(user, str) or not user:
+        _log.warning("mcp_tool_call_refused", tool=tool.name, server=tool.server, reason="user_required")
+        raise ApiError(
+            403,
+            "user_required",
+            f'The tool "{tool.name}" was not called: its MCP server "{tool.server}" uses each end user\'s own '
+            "OAuth token, and the call names no user (caller.user).",
+        )
+    return user
 
 
 def _routed(name: str, entry: CatalogEntry) -> RoutedTool:

@@ -34,6 +34,9 @@ tenant_servers = sa.Table(
     sa.Column("transport", sa.Text, nullable=False),
     # The header values (credentials) as one Fernet token of their JSON (store.secrets); NULL: no headers.
     sa.Column("headers_encrypted", sa.Text, nullable=True),
+    # Its ``auth`` block (OAuth: a client id and secret among its settings) as one Fernet token of its JSON; NULL: the
+    # server is not behind OAuth.
+    sa.Column("auth_encrypted", sa.Text, nullable=True),
     sa.Column("enabled", sa.Boolean, nullable=False),
     # The server's tools a tenant's runs may use (a JSON list of names); NULL: all of them.
     sa.Column("allowed_tools", sa.JSON(none_as_null=True), nullable=True),

@@ -109,8 +109,11 @@ class StoredServer:
     created_at: datetime
     updated_at: datetime
     headers_problem: str | None = None
-    """Why its stored header values could not be decrypted (``headers`` is then empty): no key set, or none of
-    the keys is the one they were encrypted with. ``None``: they were (or it has none)."""
+    """Why its stored header values (or ``auth`` block) could not be decrypted (``headers`` is then empty): no key
+    set, or none of the keys is the one they were encrypted with. ``None``: they were (or it has none)."""
+    auth: Mapping[str, Any] | None = field(default=None, repr=False)
+    """Its ``auth`` block (OAuth) as written (``wire.ServerAuth`` JSON), decrypted: its client secret is never
+    logged nor answered. ``None``: not behind OAuth."""
 
 
 class _Unchanged:
@@ -127,6 +130,7 @@ _COLUMNS = (
     tenant_servers.c.url,
     tenant_servers.c.transport,
     tenant_servers.c.headers_encrypted,
+    tenant_servers.c.auth_encrypted,
     tenant_servers.c.enabled,
     tenant_servers.c.allowed_tools,
     tenant_servers.c.tools,
@@ -250,12 +254,14 @@ class TenantServerStore:
         allowed_tools: Sequence[str] | None,
         *,
         max_servers: int | None,
+        auth: Mapping[str, Any] | None = None,
     ) -> StoredServer:
         """Store a new server (never listed yet). ``ServerExists`` when the tenant has one of this name,
         ``TooManyServers`` when it has ``max_servers`` already (``None``: no bound), ``SecretsKeyMissing`` for
         headers without a key."""
         _check_transport(transport)
         sealed = self._seal(headers)
+        sealed_auth = self._seal_auth(auth)
         now = datetime.now(UTC)
         values: dict[str, Any] = {
             "tenant": tenant,
@@ -263,6 +269,7 @@ class TenantServerStore:
             "url": url,
             "transport": transport,
             "headers_encrypted": sealed,
+            "auth_encrypted": sealed_auth,
             "enabled": enabled,
             "allowed_tools": None if allowed_tools is None else list(allowed_tools),
             "tools": None,
@@ -300,6 +307,7 @@ class TenantServerStore:
             last_error=None,
             created_at=now,
             updated_at=now,
+            auth=None if auth is None else dict(auth),
         )
 
     async def update(
@@ -312,6 +320,7 @@ class TenantServerStore:
         headers: Mapping[str, str] | _Unchanged = UNCHANGED,
         enabled: bool | _Unchanged = UNCHANGED,
         allowed_tools: Sequence[str] | _Unchanged | None = UNCHANGED,
+        auth: Mapping[str, Any] | _Unchanged | None = UNCHANGED,
     ) -> StoredServer | None:
         """Change the fields given (the others keep their values; ``headers`` replaces them all); the server as
         it is then, or ``None`` when the tenant has none of this name."""
@@ -325,6 +334,8 @@ class TenantServerStore:
             changes["headers_encrypted"] = self._seal(headers)
         if not isinstance(enabled, _Unchanged):
             changes["enabled"] = enabled
+        if not isinstance(auth, _Unchanged):
+            changes["auth_encrypted"] = self._seal_auth(auth)
         if not isinstance(allowed_tools, _Unchanged):
             changes["allowed_tools"] = None if allowed_tools is None else list(allowed_tools)
         changes["updated_at"] = datetime.now(UTC)
@@ -397,28 +408,33 @@ class TenantServerStore:
         await self._db.run(f"record the tools of server {name} of tenant {tenant}", record, write=True)
 
     async def rotate_secrets(self) -> int:
-        """Encrypt every stored set of header values again with the first key (after a new key was put first),
-        and the OAuth vault's rows with them (tokens, client registrations, pending consents: the same keys seal
-        them); the number of servers re-encrypted. ``SecretsUnreadable`` (nothing changed) when a row's values are
-        encrypted with none of the keys."""
+        """Encrypt every stored set of header values (and ``auth`` block) again with the first key (after a new key
+        was put first), and the OAuth vault's rows with them (tokens, client registrations, pending consents: the
+        same keys seal them); the number of servers re-encrypted. ``SecretsUnreadable`` (nothing changed) when a
+        row's values are encrypted with none of the keys."""
         secrets = self._secrets
         if secrets is None:
             raise SecretsKeyMissing(f"Header values cannot be re-encrypted: {_KEY_SETTING} is not set.")
 
+        sealed_columns = (tenant_servers.c.headers_encrypted, tenant_servers.c.auth_encrypted)
+
         def rotate(connection: Connection) -> int:
             rows = connection.execute(
-                sa.select(tenant_servers.c.tenant, tenant_servers.c.name, tenant_servers.c.headers_encrypted).where(
-                    tenant_servers.c.headers_encrypted.is_not(None)
+                sa.select(tenant_servers.c.tenant, tenant_servers.c.name, *sealed_columns).where(
+                    sa.or_(*(column.is_not(None) for column in sealed_columns))
                 )
             ).all()
             for row in rows:
-                try:
-                    token = secrets.reseal(row.headers_encrypted)
-                except InvalidToken:
-                    raise _unreadable(row.tenant, row.name) from None
-                connection.execute(
-                    tenant_servers.update().where(*_key(row.tenant, row.name)).values(headers_encrypted=token)
-                )
+                values = {}
+                for column in sealed_columns:
+                    token = getattr(row, column.name)
+                    if token is None:
+                        continue
+                    try:
+                        values[column.name] = secrets.reseal(token)
+                    except InvalidToken:
+                        raise _unreadable(row.tenant, row.name) from None
+                connection.execute(tenant_servers.update().where(*_key(row.tenant, row.name)).values(**values))
             _reseal_oauth_rows(connection, secrets)
             return len(rows)
 
@@ -437,10 +453,18 @@ class TenantServerStore:
             )
         return self._secrets.seal(headers)
 
+    def _seal_auth(self, auth: Mapping[str, Any] | None) -> str | None:
+        if auth is None:
+            return None
+        if self._secrets is None:
+            raise SecretsKeyMissing(f"An OAuth server cannot be stored: {_KEY_SETTING} is not set.")
+        return self._secrets.seal_json(dict(auth))
+
     def _server(self, row: sa.Row[Any]) -> StoredServer:
         headers: Mapping[str, str] = {}
+        auth: Mapping[str, Any] | None = None
         problem = None
-        if row.headers_encrypted is not None:
+        if row.headers_encrypted is not None or row.auth_encrypted is not None:
             if self._secrets is None:
                 problem = (
                     f"The header values of server {row.name} of tenant {row.tenant} cannot be decrypted: "
@@ -448,8 +472,12 @@ class TenantServerStore:
                 )
             else:
                 try:
-                    headers = self._secrets.open(row.headers_encrypted)
+                    if row.headers_encrypted is not None:
+                        headers = self._secrets.open(row.headers_encrypted)
+                    if row.auth_encrypted is not None:
+                        auth = self._secrets.open_json(row.auth_encrypted)
                 except InvalidToken:
+                    headers, auth = {}, None
                     problem = str(_unreadable(row.tenant, row.name))
         return StoredServer(
             tenant=row.tenant,
@@ -464,6 +492,7 @@ class TenantServerStore:
             created_at=row.created_at,
             updated_at=row.updated_at,
             headers_problem=problem,
+            auth=auth,
         )
 
 

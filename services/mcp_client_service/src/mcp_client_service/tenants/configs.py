@@ -21,7 +21,7 @@ from suite_common.wire import TENANT_HEADER, TENANT_NAME_RULE, is_tenant_name
 
 MASK = "***"
 
-__all__ = ["checked_tenant", "header_tenant", "masked_url", "registration_problem", "server_config"]
+__all__ = ["checked_tenant", "header_tenant", "is_per_user", "masked_url", "registration_problem", "server_config"]
 
 
 def checked_tenant(tenant: str, where: str) -> str:
@@ -43,8 +43,10 @@ def server_config(
     transport: Literal["streamable-http", "sse"],
     headers: Mapping[str, str],
     allowed_tools: Sequence[str] | None,
+    auth: Mapping[str, Any] | None = None,
 ) -> HttpServerConfig:
-    """The connection config of a tenant's server; ``ValueError`` (saying why) for a URL or header it cannot use."""
+    """The connection config of a tenant's server (``auth``: its OAuth block as written); ``ValueError`` (saying
+    why) for a URL, header or ``auth`` it cannot use."""
     fields: dict[str, Any] = {
         "type": transport,
         "url": url,
@@ -52,6 +54,8 @@ def server_config(
         # Its own tool names, matched literally: a glob character in a tool name is not a pattern here.
         "allowedTools": None if allowed_tools is None else [_literal_pattern(name) for name in allowed_tools],
     }
+    if auth is not None:
+        fields["auth"] = dict(auth)
     try:
         return HttpServerConfig.model_validate(fields)
     except ValidationError as error:
@@ -59,15 +63,25 @@ def server_config(
         raise ValueError(problems) from None
 
 
+def is_per_user(auth: Mapping[str, Any] | None) -> bool:
+    """Whether a server with this ``auth`` block (as stored) holds a token per end user: each user's calls then go
+    on a session of their own, and a call naming no user cannot be made."""
+    return auth is not None and auth.get("tokens") == "perUser"
+
+
 def _literal_pattern(name: str) -> str:
     return "".join(f"[{char}]" if char in "*?[]" else char for char in name)
 
 
-def registration_problem(url: str, headers: Mapping[str, str] | None) -> str | None:
-    """Why a tenant may not register a server with this URL and headers (before the outbound policy), or ``None``."""
+def registration_problem(
+    url: str, headers: Mapping[str, str] | None, auth: Mapping[str, Any] | None = None
+) -> str | None:
+    """Why a tenant may not register a server with this URL, headers and ``auth`` block (before the outbound
+    policy), or ``None``."""
     if not url.startswith(("http://", "https://")):
         return "url must be an http:// or https:// URL"
     texts = [("url", url), *((f'header "{name}"', value) for name, value in (headers or {}).items())]
+    texts += [(f"auth.{name}", value) for name, value in (auth or {}).items() if isinstance(value, str)]
     for where, text in texts:
         if has_references(text):
             return f"{where} holds a ${{env:...}} or ${{file:...}} reference: a tenant's server takes literal values"

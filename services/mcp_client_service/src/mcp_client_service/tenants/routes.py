@@ -29,6 +29,7 @@ from suite_common.openapi import ApiRoute, Operation
 from suite_common.wire import (
     DEFAULT_MAX_TENANT_SERVERS,
     TENANT_NAME_RULE,
+    ServerAuth,
     TenantServer,
     TenantServerCreate,
     TenantServerList,
@@ -108,6 +109,11 @@ def _max_servers(request: Request) -> int | None:
     return int(raw)
 
 
+def _auth_json(auth: ServerAuth | None) -> dict[str, Any] | None:
+    """The ``auth`` block as stored and as the connection config reads it (camelCase, fields left out unset)."""
+    return None if auth is None else auth.model_dump(by_alias=True, exclude_none=True)
+
+
 def _not_found(name: str) -> ApiError:
     return ApiError(404, "server_not_found", f'The tenant has no MCP server named "{name[:64]}".')
 
@@ -121,8 +127,10 @@ def _store_failed(error: StoreError) -> ApiError:
 def tenant_routes(prefix: str, servers: TenantServers) -> list[BaseRoute]:
     """The tenant API's routes under ``prefix`` (``/mcp/v1``)."""
 
-    async def _checked_url(url: str, headers: dict[str, str] | None, *, outbound: bool = True) -> None:
-        problem = registration_problem(url, headers)
+    async def _checked_url(
+        url: str, headers: dict[str, str] | None, auth: dict[str, Any] | None, *, outbound: bool = True
+    ) -> None:
+        problem = registration_problem(url, headers, auth)
         if problem is not None:
             raise ApiError(400, "invalid_server", f"The server was not registered: {problem}.")
         if not outbound:
@@ -136,9 +144,11 @@ def tenant_routes(prefix: str, servers: TenantServers) -> list[BaseRoute]:
             why = f"its host name was not resolved within {_CHECK_SECONDS:g} s"
             raise ApiError(422, "url_not_allowed", f"The server's URL is not allowed: {why}.") from None
 
-    def _check_config(row_url: str, transport: Any, headers: dict[str, str], allowed: list[str] | None) -> None:
+    def _check_config(
+        row_url: str, transport: Any, headers: dict[str, str], allowed: list[str] | None, auth: dict[str, Any] | None
+    ) -> None:
         try:
-            server_config(row_url, transport, headers, allowed)
+            server_config(row_url, transport, headers, allowed, auth)
         except ValueError as invalid:
             raise ApiError(400, "invalid_server", f"The server was not registered: {invalid}.") from None
 
@@ -161,8 +171,9 @@ def tenant_routes(prefix: str, servers: TenantServers) -> list[BaseRoute]:
         body = await read_model(request, TenantServerCreate)
         if servers.is_shared(body.name):
             raise ApiError(409, "server_exists", f'"{body.name}" is the name of a shared server: choose another.')
-        _check_config(body.url, body.transport, body.headers or {}, body.allowed_tools)
-        await _checked_url(body.url, body.headers)
+        auth = _auth_json(body.auth)
+        _check_config(body.url, body.transport, body.headers or {}, body.allowed_tools, auth)
+        await _checked_url(body.url, body.headers, auth)
         try:
             row = await servers.store.create(
                 tenant,
@@ -173,6 +184,7 @@ def tenant_routes(prefix: str, servers: TenantServers) -> list[BaseRoute]:
                 body.enabled,
                 body.allowed_tools,
                 max_servers=DEFAULT_MAX_TENANT_SERVERS if limit is None else limit,
+                auth=auth,
             )
         except ServerExists:
             raise ApiError(409, "server_exists", f'The tenant has a server named "{body.name}" already.') from None
@@ -182,8 +194,8 @@ def tenant_routes(prefix: str, servers: TenantServers) -> list[BaseRoute]:
             raise ApiError(
                 400,
                 "secrets_key_missing",
-                "Header values cannot be stored: the gateway has no MCP_CLIENT_SECRETS_KEY. Register the server "
-                "without headers, or ask the operator to set the key.",
+                "Header values and OAuth settings cannot be stored: the gateway has no MCP_CLIENT_SECRETS_KEY. "
+                "Register the server without headers or auth, or ask the operator to set the key.",
             ) from None
         except StoreError as error:
             raise _store_failed(error) from None
@@ -193,6 +205,7 @@ def tenant_routes(prefix: str, servers: TenantServers) -> list[BaseRoute]:
             server=row.name,
             transport=row.transport,
             header_names=sorted(row.headers),
+            oauth=None if auth is None else auth.get("tokens", "machine"),
             enabled=row.enabled,
         )
         servers.adopt(row)
@@ -224,9 +237,10 @@ def tenant_routes(prefix: str, servers: TenantServers) -> list[BaseRoute]:
         transport = patch.transport if patch.transport is not None else before.transport
         headers = (patch.headers or {}) if "headers" in given else dict(before.headers)
         allowed = patch.allowed_tools if "allowed_tools" in given else before.allowed_tools
-        _check_config(url, transport, headers, None if allowed is None else list(allowed))
-        if "url" in given or "headers" in given:
-            await _checked_url(url, headers, outbound="url" in given)
+        auth = _auth_json(patch.auth) if "auth" in given else (dict(before.auth) if before.auth else None)
+        _check_config(url, transport, headers, None if allowed is None else list(allowed), auth)
+        if given & {"url", "headers", "auth"}:
+            await _checked_url(url, headers, auth, outbound="url" in given)
         try:
             row = await servers.store.update(
                 tenant,
@@ -236,16 +250,20 @@ def tenant_routes(prefix: str, servers: TenantServers) -> list[BaseRoute]:
                 headers=headers if "headers" in given else UNCHANGED,
                 enabled=patch.enabled if patch.enabled is not None else UNCHANGED,
                 allowed_tools=patch.allowed_tools if "allowed_tools" in given else UNCHANGED,
+                auth=auth if "auth" in given else UNCHANGED,
             )
         except SecretsKeyMissing:
-            raise ApiError(400, "secrets_key_missing", "Header values cannot be stored without a key.") from None
+            message = "Header values and OAuth settings cannot be stored without a key."
+            raise ApiError(400, "secrets_key_missing", message) from None
         except StoreError as error:
             raise _store_failed(error) from None
         if row is None:
             raise _not_found(name)
         _log.info("mcp_tenant_server_changed", tenant=tenant, server=name, fields=sorted(given))
         servers.adopt(row)
-        reached_differently = row.url != before.url or row.transport != before.transport or "headers" in given
+        reached_differently = (
+            row.url != before.url or row.transport != before.transport or bool(given & {"headers", "auth"})
+        )
         if row.enabled and (not before.enabled or reached_differently):
             servers.list_in_background(tenant, name)
         return ModelResponse(servers.describe(row))

@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -31,11 +31,16 @@ from mcp_client_service.connection.server_connection import ServerConnection
 from mcp_client_service.registry.catalog import Away, NameCollision, ServerTools, ToolCatalog
 from mcp_client_service.registry.server_registry import ServerRegistry
 from mcp_client_service.tenants.catalogs import TenantCatalogs, parse_tools
-from mcp_client_service.tenants.configs import masked_url, server_config
-from mcp_client_service.tenants.sessions import SessionKey, SessionLimitReached, TenantSessions
+from mcp_client_service.tenants.configs import is_per_user, masked_url, server_config
+from mcp_client_service.tenants.sessions import (
+    ConnectionMaker,
+    SessionKey,
+    SessionLimitReached,
+    TenantSessions,
+)
 from mcp_client_service.tenants.store_api import ServerRow, TenantStore
 from suite_common.logging import get_logger
-from suite_common.wire import TenantServer, ToolInfo
+from suite_common.wire import ServerAuth, ServerAuthorization, ServerAuthView, TenantServer, ToolInfo
 
 __all__ = ["ServerGone", "TenantServers", "TenantSettings"]
 
@@ -72,7 +77,12 @@ class _Known:
 
 
 def _connects_the_same(a: ServerRow, b: ServerRow) -> bool:
-    return a.url == b.url and a.transport == b.transport and dict(a.headers) == dict(b.headers)
+    return (
+        a.url == b.url
+        and a.transport == b.transport
+        and dict(a.headers) == dict(b.headers)
+        and (a.auth or None) == (b.auth or None)
+    )
 
 
 def _dump_tools(tools: Sequence[Tool]) -> list[dict[str, Any]]:
@@ -93,7 +103,10 @@ class TenantServers:
         *,
         collision: NameCollision = "first_wins",
         settings: TenantSettings | None = None,
+        make_connection: ConnectionMaker | None = None,
     ) -> None:
+        """``make_connection``: how a session's connection is made (the gateway's picks an OAuth server's token by
+        the session's key); default, a plain ``ServerConnection``."""
         self._store = store
         self.settings = settings = settings or TenantSettings()
         self._registry = registry
@@ -104,6 +117,7 @@ class TenantServers:
             max_sessions=settings.max_sessions,
             max_per_tenant=settings.max_sessions_per_tenant,
             on_change=self._session_changed,
+            make_connection=make_connection,
         )
         self.catalogs = TenantCatalogs(collision=collision, shared=self._shared_tools, own=self._own_tools)
         self._known: dict[str, dict[str, _Known]] = {}
@@ -115,7 +129,7 @@ class TenantServers:
         self._changed: anyio.Event | None = None
         self._writes = 0
         """Changes this replica made (``adopt``, ``forget``): a sync that raced one is not adopted."""
-        self._listing: dict[SessionKey, float] = {}
+        self._listing: dict[tuple[str, str], float] = {}
         """Servers being listed in the background, or last tried (``time.monotonic``) and never listed."""
 
     def _notify(self) -> None:
@@ -222,7 +236,7 @@ class TenantServers:
         if before is not None and before.row == row:
             return
         if before is not None and (not row.enabled or not _connects_the_same(before.row, row)):
-            self.sessions.close((row.tenant, row.name), "its settings changed" if row.enabled else "switched off")
+            self.sessions.close_server(row.tenant, row.name, "its settings changed" if row.enabled else "switched off")
         tenant_known[row.name] = self._known_row(row)
         self.catalogs.changed(row.tenant)
         self._notify()
@@ -232,7 +246,7 @@ class TenantServers:
         if tenant_known.pop(name, None) is None:
             return
         self._listing.pop((tenant, name), None)
-        self.sessions.close((tenant, name), "deleted")
+        self.sessions.close_server(tenant, name, "deleted")
         if tenant_known:
             self.catalogs.changed(tenant)
         else:
@@ -250,7 +264,7 @@ class TenantServers:
             _log.error("mcp_tenant_server_headers_unreadable", tenant=row.tenant, server=row.name, error=problem)
         else:
             try:
-                config = server_config(row.url, row.transport, row.headers, row.allowed_tools)
+                config = server_config(row.url, row.transport, row.headers, row.allowed_tools, row.auth)
             except ValueError as error:
                 problem = str(error)
         return _Known(
@@ -260,6 +274,16 @@ class TenantServers:
             stored_tools=parse_tools(row.tools),
             recorded=(row.tools, row.last_error),
         )
+
+    def config_of(self, tenant: str, name: str) -> HttpServerConfig | None:
+        """The connection config of ``tenant``'s enabled server ``name``; ``None``: it has none such now."""
+        known = self._known.get(tenant, {}).get(name)
+        return known.config if known is not None and known.row.enabled else None
+
+    def is_per_user(self, tenant: str, name: str) -> bool:
+        """Whether ``tenant``'s server ``name`` holds OAuth tokens per end user (a session per user)."""
+        known = self._known.get(tenant, {}).get(name)
+        return known is not None and is_per_user(known.row.auth)
 
     def is_shared(self, name: str) -> bool:
         """Whether ``name`` is a server of the servers file (a tenant's server may not take its name)."""
@@ -295,7 +319,7 @@ class TenantServers:
         for name, known in self._known.get(tenant, {}).items():
             if not known.row.enabled or known.config is None:
                 continue
-            connection = self.sessions.get((tenant, name))
+            connection = self.sessions.latest(tenant, name)  # a per-user server's: any consented user's session
             offers = known.config.offers
             stored = known.stored_tools
             if connection is None and known.recorded[0] is None:
@@ -321,19 +345,20 @@ class TenantServers:
     # --- sessions -----------------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def session(self, tenant: str, name: str) -> AsyncIterator[ServerConnection]:
-        """The session of ``tenant``'s server ``name``, opened if needed, once it serves or has failed.
+    async def session(self, tenant: str, name: str, user: str = "") -> AsyncIterator[ServerConnection]:
+        """The session of ``tenant``'s server ``name`` (``user``'s own, for a per-user server; ``""``: the one the
+        tenant's runs share), opened if needed, once it serves or has failed.
 
         ``ServerGone`` if the tenant has no such enabled server now; ``SessionLimitReached`` at the bounds.
         """
         known = self._known.get(tenant, {}).get(name)
         if known is None or not known.row.enabled or known.config is None:
             raise ServerGone(name)
-        async with self.sessions.using((tenant, name), known.config, wait=self.connect_wait) as connection:
+        async with self.sessions.using((tenant, name, user), known.config, wait=self.connect_wait) as connection:
             yield connection
 
     def _session_changed(self, key: SessionKey) -> None:
-        tenant, name = key
+        tenant, name, _ = key
         self.catalogs.changed(tenant)
         self._notify()
         connection = self.sessions.get(key)
@@ -344,33 +369,38 @@ class TenantServers:
         if known.recorded != (tools, None):
             # Noted in memory at once, so that one listing is recorded once.
             self._known[tenant][name] = replace(known, stored_tools=connection.listing.tools, recorded=(tools, None))
-            self._task_group.start_soon(self._record_listing, key, tools, None)
+            self._task_group.start_soon(self._record_listing, tenant, name, tools, None)
 
-    async def _record_listing(self, key: SessionKey, tools: list[dict[str, Any]] | None, error: str | None) -> None:
+    async def _record_listing(
+        self, tenant: str, name: str, tools: list[dict[str, Any]] | None, error: str | None
+    ) -> None:
         try:
-            await self.store.record_listing(key[0], key[1], tools, error)
+            await self.store.record_listing(tenant, name, tools, error)
         except Exception as failure:  # a listing not kept is kept at the next one; the call path is unaffected
             _log.warning(
                 "mcp_tenant_listing_not_recorded",
-                tenant=key[0],
-                server=key[1],
+                tenant=tenant,
+                server=name,
                 error=f"{type(failure).__name__}: {failure}",
             )
 
-    def list_in_background(self, tenant: str, name: str) -> None:
-        """Connect to a registered (or enabled) server and list its tools, now, without waiting for it."""
-        if self._task_group is not None:
-            self._listing[tenant, name] = math.inf  # in progress
-            self._task_group.start_soon(self._list_now, tenant, name, name=f"mcp-tenant-list:{tenant}/{name}")
+    def list_in_background(self, tenant: str, name: str, user: str = "") -> None:
+        """Connect to a registered (or enabled) server and list its tools, now, without waiting for it. A per-user
+        server is listed by a user's own session only (``user``: one who has just consented), which records its
+        listing as the server's; without a user it is not listed (nobody's token to list it with)."""
+        if self._task_group is None or (self.is_per_user(tenant, name) and not user):
+            return
+        self._listing[tenant, name] = math.inf  # in progress
+        self._task_group.start_soon(self._list_now, tenant, name, user, name=f"mcp-tenant-list:{tenant}/{name}")
 
     def _list_if_due(self, tenant: str, name: str) -> None:
         """List a server never listed, unless that is in progress or was tried within ``_RELIST_SECONDS``."""
         if time.monotonic() >= self._listing.get((tenant, name), -math.inf) + _RELIST_SECONDS:
             self.list_in_background(tenant, name)
 
-    async def _list_now(self, tenant: str, name: str) -> None:
+    async def _list_now(self, tenant: str, name: str, user: str) -> None:
         try:
-            await self._list_once(tenant, name)
+            await self._list_once(tenant, name, user)
         finally:
             known = self._known.get(tenant, {}).get(name)
             if known is not None and known.recorded[0] is None:
@@ -378,13 +408,15 @@ class TenantServers:
             else:
                 self._listing.pop((tenant, name), None)
 
-    async def _list_once(self, tenant: str, name: str) -> None:
+    async def _list_once(self, tenant: str, name: str, user: str) -> None:
         serving, error = False, "no session could be opened in time: every one was in use"
         with anyio.move_on_after(self.connect_wait):
             while True:
                 try:
-                    async with self.session(tenant, name) as connection:
+                    async with self.session(tenant, name, user) as connection:
                         serving, error = connection.serving, connection.last_error or "it did not answer in time"
+                        # Waiting for a person's consent is not a failure: kept (idle-closed as any), it says where.
+                        serving = serving or connection.consent is not None
                     break
                 except SessionLimitReached:
                     await self.sessions.wait_for_room()  # in the background, a listing may wait its turn
@@ -393,18 +425,17 @@ class TenantServers:
         if serving:
             return  # its listing is recorded as the session publishes it (``_session_changed``)
         # Nobody is waiting on it: no reconnecting in the background until a call asks for it again.
-        self.sessions.close((tenant, name), "its first connection failed")
+        self.sessions.close((tenant, name, user), "its first connection failed")
         known = self._known.get(tenant, {}).get(name)
-        if known is not None:
+        if known is not None and not user:  # one user's failed session says nothing of the server's
             self._known[tenant][name] = replace(known, recorded=(known.recorded[0], error))
-            await self._record_listing((tenant, name), None, error)  # None: the tools listed before stay
+            await self._record_listing(tenant, name, None, error)  # None: the tools listed before stay
 
     # --- answers ------------------------------------------------------------------------------------
 
     def describe(self, row: ServerRow) -> TenantServer:
         """``row`` as the tenant API answers it: settings (header names, never values), state, tools."""
-        key = (row.tenant, row.name)
-        connection = self.sessions.get(key) if row.enabled else None
+        connection = self.sessions.latest(row.tenant, row.name) if row.enabled else None
         known = self._known.get(row.tenant, {}).get(row.name)
         if not row.enabled:
             state, last_error = "disabled", row.last_error
@@ -417,6 +448,7 @@ class TenantServers:
         else:
             state, last_error = ("failed" if row.last_error else "idle"), row.last_error
         tools = self._tool_infos(row, connection)
+        auth = _auth_of(row)
         return TenantServer(
             name=row.name,
             url=masked_url(row.url),  # its secrets masked: headers are the place for them
@@ -428,6 +460,8 @@ class TenantServers:
             last_error=last_error,
             tool_count=len(tools),
             tools=tools,
+            auth=ServerAuthView.of(auth) if auth is not None else None,
+            authorization=_authorization(auth, connection, row) if auth is not None else None,
             created_at=row.created_at,
             updated_at=row.updated_at,
         )
@@ -452,3 +486,26 @@ class TenantServers:
                     )
                 )
         return infos
+
+
+def _auth_of(row: ServerRow) -> ServerAuth | None:
+    """The row's ``auth`` block as the wire reads it; ``None`` if it has none (or one no longer readable as such)."""
+    if row.auth is None:
+        return None
+    try:
+        return ServerAuth.model_validate(row.auth)
+    except ValueError:
+        return None
+
+
+def _authorization(auth: ServerAuth, connection: ServerConnection | None, row: ServerRow) -> ServerAuthorization:
+    """Whether a token is held, as far as this replica sees: a session serves, or one listed the server (for a
+    per-user server, some user consented); else a consent is required."""
+    serving = connection is not None and connection.serving
+    if auth.tokens == "machine" and connection is not None and connection.consent is not None:
+        # The tenant's one session waits for its admin's consent: where to give it (never a user's URL).
+        return ServerAuthorization(
+            tokens="machine", state="required", authorization_url=connection.consent.authorization_url
+        )
+    state: Literal["required", "authorized"] = "authorized" if serving or row.tools is not None else "required"
+    return ServerAuthorization(tokens=auth.tokens, state=state)

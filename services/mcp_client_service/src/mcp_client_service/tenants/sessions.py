@@ -8,13 +8,18 @@ room; when none is idle, opening another raises ``SessionLimitReached`` (the cal
 
 Each session is a ``ServerConnection``, as for a shared server: breaker, reconnects with backoff, probes,
 redaction of its header values and its listing, all the same.
+
+A session's key carries the end user: ``""`` for a session the tenant's runs share, the user's id for a server whose
+OAuth tokens are per user (each user's calls go on a session opened with their own token). The tenant ``""`` is the
+deployment's servers file (its per-user servers' sessions are here too). Every session of a server can be closed at
+once (``close_server``: its settings changed), or one user's only (``close``: that user's token was revoked).
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -26,12 +31,16 @@ from mcp_client_service.config.servers_file import HttpServerConfig
 from mcp_client_service.connection.server_connection import ServerConnection
 from suite_common.logging import get_logger
 
-__all__ = ["SessionKey", "SessionLimitReached", "TenantSessions"]
+__all__ = ["ConnectionMaker", "SessionKey", "SessionLimitReached", "TenantSessions"]
 
 _log = get_logger("mcp_client_service.tenants.sessions")
 
-SessionKey = tuple[str, str]
-"""(tenant, the tenant's name of its server)."""
+SessionKey = tuple[str, str, str]
+"""(tenant, the tenant's name of its server, the end user: ``""`` for a session the tenant's runs share)."""
+
+ConnectionMaker = Callable[[SessionKey, HttpServerConfig, Callable[[], None]], ServerConnection]
+"""How a session's connection is made: (its key, the server's config, what it calls on every change). The gateway's
+makes an OAuth server's connection with the token of the key's principal."""
 
 
 class SessionLimitReached(Exception):
@@ -62,8 +71,10 @@ class TenantSessions:
         max_per_tenant: int,
         on_change: Callable[[SessionKey], None] = lambda _: None,
         clock: Callable[[], float] = time.monotonic,
+        make_connection: ConnectionMaker | None = None,
     ) -> None:
         self.options = options
+        self._make_connection = make_connection or self._connection
         self.idle_seconds = idle_seconds
         self.max_sessions = max_sessions
         self.max_per_tenant = max_per_tenant
@@ -76,6 +87,10 @@ class TenantSessions:
         self._stopped = anyio.Event()
         self._room: anyio.Event | None = None
 
+    def _connection(self, key: SessionKey, config: HttpServerConfig, on_change: Callable[[], None]) -> ServerConnection:
+        """A plain session's connection (no OAuth token to pick): the server's name, its config, the options."""
+        return ServerConnection(key[1], config, self.options, on_change=on_change)
+
     def __len__(self) -> int:
         return len(self._open)
 
@@ -86,6 +101,16 @@ class TenantSessions:
         """The open session of ``key``, if there is one (nothing is opened)."""
         session = self._open.get(key)
         return session.connection if session is not None else None
+
+    def keys_of(self, tenant: str, server: str) -> Iterator[SessionKey]:
+        """The keys of the open sessions of ``tenant``'s ``server``, every user's, least recently used first."""
+        return (key for key in list(self._open) if key[0] == tenant and key[1] == server)
+
+    def latest(self, tenant: str, server: str) -> ServerConnection | None:
+        """The most recently used open session of the server, whoever's (a per-user server's catalog is what any
+        consented user's session last listed)."""
+        keys = list(self.keys_of(tenant, server))
+        return self._open[keys[-1]].connection if keys else None
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Keep the sessions until cancelled: close idle ones as their time passes; cancelling closes all."""
@@ -130,12 +155,13 @@ class TenantSessions:
             self._make_room(tenant, f"its tenant has {self.max_per_tenant} sessions open, in use")
         if len(self._open) >= self.max_sessions:
             self._make_room(None, f"the gateway has {self.max_sessions} tenant sessions open, in use")
-        connection = ServerConnection(key[1], config, self.options, on_change=lambda: self._changed_now(key))
+        connection = self._make_connection(key, config, lambda: self._changed_now(key))
         session = _Session(connection=connection, scope=anyio.CancelScope(), last_used=self._clock())
         self._open[key] = session
         self._per_tenant[tenant] = self.count(tenant) + 1
         self._task_group.start_soon(self._supervise, session, name=f"mcp-tenant-server:{key[0]}/{key[1]}")
-        _log.info("mcp_tenant_session_opened", tenant=tenant, server=key[1], open_sessions=len(self._open))
+        opened = len(self._open)
+        _log.info("mcp_tenant_session_opened", tenant=tenant, server=key[1], user=key[2] or None, open_sessions=opened)
         return connection
 
     def _make_room(self, tenant: str | None, why: str) -> None:
@@ -162,9 +188,14 @@ class TenantSessions:
         else:
             self._per_tenant.pop(tenant, None)
         session.scope.cancel()
-        _log.info("mcp_tenant_session_closed", tenant=tenant, server=key[1], reason=reason)
+        _log.info("mcp_tenant_session_closed", tenant=tenant, server=key[1], user=key[2] or None, reason=reason)
         self._changed_now(key)
         self._made_room()
+
+    def close_server(self, tenant: str, server: str, reason: str) -> None:
+        """Close every session of ``tenant``'s ``server``, every user's (its settings changed, it is gone)."""
+        for key in list(self.keys_of(tenant, server)):
+            self.close(key, reason)
 
     def _changed_now(self, key: SessionKey) -> None:
         self._on_change(key)

@@ -39,6 +39,11 @@ class ServerRow(Protocol):
     @property
     def updated_at(self) -> datetime: ...
     @property
+    def auth(self) -> Mapping[str, Any] | None:
+        """Its ``auth`` block (``wire.ServerAuth`` JSON, the client secret in it); ``None``: not behind OAuth."""
+        ...
+
+    @property
     def headers_problem(self) -> str | None:
         """Why its header values could not be decrypted (the server then cannot be connected to); ``None``: fine."""
         ...
@@ -66,6 +71,7 @@ class TenantStore(Protocol):
         allowed_tools: Sequence[str] | None,
         *,
         max_servers: int | None,
+        auth: Mapping[str, Any] | None = None,
     ) -> ServerRow: ...
     async def update(
         self,
@@ -77,6 +83,7 @@ class TenantStore(Protocol):
         headers: Any = ...,
         enabled: Any = ...,
         allowed_tools: Any = ...,
+        auth: Any = ...,
     ) -> ServerRow | None:
         """Each field left out (or ``store.UNCHANGED``) keeps its value."""
         ...
