@@ -18,9 +18,10 @@ import anyio
 import httpx
 import pytest
 from cryptography.fernet import Fernet
+from mcp.shared.exceptions import MCPError
 from structlog.testing import capture_logs
 
-from support.mcp_gateway import WAIT_SECONDS, Gateway, running_gateway
+from support.mcp_gateway import WAIT_SECONDS, Gateway, face_client, running_gateway
 from support.oauth_server import OAuthWorld, protected_echo_server
 
 pytestmark = pytest.mark.anyio
@@ -170,3 +171,17 @@ async def test_users_of_two_tenants_each_call_a_per_user_servers_file_server_wit
     for secret in oauth.issued:
         assert not [answer for answer in world.answers if secret in answer.text]
         assert not [line for line in logs if secret in repr(line)]
+
+
+async def test_the_gateways_mcp_endpoint_refuses_a_per_user_servers_tool_it_cannot_name_a_user_for() -> None:
+    async with protected_echo_server() as oauth:
+        servers = {"docs": {**SERVERS["docs"], "url": oauth.mcp_url}}
+        async with running_gateway(
+            servers, secrets_key=Fernet.generate_key().decode(), oauth_redirect_url="http://agent.test/callback"
+        ) as gateway:
+            await World(gateway, oauth).consent("acme", "alice")
+            await _listed(gateway)
+            async with face_client(gateway) as client:
+                with pytest.raises(MCPError, match="user_required"):
+                    await client.call_tool("caller_meta", {})
+            assert list(gateway.tenants.sessions.keys_of_server("docs")) == [("acme", "docs", "alice")]
