@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from support.servers import free_port, serve_app
 pytestmark = pytest.mark.anyio
 
 APP = "acme-app-" + uuid.uuid4().hex
+GLOBEX_APP = "globex-app-" + uuid.uuid4().hex
 ADMIN = "acme-admin-" + uuid.uuid4().hex
 CALLBACK_PATH = "/api/v1/agent/oauth/callback"
 """agent-service's, where the authorization server sends the person's browser back (the gateway's redirect URI,
@@ -41,6 +43,10 @@ CALLERS_FILE = f"""
 
 {key_entry("acme-app", "acme", APP, trusted=True)}
 {key_entry("acme-admin", "acme", ADMIN, role="admin")}
+
+[tenants.globex]
+
+{key_entry("globex-app", "globex", GLOBEX_APP, trusted=True)}
 """
 
 
@@ -51,16 +57,16 @@ class Stack:
     agent: httpx.AsyncClient
     answers: list[httpx.Response]
 
-    async def as_user(self, method: str, path: str, user: str, **kwargs: Any) -> httpx.Response:
-        answer = await self.agent.request(method, path, headers=as_caller(APP, user), **kwargs)
+    async def as_user(self, method: str, path: str, user: str, *, key: str = APP, **kwargs: Any) -> httpx.Response:
+        answer = await self.agent.request(method, path, headers=as_caller(key, user), **kwargs)
         self.answers.append(answer)
         return answer
 
-    async def consent(self, user: str) -> str:
+    async def consent(self, user: str, *, key: str = APP) -> str:
         """``user`` connects the server: asks for the URL, opens it in their browser (the authorization server
         consents at once), which comes back to agent-service's callback; the access token issued for them."""
         before = set(self.world.access_tokens)
-        asked = await self.as_user("POST", "/api/v1/agent/connections/crm/authorize", user)
+        asked = await self.as_user("POST", "/api/v1/agent/connections/crm/authorize", user, key=key)
         assert asked.status_code == 200, asked.text
         async with httpx.AsyncClient() as browser:
             redirect = await browser.get(asked.json()["authorizationUrl"])
@@ -74,11 +80,11 @@ class Stack:
         [token] = set(self.world.access_tokens) - before
         return token
 
-    async def call(self, user: str | None) -> httpx.Response:
-        caller = {"tenant": "acme", "runId": "run-1"} | ({"user": user} if user else {})
+    async def call(self, user: str | None, *, tenant: str = "acme") -> httpx.Response:
+        caller = {"tenant": tenant, "runId": "run-1"} | ({"user": user} if user else {})
         answer = await self.gateway.http.post(
             "/mcp/v1/tools/call-tool",
-            headers={"X-Tenant-Id": "acme"},
+            headers={"X-Tenant-Id": tenant},
             json={"name": "caller_meta", "arguments": {}, "caller": caller},
         )
         self.answers.append(answer)
@@ -87,12 +93,22 @@ class Stack:
 
 @pytest.fixture
 async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
+    async with _stack(tmp_path, servers_file=False) as stack:
+        yield stack
+
+
+@asynccontextmanager
+async def _stack(tmp_path: Path, *, servers_file: bool) -> AsyncIterator[Stack]:
+    """The real gateway and agent-service, and ``crm``: a per-user server of acme's own (registered through the admin
+    API), or of the deployment's servers file (``servers_file``)."""
     callers = tmp_path / "callers.toml"
     callers.write_text(CALLERS_FILE)
+    world = OAuthWorld()
+    auth = {"type": "oauth", "tokens": "perUser"}
     async with (
-        protected_echo_server() as world,
+        protected_echo_server(world),
         running_gateway(
-            {},
+            {"crm": {"url": world.mcp_url, "auth": auth}} if servers_file else {},
             secrets_key=Fernet.generate_key().decode(),
             oauth_redirect_url="http://agent.test" + CALLBACK_PATH,
         ) as gateway,
@@ -108,10 +124,13 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
             serve_app(create_app(settings)) as agent_url,
             httpx.AsyncClient(base_url=agent_url, timeout=30) as agent,
         ):
+            if servers_file:
+                yield Stack(world, gateway, agent, [])
+                return
             created = await agent.post(
                 "/api/v1/admin/mcp-servers",
                 headers=as_caller(ADMIN),
-                json={"name": "crm", "url": world.mcp_url, "auth": {"type": "oauth", "tokens": "perUser"}},
+                json={"name": "crm", "url": world.mcp_url, "auth": auth},
             )
             assert created.status_code == 201, created.text
             yield Stack(world, gateway, agent, [created])
@@ -181,3 +200,48 @@ async def test_two_users_consent_each_call_carries_their_own_token_and_one_revoc
         assert not [secret for secret in secrets if secret in answer.text], answer.request.url
     logged = repr(logs)
     assert not [secret for secret in secrets if secret in logged]
+
+
+async def test_a_servers_file_per_user_server_keys_each_token_by_the_callers_tenant(tmp_path: Path) -> None:
+    """The deployment's per-user ``crm``: alice of acme and alice of globex connect through agent-service (which
+    passes each caller's tenant), each call carries that tenant's alice's own token, and acme's alice's revocation
+    leaves globex's alice connected."""
+    with capture_logs() as logs:
+        async with _stack(tmp_path, servers_file=True) as stack:
+            acme_alice = await stack.consent("alice")
+            with anyio.fail_after(WAIT_SECONDS):  # her consent listed the server's tools for every caller
+                await stack.gateway.registry.wait_until(
+                    lambda registry: registry.catalog.entry("caller_meta") is not None
+                )
+            globex_alice = await stack.consent("alice", key=GLOBEX_APP)
+            assert globex_alice != acme_alice
+            for tenant, token in (("acme", acme_alice), ("globex", globex_alice)):
+                seen = len(stack.world.bearers)
+                called = await stack.call("alice", tenant=tenant)
+                assert called.status_code == 200, called.text
+                assert token in stack.world.bearers[seen:]
+            bob = await stack.call("bob")
+            assert (bob.status_code, bob.json()["error"]["code"]) == (401, "authorization_required")
+            nobody = await stack.call(None, tenant="globex")
+            assert (nobody.status_code, nobody.json()["error"]["code"]) == (403, "user_required")
+
+            for key, tenant in ((APP, "acme"), (GLOBEX_APP, "globex")):
+                mine = await stack.as_user("GET", "/api/v1/agent/connections", "alice", key=key)
+                assert [(c["server"], c["tenant"], c["user"]) for c in mine.json()["connections"]] == [
+                    ("crm", tenant, "alice")
+                ]
+            revoked = await stack.as_user("DELETE", "/api/v1/agent/connections/crm", "alice")
+            assert revoked.status_code == 204, revoked.text
+            again = await stack.call("alice")
+            assert (again.status_code, again.json()["error"]["code"]) == (401, "authorization_required")
+            seen = len(stack.world.bearers)
+            still = await stack.call("alice", tenant="globex")
+            assert still.status_code == 200, still.text
+            assert globex_alice in stack.world.bearers[seen:]
+            assert acme_alice not in stack.world.bearers[seen:]
+            stack.answers.append(await stack.gateway.http.get("/mcp/v1/servers"))
+
+    for answer in stack.answers:
+        assert not [secret for secret in stack.world.issued if secret in answer.text], answer.request.url
+    logged = repr(logs)
+    assert not [secret for secret in stack.world.issued if secret in logged]

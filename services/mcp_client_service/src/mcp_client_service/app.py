@@ -435,6 +435,7 @@ def create_app(
     )
     oauth_servers.extra.append(tenant_oauth_servers(tenants))
     consents.listen(tenant_token_changed(tenants))
+    registry.retired_hooks.append(tenants.close_user_sessions)  # a per-user server's sessions end with its settings
     observability = Observability.create("mcp-client-service", settings, tracer_provider=tracer_provider)
     telemetry = GatewayTelemetry(observability.registry, registry, tenants)
     router = ToolRouter(

@@ -3,7 +3,10 @@ that owns the redirect URI), ``POST /mcp/v1/oauth/authorize`` (a fresh consent U
 /mcp/v1/oauth/connections`` (the tokens held, never a token; revoking one).
 
 A principal's server is found by ``OAuthServers``: a server of the deployment's servers file (tenant ``""``); the
-servers tenants register are found through ``extra`` (per-user and tenant OAuth build on it).
+servers tenants register are found through ``extra`` (per-user and tenant OAuth build on it). A *per-user* server of
+the servers file is found under any tenant too: its principal is (the caller's tenant, server, user), the tenant
+being whose end user consents (agent-service passes its caller's), so that the same user name in two tenants never
+names one token.
 """
 
 from __future__ import annotations
@@ -81,7 +84,9 @@ class OAuthServers:
 
     def find(self, principal: Principal) -> OAuthServer | None:
         if principal.tenant:
-            return next((found for lookup in self.extra if (found := lookup(principal)) is not None), None)
+            found = next((found for lookup in self.extra if (found := lookup(principal)) is not None), None)
+            if found is not None or not self._registry.is_per_user(principal.server):
+                return found  # a servers-file machine server's one token is the deployment's (tenant "")
         connection = self._registry.connections.get(principal.server)
         if connection is None:
             return None

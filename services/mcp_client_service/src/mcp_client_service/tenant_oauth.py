@@ -1,8 +1,9 @@
-"""OAuth of the servers tenants register: whose token each session carries, how the OAuth API finds a tenant's
-server, and what a token's change does to the sessions.
+"""OAuth of the sessions in the tenant sessions' pool: whose token each session carries, how the OAuth API finds a
+tenant's server, and what a token's change does to the sessions.
 
 A session's key is its principal: (tenant, server, user), user ``""`` for a machine server (one token for the
-tenant) and the end user for a per-user one (``tenants.sessions``). A consent completed opens that principal's
+tenant) and the end user for a per-user one (``tenants.sessions``) — a tenant's own per-user server, or one of the
+servers file, whose principal's tenant is the caller's (``X-Tenant-Id``). A consent completed opens that principal's
 session (a per-user server's first consent is what lists its tools); a revocation ends that principal's session
 only.
 """
@@ -53,8 +54,8 @@ def tenant_token_changed(tenants: TenantServers) -> Callable[[Principal, bool], 
     consent opens it, which lists the server's tools."""
 
     def changed(principal: Principal, authorized: bool) -> None:
-        if not principal.tenant:
-            return  # a server of the servers file: the registry's
+        if not principal.user and not principal.tenant:
+            return  # a machine server of the servers file: the registry's
         key = (principal.tenant, principal.server, principal.user)
         connection = tenants.sessions.get(key)
         if connection is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 from weakref import WeakKeyDictionary
@@ -210,7 +211,11 @@ class ToolRouter:
             if tenant is not None:
                 span.set_attribute("tool.tenant", tenant)
             tool = self._by_name(name, catalog) if server is None else self._held(name, server, server_tool, catalog)
-            if tool.tenant is None:
+            if tool.tenant is None and self._registry.is_per_user(tool.server):
+                response = await self._call_users_own(
+                    tool, tenant or "", arguments, deadline, raise_unavailable, on_progress, caller, elicit
+                )
+            elif tool.tenant is None:
                 response = await self._call(tool, arguments, deadline, raise_unavailable, on_progress, caller, elicit)
             else:
                 response = await self._call_own(
@@ -294,8 +299,51 @@ class ToolRouter:
         user = ""
         if self._tenants.is_per_user(tool.tenant, tool.server):
             user = _user_of(tool, caller)  # each user's calls go on their own session, with their own token
+        opening = self._tenants.session(tool.tenant, tool.server, user)
+        limit = self.call_timeout
+        return await self._call_on(
+            opening, tool, arguments, limit, deadline, raise_unavailable, on_progress, caller, elicit
+        )
+
+    async def _call_users_own(
+        self,
+        tool: RoutedTool,
+        tenant: str,
+        arguments: dict[str, Any],
+        deadline: Deadline,
+        raise_unavailable: bool,
+        on_progress: ProgressFnT | None,
+        caller: Mapping[str, Any] | None,
+        elicit: Asker | None,
+    ) -> CallToolResponse:
+        """A call of a servers-file per-user server's tool: on the end user's own session, opened with their own
+        token, whose principal is (the CALLER's ``tenant``, the server, ``caller.user``) — never the user's name
+        alone, so that "alice" of two tenants never share a token. 403 ``user_required`` without a user."""
+        user = _user_of(tool, caller)
+        if self._tenants is None:
+            why = "its server holds each end user's own token, and the gateway has no sessions for users"
+            return self._unavailable(tool, why, None, raise_unavailable, self._record)
+        opening = self._tenants.user_session(tenant, tool.server, user)
+        limit = self._server_limit(tool.server)
+        return await self._call_on(
+            opening, tool, arguments, limit, deadline, raise_unavailable, on_progress, caller, elicit
+        )
+
+    async def _call_on(
+        self,
+        opening: AbstractAsyncContextManager[ServerConnection],
+        tool: RoutedTool,
+        arguments: dict[str, Any],
+        limit: float,
+        deadline: Deadline,
+        raise_unavailable: bool,
+        on_progress: ProgressFnT | None,
+        caller: Mapping[str, Any] | None,
+        elicit: Asker | None,
+    ) -> CallToolResponse:
+        """A call on a session of the pool (``opening``: a tenant's, or a user's), recorded on that session."""
         try:
-            async with self._tenants.session(tool.tenant, tool.server, user) as session:
+            async with opening as session:
                 if session.consent is not None:
                     raise session.consent  # nothing is called before this principal consents (401)
                 record = self._recorder(session)
@@ -306,9 +354,7 @@ class ToolRouter:
                     away = session.away()
                     retry_after = _seconds_until(away[1]) if away is not None else None
                     return self._unavailable(tool, refusal, retry_after, raise_unavailable, record)
-                return await self._run(
-                    session, tool, arguments, self.call_timeout, deadline, on_progress, caller, elicit, record
-                )
+                return await self._run(session, tool, arguments, limit, deadline, on_progress, caller, elicit, record)
         except ServerGone:
             # Switched off or deleted since the caller listed it: refused, never run.
             raise ToolNotFoundError(tool.name) from None

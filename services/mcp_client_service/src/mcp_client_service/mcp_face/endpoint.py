@@ -210,6 +210,9 @@ class McpFace:
             # As the REST API's 401: nothing was called; a person opens the URL to consent, then calls again.
             message = f'authorization_required: the MCP server "{required.server}" needs a consent first: open '
             raise MCPError(INVALID_REQUEST, message + required.authorization_url) from None
+        except ApiError as refused:
+            # A per-user server's tool called with no end user (user_required): a refusal, as the REST API's 403.
+            raise MCPError(INVALID_REQUEST, f"{refused.code}: {refused.message}") from None
         finally:
             if relay is not None:
                 await relay.close()

@@ -15,6 +15,12 @@ Readiness (``readiness``): the service is ready once every server has had its fi
 attempt (serving or failed), and every server marked ``"required": true`` is serving. A server
 that fails later, or a slow one, never takes the whole replica out of rotation: its tools are
 absent and its status says why. Only required servers are waited for again after that.
+
+A *per-user* OAuth server (``"auth": {"tokens": "perUser"}``) has no session of its own here: nobody's token could
+open it. Its ``ServerConnection`` is kept (its config, options and secrets, for lookups) but never started; each end
+user's calls go on a session of their own in the tenant sessions' pool (``user_connection`` makes it, keyed by the
+caller's tenant, the server and the user), and the tools a user's session lists are the server's listing
+(``server_tools``) from then on. It is not waited for by readiness.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Literal
 
 import anyio
 from anyio.abc import TaskGroup
+from mcp_types import Tool
 
 from mcp_client_service.config.options import ConnectionOptions
 from mcp_client_service.config.references import ReferenceResolver, UnresolvedReferenceError, has_references
@@ -134,9 +141,12 @@ def _authorization(connection: ServerConnection) -> ServerAuthorization | None:
         return ServerAuthorization(
             tokens=config.auth.tokens, state="required", authorization_url=consent.authorization_url
         )
-    if config.auth.tokens == "perUser" and not connection.serving:
-        return ServerAuthorization(tokens="perUser", state="required")  # each user consents for themselves
     return ServerAuthorization(tokens=config.auth.tokens, state="authorized")
+
+
+def is_per_user(config: ServerConfig) -> bool:
+    """Whether ``config`` is a server whose OAuth tokens are each end user's (no session without a user)."""
+    return isinstance(config, HttpServerConfig) and config.auth is not None and config.auth.tokens == "perUser"
 
 
 class ServerRegistry:
@@ -167,15 +177,57 @@ class ServerRegistry:
         self._reload_lock = anyio.Lock()
         self._was_ready = False
         """Once ready, servers that are not required are no longer waited for (a reload adds some)."""
+        self._user_listings: dict[str, tuple[Tool, ...]] = {}
+        """Per per-user server, the tools a user's session last listed (whoever's: the server's tools)."""
+        self.retired_hooks: list[Callable[[str], None]] = []
+        """Told the name of every server a reload removed or changed (its per-user sessions end with it)."""
         self._apply(servers)
 
     def _connection(self, name: str, config: ServerConfig, servers: ServersFile) -> ServerConnection:
         oauth = None
         if self.oauth is not None and isinstance(config, HttpServerConfig) and config.auth is not None:
-            oauth = SessionOAuth(self.oauth, Principal("", name))
+            # A per-user server's own connection never connects: no token of (deployment, server, nobody) exists.
+            oauth = None if is_per_user(config) else SessionOAuth(self.oauth, Principal("", name))
         return ServerConnection(
             name, config, self.options, base_dir=servers.base_dir, on_change=self._on_change, oauth=oauth
         )
+
+    def is_per_user(self, name: str) -> bool:
+        """Whether the servers file's server ``name`` holds an OAuth token per end user."""
+        connection = self.connections.get(name)
+        return connection is not None and is_per_user(connection.config)
+
+    def user_connection(
+        self, key: tuple[str, str, str], config: HttpServerConfig, on_change: Callable[[], None]
+    ) -> ServerConnection:
+        """The connection of one user's session of the per-user server ``key[1]`` (a ``ConnectionMaker`` of
+        ``tenants.sessions``), made as the server's own would be (its options, its base directory), with the token
+        of the principal ``key``: (the CALLER's tenant, the server, the user). Never one principal per user name
+        alone: "alice" of two tenants are two principals. The tools it lists become the server's listing."""
+        assert self.oauth is not None, "OAuth is not configured"
+        tenant, name, user = key
+        assert user, "a per-user server's session is a user's"
+
+        def changed() -> None:
+            on_change()
+            current = self.connections.get(name)
+            if connection.serving and current is not None and current.config is connection.config:
+                self._listed_by_user(name, connection.listing.tools)
+
+        connection = ServerConnection(
+            name,
+            config,
+            self.options,
+            base_dir=self._servers.base_dir,
+            on_change=changed,
+            oauth=SessionOAuth(self.oauth, Principal(tenant, name, user)),
+        )
+        return connection
+
+    def _listed_by_user(self, name: str, tools: tuple[Tool, ...]) -> None:
+        if self._user_listings.get(name) != tools:
+            self._user_listings[name] = tools
+            self._on_change()
 
     def oauth_token_changed(self, principal: Principal, authorized: bool) -> None:
         """A machine token of a servers-file server changed (consent, revocation): its connection is told."""
@@ -203,7 +255,8 @@ class ServerRegistry:
             self._task_group = tg
             try:
                 for connection in self.connections.values():
-                    self._start(connection)
+                    if not is_per_user(connection.config):
+                        self._start(connection)
                 await anyio.sleep_forever()
             finally:
                 self._task_group = None
@@ -279,13 +332,20 @@ class ServerRegistry:
             self.connections, self.disabled = connections, disabled
             for name in result.removed:
                 self._digests.pop(name, None)
+            for name in result.removed:
+                self._user_listings.pop(name, None)
+            for name in (*result.removed, *result.changed):
+                # (a changed per-user server's listing stays: callable, a call opens the caller's session anew)
+                for hook in self.retired_hooks:
+                    hook(name)
             for connection in retired:
                 self.retiring.add(connection)
                 if self._task_group is not None:
                     self._task_group.start_soon(self._retire, connection, name=f"mcp-server-retire:{connection.name}")
             if self._task_group is not None:
                 for name in (*result.added, *result.changed):
-                    self._start(connections[name])
+                    if not is_per_user(connections[name].config):
+                        self._start(connections[name])
             self._on_change()
             _log.info("mcp_servers_reloaded", **result.model_dump())
             return result
@@ -302,6 +362,20 @@ class ServerRegistry:
         """What the catalog knows of each enabled server, in config order (tenant catalogs start from it)."""
         servers = []
         for connection in self.connections.values():
+            if is_per_user(connection.config):
+                # Listed once a user's session listed it; callable then (a call opens the caller's own session).
+                tools = self._user_listings.get(connection.name, ())
+                servers.append(
+                    ServerTools(
+                        server=connection.name,
+                        ready=True,
+                        tools=tools,
+                        known_tools=tools,
+                        tool_prefix=connection.config.tool_prefix,
+                        offers=connection.config.offers,
+                    )
+                )
+                continue
             away = connection.away()
             servers.append(
                 ServerTools(
@@ -340,7 +414,8 @@ class ServerRegistry:
         a URL. The reasons are on the protected ``GET /mcp/v1/servers``.
         """
         checks = {
-            name: "ok" if connection.serving else connection.state for name, connection in self.connections.items()
+            name: "ok" if connection.serving or is_per_user(connection.config) else connection.state
+            for name, connection in self.connections.items()
         }
         waiting = self._waiting_for()
         return Readiness(ready=not waiting, checks=checks, waiting_for=waiting)
@@ -349,8 +424,11 @@ class ServerRegistry:
         waiting = [
             name
             for name, connection in self.connections.items()
-            if (connection.required and not connection.serving)
-            or (not self._was_ready and not connection.first_attempt_done)
+            if not is_per_user(connection.config)  # each user's own sessions: nothing of the replica's to wait for
+            and (
+                (connection.required and not connection.serving)
+                or (not self._was_ready and not connection.first_attempt_done)
+            )
         ]
         self._was_ready = self._was_ready or not waiting
         return waiting
@@ -362,6 +440,8 @@ class ServerRegistry:
             connection = self.connections.get(name)
             if connection is None:
                 status = ServerStatus(name=name, transport=self.disabled[name], state="disabled", tool_count=0)
+            elif is_per_user(connection.config):
+                status = self._per_user_status(connection)
             else:
                 invalid = [InvalidTool(name=tool.name, reason=tool.reason) for tool in connection.listing.invalid_tools]
                 status = ServerStatus(
@@ -378,6 +458,19 @@ class ServerRegistry:
                 )
             servers.append(status)
         return ServersResponse(servers=servers)
+
+    def _per_user_status(self, connection: ServerConnection) -> ServerStatus:
+        """A per-user server: ``ready`` (authorized) once a user's session listed it, else ``unauthorized`` (each user
+        consents for themselves: no URL of anyone's here)."""
+        tools = self._user_listings.get(connection.name)
+        listed = tools is not None
+        return ServerStatus(
+            name=connection.name,
+            transport=connection.transport,
+            state="ready" if listed else "unauthorized",
+            tool_count=sum(1 for tool in tools or () if connection.config.offers(tool.name)),
+            authorization=ServerAuthorization(tokens="perUser", state="authorized" if listed else "required"),
+        )
 
     # --- for the call path ---------------------------------------------------------------------------
 

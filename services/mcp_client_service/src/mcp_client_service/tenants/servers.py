@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -357,9 +357,51 @@ class TenantServers:
         async with self.sessions.using((tenant, name, user), known.config, wait=self.connect_wait) as connection:
             yield connection
 
+    @asynccontextmanager
+    async def user_session(self, tenant: str, name: str, user: str) -> AsyncIterator[ServerConnection]:
+        """``user``'s own session of the servers file's per-user server ``name``, in the same pool as tenants'
+        sessions, keyed by the CALLER's ``tenant`` (``""`` only for a call naming none): "alice" of two tenants are
+        two principals, with a token and a session each. Made as the server's own connection would be
+        (``ServerRegistry.user_connection``); a session opened with settings a reload has since changed is closed
+        first.
+
+        ``ServerGone`` if the servers file has no such per-user server now; ``SessionLimitReached`` at the bounds.
+        """
+        template = self._registry.connections.get(name)
+        if template is None or not self._registry.is_per_user(name) or user == "":
+            raise ServerGone(name)
+        config = template.config
+        assert isinstance(config, HttpServerConfig)
+        key = (tenant, name, user)
+        opened = self.sessions.get(key)
+        if opened is not None and opened.config is not config:
+            self.sessions.close(key, "its settings changed")
+        make = self._registry.user_connection
+        async with self.sessions.using(key, config, wait=self.connect_wait, make=make) as connection:
+            yield connection
+
+    def is_users_own(self, tenant: str, name: str) -> bool:
+        """Whether (``tenant``, ``name``) names a servers-file per-user server for that tenant's callers (the tenant
+        has no own server of that name)."""
+        return self._registry.is_per_user(name) and name not in self._known.get(tenant, {})
+
+    def close_user_sessions(self, name: str) -> None:
+        """Close every user's session of the servers file's server ``name`` (a reload removed or changed it)."""
+        for tenant in {key[0] for key in self.sessions.keys_of_server(name)}:
+            if name not in self._known.get(tenant, {}):  # not a tenant's own server of that name
+                self.sessions.close_server(tenant, name, "its settings changed")
+
+    def _session_of(self, tenant: str, name: str, user: str) -> AbstractAsyncContextManager[ServerConnection]:
+        """The session a listing of (``tenant``, ``name``) for ``user`` uses: the tenant's server's, else the
+        servers file's per-user server's."""
+        if user and self.is_users_own(tenant, name):
+            return self.user_session(tenant, name, user)
+        return self.session(tenant, name, user)
+
     def _session_changed(self, key: SessionKey) -> None:
         tenant, name, _ = key
-        self.catalogs.changed(tenant)
+        if tenant in self._known:  # (a servers-file per-user session of a tenant without servers: the registry's)
+            self.catalogs.changed(tenant)
         self._notify()
         connection = self.sessions.get(key)
         known = self._known.get(tenant, {}).get(name)
@@ -388,7 +430,8 @@ class TenantServers:
         """Connect to a registered (or enabled) server and list its tools, now, without waiting for it. A per-user
         server is listed by a user's own session only (``user``: one who has just consented), which records its
         listing as the server's; without a user it is not listed (nobody's token to list it with)."""
-        if self._task_group is None or (self.is_per_user(tenant, name) and not user):
+        per_user = self.is_per_user(tenant, name) or self.is_users_own(tenant, name)
+        if self._task_group is None or (per_user and not user):
             return
         self._listing[tenant, name] = math.inf  # in progress
         self._task_group.start_soon(self._list_now, tenant, name, user, name=f"mcp-tenant-list:{tenant}/{name}")
@@ -413,7 +456,7 @@ class TenantServers:
         with anyio.move_on_after(self.connect_wait):
             while True:
                 try:
-                    async with self.session(tenant, name, user) as connection:
+                    async with self._session_of(tenant, name, user) as connection:
                         serving, error = connection.serving, connection.last_error or "it did not answer in time"
                         # Waiting for a person's consent is not a failure: kept (idle-closed as any), it says where.
                         serving = serving or connection.consent is not None

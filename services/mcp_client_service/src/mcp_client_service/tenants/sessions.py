@@ -11,8 +11,12 @@ redaction of its header values and its listing, all the same.
 
 A session's key carries the end user: ``""`` for a session the tenant's runs share, the user's id for a server whose
 OAuth tokens are per user (each user's calls go on a session opened with their own token). The tenant ``""`` is the
-deployment's servers file (its per-user servers' sessions are here too). Every session of a server can be closed at
-once (``close_server``: its settings changed), or one user's only (``close``: that user's token was revoked).
+deployment's servers file, for a tenant's own server's key; a per-user server of the servers file is keyed by the
+*caller's* tenant (``X-Tenant-Id``; ``""`` only for a call that names none), so that user "alice" of one tenant and
+"alice" of another never share a session nor a token. Such a session is made like that server's own connection
+(``open(..., make=)``: the registry's options and base directory), every other one by the pool's maker. Every
+session of a server can be closed at once (``close_server``: its settings changed), or one user's only (``close``:
+that user's token was revoked).
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ __all__ = ["ConnectionMaker", "SessionKey", "SessionLimitReached", "TenantSessio
 _log = get_logger("mcp_client_service.tenants.sessions")
 
 SessionKey = tuple[str, str, str]
-"""(tenant, the tenant's name of its server, the end user: ``""`` for a session the tenant's runs share)."""
+"""(tenant, server, the end user: ``""`` for a session the tenant's runs share). The tenant is the server's owner
+for a tenant's own server, the caller's for a per-user server of the servers file."""
 
 ConnectionMaker = Callable[[SessionKey, HttpServerConfig, Callable[[], None]], ServerConnection]
 """How a session's connection is made: (its key, the server's config, what it calls on every change). The gateway's
@@ -106,6 +111,11 @@ class TenantSessions:
         """The keys of the open sessions of ``tenant``'s ``server``, every user's, least recently used first."""
         return (key for key in list(self._open) if key[0] == tenant and key[1] == server)
 
+    def keys_of_server(self, server: str) -> Iterator[SessionKey]:
+        """The keys of the open sessions of every tenant's ``server`` (a servers-file per-user server's, each keyed by
+        its caller's tenant)."""
+        return (key for key in list(self._open) if key[1] == server)
+
     def latest(self, tenant: str, server: str) -> ServerConnection | None:
         """The most recently used open session of the server, whoever's (a per-user server's catalog is what any
         consented user's session last listed)."""
@@ -140,8 +150,9 @@ class TenantSessions:
                 next_check = min(next_check, left)
         return max(next_check, 0.05)
 
-    def open(self, key: SessionKey, config: HttpServerConfig) -> ServerConnection:
-        """The session of ``key``, opened now (connecting in the background) if it is not open.
+    def open(self, key: SessionKey, config: HttpServerConfig, make: ConnectionMaker | None = None) -> ServerConnection:
+        """The session of ``key``, opened now (connecting in the background) if it is not open; ``make``: how its
+        connection is made, when not as the pool makes its tenants' (a servers-file server's per-user session).
 
         At a bound, the least recently used idle session is closed first; ``SessionLimitReached`` if none is idle.
         """
@@ -155,7 +166,7 @@ class TenantSessions:
             self._make_room(tenant, f"its tenant has {self.max_per_tenant} sessions open, in use")
         if len(self._open) >= self.max_sessions:
             self._make_room(None, f"the gateway has {self.max_sessions} tenant sessions open, in use")
-        connection = self._make_connection(key, config, lambda: self._changed_now(key))
+        connection = (make or self._make_connection)(key, config, lambda: self._changed_now(key))
         session = _Session(connection=connection, scope=anyio.CancelScope(), last_used=self._clock())
         self._open[key] = session
         self._per_tenant[tenant] = self.count(tenant) + 1
@@ -204,10 +215,12 @@ class TenantSessions:
             self._changed = None
 
     @asynccontextmanager
-    async def using(self, key: SessionKey, config: HttpServerConfig, *, wait: float) -> AsyncIterator[ServerConnection]:
-        """The session of ``key`` (opened if needed), once it serves or its first attempt has failed (within
-        ``wait`` seconds); it is not idle until the block ends, which counts as its last use."""
-        connection = self.open(key, config)
+    async def using(
+        self, key: SessionKey, config: HttpServerConfig, *, wait: float, make: ConnectionMaker | None = None
+    ) -> AsyncIterator[ServerConnection]:
+        """The session of ``key`` (opened if needed, see ``open``), once it serves or its first attempt has failed
+        (within ``wait`` seconds); it is not idle until the block ends, which counts as its last use."""
+        connection = self.open(key, config, make)
         session = self._open[key]
         session.users += 1
         try:
