@@ -15,6 +15,7 @@ export const state = {
   abort: null, // closes the run's stream: how a run that is not stored is stopped, and a waiting run left
   turn: null, // the Turn of the run in flight
   leaving: null, // while a waiting run is left: resolves once its stream has closed
+  leftRun: null, // resolves ``leaving``: called once the left run's stream is done with (runs.js runEnded)
   unstored: false, // agent-service keeps no runs (AGENT_DATABASE_URL empty): no conversations, no re-attach
   fresh: true, // nothing of the conversation is stored yet: its first message carries the system prompt
 };
