@@ -1,11 +1,11 @@
 """The agent console (``/console``) in a real browser, against the real services and the ``demo`` model.
 
 Chromium is Debian's (``/usr/bin/chromium``, installed by ``make test`` when missing), driven headless by
-Playwright. The tools are real MCP servers behind a real mcp-client-service: the RAG tool over stdio
-(``search_documents`` over a folder of Markdown) and the echo server over streamable HTTP, whose ``gate`` tool
-holds a call open until the test opens it: a run stays in flight for as long as a test needs (Stop, reload).
-The demo model calls the tools that share the most words with the message, with the message as their string
-arguments; so ``gate`` is called with the message as its tag.
+Playwright, against the stack of ``support.console_stack``: the RAG tool's ``search_documents`` and the echo server's
+tools behind a real mcp-client-service. The echo server's ``gate`` tool holds a call open until the test opens it: a
+run stays in flight for as long as a test needs (Stop, reload). The demo model calls the tools that share the most
+words with the message, with the message as their string arguments; so ``gate`` is called with the message as its
+tag. The settings a conversation keeps are test_console_settings_browser.py's.
 
 The README's screenshots come from ``docs/console_screenshots.py``, against ``make run``.
 """
@@ -13,167 +13,37 @@ The README's screenshots come from ``docs/console_screenshots.py``, against ``ma
 from __future__ import annotations
 
 import json
-import os
-import sys
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
 import pytest
-from playwright.async_api import Browser, BrowserContext, Page, Route, async_playwright, expect
-from pydantic import SecretStr
+from playwright.async_api import Page, Route, expect
 
-from agent_service.api.suggestions import load_suggestions
-from completion_service.app import create_app as create_completion_app
-from completion_service.settings import CompletionSettings
 from support import fake_openai
-from support.caller_keys import key_entry
-from support.console_browser import CHROMIUM, WAIT_MS, open_console, run_bodies, send
-from support.fake_openai import ScriptedOpenAI
-from support.mcp_gateway import Gateway, echo_http_server, running_gateway
-from support.servers import serve_app
-from support.stacks import running_agent
+from support.console_browser import CHROMIUM, WAIT_MS, run_bodies, send
+from support.console_stack import SEARCH, Stack, console_tab, only_tools, running_console_stack
 
 pytestmark = pytest.mark.anyio
 
-
-DOCS = {
-    "deadlines.md": "# Deadlines\n\nEvery run has a wall-clock deadline of 120 seconds. When it passes, "
-    "the run stops with finishReason deadline and every in-flight call is cancelled.\n",
-    "gardening.md": "# Tomatoes\n\nTomatoes need six hours of sun and deep watering twice a week.\n",
-}
-
-SEARCH = "Search the documents: what is the wall-clock deadline?"
-
-CONSOLE_KEY = "console-" + uuid.uuid4().hex
-
-CALLERS_FILE = f"""
-[personas.brief]
-description = "Short answers"
-system_prompt = "Answer in one sentence."
-
-[tenants.acme]
-system_prompt = "You answer for ACME."
-
-[tenants.acme.personas.support]
-description = "Support desk"
-system_prompt = "You are ACME's support desk."
-model = "demo"
-
-{key_entry("console", "acme", CONSOLE_KEY)}
-"""
-
-CARDS = """
-[[suggestions]]
-title = "Deadlines"
-prompt = "Search the documents: what is the wall-clock deadline?"
-
-[[suggestions]]
-title = "Tomatoes"
-prompt = "Search the documents: how much sun do tomatoes need?"
-"""
 
 if not Path(CHROMIUM).exists():
     pytest.skip(f"no Chromium at {CHROMIUM} (make test installs Debian's package)", allow_module_level=True)
 
 
-@dataclass
-class Stack:
-    agent_url: str
-    gateway: Gateway
-    browser: Browser
-    llm: ScriptedOpenAI
-    unstored_agent_url: str
-    """An agent-service that keeps no runs (``AGENT_DATABASE_URL`` empty), over the same services."""
-    persona_agent_url: str
-    """An agent-service with a callers file (personas, a tenant's system prompt; ``CONSOLE_KEY``) and suggestion
-    cards of its own (``CARDS``), over the same services."""
-
-
 @pytest.fixture(scope="module")
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
-    root = tmp_path_factory.mktemp("console")
-    docs = root / "docs"
-    docs.mkdir()
-    for name, text in DOCS.items():
-        (docs / name).write_text(text)
-    (root / "callers.toml").write_text(CALLERS_FILE)
-    (root / "cards.toml").write_text(CARDS)
-    rag = {
-        "command": sys.executable,
-        "args": ["-m", "mcp_rag_tool", "--transport", "stdio"],
-        "env": {"RAG_DOCS_PATHS": json.dumps([str(docs)]), "HOME": os.environ.get("HOME", "/")},
-    }
-    llm = ScriptedOpenAI()  # a model completion-service routes but does not list: picked with "Other…"
-    async with serve_app(llm.app) as llm_url:
-        completion_settings = CompletionSettings(
-            openai_base_url=f"{llm_url}/v1", openai_api_key=SecretStr("test-key"), max_retries=0
-        )
-        async with _services(root, rag, completion_settings, llm) as stack:
-            yield stack
-
-
-@asynccontextmanager
-async def _services(
-    root: Path, rag: dict[str, Any], completion_settings: CompletionSettings, llm: ScriptedOpenAI
-) -> AsyncIterator[Stack]:
-    async with (
-        echo_http_server("tools") as tools_url,
-        running_gateway({"rag": rag, "tools": {"url": tools_url}}) as gateway,
-        serve_app(create_completion_app(completion_settings)) as completion_url,
-        running_agent(completion_url, gateway, database_url=f"sqlite:///{root}/runs.db") as agent_url,
-        running_agent(completion_url, gateway, database_url="") as unstored_agent_url,
-        running_agent(
-            completion_url,
-            gateway,
-            database_url=f"sqlite:///{root}/persona-runs.db",
-            callers_file=root / "callers.toml",
-            console_suggestions_file=root / "cards.toml",
-        ) as persona_agent_url,
-        async_playwright() as playwright,
-    ):
-        with anyio.fail_after(60):
-            await gateway.wait_until_ready("rag", "tools")
-        # One search before any test, as make run does before its banner: the RAG tool loads its embedding model on
-        # the first search, which on a busy machine takes longer than a page's wait for a tool card's result.
-        with anyio.fail_after(120):
-            warm = await gateway.http.post(
-                "/mcp/v1/tools/call-tool",
-                json={"name": "search_documents", "arguments": {"query": "deadline"}},
-                timeout=120,
-            )
-            assert warm.status_code == 200, warm.text
-        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            yield Stack(agent_url, gateway, browser, llm, unstored_agent_url, persona_agent_url)
-        finally:
-            await browser.close()
+    async with running_console_stack(tmp_path_factory.mktemp("console")) as running:
+        yield running
 
 
 @pytest.fixture
 async def page(stack: Stack) -> AsyncIterator[Page]:
     """A fresh tab (its own sessionStorage: a new conversation) on the console, loaded."""
-    # The page runs under agent-service's Content-Security-Policy: anything inline would be refused, and said so.
-    errors: list[str] = []
-    page = await open_console(stack.browser, stack.agent_url, errors)
-    await expect(page.locator("#model")).to_have_value("demo")
-    yield page
-    await page.context.close()
-    assert not errors, f"the page threw or broke its policy: {errors}"
-
-
-async def only_tools(page: Page, *names: str) -> None:
-    """Switches every tool off with its server's switch, then the named ones on."""
-    for server in await page.locator("#tools .server-switch").all():
-        await server.check()  # from mixed to all on, then all off
-        await server.uncheck()
-    for name in names:
-        await page.locator(f"#tools input[name=tool][value='{name}']").check()
+    async with console_tab(stack) as tab:
+        yield tab
 
 
 async def open_gate(stack: Stack, tag: str) -> None:
@@ -685,153 +555,3 @@ async def test_inline_markdown_on_a_long_line_is_still_rendered(stack: Stack, pa
     assert await answer.inner_text() == line.replace("**strong**", "strong").replace("`code`", "code").replace(
         "*em*", "em"
     ).replace("[a link](https://example.org/x)", "a link")
-
-
-async def _console(stack: Stack, url: str, key: str | None = None) -> tuple[BrowserContext, Page]:
-    """A new browser (its own storage) on the console at ``url``, with ``key`` as its caller key, loaded."""
-    page = await open_console(stack.browser, url, [], key=key)
-    return page.context, page
-
-
-async def expect_controls(page: Page, persona: str, effort: str, verbosity: str, max_tokens: str) -> None:
-    await expect(page.locator("#persona")).to_have_value(persona)
-    await expect(page.locator("#effort")).to_have_value(effort)
-    await expect(page.locator("#verbosity")).to_have_value(verbosity)
-    await expect(page.locator("#max-tokens")).to_have_value(max_tokens)
-
-
-async def test_a_persona_effort_verbosity_and_max_tokens_stay_with_the_conversation_after_a_reload_and_elsewhere(
-    stack: Stack,
-) -> None:
-    context, page = await _console(stack, stack.persona_agent_url, CONSOLE_KEY)
-    bodies = run_bodies(page)
-    personas = ["None", "brief: Short answers", "support: Support desk"]
-    await expect(page.locator("#persona option")).to_have_text(personas)
-    await expect(page.locator("#suggestions .suggestion")).to_have_text(["Deadlines", "Tomatoes"])  # the operator's
-    await page.locator("#system-prompt-box summary").click()
-    await expect(page.locator("#system-prompt")).to_have_value("You answer for ACME.")  # the tenant's, no persona
-
-    await page.locator("#persona").select_option("support")
-    await expect(page.locator("#system-prompt")).to_have_value("You are ACME's support desk.")
-    await page.locator("#effort").select_option("high")
-    await page.locator("#verbosity").select_option("low")
-    await page.locator("#max-tokens").fill("500")
-    await only_tools(page, "echo")
-    await send(page, "echo hello from support")
-    await expect(page.locator(".run-footer")).to_contain_text("finish: stop", timeout=WAIT_MS)
-
-    first = bodies[0]
-    assert first["persona"] == "support"
-    assert first["reasoning"] == {"effort": "high", "summary": "auto"}
-    assert (first["verbosity"], first["maxTokens"], first["tools"]) == ("low", 500, ["echo"])
-    assert first["messages"] == [
-        {"role": "system", "content": "You are ACME's support desk."},
-        {"role": "user", "content": "echo hello from support"},
-    ]
-
-    await page.reload()
-    await expect(page.locator("body[data-ready=true]")).to_have_count(1, timeout=WAIT_MS)
-    await expect_controls(page, "support", "high", "low", "500")
-    await expect(page.locator("#tools input[name=tool][value=echo]")).to_be_checked()
-    await expect(page.locator("#tools input[name=tool][value=search_documents]")).not_to_be_checked()
-    await expect(page.locator(".system-prompt-text")).to_have_text("You are ACME's support desk.")
-    await expect(page.locator("#new-chat")).to_be_hidden()
-    await send(page, "echo once more")
-    await expect(page.locator(".run-footer")).to_have_count(2, timeout=WAIT_MS)
-    await expect(page.locator(".run-footer").last).to_contain_text("finish: stop", timeout=WAIT_MS)
-
-    second = bodies[1]
-    assert second["conversationId"] == first["conversationId"]
-    assert (second["persona"], second["reasoning"], second["verbosity"], second["maxTokens"], second["tools"]) == (
-        "support",
-        {"effort": "high", "summary": "auto"},
-        "low",
-        500,
-        ["echo"],
-    )
-    assert second["messages"] == [{"role": "user", "content": "echo once more"}]  # the prompt is stored already
-
-    # Another browser (nothing of the first one's storage) opening the conversation continues with its settings.
-    elsewhere, other = await _console(stack, stack.persona_agent_url, CONSOLE_KEY)
-    await expect_controls(other, "", "", "", "")
-    await other.locator(f"#conversations button[data-conversation-id='{first['conversationId']}']").click()
-    await expect(other.locator(".message.user")).to_have_count(2, timeout=WAIT_MS)
-    await expect_controls(other, "support", "high", "low", "500")
-    await expect(other.locator("#tools input[name=tool][value=search_documents]")).not_to_be_checked()
-    await elsewhere.close()
-    await context.close()
-
-
-async def test_a_tool_switched_off_stays_off_after_a_reload_and_in_another_tab(stack: Stack, page: Page) -> None:
-    switch = "#tools input[name=tool][value=search_documents]"
-    await page.locator(switch).uncheck()
-    await send(page, "hello with one tool off")
-    await expect(page.locator(".run-footer")).to_contain_text("finish: stop", timeout=WAIT_MS)
-    conversation_id = await page.locator("#conversations button.current").get_attribute("data-conversation-id")
-
-    await page.reload()
-    await expect(page.locator("body[data-ready=true]")).to_have_count(1, timeout=WAIT_MS)
-    await expect(page.locator(switch)).not_to_be_checked()
-    await expect(page.locator("#tools input[name=tool][value=list_sources]")).to_be_checked()
-
-    # Another tab (its own sessionStorage): a new conversation there has every tool on; this one has it off.
-    other = await page.context.new_page()
-    bodies = run_bodies(other)
-    await other.goto(f"{stack.agent_url}/console")
-    await expect(other.locator("body[data-ready=true]")).to_have_count(1, timeout=WAIT_MS)
-    await expect(other.locator(switch)).to_be_checked()
-    await other.locator(f"#conversations button[data-conversation-id='{conversation_id}']").click()
-    await expect(other.locator(".message.user")).to_have_count(1, timeout=WAIT_MS)
-    await expect(other.locator(switch)).not_to_be_checked()
-    await send(other, "echo from the other tab")
-    await expect(other.locator(".run-footer")).to_have_count(2, timeout=WAIT_MS)
-    await expect(other.locator(".run-footer").last).to_contain_text("finish: stop", timeout=WAIT_MS)
-    assert "search_documents" not in bodies[0]["tools"]
-    assert bodies[0]["conversationId"] == conversation_id
-    await other.close()
-
-
-async def test_a_suggestion_card_starts_a_run_of_its_prompt(stack: Stack, page: Page) -> None:
-    bodies = run_bodies(page)
-    default = load_suggestions(None).suggestions
-    cards = page.locator("#suggestions .suggestion")
-    await expect(cards).to_have_text([card.title for card in default])  # no file: the demo corpus's set
-
-    await cards.first.click()
-
-    await expect(page.locator("#new-chat")).to_be_hidden()
-    await expect(page.locator(".message.user")).to_have_text(["You" + default[0].prompt])
-    # The demo model searches the documents for it (the RAG tool's first search may load its model for long: the
-    # run is stopped once it has called the tool, its answer is another test's).
-    card = page.locator(".tool-card", has=page.locator(".tool-name", has_text="search_documents"))
-    await expect(card).to_have_count(1, timeout=WAIT_MS)
-    assert bodies[0]["messages"] == [{"role": "user", "content": default[0].prompt}]
-    await page.locator("#stop").click()
-    await expect(page.locator(".run-footer")).to_contain_text("finish:", timeout=WAIT_MS)
-    await page.locator("#new-conversation").click()
-    await expect(page.locator("#new-chat")).to_be_visible()
-    await expect(cards).to_have_count(len(default))
-
-
-async def test_an_edited_system_prompt_goes_with_the_first_message_and_is_shown_after_a_reload(
-    stack: Stack, page: Page
-) -> None:
-    bodies = run_bodies(page)
-    await page.locator("#system-prompt-box summary").click()
-    await expect(page.locator("#system-prompt")).to_have_value("")  # no persona, no tenant prompt: none
-    await page.locator("#system-prompt").fill("Talk like a pirate.")
-    await only_tools(page)
-    await send(page, "hello, pirate")
-    await expect(page.locator(".run-footer")).to_contain_text("finish: stop", timeout=WAIT_MS)
-    assert bodies[0]["messages"] == [
-        {"role": "system", "content": "Talk like a pirate."},
-        {"role": "user", "content": "hello, pirate"},
-    ]
-
-    await page.reload()
-    await expect(page.locator("body[data-ready=true]")).to_have_count(1, timeout=WAIT_MS)
-    await expect(page.locator(".system-prompt-text")).to_have_text("Talk like a pirate.")
-    await expect(page.locator(".message.user")).to_have_text(["You" + "hello, pirate"])
-    await send(page, "and again")
-    await expect(page.locator(".run-footer")).to_have_count(2, timeout=WAIT_MS)
-    assert bodies[1]["messages"] == [{"role": "user", "content": "and again"}]

@@ -3,7 +3,7 @@
 // agent-service's callback (GET /api/v1/agent/oauth/callback) and closes there. The console never sees a token or a
 // code: it opens the URL it is given, and reads the state again when the person comes back to it.
 //
-// Used by a run's authorization_required event (console.js: "Connect <server>" on the tool card), the Servers
+// Used by a run's authorization_required event (turn.js: "Connect <server>" on the tool card), the Servers
 // section (servers.js: an admin connects a machine server, disconnects a server or a person), and the Connections
 // section (connections.js: a person's own).
 import { api, json } from "./api.js";
