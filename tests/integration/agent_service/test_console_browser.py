@@ -66,12 +66,15 @@ async def test_console_is_served_with_its_files_and_a_strict_policy(stack: Stack
     async with httpx.AsyncClient(base_url=stack.agent_url) as http:
         page = await http.get("/console")
         script = await http.get("/console/console.js")
+        module = await http.get("/console/markdown.js")
         style = await http.get("/console/console.css")
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
     assert "/console/console.js" in page.text
     assert script.status_code == 200
-    assert "renderMarkdown" in script.text
+    assert "import" in script.text  # the entry point of the console's modules, served beside it
+    assert module.status_code == 200
+    assert "export function renderMarkdown" in module.text
     assert style.status_code == 200
     assert "script-src 'self'" in page.headers.get("content-security-policy", "")
 
