@@ -95,7 +95,8 @@ class Scripted:
     ``stream_errors`` answers one ``error`` event instead. A tool named in ``blocked`` is refused as the gateway
     refuses a server whose address the outbound policy blocks (403 ``outbound_ssrf_blocked``), never run. A tool
     named in ``consent`` (→ its server) is refused as the gateway refuses a call whose OAuth server holds no token
-    for whom it acts: 401 ``authorization_required``, or that ``error`` event when streamed; never run.
+    for whom it acts: 401 ``authorization_required``, or that ``error`` event when streamed; never run (a per-user
+    server's, unless its server is in ``machine``: a machine server's, whose consent is an admin's).
     """
 
     def __init__(
@@ -107,6 +108,7 @@ class Scripted:
         stream_errors: dict[str, tuple[str, str]] | None = None,
         blocked: set[str] | None = None,
         consent: dict[str, str] | None = None,
+        machine: set[str] | None = None,
     ) -> None:
         self.replies = list(replies)  # None: never answer (a hung LLM)
         self.tools = tools or {}
@@ -114,6 +116,7 @@ class Scripted:
         self.stream_errors = stream_errors or {}
         self.blocked = blocked or set()
         self.consent = consent or {}
+        self.machine = machine or set()
         self.call_tool_requests: list[httpx.Request] = []
         """Every call-tool request as sent (headers and body), blocked ones included."""
         self.completion_requests: list[dict[str, Any]] = []
@@ -145,6 +148,7 @@ class Scripted:
                     "code": "authorization_required",
                     "message": f"{server} needs the user's authorization",
                     "server": server,
+                    "tokens": "machine" if server in self.machine else "perUser",
                     "authorizationUrl": f"https://as.example/authorize?client_id=gw&state=st-{server}",
                 }
                 if not streamed:

@@ -6,7 +6,8 @@ and ``GET /mcp/v1/servers`` (the deployment's servers: ``shared_servers``).
 Not the gateway: it holds no token and exchanges no code. ``authorize`` hands out a URL with a fresh state for the
 principal (tenant, server, user); a callback with that state and a ``code`` records a connection (``code`` ``bad``:
 502 ``oauth_token_exchange_failed``; ``error``: 400 ``oauth_denied``; an unknown or used state: 400
-``invalid_oauth_state``). Every request is recorded, as the tenant API's are.
+``invalid_oauth_state``; a consent asked with a ``binding`` and completed without the same one: 400
+``oauth_binding_mismatch``). Every request is recorded, as the tenant API's are.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class ScriptedOAuthGateway(ScriptedTenantGateway):
     """The tokens held, as their scopes."""
     pending: dict[str, Principal] = field(default_factory=dict)
     """Consents asked for, by state."""
+    bindings: dict[str, str | None] = field(default_factory=dict)
+    """The binding each consent was asked with, by state."""
 
     @property
     def app(self) -> Starlette:
@@ -66,6 +69,7 @@ class ScriptedOAuthGateway(ScriptedTenantGateway):
             return JSONResponse({"authorized": True})
         state = secrets.token_urlsafe(12)
         self.pending[state] = principal
+        self.bindings[state] = asked.binding
         return JSONResponse({"authorizationUrl": f"https://as.example/authorize?client_id=gw&state={state}"})
 
     async def _callback(self, request: Request) -> Response:
@@ -76,6 +80,9 @@ class ScriptedOAuthGateway(ScriptedTenantGateway):
         principal = self.pending.pop(callback.state, None)
         if principal is None:
             return _error(400, "invalid_oauth_state", "The consent is unknown, expired or completed already.")
+        bound = self.bindings.pop(callback.state, None)
+        if bound is not None and bound != callback.binding:
+            return _error(400, "oauth_binding_mismatch", "Open the link in the browser where you asked for it.")
         if callback.error is not None:
             return _error(400, "oauth_denied", f"The authorization server refused: {callback.error}.")
         if callback.code == "bad":

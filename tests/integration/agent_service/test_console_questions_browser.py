@@ -220,28 +220,26 @@ async def test_a_refused_answer_is_said_on_the_form_then_decline_and_cancel_send
     ]
 
 
-async def test_connect_on_a_tool_card_opens_the_authorization_page_in_a_window_of_its_own(console: Console) -> None:
+async def test_connect_on_a_tool_card_asks_the_persons_own_consent_and_opens_it_in_a_window_of_its_own(
+    console: Console,
+) -> None:
+    """A per-user server's Connect asks ``POST /api/v1/agent/connections/{server}/authorize`` itself (the consent is
+    bound to this browser), never opening a URL an event carried; a machine server's card says an administrator
+    must connect it, with no button."""
     agent = console.agent
     agent.connections = []
-    agent.authorize_answers = {"crm": {"authorizationUrl": agent.consent_url("crm")}}
+    agent.authorize_answers = {
+        "crm": {"authorizationUrl": agent.consent_url("crm")},
+        "evil": {"authorizationUrl": "javascript:alert(1)"},
+    }
     agent.first_events = [
         CALL,
         RunAuthorizationRequired(
-            run_id=RUN,
-            iteration=1,
-            tool_call_id="call_1",
-            name="register",
-            server="crm",
-            authorization_url=agent.consent_url("crm"),
+            run_id=RUN, iteration=1, tool_call_id="call_1", name="register", server="crm", tokens="perUser"
         ),
         RunToolCall(run_id=RUN, iteration=1, id="call_2", name="lookup", arguments={}),
         RunAuthorizationRequired(
-            run_id=RUN,
-            iteration=1,
-            tool_call_id="call_2",
-            name="lookup",
-            server="evil",
-            authorization_url="javascript:alert(1)",
+            run_id=RUN, iteration=1, tool_call_id="call_2", name="lookup", server="evil", tokens="perUser"
         ),
         RunToolResult(
             run_id=RUN,
@@ -249,6 +247,26 @@ async def test_connect_on_a_tool_card_opens_the_authorization_page_in_a_window_o
             tool_call_id="call_2",
             name="lookup",
             content="evil needs authorization",
+            is_error=True,
+            duration_ms=1.0,
+        ),
+        RunToolCall(run_id=RUN, iteration=1, id="call_3", name="invoice", arguments={}),
+        # A machine server (an older event may still carry the gateway's URL): never a button, never the URL.
+        RunAuthorizationRequired(
+            run_id=RUN,
+            iteration=1,
+            tool_call_id="call_3",
+            name="invoice",
+            server="billing",
+            tokens="machine",
+            authorization_url=agent.consent_url("billing"),
+        ),
+        RunToolResult(
+            run_id=RUN,
+            iteration=1,
+            tool_call_id="call_3",
+            name="invoice",
+            content="billing is not connected",
             is_error=True,
             duration_ms=1.0,
         ),
@@ -268,6 +286,7 @@ async def test_connect_on_a_tool_card_opens_the_authorization_page_in_a_window_o
     assert await consent.evaluate("() => window.opener") is None  # it cannot reach the console's page
     await expect(card.locator(".consent-link")).to_have_attribute("href", agent.consent_url("crm"))
     await consent.close()
+    assert RecordedRequest("POST", "/api/v1/agent/connections/crm/authorize", {}, None) in agent.requests
 
     # A URL that is not a web address is never opened.
     other = page.locator(".tool-card[data-tool-call-id='call_2']")
@@ -277,13 +296,25 @@ async def test_connect_on_a_tool_card_opens_the_authorization_page_in_a_window_o
     )
     assert len(page.context.pages) == 1
 
-    # The Connections section offers the servers this page was refused for, through the person's own consent.
+    # A machine server: an administrator connects it; the person is given nothing to click.
+    machine = page.locator(".tool-card[data-tool-call-id='call_3']")
+    await expect(machine.locator(".authorization-text")).to_have_text(
+        "billing is not connected: this call was not made. An administrator must connect billing.", timeout=WAIT_MS
+    )
+    await expect(machine.locator(".authorization button")).to_have_count(0)
+    await expect(machine.locator(".authorization a")).to_have_count(0)
+
+    # The Connections section offers the servers this page was refused for, through the person's own consent
+    # (never the machine server's).
     wanted = page.locator("#connections .connection-card[data-server='crm']")
     await expect(wanted.locator(".auth-state")).to_have_text("not connected")
+    await expect(page.locator("#connections .connection-card[data-server='billing']")).to_have_count(0)
+    agent.requests.clear()
     async with page.context.expect_page() as opened_again:
         await wanted.get_by_role("button", name="Connect crm").click()
     assert (await opened_again.value).url == agent.consent_url("crm")
     assert RecordedRequest("POST", "/api/v1/agent/connections/crm/authorize", {}, None) in agent.requests
+    assert not [r for r in agent.requests if "billing" in r.path]
 
 
 async def test_a_person_sees_and_disconnects_their_own_connections(console: Console) -> None:

@@ -7,6 +7,7 @@ Tenant ``acme``: an app key trusted to name its users, an admin key; tenant ``gl
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -118,6 +119,38 @@ async def test_a_person_connects_lists_and_disconnects_their_own_per_user_server
     assert (await stack.call("DELETE", "/api/v1/agent/connections/crm", ACME_APP, "bob")).status_code == 404
     assert (await stack.call("DELETE", "/api/v1/agent/connections/crm", ACME_APP, "alice")).status_code == 204
     assert stack.gateway.connections == {}
+
+
+async def test_a_consent_is_bound_to_the_browser_that_asked_for_it(stack: Stack) -> None:
+    """Alice asks for her consent URL and sends it to Bob: Bob's browser, which holds no cookie of that consent,
+    cannot complete it (his account would become Alice's token); Alice's own browser can, then forgets the cookie."""
+    await stack.call("POST", "/api/v1/admin/mcp-servers", ACME_ADMIN, json=CRM)
+    asked = await stack.call("POST", "/api/v1/agent/connections/crm/authorize", ACME_APP, "alice")
+    url = asked.json()["authorizationUrl"]
+    state = parse_qs(urlparse(url).query)["state"][0]
+    [cookie] = asked.headers.get_list("set-cookie")
+    name, nonce = cookie.split(";")[0].split("=", 1)
+    attributes = {part.strip().lower() for part in cookie.split(";")[1:]}
+    assert {"httponly", "samesite=lax", "path=/api/v1/agent/oauth/callback"} <= attributes
+    assert state not in cookie  # the cookie names its consent by a hash, never by the state
+    # The gateway keeps the nonce's hash, never the nonce.
+    assert stack.gateway.bindings[state] == hashlib.sha256(nonce.encode()).hexdigest()
+
+    async with httpx.AsyncClient(base_url=str(stack.http.base_url), timeout=30) as victim:
+        refused = await victim.get("/api/v1/agent/oauth/callback", params={"state": state, "code": "victims"})
+    assert refused.status_code == 400
+    assert "browser where you asked for it" in refused.text
+    assert stack.gateway.connections == {}
+
+    again = await stack.call("POST", "/api/v1/agent/connections/crm/authorize", ACME_APP, "alice")
+    [own] = again.headers.get_list("set-cookie")
+    assert own.split("=")[0] != name  # a cookie per consent: two under way in one browser do not collide
+    done = await stack.consent(again.json()["authorizationUrl"], code="c-own")
+    assert done.status_code == 200, done.text
+    assert stack.gateway.connections == {("acme", "crm", "alice"): ["crm.read"]}
+    [gone] = done.headers.get_list("set-cookie")  # used: the browser forgets it
+    assert gone.startswith(own.split("=")[0] + "=")
+    assert "max-age=0" in gone.lower()
 
 
 async def test_connections_are_a_persons_own_and_need_a_user(stack: Stack) -> None:

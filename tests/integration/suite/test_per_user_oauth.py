@@ -171,8 +171,19 @@ async def test_two_users_consent_each_call_carries_their_own_token_and_one_revoc
         stranger = await stack.call("carol")  # never consented: asked to, nothing called
         assert stranger.status_code == 401, stranger.text
         error = stranger.json()["error"]
-        assert (error["code"], error["server"]) == ("authorization_required", "crm")
+        assert (error["code"], error["server"], error["tokens"]) == ("authorization_required", "crm", "perUser")
         assert error["authorizationUrl"].startswith(stack.world.base_url + "/authorize?")
+        # Carol asks for her own consent URL and sends it to Bob: Bob's browser holds no cookie of that consent, so
+        # his sign-in cannot become Carol's token.
+        asked = await stack.as_user("POST", "/api/v1/agent/connections/crm/authorize", "carol")
+        async with httpx.AsyncClient(base_url=str(stack.agent.base_url)) as bobs_browser:
+            redirect = await bobs_browser.get(asked.json()["authorizationUrl"])
+            back = httpx.URL(redirect.headers["location"])
+            page = await bobs_browser.get(CALLBACK_PATH, params=back.params)
+        stack.answers.append(page)
+        assert page.status_code == 400, page.text
+        assert "browser where you asked for it" in page.text
+        assert (await stack.call("carol")).status_code == 401  # still nobody's token
         nobody = await stack.call(None)
         assert (nobody.status_code, nobody.json()["error"]["code"]) == (403, "user_required")
         assert set(stack.world.bearers) == {alice_token, bob_token}

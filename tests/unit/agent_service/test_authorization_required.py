@@ -36,7 +36,9 @@ async def test_a_call_needing_consent_asks_the_person_and_tells_the_model_and_th
         "crm_find",
         "crm",
     )
-    assert asked.authorization_url == "https://as.example/authorize?client_id=gw&state=st-crm"
+    # The per-user consent is asked by the person's own browser (bound to it): no state-bearing URL in the event.
+    assert (asked.tokens, asked.authorization_url) == ("perUser", None)
+    assert "state=" not in asked.model_dump_json()
     results = {result.tool_call_id: result for result in events.of(RunToolResult)}
     assert results["c-crm"].is_error
     assert "needs the user's authorization" in results["c-crm"].content
@@ -53,6 +55,22 @@ async def test_a_call_needing_consent_asks_the_person_and_tells_the_model_and_th
     sent = scripted.completion_requests[1]["messages"]
     [tool_message] = [message for message in sent if message.get("toolCallId") == "c-crm"]
     assert "needs the user's authorization" in str(tool_message["content"])
+
+
+async def test_a_machine_server_needing_consent_is_an_admins_to_connect_and_no_url_reaches_the_run() -> None:
+    """A machine server's token serves everyone of the tenant: the gateway's consent URL must never reach an end
+    user, whose click would make their own account the token every run uses."""
+    turn = call_tools(("c-crm", "crm_find", {"q": "x"}))
+    scripted = Scripted([turn, answer("ask an admin")], {}, consent={"crm_find": "crm"}, machine={"crm"})
+    events = Recorder()
+    outcome = await scripted.loop().run(plan("crm_find"), events, stream_text=True)
+    assert outcome.error is None
+    [asked] = events.of(RunAuthorizationRequired)
+    assert (asked.server, asked.tokens, asked.authorization_url) == ("crm", "machine", None)
+    assert all("state=" not in event.model_dump_json() for event in events.events)
+    [result] = events.of(RunToolResult)
+    assert result.is_error
+    assert "only an administrator can connect it" in result.content
 
 
 async def test_a_refusal_for_consent_is_never_cached() -> None:

@@ -139,7 +139,8 @@ _CALL_TOOL = Operation(
         503: "The tool's server is restarting or its circuit is open, or no session to a tenant's server can be "
         "opened now (tool_unavailable, Retry-After).",
         401: "authorization_required (AuthorizationRequiredError): the tool's server is behind OAuth and no usable "
-        "token is held; a person opens authorizationUrl to consent. Nothing was called.",
+        "token is held; tokens says whose consent it wants (machine: an admin's, perUser: the call's user's); "
+        "authorizationUrl is the gateway's unbound consent, for trusted callers only. Nothing was called.",
     },
     example={"name": "echo", "arguments": {"text": "hello"}},
 )
@@ -322,10 +323,14 @@ async def call_tool_route(request: Request) -> Response | EventStreamResponse:
 
 
 def _authorization_required(required: AuthorizationRequired) -> AuthorizationRequiredError:
+    # A machine principal (no user) is the tenant's or the deployment's: its admin consents, never a caller's user.
+    per_user = bool(required.principal.user)
+    who = "the call's user" if per_user else "an administrator of the tenant (or an operator)"
     return AuthorizationRequiredError(
-        message=f'The MCP server "{required.server}" needs an authorization: a person opens authorizationUrl to '
-        "consent, then the call can be made again. Nothing was called.",
+        message=f'The MCP server "{required.server}" needs an authorization: {who} consents, then the call can be '
+        "made again. Nothing was called.",
         server=required.server,
+        tokens="perUser" if per_user else "machine",
         authorization_url=required.authorization_url,
     )
 

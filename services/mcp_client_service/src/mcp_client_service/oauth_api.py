@@ -119,7 +119,9 @@ _CALLBACK = Operation(
     body=OAuthCallback,
     answer=OAuthCallbackResult,
     errors={
-        400: "invalid_oauth_state: unknown, expired or used state; oauth_denied: the authorization server's error.",
+        400: "invalid_oauth_state: unknown, expired or used state; oauth_binding_mismatch: a consent asked with a "
+        "binding completed without the same one (another browser than the one that asked); oauth_denied: the "
+        "authorization server's error.",
         502: "oauth_token_exchange_failed: the authorization server did not issue a token.",
     },
 )
@@ -151,7 +153,7 @@ def oauth_routes(prefix: str, flow: Callable[[], ConsentFlow], servers: OAuthSer
     async def callback(request: Request) -> Response:
         body = await read_model(request, OAuthCallback)
         try:
-            done = await flow().complete(body.state, body.code, error=body.error, iss=body.iss)
+            done = await flow().complete(body.state, body.code, error=body.error, iss=body.iss, binding=body.binding)
         except ConsentError as error:
             raise ApiError(error.status, error.code, error.message) from None
         principal = done.principal
@@ -172,7 +174,7 @@ def oauth_routes(prefix: str, flow: Callable[[], ConsentFlow], servers: OAuthSer
         if server.auth.tokens == "machine" and principal.user:
             raise ApiError(400, "user_not_expected", f'The MCP server "{body.server}" holds one machine token.')
         try:
-            url = await flow().authorize(principal, server.url, server.auth)
+            url = await flow().authorize(principal, server.url, server.auth, binding=body.binding)
         except ConsentError as error:
             raise ApiError(error.status, error.code, error.message) from None
         result = OAuthAuthorizeResult(authorized=True) if url is None else OAuthAuthorizeResult(authorization_url=url)

@@ -193,16 +193,23 @@ class RunApprovalDecided(_RunEventBase):
 
 class RunAuthorizationRequired(_RunEventBase):
     """A tool call's server is behind OAuth and holds no token for whom the run acts (the run's end user on a
-    per-user server, else its tenant): the call was not made, its ``tool_result`` says so, and the run goes on. A
-    person opens ``authorizationUrl`` to consent (the console's "Connect"); a later run, or the same conversation's
-    next message, can then use the server."""
+    per-user server, else its tenant): the call was not made, its ``tool_result`` says so, and the run goes on.
+
+    ``tokens`` says who may consent. ``perUser``: the run's end user connects the server themselves — ``POST
+    /api/v1/agent/connections/{server}/authorize`` from their own browser (the console's "Connect"), which binds the
+    consent to that browser. ``machine``: one token serves the whole tenant (or deployment), so only an
+    administrator connects it (``POST /api/v1/admin/mcp-servers/{name}/authorize``); the end user is told so.
+
+    ``authorizationUrl`` is never set any more (a consent URL in an event could be completed by whoever reads it);
+    it stays in the schema for readers of older events."""
 
     type: Literal["authorization_required"] = "authorization_required"
     iteration: int
     tool_call_id: str
     name: str
     server: str
-    authorization_url: str
+    tokens: Literal["machine", "perUser"] = "machine"
+    authorization_url: str | None = None
 
 
 class RunInputRequired(_RunEventBase):

@@ -156,14 +156,19 @@ class ElicitationAnswer(WireModel):
 class AuthorizationRequiredError(WireModel):
     """The error body (HTTP 401, or an SSE ``error`` event) of a ``call-tool`` whose server is behind OAuth and holds
     no usable token for whom the call acts (the tenant's, or ``caller.user``'s on a per-user server): nothing was
-    called. A person opens ``authorizationUrl`` to consent; the authorization server sends them back to the
-    gateway's redirect URI (agent-service ``GET /api/v1/agent/oauth/callback``), after which the call can be made
-    again."""
+    called. ``tokens`` says whose consent it wants: ``machine`` (one token for the tenant, or the deployment: only
+    its admin or an operator may give it) or ``perUser`` (the call's end user).
+
+    ``authorizationUrl`` is the gateway's pending consent, unbound to any browser: the gateway's API is behind the
+    shared secret and its callers are trusted (an operator's tooling opens it). A front serving end users never
+    hands it on (agent-service drops it): a person's consent is asked afresh through ``POST /mcp/v1/oauth/authorize``
+    with a ``binding``, and a machine server's only by an admin."""
 
     code: Literal["authorization_required"] = "authorization_required"
     message: str
     server: str
-    authorization_url: str
+    tokens: Literal["machine", "perUser"] = "machine"
+    authorization_url: str | None = None
 
 
 class OAuthCallback(WireModel):
@@ -175,6 +180,9 @@ class OAuthCallback(WireModel):
     error: str | None = Field(default=None, max_length=256)
     error_description: str | None = Field(default=None, max_length=2000)
     iss: str | None = Field(default=None, max_length=2000)
+    binding: str | None = Field(default=None, max_length=128)
+    """The hash of the consent-binding cookie the browser brought back (absent: it brought none). A consent asked
+    with a ``binding`` completes only with the same one: the browser that asked is the one that consents."""
 
 
 class OAuthCallbackResult(WireModel):
@@ -195,6 +203,10 @@ class OAuthAuthorizeRequest(WireModel):
     server: str = Field(min_length=1, max_length=200)
     tenant: str | None = Field(default=None, max_length=200)
     user: str | None = Field(default=None, max_length=200)
+    binding: str | None = Field(default=None, min_length=16, max_length=128)
+    """Binds the consent to the browser that asks: the hash of a random nonce the asking front keeps in that
+    browser (agent-service: an HttpOnly cookie of its callback's path). The callback must bring the same hash
+    (``OAuthCallback.binding``), else 400 ``oauth_binding_mismatch``. Absent: unbound (an operator's tooling)."""
 
 
 class OAuthAuthorizeResult(WireModel):

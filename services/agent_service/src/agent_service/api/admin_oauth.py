@@ -15,6 +15,7 @@ from starlette.routing import BaseRoute
 from agent_service.api.admin import AdminScope, admin_tenant
 from agent_service.api.auth import caller_of
 from agent_service.api.connections import GATEWAY_SECONDS
+from agent_service.api.consent_binding import bound_answer, new_nonce, nonce_hash
 from agent_service.api.services import Services, services_of
 from agent_service.core.errors import UpstreamError
 from suite_common.deadline import Deadline
@@ -55,9 +56,10 @@ async def authorize_server(request: Request) -> Response:
     scope = admin_tenant(request, services)
     name: str = request.path_params["name"]
     tenant = await _owner(request, services, scope, name)
-    answer = await services.oauth.authorize(name, tenant, "", _deadline())
+    nonce = new_nonce()
+    answer = await services.oauth.authorize(name, tenant, "", _deadline(), binding=nonce_hash(nonce))
     _log.info("oauth_consent_asked", tenant=scope.tenant, server=name, authorized=answer.authorized, by=scope.by)
-    return ModelResponse(answer)
+    return bound_answer(request, answer, nonce)
 
 
 async def list_connections(request: Request) -> Response:
@@ -88,7 +90,8 @@ _GATEWAY_DOWN = "mcp-client-service is unreachable or did not answer in time (up
 
 _AUTHORIZE = Operation(
     "Connect a machine OAuth server (one token for the tenant; an operator may also connect a server of the "
-    "deployment's servers file): the URL an admin opens to consent, or authorized: true when a usable token is held",
+    "deployment's servers file): the URL an admin opens to consent, or authorized: true when a usable token is "
+    "held. The answer sets a cookie binding the consent to this browser: open the URL in the browser that asked",
     answer=OAuthAuthorizeResult,
     errors={
         400: "The server is not behind OAuth (not_oauth); or an operator key without a valid ?tenant= "

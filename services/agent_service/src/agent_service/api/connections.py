@@ -2,8 +2,9 @@
 an authorization server, and their own connections to per-user MCP servers.
 
 ``GET /api/v1/agent/oauth/callback`` is public (``api.auth.PUBLIC_PATHS``): the browser brings nothing but the
-redirect's query, which is handed to the gateway (``POST /mcp/v1/oauth/callback``), whose ``state`` check says
-whose consent it completes. It answers a small HTML page for the person: the server is connected, or why not.
+redirect's query and the consent's binding cookie (``api.consent_binding``), which are handed to the gateway (``POST
+/mcp/v1/oauth/callback``), whose ``state`` and binding checks say whose consent it completes and that this browser
+asked for it. It answers a small HTML page for the person: the server is connected, or why not.
 
 ``/api/v1/agent/connections`` acts for the end user the caller names (``X-User-Id``; 403 ``user_required``
 without one): the tokens held for them, a fresh consent, a revocation. Never a token, a code or a state in a log
@@ -20,6 +21,14 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute
 
 from agent_service.api.auth import caller_of
+from agent_service.api.consent_binding import (
+    CALLBACK_PATH,
+    binding_of,
+    bound_answer,
+    forget_binding,
+    new_nonce,
+    nonce_hash,
+)
 from agent_service.api.services import services_of
 from agent_service.core.errors import UpstreamError
 from suite_common.deadline import Deadline
@@ -62,6 +71,7 @@ async def oauth_callback(request: Request) -> Response:
             error=query.get("error"),
             error_description=query.get("error_description"),
             iss=query.get("iss"),
+            binding=binding_of(request, query.get("state", "")),
         )
     except ValidationError:
         return _page(400, "Not connected", "This link is not a complete answer of an authorization server.")
@@ -71,9 +81,12 @@ async def oauth_callback(request: Request) -> Response:
         # The gateway's words (an unknown or used state, a refusal, a failed exchange) never hold a secret.
         _log.info("oauth_callback_failed", code=error.code, status=error.status)
         status = error.status if 400 <= error.status < 500 else 502
-        return _page(status, "Not connected", error.message)
-    _log.info("oauth_callback_completed", server=result.server, tenant=result.tenant or None, user=result.user)
-    return _page(200, f"{result.server} is connected", "You can close this window.")
+        page = _page(status, "Not connected", error.message)
+    else:
+        _log.info("oauth_callback_completed", server=result.server, tenant=result.tenant or None, user=result.user)
+        page = _page(200, f"{result.server} is connected", "You can close this window.")
+    forget_binding(request, page, callback.state)
+    return page
 
 
 def _user(request: Request) -> tuple[str, str]:
@@ -100,9 +113,11 @@ async def list_connections(request: Request) -> Response:
 async def authorize(request: Request) -> Response:
     tenant, user = _user(request)
     server = _server(request)
-    answer = await services_of(request).oauth.authorize(server, tenant, user, Deadline.after(GATEWAY_SECONDS))
+    nonce = new_nonce()
+    deadline = Deadline.after(GATEWAY_SECONDS)
+    answer = await services_of(request).oauth.authorize(server, tenant, user, deadline, binding=nonce_hash(nonce))
     _log.info("oauth_consent_asked", server=server, authorized=answer.authorized)
-    return ModelResponse(answer)
+    return bound_answer(request, answer, nonce)
 
 
 async def disconnect(request: Request) -> Response:
@@ -118,13 +133,14 @@ _NO_USER = "The request names no end user (user_required): connections are a per
 
 _CALLBACK = Operation(
     "Where an OAuth authorization server sends the person's browser back (the gateway's redirect URI): the consent "
-    "is completed through the gateway and a small page says so. Public: no key; the state says whose consent it is",
+    "is completed through the gateway and a small page says so. Public: no key; the state says whose consent it is, "
+    "and the consent's cookie (set by the authorize endpoint that asked for it) that this browser asked",
     media_type="text/html",
     answer=str,
     error_media_type="text/html",
     errors={
-        400: "No state, an unknown, expired or used one (invalid_oauth_state), or the person refused (oauth_denied): "
-        "answered as an HTML page.",
+        400: "No state, an unknown, expired or used one (invalid_oauth_state), a consent asked for in another "
+        "browser (oauth_binding_mismatch), or the person refused (oauth_denied): answered as an HTML page.",
         502: "The authorization server's token endpoint failed the exchange (oauth_token_exchange_failed), or the "
         "gateway is unreachable: an HTML page.",
     },
@@ -136,7 +152,8 @@ _LIST = Operation(
 )
 _AUTHORIZE = Operation(
     "Connect the end user to a per-user MCP server: the URL to open for their consent, or authorized: true when "
-    "a usable token is held already",
+    "a usable token is held already. The answer sets a cookie binding the consent to this browser: open the URL "
+    "in the browser that asked",
     answer=OAuthAuthorizeResult,
     errors={
         400: "The server is not behind OAuth (not_oauth).",
@@ -159,7 +176,7 @@ _DISCONNECT = Operation(
 def connections_routes() -> list[BaseRoute]:
     connections = "/api/v1/agent/connections"
     return [
-        ApiRoute("/api/v1/agent/oauth/callback", oauth_callback, method="GET", operation=_CALLBACK),
+        ApiRoute(CALLBACK_PATH, oauth_callback, method="GET", operation=_CALLBACK),
         ApiRoute(connections, list_connections, method="GET", operation=_LIST),
         ApiRoute(connections + "/{server}/authorize", authorize, method="POST", operation=_AUTHORIZE),
         ApiRoute(connections + "/{server}", disconnect, method="DELETE", operation=_DISCONNECT),

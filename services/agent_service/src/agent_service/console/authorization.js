@@ -3,6 +3,9 @@
 // agent-service's callback (GET /api/v1/agent/oauth/callback) and closes there. The console never sees a token or a
 // code: it opens the URL it is given, and reads the state again when the person comes back to it.
 //
+// A consent is bound to the browser that asked for it (the authorize endpoints set a cookie the callback checks), so
+// the console always asks for the URL itself, never opening one it was handed by a run's event.
+//
 // Used by a run's authorization_required event (turn.js: "Connect <server>" on the tool card), the Servers
 // section (servers.js: an admin connects a machine server, disconnects a server or a person), and the Connections
 // section (connections.js: a person's own).
@@ -45,12 +48,42 @@ export function openConsent(url, slot, returned) {
   if (returned) onReturn.add(returned);
 }
 
-// The box a run's authorization_required event puts on its tool card: the call was not made; Connect opens the
-// consent page.
+// A person's own consent to a per-user server: asked by this browser (POST .../connections/{server}/authorize, whose
+// answer binds the consent to it with a cookie), then opened; ``connected``: a usable token is held already (nothing
+// to open). ``opened``: where the consent link goes; ``failure``: where a failure is said (else ``opened``).
+export const CONNECTIONS_PATH = "/api/v1/agent/connections";
+
+export function connectionPath(server) {
+  return `${CONNECTIONS_PATH}/${encodeURIComponent(server)}`;
+}
+
+export async function connectOwn(server, { opened, failure, returned }) {
+  try {
+    const answer = await json(`${connectionPath(server)}/authorize`, { method: "POST" });
+    if (answer.authorized) returned?.();
+    else openConsent(answer.authorizationUrl, opened, returned);
+  } catch (failed) {
+    formFailure(failure || opened, `Could not connect ${server}: ${failed.message}`);
+  }
+}
+
+// The box a run's authorization_required event puts on its tool card: the call was not made. A per-user server:
+// Connect asks this person's consent (bound to this browser) and opens it. A machine server: its one token serves
+// the whole tenant, so only an administrator connects it (Servers section): no button, no URL.
 export function consentPrompt(data, returned) {
   const box = el("div", "authorization");
   box.setAttribute("role", "group");
   box.setAttribute("aria-label", `Authorization of ${data.server}`);
+  if (data.tokens !== "perUser") {
+    box.appendChild(
+      el(
+        "p",
+        "authorization-text",
+        `${data.server} is not connected: this call was not made. An administrator must connect ${data.server}.`,
+      ),
+    );
+    return box;
+  }
   box.appendChild(
     el(
       "p",
@@ -61,7 +94,11 @@ export function consentPrompt(data, returned) {
   const connect = button("connect", `Connect ${data.server}`);
   const opened = el("p", "note consent-note");
   opened.hidden = true;
-  connect.addEventListener("click", () => openConsent(data.authorizationUrl, opened, returned));
+  connect.addEventListener("click", async () => {
+    connect.disabled = true;
+    await connectOwn(data.server, { opened, returned });
+    connect.disabled = false;
+  });
   box.append(connect, opened);
   return box;
 }

@@ -3,10 +3,8 @@
 // that has the endpoint; any 4xx of the list (404: not there; a key without a user) hides it. Besides the
 // connections held, it offers Connect for a server a run of this page was refused for want of a consent.
 import { api, json, notForThisKey } from "./api.js";
-import { openConsent } from "./authorization.js";
+import { CONNECTIONS_PATH, connectionPath, connectOwn } from "./authorization.js";
 import { button, el, errorLine, formFailure } from "./dom.js";
-
-const CONNECTIONS_PATH = "/api/v1/agent/connections";
 
 const $ = (id) => document.getElementById(id);
 const ui = {
@@ -16,10 +14,6 @@ const ui = {
 };
 
 const mine = { connections: [], wanted: new Set() }; // wanted: servers a run said need this person's consent
-
-function connectionPath(server) {
-  return `${CONNECTIONS_PATH}/${encodeURIComponent(server)}`;
-}
 
 async function loadConnections() {
   let body;
@@ -94,15 +88,8 @@ function unconnectedCard(server) {
   connect.addEventListener("click", async () => {
     connect.disabled = true;
     formFailure(failure, "");
-    try {
-      const answer = await json(`${connectionPath(server)}/authorize`, { method: "POST" });
-      if (answer.authorized) loadConnections();
-      else openConsent(answer.authorizationUrl, opened, loadConnections);
-    } catch (failed) {
-      formFailure(failure, `Could not connect ${server}: ${failed.message}`);
-    } finally {
-      connect.disabled = false;
-    }
+    await connectOwn(server, { opened, failure, returned: loadConnections });
+    connect.disabled = false;
   });
   card.append(opened, failure, connect);
   return card;

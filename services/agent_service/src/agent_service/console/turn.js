@@ -277,12 +277,13 @@ export class Turn {
     hooks.onWaitingChanged(); // no longer waiting
   }
 
-  // The call's server needs a consent nobody gave: it was not called (its result says so). Connect opens the
-  // authorization page; the person's connections are read again when they come back.
+  // The call's server needs a consent nobody gave: it was not called (its result says so). A per-user server's
+  // Connect asks this person's consent and opens it; their connections are read again when they come back. A
+  // machine server's is an administrator's to give: the box says so.
   authorizationRequired(data) {
     const parts = this.cards.get(data.toolCallId) || this.toolCall(data.toolCallId, data.name, {});
     parts.approval.appendChild(consentPrompt(data, () => hooks.connections.load()));
-    hooks.connections.wanted(data.server);
+    if (data.tokens === "perUser") hooks.connections.wanted(data.server);
   }
 
   toolProgress(data) {

@@ -41,7 +41,8 @@ def outbound_blocked() -> UpstreamError:
 
 class AuthorizationNeeded(Exception):
     """The gateway's ``authorization_required`` answer to a tool call (HTTP 401, or an SSE ``error`` event): nothing
-    was called; a person is to open ``detail.authorization_url`` to consent. Not a failure of the run."""
+    was called; ``detail.tokens`` says who consents (the run's user, or an admin for a machine server). The
+    gateway's ``detail.authorization_url`` is never handed on (``engine.tool_calls``). Not a failure of the run."""
 
     def __init__(self, detail: AuthorizationRequiredError) -> None:
         super().__init__(f"the MCP server {detail.server!r} needs authorization")

@@ -328,7 +328,10 @@ def _refusal(call: ToolCall, allowed: set[str]) -> str | None:
 async def _ask_consent(
     plan: RunPlan, iteration: int, call: ToolCall, needed: AuthorizationNeeded, emit: EventSink
 ) -> None:
-    """The run's ``authorization_required`` event: where the person consents (the console's "Connect")."""
+    """The run's ``authorization_required`` event: who may consent, never the gateway's URL. A per-user server's
+    user asks their own consent from their browser (the console's "Connect": a consent bound to it); a machine
+    server's token serves the whole tenant, so only an admin gives it — a URL here would let any end user who
+    clicks make their own account everyone's token."""
     await emit(
         RunAuthorizationRequired(
             run_id=plan.run_id,
@@ -336,17 +339,23 @@ async def _ask_consent(
             tool_call_id=call.id,
             name=call.name,
             server=needed.detail.server,
-            authorization_url=needed.detail.authorization_url,
+            tokens=needed.detail.tokens,
         )
     )
 
 
 def _consent_text(call: ToolCall, needed: AuthorizationNeeded) -> str:
-    """What the model reads of a call its server's OAuth kept from being made: the user must connect it first."""
+    """What the model reads of a call its server's OAuth kept from being made: who must connect it first."""
+    server = clip(needed.detail.server)
+    if needed.detail.tokens == "perUser":
+        return (
+            f"The tool '{clip(call.name)}' was not called: its MCP server '{server}' needs the user's authorization "
+            "first. The user has been asked to connect it; tell them so, and try again once they have."
+        )
     return (
-        f"The tool '{clip(call.name)}' was not called: its MCP server '{clip(needed.detail.server)}' needs the user's "
-        "authorization first. The user has been asked to connect it (an authorization link was shown to them); "
-        "tell them so, and try again once they have."
+        f"The tool '{clip(call.name)}' was not called: its MCP server '{server}' is not connected, and only an "
+        "administrator can connect it (its authorization serves everyone). Tell the user an administrator must "
+        "connect it; the user cannot do it themselves."
     )
 
 

@@ -121,7 +121,7 @@ def _streamed_answer(event: str, data: str) -> CallToolResponse:
     return error_result(text)
 
 
-MALFORMED_CONSENT = "mcp-client-service sent an authorization_required answer without its server or URL"
+MALFORMED_CONSENT = "mcp-client-service sent an authorization_required answer without its server"
 
 
 def _authorization_needed(error: dict[str, Any]) -> AuthorizationNeeded | None:

@@ -45,9 +45,12 @@ class GatewayOAuth:
         reply = await self.tools.gateway_request("POST", self.url + "callback", deadline, dump(callback).encode())
         return _answer(OAuthCallbackResult, reply)
 
-    async def authorize(self, server: str, tenant: str, user: str, deadline: Deadline) -> OAuthAuthorizeResult:
-        """A fresh consent for (tenant, server, user): its URL, or ``authorized`` when a usable token is held."""
-        request = OAuthAuthorizeRequest(server=server, tenant=tenant, user=user)
+    async def authorize(
+        self, server: str, tenant: str, user: str, deadline: Deadline, *, binding: str | None = None
+    ) -> OAuthAuthorizeResult:
+        """A fresh consent for (tenant, server, user): its URL, or ``authorized`` when a usable token is held.
+        ``binding``: the asking browser's (``api.consent_binding``), which the callback must bring back."""
+        request = OAuthAuthorizeRequest(server=server, tenant=tenant, user=user, binding=binding)
         body = request.model_dump_json(by_alias=True).encode()
         reply = await self.tools.gateway_request("POST", self.url + "authorize", deadline, body)
         return _answer(OAuthAuthorizeResult, reply)

@@ -9,6 +9,7 @@ SSRF-guarded client as the server's session.
 
 from __future__ import annotations
 
+import hmac
 import json
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -74,11 +75,18 @@ class ConsentFlow:
             listener(principal, authorized)
 
     async def complete(
-        self, state: str, code: str | None, *, error: str | None = None, iss: str | None = None
+        self,
+        state: str,
+        code: str | None,
+        *,
+        error: str | None = None,
+        iss: str | None = None,
+        binding: str | None = None,
     ) -> Consented:
         """The callback of the consent ``state``: its code exchanged and the token stored. ``ConsentError``:
-        ``invalid_oauth_state`` (unknown, expired or used), ``oauth_denied`` (the authorization server's
-        ``error``), ``oauth_token_exchange_failed`` (502)."""
+        ``invalid_oauth_state`` (unknown, expired or used), ``oauth_binding_mismatch`` (a bound consent completed
+        in another browser than the one that asked), ``oauth_denied`` (the authorization server's ``error``),
+        ``oauth_token_exchange_failed`` (502)."""
         # Used once whatever the outcome: a denied consent's state cannot be replayed with a code either.
         taken = await self.vault.complete_consent(state, code or "")
         if taken is None:
@@ -86,6 +94,15 @@ class ConsentFlow:
                 "invalid_oauth_state", "This authorization is unknown, expired or already used; ask a new one."
             )
         principal, pending = taken
+        if pending.binding is not None and not hmac.compare_digest(pending.binding, binding or ""):
+            # Whoever holds a state must not make someone else's account the asker's token (a link sent to a
+            # victim): the consent completes only in the browser that asked for it. Used now, it cannot be retried.
+            _log.warning("oauth_consent_unbound_browser", principal=principal.describe())
+            raise ConsentError(
+                "oauth_binding_mismatch",
+                "This authorization was asked for in another browser: open the Connect link in the browser where "
+                "you asked for it, and ask a new one there.",
+            )
         if error is not None:
             _log.info("oauth_consent_denied", principal=principal.describe(), error=error[:100])
             raise ConsentError("oauth_denied", f"The authorization server refused the consent: {error[:100]}.")
@@ -146,14 +163,26 @@ class ConsentFlow:
                 "oauth_token_exchange_failed", f"{failed}: its answer is not a token.", status=502
             ) from None
 
-    async def authorize(self, principal: Principal, server_url: str, config: OAuthConfig) -> str | None:
+    async def authorize(
+        self, principal: Principal, server_url: str, config: OAuthConfig, *, binding: str | None = None
+    ) -> str | None:
         """A fresh authorization URL for ``principal``; ``None`` when a usable token is held (or client
         credentials got one). Drives the server's provider as if the server had refused the request (401): the
-        discovery, registration and consent are the session's own. ``ConsentError`` 502 when it cannot."""
+        discovery, registration and consent are the session's own. ``binding``: the asking browser's (see
+        ``OAuthAuthorizeRequest.binding``). ``ConsentError`` 502 when it cannot.
+
+        A step-up (the server refused the token: ``insufficient_scope``) left a pending consent with a wider scope
+        than the token's: the token held is then not enough, and the fresh consent asks at least that scope."""
         stored = await self.vault.token(principal)
-        if stored is not None and (stored.token.refresh_token or not _expired(stored.expires_at, self.vault)):
+        waiting = await self.vault.latest_pending(principal)
+        wider = waiting.scope if waiting is not None else None
+        usable = stored is not None and (stored.token.refresh_token or not _expired(stored.expires_at, self.vault))
+        if stored is not None and usable and _covers(stored.token.scope, wider):
             return None
         provider = build_provider(self.context, principal, server_url, config)
+        provider.binding = binding
+        provider.least_scope = wider
+        provider.requested = True
         request = httpx2.Request("POST", server_url)
         flow = provider.async_auth_flow(request)
         async with self._clients(principal, server_url) as http:
@@ -231,6 +260,11 @@ def _oauth_error(body: bytes) -> str:
     except (ValueError, AttributeError):
         return ""
     return f": {error[:60]}" if isinstance(error, str) else ""
+
+
+def _covers(granted: str | None, wanted: str | None) -> bool:
+    """Whether the scopes ``granted`` include every one ``wanted`` asks."""
+    return set((wanted or "").split()) <= set((granted or "").split())
 
 
 def _expired(expires_at: datetime | None, vault: OAuthVault) -> bool:

@@ -111,12 +111,22 @@ class _KeptFlow(OAuthClientProvider):
     """The consent its last refused request needs (a person must open its URL); ``None`` once one is served."""
     failure: str | None
     """Why its last refused request could not be authorized (no secret in it); ``None`` once one is served."""
+    binding: str | None
+    """Set by ``ConsentFlow.authorize`` for a consent a browser asked for: its callback must bring it."""
+    least_scope: str | None
+    """Set by ``ConsentFlow.authorize``: scopes its consent asks on top of its own choice (a pending step-up's)."""
+    requested: bool
+    """Set by ``ConsentFlow.authorize``: a person asked for this consent (Connect), no server refused a token, so
+    it does not count toward the step-up limit (a person may ask again as often as they close the window)."""
 
     def _keep(self, context: ProviderContext, principal: Principal) -> None:
         self.principal = principal
         self.shared = context
         self.pending = None
         self.failure = None
+        self.binding = None
+        self.least_scope = None
+        self.requested = False
         self._generation = context.generation(principal)
 
     async def _initialize(self) -> None:
@@ -190,7 +200,7 @@ class _GatewayFlow(_KeptFlow):
         if self.config.tokens == "perUser" and not self.principal.user:
             # Never one person's consent for everyone: a per-user server's sessions are each user's own.
             raise OAuthFlowError("a per-user server is authorized by each user (caller.user), not for the deployment")
-        asked = self.shared.consent_asked(self.principal)
+        asked = 0 if self.requested else self.shared.consent_asked(self.principal)
         if asked > self.shared.step_up_limit:
             raise OAuthFlowError(
                 f"the server still refuses the token after {self.shared.step_up_limit} consents in a row "
@@ -203,7 +213,7 @@ class _GatewayFlow(_KeptFlow):
             endpoint = urljoin(context.get_authorization_base_url(context.server_url), "/authorize")
         pkce = PKCEParameters.generate()
         include_resource = context.should_include_resource_param(context.protocol_version)
-        scope = context.client_metadata.scope
+        scope = _union(context.client_metadata.scope, self.least_scope)
         pending = PendingConsent(
             code_verifier=pkce.code_verifier,
             redirect_uri=self.shared.redirect_url,
@@ -215,6 +225,7 @@ class _GatewayFlow(_KeptFlow):
             revocation_endpoint=str(metadata.revocation_endpoint)
             if metadata and metadata.revocation_endpoint
             else None,
+            binding=self.binding,
         )
         vault = self.shared.vault
         # The callback exchanges the code with the client as registered now (a pre-registered one included).
@@ -302,6 +313,12 @@ def _pre_registered(config: OAuthConfig, redirect_url: str) -> OAuthClientInform
         token_endpoint_auth_method=method,
         scope=config.scope,
     )
+
+
+def _union(scope: str | None, more: str | None) -> str | None:
+    """``scope`` with the scopes of ``more`` it lacks added (in order; ``None`` when both are empty)."""
+    words = list(dict.fromkeys([*(scope or "").split(), *(more or "").split()]))
+    return " ".join(words) or None
 
 
 def _describe(error: Exception) -> str:

@@ -75,6 +75,9 @@ class PendingConsent:
     """The authorization server's issuer (RFC 9207: the callback's ``iss`` must name it when it supports it)."""
     iss_required: bool = False
     revocation_endpoint: str | None = None
+    binding: str | None = field(default=None, repr=False)
+    """The hash of the asking browser's nonce (``OAuthAuthorizeRequest.binding``): the callback must bring it.
+    ``None``: an unbound consent (asked through the gateway's own API, or by a session)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,6 +89,7 @@ class PendingConsent:
             "issuer": self.issuer,
             "iss_required": self.iss_required,
             "revocation_endpoint": self.revocation_endpoint,
+            "binding": self.binding,
         }
 
     @classmethod
@@ -320,6 +324,33 @@ class OAuthVault:
 
         await self._db.run(f"start a consent of {principal.describe()}", insert, write=True)
         return state
+
+    async def latest_pending(self, principal: Principal) -> PendingConsent | None:
+        """``principal``'s most recent consent still waiting for its callback (unused, unexpired); ``None``: none.
+        A step-up's consent asks a wider scope than a fresh one would: a fresh consent asks at least this one's."""
+        now = self.now()
+
+        def select(connection: Connection) -> str | None:
+            query = (
+                sa.select(oauth_consents.c.pending_encrypted)
+                .where(
+                    *_consent_owner(principal),
+                    oauth_consents.c.code_encrypted.is_(None),
+                    oauth_consents.c.expires_at >= now,
+                )
+                .order_by(oauth_consents.c.created_at.desc())
+                .limit(1)
+            )
+            sealed: str | None = connection.execute(query).scalar_one_or_none()
+            return sealed
+
+        sealed = await self._db.run(f"read the pending consent of {principal.describe()}", select, write=False)
+        if sealed is None:
+            return None
+        try:
+            return PendingConsent.from_json(self._box.open_json(sealed))
+        except (InvalidToken, ValueError, TypeError):
+            return None
 
     async def complete_consent(self, state: str, code: str) -> tuple[Principal, PendingConsent] | None:
         """The consent of ``state``, now used (``code`` kept sealed with it): ``None`` when unknown, expired or
