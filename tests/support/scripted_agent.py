@@ -80,6 +80,8 @@ class ScriptedAgent:
     servers: list[dict[str, Any]] | None = None
     admin_connections: list[dict[str, Any]] | None = None
     connections: list[dict[str, Any]] | None = None
+    available: list[str] = field(default_factory=list)
+    """The per-user servers the person has not connected (``available`` of the connections answer)."""
     authorize_answers: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Server name → the answer of its ``.../authorize`` (admin's or the person's); absent: 404 ``server_not_found``."""
     base_url: str = ""
@@ -196,7 +198,7 @@ class ScriptedAgent:
         await self._record(request)
         if self.connections is None:
             return _error(404, "not_found", "Not found.")
-        return JSONResponse({"connections": self.connections})
+        return JSONResponse({"connections": self.connections, "available": self.available})
 
     async def _disconnect(self, request: Request) -> Response:
         await self._record(request)

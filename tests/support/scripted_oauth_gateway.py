@@ -32,6 +32,8 @@ Principal = tuple[str, str, str]
 @dataclass
 class ScriptedOAuthGateway(ScriptedTenantGateway):
     shared_servers: list[str] = field(default_factory=list)
+    shared_per_user: list[str] = field(default_factory=list)
+    """Those of ``shared_servers`` whose tokens are per user (their status says so, as the gateway's does)."""
     connections: dict[Principal, list[str]] = field(default_factory=dict)
     """The tokens held, as their scopes."""
     pending: dict[str, Principal] = field(default_factory=dict)
@@ -54,7 +56,12 @@ class ScriptedOAuthGateway(ScriptedTenantGateway):
         refused = await self._record(request)
         if refused is not None:
             return refused
-        return JSONResponse({"servers": [{"name": name, "state": "ready"} for name in self.shared_servers]})
+        statuses = [
+            {"name": name, "state": "ready"}
+            | ({"authorization": {"tokens": "perUser", "state": "required"}} if name in self.shared_per_user else {})
+            for name in self.shared_servers
+        ]
+        return JSONResponse({"servers": statuses})
 
     async def _authorize(self, request: Request) -> Response:
         refused = await self._record(request)

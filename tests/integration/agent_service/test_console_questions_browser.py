@@ -336,6 +336,20 @@ async def test_a_person_sees_and_disconnects_their_own_connections(console: Cons
     assert RecordedRequest("DELETE", "/api/v1/agent/connections/crm", {}, None) in console.agent.requests
 
 
+async def test_a_person_is_offered_the_per_user_servers_they_have_not_connected(console: Console) -> None:
+    console.agent.connections = []
+    console.agent.available = ["docs"]
+    console.agent.authorize_answers = {"docs": {"authorizationUrl": console.agent.consent_url("docs")}}
+    page = await console.open()
+    panel = page.locator("#connections-panel")
+    await expect(page.locator("#connections-note")).to_have_text("No server acts as you yet.")
+
+    async with page.context.expect_page() as popup:
+        await panel.get_by_role("button", name="Connect docs").click()
+    await expect(await popup.value).to_have_title("Consent")
+    assert RecordedRequest("POST", "/api/v1/agent/connections/docs/authorize", {}, None) in console.agent.requests
+
+
 async def test_an_admin_connects_a_machine_server_and_disconnects_one_person_of_a_per_user_server(
     console: Console,
 ) -> None:

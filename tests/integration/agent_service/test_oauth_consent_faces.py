@@ -72,7 +72,9 @@ async def stack(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator
     """``leaky-gateway``: one that answers the auth block's client secret too, which agent-service must drop."""
     callers = tmp_path / "callers.toml"
     callers.write_text(CALLERS_FILE)
-    gateway = ScriptedOAuthGateway(SECRET, leak_header_values=request.param, shared_servers=["docs"])
+    gateway = ScriptedOAuthGateway(
+        SECRET, leak_header_values=request.param, shared_servers=["docs", "notes"], shared_per_user=["notes"]
+    )
     async with serve_app(gateway.app) as gateway_url:
         settings = AgentSettings(
             completion_url=f"http://127.0.0.1:{free_port()}",
@@ -112,9 +114,10 @@ async def test_a_person_connects_lists_and_disconnects_their_own_per_user_server
     assert [(c["server"], c["user"], c["scopes"]) for c in mine.json()["connections"]] == [
         ("crm", "alice", ["crm.read"])
     ]
-    assert (await stack.call("GET", "/api/v1/agent/connections", ACME_APP, "bob")).json() == {"connections": []}
+    bobs = (await stack.call("GET", "/api/v1/agent/connections", ACME_APP, "bob")).json()
+    assert (bobs["connections"], bobs["available"]) == ([], ["crm", "notes"])
     theirs = await stack.call("GET", "/api/v1/agent/connections", GLOBEX_APP, "alice")  # another tenant's alice
-    assert theirs.json() == {"connections": []}
+    assert theirs.json() == {"connections": [], "available": ["notes"]}  # globex has no crm: the deployment's notes
 
     assert (await stack.call("DELETE", "/api/v1/agent/connections/crm", ACME_APP, "bob")).status_code == 404
     assert (await stack.call("DELETE", "/api/v1/agent/connections/crm", ACME_APP, "alice")).status_code == 204
@@ -164,6 +167,20 @@ async def test_connections_are_a_persons_own_and_need_a_user(stack: Stack) -> No
     assert not [r for r in stack.gateway.requests if r.path.startswith("/mcp/v1/oauth/")]
     unknown = await stack.call("POST", "/api/v1/agent/connections/nope/authorize", ACME_APP, "alice")
     assert _error(unknown) == (404, "server_not_found")
+
+
+async def test_a_persons_connections_offer_the_per_user_servers_they_have_not_connected_yet(stack: Stack) -> None:
+    machine = {**CRM, "name": "wiki", "auth": {"type": "oauth"}}
+    await stack.call("POST", "/api/v1/admin/mcp-servers", ACME_ADMIN, json=machine)
+    await stack.call("POST", "/api/v1/admin/mcp-servers", ACME_ADMIN, json=CRM)
+
+    before = (await stack.call("GET", "/api/v1/agent/connections", ACME_APP, "alice")).json()
+    # The tenant's per-user crm and the deployment's per-user notes; not the machine wiki, nor the plain docs.
+    assert (before["connections"], before["available"]) == ([], ["crm", "notes"])
+    asked = await stack.call("POST", "/api/v1/agent/connections/crm/authorize", ACME_APP, "alice")
+    assert (await stack.consent(asked.json()["authorizationUrl"], code="c-1")).status_code == 200
+    after = (await stack.call("GET", "/api/v1/agent/connections", ACME_APP, "alice")).json()
+    assert ([c["server"] for c in after["connections"]], after["available"]) == (["crm"], ["notes"])
 
 
 async def test_the_callback_page_says_why_a_consent_failed_with_a_4xx_or_502(stack: Stack) -> None:

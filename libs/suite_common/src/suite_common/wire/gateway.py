@@ -233,3 +233,7 @@ class OAuthConnections(WireModel):
     """``GET /mcp/v1/oauth/connections``."""
 
     connections: list[OAuthConnectionView]
+    available: list[str] | None = None
+    """agent-service's ``GET /api/v1/agent/connections`` only: the per-user servers the person may connect and has
+    not (the deployment's and their tenant's), so the first consent of a server whose tools nobody listed yet can be
+    given (the console's "Connect")."""

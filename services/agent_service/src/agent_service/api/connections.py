@@ -103,11 +103,13 @@ def _server(request: Request) -> str:
 
 
 async def list_connections(request: Request) -> Response:
+    """The person's tokens, and the per-user servers they have not connected yet (``available``)."""
     tenant, user = _user(request)
-    connections = await services_of(request).oauth.connections(
-        Deadline.after(GATEWAY_SECONDS), tenant=tenant, user=user
-    )
-    return ModelResponse(OAuthConnections(connections=connections))
+    oauth, deadline = services_of(request).oauth, Deadline.after(GATEWAY_SECONDS)
+    connections = await oauth.connections(deadline, tenant=tenant, user=user)
+    held = {connection.server for connection in connections}
+    available = sorted(await oauth.per_user_servers(tenant, deadline) - held)
+    return ModelResponse(OAuthConnections(connections=connections, available=available))
 
 
 async def authorize(request: Request) -> Response:
@@ -146,7 +148,8 @@ _CALLBACK = Operation(
     },
 )
 _LIST = Operation(
-    "The end user's own connections to per-user MCP servers (scopes, expiry, never the token)",
+    "The end user's own connections to per-user MCP servers (scopes, expiry, never the token), and the per-user "
+    "servers they may connect and have not (available)",
     answer=OAuthConnections,
     errors={403: _NO_USER, 503: _GATEWAY_DOWN},
 )

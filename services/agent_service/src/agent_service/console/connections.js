@@ -13,7 +13,8 @@ const ui = {
   note: $("connections-note"),
 };
 
-const mine = { connections: [], wanted: new Set() }; // wanted: servers a run said need this person's consent
+// wanted: servers a run said need this person's consent; available: the per-user servers they have not connected
+const mine = { connections: [], available: [], wanted: new Set() };
 
 async function loadConnections() {
   let body;
@@ -26,15 +27,16 @@ async function loadConnections() {
   }
   ui.panel.hidden = false;
   mine.connections = body.connections || [];
+  mine.available = body.available || [];
   render();
 }
 
 function render() {
-  const held = new Set(mine.connections.filter((connection) => connection.authorized !== false).map((c) => c.server));
+  const held = new Set(mine.connections.map((connection) => connection.server));
   const wanted = [...mine.wanted].filter((server) => !held.has(server));
-  const unconnected = mine.connections.filter((connection) => connection.authorized === false).map((c) => c.server);
+  const unconnected = mine.available.filter((server) => !held.has(server));
   ui.list.replaceChildren(
-    ...mine.connections.filter((connection) => held.has(connection.server)).map(connectedCard),
+    ...mine.connections.map(connectedCard),
     ...[...new Set([...unconnected, ...wanted])].map(unconnectedCard),
   );
   ui.note.hidden = false;

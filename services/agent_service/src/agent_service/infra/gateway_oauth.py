@@ -7,9 +7,11 @@ passed through as it said them). A code, a state and whatever the gateway answer
 
 from __future__ import annotations
 
+import json
 from typing import TypeVar
 from urllib.parse import urlencode
 
+import anyio
 from pydantic import BaseModel, ValidationError
 
 from agent_service.core.errors import UpstreamError
@@ -61,6 +63,36 @@ class GatewayOAuth:
         """The tokens held for ``tenant`` (of ``server``, of ``user``, when given): never the tokens themselves."""
         reply = await self.tools.gateway_request("GET", self._connections(tenant, server, user), deadline)
         return _answer(OAuthConnections, reply).connections
+
+    async def per_user_servers(self, tenant: str, deadline: Deadline) -> set[str]:
+        """The names of the per-user OAuth servers ``tenant``'s end users may connect: the deployment's (``GET
+        /mcp/v1/servers``) and the tenant's own (its tenant API), asked at once."""
+        names: set[str] = set()
+
+        async def deployment() -> None:
+            reply = await self.tools.gateway_request("GET", self.tools.servers_url, deadline)
+            try:
+                statuses = json.loads(reply.content)["servers"]
+                names.update(
+                    str(status["name"])
+                    for status in statuses
+                    if (status.get("authorization") or {}).get("tokens") == "perUser"
+                )
+            except (ValueError, KeyError, TypeError, AttributeError):
+                raise UpstreamError(
+                    "bad_upstream_response", "mcp-client-service sent a malformed server list"
+                ) from None
+
+        async def tenants() -> None:
+            servers = (await self.tools.tenant_servers(tenant, deadline)).servers
+            names.update(
+                server.name for server in servers if server.auth is not None and server.auth.tokens == "perUser"
+            )
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(deployment)
+            group.start_soon(tenants)
+        return names
 
     async def revoke(self, deadline: Deadline, *, tenant: str, server: str, user: str) -> None:
         """Forget the token of (tenant, server, user) and end its session (404 ``connection_not_found``)."""
