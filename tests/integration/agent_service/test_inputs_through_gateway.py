@@ -27,8 +27,9 @@ from support.caller_keys import as_caller, key_entry
 from support.fake_openai import ScriptedOpenAI, text, tool_calls
 from support.mcp_gateway import Gateway, running_gateway
 from support.processes import agent_env, spawned
+from support.run_streams import events_of, streamed_run
 from support.servers import free_port, serve_app
-from support.stacks import wait_for_run
+from support.stacks import running_agent, wait_for_run
 
 pytestmark = pytest.mark.anyio
 
@@ -126,3 +127,25 @@ async def test_a_declined_question_reaches_the_server_as_declined(stack: Stack, 
 
     [result] = [message for message in run["messages"] if message["role"] == "tool"]
     assert json.loads(result["content"]) == {"action": "decline"}
+
+
+async def test_a_run_nobody_can_wait_for_declines_the_question_with_its_tenant_and_the_server_gets_the_decline(
+    stack: Stack, tmp_path: Path
+) -> None:
+    # Not stored: the call goes without a callId, and the run declines the question itself. Its decline carries the
+    # run's tenant (X-Tenant-Id): the gateway must know the question as that tenant's, or the decline is a 404 and
+    # the call waits for the gateway's own limit (an hour) instead of going on now.
+    stack.llm.push(tool_calls(("call_greet", "greet", {})), text("Not greeted."))
+    callers_file = tmp_path / "callers.toml"
+    callers_file.write_text(CALLERS)
+    async with (
+        running_agent(stack.completion_url, stack.gateway, database_url="", callers_file=callers_file) as url,
+        httpx.AsyncClient(base_url=url, timeout=30, headers=as_caller(KEY, "ada")) as http,
+    ):
+        body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Greet me."}], "tools": ["greet"]}
+        events = await streamed_run(http, "/api/v1/agent/run", body, seconds=TAKEOVER_SECONDS)
+
+    assert events_of(events, "input_required") == []
+    [result] = events_of(events, "tool_result")
+    assert json.loads(result["content"]) == {"action": "decline"}
+    assert events[-1][0] == "done", events
