@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -340,7 +340,7 @@ async def test_a_late_question_of_an_abandoned_call_never_reaches_another_tenant
     assert again_outcome["content"]["name"] == "Ada"
 
 
-async def _logged(logs: list[dict[str, Any]], event: str) -> dict[str, Any]:
+async def _logged(logs: list[MutableMapping[str, Any]], event: str) -> MutableMapping[str, Any]:
     """The first log record of ``event`` once the gateway (in this process) has written it: polled, within the
     caller's bound."""
     while True:
