@@ -31,9 +31,10 @@ standard library only, as many third-party servers still do; it answers ``server
   exits at start every time after; ``die()`` ends the process without answering;
 - ``slow-list``: answers ``tools/list`` only after ``--delay`` seconds (it exits when its stdin
   closes meanwhile, as a well-behaved server does);
-- ``elicit``: ``ask(message)`` asks the client ``elicitation/create`` (form mode: ``name``, required, and
-  ``greeting``, defaulting to ``"hello"``) and answers with the client's ``ElicitResult`` as JSON text (an error
-  answer as ``{"error": ...}``); several may wait at once;
+- ``elicit``: ``ask(message, after=0)`` asks the client ``elicitation/create`` (form mode: ``name``, required,
+  and ``greeting``, defaulting to ``"hello"``) ``after`` seconds on (a call cancelled meanwhile asks all the same)
+  and answers with the client's ``ElicitResult`` as JSON text (an error answer as ``{"error": ...}``); several may
+  wait at once;
 - ``odd-tools``: lists ``echo`` a second time (with another description), ``long_job`` whose
   ``execution.taskSupport`` is ``"required"`` (it can only run as a task) and ``maybe_task``
   whose ``taskSupport`` is ``"optional"``.
@@ -176,7 +177,8 @@ class RawServer:
         if self.mode == "deep-schema":
             return [*base, _tool("deep", _deep_schema(150))]
         if self.mode == "elicit":
-            return [*base, _tool("ask", {"type": "object", "properties": {"message": {"type": "string"}}})]
+            ask = {"type": "object", "properties": {"message": {"type": "string"}, "after": {"type": "number"}}}
+            return [*base, _tool("ask", ask)]
         return base
 
     def call(self, request_id: Any, params: dict[str, Any]) -> None:
@@ -193,7 +195,13 @@ class RawServer:
             asked = f"ask-{request_id}"
             self.asking[asked] = request_id
             question = {"mode": "form", "message": str(arguments.get("message", "Who?")), "requestedSchema": ASK_SCHEMA}
-            self.send({"jsonrpc": "2.0", "id": asked, "method": "elicitation/create", "params": question})
+            request = {"jsonrpc": "2.0", "id": asked, "method": "elicitation/create", "params": question}
+            # ``after``: the server works that long first (and goes on when the client cancels the call meanwhile).
+            after = float(arguments.get("after", 0))
+            if after > 0:
+                threading.Timer(after, self.send, args=(request,)).start()
+            else:
+                self.send(request)
             return  # answered when the client's answer arrives (``handle``)
         if name == "echo":
             text = str(arguments.get("text", ""))

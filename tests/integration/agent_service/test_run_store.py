@@ -36,6 +36,7 @@ from agent_service.store import (
     LeaseLost,
     NewApproval,
     NewRun,
+    Parked,
     RunStore,
     Step,
     StoredEvent,
@@ -214,7 +215,7 @@ async def test_a_run_whose_cancel_was_asked_for_is_not_parked_to_wait_for_approv
     await store.request_cancel(run.run_id)
     held = [NewApproval("call_pay", 1, "send_payment", "ledger", {"amount": 42})]
     parked = await store.park(run.run_id, [event(1)], held, owner="replica-a", wait_seconds=60, deadline_left_seconds=5)
-    assert parked is False
+    assert parked is Parked.CANCELLED
     record = await store.get_run(run.run_id)
     assert record is not None
     assert (record.status, record.lease_owner, record.last_seq) == ("processing", "replica-a", 0)

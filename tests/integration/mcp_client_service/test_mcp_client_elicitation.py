@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -21,6 +21,7 @@ import httpx
 import pytest
 from httpx_sse import ServerSentEvent
 from mcp_types import TextContent
+from structlog.testing import capture_logs
 
 from suite_common.sse_parser import EventStreamParser
 from support.asking_mcp_server import build_asking_server
@@ -298,3 +299,52 @@ async def test_a_question_nobody_answers_in_time_is_cancelled_and_the_call_time_
 
                 assert outcome == {"action": "cancel"}
                 assert late.status_code == 409
+
+
+async def test_a_late_question_of_an_abandoned_call_never_reaches_another_tenants_call_on_a_shared_stdio_session() -> (
+    None
+):
+    # One deployment stdio server serves every tenant; its questions name no call (handshake era), so the one call
+    # in flight is assumed to be the asker. A call the gateway gave up on (its time limit) goes on at the server and
+    # asks while another tenant's call is the one in flight: that tenant must not see it, nor answer it.
+    legacy = raw_stdio_server("elicit", callTimeoutSeconds=0.5)
+    async with running_gateway({"legacy": legacy}) as gateway:
+        await gateway.wait_until_ready("legacy")
+        ask = {"name": "ask", "arguments": {"message": "Globex: who are you?"}}
+        late = {"name": "ask", "arguments": {"message": "Acme: who are you?", "after": 1.0}}
+        with capture_logs() as logs, anyio.fail_after(SECONDS):
+            async with sse(gateway, "POST", "/mcp/v1/tools/call-tool", body=ask, tenant="globex") as globex:
+                question = await globex.next_json("elicitation")
+                async with sse(gateway, "POST", "/mcp/v1/tools/call-tool", body=late, tenant="acme") as acme:
+                    timed_out = await acme.next_json("result")  # abandoned: the server still works on it
+                declined = await _logged(logs, "mcp_elicitation_declined")
+                await answer(
+                    gateway, question["elicitationId"], {"action": "accept", "content": {"name": "Grace"}}, "globex"
+                )
+                globex_outcome = await globex.result_text()  # and no other question before it
+
+            # Quiet again (no call in flight for the quiet time): the one call in flight gets its question again.
+            gateway.registry.connections["legacy"].elicitations.quiet_seconds = 0.0
+            async with sse(gateway, "POST", "/mcp/v1/tools/call-tool", body=ask, tenant="acme") as again:
+                asked_again = await again.next_json("elicitation")
+                await answer(
+                    gateway, asked_again["elicitationId"], {"action": "accept", "content": {"name": "Ada"}}, "acme"
+                )
+                again_outcome = await again.result_text()
+
+    assert timed_out["isError"]
+    assert "did not finish within 0.5 s" in timed_out["content"][0]["text"]
+    assert "abandoned" in declined["reason"]
+    assert (globex_outcome["action"], globex_outcome["content"]["name"]) == ("accept", "Grace")
+    assert asked_again["message"] == "Globex: who are you?"
+    assert again_outcome["content"]["name"] == "Ada"
+
+
+async def _logged(logs: list[MutableMapping[str, Any]], event: str) -> MutableMapping[str, Any]:
+    """The first log record of ``event`` once the gateway (in this process) has written it: polled, within the
+    caller's bound."""
+    while True:
+        for record in logs:
+            if record["event"] == event:
+                return record
+        await anyio.sleep(0.02)

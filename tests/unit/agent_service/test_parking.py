@@ -9,7 +9,7 @@ import pytest
 from agent_service.admission.run_slots import LocalRunSlots
 from agent_service.core.run import RunOutcome
 from agent_service.runs.running import RunExecutor, StartedRun
-from agent_service.store import NewApproval
+from agent_service.store import NewApproval, Parked
 from suite_common.errors import ApiError
 from suite_common.lifecycle import Lifecycle
 from suite_common.wire import ToolCall, Usage
@@ -29,9 +29,15 @@ class CancelAsked:
         self.usage = Usage()
 
     async def park(
-        self, held: list[NewApproval], *, wait_seconds: float, deadline_left_seconds: float, asked: object = ()
-    ) -> bool:
-        return False
+        self,
+        held: list[NewApproval],
+        *,
+        wait_seconds: float,
+        deadline_left_seconds: float,
+        asked: object = (),
+        lease_seconds: float = 0,
+    ) -> Parked:
+        return Parked.CANCELLED
 
 
 class ResumedAtOnce:
@@ -41,10 +47,16 @@ class ResumedAtOnce:
         self.runs, self.run_id = runs, run_id
 
     async def park(
-        self, held: list[NewApproval], *, wait_seconds: float, deadline_left_seconds: float, asked: object = ()
-    ) -> bool:
+        self,
+        held: list[NewApproval],
+        *,
+        wait_seconds: float,
+        deadline_left_seconds: float,
+        asked: object = (),
+        lease_seconds: float = 0,
+    ) -> Parked:
         await self.runs.hold_slot("acme", self.run_id)  # what ``WaitingRuns._resume`` does
-        return True
+        return Parked.WAITING
 
     async def release_stored(self) -> None:
         pass

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from agent_service.core.limits import RunLimits
-from agent_service.core.run import UNKNOWN_OUTCOME, LlmCall, RunPlan, ToolCallRecord
+from agent_service.core.run import UNKNOWN_OUTCOME, AskedInput, LlmCall, RunPlan, ToolCallRecord
 from agent_service.runs.plans import stored_plan, takeover
 from agent_service.store import ApprovalRecord, InputRecord, RunRecord
 from suite_common.deadline import Deadline
@@ -243,6 +243,12 @@ class Steps:
         self.steps.append(("result", position, message))
         if audit is not None:
             self.audited.append(audit)
+
+    async def asked(self, question: AskedInput) -> None:
+        raise AssertionError("no tool server asks here")
+
+    async def forwarded(self, input_id: str) -> None:
+        raise AssertionError("no answer is forwarded here")
 
     def unanswered(self, audit: ToolCallRecord) -> None:
         raise AssertionError("every call here is answered")

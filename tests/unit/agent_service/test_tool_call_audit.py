@@ -13,7 +13,7 @@ from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
 from agent_service.core.limits import RunLimits
-from agent_service.core.run import LlmCall, RunPlan, ToolCallRecord
+from agent_service.core.run import AskedInput, LlmCall, RunPlan, ToolCallRecord
 from agent_service.engine.tool_cache import MemoryStore, ToolCache, ToolCachePolicy
 from agent_service.infra.telemetry import RunTelemetry
 from suite_common.deadline import Deadline
@@ -58,6 +58,12 @@ class Steps:
     async def result(self, position: int, message: Message, *, audit: ToolCallRecord | None) -> None:
         assert audit is not None
         self.answered.append(audit)
+
+    async def asked(self, question: AskedInput) -> None:
+        raise AssertionError("no tool server asks here")
+
+    async def forwarded(self, input_id: str) -> None:
+        raise AssertionError("no answer is forwarded here")
 
     def unanswered(self, audit: ToolCallRecord) -> None:
         self.unanswered_calls.append(audit)

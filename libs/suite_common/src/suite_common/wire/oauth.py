@@ -65,8 +65,10 @@ class ServerAuthView(WireModel):
 
 
 class ServerAuthorization(WireModel):
-    """Where a server behind OAuth stands: ``required`` (no usable token: nobody consented, or for a per-user server
-    nobody yet), ``authorized`` (a token is held). ``authorizationUrl``: where a machine server's consent is given."""
+    """Where a server behind OAuth stands (a deployment server's status, a tenant server's view): ``required`` (no
+    usable token: nobody consented, or for a per-user server nobody yet; waiting for a person to open
+    ``authorizationUrl`` and consent), ``authorized`` (a token is held). ``authorizationUrl``: where a machine
+    server's consent is given; a per-user server's state is no one's in particular (each user consents)."""
 
     tokens: OAuthTokens
     state: Literal["required", "authorized"]

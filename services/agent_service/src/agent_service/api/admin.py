@@ -17,6 +17,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from agent_service.api.auth import caller_of
+from agent_service.api.gateway_calls import GATEWAY_DOWN, GATEWAY_SECONDS
 from agent_service.api.services import Services, services_of
 from agent_service.core.names import TENANT_NAME_RULE, is_name
 from agent_service.core.tenancy import TenantRules
@@ -38,9 +39,6 @@ from suite_common.wire import (
 __all__ = ["AdminScope", "admin_routes", "admin_tenant"]
 
 _log = get_logger("agent_service.admin")
-
-_GATEWAY_SECONDS = 10.0
-"""How long one call of the gateway's tenant API may take (a registration lists its tools in the background)."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +70,7 @@ def admin_tenant(request: Request, services: Services) -> AdminScope:
 
 
 def _deadline() -> Deadline:
-    return Deadline.after(_GATEWAY_SECONDS)
+    return Deadline.after(GATEWAY_SECONDS)
 
 
 def _changed(services: Services, scope: AdminScope, server: str, action: str) -> None:
@@ -150,12 +148,11 @@ _WHO = (
     "(for any, with ?tenant=) may."
 )
 _OPERATOR_TENANT = "An operator key without ?tenant=, or with one that is not a tenant's name (invalid_request)"
-_GATEWAY_DOWN = "mcp-client-service is unreachable or did not answer in time (upstream_unavailable, upstream_timeout)."
 _ONE_SERVER = {
     400: _OPERATOR_TENANT + ".",
     403: _WHO,
     404: "The tenant has no server of that name (server_not_found).",
-    503: _GATEWAY_DOWN,
+    503: GATEWAY_DOWN,
 }
 """What a route of one named server answers with the error body."""
 
@@ -163,7 +160,7 @@ _LIST = Operation(
     "The caller's tenant's own MCP servers: their settings (header names, never values), state, last error and tools, "
     "and how many it may have (maxServers); an operator names the tenant with ?tenant=",
     answer=TenantServerList,
-    errors={400: _OPERATOR_TENANT + ".", 403: _WHO, 503: _GATEWAY_DOWN},
+    errors={400: _OPERATOR_TENANT + ".", 403: _WHO, 503: GATEWAY_DOWN},
 )
 _CREATE = Operation(
     "Register a remote MCP server (streamable HTTP or SSE) for the caller's tenant; it connects and lists its tools "
@@ -177,7 +174,7 @@ _CREATE = Operation(
         409: "A server of that name exists, the tenant's or a shared one (server_exists); or the tenant has as many "
         "servers as it may (too_many_servers).",
         422: "The URL is refused by the outbound policy (url_not_allowed: the message says why).",
-        503: _GATEWAY_DOWN,
+        503: GATEWAY_DOWN,
     },
     example={
         "name": "crm",

@@ -14,8 +14,8 @@ from starlette.routing import BaseRoute
 
 from agent_service.api.admin import AdminScope, admin_tenant
 from agent_service.api.auth import caller_of
-from agent_service.api.connections import GATEWAY_SECONDS
 from agent_service.api.consent_binding import bound_answer, new_nonce, nonce_hash
+from agent_service.api.gateway_calls import GATEWAY_DOWN, GATEWAY_SECONDS
 from agent_service.api.services import Services, services_of
 from agent_service.core.errors import UpstreamError
 from suite_common.deadline import Deadline
@@ -86,7 +86,6 @@ _WHO = (
     "The key may not use the admin API (admin_only): only a key with role admin (for its own tenant) or operator "
     "(for any, with ?tenant=) may."
 )
-_GATEWAY_DOWN = "mcp-client-service is unreachable or did not answer in time (upstream_unavailable, upstream_timeout)."
 
 _AUTHORIZE = Operation(
     "Connect a machine OAuth server (one token for the tenant; an operator may also connect a server of the "
@@ -98,14 +97,14 @@ _AUTHORIZE = Operation(
         "(invalid_request).",
         403: _WHO,
         404: "The tenant has no server of that name (server_not_found).",
-        503: _GATEWAY_DOWN,
+        503: GATEWAY_DOWN,
     },
 )
 _LIST = Operation(
     "The OAuth tokens held for the tenant: its machine servers' and each user's of its per-user servers (scopes, "
     "expiry, never the token); ?server= narrows to one server",
     answer=OAuthConnections,
-    errors={403: _WHO, 503: _GATEWAY_DOWN},
+    errors={403: _WHO, 503: GATEWAY_DOWN},
 )
 _REVOKE = Operation(
     "Revoke a token held for the tenant: ?server= (required) and ?user= for a user's token of a per-user server; "
@@ -115,7 +114,7 @@ _REVOKE = Operation(
         400: "No ?server= (invalid_request).",
         403: _WHO,
         404: "No such token is held (connection_not_found).",
-        503: _GATEWAY_DOWN,
+        503: GATEWAY_DOWN,
     },
 )
 

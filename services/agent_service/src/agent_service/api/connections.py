@@ -29,6 +29,7 @@ from agent_service.api.consent_binding import (
     new_nonce,
     nonce_hash,
 )
+from agent_service.api.gateway_calls import GATEWAY_DOWN, GATEWAY_SECONDS
 from agent_service.api.services import services_of
 from agent_service.core.errors import UpstreamError
 from suite_common.deadline import Deadline
@@ -38,13 +39,9 @@ from suite_common.logging import get_logger
 from suite_common.openapi import ApiRoute, Operation
 from suite_common.wire import OAuthAuthorizeResult, OAuthCallback, OAuthConnections
 
-__all__ = ["GATEWAY_SECONDS", "connections_routes"]
+__all__ = ["connections_routes"]
 
 _log = get_logger("agent_service.connections")
-
-GATEWAY_SECONDS = 15.0
-"""How long one call of the gateway's OAuth endpoints may take (a callback exchanges a code with the authorization
-server, bounded by the gateway's own timeouts)."""
 
 _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
@@ -130,7 +127,6 @@ async def disconnect(request: Request) -> Response:
     return Response(status_code=204)
 
 
-_GATEWAY_DOWN = "mcp-client-service is unreachable or did not answer in time (upstream_unavailable, upstream_timeout)."
 _NO_USER = "The request names no end user (user_required): connections are a person's own, name them with X-User-Id."
 
 _CALLBACK = Operation(
@@ -151,7 +147,7 @@ _LIST = Operation(
     "The end user's own connections to per-user MCP servers (scopes, expiry, never the token), and the per-user "
     "servers they may connect and have not (available)",
     answer=OAuthConnections,
-    errors={403: _NO_USER, 503: _GATEWAY_DOWN},
+    errors={403: _NO_USER, 503: GATEWAY_DOWN},
 )
 _AUTHORIZE = Operation(
     "Connect the end user to a per-user MCP server: the URL to open for their consent, or authorized: true when "
@@ -162,7 +158,7 @@ _AUTHORIZE = Operation(
         400: "The server is not behind OAuth (not_oauth).",
         403: _NO_USER,
         404: "No such server for the caller's tenant (server_not_found).",
-        503: _GATEWAY_DOWN,
+        503: GATEWAY_DOWN,
     },
 )
 _DISCONNECT = Operation(
@@ -171,7 +167,7 @@ _DISCONNECT = Operation(
     errors={
         403: _NO_USER,
         404: "The user holds no token of that server (connection_not_found).",
-        503: _GATEWAY_DOWN,
+        503: GATEWAY_DOWN,
     },
 )
 

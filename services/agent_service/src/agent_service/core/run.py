@@ -190,6 +190,14 @@ class RunRecorder(Protocol):
         """A tool result, as soon as its call has finished; ``audit``: the call's audit row, stored with the result
         (``None``: a result of no call made here, such as one a crash left without an outcome)."""
 
+    async def asked(self, question: AskedInput) -> None:
+        """A tool server's question, stored as pending before its ``input_required`` is emitted: it may be
+        answered as soon as that is told, while the round's other calls still run."""
+
+    async def forwarded(self, input_id: str) -> None:
+        """The answer to the question ``input_id`` reached the gateway (its call moved on): its content is not kept
+        any longer. Best effort: never raises."""
+
     def unanswered(self, audit: ToolCallRecord) -> None:
         """A tool call that ended without a result of its own (cancelled, or failed with the run): its audit row,
         stored with the step that answers it (the run's end)."""

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from agent_service.core.run import INPUT_LOST, AskedInput, EventSink, RunPlan, RunRecorder
 from agent_service.engine.state import RunState
+from agent_service.infra.call_answers import error_result
 from agent_service.infra.peers import ProgressSink, ToolsClient
 from suite_common.wire import CallToolElicitation, CallToolResponse, ElicitationAnswer, RunInputRequired, ToolCall
 
@@ -43,10 +44,16 @@ def _expires_at(plan: RunPlan, question: CallToolElicitation) -> datetime:
 
 
 async def ask_input(
-    plan: RunPlan, state: RunState, emit: EventSink, call: ToolCall, server: str | None, question: CallToolElicitation
+    plan: RunPlan,
+    state: RunState,
+    emit: EventSink,
+    recorder: RunRecorder | None,
+    call: ToolCall,
+    server: str | None,
+    question: CallToolElicitation,
 ) -> None:
-    """The call's server asked a question: kept with the round (the run parks once the round's other calls have
-    finished) and announced."""
+    """The call's server asked a question: stored, kept with the round (the run parks once the round's other calls
+    have finished) and announced."""
     asked = AskedInput(
         input_id=question.elicitation_id,
         tool_call_id=call.id,
@@ -57,6 +64,8 @@ async def ask_input(
         requested_schema=question.requested_schema,
         expires_at=_expires_at(plan, question),
     )
+    if recorder is not None:
+        await recorder.asked(asked)
     state.asked.append(asked)
     await emit(
         RunInputRequired(
@@ -79,20 +88,24 @@ async def continue_call(
     call: ToolCall,
     answered: tuple[str, ElicitationAnswer],
     on_progress: ProgressSink,
+    recorder: RunRecorder | None = None,
 ) -> CallToolResponse | CallToolElicitation:
     """A call that waited for its server's question, resumed: the answer forwarded to the gateway, then the call
-    followed to its result or next question. A call the gateway no longer knows (it restarted while the run
-    waited) ends with an error result saying its outcome is unknown."""
+    followed to its result or next question (the answer, taken, is then forgotten by ``recorder``). A call the
+    gateway no longer knows (it restarted while the run waited) ends with an error result saying its outcome is
+    unknown."""
     input_id, answer = answered
     for _ in range(_ANSWER_ATTEMPTS):
         await tools.answer_question(input_id, answer, plan.limits.deadline, plan.caller)
         followed = await tools.follow_call(call_id_of(plan, call), plan.limits.deadline, on_progress, plan.caller)
         if followed is None:
-            return _error(INPUT_LOST)
+            return error_result(INPUT_LOST)
         # The same question still waiting: the answer did not get through (the gateway was briefly unreachable).
         if not (isinstance(followed, CallToolElicitation) and followed.elicitation_id == input_id):
+            if recorder is not None:
+                await recorder.forwarded(input_id)
             return followed
-    return _error(
+    return error_result(
         "The tool service did not take the person's answer to this tool call's question; the call may still be "
         "waiting for it there, so whether it took effect is unknown."
     )
@@ -100,7 +113,3 @@ async def continue_call(
 
 _ANSWER_ATTEMPTS = 2
 """How often a resumed call's answer is sent when following the call shows its question still waiting."""
-
-
-def _error(text: str) -> CallToolResponse:
-    return CallToolResponse(content=[{"type": "text", "text": text}], is_error=True, server="", duration_ms=0)

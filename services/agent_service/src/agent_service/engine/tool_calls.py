@@ -156,7 +156,7 @@ class ToolDispatch:
                     # Progress is told to a streamed run only: nobody else would see it.
                     progress = _progress_reporter(plan, iteration, call, emit) if streamed else _unseen
                     if answered is not None:
-                        result = await continue_call(self.tools, plan, call, answered, progress)
+                        result = await continue_call(self.tools, plan, call, answered, progress, recorder)
                     else:
                         result = await self._execute(plan, tool, call, progress, streamed, can_ask(plan, recorder))
                 except AuthorizationNeeded as needed:
@@ -182,7 +182,9 @@ class ToolDispatch:
                 else:
                     if isinstance(result, CallToolElicitation):  # the call waits at the gateway for a person's answer
                         span.set_attributes({"tool.server": server, "tool.status": "waiting"})
-                        await ask_input(plan, state, emit, call, tool.server if tool is not None else None, result)
+                        await ask_input(
+                            plan, state, emit, recorder, call, tool.server if tool is not None else None, result
+                        )
                         return
                     room = image_room(state.image_bytes, self.images_max_bytes)
                     content, image_bytes = tool_result_content(result, self.tool_result_max_chars, image_room=room)

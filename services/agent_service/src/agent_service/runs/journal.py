@@ -28,7 +28,7 @@ from agent_service.core.errors import UpstreamError
 from agent_service.core.images import DecodedImage, by_reference
 from agent_service.core.run import AskedInput, LlmCall, RunOutcome, ToolCallRecord
 from agent_service.infra.telemetry import RunTelemetry
-from agent_service.store import LeaseLost, NewApproval, RunStore, Step, StoredEvent, StoreError
+from agent_service.store import LeaseLost, NewApproval, Parked, RunStore, Step, StoredEvent, StoreError
 from suite_common.logging import get_logger
 from suite_common.wire import (
     Message,
@@ -140,6 +140,8 @@ class RunJournal:
         self._write_lock = anyio.Lock()
         self._changed: anyio.Event | None = None
         self._held: deque[tuple[RunEvent, StoredEvent]] = deque()
+        self.asked_here = False
+        """A tool server asked a question during this run here (stored pending before its run parks)."""
         """Emitted, not sent to the attached client yet: from the first durable event not stored yet on, in order."""
         self._send_lock = anyio.Lock(fast_acquire=True)
         """Held events go out one sender at a time (a result's write ends in its own task)."""
@@ -305,15 +307,17 @@ class RunJournal:
         wait_seconds: float,
         deadline_left_seconds: float,
         asked: Sequence[AskedInput] = (),
-    ) -> bool:
+        lease_seconds: float = 30.0,
+    ) -> Parked:
         """The run begins to wait for approvals of ``held`` and answers to ``asked``: the events emitted since the
         last step (its ``approval_required`` and ``input_required``) stored with its status ``waiting``, the pending
         approvals and questions, in one transaction
-        (``RunStore.park``); the client is told with ``release_stored``. ``False``: its cancel was asked for, it is
-        not parked (nothing written). Raises as a step's write does."""
+        (``RunStore.park``); the client is told with ``release_stored``. ``CANCELLED``: its cancel was asked for, it
+        is not parked (nothing written); ``RESUMED``: its questions were answered before it parked, it is claimed
+        again (``lease_seconds``) to resume at once. Raises as a step's write does."""
         store = self.store
         if store is None:
-            return True
+            return Parked.WAITING
         if self.unlogged or self.unaudited:  # none in practice (the round's turn logged its call): kept all the same
             await self._write(Step())
         await self._settle()
@@ -329,6 +333,7 @@ class RunJournal:
                         wait_seconds=wait_seconds,
                         deadline_left_seconds=deadline_left_seconds,
                         asked=asked,
+                        lease_seconds=lease_seconds,
                     )
             except LeaseLost:
                 raise RunMoved(self.run_id) from None
@@ -336,12 +341,36 @@ class RunJournal:
                 _log.warning("run_not_stored", run_id=self.run_id, error=str(error))
                 raise _not_stored() from None
             if not parked:
-                return False
+                return parked
             del self.unflushed[: len(events)]
             if events:
                 self.flushed_seq = events[-1].seq
             self._wake()
-        return True
+        return parked
+
+    async def forwarded(self, input_id: str) -> None:
+        store = self.store
+        if store is None:
+            return
+        try:
+            await store.forget_answer(self.run_id, input_id)
+        except StoreError as error:  # kept a while longer: the run goes on all the same
+            _log.warning("input_answer_not_forgotten", run_id=self.run_id, error=str(error))
+
+    async def asked(self, question: AskedInput) -> None:
+        """The question stored as pending now, before its ``input_required`` is: an answer may come as soon as that
+        is told, while the round's other calls still run. Raises as a step's write does."""
+        store = self.store
+        if store is None:
+            return
+        self.asked_here = True
+        try:
+            await store.ask(self.run_id, question, owner=self.owner)
+        except LeaseLost:
+            raise RunMoved(self.run_id) from None
+        except StoreError as error:
+            _log.warning("run_not_stored", run_id=self.run_id, error=str(error))
+            raise _not_stored() from None
 
     async def release_stored(self) -> None:
         """Tell the attached client the events held until stored that are stored now (after ``park``)."""
@@ -433,6 +462,8 @@ class RunJournal:
                     await _keep_images(store, self.run_id, step)
                     if final:
                         await store.finish(self.run_id, step, owner=self.owner)
+                        if self.asked_here:  # its round ended without parking (cancelled, failed)
+                            await store.close_inputs(self.run_id)
                     else:
                         await store.record(self.run_id, step, owner=self.owner)
                 written = True

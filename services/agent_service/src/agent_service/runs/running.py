@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -33,6 +35,7 @@ from agent_service.store import (
     ConversationTooLarge,
     NewApproval,
     NewRun,
+    Parked,
     RunRecord,
     RunStore,
     StoreError,
@@ -102,6 +105,9 @@ class RunExecutor:
     """Run id → tenant, for each run holding a slot taken here (renewed by the keeper, released at its end)."""
     task_group: TaskGroup | None = field(default=None, init=False)
     """Where detached and resumed runs execute: set while ``AgentRuns.running`` is entered."""
+    resume_claimed: Callable[[str], Coroutine[Any, Any, None]] | None = field(default=None, init=False)
+    """Resumes a run claimed here by its own park (``WaitingRuns.resume_claimed``): its questions were answered
+    before it parked."""
 
     async def begin(
         self, plan: RunPlan, request: AgentRunRequest, *, send: LiveSink | None, caller: Caller
@@ -330,6 +336,7 @@ class RunExecutor:
                 wait_seconds=plan.approval_timeout_seconds,
                 deadline_left_seconds=max(0.0, plan.limits.deadline.remaining()),
                 asked=outcome.asked,
+                lease_seconds=self.settings.lease_seconds,
             )
         except RunMoved as moved:
             run.parked, run.stop_reason = False, "moved"
@@ -350,6 +357,11 @@ class RunExecutor:
         # Let go of before its client hears of the wait: a decision may resume it here the next instant.
         self._let_go(run)
         await run.journal.release_stored()
+        if parked is Parked.RESUMED:  # answered while its round ran: it goes on at once, as a decided run does
+            if self.task_group is None or self.resume_claimed is None:
+                await self.release_lease(plan.run_id)  # shutting down: another replica takes it over
+            else:
+                self.task_group.start_soon(self.resume_claimed, plan.run_id)
         return outcome
 
     async def _stored_cancel(self, run: StartedRun) -> None:

@@ -60,6 +60,7 @@ class WaitingRuns:
     def __init__(self, runs: RunExecutor, reader: RunReader) -> None:
         self._runs = runs
         self._reader = reader
+        runs.resume_claimed = self.resume_claimed
 
     def _store(self) -> RunStore:
         store = self._runs.store
@@ -125,6 +126,16 @@ class WaitingRuns:
         if answered.resumed:
             await self._resume_decided(answered.record)
         return answered
+
+    async def resume_claimed(self, run_id: str) -> None:
+        """A run claimed here by its own park (its questions answered while its round ran), resumed."""
+        try:
+            record = await self._store().get_run(run_id)
+        except StoreError as error:  # the lease lapses and another replica takes the run over
+            _log.warning("run_not_resumed_after_wait", run_id=run_id, error=str(error))
+            return
+        if record is not None:
+            await self._resume_decided(record)
 
     async def _resume_decided(self, record: RunRecord) -> None:
         """The run claimed here by the decision or answer that left nothing pending, resumed."""

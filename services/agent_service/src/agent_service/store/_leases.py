@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
+from agent_service.store._inputs import close_unparked
 from agent_service.store._rows import read_run, run_record, utc_now
 from agent_service.store.records import ACTIVE_STATUSES, UNFINISHED_STATUSES, RunRecord
 from agent_service.store.schema import run_events, runs
@@ -115,6 +116,9 @@ class RunLeases:
                 .returning(*runs.c)
             )
             claimed = {row.run_id: run_record(row) for row in result}
+            # A run taken over mid-round: the questions its round asked are not answered through it any more.
+            crashed = [run_id for run_id, record in claimed.items() if record.status in ACTIVE_STATUSES]
+            close_unparked(connection, crashed, now)
             return [claimed[run_id] for run_id in expired if run_id in claimed]
 
         return await self._db.run(f"claim expired runs for {owner}", claim, write=True)

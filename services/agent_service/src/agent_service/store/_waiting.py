@@ -19,10 +19,10 @@ from sqlalchemy import Connection
 from agent_service.core.run import AskedInput
 from agent_service.core.tenancy import DEFAULT_TENANT
 from agent_service.store._approvals import Decision, decide_approvals, hold_approvals
-from agent_service.store._inputs import InputDecision, answer_inputs, ask_inputs
+from agent_service.store._inputs import InputDecision, announce_early_answers, answer_inputs, ask_inputs
 from agent_service.store._rows import read_run, utc_now
-from agent_service.store._wait_rows import locked_run
-from agent_service.store.records import ACTIVE_STATUSES, LeaseLost, NewApproval, RunRecord, StoredEvent
+from agent_service.store._wait_rows import locked_run, settle
+from agent_service.store.records import ACTIVE_STATUSES, LeaseLost, NewApproval, Parked, RunRecord, StoredEvent
 from agent_service.store.schema import approvals, inputs, run_events, run_messages, runs
 from suite_common.sql import Database
 from suite_common.wire import Message
@@ -45,14 +45,17 @@ class RunWaits:
         wait_seconds: float,
         deadline_left_seconds: float,
         asked: Sequence[AskedInput] = (),
-    ) -> bool:
+        lease_seconds: float = 30.0,
+    ) -> Parked:
         """The run begins to wait: ``events`` stored, ``held`` stored as pending approvals (until now +
         ``wait_seconds``) and ``asked`` as pending questions (until their own ``expires_at``), its status
-        ``waiting`` without a lease owner until the earliest of those limits. ``False`` (writing nothing): its cancel
-        was asked for, it is not parked (a waiting run is not stopped by its lease: the cancel would be lost).
+        ``waiting`` without a lease owner until the earliest of those limits. ``asked`` answered before (while the
+        round ran) get their ``input_decided`` events; when that leaves nothing pending, the run is claimed again
+        for ``owner`` (``lease_seconds``) to resume at once (``RESUMED``). ``CANCELLED`` (writing nothing): its
+        cancel was asked for, it is not parked (a waiting run is not stopped by its lease: the cancel would be lost).
         Raises ``LeaseLost`` (writing nothing) when ``owner`` no longer holds the run."""
 
-        def park(connection: Connection) -> bool:
+        def park(connection: Connection) -> Parked:
             now = utc_now()
             approvals_expire = now + timedelta(seconds=wait_seconds)
             limits = [approvals_expire] if held else []
@@ -87,7 +90,7 @@ class RunWaits:
                     )
                 ).one_or_none()
                 if cancelled is not None:
-                    return False
+                    return Parked.CANCELLED
                 raise LeaseLost(f"Run {run_id} is no longer held by {owner}.")
             if events:
                 connection.execute(
@@ -97,7 +100,11 @@ class RunWaits:
             tenant = connection.execute(sa.select(runs.c.tenant).where(runs.c.run_id == run_id)).scalar_one()
             hold_approvals(connection, run_id, tenant or DEFAULT_TENANT, held, now, approvals_expire)
             ask_inputs(connection, run_id, tenant or DEFAULT_TENANT, asked, now)
-            return True
+            last_seq = connection.execute(sa.select(runs.c.last_seq).where(runs.c.run_id == run_id)).scalar_one()
+            announced = announce_early_answers(connection, run_id, asked, last_seq)
+            if settle(connection, run_id, last_seq=announced, owner=owner, lease_seconds=lease_seconds, now=now):
+                return Parked.RESUMED
+            return Parked.WAITING
 
         return await self._db.run(f"park run {run_id} to wait for a person", park, write=True)
 

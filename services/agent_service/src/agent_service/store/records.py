@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -241,6 +242,21 @@ class ApprovalRecord:
     requested_at: datetime
     decided_at: datetime | None
     expires_at: datetime
+
+
+class Parked(enum.Enum):
+    """How ``RunStore.park`` went; true unless the run was not parked for its cancel."""
+
+    WAITING = "waiting"
+    """Parked: it waits for a person, no replica holds it."""
+    CANCELLED = "cancelled"
+    """Not parked (nothing written): its cancel was asked for."""
+    RESUMED = "resumed"
+    """Nothing was left pending (its questions were answered before it parked): claimed again by its owner at once,
+    to resume as a decided run is (its events stored, status ``tool_loop``)."""
+
+    def __bool__(self) -> bool:
+        return self is not Parked.CANCELLED
 
 
 class InputNotPending(StoreError):

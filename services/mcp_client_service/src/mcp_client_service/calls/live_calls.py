@@ -83,6 +83,8 @@ class Follower:
 class LiveCall:
     """One SSE call: the task that makes it, its question waiting for an answer, its follower, its last event."""
 
+    tenant: str | None
+    """The caller's ``X-Tenant-Id``: its questions are answered with it, with or without a ``callId``."""
     key: CallKey | None
     """``None`` for a call made without ``callId``: nobody can follow it again."""
     broker: ElicitationBroker
@@ -102,8 +104,7 @@ class LiveCall:
 
     async def ask(self, server: str, params: ElicitRequestFormParams) -> ElicitResult:
         """The call's ``Asker``: the question to the follower (now, or whoever follows next), then its answer."""
-        tenant = self.key[0] if self.key is not None else None
-        question = self.broker.open(server, tenant, params)
+        question = self.broker.open(server, self.tenant, params)
         self.question = question
         self._deliver(_question_event(question), droppable=False)
         try:
@@ -203,7 +204,7 @@ class LiveCalls:
             running = self._calls.get(key)
             if running is not None and not running.done.is_set():
                 raise CallInProgress(call_id)
-        call = LiveCall(key=key, broker=self.broker)
+        call = LiveCall(tenant=tenant, key=key, broker=self.broker)
         if key is not None:
             self._calls[key] = call
         follower = call.attach()

@@ -11,7 +11,16 @@ call's caller can put it to a person. So each question is matched to one call of
   the session, if there is exactly one.
 
 A question that matches no call, or matches ambiguously (two calls in flight on one stdio session), is declined and
-logged. A matched call with nobody to ask (a plain JSON ``call-tool``, the gateway's own MCP endpoint) declines at
+logged.
+
+The second rule trusts that the one call in flight is the one that asks. A call the gateway *abandoned* (its time
+limit passed, or its caller cancelled it) may still be running at the server, which may ask later: on a session
+shared by tenants (a deployment's stdio server) that question would reach another tenant's call, who would see its
+message and whose answer would feed the abandoned call. So once a call was abandoned, a question that the request
+context does not relate to a call is declined (and logged why) until the session is *quiet* again: no call in
+flight on it for ``QUIET_SECONDS`` — or a new session (the old one's work is gone with it).
+
+A matched call with nobody to ask (a plain JSON ``call-tool``, the gateway's own MCP endpoint) declines at
 once. URL mode is declined: the gateway puts form questions to people only.
 
 While a question waits for its answer, the call's time limit stops (``CallClock``): the limit measures the server,
@@ -28,11 +37,12 @@ from dataclasses import dataclass, field
 
 import anyio
 from mcp.client.session import ClientRequestContext
-from mcp_types import ElicitRequestFormParams, ElicitRequestParams, ElicitResult, ErrorData
+from mcp.shared.exceptions import MCPError
+from mcp_types import REQUEST_TIMEOUT, ElicitRequestFormParams, ElicitRequestParams, ElicitResult, ErrorData
 
 from suite_common.logging import get_logger
 
-__all__ = ["Asker", "CallClock", "CallElicitations"]
+__all__ = ["QUIET_SECONDS", "Asker", "CallClock", "CallElicitations"]
 
 _log = get_logger("mcp_client_service.connection.elicitation")
 
@@ -41,6 +51,10 @@ Asker = Callable[[str, ElicitRequestFormParams], Awaitable[ElicitResult]]
 person's answer, or ``decline``/``cancel`` when there is none to give."""
 
 _DECLINE = ElicitResult(action="decline")
+
+QUIET_SECONDS = 30.0
+"""How long a session on which a call was abandoned must have had no call in flight before a question it cannot
+relate to a call is again given to the one call in flight: a server's abandoned work rarely asks that late."""
 
 
 class CallClock:
@@ -81,30 +95,60 @@ class CallElicitations:
     """The calls in flight on one server's session, and the SDK callback that puts their questions to people."""
 
     server: str
+    quiet_seconds: float = QUIET_SECONDS
     _calls: set[_CallInFlight] = field(default_factory=set)
+    _abandoned: str | None = None
+    """The tool of the last call abandoned while the server may still work on it; ``None`` once quiet."""
+    _idle_since: float | None = None
+    """``anyio.current_time()`` when the last call in flight ended."""
 
     @contextmanager
     def call(self, tool: str, asker: Asker | None, clock: CallClock | None) -> Iterator[None]:
         """The block that makes one ``tools/call``: questions that arrive meanwhile may be its own."""
+        self._check_quiet()
         entry = _CallInFlight(tool, asker, clock)
         self._calls.add(entry)
+        self._idle_since = None
         token = _CURRENT.set(entry)
         try:
             yield
+        except BaseException as error:
+            if _abandons(error):
+                self._abandoned = tool
+                _log.info("mcp_call_abandoned_while_server_works", server=self.server, tool=tool)
+            raise
         finally:
             _CURRENT.reset(token)
             self._calls.discard(entry)
+            if not self._calls:
+                self._idle_since = anyio.current_time()
+
+    def new_session(self) -> None:
+        """A new session: the work of the old one's abandoned calls ended with it."""
+        self._abandoned = None
+
+    def _check_quiet(self) -> None:
+        if self._abandoned is None or self._calls or self._idle_since is None:
+            return
+        if anyio.current_time() - self._idle_since >= self.quiet_seconds:
+            self._abandoned = None
 
     def _match(self) -> _CallInFlight | str:
         """The call a question arriving now belongs to, or why none can be said to."""
         current = _CURRENT.get()
         if current is not None and current in self._calls:
             return current
-        if len(self._calls) == 1:
-            return next(iter(self._calls))
         if not self._calls:
             return "no tool call is in flight on the session"
-        return f"{len(self._calls)} tool calls are in flight on the session and the question names none of them"
+        if len(self._calls) > 1:
+            return f"{len(self._calls)} tool calls are in flight on the session and the question names none of them"
+        self._check_quiet()
+        if self._abandoned is not None:
+            return (
+                f"the question names no call, and a call of {self._abandoned} was abandoned on the session while "
+                "the server may still work on it (the question may be that call's)"
+            )
+        return next(iter(self._calls))
 
     async def callback(self, context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult | ErrorData:
         """The SDK ``Client``'s elicitation callback."""
@@ -125,3 +169,11 @@ class CallElicitations:
         finally:
             if match.clock is not None:
                 match.clock.resume()
+
+
+def _abandons(error: BaseException) -> bool:
+    """Whether a call that ended with ``error`` left the server working on it: cancelled (its caller went away, or
+    its time limit's scope ran out) or timed out, rather than answered (an error answer, a lost session)."""
+    if isinstance(error, anyio.get_cancelled_exc_class() | TimeoutError):
+        return True
+    return isinstance(error, MCPError) and error.code == REQUEST_TIMEOUT

@@ -236,6 +236,7 @@ class SessionLoop:
         self._end_reason = None
         state.output.new_session()
         state.calls.new_session()
+        state.elicitations.new_session()
         self._wake = anyio.Event()
         listing = state.listing.new_filter(options.max_tools)
         transport = self._watched_transport(listing)

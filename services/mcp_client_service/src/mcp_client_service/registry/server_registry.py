@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from typing import Literal
 
 import anyio
 from anyio.abc import TaskGroup
@@ -41,7 +40,7 @@ from mcp_client_service.connection.server_connection import ServerConnection
 from mcp_client_service.oauth import Principal, ProviderContext, SessionOAuth
 from mcp_client_service.registry.catalog import Away, NameCollision, ServerTools, ToolCatalog
 from suite_common.logging import get_logger
-from suite_common.wire import WireModel
+from suite_common.wire import ServerAuthorization, WireModel
 
 __all__ = ["InvalidTool", "Readiness", "ReloadResult", "ServerRegistry", "ServerStatus", "ServersResponse"]
 
@@ -54,15 +53,6 @@ _DRAIN_GRACE_SECONDS = 5.0
 class InvalidTool(WireModel):
     name: str
     reason: str
-
-
-class ServerAuthorization(WireModel):
-    """Where an OAuth server stands: ``required`` (waiting for a person to open ``authorizationUrl`` and consent)
-    or ``authorized``; for a per-user server, the state of no one in particular (each user consents)."""
-
-    tokens: Literal["machine", "perUser"]
-    state: Literal["required", "authorized"]
-    authorization_url: str | None = None
 
 
 class ServerStatus(WireModel):
