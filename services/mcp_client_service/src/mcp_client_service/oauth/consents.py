@@ -98,7 +98,9 @@ class ConsentFlow:
         token = await self._exchange(principal, pending, client, code)
         if token.scope is None:
             token.scope = pending.scope  # RFC 6749 5.1: omitted means what was asked
-        await self.vault.store_token(principal, token, revocation_endpoint=pending.revocation_endpoint)
+        await self.vault.store_token(
+            principal, token, revocation_endpoint=pending.revocation_endpoint, resource_url=pending.server_url
+        )
         _log.info("oauth_consent_completed", principal=principal.describe(), scopes=token.scope)
         self._changed(principal, True)
         return Consented(principal, tuple((token.scope or "").split()))
@@ -150,7 +152,7 @@ class ConsentFlow:
         """A fresh authorization URL for ``principal``; ``None`` when a usable token is held (or client
         credentials got one). Drives the server's provider as if the server had refused the request (401): the
         discovery, registration and consent are the session's own. ``ConsentError`` 502 when it cannot."""
-        stored = await self.vault.token(principal)
+        stored = await self.vault.token(principal, resource_url=server_url)
         if stored is not None and (stored.token.refresh_token or not _expired(stored.expires_at, self.vault)):
             return None
         provider = build_provider(self.context, principal, server_url, config)
