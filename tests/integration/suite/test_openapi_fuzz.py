@@ -148,30 +148,34 @@ parameters = {{ name = "{FUZZ_SERVER}" }}
 warnings = {json.dumps([warning for warning in WARNINGS if warning != "missing_test_data"])}
 """
 )
-_GATEWAY_CONFIG = "".join(
-    f"""
+_GATEWAY_CONFIG = (
+    "".join(
+        f"""
 # A tenant server the suite registered before fuzzing: reading and changing it, not only 404s for made-up names.
 [[operations]]
 include-name = "{method} /mcp/v1/tenants/{{tenant}}/servers/{{name}}"
 parameters = {{ tenant = "{FUZZ_TENANT}", name = "{FUZZ_SERVER}" }}
 """
-    for method in ("GET", "PATCH", "DELETE")
-) + "".join(
-    f"""
+        for method in ("GET", "PATCH", "DELETE")
+    )
+    + "".join(
+        f"""
 # A question waits, and a call can be followed again, only while a call of a tool that asks one runs: every id made
 # up here is unknown, and the 404 is what is checked. Every other warning holds.
 [[operations]]
 include-name = "{operation}"
 warnings = {json.dumps([warning for warning in WARNINGS if warning != "missing_test_data"])}
 """
-    for operation in ("POST /mcp/v1/elicitations/{elicitation_id}", "GET /mcp/v1/calls/{call_id}/events")
-) + f"""
+        for operation in ("POST /mcp/v1/elicitations/{elicitation_id}", "GET /mcp/v1/calls/{call_id}/events")
+    )
+    + f"""
 # A consent is asked for a server named in the body: the made-up names are unknown (404 server_not_found), which is
 # what is checked; the consents of real servers are the OAuth tests'. Every other warning holds.
 [[operations]]
 include-name = "POST /mcp/v1/oauth/authorize"
 warnings = {json.dumps([warning for warning in WARNINGS if warning != "missing_test_data"])}
 """
+)
 
 
 @dataclass(frozen=True)
