@@ -162,3 +162,77 @@ async def test_a_key_rotation_re_encrypts_the_vaults_rows_too(store_url: str, te
         await rotating.close()
     assert token is not None
     assert token.access_token == ACCESS
+
+
+async def _holds_anything(store: TenantServerStore, tenant: str, server: str) -> bool:
+    """Whether the vault holds a token, a registration or a pending consent of the server."""
+
+    def count(connection: sa.Connection) -> int:
+        return sum(
+            connection.execute(
+                sa.select(sa.func.count()).select_from(table).where(table.c.tenant == tenant, table.c.server == server)
+            ).scalar_one()
+            for table in (oauth_tokens, oauth_clients, oauth_consents)
+        )
+
+    return await store.database.run("count the server's rows", count, write=False) > 0
+
+
+async def _authorize(vault: OAuthVault, tenant: str, server: str) -> None:
+    """What a server's users got: a token each, the gateway's registration, a pending consent."""
+    for user in ("alice", "bob"):
+        await vault.storage(Principal(tenant, server, user), "https://tracker.example/mcp").set_tokens(
+            OAuthToken(access_token=ACCESS, refresh_token=REFRESH)
+        )
+    client = OAuthClientInformationFull(client_id="c-1", redirect_uris=None)
+    await vault.store_client_info(tenant, server, client)
+    pending = PendingConsent(code_verifier=VERIFIER, redirect_uri="https://cb", token_endpoint="https://as/token")
+    await vault.start_consent(Principal(tenant, server, "carol"), pending)
+
+
+async def test_changing_a_tenant_servers_url_or_auth_or_deleting_it_forgets_its_tokens_registration_and_consents(
+    store_url: str, tenant: str
+) -> None:
+    box = SecretsBox([Fernet.generate_key().decode()])
+    store = await open_tenant_store(store_url, secrets=box)
+    try:
+        vault = OAuthVault(store.database, box)
+        auth = {"type": "oauth", "tokens": "perUser"}
+        for name in ("moved", "reauthed", "kept", "deleted"):
+            await store.create(
+                tenant, name, "https://tracker.example/mcp", "streamable-http", {}, True, None, max_servers=None,
+                auth=auth,
+            )  # fmt: skip
+            await _authorize(vault, tenant, name)
+
+        # Changes that keep the URL and the auth block keep what is held (a re-sent identical block included).
+        await store.update(tenant, "kept", enabled=False, allowed_tools=["echo"], auth=dict(auth))
+        await store.update(tenant, "kept", url="https://tracker.example/mcp")
+        assert await _holds_anything(store, tenant, "kept")
+
+        await store.update(tenant, "moved", url="https://attacker.example/mcp")
+        assert not await _holds_anything(store, tenant, "moved")
+        await store.update(tenant, "reauthed", auth={**auth, "clientId": "another"})
+        assert not await _holds_anything(store, tenant, "reauthed")
+
+        assert await store.delete(tenant, "deleted")
+        await store.create(tenant, "deleted", "https://tracker.example/mcp", "streamable-http", {}, True, None,
+                           max_servers=None, auth=auth)  # fmt: skip
+        assert not await _holds_anything(store, tenant, "deleted")  # the new server of that name inherits nothing
+    finally:
+        await store.close()
+
+
+async def test_a_token_is_handed_only_to_a_session_of_the_url_it_was_got_for(vault: OAuthVault, tenant: str) -> None:
+    alice = Principal(tenant, "tracker", "alice")
+    await vault.storage(alice, "https://tracker.example/mcp").set_tokens(OAuthToken(access_token=ACCESS))
+    assert await vault.storage(alice, "https://attacker.example/mcp").get_tokens() is None
+    held = await vault.storage(alice, "https://tracker.example/mcp").get_tokens()
+    assert held is not None
+    assert held.access_token == ACCESS
+    # A refresh keeps the binding (the SDK stores the new token through the same storage).
+    await vault.storage(alice, "https://tracker.example/mcp").set_tokens(OAuthToken(access_token="refreshed"))
+    assert await vault.storage(alice, "https://attacker.example/mcp").get_tokens() is None
+    # A token stored with no URL recorded is never handed to a session.
+    await vault.storage(Principal(tenant, "tracker", "bob")).set_tokens(OAuthToken(access_token="unbound"))
+    assert await vault.storage(Principal(tenant, "tracker", "bob"), "https://tracker.example/mcp").get_tokens() is None

@@ -59,6 +59,9 @@ _CLIENT_INFO = Implementation(name="mcp-client-service", version="0.1.0")
 _CONSENT_CHECK_SECONDS = 5.0
 """While a server waits for a consent: how often the store is read for a token another replica got."""
 
+_CONSENT_EXPIRY_MARGIN_SECONDS = 30.0
+"""A pending consent is asked afresh this long before its authorization URL expires (at most a tenth of its life)."""
+
 _LISTEN_RETRY_SECONDS = (1.0, 60.0)
 """First and longest pause before a dropped ``subscriptions/listen`` stream is opened again."""
 
@@ -129,6 +132,17 @@ class SessionLoop:
 
     async def run(self) -> None:
         """Connect, serve, reconnect: until cancelled (which closes the session and any stdio child)."""
+        oauth = self._state.oauth
+        if oauth is None:
+            await self._run()
+            return
+        oauth.context.session_opened(oauth.principal)
+        try:
+            await self._run()
+        finally:
+            oauth.context.session_closed(oauth.principal)
+
+    async def _run(self) -> None:
         state = self._state
         breaker, options = state.breaker, state.options
         delay = options.backoff.initial
@@ -191,11 +205,17 @@ class SessionLoop:
 
     async def _wait_for_consent(self, consent: AuthorizationRequired, generation: int) -> None:
         """No session without a person's consent: wait (no reconnecting, nothing counted against the circuit) until
-        a consent completes or the connection is woken, then connect again."""
+        a consent completes, the connection is woken, or the consent's URL expires (then connect again, which asks
+        a fresh one: the status and the calls' 401 never hand out a URL the callback would refuse)."""
         state = self._state
         assert state.oauth is not None
-        if state.oauth.context.generation(state.oauth.principal) != generation:
+        context, principal = state.oauth.context, state.oauth.principal
+        if context.generation(principal) != generation:
             return  # a consent completed while this session was failing: its token is there to use
+        lifetime = context.vault.consent_seconds
+        # Asked a little before its expiry (the consent was stored while connecting, before this wait began); at
+        # most one fresh consent per lifetime, so no storm however long nobody answers.
+        expires_at = anyio.current_time() + max(lifetime * 0.9, lifetime - _CONSENT_EXPIRY_MARGIN_SECONDS)
         state.consent = consent
         state.connecting = False
         state.first_attempt_done = True
@@ -207,10 +227,15 @@ class SessionLoop:
         seen = await self._token_stamp()
         try:
             while not self._wake.is_set():
+                left = expires_at - anyio.current_time()
+                if left <= 0:
+                    _log.info("mcp_server_consent_expired", server=state.name)
+                    context.consent_expired(principal)
+                    break
                 # A consent completed here wakes the loop; one completed on another replica is seen in the store.
-                with anyio.move_on_after(_CONSENT_CHECK_SECONDS):
+                with anyio.move_on_after(min(_CONSENT_CHECK_SECONDS, left)):
                     await self._wake.wait()
-                if not self._wake.is_set() and await self._token_stamp() != seen:
+                if not self._wake.is_set() and anyio.current_time() < expires_at and await self._token_stamp() != seen:
                     break
         finally:
             state.consent = None
@@ -219,13 +244,11 @@ class SessionLoop:
         """When the principal's token last changed (``None``: none is held, or the store cannot say now)."""
         oauth = self._state.oauth
         assert oauth is not None
-        principal = oauth.principal
         try:
-            held = await oauth.context.vault.connections(principal.tenant, principal.server, principal.user)
+            return await oauth.context.vault.token_stamp(oauth.principal)
         except Exception as error:  # the store away: the next check sees it; the consent's own wake still works
             _log.warning("mcp_server_consent_check_failed", server=self._state.name, error=describe_error(error))
             return None
-        return held[0].updated_at if held else None
 
     async def _serve_one_session(self) -> None:
         """One session from connect to its end; returns when it ends, raises if it cannot start."""
@@ -280,6 +303,8 @@ class SessionLoop:
         state.auth = None
         if state.oauth is not None and isinstance(resolved, HttpServerConfig) and resolved.auth is not None:
             state.auth = state.oauth.provider(resolved.url, resolved.auth)
+            # Revoked (maybe on another replica): the session opened with that token ends.
+            state.auth.on_token_gone = lambda: self.end_session("its OAuth token was revoked")
             if resolved.auth.client_secret:
                 state.remember_secrets([resolved.auth.client_secret])
         return WatchedTransport(

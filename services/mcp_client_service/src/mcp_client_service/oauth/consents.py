@@ -115,7 +115,9 @@ class ConsentFlow:
         token = await self._exchange(principal, pending, client, code)
         if token.scope is None:
             token.scope = pending.scope  # RFC 6749 5.1: omitted means what was asked
-        await self.vault.store_token(principal, token, revocation_endpoint=pending.revocation_endpoint)
+        await self.vault.store_token(
+            principal, token, revocation_endpoint=pending.revocation_endpoint, resource_url=pending.server_url
+        )
         _log.info("oauth_consent_completed", principal=principal.describe(), scopes=token.scope)
         self._changed(principal, True)
         return Consented(principal, tuple((token.scope or "").split()))
@@ -173,7 +175,7 @@ class ConsentFlow:
 
         A step-up (the server refused the token: ``insufficient_scope``) left a pending consent with a wider scope
         than the token's: the token held is then not enough, and the fresh consent asks at least that scope."""
-        stored = await self.vault.token(principal)
+        stored = await self.vault.token(principal, resource_url=server_url)
         waiting = await self.vault.latest_pending(principal)
         wider = waiting.scope if waiting is not None else None
         usable = stored is not None and (stored.token.refresh_token or not _expired(stored.expires_at, self.vault))

@@ -25,6 +25,7 @@ from sqlalchemy import Connection
 from mcp_client_service.oauth.principal import Principal
 from mcp_client_service.store.schema import oauth_clients, oauth_consents, oauth_tokens
 from mcp_client_service.store.secrets import SecretsBox
+from mcp_client_service.store.tenant_servers import forget_oauth_state
 from suite_common.logging import get_logger
 from suite_common.sql import Database
 
@@ -38,6 +39,10 @@ it."""
 
 _REVOCATION = "revocation_endpoint"
 """Kept beside the token in its sealed JSON (the SDK's ``OAuthToken`` ignores the key)."""
+
+_RESOURCE = "resource_url"
+"""The URL of the server the token was got for, kept beside it (sealed): a token is never sent to another URL (a
+server's ``url`` changed, by a tenant admin or in the servers file, must not carry its users' tokens elsewhere)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,10 @@ class StoredToken:
     expires_at: datetime | None
     revocation_endpoint: str | None = None
     """Where the authorization server takes the token back (RFC 7009), when it said so at consent."""
+    resource_url: str | None = None
+    """The URL of the server it was got for (``None``: not recorded, never handed to a session)."""
+    updated_at: datetime | None = None
+    """When the row last changed: a refresh or a consent on any replica changes it."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,8 @@ class PendingConsent:
     binding: str | None = field(default=None, repr=False)
     """The hash of the asking browser's nonce (``OAuthAuthorizeRequest.binding``): the callback must bring it.
     ``None``: an unbound consent (asked through the gateway's own API, or by a session)."""
+    server_url: str | None = None
+    """The URL of the server the consent is for: the token got is bound to it (``_RESOURCE``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -90,6 +101,7 @@ class PendingConsent:
             "iss_required": self.iss_required,
             "revocation_endpoint": self.revocation_endpoint,
             "binding": self.binding,
+            "server_url": self.server_url,
         }
 
     @classmethod
@@ -100,14 +112,19 @@ class PendingConsent:
 
 class VaultTokenStorage(TokenStorage):
     """The SDK's ``TokenStorage`` of one principal: its token, and its server's client registration (shared by
-    every user of the server: a registration is the gateway's, not a person's)."""
+    every user of the server: a registration is the gateway's, not a person's). With ``resource_url`` (a session's
+    storage) only a token got for that URL is handed out, and a token stored is bound to it."""
 
-    def __init__(self, vault: OAuthVault, principal: Principal) -> None:
+    def __init__(self, vault: OAuthVault, principal: Principal, resource_url: str | None = None) -> None:
         self._vault = vault
         self.principal = principal
+        self.resource_url = resource_url
+        self.loaded_at: datetime | None = None
+        """The ``updated_at`` of the row the last ``get_tokens`` read (``None``: none was held)."""
 
     async def get_tokens(self) -> OAuthToken | None:
-        stored = await self._vault.token(self.principal)
+        stored = await self._vault.token(self.principal, resource_url=self.resource_url)
+        self.loaded_at = None if stored is None else stored.updated_at
         if stored is None:
             return None
         token = stored.token.model_copy()
@@ -118,7 +135,7 @@ class VaultTokenStorage(TokenStorage):
         return token
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
-        await self._vault.store_token(self.principal, tokens)
+        self.loaded_at = await self._vault.store_token(self.principal, tokens, resource_url=self.resource_url)
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
         return await self._vault.client_info(self.principal.tenant, self.principal.server)
@@ -146,18 +163,26 @@ class OAuthVault:
     def now(self) -> datetime:
         return self._clock()
 
-    def storage(self, principal: Principal) -> VaultTokenStorage:
-        """The SDK's ``TokenStorage`` of ``principal``."""
-        return VaultTokenStorage(self, principal)
+    @property
+    def consent_seconds(self) -> float:
+        """How long a pending consent's authorization URL stays usable (``MCP_CLIENT_OAUTH_CONSENT_SECONDS``)."""
+        return self._consent_seconds
+
+    def storage(self, principal: Principal, resource_url: str | None = None) -> VaultTokenStorage:
+        """The SDK's ``TokenStorage`` of ``principal`` (a session's: bound to its server's ``resource_url``)."""
+        return VaultTokenStorage(self, principal, resource_url)
 
     # Tokens
 
-    async def token(self, principal: Principal) -> StoredToken | None:
+    async def token(self, principal: Principal, *, resource_url: str | None = None) -> StoredToken | None:
         """``principal``'s token; ``None`` when none is held or it no longer decrypts (logged, then treated as
-        absent: a new consent replaces it)."""
+        absent: a new consent replaces it). ``resource_url`` given: ``None`` too when the token was got for
+        another URL (or none recorded) — never send a token where it was not meant to go."""
 
         def select(connection: Connection) -> sa.Row[Any] | None:
-            query = sa.select(oauth_tokens.c.token_encrypted, oauth_tokens.c.expires_at).where(*_token_key(principal))
+            query = sa.select(
+                oauth_tokens.c.token_encrypted, oauth_tokens.c.expires_at, oauth_tokens.c.updated_at
+            ).where(*_token_key(principal))
             return connection.execute(query).first()
 
         row = await self._db.run(f"read the OAuth token of {principal.describe()}", select, write=False)
@@ -169,26 +194,54 @@ class OAuthVault:
         except (InvalidToken, ValueError):
             _log.warning("oauth_token_unreadable", principal=principal.describe())
             return None
-        return StoredToken(token=token, expires_at=row.expires_at, revocation_endpoint=sealed.get(_REVOCATION))
+        bound = sealed.get(_RESOURCE)
+        if resource_url is not None and bound != resource_url:
+            # The server's URL changed since (or the row predates the binding): a new consent is asked instead.
+            _log.warning("oauth_token_for_another_url", principal=principal.describe())
+            return None
+        return StoredToken(
+            token=token,
+            expires_at=row.expires_at,
+            revocation_endpoint=sealed.get(_REVOCATION),
+            resource_url=bound if isinstance(bound, str) else None,
+            updated_at=row.updated_at,
+        )
+
+    async def token_stamp(self, principal: Principal) -> datetime | None:
+        """When ``principal``'s token row last changed (``None``: none is held): one indexed read of no secret,
+        how a session notices a refresh, consent or revocation done by another replica."""
+
+        def select(connection: Connection) -> datetime | None:
+            query = sa.select(oauth_tokens.c.updated_at).where(*_token_key(principal))
+            stamp: datetime | None = connection.execute(query).scalar_one_or_none()
+            return stamp
+
+        return await self._db.run(f"check the OAuth token of {principal.describe()}", select, write=False)
 
     async def store_token(
-        self, principal: Principal, token: OAuthToken, *, revocation_endpoint: str | None = None
-    ) -> None:
-        """Keep ``token`` (sealed) as ``principal``'s, replacing any other. ``revocation_endpoint``: where the
-        authorization server takes it back; unset: the one kept with the token it replaces (a refresh)."""
+        self,
+        principal: Principal,
+        token: OAuthToken,
+        *,
+        revocation_endpoint: str | None = None,
+        resource_url: str | None = None,
+    ) -> datetime:
+        """Keep ``token`` (sealed) as ``principal``'s, replacing any other; when (its ``updated_at``).
+        ``revocation_endpoint`` / ``resource_url`` (the server's URL it is for): unset, the ones kept with the token
+        it replaces (a refresh)."""
         now = self.now()
         expires_at = None if token.expires_in is None else now + timedelta(seconds=int(token.expires_in))
         plain = token.model_dump(mode="json", exclude_none=True)
         values = {"scopes": token.scope, "expires_at": expires_at, "updated_at": now}
 
         def upsert(connection: Connection) -> None:
-            endpoint = revocation_endpoint
-            if endpoint is None:
+            kept: dict[str, Any] = {_REVOCATION: revocation_endpoint, _RESOURCE: resource_url}
+            if revocation_endpoint is None or resource_url is None:
                 query = sa.select(oauth_tokens.c.token_encrypted).where(*_token_key(principal))
-                previous = connection.execute(query).scalar_one_or_none()
-                endpoint = self._kept_endpoint(previous)
-            sealed = self._box.seal_json({**plain, _REVOCATION: endpoint} if endpoint else plain)
-            values["token_encrypted"] = sealed
+                previous = self._kept(connection.execute(query).scalar_one_or_none())
+                kept = {key: value if value is not None else previous.get(key) for key, value in kept.items()}
+            extra = {key: value for key, value in kept.items() if isinstance(value, str)}
+            values["token_encrypted"] = self._box.seal_json({**plain, **extra})
             updated = connection.execute(oauth_tokens.update().where(*_token_key(principal)).values(**values))
             if updated.rowcount == 0:
                 key = {"tenant": principal.tenant, "server": principal.server, "user": principal.user}
@@ -196,15 +249,17 @@ class OAuthVault:
 
         await self._db.run(f"store the OAuth token of {principal.describe()}", upsert, write=True)
         _log.info("oauth_token_stored", principal=principal.describe(), scopes=token.scope, expires_at=expires_at)
+        return now
 
-    def _kept_endpoint(self, sealed: str | None) -> str | None:
+    def _kept(self, sealed: str | None) -> dict[str, Any]:
+        """What a token's sealed JSON keeps beside the token (its revocation endpoint, its server's URL)."""
         if sealed is None:
-            return None
+            return {}
         try:
-            endpoint = self._box.open_json(sealed).get(_REVOCATION)
-        except (InvalidToken, ValueError, AttributeError):
-            return None
-        return endpoint if isinstance(endpoint, str) else None
+            opened = self._box.open_json(sealed)
+        except (InvalidToken, ValueError):
+            return {}
+        return {key: opened.get(key) for key in (_REVOCATION, _RESOURCE)} if isinstance(opened, dict) else {}
 
     async def connections(
         self, tenant: str | None = None, server: str | None = None, user: str | None = None
@@ -297,10 +352,10 @@ class OAuthVault:
         or its ``auth`` changed so that what is held belongs to another client."""
 
         def delete(connection: Connection) -> None:
-            for table in (oauth_clients, oauth_tokens, oauth_consents):
-                connection.execute(table.delete().where(table.c.tenant == tenant, table.c.server == server))
+            forget_oauth_state(connection, tenant, server)
 
         await self._db.run(f"forget the OAuth state of server {server}", delete, write=True)
+        _log.info("oauth_server_forgotten", tenant=tenant, server=server)
 
     # Pending consents
 

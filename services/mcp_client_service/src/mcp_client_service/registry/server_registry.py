@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import anyio
 from anyio.abc import TaskGroup
@@ -37,6 +37,7 @@ from mcp_client_service.config.options import ConnectionOptions
 from mcp_client_service.config.references import ReferenceResolver, UnresolvedReferenceError, has_references
 from mcp_client_service.config.servers_file import HttpServerConfig, ServerConfig, ServersFile, StdioServerConfig
 from mcp_client_service.connection.server_connection import ServerConnection
+from mcp_client_service.failures import describe_error
 from mcp_client_service.oauth import Principal, ProviderContext, SessionOAuth
 from mcp_client_service.registry.catalog import Away, NameCollision, ServerTools, ToolCatalog
 from suite_common.logging import get_logger
@@ -315,6 +316,8 @@ class ServerRegistry:
                     result.added.append(name)
                 connections[name] = connection
                 self._digests[name] = digest
+            # Before the changed servers connect again: they must not pick up what was got for the old URL or client.
+            await self._forget_oauth(old, servers)
             retired = [
                 connection for name, connection in self.connections.items() if connections.get(name) is not connection
             ]
@@ -339,6 +342,22 @@ class ServerRegistry:
             self._on_change()
             _log.info("mcp_servers_reloaded", **result.model_dump())
             return result
+
+    async def _forget_oauth(self, old: Mapping[str, ServerConfig], servers: ServersFile) -> None:
+        """Forget the OAuth tokens, registration and pending consents of every server with an ``auth`` block that
+        the new file removes or whose ``url`` or ``auth`` it changes (tenant ``""``: the servers file's)."""
+        if self.oauth is None:
+            return
+        for name, config in old.items():
+            if not isinstance(config, HttpServerConfig) or config.auth is None:
+                continue
+            new = servers.servers.get(name)
+            if isinstance(new, HttpServerConfig) and new.url == config.url and new.auth == config.auth:
+                continue
+            try:
+                await self.oauth.vault.forget_server("", name)
+            except Exception as error:  # the store away: the tokens stay bound to their URL (vault), logged
+                _log.warning("oauth_forget_failed", server=name, error=describe_error(error))
 
     # --- state and change notification -----------------------------------------------------------
 

@@ -340,11 +340,21 @@ class TenantServerStore:
             changes["allowed_tools"] = None if allowed_tools is None else list(allowed_tools)
         changes["updated_at"] = datetime.now(UTC)
 
+        new_auth = None if isinstance(auth, _Unchanged) or auth is None else dict(auth)
+
         def change(connection: Connection) -> sa.Row[Any] | None:
-            if connection.execute(sa.select(sa.literal(1)).where(*_key(tenant, name))).first() is None:
+            current = connection.execute(
+                sa.select(tenant_servers.c.url, tenant_servers.c.auth_encrypted).where(*_key(tenant, name))
+            ).first()
+            if current is None:
                 return None
             # The revision's row first (its lock), then the server's: one order for every write.
             stamped = {**changes, "revision": _bump(connection)}
+            moved = not isinstance(url, _Unchanged) and url != current.url
+            reauthed = not isinstance(auth, _Unchanged) and new_auth != self._open_auth(current.auth_encrypted)
+            if moved or reauthed:
+                # In this transaction: no call after the change may carry a token got for the old URL or client.
+                forget_oauth_state(connection, tenant, name)
             return connection.execute(
                 tenant_servers.update().where(*_key(tenant, name)).values(**stamped).returning(*_COLUMNS)
             ).first()
@@ -363,6 +373,8 @@ class TenantServerStore:
             revision = _bump(connection)
             removed = connection.execute(tenant_servers.delete().where(*_key(tenant, name))).rowcount == 1
             if removed:
+                # A server created again under this name is another server: it inherits no token or registration.
+                forget_oauth_state(connection, tenant, name)
                 # The deletion's mark (one per name: an earlier one is replaced), read by replicas syncing.
                 connection.execute(
                     tenant_server_deletions.delete().where(
@@ -460,6 +472,17 @@ class TenantServerStore:
             raise SecretsKeyMissing(f"An OAuth server cannot be stored: {_KEY_SETTING} is not set.")
         return self._secrets.seal_json(dict(auth))
 
+    def _open_auth(self, sealed: str | None) -> object:
+        """A stored ``auth`` block opened (to compare with a new one); unreadable: a value equal to none."""
+        if sealed is None:
+            return None
+        if self._secrets is None:
+            return object()
+        try:
+            return self._secrets.open_json(sealed)
+        except InvalidToken:
+            return object()
+
     def _server(self, row: sa.Row[Any]) -> StoredServer:
         headers: Mapping[str, str] = {}
         auth: Mapping[str, Any] | None = None
@@ -501,6 +524,13 @@ _OAUTH_SEALED = (
     (oauth_tokens, ("token_encrypted",)),
     (oauth_consents, ("pending_encrypted", "code_encrypted")),
 )
+
+
+def forget_oauth_state(connection: Connection, tenant: str, server: str) -> None:
+    """Delete a server's OAuth registration, tokens and pending consents (in ``connection``'s transaction): what
+    was got for its URL and ``auth`` block must not serve another (a changed server, or a new one of its name)."""
+    for table, _ in _OAUTH_SEALED:
+        connection.execute(table.delete().where(table.c.tenant == tenant, table.c.server == server))
 
 
 def _reseal_oauth_rows(connection: Connection, secrets: SecretsBox) -> None:
