@@ -24,7 +24,7 @@ import pytest
 from support.processes import polled
 from support.servers import free_port
 
-__all__ = ["EVERYTHING_DIR", "everything_http_server", "everything_stdio_server"]
+__all__ = ["EVERYTHING_DIR", "everything_http_server", "everything_stdio_server", "installed_node_program"]
 
 EVERYTHING_DIR = Path(__file__).with_name("node_servers")
 _ENTRY = EVERYTHING_DIR / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
@@ -32,18 +32,24 @@ _ENTRY = EVERYTHING_DIR / "node_modules" / "@modelcontextprotocol" / "server-eve
 _INSTALL_SECONDS = 300
 
 
-def _installed_entry() -> Path:
+def installed_node_program(entry: Path) -> Path:
+    """``entry``, a script of a package of ``node_servers/package-lock.json``, installed (``npm ci``) if it is not;
+    the test is skipped only on a machine without node and npm."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
-        pytest.skip("node and npm are not installed: @modelcontextprotocol/server-everything cannot run")
-    if not _ENTRY.exists():
+        pytest.skip(f"node and npm are not installed: {entry.name} of node_servers cannot run")
+    if not entry.exists():
         subprocess.run(
             [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
             cwd=EVERYTHING_DIR,
             check=True,
             timeout=_INSTALL_SECONDS,
         )
-    return _ENTRY
+    return entry
+
+
+def _installed_entry() -> Path:
+    return installed_node_program(_ENTRY)
 
 
 def everything_stdio_server(**options: Any) -> dict[str, Any]:
