@@ -26,6 +26,7 @@ from structlog.testing import capture_logs
 from suite_common.sse_parser import EventStreamParser
 from support.asking_mcp_server import build_asking_server
 from support.mcp_gateway import Gateway, echo_stdio_server, face_client, raw_stdio_server, running_gateway
+from support.processes import polled
 from support.servers import serve_app
 
 pytestmark = pytest.mark.anyio
@@ -341,10 +342,11 @@ async def test_a_late_question_of_an_abandoned_call_never_reaches_another_tenant
 
 
 async def _logged(logs: list[MutableMapping[str, Any]], event: str) -> MutableMapping[str, Any]:
-    """The first log record of ``event`` once the gateway (in this process) has written it: polled, within the
-    caller's bound."""
-    while True:
-        for record in logs:
-            if record["event"] == event:
-                return record
-        await anyio.sleep(0.02)
+    """The first log record of ``event`` once the gateway has written it. The question it is about comes from the
+    stdio server's own process, on its own clock: nothing here to await, so it is polled (bounded)."""
+
+    async def written() -> bool:
+        return any(record["event"] == event for record in logs)
+
+    await polled(written, SECONDS)
+    return next(record for record in logs if record["event"] == event)

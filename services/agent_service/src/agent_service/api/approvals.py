@@ -26,8 +26,7 @@ async def decide(request: Request) -> Response:
     body = await read_model(request, ApprovalsRequest)
     caller = caller_of(request)
     await stored_run(request, runs, run_id)  # the caller's tenant's, or 404 as an unknown run
-    decided_by = caller.name if caller.user is None else f"{caller.name}/{caller.user}"
-    decided = await runs.decide(run_id, body.decisions, decided_by=decided_by)
+    decided = await runs.decide(run_id, body.decisions, decided_by=caller.decider)
     # The round's calls: those of the round the run waited in.
     waited = max((approval.iteration for approval in decided.approvals), default=0)
     return ModelResponse(

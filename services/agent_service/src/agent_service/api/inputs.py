@@ -28,8 +28,7 @@ async def answer(request: Request) -> Response:
     body = await read_model(request, InputsRequest)
     caller = caller_of(request)
     await stored_run(request, runs, run_id)  # the caller's tenant's, or 404 as an unknown run
-    decided_by = caller.name if caller.user is None else f"{caller.name}/{caller.user}"
-    answered = await runs.answer(run_id, body.inputs, decided_by=decided_by)
+    answered = await runs.answer(run_id, body.inputs, decided_by=caller.decider)
     # The round's questions: those of the round the run waited in.
     waited = max((question.iteration for question in answered.inputs), default=0)
     return ModelResponse(

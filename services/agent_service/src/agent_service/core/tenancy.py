@@ -207,5 +207,11 @@ class Caller:
     key_role: KeyRole | None = None
     """The key's own role (``role`` in the callers file or ``keys add --role``): who may use the admin API."""
 
+    @property
+    def decider(self) -> str:
+        """Who a person's decision is recorded as (an approval's, an answer's ``decidedBy``): ``<key>`` or
+        ``<key>/<user>``."""
+        return self.name if self.user is None else f"{self.name}/{self.user}"
+
 
 ANONYMOUS = Caller("anonymous", DEFAULT_TENANT)
