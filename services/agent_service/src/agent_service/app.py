@@ -109,6 +109,19 @@ def _callers(settings: AgentSettings) -> Callers | None:
     return callers
 
 
+_UNCAPPED_POOL_SIZE = 16
+"""The run store's pool for writes when no tenant's runs are capped: the default cap's."""
+
+
+def store_pool_size(settings: AgentSettings, callers: Callers | None) -> int:
+    """The run store's connections for runs' writes (``AGENT_DATABASE_POOL_SIZE``; 0: as many as one tenant may have
+    runs in progress at once, so that a tenant at its cap never waits for one nor opens one per burst)."""
+    if settings.database_pool_size:
+        return settings.database_pool_size
+    cap = max(settings.max_concurrent_runs_per_tenant, callers.largest_run_cap() if callers is not None else 0)
+    return cap or _UNCAPPED_POOL_SIZE
+
+
 def create_app(
     settings: AgentSettings,
     *,
@@ -154,7 +167,11 @@ def create_app(
             stack.push_async_callback(observability.aclose)
             store = None
             if settings.database_url:
-                store = await RunStore.open(settings.database_url, migrate=settings.database_migrate)
+                store = await RunStore.open(
+                    settings.database_url,
+                    migrate=settings.database_migrate,
+                    pool_size=store_pool_size(settings, callers),
+                )
                 stack.push_async_callback(store.aclose)
                 if stored_keys is not None:
                     stored_keys.attach(store.caller_keys)

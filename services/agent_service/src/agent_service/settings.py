@@ -98,6 +98,13 @@ class AgentSettings(ServiceSettings):
             raise ValueError("must be empty, sqlite:///path or postgresql://user:password@host:port/database")
         return url
 
+    database_pool_size: int = Field(default=0, ge=0, le=1000)
+    """PostgreSQL connections a replica keeps for its runs' writes (each step, each new run), opened as needed and then
+    kept. 0: as many as one tenant may have runs in progress at once (the largest of
+    ``AGENT_MAX_CONCURRENT_RUNS_PER_TENANT`` and the callers file's ``max_concurrent_runs``; 16 if none is capped),
+    so that a tenant at its cap never waits for a connection nor opens one per burst. Writes beyond it wait for a
+    free connection (a write takes about a millisecond). The store's other work (reads, leases) has a pool of its own
+    of up to 20. Mind PostgreSQL's ``max_connections`` over all replicas."""
     database_migrate: bool = True
     """Bring the database schema to the newest revision at start (replicas take turns). Off: run
     ``python -m agent_service.store.migrate`` before starting."""

@@ -22,7 +22,7 @@ from agent_service.store._conversations import (
     size_of_message,
     take_conversation,
 )
-from agent_service.store._engine import write_step
+from agent_service.store._engine import new_run_on_driver, write_step
 from agent_service.store._rows import read_messages, read_run, utc_now
 from agent_service.store.records import (
     ConversationFull,
@@ -98,6 +98,9 @@ class StoredRuns:
         conversation is the run's tenant's: the same id of another tenant is another conversation. Raises (storing
         nothing) ``ConversationBusy`` when the conversation has an active run, ``ConversationFull`` or
         ``ConversationTooLarge`` when the run would take it past ``limits``."""
+        what = f"store the new run {run.run_id}"
+        if await new_run_on_driver(self._db, what, run, owner=owner, lease_seconds=lease_seconds):
+            return []
         # A run of a conversation always has its tenant stored: the key of its conversation.
         tenant = run.tenant if run.conversation_id is None else (run.tenant or DEFAULT_TENANT)
         adding = sum(_stored_bytes(message) for message in run.input_messages) if limits is not None else 0
@@ -146,7 +149,7 @@ class StoredRuns:
                 )
             return earlier
 
-        return await self._db.run(f"store the new run {run.run_id}", create, write=True)
+        return await self._db.run(what, create, write=True)
 
     async def record(self, run_id: str, step: Step, *, owner: str) -> None:
         """Write one step in one transaction: upsert its messages, insert its events, update the run's status and

@@ -58,11 +58,13 @@ class RunStore(
         self._db = database
 
     @classmethod
-    async def open(cls, url: str, *, migrate: bool = True) -> RunStore:
+    async def open(cls, url: str, *, migrate: bool = True, pool_size: int | None = None) -> RunStore:
         """``url``: ``sqlite:///path`` (the folder is created) or ``postgresql://...``; the drivers are chosen
         here. ``migrate``: bring the schema to the newest revision first (Alembic; several replicas starting at
-        once take turns); without, a schema at another revision is a ``StoreError`` that says what to run."""
-        database = open_database(database_url(url))
+        once take turns); without, a schema at another revision is a ``StoreError`` that says what to run.
+        ``pool_size``: PostgreSQL's connections for the runs' writes (steps, new runs), opened as needed and kept
+        (``None``: ten)."""
+        database = open_database(database_url(url), pool_size=pool_size)
         try:
             if migrate:
                 await MIGRATIONS.upgrade(database)
