@@ -42,9 +42,7 @@ async def write_step(
     )
 
 
-async def new_run_on_driver(
-    database: Database, what: str, run: NewRun, *, owner: str, lease_seconds: float
-) -> bool:
+async def new_run_on_driver(database: Database, what: str, run: NewRun, *, owner: str, lease_seconds: float) -> bool:
     """Store ``run`` in the driver's own terms when that is how this database does it (PostgreSQL, a run without a
     conversation); ``False``: it is not, nothing was done (the caller stores it through SQLAlchemy)."""
     if not isinstance(database, PostgresDatabase) or run.conversation_id is not None:
