@@ -150,9 +150,10 @@ async def run_persistence(suite: Suite, plan: Rounds, *, rounds: int) -> Section
                 modes.append(_Mode("postgres", "PostgreSQL (a new database)", database.url, database.size))
             with ExitStack() as stack:
                 for mode in modes:
-                    mode.service = start_agent(
-                        stack, suite, f"agent-service-{mode.key}", {"AGENT_DATABASE_URL": mode.database_url}
-                    )
+                    # Each arm's keep-alive connection waits while the others warm up: on a busy machine longer than
+                    # the default 10 s a connection may idle before its request's head arrives.
+                    env = {"AGENT_DATABASE_URL": mode.database_url, "AGENT_REQUEST_HEAD_TIMEOUT_SECONDS": "300"}
+                    mode.service = start_agent(stack, suite, f"agent-service-{mode.key}", env)
                 figures, growth = await _measure(modes, plan, rounds, database)
     return _section(modes, figures, growth, plan, rounds, skipped)
 
