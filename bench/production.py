@@ -47,8 +47,8 @@ from bench.agent import MESSAGES, _direct_probe
 from bench.httpload import HttpConnection
 from bench.limits import _BENCH_KEY, _CALLERS, DEFAULT_REDIS_URL, REDIS_URL_VARIABLE, _delete_keys, _redis_reachable
 from bench.measure import ArmFigures, Probe, Rounds, interleave
-from bench.peers import missing_peers_venv, running_peer
-from bench.persistence import DEFAULT_POSTGRES_URL, POSTGRES_URL_VARIABLE, _scratch_database
+from bench.peers import PeerProcess, missing_peers_venv, running_peer
+from bench.persistence import DEFAULT_POSTGRES_URL, POSTGRES_URL_VARIABLE, _scratch_database, _ScratchDatabase
 from bench.probes import http_call
 from bench.processes import Service
 from bench.report import Section, Table, Target, ms
@@ -155,8 +155,8 @@ class _Arm:
     label: str
     own: list[int]
     """The arm's processes: agent-service (and the suite's two other services), or the peer's process."""
-    database: Any = None
-    """Its ``_ScratchDatabase``, when it stores runs."""
+    database: _ScratchDatabase | None = None
+    """Where it stores its runs (or checkpoints), if anywhere."""
     backends: list[int] = field(default_factory=list)
     probe: Probe | None = None
 
@@ -216,30 +216,13 @@ async def run_production(suite: Suite, plan: Rounds, *, rounds: int, with_peer: 
             stack.callback(services.close)
             bare = start_agent(services, suite, "agent-service-bare", {"AGENT_DATABASE_URL": "", "AGENT_REDIS_URL": ""})
             production = start_agent(services, suite, "agent-service-production", env)
-            upstream_services = [suite.completion.pid, suite.mcp.pid]
-            arms = {
-                "direct": _Arm("direct", "direct: the run's LLM and tool calls made by this process", []),
-                "bare": _Arm("bare", "bare: not stored, no tenancy, no tool cache", [bare.pid, *upstream_services]),
-                "production": _Arm(
-                    "production",
-                    "production: PostgreSQL, Redis tenancy and budgets, tool cache",
-                    [production.pid, *upstream_services],
-                    database=database,
-                ),
-            }
-            connect = stack.enter_async_context
-            arms["direct"].probe = _direct_probe(
-                suite.llm, await connect(HttpConnection("127.0.0.1", suite.llm.port)), suite.direct_stdio, rounds
-            )
-            arms["bare"].probe = _fresh_runs(bare, await connect(HttpConnection("127.0.0.1", bare.port)), rounds, {})
-            arms["production"].probe = _fresh_runs(
-                production, await connect(HttpConnection("127.0.0.1", production.port)), rounds, USER_HEADERS
-            )
-            versions: dict[str, str] = {}
+            peer: PeerProcess | None = None
+            peer_database: _ScratchDatabase | None = None
             if with_peer and peer_missing is None:
-                peer_database = await connect(_scratch_database(admin_url))
-                assert not isinstance(peer_database, str)  # the same server just answered
-                peer = await connect(
+                made = await stack.enter_async_context(_scratch_database(admin_url))
+                assert not isinstance(made, str)  # the same server has just answered
+                peer_database = made
+                peer = await stack.enter_async_context(
                     running_peer(
                         cores=suite.cores,
                         logs=suite.logs,
@@ -252,13 +235,46 @@ async def run_production(suite: Suite, plan: Rounds, *, rounds: int, with_peer: 
                         server=[sys.executable, *_STDIO_SERVER[1:]],
                     )
                 )
-                versions = peer.versions
-                arms["peer"] = _Arm("peer", PEER_LABEL, [peer.pid], database=peer_database)
-                arms["peer"].probe = peer.probe(fresh_user_texts())
-            figures, checks = await _measure(list(arms.values()), plan, redis_url, production)
+            # Connections opened once every process is up: one left idle while another starts would time out
+            # (AGENT_REQUEST_HEAD_TIMEOUT_SECONDS) on a busy machine.
+            connect = stack.enter_async_context
+            upstream_services = [suite.completion.pid, suite.mcp.pid]
+            arms = [
+                _Arm(
+                    "direct",
+                    "direct: the run's LLM and tool calls made by this process",
+                    [],
+                    probe=_direct_probe(
+                        suite.llm,
+                        await connect(HttpConnection("127.0.0.1", suite.llm.port)),
+                        suite.direct_stdio,
+                        rounds,
+                    ),
+                ),
+                _Arm(
+                    "bare",
+                    "bare: not stored, no tenancy, no tool cache",
+                    [bare.pid, *upstream_services],
+                    probe=_fresh_runs(bare, await connect(HttpConnection("127.0.0.1", bare.port)), rounds, {}),
+                ),
+                _Arm(
+                    "production",
+                    "production: PostgreSQL, Redis tenancy and budgets, tool cache",
+                    [production.pid, *upstream_services],
+                    database=database,
+                    probe=_fresh_runs(
+                        production, await connect(HttpConnection("127.0.0.1", production.port)), rounds, USER_HEADERS
+                    ),
+                ),
+            ]
+            if peer is not None:
+                arms.append(
+                    _Arm("peer", PEER_LABEL, [peer.pid], database=peer_database, probe=peer.probe(fresh_user_texts()))
+                )
+            figures, checks = await _measure(arms, plan, redis_url, production)
     finally:
         await _delete_keys(redis_url, prefix)
-    return _section(list(arms.values()), figures, checks, plan, rounds, peer_missing, versions)
+    return _section(arms, figures, checks, plan, rounds, peer_missing, peer.versions if peer else {})
 
 
 @dataclass
@@ -266,7 +282,9 @@ class _Checks:
     """What shows that each arm did what it says: its database grew, the cache missed and stored, and so on."""
 
     growth: dict[str, int]
-    new_backends: dict[str, int]
+    connections: dict[str, int]
+    """Connections the arm opened to its database during the rounds (``pg_stat_database.sessions``): their backends'
+    CPU is not counted, and each cost a backend's start."""
     cache: dict[str, float]
     redis_pid: int | None
 
@@ -277,10 +295,12 @@ async def _measure(
     probes = {arm.key: arm.probe for arm in arms if arm.probe is not None}
     # Warm up apart: schemas in place, pools open, scripts loaded, before the backends and the sizes are read.
     await interleave(probes, replace(plan, rounds=0))
-    stored = [arm for arm in arms if arm.database is not None]
-    for arm in stored:
-        arm.backends = await arm.database.local_backends()
-    sizes = {arm.key: await arm.database.size() for arm in stored}
+    stored = {arm.key: arm.database for arm in arms if arm.database is not None}
+    for arm in arms:
+        if arm.database is not None:
+            arm.backends = await arm.database.local_backends()
+    sizes = {key: await database.size() for key, database in stored.items()}
+    sessions = {key: await _sessions(database) for key, database in stored.items()}
     cache_before = _tool_cache_counts(production)
     redis_pid = await _redis_server_pid(redis_url)
     redis = [redis_pid] if redis_pid is not None else []
@@ -291,12 +311,18 @@ async def _measure(
     )
     cache_after = _tool_cache_counts(production)
     checks = _Checks(
-        growth={arm.key: await arm.database.size() - sizes[arm.key] for arm in stored},
-        new_backends={arm.key: len(set(await arm.database.local_backends()) - set(arm.backends)) for arm in stored},
+        growth={key: await database.size() - sizes[key] for key, database in stored.items()},
+        connections={key: await _sessions(database) - sessions[key] for key, database in stored.items()},
         cache={outcome: cache_after.get(outcome, 0.0) - cache_before.get(outcome, 0.0) for outcome in cache_after},
         redis_pid=redis_pid,
     )
     return figures, checks
+
+
+async def _sessions(database: _ScratchDatabase) -> int:
+    """Connections ever opened to ``database`` (PostgreSQL's statistics, flushed within seconds)."""
+    value = await database.admin.fetchval("SELECT sessions FROM pg_stat_database WHERE datname = $1", database.name)
+    return int(value or 0)
 
 
 def _skipped(why: str) -> Section:
@@ -372,7 +398,7 @@ def _section(
         }
     targets = production_targets(costs["bare"], costs["production"], costs.get("peer"))
     _notes(table, arms, figures, checks, rounds, peer_missing, versions)
-    result["checks"] = {"database_bytes_per_run": {}, "tool_cache": checks.cache, "new_backends": checks.new_backends}
+    result["checks"] = {"database_bytes_per_run": {}, "tool_cache": checks.cache, "connections": checks.connections}
     for key, grown in checks.growth.items():
         result["checks"]["database_bytes_per_run"][key] = grown / len(figures[key].samples)
     if peer_missing is not None:
@@ -407,10 +433,11 @@ def _notes(
         )
     for key, grown in checks.growth.items():
         samples = len(figures[key].samples)
-        late = checks.new_backends.get(key, 0)
+        late = checks.connections.get(key, 0)
         table.notes.append(
             f"{key}: its database grew {grown / samples / 1024:.1f} KiB per run; {len(by_key[key].backends)} "
-            f"PostgreSQL backends counted{f', {late} more connected during the rounds (not counted)' if late else ''}"
+            f"PostgreSQL backends counted; {late} connections opened during the rounds"
+            + (" (their backends' CPU not counted)" if late else "")
         )
         if grown <= 0:
             table.notes.append(f"{key}: its database did not grow, so it stored nothing: not a durable run")
