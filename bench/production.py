@@ -50,7 +50,7 @@ from bench.measure import ArmFigures, Probe, Rounds, interleave
 from bench.peers import PeerProcess, missing_peers_venv, running_peer
 from bench.persistence import DEFAULT_POSTGRES_URL, POSTGRES_URL_VARIABLE, _scratch_database, _ScratchDatabase
 from bench.probes import http_call
-from bench.processes import Service
+from bench.processes import Service, cpu_seconds
 from bench.report import Section, Table, Target, ms
 from bench.suite import STDIO_TOOL, Suite, start_agent
 
@@ -285,6 +285,8 @@ class _Checks:
     connections: dict[str, int]
     """Connections the arm opened to its database during the rounds (``pg_stat_database.sessions``): their backends'
     CPU is not counted, and each cost a backend's start."""
+    late_backends: dict[str, int]
+    """Backends that connected during the rounds and were still there at their end (their CPU counted)."""
     cache: dict[str, float]
     redis_pid: int | None
 
@@ -310,9 +312,21 @@ async def _measure(
         cpu_pids={arm.key: [*arm.pids, *(redis if arm.key in ("bare", "production") else [])] for arm in arms},
     )
     cache_after = _tool_cache_counts(production)
+    late: dict[str, int] = {}
+    for arm in arms:
+        if arm.database is None:
+            continue
+        # A backend that connected during the rounds served this arm's database only, and only then: all its CPU
+        # so far is the arm's. One that came and went in the rounds cannot be read any more (counted below).
+        new = [pid for pid in await arm.database.local_backends() if pid not in arm.backends]
+        for pid in new:
+            figures[arm.key].cpu_by_pid[pid] = cpu_seconds([pid])
+        arm.backends += new
+        late[arm.key] = len(new)
     checks = _Checks(
         growth={key: await database.size() - sizes[key] for key, database in stored.items()},
         connections={key: await _sessions(database) - sessions[key] for key, database in stored.items()},
+        late_backends=late,
         cache={outcome: cache_after.get(outcome, 0.0) - cache_before.get(outcome, 0.0) for outcome in cache_after},
         redis_pid=redis_pid,
     )
@@ -398,7 +412,12 @@ def _section(
         }
     targets = production_targets(costs["bare"], costs["production"], costs.get("peer"))
     _notes(table, arms, figures, checks, rounds, peer_missing, versions)
-    result["checks"] = {"database_bytes_per_run": {}, "tool_cache": checks.cache, "connections": checks.connections}
+    result["checks"] = {
+        "database_bytes_per_run": {},
+        "tool_cache": checks.cache,
+        "connections": checks.connections,
+        "late_backends": checks.late_backends,
+    }
     for key, grown in checks.growth.items():
         result["checks"]["database_bytes_per_run"][key] = grown / len(figures[key].samples)
     if peer_missing is not None:
@@ -433,11 +452,12 @@ def _notes(
         )
     for key, grown in checks.growth.items():
         samples = len(figures[key].samples)
-        late = checks.connections.get(key, 0)
+        opened, still = checks.connections.get(key, 0), checks.late_backends.get(key, 0)
+        gone = max(0, opened - still)
         table.notes.append(
             f"{key}: its database grew {grown / samples / 1024:.1f} KiB per run; {len(by_key[key].backends)} "
-            f"PostgreSQL backends counted; {late} connections opened during the rounds"
-            + (" (their backends' CPU not counted)" if late else "")
+            f"PostgreSQL backends counted; {opened} connections opened during the rounds"
+            + (f", {gone} of them closed before their end (their backends' CPU not counted)" if gone else "")
         )
         if grown <= 0:
             table.notes.append(f"{key}: its database did not grow, so it stored nothing: not a durable run")
