@@ -33,7 +33,6 @@ import json
 import os
 import re
 import secrets
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AsyncExitStack, ExitStack
 from dataclasses import dataclass, field, replace
@@ -52,7 +51,7 @@ from bench.persistence import DEFAULT_POSTGRES_URL, POSTGRES_URL_VARIABLE, _scra
 from bench.probes import http_call
 from bench.processes import Service, cpu_seconds
 from bench.report import Section, Table, Target, ms
-from bench.suite import STDIO_TOOL, Suite, start_agent
+from bench.suite import STDIO_TOOL, Suite, _stdio_echo, start_agent
 
 __all__ = [
     "PEER_CPU_TARGET",
@@ -71,8 +70,6 @@ PEER_LABEL = "LangGraph prebuilt agent + PostgresSaver (sync)"
 TOOL_CACHE_TTLS = {"echo-stdio:*": 60}
 """The echo tool is not annotated read-only: the cache is on for it by name, as an operator names their tools."""
 USER_HEADERS = {"Authorization": f"Bearer {_BENCH_KEY}", "X-User-Id": "bench-user"}
-_STDIO_SERVER = ["python", "-m", "bench.echo_server", "--tool-prefix", "s_"]
-"""The stdio echo server as the suite's mcp-client-service starts it (``bench/suite.py``)."""
 
 
 def production_env(
@@ -219,6 +216,7 @@ async def run_production(suite: Suite, plan: Rounds, *, rounds: int, with_peer: 
             peer: PeerProcess | None = None
             peer_database: _ScratchDatabase | None = None
             if with_peer and peer_missing is None:
+                echo = _stdio_echo()
                 made = await stack.enter_async_context(_scratch_database(admin_url))
                 assert not isinstance(made, str)  # the same server has just answered
                 peer_database = made
@@ -232,7 +230,7 @@ async def run_production(suite: Suite, plan: Rounds, *, rounds: int, with_peer: 
                         database_url=peer_database.url,
                         system=MESSAGES[0]["content"],
                         tool=STDIO_TOOL,
-                        server=[sys.executable, *_STDIO_SERVER[1:]],
+                        server=[echo.command, *echo.args],  # as the suite's mcp-client-service starts it
                     )
                 )
             # Connections opened once every process is up: one left idle while another starts would time out
@@ -283,8 +281,8 @@ class _Checks:
 
     growth: dict[str, int]
     connections: dict[str, int]
-    """Connections the arm opened to its database during the rounds (``pg_stat_database.sessions``): their backends'
-    CPU is not counted, and each cost a backend's start."""
+    """Connections the arm opened to its database during the rounds (``pg_stat_database.sessions``), each a backend's
+    start; the CPU of those still open at the end is counted (``late_backends``), of the others not."""
     late_backends: dict[str, int]
     """Backends that connected during the rounds and were still there at their end (their CPU counted)."""
     cache: dict[str, float]
