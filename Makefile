@@ -98,6 +98,21 @@ e2e: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
+# The production arm against LangGraph's prebuilt agent with its PostgreSQL checkpointer (bench/production.py,
+# docs/performance.md). The peer's packages go into a virtual environment of their own, made here on first use
+# from requirements-bench-peers.txt: neither `make bench` nor `make test` needs it.
+PEERS_VENV := .data/bench/peers-venv
+PEERS_STAMP := $(PEERS_VENV)/.installed
+
+.PHONY: bench-peers
+bench-peers: $(STAMP) $(PEERS_STAMP)
+	$(BIN)/python -m bench --only peers $(BENCH_ARGS)
+
+$(PEERS_STAMP): requirements-bench-peers.txt
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet -r requirements-bench-peers.txt
+	touch $(PEERS_STAMP)
+
 # docs/configuration.md is written from the settings classes' own descriptions (a test fails when it is stale).
 docs: $(STAMP)
 	$(BIN)/python docs/generate_configuration.py

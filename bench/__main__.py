@@ -8,8 +8,10 @@ with it alone on its core and the other two services moved to the other one, as 
 Then, in order: the load client check, the floor, and the completion-service, mcp-client-service
 and agent-service benchmarks, then agent-service's OpenAI front against its agent API, then what
 storing runs costs agent-service (not stored, SQLite, PostgreSQL: ``bench/persistence.py``) and what the
-per-tenant run slot costs a run (none, in memory, Redis: ``bench/limits.py``), and what a tenant's own MCP
-servers cost its runs (``bench/tenants.py``), then (the
+per-tenant run slot costs a run (none, in memory, Redis: ``bench/limits.py``), what a tenant's own MCP
+servers cost its runs (``bench/tenants.py``), and what users run: agent-service with PostgreSQL, Redis tenancy and
+the tool cache against the bare loop (``bench/production.py``; ``--only peers`` adds LangGraph with its PostgreSQL
+checkpointer, from a virtual environment of its own that ``make bench-peers`` makes), then (the
 services stopped) mcp_rag_tool's search latency at 10,000 and 100,000 synthetic chunks
 (``bench/rag_scale.py``) and ``mcp-rag-tool ingest``'s throughput (``bench/rag_ingest.py``); each
 prints its tables as it ends, and a summary of the targets closes the run. The summary is also
@@ -44,6 +46,7 @@ from bench.measure import Rounds
 from bench.openai_front import run_openai_front
 from bench.persistence import run_persistence
 from bench.processes import ROOT, Cores, pin
+from bench.production import run_production
 from bench.profiling import profiling
 from bench.rag_scale import run_rag
 from bench.report import Section, machine, render_summary, summary_markdown
@@ -62,8 +65,12 @@ BENCHMARKS = (
     "persistence",
     "limits",
     "tenants",
+    "production",
     "rag",
+    "peers",
 )
+OPTIONAL = ("peers",)
+"""Benchmarks only ``--only`` runs: the peer arm needs a virtual environment of its own (``make bench-peers``)."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +193,13 @@ async def _run(options: argparse.Namespace, plan: Plan, cores: Cores, data: Path
         if "tenants" in options.only:
             # Its own agent-service: it profiles that one and the gateway itself.
             done(await run_tenants(suite, plan.tenants_sequential, profiles=profiles if options.profile else None))
+        if "production" in options.only or "peers" in options.only:
+            # --only peers: the production arm and bare, with LangGraph beside them in the same rounds.
+            done(
+                await run_production(
+                    suite, plan.persistence_sequential, rounds=plan.agent_rounds, with_peer="peers" in options.only
+                )
+            )
     if "rag" in options.only:  # needs none of the services: run once they are down
         # The tool runs as a process of its own on every core (torch uses both): unpin this process,
         # every thread of it, and so the ingest command it starts, from the load core.
@@ -204,7 +218,11 @@ def main(argv: list[str] | None = None) -> None:
         help="fewer and shorter rounds, for iterating (also BENCH_QUICK=1)",
     )
     parser.add_argument(
-        "--only", nargs="+", choices=BENCHMARKS, default=list(BENCHMARKS), help="run these benchmarks only"
+        "--only",
+        nargs="+",
+        choices=BENCHMARKS,
+        default=[name for name in BENCHMARKS if name not in OPTIONAL],
+        help="run these benchmarks only (peers: the production arm against LangGraph, only when named)",
     )
     parser.add_argument("--profile", action="store_true", help="record the services with py-spy")
     parser.add_argument(

@@ -11,6 +11,8 @@ then ``data: [DONE]``). ``POST /v1/responses`` answers the same in OpenAI's Resp
 - ``rounds-K``: while the conversation holds fewer than K tool results, call the first tool of the
   request with ``{"text": "round N"}``; then answer a short text. ``rounds-0`` always answers.
 - ``...-delay-MS``: take MS milliseconds before answering (an LLM's latency).
+- ``...-fresh``: the tool's ``text`` also carries the conversation's last user message, so that runs whose
+  messages differ make calls that differ (a tool-result cache then misses, as it would for new questions).
 
 ``GET /hello`` answers ``{"hello": "world"}``. Run: ``python -m bench.fake_llm PORT``.
 """
@@ -29,7 +31,7 @@ from starlette.types import Receive, Scope, Send
 __all__ = ["ANSWER", "app", "reply_for"]
 
 ANSWER = "All rounds are done and every tool answered; here is the final answer of this benchmark run."
-_MODEL = re.compile(r"rounds-(?P<rounds>\d+)(?:-delay-(?P<delay>\d+))?")
+_MODEL = re.compile(r"rounds-(?P<rounds>\d+)(?:-delay-(?P<delay>\d+))?(?P<fresh>-fresh)?")
 _JSON = [(b"content-type", b"application/json")]
 _SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
@@ -43,13 +45,27 @@ def reply_for(body: dict[str, Any]) -> tuple[dict[str, Any], str, float]:
     done += sum(1 for item in body.get("input", []) if item.get("type") == "function_call_output")
     tools = [tool.get("function", tool) for tool in body.get("tools") or []]  # Chat nests the function; Responses not
     if done < rounds and tools:
+        text = f"round {done}"
+        if model and model["fresh"]:
+            text += f": {_last_user_text(body)}"
         call = {
             "id": f"call_{done}",
             "type": "function",
-            "function": {"name": tools[0]["name"], "arguments": json.dumps({"text": f"round {done}"})},
+            "function": {"name": tools[0]["name"], "arguments": json.dumps({"text": text})},
         }
         return {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls", delay
     return {"role": "assistant", "content": ANSWER}, "stop", delay
+
+
+def _last_user_text(body: dict[str, Any]) -> str:
+    """The text of the last user message (Chat Completions' ``messages`` or the Responses API's ``input``)."""
+    for message in reversed([*body.get("messages", []), *body.get("input", [])]):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            return " ".join(str(part.get("text", "")) for part in content or [] if isinstance(part, dict))
+    return ""
 
 
 def _usage() -> dict[str, int]:
