@@ -107,7 +107,7 @@ class AgentLoop:
         try:
             with (
                 logged_with(run_id=plan.run_id),
-                telemetry.tracer.start_as_current_span("agent_run", attributes=attributes) as span,
+                telemetry.span("agent_run", attributes=attributes) as span,
             ):
                 try:
                     result = await self._run(plan, state, emit, stream_text, recorder, resume)
@@ -248,7 +248,7 @@ class AgentLoop:
             iteration = state.iterations = state.iterations + 1
             with (
                 logged_with(round=iteration),
-                self.telemetry.tracer.start_as_current_span("agent_round", attributes={"agent.round.index": iteration}),
+                self.telemetry.span("agent_round", attributes={"agent.round.index": iteration}),
             ):
                 messages = with_system_prompt(state.conversation, plan.system_prompt)
                 request = CompletionRequest(
@@ -383,7 +383,7 @@ class AgentLoop:
                 )
                 await recorder.cut_off(call, usage=state.usage)
 
-        with self.telemetry.tracer.start_as_current_span("llm_call", attributes={"llm.model": plan.model}) as span:
+        with self.telemetry.span("llm_call", attributes={"llm.model": plan.model}) as span:
             response = await complete_counted(
                 self.completions,
                 request,

@@ -141,9 +141,7 @@ class ToolDispatch:
 
         with (
             logged_with(tool_call_id=call.id),
-            self.telemetry.tracer.start_as_current_span(
-                "tool_call", attributes={"tool.name": call.name, "tool.call_id": call.id}
-            ) as span,
+            self.telemetry.span("tool_call", attributes={"tool.name": call.name, "tool.call_id": call.id}) as span,
         ):
             content: str | list[ContentPart]
             answered = answers.get(call.id)
