@@ -37,6 +37,7 @@ _WAITING = frozenset(
     {
         *("Runner.run", "SocketStream.send", "SocketStream.receive", "RequestResponseCycle.send"),
         *("StreamWriter._write", "StreamWriter._writelines"),  # aiohttp's client writing a request: a socket write
+        "StreamWriter.writelines",  # asyncio's (the Redis client's)
     }
 )
 """Innermost frames that stand for the event loop's own wait (epoll, from C) or a socket syscall (a write on loopback
