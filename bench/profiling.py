@@ -33,8 +33,15 @@ _RATE = 250
 _FRAME = re.compile(r"^(?P<function>.*?) \((?P<path>[^()]*?)(?::\d+)?\)$")
 _SHORTEN = re.compile(r"^.*/(?:site-packages|src|lib/python3\.\d+)/")
 _PROJECT = ("suite_common/", "agent_service/", "completion_service/", "mcp_client_service/")
-_WAITING = frozenset({"Runner.run", "SocketStream.send", "SocketStream.receive", "RequestResponseCycle.send"})
-"""Innermost frames that stand for the event loop's own wait (epoll, from C) or a socket syscall."""
+_WAITING = frozenset(
+    {
+        *("Runner.run", "SocketStream.send", "SocketStream.receive", "RequestResponseCycle.send"),
+        *("StreamWriter._write", "StreamWriter._writelines"),  # aiohttp's client writing a request: a socket write
+        "StreamWriter.writelines",  # asyncio's (the Redis client's)
+    }
+)
+"""Innermost frames that stand for the event loop's own wait (epoll, from C) or a socket syscall (a write on loopback
+wakes the peer: on a shared core the writer is often preempted there, and sampled as if it computed)."""
 
 _SERVER_FRAMES: tuple[str, ...] = (
     *("<frozen", "runpy", "asyncio/", "anyio/", "uvicorn/main.py", "uvicorn/server.py", "uvicorn/_compat.py"),

@@ -185,6 +185,9 @@ def _start_processes(stack: ExitStack, cores: Cores, data: Path, secret: str, lo
         env={
             "AGENT_PORT": str(ports["agent"]),
             **_agent_env(services["completion"], services["mcp"], secret, log_level),
+            # No per-tenant cap (default 16): the loads of 32 and 256 concurrent runs measure the loop, not the 429s
+            # of the runs past the cap (the run limits are bench/limits.py's).
+            "AGENT_MAX_CONCURRENT_RUNS_PER_TENANT": "0",
         },
     )
     return services

@@ -272,3 +272,21 @@ async def test_the_lines_logged_for_a_request_carry_the_users_role() -> None:
         unnamed = await client.get("/api/v1/agent/bound", headers=_by("trusted-key"))
     assert named.json() == {"caller": "acme-trusted", "tenant": "acme", "user_role": "guest"}
     assert "user_role" not in unnamed.json()
+
+
+@pytest.mark.parametrize(
+    ("rules", "allowed", "lowest"),
+    [
+        (TenantRules(), True, None),  # no rule at all: every tool, every role (answered without matching)
+        (TenantRules(deny_tools=("echo:whoami",)), False, None),  # a deny rule alone still denies
+        (TenantRules(tools=("echo:*",)), True, None),
+        (TenantRules(tool_roles={"echo:*": "admin", "whoami": "user"}), True, "admin"),  # the highest matching
+        (TenantRules(tool_roles={"other:*": "admin"}), True, None),
+    ],
+)
+def test_a_tenant_without_a_tool_rule_allows_every_tool_to_every_role_and_one_rule_still_applies(
+    rules: TenantRules, allowed: bool, lowest: UserRole | None
+) -> None:
+    assert rules.allows_tool("echo", "e_whoami", "whoami") is allowed
+    assert rules.lowest_role("echo", "e_whoami", "whoami") == lowest
+    assert rules.role_allows_tool("guest", "echo", "e_whoami", "whoami") is (lowest is None)

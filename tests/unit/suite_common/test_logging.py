@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from structlog.testing import capture_logs
 
-from suite_common.logging import get_logger
+from suite_common.logging import bound_run_id, get_logger, logged_with
 from suite_common.observability import Observability
 from suite_common.settings import ServiceSettings
 from suite_common.tracing import trace_headers
@@ -71,3 +71,38 @@ async def test_the_callers_run_and_trace_are_bound_to_the_lines_of_its_request_a
     assert "trace_id" not in second
     # The run goes on with whatever the service calls next (its tracing is off here: no traceparent).
     assert forwarded.json() == {"x-run-id": "run_abc123"}
+
+
+def test_logged_with_binds_its_values_to_the_lines_inside_and_puts_back_what_was_bound_before() -> None:
+    log = get_logger("test")
+    structlog.contextvars.clear_contextvars()
+    with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as lines:
+        assert bound_run_id() is None
+        with logged_with(run_id="run_a", round=1):
+            log.info("outer")
+            assert bound_run_id() == "run_a"
+            with logged_with(run_id="run_b", tool_call_id="call_0"):
+                log.info("inner")
+                assert bound_run_id() == "run_b"
+            log.info("outer_again")
+            assert bound_run_id() == "run_a"
+        log.info("outside")
+        assert bound_run_id() is None
+    assert [{key: value for key, value in line.items() if key != "log_level"} for line in lines] == [
+        {"event": "outer", "run_id": "run_a", "round": 1},
+        {"event": "inner", "run_id": "run_b", "round": 1, "tool_call_id": "call_0"},
+        {"event": "outer_again", "run_id": "run_a", "round": 1},
+        {"event": "outside"},
+    ]
+    assert structlog.contextvars.get_contextvars() == {}
+
+
+def test_the_run_bound_by_structlog_itself_is_the_run_trace_headers_send() -> None:
+    with logged_with(run_id="run_a"):  # the variable is known from here on
+        pass
+    structlog.contextvars.clear_contextvars()
+    with structlog.contextvars.bound_contextvars(run_id="run_c"):
+        assert bound_run_id() == "run_c"
+        assert trace_headers() == {"x-run-id": "run_c"}
+    assert bound_run_id() is None
+    assert trace_headers() == {}

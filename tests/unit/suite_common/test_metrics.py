@@ -120,3 +120,19 @@ def test_call_metrics_count_and_time_each_call_under_the_same_labels() -> None:
     assert _samples(text, "thing_call_duration_seconds_sum") == {(("kind", "a"),): pytest.approx(0.5)}
     buckets = _samples(text, "thing_call_duration_seconds_bucket")
     assert sorted(float(le) for (_, (_, le)) in buckets) == sorted([*LATENCY_BUCKETS, float("inf")])
+
+
+def test_call_metrics_keep_each_label_sets_count_apart_however_the_calls_interleave() -> None:
+    registry = CollectorRegistry()
+    calls = CallMetrics(registry, "thing_call", labels=["kind", "status"], counted="Things.", timed="Time.")
+
+    for kind, status in [("a", "ok"), ("b", "ok"), ("a", "ok"), ("a", "error"), ("b", "ok")]:
+        calls.observe(kind, status, seconds=0.1)
+    text = generate_latest(registry).decode()
+
+    assert _samples(text, "thing_calls_total") == {
+        (("kind", "a"), ("status", "ok")): 2.0,
+        (("kind", "a"), ("status", "error")): 1.0,
+        (("kind", "b"), ("status", "ok")): 2.0,
+    }
+    assert _samples(text, "thing_call_duration_seconds_count") == _samples(text, "thing_calls_total")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import structlog
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -32,7 +31,7 @@ from agent_service.core.tenancy import ANONYMOUS, NO_RULES, USER_ROLES, Caller, 
 from agent_service.store import StoreError
 from suite_common.echo import clip
 from suite_common.errors import error_response
-from suite_common.logging import get_logger
+from suite_common.logging import get_logger, logged_with
 
 __all__ = ["CALLER_ERRORS", "PROTECTED_PREFIXES", "PUBLIC_PATHS", "CallerMiddleware", "caller_of", "is_protected"]
 
@@ -167,7 +166,7 @@ class CallerMiddleware:
         context = {"caller": caller.name, "tenant": caller.tenant} | ({"user": caller.user} if caller.user else {})
         if role is not None:
             context["user_role"] = caller.role
-        with structlog.contextvars.bound_contextvars(**context):
+        with logged_with(**context):
             await self.app(scope, receive, send)
 
     async def _identify(self, presented: str | None, protected: bool) -> tuple[Caller, bool] | None:

@@ -151,6 +151,8 @@ class TenantRules:
         """Whether ``tools`` and ``deny_tools`` allow a shared tool (the tenant's own are never subject to them).
         ``tool``: as the gateway lists it; ``server_tool``: its own name on ``server``, if another (a rule naming
         either name matches: ``tool_matches``)."""
+        if self.tools is None and not self.deny_tools:  # no tool rule: checked for every tool of every run
+            return True
         if self.tools is not None and not any(
             tool_matches(pattern, server, tool, server_tool) for pattern in self.tools
         ):
@@ -160,6 +162,8 @@ class TenantRules:
     def lowest_role(self, server: str, tool: str, server_tool: str | None = None) -> UserRole | None:
         """The lowest end-user role that may use the tool (``tool_roles``: the highest of the patterns matching it),
         or ``None`` when no pattern matches it (every role may)."""
+        if not self.tool_roles:
+            return None
         matched = [
             role for pattern, role in self.tool_roles.items() if tool_matches(pattern, server, tool, server_tool)
         ]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 
 import anyio
-import structlog
 
 from agent_service.core.errors import OUTBOUND_BLOCKED, UpstreamError
 from agent_service.core.images import DEFAULT_RUN_IMAGES_MAX_BYTES
@@ -35,7 +34,7 @@ from agent_service.engine.tool_cache import ToolCache
 from agent_service.engine.tool_calls import ToolDispatch
 from agent_service.infra.peers import CompletionClient, ToolsClient
 from agent_service.infra.telemetry import RunTelemetry
-from suite_common.logging import get_logger
+from suite_common.logging import get_logger, logged_with
 from suite_common.wire import (
     CompletionRequest,
     CompletionResponse,
@@ -107,8 +106,8 @@ class AgentLoop:
         failed = False
         try:
             with (
-                structlog.contextvars.bound_contextvars(run_id=plan.run_id),
-                telemetry.tracer.start_as_current_span("agent_run", attributes=attributes) as span,
+                logged_with(run_id=plan.run_id),
+                telemetry.span("agent_run", attributes=attributes) as span,
             ):
                 try:
                     result = await self._run(plan, state, emit, stream_text, recorder, resume)
@@ -248,8 +247,8 @@ class AgentLoop:
         while (stop := await _stop_before_call(plan, state)) is None:
             iteration = state.iterations = state.iterations + 1
             with (
-                structlog.contextvars.bound_contextvars(round=iteration),
-                self.telemetry.tracer.start_as_current_span("agent_round", attributes={"agent.round.index": iteration}),
+                logged_with(round=iteration),
+                self.telemetry.span("agent_round", attributes={"agent.round.index": iteration}),
             ):
                 messages = with_system_prompt(state.conversation, plan.system_prompt)
                 request = CompletionRequest(
@@ -384,7 +383,7 @@ class AgentLoop:
                 )
                 await recorder.cut_off(call, usage=state.usage)
 
-        with self.telemetry.tracer.start_as_current_span("llm_call", attributes={"llm.model": plan.model}) as span:
+        with self.telemetry.span("llm_call", attributes={"llm.model": plan.model}) as span:
             response = await complete_counted(
                 self.completions,
                 request,

@@ -7,7 +7,6 @@ import time
 from datetime import UTC, datetime
 
 import anyio
-import structlog
 from opentelemetry.trace import Span
 
 from agent_service.core.errors import OUTBOUND_BLOCKED, AuthorizationNeeded, UpstreamError
@@ -21,6 +20,7 @@ from agent_service.engine.tool_results import tool_result_content
 from agent_service.infra.peers import ProgressSink, ToolsClient
 from agent_service.infra.telemetry import RunTelemetry
 from suite_common.echo import clip
+from suite_common.logging import logged_with
 from suite_common.tracing import mark_span_failed
 from suite_common.wire import (
     CallToolElicitation,
@@ -140,10 +140,8 @@ class ToolDispatch:
             )
 
         with (
-            structlog.contextvars.bound_contextvars(tool_call_id=call.id),
-            self.telemetry.tracer.start_as_current_span(
-                "tool_call", attributes={"tool.name": call.name, "tool.call_id": call.id}
-            ) as span,
+            logged_with(tool_call_id=call.id),
+            self.telemetry.span("tool_call", attributes={"tool.name": call.name, "tool.call_id": call.id}) as span,
         ):
             content: str | list[ContentPart]
             answered = answers.get(call.id)

@@ -11,8 +11,11 @@ reason on the suite's side: a 5xx) or ``refused`` (the caller's request was refu
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+
 from opentelemetry import trace
 from opentelemetry.trace import Span, Tracer
+from opentelemetry.util.types import Attributes
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from suite_common.logging import get_logger
@@ -24,6 +27,10 @@ __all__ = ["UNLISTED_TOOL", "RunTelemetry"]
 _audit = get_logger("agent_service.audit")
 _log = get_logger("agent_service.runs")
 
+_NO_SPAN = nullcontext(trace.INVALID_SPAN)
+"""What ``RunTelemetry.span`` enters with tracing off: the span a no-op tracer's would be (non-recording, invalid: the
+current span stays the one before, itself invalid with tracing off)."""
+
 UNLISTED_TOOL = "unlisted"
 """The ``tool`` label of calls of a tool the run does not list: the model may invent any name, and each
 name would be new series."""
@@ -32,6 +39,7 @@ name would be new series."""
 class RunTelemetry:
     def __init__(self, registry: CollectorRegistry, tracer: Tracer) -> None:
         self.tracer = tracer
+        self._tracing = not isinstance(tracer, trace.NoOpTracer)
         self._runs = Counter(
             "agent_runs",
             "Runs that ended or were refused, by outcome (finish reason or error code) and result "
@@ -74,6 +82,13 @@ class RunTelemetry:
             ["outcome"],
             registry=registry,
         )
+
+    def span(self, name: str, attributes: Attributes = None) -> AbstractContextManager[Span]:
+        """``tracer.start_as_current_span``; with tracing off, one shared no-op (a no-op tracer's span still costs a
+        context switch of its own, for a dozen spans a run), whose span ignores what it is told as theirs does."""
+        if not self._tracing:
+            return _NO_SPAN
+        return self.tracer.start_as_current_span(name, attributes=attributes)
 
     @classmethod
     def disabled(cls) -> RunTelemetry:

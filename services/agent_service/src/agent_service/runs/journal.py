@@ -17,6 +17,7 @@ cut short by the run's failure) has its row stored by the run's end, which answe
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -87,6 +88,12 @@ def _not_stored() -> UpstreamError:
     )
 
 
+@functools.cache
+def _no_telemetry() -> RunTelemetry:
+    """One for every journal given none: a ``RunTelemetry`` registers its metrics anew, too much to build per run."""
+    return RunTelemetry.disabled()
+
+
 _LOG_CALLS_SECONDS = 2.0
 """How long logging the calls of a run being handed over may hold up the shutdown (one short write)."""
 
@@ -116,7 +123,7 @@ class RunJournal:
         self.base = base
         self.next_seq = next_seq
         self.send = send
-        self.telemetry = telemetry or RunTelemetry.disabled()
+        self.telemetry = telemetry or _no_telemetry()
         self.flushed_seq = next_seq - 1
         self.unflushed: list[StoredEvent] = []
         """Emitted, not stored yet, in order; removed from the front once stored."""
@@ -149,6 +156,9 @@ class RunJournal:
     # --- events ---------------------------------------------------------------------------------------
 
     async def emit(self, event: RunEvent) -> None:
+        if self.store is None and self.send is None:  # nobody reads it (a run not stored, answered as JSON)
+            self.next_seq += 1
+            return
         stored = StoredEvent(self.next_seq, event.type, dump(event))
         self.next_seq += 1
         if self.store is not None:

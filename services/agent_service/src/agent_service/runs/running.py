@@ -154,7 +154,9 @@ class RunExecutor:
         if store is not None and request.conversation_id is not None:
             plan = replace(plan, summaries=StoredSummary(store, caller.tenant, request.conversation_id))
         if store is None:
-            journal = RunJournal(plan.run_id, store=None, owner=self.owner, base=0, send=send)
+            journal = RunJournal(
+                plan.run_id, store=None, owner=self.owner, base=0, send=send, telemetry=self.loop.telemetry
+            )
             return StartedRun(plan, journal, detached)
         # Stored with its images by reference (kept first); the run itself goes on with them as they came.
         input_messages, images = messages_by_reference(plan.messages)

@@ -5,6 +5,7 @@ the same way (``OpenAIEndpoint``: a JSON body posted to one URL)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -129,6 +130,12 @@ class OpenAIEndpoint:
     headers: Mapping[str, str]
     upstream: Upstream
 
+    @functools.cached_property
+    def _parsed_url(self) -> httpx.URL:
+        # Parsed once: from a string, httpx parses and checks the URL (its host through ``ipaddress``) for every
+        # request, a few percent of the service's CPU per call.
+        return httpx.URL(self.url)
+
     @classmethod
     def at(
         cls,
@@ -150,7 +157,7 @@ class OpenAIEndpoint:
         headers = {"Accept": "text/event-stream" if stream else "application/json", **self.headers}
 
         def build() -> httpx.Request:
-            return self.upstream.http.build_request("POST", self.url, json=body, headers=headers)
+            return self.upstream.http.build_request("POST", self._parsed_url, json=body, headers=headers)
 
         def translate(status: int, content: bytes, response_headers: httpx.Headers) -> ApiError:
             return translate_error(status, content, response_headers, upstream_model=upstream_model)
