@@ -33,7 +33,7 @@ import numpy as np
 from bench.rag_docs_eval import ROOT, Question, load_set, scores
 from mcp_rag_tool import bm25
 from mcp_rag_tool.embeddings import MiniLMEmbedder
-from mcp_rag_tool.fusion import Ranking, document_rankings, reciprocal_rank_fusion
+from mcp_rag_tool.fusion import Ranking, reciprocal_rank_fusion
 from mcp_rag_tool.points import SearchFilter, SearchHit
 from mcp_rag_tool.retrieval import Retriever, SearchOptions, _by_document
 from mcp_rag_tool.settings import RagSettings
@@ -127,7 +127,7 @@ class Lab:
 
 
 async def run(set_path: Path, mpnet: Path | None, held_out: bool) -> None:
-    data, questions = load_set(set_path)
+    _, questions = load_set(set_path)
     settings = RagSettings.model_construct()
     model = await MiniLMEmbedder.load(batch_size=32)
     settings.qdrant_path = str(ROOT / ".data" / "bench" / f"store_{set_path.stem}_{model.precision}")
@@ -156,14 +156,17 @@ async def run(set_path: Path, mpnet: Path | None, held_out: bool) -> None:
 
     dense_vectors = store._dense_index
     document_index = store._document_index
-    assert dense_vectors is not None and document_index is not None
+    assert dense_vectors is not None
+    assert document_index is not None
 
     for source_kind in ("chunks", "documents"):
         for m in (3, 5, 10):
             for beta in (0.5, 1.0, 2.0):
                 for weight in (0.5, 1.0):
 
-                    async def prf(index: int, first: dict[str, object], m=m, beta=beta, weight=weight, kind=source_kind):
+                    async def prf(
+                        index: int, first: dict[str, object], m=m, beta=beta, weight=weight, kind=source_kind
+                    ):
                         top = await lab.rank(first) if kind == "documents" else None
                         q = np.asarray(qvec[index], dtype=np.float32)
                         if kind == "chunks":

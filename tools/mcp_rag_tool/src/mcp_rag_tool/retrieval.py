@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from mcp_rag_tool import bm25
 from mcp_rag_tool.embeddings import Embedder
@@ -41,11 +42,26 @@ from mcp_rag_tool.rerank import PassageScorer, maximal_marginal_relevance
 from mcp_rag_tool.settings import RagSettings
 from mcp_rag_tool.store import VectorStore
 
-__all__ = ["DENSE_RETRIEVER", "DOCUMENT_RETRIEVER", "SPARSE_RETRIEVER", "Retriever", "SearchOptions"]
+__all__ = [
+    "DENSE_RETRIEVER",
+    "DOCUMENT_RETRIEVER",
+    "PAGE_RETRIEVER",
+    "SPARSE_RETRIEVER",
+    "PageRanker",
+    "Retriever",
+    "SearchOptions",
+]
 
 DENSE_RETRIEVER = "dense"
 SPARSE_RETRIEVER = "bm25"
 DOCUMENT_RETRIEVER = "document"
+PAGE_RETRIEVER = "page"
+
+
+class PageRanker(Protocol):
+    """Ranks documents for each query by a model of its own (``page_model.PageVectors``)."""
+
+    async def rank(self, queries: Sequence[str], limit: int, search_filter: SearchFilter) -> list[list[str]]: ...
 
 
 @dataclass(frozen=True)
@@ -89,11 +105,14 @@ class Retriever:
         embedder: Embedder,
         options: SearchOptions,
         scorer: PassageScorer | None = None,
+        pages: PageRanker | None = None,
     ) -> None:
         self._store = store
         self._embedder = embedder
         self._options = options
         self._scorer = scorer
+        self._pages = pages
+        """The page model's ranking of documents (``RAG_PAGE_MODEL_PATH``), fused like the document vectors'."""
 
     @property
     def options(self) -> SearchOptions:
@@ -124,6 +143,9 @@ class Retriever:
             )
             if sources  # an empty ranking would only lower every score's scale
         ]
+        if use_documents and self._pages is not None:
+            ranked = await self._pages.rank(queries, options.candidates, search_filter)
+            page_rankings += [Ranking(PAGE_RETRIEVER, sources) for sources in ranked if sources]
         rankings = [Ranking(DENSE_RETRIEVER, [chunk.id for chunk in ranking]) for ranking in dense_rankings]
         rankings += [Ranking(SPARSE_RETRIEVER, [chunk.id for chunk in ranking]) for ranking in sparse_rankings]
         chunks = {chunk.id: chunk for ranking in (*dense_rankings, *sparse_rankings) for chunk in ranking}
