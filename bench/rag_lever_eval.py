@@ -244,15 +244,59 @@ async def run(set_path: Path, mpnet: Path | None, held_out: bool) -> None:
     await store.close()
 
 
+async def run_page_model(set_path: Path, folder: Path) -> None:
+    """The implementation itself: the tool's Retriever with and without ``PageVectors``, both halves, and
+    the CPU time of one query embedding by each model, interleaved."""
+    from mcp_rag_tool.page_model import PageModel, PageVectors
+
+    _, questions = load_set(set_path)
+    settings = RagSettings.model_construct()
+    model = await MiniLMEmbedder.load(batch_size=32)
+    settings.qdrant_path = str(ROOT / ".data" / "bench" / f"store_{set_path.stem}_{model.precision}")
+    store = await VectorStore.open(settings)
+    await store.ensure_collections(model.dimension, model.name)
+    options = SearchOptions.from_settings(settings)
+    page_model = await PageModel.load(folder)
+    pages = PageVectors(page_model)
+    started, cpu = time.perf_counter(), time.process_time()
+    count = await pages.refresh(store)
+    print(
+        f"page vectors: {count} pages in {time.perf_counter() - started:.0f} s ({time.process_time() - cpu:.0f} s CPU)"
+    )
+    arms = {"default": Retriever(store, model, options), "+ page model": Retriever(store, model, options, pages=pages)}
+    print(f"\n{set_path.stem}\n\n| ranking | tune recall@5 | tune MRR@10 | held-out recall@5 | held-out MRR@10 |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, retriever in arms.items():
+        row = [name]
+        for half in (questions[0::2], questions[1::2]):
+            ranked = [[hit.source for hit in await retriever.search([q.text], 10)] for q in half]
+            recall, mrr = scores(ranked, half)
+            row += [f"{recall:.3f}", f"{mrr:.3f}"]
+        print("| " + " | ".join(row) + " |")
+    times: dict[str, list[float]] = {"MiniLM": [], "page model": []}
+    for question in questions:  # interleaved, so both see the same load
+        for label, embed in (("MiniLM", model.embed), ("page model", page_model.embed)):
+            cpu = time.process_time()
+            await embed([question.text])
+            times[label].append((time.process_time() - cpu) * 1000)
+    medians = {label: float(np.median(values)) for label, values in times.items()}
+    print(f"\nquery embedding, CPU p50: {medians} ms; ratio {medians['page model'] / medians['MiniLM']:.1f}")
+    await store.close()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("set", type=Path)
     parser.add_argument("--mpnet", type=Path, help="folder of all-mpnet-base-v2 (sentence-transformers layout)")
     parser.add_argument("--held-out", action="store_true", help="score the held-out half (report only)")
+    parser.add_argument("--page-model", type=Path, help="run the implementation (PageVectors) with this model folder")
     args = parser.parse_args(argv)
     configure_logging("warning", "console")
     logging.getLogger("mcp_rag_tool").setLevel(logging.WARNING)
-    anyio.run(run, args.set, args.mpnet, args.held_out)
+    if args.page_model is not None:
+        anyio.run(run_page_model, args.set, args.page_model)
+    else:
+        anyio.run(run, args.set, args.mpnet, args.held_out)
 
 
 if __name__ == "__main__":
