@@ -165,8 +165,13 @@ async def run(set_path: Path, mpnet: Path | None, held_out: bool) -> None:
                 for weight in (0.5, 1.0):
 
                     async def prf(
-                        index: int, first: dict[str, object], m=m, beta=beta, weight=weight, kind=source_kind
-                    ):
+                        index: int,
+                        first: dict[str, object],
+                        m: int = m,
+                        beta: float = beta,
+                        weight: float = weight,
+                        kind: str = source_kind,
+                    ) -> list[str]:
                         top = await lab.rank(first) if kind == "documents" else None
                         q = np.asarray(qvec[index], dtype=np.float32)
                         if kind == "chunks":
@@ -200,7 +205,7 @@ async def run(set_path: Path, mpnet: Path | None, held_out: bool) -> None:
     print(f"MiniLM outlines: {len(sources)} pages, {time.process_time() - started:.1f} s CPU")
     for weight in (0.5, 1.0, 2.0):
 
-        async def outline_rank(index: int, first: dict[str, object], weight=weight) -> list[str]:
+        async def outline_rank(index: int, first: dict[str, object], weight: float = weight) -> list[str]:
             docs = minilm_outline.rank(np.asarray(qvec[index], np.float32), options.candidates)
             return await lab.rank(first, extra_docs=[("outline", docs)], weights_extra={"outline": weight})
 
@@ -229,7 +234,9 @@ async def run(set_path: Path, mpnet: Path | None, held_out: bool) -> None:
             pv = PageVectors(sources, matrix)
             for weight in (1.0, 2.0):
 
-                async def mp_rank(index: int, first: dict[str, object], pv=pv, weight=weight) -> list[str]:
+                async def mp_rank(
+                    index: int, first: dict[str, object], pv: PageVectors = pv, weight: float = weight
+                ) -> list[str]:
                     docs = pv.rank(m_query[index], options.candidates)
                     return await lab.rank(first, extra_docs=[("mpnet", docs)], weights_extra={"mpnet": weight})
 
