@@ -6,8 +6,9 @@
    retriever of weight 0 is not run.
 2. Documents are ranked by weighted reciprocal rank fusion of the retrievers' rankings *of
    documents* (each document at the rank of its best chunk there, ``fusion.document_rankings``)
-   and of the document-vector ranking; only documents with a chunk among the candidates can be
-   shown, so the latter reorders those. Link-list pages (indexes, tables of contents) go below
+   and of the document-vector ranking (and, when ``RAG_PAGE_MODEL_PATH`` is set, the page model's
+   ranking of documents, ``page_model``); only documents with a chunk among the candidates can be
+   shown, so the latter reorder those. Link-list pages (indexes, tables of contents) go below
    content pages. Chunks are scored by the same fusion of the chunk rankings.
 3. The result lists documents in that order, each with its best chunk, then up to
    ``chunks_per_document - 1`` more of its chunks that score at least half as well as its best;
