@@ -126,14 +126,19 @@ class Lab:
         return [hit.source for hit in hits]
 
 
-async def run(set_path: Path, mpnet: Path | None, held_out: bool) -> None:
+async def open_set(set_path: Path) -> tuple[list[Question], MiniLMEmbedder, VectorStore, SearchOptions]:
+    """The set's questions, the bundled model, and the store ``bench.rag_docs_eval`` ingested its pages into."""
     _, questions = load_set(set_path)
     settings = RagSettings.model_construct()
     model = await MiniLMEmbedder.load(batch_size=32)
     settings.qdrant_path = str(ROOT / ".data" / "bench" / f"store_{set_path.stem}_{model.precision}")
     store = await VectorStore.open(settings)
     await store.ensure_collections(model.dimension, model.name)
-    options = SearchOptions.from_settings(settings)
+    return questions, model, store, SearchOptions.from_settings(settings)
+
+
+async def run(set_path: Path, mpnet: Path | None, held_out: bool) -> None:
+    questions, model, store, options = await open_set(set_path)
     lab = Lab(store, Retriever(store, model, options), options)
     half: list[Question] = questions[1::2] if held_out else questions[0::2]
     texts = [q.text for q in half]
@@ -256,14 +261,8 @@ async def run_page_model(set_path: Path, folder: Path) -> None:
     the CPU time of one query embedding by each model, interleaved."""
     from mcp_rag_tool.page_model import PageModel, PageVectors
 
-    _, questions = load_set(set_path)
-    settings = RagSettings.model_construct()
-    model = await MiniLMEmbedder.load(batch_size=32)
-    settings.qdrant_path = str(ROOT / ".data" / "bench" / f"store_{set_path.stem}_{model.precision}")
-    store = await VectorStore.open(settings)
-    await store.ensure_collections(model.dimension, model.name)
-    options = SearchOptions.from_settings(settings)
-    page_model = await PageModel.load(folder)
+    questions, model, store, options = await open_set(set_path)
+    page_model = await PageModel.from_folder(folder)
     pages = PageVectors(page_model)
     started, cpu = time.perf_counter(), time.process_time()
     count = await pages.refresh(store)

@@ -55,7 +55,7 @@ def _document(source: str, title: str, body: str, *, tags: Sequence[str] = ()) -
 def page_model() -> PageModel:
     import anyio
 
-    return anyio.run(PageModel.load, bundled_model_path())
+    return anyio.run(PageModel.from_folder, bundled_model_path())
 
 
 @pytest.fixture

