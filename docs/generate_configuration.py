@@ -64,9 +64,9 @@ touches a response being streamed. A request that is not valid HTTP/1.1 gets
 `400 invalid_http_request` in the same JSON error shape.
 
 Names follow one convention: a duration ends in `_SECONDS` (a time limit in `_TIMEOUT_SECONDS`, how
-long something is cached in `_CACHE_SECONDS`), a file to read in `_FILE`. Three names are not single
+long something is cached in `_CACHE_SECONDS`), a file to read in `_FILE`. Four names are not single
 durations or files and keep theirs: `AGENT_TOOL_CACHE_TTLS` (seconds per tool), `RAG_QDRANT_PATH` (a
-folder) and `RAG_RERANK_MODEL_PATH` (a model's folder). A renamed setting keeps its former
+folder), `RAG_RERANK_MODEL_PATH` and `RAG_PAGE_MODEL_PATH` (a model's folder). A renamed setting keeps its former
 name, still read but deprecated: its row names it, and a service started with it logs
 `deprecated_setting` with the name that replaces it.
 """

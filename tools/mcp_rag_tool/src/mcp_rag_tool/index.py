@@ -25,6 +25,7 @@ from mcp_rag_tool.chunking import ChunkLimits
 from mcp_rag_tool.embeddings import Embedder, MiniLMEmbedder
 from mcp_rag_tool.ingest import DocumentInput, Ingester, IngestReport, ProgressListener
 from mcp_rag_tool.openai_embeddings import OpenAIEmbedder
+from mcp_rag_tool.page_model import PageModel, PageVectors
 from mcp_rag_tool.points import SearchFilter, SearchHit, SourceRecord
 from mcp_rag_tool.rerank import CrossEncoderScorer, PassageScorer
 from mcp_rag_tool.retrieval import Retriever, SearchOptions
@@ -97,6 +98,7 @@ class DocumentIndex:
         self._write_lock = anyio.Lock()
         self._embedder: Embedder | None = None
         self._scorer: PassageScorer | None = None
+        self._pages: PageVectors | None = None
         self._limits: ChunkLimits | None = None
         self._tenants: dict[str, _TenantCollection] = {}
         self._tenants_opening = anyio.Lock()
@@ -200,6 +202,8 @@ class DocumentIndex:
             documents = build(await self._guarded("list_sources", store.sources()))
             report = await self._guarded("add_documents", ingester.add(documents, on_progress))
             self._chunk_count = await self._guarded("count", store.count())
+            if self._pages is not None:
+                await self._guarded("page_vectors", self._pages.refresh(store))
         return report
 
     async def _tenant_collection(self, tenant: str, *, create: bool) -> _TenantCollection | None:
@@ -257,6 +261,10 @@ class DocumentIndex:
             if scorer is None and self._settings.rerank_model_path is not None:
                 _log.info("rerank_model_loading", path=str(self._settings.rerank_model_path))
                 scorer = await CrossEncoderScorer.load(self._settings.rerank_model_path)
+            pages = None
+            if self._settings.page_model_path is not None:
+                _log.info("page_model_loading", path=str(self._settings.page_model_path))
+                pages = PageVectors(await PageModel.from_folder(self._settings.page_model_path))
             counter = self._given_counter
             if counter is None:
                 counter = await anyio.to_thread.run_sync(WordPieceCounter.bundled)
@@ -266,13 +274,17 @@ class DocumentIndex:
             ingester = Ingester(store, embedder, limits, batch_size=self._settings.embed_batch_size)
             self._embedder, self._scorer, self._limits = embedder, scorer, limits
             self._ingester = ingester
-            self._retriever = Retriever(store, embedder, SearchOptions.from_settings(self._settings), scorer)
+            options = SearchOptions.from_settings(self._settings)
+            self._retriever = Retriever(store, embedder, options, scorer, pages)
+            self._pages = pages
             async with self._write_lock:
                 if self._settings.docs_paths:
                     report = await ingester.ingest_folders(self._settings.docs_paths, prune_other_folders=True)
                 else:  # nothing configured: serve what the CLI (or add_documents) put in the store
                     report = IngestReport()
                 self._chunk_count = await store.count()
+                if pages is not None:
+                    _log.info("page_vectors_computed", documents=await pages.refresh(store))
             self._report = report
         except Exception as exc:
             self._failure = f"{type(exc).__name__}: {exc}"

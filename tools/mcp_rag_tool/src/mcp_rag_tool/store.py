@@ -481,3 +481,24 @@ class VectorStore:
             if isinstance(vector, list):
                 vectors[str(point.id)] = [float(value) for value in vector if isinstance(value, int | float)]
         return vectors
+
+    async def document_passages(self, records: Sequence[SourceRecord]) -> dict[str, list[str]]:
+        """The passages of each record's committed version, in document order (for the page model)."""
+        ids: list[models.ExtendedPointId] = [
+            chunk_point_id(record.source, record.content_hash, position)
+            for record in records
+            if record.committed
+            for position in range(record.chunks)
+        ]
+        if not ids:
+            return {}
+        points = await self._call(
+            self._client.retrieve, self._chunks, ids=ids, with_payload=["source", "position", "text"]
+        )
+        passages: dict[str, list[tuple[int, str]]] = {}
+        for point in points:
+            payload = point.payload or {}
+            passages.setdefault(str(payload.get("source", "")), []).append(
+                (int(payload.get("position", 0)), str(payload.get("text", "")))
+            )
+        return {source: [text for _, text in sorted(items)] for source, items in passages.items()}
