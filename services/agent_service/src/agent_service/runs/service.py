@@ -87,16 +87,22 @@ class AgentRuns:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Within it: detached and resumed runs execute, and the keeper renews and claims leases."""
-        async with anyio.create_task_group() as task_group:
-            self.executor.task_group = task_group
-            task_group.start_soon(self.keeper.keep)
-            try:
-                yield
-            finally:
-                task_group.cancel_scope.cancel()
-                await self.keeper.release_all()
-                self.executor.task_group = None
+        """Within it: detached and resumed runs execute, and the keeper renews and claims leases; on the way out,
+        the writes still under way (``admission.pending``) are waited for."""
+        try:
+            async with anyio.create_task_group() as task_group:
+                self.executor.task_group = task_group
+                task_group.start_soon(self.keeper.keep)
+                try:
+                    yield
+                finally:
+                    task_group.cancel_scope.cancel()
+                    await self.keeper.release_all()
+                    self.executor.task_group = None
+        finally:
+            # The writes sent off the answers' paths (slots given back, calls' usage added), the cancelled runs'
+            # last ones included: made before the service's Redis client closes.
+            await self.executor.budgets.pending.drain()
 
     # --- beginning and executing (``RunExecutor``) ------------------------------------------------------
 
