@@ -56,10 +56,10 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 import redis.asyncio as aioredis
@@ -319,15 +319,27 @@ class Budgets:
         return _RunSpend(self, tenant, user, role, {}) if has_budget else None
 
     async def record(
-        self, tenant: str, user: str | None, spent: Spent, *, role: UserRole = "user"
+        self,
+        tenant: str,
+        user: str | None,
+        spent: Spent,
+        *,
+        role: UserRole = "user",
+        releasing: SlotClaim | None = None,
     ) -> dict[SpendKey, Spent | None]:
         """Add one call's ``spent`` to the counters of the budgets of ``tenant`` and ``user`` (of ``role``); their new
-        values."""
+        values. ``releasing``: a slot given back in the same round trip (a run's last add, ``release``)."""
         budgets, now = self._budgets_now(tenant, user, role)
         if not budgets or not spent:
+            if releasing is not None:
+                await releasing.slots.release(releasing.tenant, releasing.run_id)
             return {}
         keys = list(dict.fromkeys(budget.key for budget in budgets))
-        counters = dict(zip(keys, await self.ledger.add(keys, spent), strict=True))
+        if releasing is None:
+            added = await self.ledger.add(keys, spent)
+        else:
+            added = await self.ledger.add_releasing(keys, spent, releasing)
+        counters = dict(zip(keys, added, strict=True))
         unseeded = [key for key, value in counters.items() if value is None]
         if unseeded:
             # These counters' first usage: seeded from the store (the month's calls before this one, whose row is
@@ -342,6 +354,16 @@ class Budgets:
                 _log.warning("spending_not_seeded", tenant=tenant, error=str(error))
         self._remember(counters)
         return counters
+
+    def release(self, slot: SlotClaim, spending: SpendGuard | None) -> Coroutine[Any, Any, None]:
+        """The write that gives ``slot`` back as its run ends, to be started at once (``pending``): with the usage
+        of the run's last calls that no add has sent yet (``spending``'s), in one round trip when the counters and
+        the slots share one Redis; the slot alone otherwise (that usage is then its add's)."""
+        if isinstance(spending, _RunSpend) and self.ledger.admits_with(slot.slots):
+            unsent = spending.take_unsent()
+            if unsent:
+                return spending.send(unsent, releasing=slot)
+        return slot.slots.release(slot.tenant, slot.run_id)
 
 
 def _first_used_up(
@@ -408,6 +430,9 @@ class _RunSpend:
         """The counters as the run last read or added to them: its next check needs no round trip."""
         self._unrecorded = Spent()
         """Usage whose adding failed: added with the next call's."""
+        self._unsent = Spent()
+        """Usage of calls made that no add has sent yet: its add (``_adding``) sends it, or the slot's release
+        (``Budgets.release``) when the run ends first."""
         self._adding: asyncio.Task[None] | None = None
         """The last call's add, sent off the answer's path (a shared ledger): the next check waits for it."""
 
@@ -429,27 +454,40 @@ class _RunSpend:
         spent = Spent.of(usage)
         if not spent:
             return
+        self._unsent += spent
         if not self.spending.ledger.shared:  # in this process: no round trip to take off the path
             with anyio.CancelScope(shield=True):  # the call was made: it counts even when the run is being cancelled
-                await self._add(None, spent)
+                await self._add(None)
             return
         # Off the answer's path: the add's round trip overlaps the run's tool calls, or follows its answer. In a task
         # of its own, so that it is made even when the run is being cancelled (the call was made: it counts). Each
-        # add follows the run's previous one, so that the counters it answers are the newest.
-        self._adding = self.spending.pending.start(self.tenant, self._add(self._adding, spent))
+        # add follows the run's previous one, so that the counters it answers are the newest. A run that ends
+        # before the task has started hands its usage to the slot's release instead (``take_unsent``).
+        self._adding = self.spending.pending.start(self.tenant, self._add(self._adding))
 
-    async def _add(self, previous: asyncio.Task[None] | None, spent: Spent) -> None:
+    def take_unsent(self) -> Spent:
+        """The usage no add has sent yet, now the caller's to send."""
+        unsent, self._unsent = self._unsent, Spent()
+        return unsent
+
+    async def _add(self, previous: asyncio.Task[None] | None) -> None:
         if previous is not None:
             await asyncio.wait([previous])
+        unsent = self.take_unsent()
+        if unsent or self._unrecorded:
+            await self.send(unsent)
+
+    async def send(self, spent: Spent, *, releasing: SlotClaim | None = None) -> None:
+        """Add ``spent`` (with what an earlier add failed to), and give ``releasing`` back in the same round trip."""
         spent += self._unrecorded
+        self._unrecorded = Spent()
         try:
-            counters = await self.spending.record(self.tenant, self.user, spent, role=self.role)
+            counters = await self.spending.record(self.tenant, self.user, spent, role=self.role, releasing=releasing)
         except LedgerUnavailable as error:
             _log.warning("spending_not_recorded", tenant=self.tenant, tokens=spent.tokens, error=str(error))
-            self._unrecorded = spent
+            self._unrecorded += spent
             self._known.clear()  # the next check reads them
             return
-        self._unrecorded = Spent()
         for key, value in counters.items():
             if value is None:  # gone (a flushed Redis): the next check seeds it again from the store
                 self._known.pop(key, None)

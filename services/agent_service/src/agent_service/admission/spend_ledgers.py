@@ -140,6 +140,14 @@ class SpendLedger(ABC):
         """Add ``spent`` to each of ``keys`` that is seeded (``None`` for one that is not: the caller seeds it and adds
         again); returns their new values, as ``read``. Raises ``LedgerUnavailable``."""
 
+    async def add_releasing(self, keys: Sequence[SpendKey], spent: Spent, slot: SlotClaim) -> list[Spent | None]:
+        """``add``, and ``slot`` given back (``RunSlots.release``): in one round trip when ``admits_with`` its slots.
+        Raises ``LedgerUnavailable`` (the slot is given back all the same)."""
+        try:
+            return await self.add(keys, spent)
+        finally:
+            await slot.slots.release(slot.tenant, slot.run_id)
+
     @abstractmethod
     async def join(self, key: SpendKey, most: int, expires_at: datetime) -> bool:
         """Count ``key``'s end user among its tenant's users of the month, unless ``most`` are counted already
@@ -213,19 +221,26 @@ return {tonumber(fields[1]) or 0, tonumber(fields[2]) or 0}
 # KEYS: the counters. ARGV: tokens, micros. Only to a seeded counter: creating one here would start it from this
 # call alone, a fresh budget; the next check seeds it from the store instead. Returns the new tokens, micros of each
 # (-1, -1: never seeded), as _READ does.
-_ADD = """
-local values = {}
-for index = 1, #KEYS do
-  if redis.call('EXISTS', KEYS[index]) == 1 then
-    values[#values + 1] = redis.call('HINCRBY', KEYS[index], 'tokens', ARGV[1])
-    values[#values + 1] = redis.call('HINCRBY', KEYS[index], 'micros', ARGV[2])
-  else
-    values[#values + 1] = -1
-    values[#values + 1] = -1
+_ADD_TO = """
+local function add_to(first)
+  local values = {}
+  for index = first, #KEYS do
+    if redis.call('EXISTS', KEYS[index]) == 1 then
+      values[#values + 1] = redis.call('HINCRBY', KEYS[index], 'tokens', ARGV[1])
+      values[#values + 1] = redis.call('HINCRBY', KEYS[index], 'micros', ARGV[2])
+    else
+      values[#values + 1] = -1
+      values[#values + 1] = -1
+    end
   end
+  return values
 end
-return values
 """
+_ADD = _ADD_TO + "return add_to(1)\n"
+
+# KEYS[1]: the tenant's run slots; KEYS[2..]: the counters. ARGV: tokens, micros, the run id whose slot is given back.
+# A run's last add and its slot's release in one round trip; returns what _ADD does.
+_ADD_RELEASING = _ADD_TO + "redis.call('ZREM', KEYS[1], ARGV[3])\nreturn add_to(2)\n"
 
 
 # KEYS[1]: the tenant's run slots; KEYS[2..]: the counters, the tenant's first. ARGV: run id, slot TTL (ms), cap,
@@ -291,6 +306,7 @@ class RedisSpendLedger(SpendLedger):
         self._add = client.register_script(_ADD)
         self._join = client.register_script(_JOIN)
         self._admit = client.register_script(_ADMIT)
+        self._add_releasing = client.register_script(_ADD_RELEASING)
 
     def admits_with(self, slots: RunSlots) -> bool:
         return isinstance(slots, RedisRunSlots) and slots.client is self.client
@@ -340,6 +356,17 @@ class RedisSpendLedger(SpendLedger):
         try:
             values = await bounded(self._add(keys=[self.key(key) for key in keys], args=[spent.tokens, spent.micros]))
         except REDIS_ERRORS as error:
+            raise LedgerUnavailable(f"Redis: {type(error).__name__}: {error}") from None
+        return _counters(values)
+
+    async def add_releasing(self, keys: Sequence[SpendKey], spent: Spent, slot: SlotClaim) -> list[Spent | None]:
+        slots = slot.slots
+        if not isinstance(slots, RedisRunSlots) or slots.client is not self.client:
+            return await super().add_releasing(keys, spent, slot)
+        names = [slots.key(slot.tenant), *(self.key(key) for key in keys)]
+        try:
+            values = await bounded(self._add_releasing(keys=names, args=[spent.tokens, spent.micros, slot.run_id]))
+        except REDIS_ERRORS as error:  # the slot expires on its own
             raise LedgerUnavailable(f"Redis: {type(error).__name__}: {error}") from None
         return _counters(values)
 

@@ -21,6 +21,7 @@ from agent_service.admission.budgets import Budgets
 from agent_service.admission.run_slots import UNCAPPED, RunSlots, SlotClaim
 from agent_service.core.errors import UpstreamError
 from agent_service.core.images import messages_by_reference
+from agent_service.core.limits import SpendGuard
 from agent_service.core.run import ResumePoint, RunOutcome, RunPlan
 from agent_service.core.tenancy import DEFAULT_TENANT, Caller
 from agent_service.engine.loop import AgentLoop
@@ -260,7 +261,7 @@ class RunExecutor:
                 pass
             elif run.stop_reason != "moved":  # moved: the slot (same run id) is the new owner's now
                 self._let_go(run)
-                await self.release_slot(plan.run_id)
+                await self.release_slot(plan.run_id, spending=plan.spending)
             else:
                 self._let_go(run)
                 self.slots_held.pop(plan.run_id, None)
@@ -270,15 +271,17 @@ class RunExecutor:
         if self.active.get(run.plan.run_id) is run:
             del self.active[run.plan.run_id]
 
-    async def release_slot(self, run_id: str, *, now: bool = False) -> None:
+    async def release_slot(self, run_id: str, *, now: bool = False, spending: SpendGuard | None = None) -> None:
         """Give back the slot taken for ``run_id`` here, if any: off the answer's path when the slots are shared
-        (``pending``: the next admission of its tenant here waits for it, the shutdown too), unless ``now`` (the
-        run id may take a slot again at once, elsewhere: the release must come first)."""
+        (``pending``: the next admission of its tenant here waits for it, the shutdown too), with the usage of the
+        run's last call when no add has sent it yet (``spending``, its guard: ``Budgets.release``); unless ``now``
+        (the run id may take a slot again at once, elsewhere: the release must come first)."""
         tenant = self.slots_held.pop(run_id, None)
         if tenant is None:
             return
         if self.slots.shared and not now:
-            self.budgets.pending.start(tenant, self.slots.release(tenant, run_id))
+            slot = SlotClaim(self.slots, tenant, run_id, UNCAPPED)  # given back: its cap no longer matters
+            self.budgets.pending.start(tenant, self.budgets.release(slot, spending))
             return
         with anyio.CancelScope(shield=True):
             await self.slots.release(tenant, run_id)

@@ -25,6 +25,7 @@ from agent_service.admission.budgets import Budgets
 from agent_service.admission.run_slots import LocalRunSlots, RunSlots
 from agent_service.admission.spend_ledgers import LocalSpendLedger
 from agent_service.core.images import DecodedImage
+from agent_service.core.limits import SpendGuard
 from agent_service.core.run import LlmCall, RunOutcome, RunPlan
 from agent_service.core.tenancy import Caller
 from agent_service.engine.loop import AgentLoop
@@ -120,8 +121,8 @@ class AgentRuns:
     def detach(self, run: StartedRun, *, stream_text: bool) -> None:
         self.executor.detach(run, stream_text=stream_text)
 
-    async def release_slot(self, run_id: str) -> None:
-        await self.executor.release_slot(run_id)
+    async def release_slot(self, run_id: str, *, spending: SpendGuard | None = None) -> None:
+        await self.executor.release_slot(run_id, spending=spending)
 
     # --- following, reading, cancelling (``RunReader``) -------------------------------------------------
 
