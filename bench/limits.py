@@ -14,6 +14,10 @@ the ratios. Then, apart from the timed rounds, each Redis mode makes ``_COUNTED_
 ``MONITOR``: the commands it sent per run with keys of this run's prefix (a script's own commands not counted; each
 command one round trip, none pipelined), by name. Redis out of reach: the Redis modes are left out, with a note
 saying why.
+
+``BENCH_LIMITS_BASE=<checkout>`` adds a fifth mode: "tenancy" again, on the agent-service of another checkout of the
+suite (its ``PYTHONPATH``; e.g. ``main``'s), interleaved with the others, so that a change to the limits is compared
+with its base in one run, under the same load.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import secrets
 from collections import Counter
 from contextlib import AsyncExitStack, ExitStack
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -40,6 +45,7 @@ from bench.suite import STDIO_TOOL, Suite, start_agent
 __all__ = ["ADDED_PER_RUN_TARGET", "REDIS_URL_VARIABLE", "run_limits"]
 
 REDIS_URL_VARIABLE = "BENCH_REDIS_URL"
+BASE_VARIABLE = "BENCH_LIMITS_BASE"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 ADDED_PER_RUN_TARGET = 0.0005
 """What the Redis slot may add to a run (seconds of p50 latency) against no cap, Redis on loopback."""
@@ -135,6 +141,16 @@ async def run_limits(suite: Suite, plan: Rounds) -> Section:
                 headers={"Authorization": f"Bearer {_BENCH_KEY}", "X-User-Id": "bench-user"},
             )
         )
+        base = os.environ.get(BASE_VARIABLE)
+        if base:
+            modes.append(
+                _Mode(
+                    "tenancy-base",
+                    f"the same tenancy on {base}'s agent-service (its PYTHONPATH)",
+                    {**modes[-1].env, "PYTHONPATH": _pythonpath(Path(base))},
+                    headers=modes[-1].headers,
+                )
+            )
     try:
         with ExitStack() as stack:
             for mode in modes:
@@ -144,6 +160,12 @@ async def run_limits(suite: Suite, plan: Rounds) -> Section:
         if skipped is None:
             await _delete_keys(redis_url, prefix)
     return _section(modes, figures, plan, skipped)
+
+
+def _pythonpath(checkout: Path) -> str:
+    """The packages of the suite's checkout at ``checkout`` (as ``make``'s environment has them)."""
+    sources = [checkout / "libs" / "suite_common" / "src", *sorted(checkout.glob("services/*/src"))]
+    return os.pathsep.join(str(path) for path in [*sources, *sorted(checkout.glob("tools/*/src"))])
 
 
 def _cap(cap: int) -> dict[str, str]:
@@ -198,7 +220,7 @@ async def _measure(modes: list[_Mode], plan: Rounds, redis_url: str | None, pref
             arms, replace(plan, warmup=0), cpu_pids={key: [service.pid] for key, service in services.items()}
         )
         if redis_url is not None:
-            for key in ("redis", "tenancy"):
+            for key in [key for key in ("redis", "tenancy", "tenancy-base") if key in arms]:
                 counts = await _redis_commands(redis_url, prefix, arms[key], _COUNTED_RUNS)
                 figures[f"{key}:commands"] = {name: count / _COUNTED_RUNS for name, count in sorted(counts.items())}
         return figures
@@ -252,6 +274,16 @@ def _section(modes: list[_Mode], figures: dict[str, Any], plan: Rounds, skipped:
             "p50_ratio": arm.p50 / base.p50,
             "redis_commands_per_run": commands,
         }
+        if mode.key == "tenancy-base":
+            tenancy = figures["tenancy"]
+            cpu_head = tenancy.cpu_per_request_of(_pid(modes, "tenancy")) - base_cpu
+            table.notes.append(
+                f"tenancy against its base ({mode.label}): added p50 {ms(tenancy.p50 - base.p50)} against "
+                f"{ms(added)} ms ({(tenancy.p50 - base.p50) / added:.2f}x), added CPU {ms(cpu_head)} against "
+                f"{ms(added_cpu)} ms ({cpu_head / added_cpu:.2f}x)"
+                if added > 0 and added_cpu > 0
+                else f"tenancy against its base ({mode.label}): its base adds nothing measurable here"
+            )
         if mode.key == "tenancy":
             targets.append(
                 Target(

@@ -162,8 +162,8 @@ class LocalRunSlots(RunSlots):
 
 
 # Takes a slot of the sorted set ``key`` for ``run_id`` under ``cap``: 0 when taken, otherwise the milliseconds until
-# the soonest slot expires. The key itself expires with its last slot, so idle tenants leave nothing behind. One
-# definition for both scripts that take a slot: this one's, and the budgets' admission (``spend_ledgers``).
+# the soonest slot expires. The key itself expires with its last slot, so idle tenants leave nothing behind. The
+# budgets' admission script takes a slot with it (``spend_ledgers``); ``_ACQUIRE`` below does the same alone.
 TAKE_SLOT_LUA = """
 local function take_slot(key, run_id, ttl, cap)
   local clock = redis.call('TIME')
@@ -179,8 +179,22 @@ local function take_slot(key, run_id, ttl, cap)
 end
 """
 
-# KEYS[1]: the tenant's sorted set. ARGV: run id, TTL (ms), cap. Returns what ``take_slot`` does.
-_ACQUIRE = TAKE_SLOT_LUA + "return take_slot(KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]))\n"
+# KEYS[1]: the tenant's sorted set. ARGV: run id, TTL (ms), cap. Returns what ``take_slot`` does. Kept as earlier
+# versions had it, word for word: the same script (the same SHA in Redis's script cache) while replicas of two
+# versions run side by side in a rolling update.
+_ACQUIRE = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
+  local soonest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  return math.max(1, tonumber(soonest[2]) - now)
+end
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ttl)
+return 0
+"""
 
 # KEYS[1]: the tenant's sorted set. ARGV[1]: TTL (ms), ARGV[2..]: run ids. ``XX``: an expired (dropped) slot stays
 # dropped: its run may already count elsewhere, or the cap was given to another run meanwhile.
