@@ -13,10 +13,15 @@ changes. A month is a calendar month in UTC. ``Budgets`` enforces them:
   run ends with finish reason ``budget`` and the budget's name) and tells each call's usage after it. A tenant
   without a monthly budget gets none: its runs cost nothing to check.
 
-One round trip per LLM call: adding a call's usage answers the counters' new values, and the check before the
-run's next call reads those (the run's first check reads what ``admit`` read). ``admit`` itself reads Redis only
-when this replica has not seen the counters within ``FRESH_SECONDS``. A run sees the other runs' spend as
-of its own last call: fresh to within one call, which the overshoot below allows for anyway.
+Round trips: ``admit`` checks the counters and takes the run's slot in one script when both are in one Redis
+(``SpendLedger.admit``); without slots there it reads Redis only when this replica has not seen the counters within
+``FRESH_SECONDS``. Adding a call's usage (one script per LLM call) answers the counters' new values, and the check
+before the run's next call reads those (the run's first check reads what ``admit`` read). The add is sent off the
+answer's path (``admission.pending``): the run's next check waits for it, a new run of the tenant admitted on this
+replica too, and a run that ends before its last add was sent hands that usage to its slot's release (``release``:
+one script). A run sees the other runs' spend as of its own last call: fresh to within one call, which the
+overshoot below allows for anyway; on another replica, a run's last call is seen at most one round trip after its
+answer (docs/callers.md, "Round trips").
 
 The counters live in a ``SpendLedger``, one per tenant-month and one per tenant-user-month, tokens as integers and
 cost as integer micro-dollars: in Redis (``<prefix>spend:<YYYY-MM>:<tenant>[:user:<user>]`` hashes, expiring a day
@@ -53,19 +58,23 @@ suite's Redis client is not cluster-aware.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 import redis.asyncio as aioredis
 
+from agent_service.admission.pending import PendingWrites
+from agent_service.admission.run_slots import SlotClaim
 from agent_service.admission.spend_ledgers import (
     MICROS_PER_USD,
     LedgerUnavailable,
+    Limits,
     LocalSpendLedger,
     RedisSpendLedger,
     SpendKey,
@@ -157,9 +166,13 @@ class Budgets:
         clock: Callable[[], datetime] = _utc_now,
         fresh_seconds: float = FRESH_SECONDS,
         max_users: int = 0,
+        pending: PendingWrites | None = None,
     ) -> None:
-        """``max_users``: the most end users of one tenant with per-user budgets in a month (0: no bound)."""
+        """``max_users``: the most end users of one tenant with per-user budgets in a month (0: no bound).
+        ``pending``: where adds to a shared ledger go off the answer's path (the replica's, with its slots' releases:
+        a new run waits for both)."""
         self.ledger = ledger
+        self.pending = pending if pending is not None else PendingWrites()
         self.max_users = max_users
         self.rules = rules
         self.source = source
@@ -193,11 +206,14 @@ class Budgets:
         now = self.clock()
         return _budgets(tenant, user, role, rules, f"{month_start(now):%Y-%m}"), now
 
-    async def _spent(self, budgets: list[_Budget], keys: list[SpendKey], now: datetime) -> dict[SpendKey, Spent]:
+    async def _spent(
+        self, budgets: list[_Budget], keys: list[SpendKey], now: datetime, read: list[Spent | None] | None = None
+    ) -> dict[SpendKey, Spent]:
         """Each key's counter (one that has none: what the store has); raises ``LedgerUnavailable``, and
         ``_TooManyUsers``. The tenant's key comes first: when one of its budgets is used up, the user's key is left
-        out, neither seeded nor counted among the tenant's users (reading it touches nothing)."""
-        values = dict(zip(keys, await self.ledger.read(keys), strict=True))
+        out, neither seeded nor counted among the tenant's users (reading it touches nothing). ``read``: the
+        counters as just read (else they are read here)."""
+        values = dict(zip(keys, read if read is not None else await self.ledger.read(keys), strict=True))
         spent: dict[SpendKey, Spent] = {}
         for key, value in values.items():
             spent[key] = value if value is not None else await self._first_use(key, now)
@@ -242,17 +258,29 @@ class Budgets:
             if known is not None:
                 known.clear()
                 known.update(spent)
-        return next(((b, spent[b.key], now) for b in budgets if b.key in spent and b.used_up(spent[b.key])), None)
+        return _first_used_up(budgets, spent, now)
 
-    async def admit(self, tenant: str, user: str | None, role: UserRole = "user") -> SpendGuard | None:
+    async def admit(
+        self, tenant: str, user: str | None, role: UserRole = "user", slot: SlotClaim | None = None
+    ) -> SpendGuard | None:
         """The guard of a new run of ``tenant`` and ``user``, of ``role`` (``None`` when the tenant has no monthly
         budget); refuses the run when one of its budgets is used up: 429 ``budget_exhausted`` (or 503
-        ``limits_unavailable`` when that cannot be known)."""
+        ``limits_unavailable`` when that cannot be known). ``slot``: the run's slot, taken once the budgets have
+        let the run in (in the same round trip when the ledger and the slots share one Redis), never when they
+        refuse it. What this replica started writing for ``tenant`` (adds, slots given back) is awaited first."""
+        await self.pending.settled(tenant)
         if not self.rules.get(tenant, NO_RULES).has_monthly_budget:
+            if slot is not None:
+                await slot.take()
             return None
         known: dict[SpendKey, Spent] = {}
         try:
-            found = await self.used_up(tenant, user, known, role=role)
+            if slot is not None and self.ledger.admits_with(slot.slots):
+                found = await self._admitted(tenant, user, role, known, slot)
+            else:
+                found = await self.used_up(tenant, user, known, role=role)
+                if found is None and slot is not None:
+                    await slot.take()
         except _TooManyUsers as refused:
             raise refused.error() from None
         except LedgerUnavailable as error:
@@ -267,6 +295,28 @@ class Budgets:
             raise _budget_exhausted(*found)
         return _RunSpend(self, tenant, user, role, known)
 
+    async def _admitted(
+        self, tenant: str, user: str | None, role: UserRole, known: dict[SpendKey, Spent], slot: SlotClaim
+    ) -> tuple[_Budget, Spent, datetime] | None:
+        """``admit`` in one round trip: the counters checked and the slot taken by one script (``SpendLedger.admit``).
+        A counter's first use (none in Redis) costs more: the store read and the counter seeded as ``used_up`` does,
+        then the script again with what is still missing counted as zero. The budget used up, as ``used_up``; the
+        counters read are put in ``known``."""
+        budgets, now = self._budgets_now(tenant, user, role)
+        keys = list(dict.fromkeys(budget.key for budget in budgets))
+        limits = [_limits(budgets, key) for key in keys]
+        taken, read = await self.ledger.admit(keys, limits, slot, unseeded_as_zero=False)
+        if not taken:  # a budget used up, or a counter's first use
+            spent = await self._spent(budgets, keys, now, read)
+            self._remember(spent)
+            if (found := _first_used_up(budgets, spent, now)) is not None:
+                return found
+            taken, read = await self.ledger.admit(keys, limits, slot, unseeded_as_zero=True)
+        spent = {key: value if value is not None else Spent() for key, value in zip(keys, read, strict=True)}
+        self._remember(spent)
+        known.update(spent)
+        return None if taken else _first_used_up(budgets, spent, now)
+
     def guard(self, tenant: str, user: str | None, role: UserRole = "user") -> SpendGuard | None:
         """The guard of a run admitted earlier (taken over after a crash), of ``user`` of ``role``; ``None`` when the
         tenant has no monthly budget. Its first check reads the counters."""
@@ -274,15 +324,27 @@ class Budgets:
         return _RunSpend(self, tenant, user, role, {}) if has_budget else None
 
     async def record(
-        self, tenant: str, user: str | None, spent: Spent, *, role: UserRole = "user"
+        self,
+        tenant: str,
+        user: str | None,
+        spent: Spent,
+        *,
+        role: UserRole = "user",
+        releasing: SlotClaim | None = None,
     ) -> dict[SpendKey, Spent | None]:
         """Add one call's ``spent`` to the counters of the budgets of ``tenant`` and ``user`` (of ``role``); their new
-        values."""
+        values. ``releasing``: a slot given back in the same round trip (a run's last add, ``release``)."""
         budgets, now = self._budgets_now(tenant, user, role)
         if not budgets or not spent:
+            if releasing is not None:
+                await releasing.slots.release(releasing.tenant, releasing.run_id)
             return {}
         keys = list(dict.fromkeys(budget.key for budget in budgets))
-        counters = dict(zip(keys, await self.ledger.add(keys, spent), strict=True))
+        if releasing is None:
+            added = await self.ledger.add(keys, spent)
+        else:
+            added = await self.ledger.add_releasing(keys, spent, releasing)
+        counters = dict(zip(keys, added, strict=True))
         unseeded = [key for key, value in counters.items() if value is None]
         if unseeded:
             # These counters' first usage: seeded from the store (the month's calls before this one, whose row is
@@ -297,6 +359,29 @@ class Budgets:
                 _log.warning("spending_not_seeded", tenant=tenant, error=str(error))
         self._remember(counters)
         return counters
+
+    def release(self, slot: SlotClaim, spending: SpendGuard | None) -> Coroutine[Any, Any, None]:
+        """The write that gives ``slot`` back as its run ends, to be started at once (``pending``): with the usage
+        of the run's last calls that no add has sent yet (``spending``'s), in one round trip when the counters and
+        the slots share one Redis; the slot alone otherwise (that usage is then its add's)."""
+        if isinstance(spending, _RunSpend) and self.ledger.admits_with(slot.slots):
+            unsent = spending.take_unsent()
+            if unsent:
+                return spending.send(unsent, releasing=slot)
+        return slot.slots.release(slot.tenant, slot.run_id)
+
+
+def _first_used_up(
+    budgets: list[_Budget], spent: Mapping[SpendKey, Spent], now: datetime
+) -> tuple[_Budget, Spent, datetime] | None:
+    return next(((b, spent[b.key], now) for b in budgets if b.key in spent and b.used_up(spent[b.key])), None)
+
+
+def _limits(budgets: list[_Budget], key: SpendKey) -> Limits:
+    """``key``'s lowest limits of each kind, for the admission script."""
+    tokens = [budget.limit for budget in budgets if budget.key == key and budget.kind == "tokens"]
+    micros = [budget.limit for budget in budgets if budget.key == key and budget.kind == "cost"]
+    return min(tokens, default=None), min(micros, default=None)
 
 
 class _TooManyUsers(Exception):
@@ -350,8 +435,15 @@ class _RunSpend:
         """The counters as the run last read or added to them: its next check needs no round trip."""
         self._unrecorded = Spent()
         """Usage whose adding failed: added with the next call's."""
+        self._unsent = Spent()
+        """Usage of calls made that no add has sent yet: its add (``_adding``) sends it, or the slot's release
+        (``Budgets.release``) when the run ends first."""
+        self._adding: asyncio.Task[None] | None = None
+        """The last call's add, sent off the answer's path (a shared ledger): the next check waits for it."""
 
     async def exhausted(self) -> BudgetName | None:
+        if self._adding is not None:  # started at the last call's end: done by now, unless the run went on at once
+            await asyncio.wait([self._adding])
         try:
             found = await self.spending.used_up(self.tenant, self.user, self._known, role=self.role)
         except _TooManyUsers as refused:  # a run taken over after its user's count was lost (a flushed Redis)
@@ -364,17 +456,43 @@ class _RunSpend:
         return found[0].name if found is not None else None
 
     async def spent(self, usage: Usage) -> None:
-        spent = self._unrecorded + Spent.of(usage)
-        # Shielded: the call was made, so it is counted even when the run is being cancelled (bounded all the same).
-        with anyio.CancelScope(shield=True):
-            try:
-                counters = await self.spending.record(self.tenant, self.user, spent, role=self.role)
-            except LedgerUnavailable as error:
-                _log.warning("spending_not_recorded", tenant=self.tenant, tokens=spent.tokens, error=str(error))
-                self._unrecorded = spent
-                self._known.clear()  # the next check reads them
-                return
+        spent = Spent.of(usage)
+        if not spent:
+            return
+        self._unsent += spent
+        if not self.spending.ledger.shared:  # in this process: no round trip to take off the path
+            with anyio.CancelScope(shield=True):  # the call was made: it counts even when the run is being cancelled
+                await self._add(None)
+            return
+        # Off the answer's path: the add's round trip overlaps the run's tool calls, or follows its answer. In a task
+        # of its own, so that it is made even when the run is being cancelled (the call was made: it counts). Each
+        # add follows the run's previous one, so that the counters it answers are the newest. A run that ends
+        # before the task has started hands its usage to the slot's release instead (``take_unsent``).
+        self._adding = self.spending.pending.start(self.tenant, self._add(self._adding))
+
+    def take_unsent(self) -> Spent:
+        """The usage no add has sent yet, now the caller's to send."""
+        unsent, self._unsent = self._unsent, Spent()
+        return unsent
+
+    async def _add(self, previous: asyncio.Task[None] | None) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])
+        unsent = self.take_unsent()
+        if unsent or self._unrecorded:
+            await self.send(unsent)
+
+    async def send(self, spent: Spent, *, releasing: SlotClaim | None = None) -> None:
+        """Add ``spent`` (with what an earlier add failed to), and give ``releasing`` back in the same round trip."""
+        spent += self._unrecorded
         self._unrecorded = Spent()
+        try:
+            counters = await self.spending.record(self.tenant, self.user, spent, role=self.role, releasing=releasing)
+        except LedgerUnavailable as error:
+            _log.warning("spending_not_recorded", tenant=self.tenant, tokens=spent.tokens, error=str(error))
+            self._unrecorded += spent
+            self._known.clear()  # the next check reads them
+            return
         for key, value in counters.items():
             if value is None:  # gone (a flushed Redis): the next check seeds it again from the store
                 self._known.pop(key, None)

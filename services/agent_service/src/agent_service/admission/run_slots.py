@@ -9,7 +9,11 @@ Two backends behind one interface, ``RunSlots``:
 - ``LocalRunSlots``: in this process's memory (``AGENT_REDIS_URL`` empty): one replica, or each replica its own cap;
 - ``RedisRunSlots``: shared by every replica, one sorted set per tenant (``<prefix>run-slots:<tenant>``; member: the
   run id, score: its slot's expiry in Redis's own clock, milliseconds), so replicas' clocks need not agree.
-  Admission is one Lua script (drop expired slots, count, add under the cap), atomic across replicas.
+  Admission is one Lua script (drop expired slots, count, add under the cap), atomic across replicas; with monthly
+  budgets in the same Redis, the same script checks them first (``SpendLedger.admit``): one round trip per run.
+
+A slot is given back as its run ends, off the answer's path (``RunExecutor.release_slot``, ``pending``): the next
+run of its tenant on the same replica waits for it, one on another replica may find it held for one round trip more.
 
 Redis unreachable or slow: a new run is refused with 503 ``limits_unavailable`` (fail closed: a cap that silently
 stops holding would let one tenant take every replica); a renewal or release that fails is logged, and the slot
@@ -22,6 +26,7 @@ import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
@@ -29,7 +34,17 @@ from agent_service.infra.shared_redis import REDIS_ERRORS, bounded
 from suite_common.errors import ApiError
 from suite_common.logging import get_logger
 
-__all__ = ["UNCAPPED", "LocalRunSlots", "NoRunSlots", "RedisRunSlots", "RunSlots", "open_run_slots"]
+__all__ = [
+    "TAKE_SLOT_LUA",
+    "UNCAPPED",
+    "LocalRunSlots",
+    "NoRunSlots",
+    "RedisRunSlots",
+    "RunSlots",
+    "SlotClaim",
+    "open_run_slots",
+    "too_many_runs",
+]
 
 _log = get_logger("agent_service.run_slots")
 
@@ -63,6 +78,10 @@ def limits_unavailable() -> ApiError:
 class RunSlots(ABC):
     """Slots of runs in progress, per tenant; a slot lasts ``ttl_seconds`` unless renewed."""
 
+    shared = False
+    """Kept outside this process (each call a round trip): given back off the answer's path. In this process: at
+    once."""
+
     def __init__(self, ttl_seconds: float) -> None:
         self.ttl_seconds = ttl_seconds
 
@@ -78,6 +97,20 @@ class RunSlots(ABC):
     @abstractmethod
     async def release(self, tenant: str, run_id: str) -> None:
         """Give the slot back (none held: nothing happens)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlotClaim:
+    """The slot a new run asks for: ``run_id``'s among ``tenant``'s, under ``cap``; taken after the monthly budgets
+    are checked, in the same round trip when both are in one Redis (``SpendLedger.admit``)."""
+
+    slots: RunSlots
+    tenant: str
+    run_id: str
+    cap: int
+
+    async def take(self) -> None:
+        await self.slots.acquire(self.tenant, self.run_id, self.cap)
 
 
 class NoRunSlots(RunSlots):
@@ -128,8 +161,27 @@ class LocalRunSlots(RunSlots):
                 del self._slots[tenant]
 
 
-# KEYS[1]: the tenant's sorted set. ARGV: run id, TTL (ms), cap. Returns 0 when admitted, otherwise the milliseconds
-# until the soonest slot expires. The key itself expires with its last slot, so idle tenants leave nothing behind.
+# Takes a slot of the sorted set ``key`` for ``run_id`` under ``cap``: 0 when taken, otherwise the milliseconds until
+# the soonest slot expires. The key itself expires with its last slot, so idle tenants leave nothing behind. The
+# budgets' admission script takes a slot with it (``spend_ledgers``); ``_ACQUIRE`` below does the same alone.
+TAKE_SLOT_LUA = """
+local function take_slot(key, run_id, ttl, cap)
+  local clock = redis.call('TIME')
+  local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  if not redis.call('ZSCORE', key, run_id) and redis.call('ZCARD', key) >= cap then
+    local soonest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    return math.max(1, tonumber(soonest[2]) - now)
+  end
+  redis.call('ZADD', key, now + ttl, run_id)
+  redis.call('PEXPIRE', key, ttl)
+  return 0
+end
+"""
+
+# KEYS[1]: the tenant's sorted set. ARGV: run id, TTL (ms), cap. Returns what ``take_slot`` does. Kept as earlier
+# versions had it, word for word: the same script (the same SHA in Redis's script cache) while replicas of two
+# versions run side by side in a rolling update.
 _ACQUIRE = """
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -164,6 +216,8 @@ return 0
 class RedisRunSlots(RunSlots):
     """Slots shared by every replica in Redis: ``<prefix>run-slots:<tenant>`` sorted sets."""
 
+    shared = True
+
     def __init__(self, client: aioredis.Redis, ttl_seconds: float, *, key_prefix: str = "agent:") -> None:
         super().__init__(ttl_seconds)
         self.client = client
@@ -175,23 +229,28 @@ class RedisRunSlots(RunSlots):
         return f"{self.key_prefix}run-slots:{tenant}"
 
     @property
-    def _ttl_ms(self) -> int:
+    def ttl_ms(self) -> int:
         return max(1, round(self.ttl_seconds * 1000))
 
     async def acquire(self, tenant: str, run_id: str, cap: int) -> None:
         try:
-            wait_ms = await bounded(self._acquire(keys=[self.key(tenant)], args=[run_id, self._ttl_ms, cap]))
+            wait_ms = await bounded(self._acquire(keys=[self.key(tenant)], args=[run_id, self.ttl_ms, cap]))
         except REDIS_ERRORS as error:
             _log.warning("run_slots_unavailable", tenant=tenant, error=f"{type(error).__name__}: {error}")
             raise limits_unavailable() from None
-        if int(wait_ms) > 0:
-            raise too_many_runs(tenant, cap, int(wait_ms) / 1000)
+        self.check_taken(tenant, cap, int(wait_ms))
+
+    @staticmethod
+    def check_taken(tenant: str, cap: int, wait_ms: int) -> None:
+        """What ``take_slot`` answered: 0, taken; otherwise the 429 ``too_many_runs``."""
+        if wait_ms > 0:
+            raise too_many_runs(tenant, cap, wait_ms / 1000)
 
     async def renew(self, tenant: str, run_ids: Sequence[str]) -> None:
         if not run_ids:
             return
         try:
-            await bounded(self._renew(keys=[self.key(tenant)], args=[self._ttl_ms, *run_ids]))
+            await bounded(self._renew(keys=[self.key(tenant)], args=[self.ttl_ms, *run_ids]))
         except REDIS_ERRORS as error:  # the slots expire on their own if this goes on
             _log.warning("run_slots_not_renewed", tenant=tenant, runs=len(run_ids), error=str(error))
 

@@ -7,6 +7,10 @@ seeded set-if-absent, and the per-tenant set of a month's end users (``<prefix>s
 ``LocalSpendLedger``: the same in this process's memory, when the replicas share no Redis. Either raises
 ``LedgerUnavailable`` when it cannot be read or written; what the counters mean, and when they are seeded from the
 run store's usage log (``UsageSource``), is the budgets' business.
+
+``SpendLedger.admit`` checks a new run's counters against their limits and, when none is reached, takes its run slot:
+in Redis with the slots in the same Redis (``RedisRunSlots`` on the same client), one script, so that a run is
+admitted in one round trip (its slot is never taken when a budget refuses it); otherwise a read, then the slot.
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ from typing import Protocol
 
 import redis.asyncio as aioredis
 
+from agent_service.admission.run_slots import TAKE_SLOT_LUA, RedisRunSlots, RunSlots, SlotClaim
 from agent_service.infra.shared_redis import REDIS_ERRORS, bounded
 from suite_common.wire import Usage
 
 __all__ = [
     "MICROS_PER_USD",
     "LedgerUnavailable",
+    "Limits",
     "LocalSpendLedger",
     "RedisSpendLedger",
     "SpendKey",
@@ -37,6 +43,9 @@ __all__ = [
 ]
 
 MICROS_PER_USD = 1_000_000
+
+Limits = tuple[int | None, int | None]
+"""A counter's limits for admission: tokens, micro-dollars (``None``: none of that kind)."""
 
 
 def month_start(moment: datetime) -> datetime:
@@ -88,8 +97,34 @@ class LedgerUnavailable(Exception):
     """The counters cannot be read or seeded (Redis or the run store is unreachable)."""
 
 
+def _reached(spent: Spent | None, limits: Limits) -> bool:
+    tokens, micros = limits
+    spent = spent or Spent()
+    return (tokens is not None and spent.tokens >= tokens) or (micros is not None and spent.micros >= micros)
+
+
 class SpendLedger(ABC):
     """The month's counters; a key that was never seeded reads as ``None``."""
+
+    shared = False
+    """Kept outside this process (each call a round trip): a run's adds are made off the answer's path."""
+
+    def admits_with(self, slots: RunSlots) -> bool:
+        """Whether ``admit`` reads these counters and takes a slot of ``slots`` in one round trip."""
+        return False
+
+    async def admit(
+        self, keys: Sequence[SpendKey], limits: Sequence[Limits], claim: SlotClaim, *, unseeded_as_zero: bool
+    ) -> tuple[bool, list[Spent | None]]:
+        """Take ``claim``'s slot unless a counter of ``keys`` has reached its ``limits`` (in order) or, unless
+        ``unseeded_as_zero``, one was never seeded; whether it was taken, and the counters as ``read``. Raises
+        ``LedgerUnavailable``, and the slot's own refusals (429 ``too_many_runs``, 503 ``limits_unavailable``)."""
+        counters = await self.read(keys)
+        unseeded = not unseeded_as_zero and None in counters
+        if unseeded or any(_reached(spent, limit) for spent, limit in zip(counters, limits, strict=True)):
+            return False, counters
+        await claim.take()
+        return True, counters
 
     @abstractmethod
     async def read(self, keys: Sequence[SpendKey]) -> list[Spent | None]:
@@ -104,6 +139,14 @@ class SpendLedger(ABC):
     async def add(self, keys: Sequence[SpendKey], spent: Spent) -> list[Spent | None]:
         """Add ``spent`` to each of ``keys`` that is seeded (``None`` for one that is not: the caller seeds it and adds
         again); returns their new values, as ``read``. Raises ``LedgerUnavailable``."""
+
+    async def add_releasing(self, keys: Sequence[SpendKey], spent: Spent, slot: SlotClaim) -> list[Spent | None]:
+        """``add``, and ``slot`` given back (``RunSlots.release``): in one round trip when ``admits_with`` its slots.
+        Raises ``LedgerUnavailable`` (the slot is given back all the same)."""
+        try:
+            return await self.add(keys, spent)
+        finally:
+            await slot.slots.release(slot.tenant, slot.run_id)
 
     @abstractmethod
     async def join(self, key: SpendKey, most: int, expires_at: datetime) -> bool:
@@ -178,20 +221,62 @@ return {tonumber(fields[1]) or 0, tonumber(fields[2]) or 0}
 # KEYS: the counters. ARGV: tokens, micros. Only to a seeded counter: creating one here would start it from this
 # call alone, a fresh budget; the next check seeds it from the store instead. Returns the new tokens, micros of each
 # (-1, -1: never seeded), as _READ does.
-_ADD = """
+_ADD_TO = """
+local function add_to(first)
+  local values = {}
+  for index = first, #KEYS do
+    if redis.call('EXISTS', KEYS[index]) == 1 then
+      values[#values + 1] = redis.call('HINCRBY', KEYS[index], 'tokens', ARGV[1])
+      values[#values + 1] = redis.call('HINCRBY', KEYS[index], 'micros', ARGV[2])
+    else
+      values[#values + 1] = -1
+      values[#values + 1] = -1
+    end
+  end
+  return values
+end
+"""
+_ADD = _ADD_TO + "return add_to(1)\n"
+
+# KEYS[1]: the tenant's run slots; KEYS[2..]: the counters. ARGV: tokens, micros, the run id whose slot is given back.
+# A run's last add and its slot's release in one round trip; returns what _ADD does.
+_ADD_RELEASING = _ADD_TO + "redis.call('ZREM', KEYS[1], ARGV[3])\nreturn add_to(2)\n"
+
+
+# KEYS[1]: the tenant's run slots; KEYS[2..]: the counters, the tenant's first. ARGV: run id, slot TTL (ms), cap,
+# unseeded as zero (1) or not (0), then each counter's limits: tokens, micros (-1: none). The counters are checked
+# first: one reached (or never seeded, unless as zero) takes no slot. Returns the slot's answer (0: taken, -1: not
+# asked, else the milliseconds until the soonest slot expires), then tokens, micros of each counter, as _READ.
+_ADMIT = (
+    TAKE_SLOT_LUA
+    + """
 local values = {}
-for index = 1, #KEYS do
-  if redis.call('EXISTS', KEYS[index]) == 1 then
-    values[#values + 1] = redis.call('HINCRBY', KEYS[index], 'tokens', ARGV[1])
-    values[#values + 1] = redis.call('HINCRBY', KEYS[index], 'micros', ARGV[2])
+local go = true
+for index = 2, #KEYS do
+  local fields = redis.call('HMGET', KEYS[index], 'tokens', 'micros')
+  local tokens, micros = tonumber(fields[1]), tonumber(fields[2])
+  if tokens == nil then
+    values[#values + 1] = -1
+    values[#values + 1] = -1
+    go = go and ARGV[4] == '1'
+    tokens, micros = 0, 0
   else
-    values[#values + 1] = -1
-    values[#values + 1] = -1
+    values[#values + 1] = tokens
+    values[#values + 1] = micros or 0
+  end
+  local most_tokens, most_micros = tonumber(ARGV[2 * index + 1]), tonumber(ARGV[2 * index + 2])
+  if (most_tokens >= 0 and tokens >= most_tokens) or (most_micros >= 0 and (micros or 0) >= most_micros) then
+    go = false
   end
 end
+local slot = -1
+if go then
+  slot = take_slot(KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
+end
+table.insert(values, 1, slot)
 return values
 """
-
+)
 
 # KEYS[1]: the tenant-month's set of end users. ARGV: the user, the most it may hold, its expiry (Unix seconds).
 # Returns 1 when the user is in it (now or already), 0 when it is full.
@@ -211,6 +296,8 @@ return 1
 class RedisSpendLedger(SpendLedger):
     """The counters in the replicas' shared Redis: ``<prefix>spend:<YYYY-MM>:<tenant>[:user:<user>]`` hashes."""
 
+    shared = True
+
     def __init__(self, client: aioredis.Redis, *, key_prefix: str = "agent:") -> None:
         self.client = client
         self.key_prefix = key_prefix
@@ -218,6 +305,30 @@ class RedisSpendLedger(SpendLedger):
         self._seed = client.register_script(_SEED)
         self._add = client.register_script(_ADD)
         self._join = client.register_script(_JOIN)
+        self._admit = client.register_script(_ADMIT)
+        self._add_releasing = client.register_script(_ADD_RELEASING)
+
+    def admits_with(self, slots: RunSlots) -> bool:
+        return isinstance(slots, RedisRunSlots) and slots.client is self.client
+
+    async def admit(
+        self, keys: Sequence[SpendKey], limits: Sequence[Limits], claim: SlotClaim, *, unseeded_as_zero: bool
+    ) -> tuple[bool, list[Spent | None]]:
+        slots = claim.slots
+        if not isinstance(slots, RedisRunSlots) or slots.client is not self.client:
+            return await super().admit(keys, limits, claim, unseeded_as_zero=unseeded_as_zero)
+        args: list[str | int] = [claim.run_id, slots.ttl_ms, claim.cap, int(unseeded_as_zero)]
+        for tokens, micros in limits:
+            args += [-1 if tokens is None else tokens, -1 if micros is None else micros]
+        names = [slots.key(claim.tenant), *(self.key(key) for key in keys)]
+        try:
+            slot, *values = await bounded(self._admit(keys=names, args=args))
+        except REDIS_ERRORS as error:
+            raise LedgerUnavailable(f"Redis: {type(error).__name__}: {error}") from None
+        if int(slot) < 0:
+            return False, _counters(values)
+        slots.check_taken(claim.tenant, claim.cap, int(slot))
+        return True, _counters(values)
 
     def key(self, key: SpendKey) -> str:
         name = f"{self.key_prefix}spend:{key.month}:{key.tenant}"  # a tenant's name has no ':'
@@ -245,6 +356,17 @@ class RedisSpendLedger(SpendLedger):
         try:
             values = await bounded(self._add(keys=[self.key(key) for key in keys], args=[spent.tokens, spent.micros]))
         except REDIS_ERRORS as error:
+            raise LedgerUnavailable(f"Redis: {type(error).__name__}: {error}") from None
+        return _counters(values)
+
+    async def add_releasing(self, keys: Sequence[SpendKey], spent: Spent, slot: SlotClaim) -> list[Spent | None]:
+        slots = slot.slots
+        if not isinstance(slots, RedisRunSlots) or slots.client is not self.client:
+            return await super().add_releasing(keys, spent, slot)
+        names = [slots.key(slot.tenant), *(self.key(key) for key in keys)]
+        try:
+            values = await bounded(self._add_releasing(keys=names, args=[spent.tokens, spent.micros, slot.run_id]))
+        except REDIS_ERRORS as error:  # the slot expires on its own
             raise LedgerUnavailable(f"Redis: {type(error).__name__}: {error}") from None
         return _counters(values)
 

@@ -352,7 +352,7 @@ class _Request:
     async def _release(self) -> None:
         """A plain completion's slot back (a run gives its own back as it ends)."""
         if not self.agentic:
-            await self.services.runs.release_slot(self.plan.run_id)
+            await self.services.runs.release_slot(self.plan.run_id, spending=self.plan.spending)
 
     async def answer_json(self, request: Request) -> Response:
         try:

@@ -18,9 +18,10 @@ import anyio
 from anyio.abc import TaskGroup
 
 from agent_service.admission.budgets import Budgets
-from agent_service.admission.run_slots import UNCAPPED, RunSlots
+from agent_service.admission.run_slots import UNCAPPED, RunSlots, SlotClaim
 from agent_service.core.errors import UpstreamError
 from agent_service.core.images import messages_by_reference
+from agent_service.core.limits import SpendGuard
 from agent_service.core.run import ResumePoint, RunOutcome, RunPlan
 from agent_service.core.tenancy import DEFAULT_TENANT, Caller
 from agent_service.engine.loop import AgentLoop
@@ -132,13 +133,14 @@ class RunExecutor:
         """Check the monthly budgets of ``caller``'s tenant and user (429 ``budget_exhausted``), then take a slot of
         its tenant (429 ``too_many_runs`` over its cap) for ``plan.run_id``, renewed until ``release_slot``: what a
         run holds from ``begin`` to its end, and a plain completion of the OpenAI front for its one call (it costs
-        what a run's call costs, so the cap bounds both together). The plan with its budgets' guard."""
+        what a run's call costs, so the cap bounds both together). The plan with its budgets' guard. Both in one
+        Redis round trip when the budgets and the slots share one Redis (``Budgets.admit``)."""
         tenant = caller.tenant
-        plan = replace(plan, spending=await self.budgets.admit(tenant, caller.user, caller.role))
         cap = caller.rules.max_concurrent_runs
         if cap is None:
             cap = self.settings.max_concurrent_runs_per_tenant
-        await self.slots.acquire(tenant, plan.run_id, cap or UNCAPPED)  # 0: no cap
+        slot = SlotClaim(self.slots, tenant, plan.run_id, cap or UNCAPPED)  # 0: no cap
+        plan = replace(plan, spending=await self.budgets.admit(tenant, caller.user, caller.role, slot))
         self.slots_held[plan.run_id] = tenant
         return plan
 
@@ -261,7 +263,7 @@ class RunExecutor:
                 pass
             elif run.stop_reason != "moved":  # moved: the slot (same run id) is the new owner's now
                 self._let_go(run)
-                await self.release_slot(plan.run_id)
+                await self.release_slot(plan.run_id, spending=plan.spending)
             else:
                 self._let_go(run)
                 self.slots_held.pop(plan.run_id, None)
@@ -271,12 +273,20 @@ class RunExecutor:
         if self.active.get(run.plan.run_id) is run:
             del self.active[run.plan.run_id]
 
-    async def release_slot(self, run_id: str) -> None:
-        """Give back the slot taken for ``run_id`` here, if any."""
+    async def release_slot(self, run_id: str, *, now: bool = False, spending: SpendGuard | None = None) -> None:
+        """Give back the slot taken for ``run_id`` here, if any: off the answer's path when the slots are shared
+        (``pending``: the next admission of its tenant here waits for it, the shutdown too), with the usage of the
+        run's last call when no add has sent it yet (``spending``, its guard: ``Budgets.release``); unless ``now``
+        (the run id may take a slot again at once, elsewhere: the release must come first)."""
         tenant = self.slots_held.pop(run_id, None)
-        if tenant is not None:
-            with anyio.CancelScope(shield=True):
-                await self.slots.release(tenant, run_id)
+        if tenant is None:
+            return
+        if self.slots.shared and not now:
+            slot = SlotClaim(self.slots, tenant, run_id, UNCAPPED)  # given back: its cap no longer matters
+            self.budgets.pending.start(tenant, self.budgets.release(slot, spending))
+            return
+        with anyio.CancelScope(shield=True):
+            await self.slots.release(tenant, run_id)
 
     async def _stopped(self, run: StartedRun) -> RunOutcome:
         journal = run.journal
@@ -329,8 +339,8 @@ class RunExecutor:
             for call in outcome.waiting
         ]
         # Released before the park write, not after: a decision may resume the run here the instant it is parked,
-        # and the slot it takes then has the same key (its run id).
-        await self.release_slot(plan.run_id)
+        # and the slot it takes then has the same key (its run id): given back now, not off the path.
+        await self.release_slot(plan.run_id, now=True)
         run.parked = True  # from here on its lease is not renewed, nor the run stopped for the lease it gives up
         try:
             parked = await run.journal.park(

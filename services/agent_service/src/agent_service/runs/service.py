@@ -25,6 +25,7 @@ from agent_service.admission.budgets import Budgets
 from agent_service.admission.run_slots import LocalRunSlots, RunSlots
 from agent_service.admission.spend_ledgers import LocalSpendLedger
 from agent_service.core.images import DecodedImage
+from agent_service.core.limits import SpendGuard
 from agent_service.core.run import LlmCall, RunOutcome, RunPlan
 from agent_service.core.tenancy import Caller
 from agent_service.engine.loop import AgentLoop
@@ -87,16 +88,22 @@ class AgentRuns:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Within it: detached and resumed runs execute, and the keeper renews and claims leases."""
-        async with anyio.create_task_group() as task_group:
-            self.executor.task_group = task_group
-            task_group.start_soon(self.keeper.keep)
-            try:
-                yield
-            finally:
-                task_group.cancel_scope.cancel()
-                await self.keeper.release_all()
-                self.executor.task_group = None
+        """Within it: detached and resumed runs execute, and the keeper renews and claims leases; on the way out,
+        the writes still under way (``admission.pending``) are waited for."""
+        try:
+            async with anyio.create_task_group() as task_group:
+                self.executor.task_group = task_group
+                task_group.start_soon(self.keeper.keep)
+                try:
+                    yield
+                finally:
+                    task_group.cancel_scope.cancel()
+                    await self.keeper.release_all()
+                    self.executor.task_group = None
+        finally:
+            # The writes sent off the answers' paths (slots given back, calls' usage added), the cancelled runs'
+            # last ones included: made before the service's Redis client closes.
+            await self.executor.budgets.pending.drain()
 
     # --- beginning and executing (``RunExecutor``) ------------------------------------------------------
 
@@ -114,8 +121,8 @@ class AgentRuns:
     def detach(self, run: StartedRun, *, stream_text: bool) -> None:
         self.executor.detach(run, stream_text=stream_text)
 
-    async def release_slot(self, run_id: str) -> None:
-        await self.executor.release_slot(run_id)
+    async def release_slot(self, run_id: str, *, spending: SpendGuard | None = None) -> None:
+        await self.executor.release_slot(run_id, spending=spending)
 
     # --- following, reading, cancelling (``RunReader``) -------------------------------------------------
 
