@@ -36,17 +36,26 @@ import anyio
 
 from bench.rag_eval import CachedEmbedder
 from mcp_rag_tool import bm25
+from mcp_rag_tool.chunking import Chunk, embedding_context, embedding_text
 from mcp_rag_tool.cli import run_ingest
 from mcp_rag_tool.embeddings import MiniLMEmbedder, Precision
 from mcp_rag_tool.fusion import Ranking, reciprocal_rank_fusion
+from mcp_rag_tool.ingest import sparse_vector
 from mcp_rag_tool.points import SearchFilter
 from mcp_rag_tool.rerank import maximal_marginal_relevance
 from mcp_rag_tool.retrieval import Retriever, SearchOptions
 from mcp_rag_tool.settings import RagSettings
+from mcp_rag_tool.sparse_index import IndexedChunk, SparseIndex
 from mcp_rag_tool.store import VectorStore
 from suite_common.logging import configure_logging
 
 ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_ROW = "**by document + document vectors, k=2, 1/doc (default)**"
+CONTEXT_WEIGHTS = (1.0, 2.0, 5.0, 8.0)
+"""BM25F weights of the title and heading path tried besides the default (bm25.CONTEXT_WEIGHT)."""
+SparseVariant = float | str | None
+"""The BM25 vectors searched: None the stored ones, a number BM25F with that context weight, "flat" the
+title and headings counted as body text (the vectors before fields)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +96,32 @@ async def old_ranking(store: VectorStore, embedder: CachedEmbedder, query: str, 
     return [chunks[fused[index].id].source for index in picked]
 
 
+async def use_sparse_variant(store: VectorStore, variant: SparseVariant) -> None:
+    """Rebuild the store's in-process BM25 index from the stored chunks' text, title and heading, with
+    other field weights (the dense vectors stay): the weights are tried without embedding again."""
+
+    def vector(chunk: Chunk) -> bm25.SparseVector:
+        if variant == "flat":
+            return bm25.document_vector(embedding_text(chunk))
+        if isinstance(variant, float):
+            return bm25.document_vector(chunk.text, embedding_context(chunk.title, chunk.heading), variant)
+        return sparse_vector(chunk)
+
+    def rebuild() -> SparseIndex:
+        index = SparseIndex()
+        for points in store._pages(store._chunks, ["text", "title", "heading", "source_prefixes", "tags"], []):
+            rows = []
+            for point in points:
+                payload = point.payload or {}
+                chunk = Chunk(payload["text"], "", payload["title"], payload["heading"], 0)
+                prefixes = tuple(payload.get("source_prefixes") or ())
+                rows.append(IndexedChunk(str(point.id), vector(chunk), prefixes, tuple(payload.get("tags") or ())))
+            index.add(rows)
+        return index
+
+    store._sparse_index = await store._call(rebuild)  # in the store's turn, as its own scrolls
+
+
 def scores(ranked: Sequence[list[str]], questions: Sequence[Question]) -> tuple[float, float]:
     hits, reciprocal = 0, 0.0
     for sources, question in zip(ranked, questions, strict=True):
@@ -116,17 +151,30 @@ async def evaluate(set_path: Path, store_path: Path | None, per_question: bool, 
         await store.ensure_collections(model.dimension, model.name)
         chunk_count = await store.count()
         base = SearchOptions.from_settings(settings)
-        modes: dict[str, SearchOptions | None] = {
-            "dense only": replace(base, bm25=False, documents=False),
-            "BM25 only": replace(base, dense=False, documents=False),
-            "chunk RRF + MMR (before)": None,
-            "by document, k=2, 1/doc, no document vectors": replace(base, documents=False),
-        }
-        for k in (2.0, 10.0, 60.0):
-            for per_document in (1, 2, 3):
-                modes[f"by document, k={k:g}, {per_document}/doc"] = replace(
-                    base, rrf_k=k, chunks_per_document=per_document
+        stored: SparseVariant = None
+        modes: list[tuple[str, SparseVariant, SearchOptions | None]] = [
+            ("dense only", stored, replace(base, bm25=False, documents=False)),
+            (
+                f"BM25F only (context weight {bm25.CONTEXT_WEIGHT:g})",
+                stored,
+                replace(base, dense=False, documents=False),
+            ),
+            ("BM25 only, no fields (title and headings counted as body text)", "flat", None),
+            ("naive RRF of BM25F and dense per chunk, k=60", stored, replace(base, rrf_k=60.0, documents=False)),
+            ("chunk RRF + MMR (before)", stored, None),
+            ("by document, k=2, 1/doc, no document vectors", stored, replace(base, documents=False)),
+            (DEFAULT_ROW, stored, base),
+        ]
+        modes += [(f"default, BM25F context weight {w:g}", w, base) for w in CONTEXT_WEIGHTS]
+        modes.append(("default, BM25 without fields", "flat", base))
+        for k, per_document in ((2.0, 2), (10.0, 1), (60.0, 1)):
+            modes.append(
+                (
+                    f"by document + document vectors, k={k:g}, {per_document}/doc",
+                    stored,
+                    replace(base, rrf_k=k, chunks_per_document=per_document),
                 )
+            )
         retriever = Retriever(store, embedder, base)
         halves = {"tune": questions[0::2], "held out": questions[1::2]}
         print(
@@ -136,24 +184,32 @@ async def evaluate(set_path: Path, store_path: Path | None, per_question: bool, 
         print("| retrieval | tune recall@5 | tune MRR@10 | held-out recall@5 | held-out MRR@10 |")
         print("| --- | --- | --- | --- | --- |")
         misses: list[str] = []
-        for mode, options in modes.items():
+        current: SparseVariant = stored
+        for mode, variant, options in modes:
+            if variant != current:
+                await use_sparse_variant(store, variant)
+                current = variant
             row = [mode]
             for half in halves.values():
                 ranked = []
                 for question in half:
-                    if options is None:
+                    if options is None and variant == "flat":  # BM25 alone over the flat index
+                        only_bm25 = replace(base, dense=False, documents=False)
+                        hits = await retriever.search([question.text], 10, None, only_bm25)
+                        ranked.append([hit.source for hit in hits])
+                    elif options is None:
                         ranked.append(await old_ranking(store, embedder, question.text, 10))
                     else:
                         ranked.append(
                             [hit.source for hit in await retriever.search([question.text], 10, None, options)]
                         )
-                        if per_question and options == base:
+                        if per_question and mode == DEFAULT_ROW:
                             top = [Path(s).name for s in ranked[-1][:5]]
                             if not question.pages & set(top):
                                 misses.append(f"  {question.text!r}: wanted {sorted(question.pages)}, got {top}")
                 recall, mrr = scores(ranked, half)
                 row += [f"{recall:.3f}", f"{mrr:.3f}"]
-            print("| " + " | ".join(row) + " |")
+            print("| " + " | ".join(row) + " |", flush=True)
         if misses:
             print("\nmissed in the top 5 with the defaults:\n" + "\n".join(misses))
     finally:
