@@ -8,7 +8,8 @@ postgresql-doc-15: DocBook XSL), the pages of it to index, and questions written
 would ask them, each labelled with the page(s) that answer it. The pages are ingested with the
 bundled all-MiniLM-L6-v2 into a persisted store (``--store``, default
 ``.data/bench/store_<set>_<precision>``; later runs find them unchanged; ``mcp-rag-tool ingest``
-into the same folder does the same), then every question is asked through the tool's own
+into the same folder does the same; ``--as-is`` searches a store without bringing it up to date),
+then every question is asked through the tool's own
 retrieval in several configurations.
 ``--precision`` picks the model's arithmetic (``RAG_EMBED_PRECISION``) for both the ingest and the
 questions, so that float32 and bfloat16 can be compared on the same pages.
@@ -25,8 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -131,7 +132,9 @@ def scores(ranked: Sequence[list[str]], questions: Sequence[Question]) -> tuple[
     return hits / len(questions), reciprocal / len(questions)
 
 
-async def evaluate(set_path: Path, store_path: Path | None, per_question: bool, precision: Precision) -> None:
+async def evaluate(
+    set_path: Path, store_path: Path | None, per_question: bool, precision: Precision, as_is: bool = False
+) -> None:
     data, questions = load_set(set_path)
     name = set_path.stem
     settings = RagSettings.model_construct()
@@ -139,11 +142,16 @@ async def evaluate(set_path: Path, store_path: Path | None, per_question: bool, 
     store_path = store_path or ROOT / ".data" / "bench" / f"store_{name}_{model.precision}"
     settings.qdrant_path = str(store_path)
     embedder = CachedEmbedder(model)
-    with tempfile.TemporaryDirectory(prefix="rag-docs-") as scratch:  # incremental: a store up to date stays
+    if not as_is:
+        # One folder of links per set, always the same: a document's origin is the folder it was found in,
+        # so a store up to date is found unchanged by the next run (a new temporary folder re-ingested it all).
+        pages = ROOT / ".data" / "bench" / f"pages_{name}"
+        shutil.rmtree(pages, ignore_errors=True)
+        pages.mkdir(parents=True)
         for file in page_files(data):
-            (Path(scratch) / file.name).symlink_to(file)
+            (pages / file.name).symlink_to(file)
         started = time.perf_counter()
-        report = await run_ingest(settings, [Path(scratch)], embedder=model)
+        report = await run_ingest(settings, [pages], embedder=model)
         if report.chunks:
             print(f"ingested {report.chunks} chunks in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     store = await VectorStore.open(settings)
@@ -222,10 +230,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--store", type=Path, help="the persisted store of its pages (ingested, or brought up to date)")
     parser.add_argument("--per-question", action="store_true", help="list the questions the defaults miss")
     parser.add_argument("--precision", default="auto", choices=("auto", "float32", "bfloat16"), help="see above")
+    parser.add_argument("--as-is", action="store_true", help="search the store as it is, without ingesting")
     args = parser.parse_args(argv)
     configure_logging("warning", "console")
     logging.getLogger("mcp_rag_tool").setLevel(logging.WARNING)
-    anyio.run(evaluate, args.set, args.store, args.per_question, args.precision)
+    anyio.run(evaluate, args.set, args.store, args.per_question, args.precision, args.as_is)
 
 
 if __name__ == "__main__":
