@@ -37,8 +37,9 @@ import anyio
 
 from bench.rag_eval import CachedEmbedder
 from mcp_rag_tool import bm25
-from mcp_rag_tool.chunking import Chunk, embedding_context, embedding_text
+from mcp_rag_tool.chunking import Chunk, ChunkLimits, chunk_sections, embedding_context, embedding_text
 from mcp_rag_tool.cli import run_ingest
+from mcp_rag_tool.documents import parse_document
 from mcp_rag_tool.embeddings import MiniLMEmbedder, Precision
 from mcp_rag_tool.fusion import Ranking, reciprocal_rank_fusion
 from mcp_rag_tool.ingest import sparse_vector
@@ -48,6 +49,7 @@ from mcp_rag_tool.retrieval import Retriever, SearchOptions
 from mcp_rag_tool.settings import RagSettings
 from mcp_rag_tool.sparse_index import IndexedChunk, SparseIndex
 from mcp_rag_tool.store import VectorStore
+from mcp_rag_tool.tokens import WordPieceCounter
 from suite_common.logging import configure_logging
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,13 +103,6 @@ async def use_sparse_variant(store: VectorStore, variant: SparseVariant) -> None
     """Rebuild the store's in-process BM25 index from the stored chunks' text, title and heading, with
     other field weights (the dense vectors stay): the weights are tried without embedding again."""
 
-    def vector(chunk: Chunk) -> bm25.SparseVector:
-        if variant == "flat":
-            return bm25.document_vector(embedding_text(chunk))
-        if isinstance(variant, float):
-            return bm25.document_vector(chunk.text, embedding_context(chunk.title, chunk.heading), variant)
-        return sparse_vector(chunk)
-
     def rebuild() -> SparseIndex:
         index = SparseIndex()
         for points in store._pages(store._chunks, ["text", "title", "heading", "source_prefixes", "tags"], []):
@@ -116,11 +111,53 @@ async def use_sparse_variant(store: VectorStore, variant: SparseVariant) -> None
                 payload = point.payload or {}
                 chunk = Chunk(payload["text"], "", payload["title"], payload["heading"], 0)
                 prefixes = tuple(payload.get("source_prefixes") or ())
-                rows.append(IndexedChunk(str(point.id), vector(chunk), prefixes, tuple(payload.get("tags") or ())))
+                rows.append(
+                    IndexedChunk(
+                        str(point.id), _variant_vector(variant, chunk), prefixes, tuple(payload.get("tags") or ())
+                    )
+                )
             index.add(rows)
         return index
 
     store._sparse_index = await store._call(rebuild)  # in the store's turn, as its own scrolls
+
+
+def lexical_only(set_path: Path) -> None:
+    """BM25 alone by field weight, without a model or a store: the pages chunked as the ingest does, an
+    in-process BM25 index per variant, pages ranked by their best chunk (as ``BM25 only`` ranks them)."""
+    data, questions = load_set(set_path)
+    limits = ChunkLimits(256, 32, counter=WordPieceCounter.bundled())
+    chunks: list[Chunk] = []
+    for file in page_files(data):
+        parsed = parse_document(file.name, file.read_bytes(), "html")
+        chunks += chunk_sections(parsed.sections, file.name, parsed.title, limits)
+    halves = {"tune": questions[0::2], "held out": questions[1::2]}
+    print(f"\n{set_path.stem}: {len(chunks)} chunks; BM25 alone, no model\n")
+    print("| BM25 variant | tune recall@5 | tune MRR@10 | held-out recall@5 | held-out MRR@10 |")
+    print("| --- | --- | --- | --- | --- |")
+    variants: list[SparseVariant] = ["flat", *CONTEXT_WEIGHTS, bm25.CONTEXT_WEIGHT]
+    for variant in variants:
+        index = SparseIndex()
+        index.add(IndexedChunk(str(n), _variant_vector(variant, chunk), (), ()) for n, chunk in enumerate(chunks))
+        row = ["no fields" if variant == "flat" else f"BM25F, context weight {variant:g}"]
+        for half in halves.values():
+            ranked = []
+            for question in half:
+                sources = [
+                    chunks[int(chunk_id)].source for chunk_id, _ in index.search(bm25.query_vector(question.text), 50)
+                ]
+                ranked.append(list(dict.fromkeys(sources)))
+            recall, mrr = scores(ranked, half)
+            row += [f"{recall:.3f}", f"{mrr:.3f}"]
+        print("| " + " | ".join(row) + " |", flush=True)
+
+
+def _variant_vector(variant: SparseVariant, chunk: Chunk) -> bm25.SparseVector:
+    if variant == "flat":
+        return bm25.document_vector(embedding_text(chunk))
+    if isinstance(variant, float):
+        return bm25.document_vector(chunk.text, embedding_context(chunk.title, chunk.heading), variant)
+    return sparse_vector(chunk)
 
 
 def scores(ranked: Sequence[list[str]], questions: Sequence[Question]) -> tuple[float, float]:
@@ -231,7 +268,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--per-question", action="store_true", help="list the questions the defaults miss")
     parser.add_argument("--precision", default="auto", choices=("auto", "float32", "bfloat16"), help="see above")
     parser.add_argument("--as-is", action="store_true", help="search the store as it is, without ingesting")
+    parser.add_argument("--lexical", action="store_true", help="BM25 alone by field weight, no model, no store")
     args = parser.parse_args(argv)
+    if args.lexical:
+        lexical_only(args.set)
+        return
     configure_logging("warning", "console")
     logging.getLogger("mcp_rag_tool").setLevel(logging.WARNING)
     anyio.run(evaluate, args.set, args.store, args.per_question, args.precision, args.as_is)
