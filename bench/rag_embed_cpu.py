@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     texts = passages(args.passages)
     model = SentenceTransformer(str(bundled_model_path()), device="cpu")
-    quantised = torch.ao.quantization.quantize_dynamic(
+    quantised = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]
         SentenceTransformer(str(bundled_model_path()), device="cpu"), {torch.nn.Linear}, dtype=torch.qint8
     )
     bf16 = SentenceTransformer(str(bundled_model_path()), device="cpu").to(torch.bfloat16)
