@@ -54,7 +54,7 @@ from suite_common.logging import configure_logging
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ROW = "**by document + document vectors, k=2, 1/doc (default)**"
-CONTEXT_WEIGHTS = (1.0, 2.0, 5.0, 8.0)
+CONTEXT_WEIGHTS = (1.0, 3.0, 5.0, 8.0)
 """BM25F weights of the title and heading path tried besides the default (bm25.CONTEXT_WEIGHT)."""
 SparseVariant = float | str | None
 """The BM25 vectors searched: None the stored ones, a number BM25F with that context weight, "flat" the

@@ -52,7 +52,7 @@ AVERAGE_LENGTH = 100
 """Terms in a typical chunk (a 256-token chunk of English prose has 90-130 after stop words)."""
 PART_WEIGHT = 0.5
 """How much a part of an identifier counts, as a fraction of a whole word."""
-CONTEXT_WEIGHT = 3.0
+CONTEXT_WEIGHT = 2.0
 """How much a term of the title and heading path counts, as a multiple of a body term (chosen on the
 tune halves of bench/rag_docs_eval.py, see docs/rag_retrieval.md)."""
 """How much a part of an identifier counts, as a fraction of a whole word."""
