@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from mcp_rag_tool import bm25
+from mcp_rag_tool.chunking import embedding_context
 from mcp_rag_tool.embeddings import Embedder
 from mcp_rag_tool.fusion import (
     FusedItem,
@@ -263,7 +264,8 @@ def _by_document(
 
 
 def _passage(chunk: SearchHit) -> str:
-    context = chunk.heading or chunk.title
+    """What a cross-encoder reads of a chunk: what was embedded of it (``chunking.embedding_text``)."""
+    context = embedding_context(chunk.title, chunk.heading)
     return f"{context}\n\n{chunk.text}" if context else chunk.text
 
 
