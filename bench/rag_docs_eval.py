@@ -3,13 +3,13 @@
     .venv/bin/python -m bench.rag_docs_eval bench/rag_docs/python_library.json [--store PATH] [--per-question]
         [--precision auto|float32|bfloat16]
 
-Each set (bench/rag_docs/*.json) names installed documentation (Debian's python3-doc: Sphinx;
-postgresql-doc-15: DocBook XSL), the pages of it to index, and questions written as a developer
-would ask them, each labelled with the page(s) that answer it. The pages are ingested with the
-bundled all-MiniLM-L6-v2 into a persisted store (``--store``, default
-``.data/bench/store_<set>_<precision>``; later runs find them unchanged; ``mcp-rag-tool ingest``
-into the same folder does the same), then every question is asked through the tool's own
-retrieval in several configurations.
+Each set (bench/rag_docs/*.json, read by bench.rag_docs_set) names installed documentation
+(Debian's python3-doc: Sphinx; postgresql-doc-15: DocBook XSL; rust-doc: rustdoc), the pages of
+it to index, and questions written as a developer would ask them, each labelled with the
+page(s) that answer it. The pages are ingested with the bundled all-MiniLM-L6-v2 into a
+persisted store (``--store``, default ``.data/bench/store_<set>_<precision>``; later runs find
+them unchanged; ``mcp-rag-tool ingest`` into the same folder does the same), then every
+question is asked through the tool's own retrieval in several configurations.
 ``--precision`` picks the model's arithmetic (``RAG_EMBED_PRECISION``) for both the ingest and the
 questions, so that float32 and bfloat16 can be compared on the same pages.
 
@@ -23,17 +23,17 @@ document vectors" the one before document vectors joined the fusion, over the sa
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
 
+from bench.rag_docs_set import halves, link_pages, load_set, page_files, scores
 from bench.rag_eval import CachedEmbedder
 from mcp_rag_tool import bm25
 from mcp_rag_tool.cli import run_ingest
@@ -47,25 +47,6 @@ from mcp_rag_tool.store import VectorStore
 from suite_common.logging import configure_logging
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@dataclass(frozen=True)
-class Question:
-    text: str
-    pages: frozenset[str]
-
-
-def load_set(path: Path) -> tuple[dict[str, object], list[Question]]:
-    data = json.loads(path.read_text())
-    questions = [Question(item["q"], frozenset(f"{page}.html" for page in item["pages"])) for item in data["questions"]]
-    return data, questions
-
-
-def page_files(data: dict[str, object]) -> list[Path]:
-    root = Path(str(data["root"]))
-    if "pages" in data:
-        return [root / f"{page}.html" for page in data["pages"]]  # type: ignore[attr-defined]
-    return sorted(root.glob(str(data["glob"])))
 
 
 async def old_ranking(store: VectorStore, embedder: CachedEmbedder, query: str, top_k: int) -> list[str]:
@@ -87,15 +68,6 @@ async def old_ranking(store: VectorStore, embedder: CachedEmbedder, query: str, 
     return [chunks[fused[index].id].source for index in picked]
 
 
-def scores(ranked: Sequence[list[str]], questions: Sequence[Question]) -> tuple[float, float]:
-    hits, reciprocal = 0, 0.0
-    for sources, question in zip(ranked, questions, strict=True):
-        ranks = [rank for rank, source in enumerate(sources[:10], start=1) if Path(source).name in question.pages]
-        hits += bool(ranks and ranks[0] <= 5)
-        reciprocal += 1.0 / ranks[0] if ranks else 0.0
-    return hits / len(questions), reciprocal / len(questions)
-
-
 async def evaluate(set_path: Path, store_path: Path | None, per_question: bool, precision: Precision) -> None:
     data, questions = load_set(set_path)
     name = set_path.stem
@@ -105,8 +77,7 @@ async def evaluate(set_path: Path, store_path: Path | None, per_question: bool, 
     settings.qdrant_path = str(store_path)
     embedder = CachedEmbedder(model)
     with tempfile.TemporaryDirectory(prefix="rag-docs-") as scratch:  # incremental: a store up to date stays
-        for file in page_files(data):
-            (Path(scratch) / file.name).symlink_to(file)
+        link_pages(data, Path(scratch))
         started = time.perf_counter()
         report = await run_ingest(settings, [Path(scratch)], embedder=model)
         if report.chunks:
@@ -128,7 +99,6 @@ async def evaluate(set_path: Path, store_path: Path | None, per_question: bool, 
                     base, rrf_k=k, chunks_per_document=per_document
                 )
         retriever = Retriever(store, embedder, base)
-        halves = {"tune": questions[0::2], "held out": questions[1::2]}
         print(
             f"\n{name}: {data['generator']}; {len(page_files(data))} pages, {chunk_count} chunks; "
             f"{len(questions)} questions; embedded in {model.precision}\n"
@@ -138,7 +108,7 @@ async def evaluate(set_path: Path, store_path: Path | None, per_question: bool, 
         misses: list[str] = []
         for mode, options in modes.items():
             row = [mode]
-            for half in halves.values():
+            for half in halves(questions).values():
                 ranked = []
                 for question in half:
                     if options is None:
@@ -148,7 +118,7 @@ async def evaluate(set_path: Path, store_path: Path | None, per_question: bool, 
                             [hit.source for hit in await retriever.search([question.text], 10, None, options)]
                         )
                         if per_question and options == base:
-                            top = [Path(s).name for s in ranked[-1][:5]]
+                            top = ranked[-1][:5]
                             if not question.pages & set(top):
                                 misses.append(f"  {question.text!r}: wanted {sorted(question.pages)}, got {top}")
                 recall, mrr = scores(ranked, half)
