@@ -17,8 +17,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 __all__ = ["Question", "halves", "link_pages", "load_set", "page_files", "scores"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -52,9 +55,9 @@ def link_pages(data: dict[str, object], folder: Path) -> None:
         link.symlink_to(root / relative)
 
 
-def halves(questions: Sequence[Question]) -> dict[str, list[Question]]:
-    """Even positions tune, odd positions are held out."""
-    return {"tune": list(questions[0::2]), "held out": list(questions[1::2])}
+def halves(items: Sequence[_T]) -> dict[str, list[_T]]:
+    """Even positions tune, odd positions are held out (questions, or their positions)."""
+    return {"tune": list(items[0::2]), "held out": list(items[1::2])}
 
 
 def scores(ranked: Sequence[Sequence[str]], questions: Sequence[Question]) -> tuple[float, float]:
