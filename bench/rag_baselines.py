@@ -1,6 +1,7 @@
 """Naive baselines of page-level retrieval on a documentation set: what issue 31 asks the project to beat.
 
     .venv/bin/python -m bench.rag_baselines bench/rag_docs/rust_std.json [--precision auto|float32|bfloat16]
+    .venv/bin/python -m bench.rag_baselines bench/rag_docs/rust_std.json --chunk-sizes
 
 Over the same pages, questions, halves and metrics as ``bench.rag_docs_eval`` (``bench.rag_docs_set``),
 but none of the project's retrieval: each page's extracted text (``html_text.extract_html``, the
@@ -15,7 +16,10 @@ fields or document vectors, and ranked by
 - **RRF (k=60)**: reciprocal rank fusion of the two chunk rankings, each cut at 100 chunks.
 
 A page ranks where its best chunk does (later chunks of a page already shown are skipped), so a
-ranking is of pages, as the project's results are. The chunk vectors are cached in
+ranking is of pages, as the project's results are. ``--chunk-sizes`` prints instead how the
+project's own ingest (``parse_document`` and ``chunk_sections`` with the default settings, no
+model needed) cuts the same pages: how many chunks, the share under 20 words, the median. The
+chunk vectors are cached in
 ``.data/bench/baselines_<set>_<precision>.npz``, keyed by a hash of the chunk texts (a changed
 extractor or page set embeds again).
 """
@@ -39,9 +43,13 @@ import numpy as np
 
 from bench.rag_docs_set import halves, load_set, page_files, scores
 from mcp_rag_tool import bm25
+from mcp_rag_tool.chunking import ChunkLimits, chunk_sections
+from mcp_rag_tool.documents import parse_document
 from mcp_rag_tool.embeddings import MiniLMEmbedder, Precision
 from mcp_rag_tool.fusion import Ranking, reciprocal_rank_fusion
 from mcp_rag_tool.html_text import extract_html
+from mcp_rag_tool.settings import RagSettings
+from mcp_rag_tool.tokens import WordPieceCounter
 from suite_common.logging import configure_logging
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,6 +137,30 @@ def load_chunks(data: dict[str, object]) -> list[PlainChunk]:
     return chunks
 
 
+def project_chunk_words(data: dict[str, object]) -> list[int]:
+    """The words of each chunk the project's ingest makes of the set's pages (its text, without the heading path)."""
+    settings = RagSettings.model_construct()
+    limits = ChunkLimits(settings.chunk_max_tokens, settings.chunk_overlap_tokens, counter=WordPieceCounter.bundled())
+    root = Path(str(data["root"]))
+    words: list[int] = []
+    for relative in page_files(data):
+        parsed = parse_document(relative.as_posix(), (root / relative).read_bytes(), "html")
+        words += [
+            len(chunk.text.split())
+            for chunk in chunk_sections(parsed.sections, relative.as_posix(), parsed.title, limits)
+        ]
+    return words
+
+
+def print_chunk_sizes(set_path: Path) -> None:
+    words = sorted(project_chunk_words(load_set(set_path)[0]))
+    short = sum(count < 20 for count in words)
+    print(
+        f"{set_path.stem}: the project's ingest makes {len(words):,} chunks; {short:,} ({short / len(words):.0%}) "
+        f"under 20 words; median {words[len(words) // 2]} words"
+    )
+
+
 def chunks_digest(chunks: Sequence[PlainChunk]) -> str:
     return hashlib.sha256("\x00".join(f"{c.page}\x01{c.text}" for c in chunks).encode()).hexdigest()
 
@@ -197,10 +229,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("set", type=Path, help="a question set, e.g. bench/rag_docs/rust_std.json")
     parser.add_argument("--precision", default="auto", choices=("auto", "float32", "bfloat16"), help="MiniLM's")
+    parser.add_argument("--chunk-sizes", action="store_true", help="only the sizes of the project's chunks (see above)")
     args = parser.parse_args(argv)
     configure_logging("warning", "console")
     logging.getLogger("mcp_rag_tool").setLevel(logging.WARNING)
-    anyio.run(evaluate, args.set, args.precision)
+    if args.chunk_sizes:
+        print_chunk_sizes(args.set)
+    else:
+        anyio.run(evaluate, args.set, args.precision)
 
 
 if __name__ == "__main__":
