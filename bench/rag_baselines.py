@@ -1,6 +1,7 @@
 """Naive baselines of page-level retrieval on a documentation set: what issue 31 asks the project to beat.
 
-    .venv/bin/python -m bench.rag_baselines bench/rag_docs/rust_std.json [--precision auto|float32|bfloat16]
+    .venv/bin/python -m bench.rag_baselines bench/rag_docs/rust_std.json [--per-question]
+        [--precision auto|float32|bfloat16]
     .venv/bin/python -m bench.rag_baselines bench/rag_docs/rust_std.json --chunk-sizes
 
 Over the same pages, questions, halves and metrics as ``bench.rag_docs_eval`` (``bench.rag_docs_set``),
@@ -19,9 +20,8 @@ A page ranks where its best chunk does (later chunks of a page already shown are
 ranking is of pages, as the project's results are. ``--chunk-sizes`` prints instead how the
 project's own ingest (``parse_document`` and ``chunk_sections`` with the default settings, no
 model needed) cuts the same pages: how many chunks, the share under 20 words, the median. The
-chunk vectors are cached in
-``.data/bench/baselines_<set>_<precision>.npz``, keyed by a hash of the chunk texts (a changed
-extractor or page set embeds again).
+chunk vectors are cached in ``.data/bench/baselines_<set>_<precision>.npz``, keyed by a hash of
+the chunk texts (a changed extractor or page set embeds again).
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ async def chunk_vectors(model: MiniLMEmbedder, chunks: Sequence[PlainChunk], cac
     return vectors
 
 
-async def evaluate(set_path: Path, precision: Precision) -> None:
+async def evaluate(set_path: Path, precision: Precision, per_question: bool) -> None:
     data, questions = load_set(set_path)
     chunks = load_chunks(data)
     model = await MiniLMEmbedder.load(precision=precision)
@@ -223,12 +223,18 @@ async def evaluate(set_path: Path, precision: Precision) -> None:
             recall, mrr = scores([rankings[mode][index] for index in half], [questions[index] for index in half])
             row += [f"{recall:.3f}", f"{mrr:.3f}"]
         print("| " + " | ".join(row) + " |")
+    if per_question:
+        print(f"\nmissed in the top 5 by {modes[-1]}:")
+        for question, pages in zip(questions, rankings[modes[-1]], strict=True):
+            if not question.pages & set(pages[:5]):
+                print(f"  {question.text!r}: wanted {sorted(question.pages)}, got {pages[:5]}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("set", type=Path, help="a question set, e.g. bench/rag_docs/rust_std.json")
     parser.add_argument("--precision", default="auto", choices=("auto", "float32", "bfloat16"), help="MiniLM's")
+    parser.add_argument("--per-question", action="store_true", help="list the questions the naive RRF misses")
     parser.add_argument("--chunk-sizes", action="store_true", help="only the sizes of the project's chunks (see above)")
     args = parser.parse_args(argv)
     configure_logging("warning", "console")
@@ -236,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.chunk_sizes:
         print_chunk_sizes(args.set)
     else:
-        anyio.run(evaluate, args.set, args.precision)
+        anyio.run(evaluate, args.set, args.precision, args.per_question)
 
 
 if __name__ == "__main__":
