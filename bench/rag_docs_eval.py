@@ -3,14 +3,14 @@
     .venv/bin/python -m bench.rag_docs_eval bench/rag_docs/python_library.json [--store PATH] [--per-question]
         [--precision auto|float32|bfloat16]
 
-Each set (bench/rag_docs/*.json) names installed documentation (Debian's python3-doc: Sphinx;
-postgresql-doc-15: DocBook XSL), the pages of it to index, and questions written as a developer
-would ask them, each labelled with the page(s) that answer it. The pages are ingested with the
-bundled all-MiniLM-L6-v2 into a persisted store (``--store``, default
-``.data/bench/store_<set>_<precision>``; later runs find them unchanged; ``mcp-rag-tool ingest``
-into the same folder does the same; ``--as-is`` searches a store without bringing it up to date),
-then every question is asked through the tool's own
-retrieval in several configurations.
+Each set (bench/rag_docs/*.json, read by bench.rag_docs_set) names installed documentation
+(Debian's python3-doc: Sphinx; postgresql-doc-15: DocBook XSL; rust-doc: rustdoc), the pages of
+it to index, and questions written as a developer would ask them, each labelled with the
+page(s) that answer it. The pages are ingested with the bundled all-MiniLM-L6-v2 into a
+persisted store (``--store``, default ``.data/bench/store_<set>_<precision>``; later runs find
+them unchanged; ``mcp-rag-tool ingest`` into the same folder does the same; ``--as-is`` searches a store
+without bringing it up to date), then every
+question is asked through the tool's own retrieval in several configurations.
 ``--precision`` picks the model's arithmetic (``RAG_EMBED_PRECISION``) for both the ingest and the
 questions, so that float32 and bfloat16 can be compared on the same pages.
 
@@ -24,17 +24,17 @@ document vectors" the one before document vectors joined the fusion, over the sa
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import shutil
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
 
+from bench.rag_docs_set import halves, link_pages, load_set, page_files, scores
 from bench.rag_eval import CachedEmbedder
 from mcp_rag_tool import bm25
 from mcp_rag_tool.chunking import Chunk, ChunkLimits, chunk_sections, embedding_context, embedding_text
@@ -59,25 +59,6 @@ CONTEXT_WEIGHTS = (1.0, 3.0, 5.0, 8.0)
 SparseVariant = float | str | None
 """The BM25 vectors searched: None the stored ones, a number BM25F with that context weight, "flat" the
 title and headings counted as body text (the vectors before fields)."""
-
-
-@dataclass(frozen=True)
-class Question:
-    text: str
-    pages: frozenset[str]
-
-
-def load_set(path: Path) -> tuple[dict[str, object], list[Question]]:
-    data = json.loads(path.read_text())
-    questions = [Question(item["q"], frozenset(f"{page}.html" for page in item["pages"])) for item in data["questions"]]
-    return data, questions
-
-
-def page_files(data: dict[str, object]) -> list[Path]:
-    root = Path(str(data["root"]))
-    if "pages" in data:
-        return [root / f"{page}.html" for page in data["pages"]]  # type: ignore[attr-defined]
-    return sorted(root.glob(str(data["glob"])))
 
 
 async def old_ranking(store: VectorStore, embedder: CachedEmbedder, query: str, top_k: int) -> list[str]:
@@ -128,10 +109,10 @@ def lexical_only(set_path: Path) -> None:
     data, questions = load_set(set_path)
     limits = ChunkLimits(256, 32, counter=WordPieceCounter.bundled())
     chunks: list[Chunk] = []
-    for file in page_files(data):
-        parsed = parse_document(file.name, file.read_bytes(), "html")
-        chunks += chunk_sections(parsed.sections, file.name, parsed.title, limits)
-    halves = {"tune": questions[0::2], "held out": questions[1::2]}
+    root = Path(str(data["root"]))
+    for relative in page_files(data):
+        parsed = parse_document(relative.name, (root / relative).read_bytes(), "html")
+        chunks += chunk_sections(parsed.sections, str(relative), parsed.title, limits)
     print(f"\n{set_path.stem}: {len(chunks)} chunks; BM25 alone, no model\n")
     print("| BM25 variant | tune recall@5 | tune MRR@10 | held-out recall@5 | held-out MRR@10 |")
     print("| --- | --- | --- | --- | --- |")
@@ -140,7 +121,7 @@ def lexical_only(set_path: Path) -> None:
         index = SparseIndex()
         index.add(IndexedChunk(str(n), _variant_vector(variant, chunk), (), ()) for n, chunk in enumerate(chunks))
         row = ["no fields" if variant == "flat" else f"BM25F, context weight {variant:g}"]
-        for half in halves.values():
+        for half in halves(questions).values():
             ranked = []
             for question in half:
                 sources = [
@@ -160,15 +141,6 @@ def _variant_vector(variant: SparseVariant, chunk: Chunk) -> bm25.SparseVector:
     return sparse_vector(chunk)
 
 
-def scores(ranked: Sequence[list[str]], questions: Sequence[Question]) -> tuple[float, float]:
-    hits, reciprocal = 0, 0.0
-    for sources, question in zip(ranked, questions, strict=True):
-        ranks = [rank for rank, source in enumerate(sources[:10], start=1) if Path(source).name in question.pages]
-        hits += bool(ranks and ranks[0] <= 5)
-        reciprocal += 1.0 / ranks[0] if ranks else 0.0
-    return hits / len(questions), reciprocal / len(questions)
-
-
 async def evaluate(
     set_path: Path, store_path: Path | None, per_question: bool, precision: Precision, as_is: bool = False
 ) -> None:
@@ -185,8 +157,7 @@ async def evaluate(
         pages = ROOT / ".data" / "bench" / f"pages_{name}"
         shutil.rmtree(pages, ignore_errors=True)
         pages.mkdir(parents=True)
-        for file in page_files(data):
-            (pages / file.name).symlink_to(file)
+        link_pages(data, pages)
         started = time.perf_counter()
         report = await run_ingest(settings, [pages], embedder=model)
         if report.chunks:
@@ -221,7 +192,6 @@ async def evaluate(
                 )
             )
         retriever = Retriever(store, embedder, base)
-        halves = {"tune": questions[0::2], "held out": questions[1::2]}
         print(
             f"\n{name}: {data['generator']}; {len(page_files(data))} pages, {chunk_count} chunks; "
             f"{len(questions)} questions; embedded in {model.precision}\n"
@@ -235,7 +205,7 @@ async def evaluate(
                 await use_sparse_variant(store, variant)
                 current = variant
             row = [mode]
-            for half in halves.values():
+            for half in halves(questions).values():
                 ranked = []
                 for question in half:
                     if options is None and variant == "flat":  # BM25 alone over the flat index
@@ -249,7 +219,7 @@ async def evaluate(
                             [hit.source for hit in await retriever.search([question.text], 10, None, options)]
                         )
                         if per_question and mode == DEFAULT_ROW:
-                            top = [Path(s).name for s in ranked[-1][:5]]
+                            top = ranked[-1][:5]
                             if not question.pages & set(top):
                                 misses.append(f"  {question.text!r}: wanted {sorted(question.pages)}, got {top}")
                 recall, mrr = scores(ranked, half)

@@ -1,5 +1,6 @@
-"""HTML extraction on real pages of two documentation generators: Sphinx (the Python 3.11 library
-reference, PSF licence) and DocBook XSL (PostgreSQL 15, PostgreSQL licence), as Debian ships them."""
+"""HTML extraction on real pages of three documentation generators: Sphinx (the Python 3.11 library
+reference, PSF licence), DocBook XSL (PostgreSQL 15, PostgreSQL licence) and rustdoc 1.63 (the Rust
+standard library's `std::env::args` and `std::process::Child`, MIT or Apache-2.0), as Debian ships them."""
 
 from __future__ import annotations
 
@@ -67,6 +68,33 @@ def test_tables_of_contents_are_marked_as_link_lists(name: str) -> None:
     parsed = parse_document(name, _page(name).encode(), "html")
 
     assert parsed.link_list
+
+
+@pytest.mark.parametrize("name", ["rustdoc/fn.args.html", "rustdoc/struct.Child.html"])
+def test_rustdoc_buttons_and_popups_are_dropped(name: str) -> None:
+    page = extract_html(_page(name))
+
+    for chrome in ("Expand description", "Notable traits", "ⓘ", "Copy item path", "collapse all docs", "§"):
+        assert chrome not in page.markdown, chrome
+    lines = page.markdown.splitlines()
+    assert not [line for line in lines if line in ("source", "Run") or line.endswith("· source")]
+    assert not page.is_link_list
+
+
+def test_rustdoc_signatures_stay_clean_so_the_heading_path_names_the_method() -> None:
+    args = extract_html(_page("rustdoc/fn.args.html")).markdown
+    _, sections = markdown_sections(extract_html(_page("rustdoc/struct.Child.html")).markdown)
+
+    assert "```\npub fn args() -> Args\n```" in args  # the popup of Args' notable traits sat inside it
+    assert "Returns the arguments that this program was started with" in args
+    kill = next(s for s in sections if s.headings and s.headings[-1].startswith("pub fn kill"))
+    assert kill.headings == (
+        "Struct std::process::Child",
+        "Implementations",
+        "impl Child",
+        "pub fn kill(&mut self) -> Result<()>",
+    )
+    assert "Forces the child process to exit" in "\n".join(block.text for block in kill.blocks)
 
 
 def test_only_the_marked_main_content_is_kept_when_a_page_has_one() -> None:

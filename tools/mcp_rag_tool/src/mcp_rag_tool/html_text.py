@@ -5,7 +5,8 @@ become paragraphs, ``<pre>`` becomes a code fence, list items become lines and a
 becomes one line whatever its cells hold (Sphinx wraps cell text in ``<p>``). What a reader
 does not see as the page's content is dropped: scripts, styles, templates, ``<head>`` (except
 its ``<title>``), forms, navigation, headers and footers of the site, sidebars and permalink
-anchors (Sphinx's ``¶``, rustdoc's ``§``). When the page marks its own content (``<main>``,
+anchors (Sphinx's ``¶``, rustdoc's ``§``), and rustdoc's buttons and popups (``source``, ``Run``,
+``ⓘ``, "Notable traits for ...", "Expand description"). When the page marks its own content (``<main>``,
 ``role="main"``, rustdoc's ``#main-content``, MkDocs' ``md-content``), only that is kept.
 An API entry (``<dt id="heapq.nlargest">``: Sphinx, and any generator that gives its terms
 ids) becomes a sub-heading, so every chunk of its description says which entry it documents.
@@ -47,6 +48,9 @@ _SKIPPED_CLASSES = frozenset(
         "headerlink", "anchor", "navheader", "navfooter", "footer", "related", "sphinxsidebar", "bodyfooter",
         "md-footer", "md-header", "md-sidebar", "md-source-file", "rustdoc-breadcrumbs", "out-of-band",
         "copyright", "skip-link",
+        # rustdoc: source links and "since" versions, the "Run" button of examples, the ⓘ of examples
+        # that panic or are not run, the "Notable traits" popup inside signatures, "Expand description".
+        "rightside", "srclink", "test-arrow", "tooltip", "notable-traits", "hideme",
     }
 )  # fmt: skip
 # Where a page marks its own content; the first of these in the page is what gets indexed.
