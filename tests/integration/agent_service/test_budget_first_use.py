@@ -137,30 +137,35 @@ async def test_a_usage_an_add_failed_to_send_goes_with_the_slots_release_when_no
 KEY = "hooli-" + uuid.uuid4().hex
 
 
-def _callers(tmp_path: Path) -> Path:
+@asynccontextmanager
+async def agent(
+    upstreams: Upstreams, tmp_path: Path, redis_prefix: str, database_url: str
+) -> AsyncIterator[httpx.AsyncClient]:
+    """agent-service on PostgreSQL and Redis, tenant ``hooli`` with monthly budgets; a client of it."""
     callers = tmp_path / "callers.toml"
     callers.write_text(
         "[tenants.hooli]\nmonthly_tokens = 100000\nuser_monthly_tokens = 50000\n\n"
         + key_entry("hooli-app", "hooli", KEY, trusted=True)
     )
-    return callers
+    async with (
+        running_agent(
+            upstreams.completion_url,
+            upstreams.gateway,
+            database_url=database_url,
+            callers_file=callers,
+            redis_url=REDIS_URL,
+            redis_key_prefix=redis_prefix,
+        ) as url,
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+    ):
+        yield http
 
 
 @pytest.mark.parametrize("attempt", range(2))
 async def test_a_plain_completion_first_of_the_month_is_counted_once(
     upstreams: Upstreams, tmp_path: Path, redis_prefix: str, own_postgres_url: str, attempt: int
 ) -> None:
-    async with (
-        running_agent(
-            upstreams.completion_url,
-            upstreams.gateway,
-            database_url=own_postgres_url,
-            callers_file=_callers(tmp_path),
-            redis_url=REDIS_URL,
-            redis_key_prefix=redis_prefix,
-        ) as url,
-        httpx.AsyncClient(base_url=url, timeout=30) as http,
-    ):
+    async with agent(upstreams, tmp_path, redis_prefix, own_postgres_url) as http:
         upstreams.llm.push(fake_openai.text("done"))
         chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}]}
         answer = await http.post(
@@ -175,17 +180,7 @@ async def test_a_plain_completion_first_of_the_month_is_counted_once(
 async def test_a_runs_calls_first_of_the_month_are_counted_once(
     upstreams: Upstreams, tmp_path: Path, redis_prefix: str, own_postgres_url: str
 ) -> None:
-    async with (
-        running_agent(
-            upstreams.completion_url,
-            upstreams.gateway,
-            database_url=own_postgres_url,
-            callers_file=_callers(tmp_path),
-            redis_url=REDIS_URL,
-            redis_key_prefix=redis_prefix,
-        ) as url,
-        httpx.AsyncClient(base_url=url, timeout=30) as http,
-    ):
+    async with agent(upstreams, tmp_path, redis_prefix, own_postgres_url) as http:
         upstreams.llm.push(fake_openai.tool_calls(("c1", "echo", {"text": "x"})), fake_openai.text("done"))
         body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], "tools": ["echo"]}
         answer = await http.post("/api/v1/agent/run", json=body, headers={**as_caller(KEY), "X-User-Id": "u1"})
