@@ -17,11 +17,11 @@ Round trips: ``admit`` checks the counters and takes the run's slot in one scrip
 (``SpendLedger.admit``); without slots there it reads Redis only when this replica has not seen the counters within
 ``FRESH_SECONDS``. Adding a call's usage (one script per LLM call) answers the counters' new values, and the check
 before the run's next call reads those (the run's first check reads what ``admit`` read). The add is sent off the
-answer's path (``admission.pending``): the run's next check waits for it, a new run of the tenant admitted on this
-replica too, and a run that ends before its last add was sent hands that usage to its slot's release (``release``:
-one script). A run sees the other runs' spend as of its own last call: fresh to within one call, which the
-overshoot below allows for anyway; on another replica, a run's last call is seen at most one round trip after its
-answer (docs/callers.md, "Round trips").
+answer's path (``admission.pending``; inline at a counter's first use, below): the run's next check waits for it, a
+new run of the tenant admitted on this replica too, and a run that ends before its last add was sent hands that
+usage to its slot's release (``release``: one script). A run sees the other runs' spend as of its own last call:
+fresh to within one call, which the overshoot below allows for anyway; on another replica, a run's last call is seen
+at most one round trip after its answer (docs/callers.md, "Round trips").
 
 The counters live in a ``SpendLedger``, one per tenant-month and one per tenant-user-month, tokens as integers and
 cost as integer micro-dollars: in Redis (``<prefix>spend:<YYYY-MM>:<tenant>[:user:<user>]`` hashes, expiring a day
