@@ -11,8 +11,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from agent_service.admission.budgets import Budgets
+from agent_service.admission.run_slots import LocalRunSlots, RunSlots, SlotClaim
 from agent_service.admission.spend_ledgers import (
     LedgerUnavailable,
+    Limits,
     LocalSpendLedger,
     RedisSpendLedger,
     SpendKey,
@@ -310,3 +312,23 @@ async def test_a_tenant_with_per_user_budgets_has_at_most_max_users_end_users_a_
     await spend.admit("acme", None)  # no user: nothing to bound
     clock.now = datetime(2026, 12, 1, 0, 0, 1, tzinfo=UTC)
     assert await spend.admit("acme", "u4") is not None, "a new month counts its users anew"
+
+
+class DisagreeingLedger(LocalSpendLedger):
+    """Counters read with their slots in one round trip, whose script takes no slot with no budget used up."""
+
+    def admits_with(self, slots: RunSlots) -> bool:
+        return True
+
+    async def admit(
+        self, keys: Sequence[SpendKey], limits: Sequence[Limits], claim: SlotClaim, *, unseeded_as_zero: bool
+    ) -> tuple[bool, list[Spent | None]]:
+        return False, [Spent(1) for _ in keys]
+
+
+async def test_a_slot_not_taken_with_no_budget_used_up_refuses_the_run_with_503_never_admits_it_slotless() -> None:
+    spend = Budgets(DisagreeingLedger(), rules={"acme": TenantRules(monthly_tokens=100)}, clock=Clock(NOW))
+    slots = LocalRunSlots(15)
+    with pytest.raises(ApiError) as refused:
+        await spend.admit("acme", None, slot=SlotClaim(slots, "acme", "run-1", 4))
+    assert (refused.value.status, refused.value.code) == (503, "limits_unavailable")

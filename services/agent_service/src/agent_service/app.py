@@ -110,16 +110,24 @@ def _callers(settings: AgentSettings) -> Callers | None:
 
 
 _UNCAPPED_POOL_SIZE = 16
-"""The run store's pool for writes when no tenant's runs are capped: the default cap's."""
+"""The run store's pool for writes at least, when a tenant's runs are not capped: the default cap's."""
+_MOST_POOL_SIZE = 64
+"""The run store's pool for writes at most unless ``AGENT_DATABASE_POOL_SIZE`` says otherwise: a tenant's large cap
+must not keep that many connections open on every replica."""
 
 
 def store_pool_size(settings: AgentSettings, callers: Callers | None) -> int:
     """The run store's connections for runs' writes (``AGENT_DATABASE_POOL_SIZE``; 0: as many as one tenant may have
-    runs in progress at once, so that a tenant at its cap never waits for one nor opens one per burst)."""
+    runs in progress at once, so that a tenant at its cap never waits for one nor opens one per burst; at least
+    ``_UNCAPPED_POOL_SIZE`` when some tenant is uncapped, at most ``_MOST_POOL_SIZE``)."""
     if settings.database_pool_size:
         return settings.database_pool_size
-    cap = max(settings.max_concurrent_runs_per_tenant, callers.largest_run_cap() if callers is not None else 0)
-    return cap or _UNCAPPED_POOL_SIZE
+    default = settings.max_concurrent_runs_per_tenant
+    # Each tenant's own cap, else the default (so are the tenants the file does not list: ``unlisted``); 0: none.
+    tenants = (*callers.rules.values(), callers.unlisted) if callers is not None else (NO_RULES,)
+    caps = [default if rules.max_concurrent_runs is None else rules.max_concurrent_runs for rules in tenants]
+    least = _UNCAPPED_POOL_SIZE if 0 in caps else 1
+    return min(max(*caps, least), _MOST_POOL_SIZE)
 
 
 def create_app(

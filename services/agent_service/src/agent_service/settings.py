@@ -101,8 +101,10 @@ class AgentSettings(ServiceSettings):
     database_pool_size: int = Field(default=0, ge=0, le=1000)
     """PostgreSQL connections a replica keeps for its runs' writes (each step, each new run), opened as needed and then
     kept. 0: as many as one tenant may have runs in progress at once (the largest of
-    ``AGENT_MAX_CONCURRENT_RUNS_PER_TENANT`` and the callers file's ``max_concurrent_runs``; 16 if none is capped),
-    so that a tenant at its cap never waits for a connection nor opens one per burst. Writes beyond it wait for a
+    ``AGENT_MAX_CONCURRENT_RUNS_PER_TENANT`` and the callers file's ``max_concurrent_runs``), so that a tenant at its
+    cap never waits for a connection nor opens one per burst; at least 16 when a tenant's runs are not capped (a cap
+    of 0, or none of its own with the default 0: the uncapped tenants share the pool), at most 64 (set it to go
+    beyond: a cap of 500 would otherwise keep 500 connections per replica). Writes beyond it wait for a
     free connection (a write takes about a millisecond). The store's other work (reads, leases) has a pool of its own
     of up to 20. Mind PostgreSQL's ``max_connections`` over all replicas."""
     database_migrate: bool = True

@@ -135,11 +135,6 @@ class Callers:
         """Whether some tenant has a cap of its own on runs in progress (then slots are counted)."""
         return any(rules.max_concurrent_runs for rules in self.rules.values())
 
-    def largest_run_cap(self) -> int:
-        """The largest cap a tenant has of its own on runs in progress (0: none has one)."""
-        caps = [rules.max_concurrent_runs or 0 for rules in (*self.rules.values(), self.unlisted)]
-        return max(caps)
-
     def identify(self, presented: str) -> CallerKey | None:
         """The key ``presented`` is, or None; compares with every key, in constant time each."""
         digest = hash_key(presented)

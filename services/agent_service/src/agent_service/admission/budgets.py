@@ -17,11 +17,11 @@ Round trips: ``admit`` checks the counters and takes the run's slot in one scrip
 (``SpendLedger.admit``); without slots there it reads Redis only when this replica has not seen the counters within
 ``FRESH_SECONDS``. Adding a call's usage (one script per LLM call) answers the counters' new values, and the check
 before the run's next call reads those (the run's first check reads what ``admit`` read). The add is sent off the
-answer's path (``admission.pending``): the run's next check waits for it, a new run of the tenant admitted on this
-replica too, and a run that ends before its last add was sent hands that usage to its slot's release (``release``:
-one script). A run sees the other runs' spend as of its own last call: fresh to within one call, which the
-overshoot below allows for anyway; on another replica, a run's last call is seen at most one round trip after its
-answer (docs/callers.md, "Round trips").
+answer's path (``admission.pending``; inline at a counter's first use, below): the run's next check waits for it, a
+new run of the tenant admitted on this replica too, and a run that ends before its last add was sent hands that
+usage to its slot's release (``release``: one script). A run sees the other runs' spend as of its own last call:
+fresh to within one call, which the overshoot below allows for anyway; on another replica, a run's last call is seen
+at most one round trip after its answer (docs/callers.md, "Round trips").
 
 The counters live in a ``SpendLedger``, one per tenant-month and one per tenant-user-month, tokens as integers and
 cost as integer micro-dollars: in Redis (``<prefix>spend:<YYYY-MM>:<tenant>[:user:<user>]`` hashes, expiring a day
@@ -45,9 +45,11 @@ added with the run's next one.
 
 Budgets are checked before each call, not reserved: runs of one tenant in flight at once each make the call they
 have started, so the month's spend can pass a budget by up to one LLM call per run in progress. A call whose add finds
-no counter seeds it from the store (the month's calls before it: a call's usage is added before its row is written)
-and adds itself; another call's row written meanwhile may then be counted twice, or not at all: by at most one call
-per run in flight, and only at a counter's first use (a new month, a new user, a flushed Redis).
+no counter seeds it from the store (the month's calls before it) and adds itself: so a run whose counter was missing
+when it last read it adds that call inline, before the call's usage row is written, not off the answer's path (else
+the seed could hold the call's own row, and the call be counted twice). Another call's row written meanwhile may be
+counted twice, or not at all: by at most one call per run in flight, and only at a counter's first use (a new month,
+a new user, a flushed Redis).
 
 A call cut off before its usage came (its client gone, its run cancelled or out of time) is counted with an estimate
 (``agent_service.engine.metering``).
@@ -109,6 +111,11 @@ _MAX_RECENT = 10_000
 
 _KEPT_AFTER_MONTH = timedelta(days=1)
 """A counter outlives its month by this much (replicas' clocks need not agree to the second)."""
+
+_NO_COUNTER = Spent()
+"""A key found without a counter (nothing spent, none kept for nothing): by identity, among the counters read. A
+run whose counters include it adds its next call inline (``_RunSpend.spent``): that add seeds the counter from the
+store, which must not hold the call's own row yet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +235,7 @@ class Budgets:
         if key.user is not None and self.max_users and not await self.ledger.join(key, self.max_users, expires_at):
             raise _TooManyUsers(key, self.max_users, now)
         spent = await self._from_store(key, now)
-        return await self.ledger.seed(key, spent, expires_at) if spent else spent
+        return await self.ledger.seed(key, spent, expires_at) if spent else _NO_COUNTER
 
     async def _from_store(self, key: SpendKey, now: datetime) -> Spent:
         if self.source is None:
@@ -312,10 +319,15 @@ class Budgets:
             if (found := _first_used_up(budgets, spent, now)) is not None:
                 return found
             taken, read = await self.ledger.admit(keys, limits, slot, unseeded_as_zero=True)
-        spent = {key: value if value is not None else Spent() for key, value in zip(keys, read, strict=True)}
+        spent = {key: value if value is not None else _NO_COUNTER for key, value in zip(keys, read, strict=True)}
         self._remember(spent)
         known.update(spent)
-        return None if taken else _first_used_up(budgets, spent, now)
+        if taken:
+            return None
+        if (found := _first_used_up(budgets, spent, now)) is None:
+            # Not taken, yet no budget used up (the script and these limits disagree): never a run without a slot.
+            raise LedgerUnavailable("the admission script took no slot and found no budget used up")
+        return found
 
     def guard(self, tenant: str, user: str | None, role: UserRole = "user") -> SpendGuard | None:
         """The guard of a run admitted earlier (taken over after a crash), of ``user`` of ``role``; ``None`` when the
@@ -348,7 +360,8 @@ class Budgets:
         unseeded = [key for key, value in counters.items() if value is None]
         if unseeded:
             # These counters' first usage: seeded from the store (the month's calls before this one, whose row is
-            # written after this), then this call added. A store that cannot say leaves them to the next check.
+            # written after this: a run whose counters were missing adds inline, ``_RunSpend.spent``), then this call
+            # added. A store that cannot say leaves them to the next check.
             try:
                 for key in unseeded:
                     await self.ledger.seed(
@@ -362,11 +375,12 @@ class Budgets:
 
     def release(self, slot: SlotClaim, spending: SpendGuard | None) -> Coroutine[Any, Any, None]:
         """The write that gives ``slot`` back as its run ends, to be started at once (``pending``): with the usage
-        of the run's last calls that no add has sent yet (``spending``'s), in one round trip when the counters and
-        the slots share one Redis; the slot alone otherwise (that usage is then its add's)."""
+        of the run's last calls that no add has sent yet (``spending``'s, with what an earlier add failed to add),
+        in one round trip when the counters and the slots share one Redis; the slot alone otherwise (that usage is
+        then its add's)."""
         if isinstance(spending, _RunSpend) and self.ledger.admits_with(slot.slots):
             unsent = spending.take_unsent()
-            if unsent:
+            if unsent or spending.unrecorded:  # ``send`` adds the unrecorded: nothing is dropped with the slot
                 return spending.send(unsent, releasing=slot)
         return slot.slots.release(slot.tenant, slot.run_id)
 
@@ -460,15 +474,28 @@ class _RunSpend:
         if not spent:
             return
         self._unsent += spent
-        if not self.spending.ledger.shared:  # in this process: no round trip to take off the path
+        if not self.spending.ledger.shared or self._no_counter():
+            # In this process: no round trip to take off the path. Or a counter's first use: the add seeds it from
+            # the store, so it is made before this call's usage row is written (else the row is counted, then the
+            # call added again: twice).
             with anyio.CancelScope(shield=True):  # the call was made: it counts even when the run is being cancelled
-                await self._add(None)
+                await self._add(self._adding)
+            self._adding = None
             return
         # Off the answer's path: the add's round trip overlaps the run's tool calls, or follows its answer. In a task
         # of its own, so that it is made even when the run is being cancelled (the call was made: it counts). Each
         # add follows the run's previous one, so that the counters it answers are the newest. A run that ends
         # before the task has started hands its usage to the slot's release instead (``take_unsent``).
         self._adding = self.spending.pending.start(self.tenant, self._add(self._adding))
+
+    @property
+    def unrecorded(self) -> Spent:
+        """Usage an earlier add failed to add: the next add's (or the slot's release's)."""
+        return self._unrecorded
+
+    def _no_counter(self) -> bool:
+        """Whether one of the run's counters was found missing when last read (its first use is still to come)."""
+        return any(value is _NO_COUNTER for value in self._known.values())
 
     def take_unsent(self) -> Spent:
         """The usage no add has sent yet, now the caller's to send."""
