@@ -30,7 +30,8 @@ from pathlib import Path
 import anyio
 import numpy as np
 
-from bench.rag_docs_eval import ROOT, Question, load_set, scores
+from bench.rag_docs_eval import ROOT
+from bench.rag_docs_set import Question, load_set, scores
 from mcp_rag_tool import bm25
 from mcp_rag_tool.embeddings import MiniLMEmbedder
 from mcp_rag_tool.fusion import Ranking, reciprocal_rank_fusion
