@@ -207,6 +207,7 @@ class LiveCall:
             if not ended and self._follower is follower:
                 self._follower = None
                 self._left()
+        return None
 
     def _left(self) -> None:
         """Its follower went away while it runs: keep it for an answer to come, or cancel it."""
