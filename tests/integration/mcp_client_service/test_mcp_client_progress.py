@@ -18,6 +18,8 @@ from httpx_sse import ServerSentEvent
 from mcp.client.client import ConnectMode
 from mcp_types import TextContent
 
+from mcp_client_service.calls import live_calls
+from suite_common.sse import PING
 from suite_common.sse_parser import EventStreamParser
 from support.everything_server import everything_stdio_server
 from support.library_mcp_server import build_library_server
@@ -215,6 +217,26 @@ async def test_a_streamed_call_naming_a_server_without_the_tool_gets_the_json_ca
     assert streamed.headers["content-type"] == "application/json"
     assert streamed.json() == plain.json()
     assert streamed.json()["error"]["code"] == "tool_server_mismatch"
+
+
+async def test_a_streamed_call_silent_past_the_ping_interval_starts_its_stream_and_ends_with_a_result_event(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(live_calls, "START_WITHIN_SECONDS", 0.05)  # 15 s in service: proxies keep the connection
+    with anyio.fail_after(20):
+        async with gateway.http.stream(
+            "POST",
+            "/mcp/v1/tools/call-tool",
+            json={"name": "slow", "arguments": {"seconds": 0.5}},
+            headers={"Accept": "text/event-stream"},
+        ) as response:
+            body = await response.aread()
+
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert body.startswith(PING)
+    [event] = EventStreamParser().feed(body)
+    assert event.event == "result"
+    assert json.loads(event.data)["server"] == "echo"
 
 
 async def test_call_tool_without_the_event_stream_accept_header_answers_json_as_before(gateway: Gateway) -> None:
