@@ -12,11 +12,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from httpx_sse import ServerSentEvent
 from mcp.client.client import ConnectMode
 from mcp_types import TextContent
 
+from mcp_client_service.calls import live_calls
+from suite_common.sse import PING
 from suite_common.sse_parser import EventStreamParser
 from support.everything_server import everything_stdio_server
 from support.library_mcp_server import build_library_server
@@ -147,14 +150,93 @@ async def test_progress_events_carry_the_servers_message(gateway: Gateway) -> No
     assert events[2].event == "result"
 
 
-async def test_call_tool_as_an_event_stream_reports_an_unknown_tool_as_an_error_event(gateway: Gateway) -> None:
-    status, _, events = await _sse_call(gateway, {"name": "no_such_tool", "arguments": {}})
+def _without_duration(body: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in body.items() if key != "durationMs"}
 
-    assert status == 200
-    assert [event.event for event in events] == ["error"]
-    error = json.loads(events[0].data)
-    assert error["code"] == "tool_not_found"
-    assert 'No MCP server offers a tool named "no_such_tool".' in error["message"]
+
+async def _plain_call(gateway: Gateway, body: dict[str, Any]) -> httpx.Response:
+    with anyio.fail_after(20):
+        return await gateway.http.post("/mcp/v1/tools/call-tool", json=body)
+
+
+async def _streamed_call(gateway: Gateway, body: dict[str, Any]) -> httpx.Response:
+    with anyio.fail_after(20):
+        return await gateway.http.post("/mcp/v1/tools/call-tool", json=body, headers={"Accept": "text/event-stream"})
+
+
+@pytest.mark.parametrize("call_id", [None, "run-1/no-events"], ids=["without callId", "with callId"])
+async def test_a_streamed_call_that_sends_no_event_before_its_result_is_answered_as_the_json_call_would_be(
+    gateway: Gateway, call_id: str | None
+) -> None:
+    body: dict[str, Any] = {"name": "echo", "arguments": {"message": "plain"}}
+    streamed = await _streamed_call(gateway, body if call_id is None else {**body, "callId": call_id})
+    plain = await _plain_call(gateway, body)
+
+    assert streamed.status_code == plain.status_code == 200
+    assert streamed.headers["content-type"] == plain.headers["content-type"] == "application/json"
+    assert _without_duration(streamed.json()) == _without_duration(plain.json())
+    assert streamed.json()["content"] == [{"type": "text", "text": "Echo: plain"}]
+
+
+async def test_a_streamed_calls_result_answered_as_json_was_taken_and_its_call_id_is_free_again(
+    gateway: Gateway,
+) -> None:
+    body = {"name": "echo", "arguments": {"message": "once"}, "callId": "run-2/taken"}
+    first = await _streamed_call(gateway, body)
+    followed = await gateway.http.get("/mcp/v1/calls/run-2%2Ftaken/events", headers={"Accept": "text/event-stream"})
+    again = await _streamed_call(gateway, body)
+
+    assert first.status_code == 200
+    # The JSON answer was the call's result, given to its one follower: nobody can follow the call again.
+    assert followed.status_code == 404
+    assert followed.json()["error"]["code"] == "call_not_found"
+    assert again.status_code == 200  # not 409 call_in_progress: the call had ended
+    assert again.json()["content"] == [{"type": "text", "text": "Echo: once"}]
+
+
+async def test_a_streamed_call_refused_before_any_event_gets_the_json_calls_error_status_and_body(
+    gateway: Gateway,
+) -> None:
+    body = {"name": "no_such_tool", "arguments": {}}
+    streamed = await _streamed_call(gateway, body)
+    plain = await _plain_call(gateway, body)
+
+    assert streamed.status_code == plain.status_code == 404
+    assert streamed.headers["content-type"] == "application/json"
+    assert streamed.json() == plain.json()
+    assert streamed.json()["error"]["code"] == "tool_not_found"
+    assert 'No MCP server offers a tool named "no_such_tool".' in streamed.json()["error"]["message"]
+
+
+async def test_a_streamed_call_naming_a_server_without_the_tool_gets_the_json_calls_409(gateway: Gateway) -> None:
+    body = {"name": "echo", "arguments": {"message": "x"}, "server": "library"}
+    streamed = await _streamed_call(gateway, body)
+    plain = await _plain_call(gateway, body)
+
+    assert streamed.status_code == plain.status_code == 409
+    assert streamed.headers["content-type"] == "application/json"
+    assert streamed.json() == plain.json()
+    assert streamed.json()["error"]["code"] == "tool_server_mismatch"
+
+
+async def test_a_streamed_call_silent_past_the_ping_interval_starts_its_stream_and_ends_with_a_result_event(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(live_calls, "START_WITHIN_SECONDS", 0.05)  # 15 s in service: proxies keep the connection
+    with anyio.fail_after(20):
+        async with gateway.http.stream(
+            "POST",
+            "/mcp/v1/tools/call-tool",
+            json={"name": "slow", "arguments": {"seconds": 0.5}},
+            headers={"Accept": "text/event-stream"},
+        ) as response:
+            body = await response.aread()
+
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert body.startswith(PING)
+    [event] = EventStreamParser().feed(body)
+    assert event.event == "result"
+    assert json.loads(event.data)["server"] == "echo"
 
 
 async def test_call_tool_without_the_event_stream_accept_header_answers_json_as_before(gateway: Gateway) -> None:

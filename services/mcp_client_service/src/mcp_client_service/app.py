@@ -35,7 +35,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from mcp_client_service.calls.elicitation import ElicitationBroker
-from mcp_client_service.calls.live_calls import CallInProgress, LiveCalls
+from mcp_client_service.calls.live_calls import CallEnd, CallInProgress, LiveCalls
 from mcp_client_service.calls.live_routes import live_call_routes
 from mcp_client_service.calls.progress import ProgressRelay
 from mcp_client_service.calls.router import (
@@ -234,9 +234,10 @@ async def _stream_call(
     deadline: Deadline,
     send: Emit,
     elicit: Asker,
-) -> bytes:
+) -> CallEnd:
     """``call-tool`` as SSE (a ``LiveCall``'s work): the server's progress as ``progress`` events, its questions
-    through ``elicit`` (``elicitation`` events), and the last event: one ``result`` or ``error``."""
+    through ``elicit`` (``elicitation`` events), and the last word: one ``result`` or ``error``, with the status
+    and headers the plain JSON call-tool answers it with (for a call that sent no event before it)."""
 
     async def forward(progress: float, total: float | None, message: str | None) -> None:
         event = CallToolProgress(progress=progress, total=total, message=message)
@@ -258,19 +259,21 @@ async def _stream_call(
         )
     except ToolUnavailableError as unavailable:
         await relay.close()
-        return encode_event(json.dumps(_unavailable_body(unavailable)), event="error")
+        retry_after = {"Retry-After": str(_retry_after_seconds(unavailable))}
+        return CallEnd("error", json.dumps(_unavailable_body(unavailable)), 503, retry_after)
     except AuthorizationRequired as required:
         await relay.close()
-        return encode_event(dump(_authorization_required(required)), event="error")
+        return CallEnd("error", dump(_authorization_required(required)), 401)
     except (ToolNotFoundError, ToolServerMismatchError, OutboundBlockedError, ApiError) as raised:
         if isinstance(raised, OutboundBlockedError):
             error = _outbound_blocked(raised)
         else:
             error = raised if isinstance(raised, ApiError) else _refusal(raised)
         await relay.close()
-        return encode_event(json.dumps({"code": error.code, "message": error.message}), event="error")
+        refusal = json.dumps({"code": error.code, "message": error.message})
+        return CallEnd("error", refusal, error.status, error.headers)
     await relay.close()
-    return encode_event(dump(response), event="result")
+    return CallEnd("result", dump(response))
 
 
 async def call_tool_route(request: Request) -> Response | EventStreamResponse:
@@ -281,12 +284,13 @@ async def call_tool_route(request: Request) -> Response | EventStreamResponse:
     deadline = Deadline.from_header(request.headers, cap=math.inf)
     if _wants_event_stream(request):
         # The call runs apart from this request (``LiveCall``): with a callId it may outlive it, waiting for a person.
+        # The stream starts with its first event; a call that ends before any is answered as plain JSON.
         work = functools.partial(_stream_call, services.router, body, tenant, caller, deadline)
         try:
             follower = services.live_calls.start(tenant, body.call_id, work)
         except CallInProgress:
             raise ApiError(409, "call_in_progress", "A call with this callId is running already.") from None
-        return EventStreamResponse(follower.relay)
+        return EventStreamResponse(follower.relay_or_answer, defer_start=True)
     # A caller that goes away (agent-service cancelling a run, a deadline) cancels the call: the
     # SDK then sends the server `notifications/cancelled` (or, over streamable HTTP at protocol
     # 2026, aborts the request's POST), so the tool stops instead of running to the call timeout.

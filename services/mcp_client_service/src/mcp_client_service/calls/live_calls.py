@@ -11,6 +11,11 @@ server goes on); its result waits ``MCP_CLIENT_DETACHED_RESULT_SECONDS`` for one
 
 Events go to the follower through a small buffer, so that a slow or vanished follower never holds a call up:
 progress beyond it is dropped; a question is kept on the call and replayed to whoever follows next.
+
+A call that ends before it had anything else to send (no progress, no question) is answered to the caller that
+started it as the plain JSON call-tool would be (``CallEnd.response``: its status, body and headers), not as an
+event stream: the stream costs both ends CPU for nothing then. Its stream starts with its first event otherwise
+(or a ping after ``START_WITHIN_SECONDS`` of silence, so that proxies keep a long silent call's connection).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -26,35 +31,64 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp_types import ElicitRequestFormParams, ElicitResult
+from starlette.responses import Response
 
 from mcp_client_service.calls.elicitation import ElicitationBroker, PendingElicitation
 from mcp_client_service.connection.elicitation import Asker
 from suite_common.logging import get_logger
-from suite_common.sse import Emit, encode_event
+from suite_common.sse import PING, Emit, encode_event
 from suite_common.wire import dump
 
-__all__ = ["CallInProgress", "CallWork", "Follower", "LiveCall", "LiveCalls"]
+__all__ = ["START_WITHIN_SECONDS", "CallEnd", "CallInProgress", "CallWork", "Follower", "LiveCall", "LiveCalls"]
 
 _log = get_logger("mcp_client_service.calls.live_calls")
 
-CallWork = Callable[[Emit, Asker], Awaitable[bytes]]
+
+@dataclass(frozen=True, slots=True)
+class CallEnd:
+    """A call's last word, in both of its forms: the SSE ``result`` or ``error`` event (``data``, the JSON of the
+    result or of the error's ``{code, message, ...}``), and the plain JSON answer of call-tool (``response``)."""
+
+    kind: str
+    """``result`` or ``error``."""
+    data: str
+    status: int = 200
+    """The plain answer's status (an error's: as the JSON call-tool answers it)."""
+    headers: Mapping[str, str] | None = None
+    """The plain answer's headers (``Retry-After`` of a 503)."""
+
+    def event(self) -> bytes:
+        return encode_event(self.data, event=self.kind)
+
+    def response(self) -> Response:
+        body = self.data if self.kind == "result" else '{"error":' + self.data + "}"
+        return Response(body, self.status, self.headers, media_type="application/json")
+
+
+CallWork = Callable[[Emit, Asker], Awaitable[CallEnd]]
 """The call itself: it sends its progress events through the ``Emit``, puts its server's questions to a person
-through the ``Asker``, and returns its last event (``result`` or ``error``), encoded."""
+through the ``Asker``, and returns its last word (``result`` or ``error``)."""
+
+START_WITHIN_SECONDS = 15.0
+"""A streamed call silent this long starts its stream with a ping (``EventStreamResponse``'s ping interval): from
+then on its end is a ``result`` or ``error`` event, no longer a plain JSON answer."""
 
 _BUFFER = 64
 """Events waiting for a follower to write them; progress is dropped past ``_BUFFER - _KEPT_FOR_QUESTIONS``."""
 _KEPT_FOR_QUESTIONS = 8
 
-_INTERNAL_ERROR = encode_event(
+_INTERNAL_ERROR = CallEnd(
+    "error",
     json.dumps({"code": "internal_error", "message": "The gateway failed while making the call; see its log."}),
-    event="error",
+    500,
 )
 
-_CANCELLED = encode_event(
+_CANCELLED = CallEnd(
+    "error",
     json.dumps(
         {"code": "call_cancelled", "message": "The call was cancelled: its caller went away, or the gateway stopped."}
     ),
-    event="error",
+    503,
 )
 
 CallKey = tuple[str | None, str]
@@ -78,6 +112,11 @@ class Follower:
         cancels or detaches the call."""
         await self.call._relay(self, send)
 
+    async def relay_or_answer(self, send: Emit) -> Response | None:
+        """``relay``, for an ``EventStreamResponse`` with ``defer_start``: a call that ends before any event is
+        answered as plain JSON instead (the response returned)."""
+        return await self.call._relay(self, send, answer_plainly=True)
+
 
 @dataclass(eq=False)
 class LiveCall:
@@ -92,7 +131,7 @@ class LiveCall:
     done: anyio.Event = field(default_factory=anyio.Event)
     taken: anyio.Event = field(default_factory=anyio.Event)
     """Set once a follower was sent the last event."""
-    final: bytes = _INTERNAL_ERROR
+    final: CallEnd = _INTERNAL_ERROR
     question: PendingElicitation | None = None
     _follower: Follower | None = None
 
@@ -145,14 +184,22 @@ class LiveCall:
             out.send_nowait(_question_event(self.question))
         return follower
 
-    async def _relay(self, follower: Follower, send: Emit) -> None:
+    async def _relay(self, follower: Follower, send: Emit, *, answer_plainly: bool = False) -> Response | None:
         ended = False
         try:
             async with follower.inbox:
+                if answer_plainly:
+                    first = await _first_chunk(follower.inbox)
+                    if first is not None:
+                        await send(first)
+                    elif self._follower is follower and self.done.is_set():
+                        self.taken.set()
+                        ended = True
+                        return self.final.response()
                 async for chunk in follower.inbox:
                     await send(chunk)
             if self._follower is follower and self.done.is_set():
-                await send(self.final)
+                await send(self.final.event())
                 self.taken.set()
             ended = True
         finally:
@@ -160,6 +207,7 @@ class LiveCall:
             if not ended and self._follower is follower:
                 self._follower = None
                 self._left()
+        return None
 
     def _left(self) -> None:
         """Its follower went away while it runs: keep it for an answer to come, or cancel it."""
@@ -170,6 +218,17 @@ class LiveCall:
             return
         _log.info("mcp_tool_call_abandoned", reason="the caller disconnected")
         self.scope.cancel()
+
+
+async def _first_chunk(inbox: MemoryObjectReceiveStream[bytes]) -> bytes | None:
+    """The first event for the follower; a ping after ``START_WITHIN_SECONDS`` of silence; ``None`` when its stream
+    ended before either (the call ended, or another follower took its place)."""
+    with anyio.move_on_after(START_WITHIN_SECONDS):
+        try:
+            return await inbox.receive()
+        except anyio.EndOfStream:
+            return None
+    return PING
 
 
 def _question_event(question: PendingElicitation) -> bytes:
