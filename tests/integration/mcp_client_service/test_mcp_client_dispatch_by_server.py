@@ -8,6 +8,7 @@ then shadowed, not listed, and still callable by a caller that names ``echo-b``.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -51,6 +52,18 @@ def _servers_called(logs: Sequence[Mapping[str, Any]]) -> list[str]:
     return [log["server"] for log in logs if log["event"] == "mcp_tool_call"]
 
 
+def _streamed_events(text: str) -> list[tuple[str, dict[str, Any]]]:
+    """(event, data) of an SSE answer, ``message`` for an event without a name."""
+    events, name = [], "message"
+    for line in text.splitlines():
+        if line.startswith("event:"):
+            name = line.removeprefix("event:").strip()
+        elif line.startswith("data:"):
+            events.append((name, json.loads(line.removeprefix("data:"))))
+            name = "message"
+    return events
+
+
 async def test_a_call_held_to_a_server_runs_there_although_the_name_moved_to_another(gateway: Gateway) -> None:
     try:
         await _reload(gateway, {"echo-b": BOTH["echo-b"]})  # echo-a away: its names fall to echo-b
@@ -69,9 +82,8 @@ async def test_a_call_held_to_a_server_runs_there_although_the_name_moved_to_ano
 
     assert answered.status_code == 200, answered.text
     assert (answered.json()["server"], answered.json()["content"]) == ("echo-b", [{"type": "text", "text": "echo-b"}])
-    # No event before its result: the streamed call is answered as the plain one.
-    assert streamed.headers["content-type"] == "application/json"
-    assert (streamed.json()["server"], streamed.json()["content"]) == ("echo-b", [{"type": "text", "text": "echo-b"}])
+    [(event, result)] = _streamed_events(streamed.text)
+    assert (event, result["server"], result["content"][0]["text"]) == ("result", "echo-b", "echo-b")
     assert _servers_called(logs) == ["echo-b", "echo-b"]  # echo-a ran nothing
     assert (unheld.status_code, unheld.json()["server"]) == (200, "echo-a")
 
@@ -96,7 +108,8 @@ async def test_a_call_held_to_a_server_that_no_longer_has_the_tool_is_refused_an
         "code": "tool_server_mismatch",
         "message": 'The tool "whoami" was not called: the MCP server "echo-b" has no tool "whoami" now.',
     }
-    assert (streamed.status_code, streamed.json()) == (409, denied.json())  # refused before any event: as plain
+    [(event, error)] = _streamed_events(streamed.text)
+    assert (event, error["code"]) == ("error", "tool_server_mismatch")
     assert (removed.status_code, removed.json()["error"]["code"]) == (409, "tool_server_mismatch")
     assert removed.json()["error"]["message"] == (
         'The tool "whoami" was not called: the MCP server "echo-b" is not one of the gateway\'s servers now.'
@@ -149,8 +162,8 @@ async def test_a_call_held_to_a_server_that_is_away_is_unavailable_and_never_run
     assert error["code"] == "tool_unavailable"
     assert error["message"].startswith('The tool "whoami" cannot be called now: its MCP server "echo-a" is not ready')
     assert 1 <= int(refused.headers["retry-after"]) <= 3
-    assert (streamed.status_code, streamed.json()["error"]["code"]) == (503, "tool_unavailable")  # as plain
-    assert 1 <= int(streamed.headers["retry-after"]) <= 3
+    [(event, streamed_error)] = _streamed_events(streamed.text)
+    assert (event, streamed_error["code"]) == ("error", "tool_unavailable")
     called = [log for log in logs if log["event"] == "mcp_tool_call"]
     assert [(log["server"], log["outcome"]) for log in called] == [("echo-a", "unavailable")] * 2  # echo-b: nothing
     assert (unheld.status_code, unheld.json()["server"]) == (200, "echo-b")  # where the name fell meanwhile

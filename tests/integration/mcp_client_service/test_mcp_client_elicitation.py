@@ -46,15 +46,13 @@ ASKING = {
 
 
 class Events:
-    """The events of one SSE answer, read one at a time (leaving the block closes the connection). A call that
-    sent no event before its end is answered as plain JSON (``plain``): read as its one ``result`` or ``error``."""
+    """The events of one SSE answer, read one at a time (leaving the block closes the connection)."""
 
-    def __init__(self, response: httpx.Response, plain: ServerSentEvent | None = None) -> None:
+    def __init__(self, response: httpx.Response) -> None:
         self.response = response
         self._chunks = response.aiter_bytes()
         self._parser = EventStreamParser()
-        self._ready: list[ServerSentEvent] = [] if plain is None else [plain]
-        self.plain = plain is not None
+        self._ready: list[ServerSentEvent] = []
 
     async def next(self) -> ServerSentEvent:
         while not self._ready:
@@ -79,11 +77,6 @@ async def sse(
 ) -> AsyncIterator[Events]:
     headers = {"Accept": "text/event-stream", **({"X-Tenant-Id": tenant} if tenant else {})}
     async with gateway.http.stream(method, url, json=body, headers=headers) as response:
-        if response.headers["content-type"].startswith("application/json"):
-            said = json.loads(await response.aread())
-            kind, data = ("result", said) if response.status_code == 200 else ("error", said["error"])
-            yield Events(response, ServerSentEvent(event=kind, data=json.dumps(data)))
-            return
         assert response.status_code == 200, (await response.aread()).decode()
         yield Events(response)
 
@@ -284,7 +277,6 @@ async def test_a_question_on_a_stdio_session_with_two_calls_in_flight_is_decline
             # A second call's question arrives while two calls are in flight on the session: it names neither.
             async with sse(gateway, "POST", "/mcp/v1/tools/call-tool", body=ASKING["stdio, handshake era"]) as second:
                 assert await second.result_text() == {"action": "decline"}
-                assert second.plain  # no event before its result: answered as plain JSON
             await answer(gateway, question["elicitationId"], {"action": "accept", "content": {"name": "Ada"}})
             assert (await first.result_text())["action"] == "accept"
 

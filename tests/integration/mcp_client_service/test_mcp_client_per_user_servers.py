@@ -17,6 +17,7 @@ import pytest
 from cryptography.fernet import Fernet
 from structlog.testing import capture_logs
 
+from suite_common.sse_parser import EventStreamParser
 from support.mcp_gateway import WAIT_SECONDS, echo_http_server, running_gateway
 from support.oauth_server import protected_echo_server
 
@@ -80,8 +81,8 @@ async def test_each_user_calls_on_their_own_session_and_a_call_naming_no_user_is
                 headers={"X-Tenant-Id": "a", "Accept": "text/event-stream"},
                 json=_call(None),
             )
-            # Refused before any event: answered as the plain call is.
-            assert (streamed.status_code, streamed.json()) == (403, refused.json())
+            [event] = EventStreamParser().feed(streamed.content)
+            assert (event.event, json.loads(event.data)["code"]) == ("error", "user_required")
 
             gateway.tenants.sessions.close(("a", "notes", "alice"), "its token was revoked")  # one user's only
             assert gateway.tenants.sessions.get(("a", "notes", "bob")) is bob

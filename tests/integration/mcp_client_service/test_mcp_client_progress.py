@@ -150,6 +150,19 @@ async def test_progress_events_carry_the_servers_message(gateway: Gateway) -> No
     assert events[2].event == "result"
 
 
+async def test_call_tool_asked_for_the_event_stream_alone_reports_an_unknown_tool_as_an_error_event(
+    gateway: Gateway,
+) -> None:
+    # A client that accepts only the event stream gets it, even for a call that ends before any event.
+    status, _, events = await _sse_call(gateway, {"name": "no_such_tool", "arguments": {}})
+
+    assert status == 200
+    assert [event.event for event in events] == ["error"]
+    error = json.loads(events[0].data)
+    assert error["code"] == "tool_not_found"
+    assert 'No MCP server offers a tool named "no_such_tool".' in error["message"]
+
+
 def _without_duration(body: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in body.items() if key != "durationMs"}
 
@@ -159,9 +172,13 @@ async def _plain_call(gateway: Gateway, body: dict[str, Any]) -> httpx.Response:
         return await gateway.http.post("/mcp/v1/tools/call-tool", json=body)
 
 
+_EITHER = "text/event-stream, application/json"
+"""What agent-service asks for: the event stream, or plain JSON for a call that has no event to send."""
+
+
 async def _streamed_call(gateway: Gateway, body: dict[str, Any]) -> httpx.Response:
     with anyio.fail_after(20):
-        return await gateway.http.post("/mcp/v1/tools/call-tool", json=body, headers={"Accept": "text/event-stream"})
+        return await gateway.http.post("/mcp/v1/tools/call-tool", json=body, headers={"Accept": _EITHER})
 
 
 @pytest.mark.parametrize("call_id", [None, "run-1/no-events"], ids=["without callId", "with callId"])
@@ -228,7 +245,7 @@ async def test_a_streamed_call_silent_past_the_ping_interval_starts_its_stream_a
             "POST",
             "/mcp/v1/tools/call-tool",
             json={"name": "slow", "arguments": {"seconds": 0.5}},
-            headers={"Accept": "text/event-stream"},
+            headers={"Accept": _EITHER},
         ) as response:
             body = await response.aread()
 

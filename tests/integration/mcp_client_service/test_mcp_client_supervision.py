@@ -219,10 +219,11 @@ async def test_an_http_server_that_goes_away_is_noticed_and_its_tools_say_why_th
     assert error["message"].startswith('The tool "echo" cannot be called now: its MCP server "web" is not ready (')
     assert "ConnectError" in error["message"]
     assert call.headers["retry-after"] == str(error["retryAfterSeconds"]) == "1"
-    # Asked for SSE, the same refusal (before any event) is answered as plain JSON: 503, with when to retry.
-    assert (streamed.status_code, streamed.headers["content-type"]) == (503, "application/json")
-    assert streamed.headers["retry-after"] == "1"
-    refusal = streamed.json()["error"]
+    # Asked for SSE, the same refusal is the stream's one error event, with when to retry.
+    [event] = [line for line in streamed.text.splitlines() if line.startswith("event:")]
+    [data] = [line.removeprefix("data:").strip() for line in streamed.text.splitlines() if line.startswith("data:")]
+    assert event == "event: error"
+    refusal = json.loads(data)
     assert (refusal["code"], refusal["retryAfterSeconds"]) == ("tool_unavailable", 1)
     assert refusal["message"].startswith('The tool "echo" cannot be called now: its MCP server "web" is not ready (')
 

@@ -105,15 +105,11 @@ async def wait_for_tools(gateway: Gateway) -> list[dict[str, Any]] | None:
 
 async def call_answering_questions(gateway: Gateway, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """One call-tool as SSE, each of the server's questions answered ``accept`` with ``{}``: its last event (name and
-    data), or its plain JSON answer read as that event."""
+    data)."""
     parser = EventStreamParser()
     last: tuple[str, dict[str, Any]] = ("", {})
     headers = {"Accept": "text/event-stream"}
     async with gateway.http.stream("POST", "/mcp/v1/tools/call-tool", json=body, headers=headers) as response:
-        if response.headers.get("content-type", "").startswith("application/json"):
-            # A call that sent no event before its end is answered as plain JSON: its result, or its error's body.
-            answer = json.loads(await response.aread())
-            return ("result", answer) if response.status_code == 200 else ("error", answer["error"])
         async for chunk in response.aiter_bytes():
             for event in parser.feed(chunk):
                 if event.event == "elicitation":

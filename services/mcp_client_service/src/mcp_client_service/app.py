@@ -203,6 +203,10 @@ def _wants_event_stream(request: Request) -> bool:
     return "text/event-stream" in request.headers.get("accept", "")
 
 
+def _accepts_json(request: Request) -> bool:
+    return "application/json" in request.headers.get("accept", "")
+
+
 def _caller(body: CallToolRequest, tenant: str | None) -> dict[str, Any] | None:
     """``caller`` as the JSON a tool server reads in ``_meta["io.loopsuite/caller"]``, its tenant ``X-Tenant-Id``'s.
 
@@ -284,13 +288,16 @@ async def call_tool_route(request: Request) -> Response | EventStreamResponse:
     deadline = Deadline.from_header(request.headers, cap=math.inf)
     if _wants_event_stream(request):
         # The call runs apart from this request (``LiveCall``): with a callId it may outlive it, waiting for a person.
-        # The stream starts with its first event; a call that ends before any is answered as plain JSON.
+        # A caller that also accepts JSON (agent-service does) gets a call that ends before any event as plain JSON,
+        # the stream starting with its first event otherwise; one that asked for the event stream alone always gets it.
         work = functools.partial(_stream_call, services.router, body, tenant, caller, deadline)
         try:
             follower = services.live_calls.start(tenant, body.call_id, work)
         except CallInProgress:
             raise ApiError(409, "call_in_progress", "A call with this callId is running already.") from None
-        return EventStreamResponse(follower.relay_or_answer, defer_start=True)
+        if _accepts_json(request):
+            return EventStreamResponse(follower.relay_or_answer, defer_start=True)
+        return EventStreamResponse(follower.relay)
     # A caller that goes away (agent-service cancelling a run, a deadline) cancels the call: the
     # SDK then sends the server `notifications/cancelled` (or, over streamable HTTP at protocol
     # 2026, aborts the request's POST), so the tool stops instead of running to the call timeout.

@@ -401,7 +401,8 @@ class ToolsClient:
             **deadline.header(),
             **trace_headers(),
             **_tenant_header(caller),
-            "accept": "text/event-stream",
+            # JSON too: a call with no progress and no question to send is answered plainly (cheaper than a stream).
+            "accept": "text/event-stream, application/json",
         }
 
     async def _read_call(
