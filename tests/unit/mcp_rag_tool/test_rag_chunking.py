@@ -32,12 +32,8 @@ def _numbered_sentences(count: int, prefix: str = "w") -> str:
     return " ".join(" ".join(f"{prefix}{s}_{w}" for w in range(8)) + "." for s in range(count))
 
 
-def _limits(max_tokens: int, overlap: int, merge: int | None = 0) -> ChunkLimits:
-    """Sections stay apart (merge 0) unless a test is about merging them."""
-    return ChunkLimits(max_tokens=max_tokens, overlap_tokens=overlap, counter=WordCounter(), merge_tokens=merge)
-
-
-SECTIONS_APART = ChunkLimits(merge_tokens=0)
+def _limits(max_tokens: int, overlap: int) -> ChunkLimits:
+    return ChunkLimits(max_tokens=max_tokens, overlap_tokens=overlap, counter=WordCounter())
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +58,7 @@ Every error is JSON.
 
 Run the real thing.
 """
-    chunks = chunk_markdown(doc, "guide/design.md", SECTIONS_APART)
+    chunks = chunk_markdown(doc, "guide/design.md")
 
     assert [(c.heading, c.text) for c in chunks] == [
         ("Design", "Intro paragraph."),
@@ -76,7 +72,7 @@ Run the real thing.
 
 
 def test_text_before_any_heading_has_an_empty_heading_path_and_the_file_name_is_the_title() -> None:
-    chunks = chunk_markdown("Preamble text.\n\n## Later\n\nBody.", "notes.md", SECTIONS_APART)
+    chunks = chunk_markdown("Preamble text.\n\n## Later\n\nBody.", "notes.md")
 
     assert [(c.heading, c.text) for c in chunks] == [("", "Preamble text."), ("Later", "Body.")]
     assert {c.title for c in chunks} == {"notes.md"}
@@ -85,7 +81,7 @@ def test_text_before_any_heading_has_an_empty_heading_path_and_the_file_name_is_
 def test_setext_headings_are_understood_and_front_matter_is_not_text() -> None:
     doc = "---\ntitle: ignored\ntags: [a]\n---\nOverview\n========\n\nFirst.\n\nDetails\n-------\n\nSecond.\n"
 
-    chunks = chunk_markdown(doc, "x.md", SECTIONS_APART)
+    chunks = chunk_markdown(doc, "x.md")
 
     assert [(c.heading, c.text) for c in chunks] == [("Overview", "First."), ("Overview > Details", "Second.")]
     assert chunks[0].title == "Overview"
@@ -176,13 +172,11 @@ def test_an_empty_or_blank_document_has_no_chunks() -> None:
     assert chunk_plain_text("\n \n", "blank.txt") == []
 
 
-def test_the_embedded_text_carries_the_title_and_the_heading_path_the_title_once() -> None:
-    under_h1 = Chunk(text="Body.", source="a.md", title="A", heading="A > Retries", position=0)
-    docbook = Chunk(text="Body.", source="sql-droptable.html", title="DROP TABLE", heading="Synopsis", position=0)
+def test_the_embedded_text_carries_the_heading_path_or_else_the_title() -> None:
+    with_heading = Chunk(text="Body.", source="a.md", title="A", heading="A > Retries", position=0)
     without = Chunk(text="Body.", source="a.txt", title="a.txt", heading="", position=0)
 
-    assert embedding_text(under_h1) == "A > Retries\n\nBody."
-    assert embedding_text(docbook) == "DROP TABLE > Synopsis\n\nBody."
+    assert embedding_text(with_heading) == "A > Retries\n\nBody."
     assert embedding_text(without) == "a.txt\n\nBody."
 
 

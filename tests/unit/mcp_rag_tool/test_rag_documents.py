@@ -43,8 +43,7 @@ def _chunks(source: str, data: bytes) -> list[tuple[str, str]]:
     kind = kind_of(source)
     assert kind is not None
     parsed = parse_document(source, data, kind)
-    apart = ChunkLimits(200, 0, merge_tokens=0)  # these tests are about sections, not about merging them
-    return [(c.heading, c.text) for c in chunk_sections(parsed.sections, source, parsed.title, apart)]
+    return [(c.heading, c.text) for c in chunk_sections(parsed.sections, source, parsed.title, ChunkLimits(200, 0))]
 
 
 def test_the_suffix_decides_the_format() -> None:

@@ -16,12 +16,6 @@ stays one exact term *and* gives its parts as terms too, so both the exact code 
 match; a part counts half (``PART_WEIGHT``), since "search" inside ``search_documents`` is weaker
 evidence of a passage about searching than the word itself. Terms map to sparse indices by a
 stable 32-bit hash.
-
-Fields (BM25F): a chunk's page title and heading path (its ``context``) are a field of their own,
-whose term frequencies count ``CONTEXT_WEIGHT`` times a body's and are not normalised by length,
-before the one saturation: "CREATE VIEW" in the title says more about what a passage is about
-than the same words once in its body. The query side is unchanged, so vectors stored before
-fields existed are still scored correctly (as if their context were body text).
 """
 
 from __future__ import annotations
@@ -35,26 +29,13 @@ from functools import lru_cache
 
 import snowballstemmer  # type: ignore[import-untyped]
 
-__all__ = [
-    "AVERAGE_LENGTH",
-    "CONTEXT_WEIGHT",
-    "K1",
-    "B",
-    "SparseVector",
-    "document_vector",
-    "query_vector",
-    "terms",
-]
+__all__ = ["AVERAGE_LENGTH", "K1", "B", "SparseVector", "document_vector", "query_vector", "terms"]
 
 K1 = 1.2
 B = 0.75
 AVERAGE_LENGTH = 100
 """Terms in a typical chunk (a 256-token chunk of English prose has 90-130 after stop words)."""
 PART_WEIGHT = 0.5
-"""How much a part of an identifier counts, as a fraction of a whole word."""
-CONTEXT_WEIGHT = 2.0
-"""How much a term of the title and heading path counts, as a multiple of a body term (chosen on the
-tune halves of bench/rag_docs_eval.py, see docs/rag_retrieval.md)."""
 """How much a part of an identifier counts, as a fraction of a whole word."""
 
 _WORD = re.compile(r"\w+(?:[.\-/:]\w+)*")
@@ -86,26 +67,18 @@ def terms(text: str) -> Iterator[str]:
         yield term
 
 
-def document_vector(text: str, context: str = "", context_weight: float = CONTEXT_WEIGHT) -> SparseVector:
-    """BM25F weights of the terms of a chunk, ``text`` its body and ``context`` its title and heading
-    path (the IDF part is applied by Qdrant)."""
-    body = _counts(text)
-    length = sum(body.values())
-    frequencies = {term: tf / (1 - B + B * length / AVERAGE_LENGTH) for term, tf in body.items()}
-    for term, tf in _counts(context).items():
-        frequencies[term] = frequencies.get(term, 0.0) + context_weight * tf
-    weights: dict[int, float] = {}
-    for term, tf in frequencies.items():
-        index = _term_index(term)
-        weights[index] = weights.get(index, 0.0) + tf * (K1 + 1) / (tf + K1)
-    return _sorted(weights)
-
-
-def _counts(text: str) -> dict[str, float]:
+def document_vector(text: str) -> SparseVector:
+    """BM25 weights of the terms of a chunk (the IDF part is applied by Qdrant)."""
     counts: dict[str, float] = {}
     for term, weight in _weighted_terms(text):
         counts[term] = counts.get(term, 0.0) + weight
-    return counts
+    length = sum(counts.values())
+    norm = K1 * (1 - B + B * length / AVERAGE_LENGTH)
+    weights: dict[int, float] = {}
+    for term, tf in counts.items():
+        index = _term_index(term)
+        weights[index] = weights.get(index, 0.0) + tf * (K1 + 1) / (tf + norm)
+    return _sorted(weights)
 
 
 def query_vector(text: str) -> SparseVector:

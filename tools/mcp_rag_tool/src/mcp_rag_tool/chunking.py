@@ -3,13 +3,8 @@
 A document is first split into sections (Markdown: by headings, each section remembering its
 heading path such as "Design > Wire contracts"; plain text: one section; PDF: one per page),
 then each section's paragraphs and code fences are packed into chunks. Sizes are counted in
-tokens of the embedding model's tokenizer: what gets embedded (the page title and heading path,
-then the passage, plus the model's special tokens) never exceeds ``max_tokens``.
-Small sections are merged with their neighbours under the same heading first (up to
-``merge_tokens``): a lone API signature with its one-line description, or a one-paragraph
-section, embeds badly on its own and crowds the candidates. A merged section keeps each member's
-own heading as the first line of its text, joined to its first paragraph, so an API entry's
-signature and first sentence always stay together. Consecutive chunks of
+tokens of the embedding model's tokenizer: what gets embedded (the heading path, then the
+passage, plus the model's special tokens) never exceeds ``max_tokens``. Consecutive chunks of
 one section share up to ``overlap_tokens`` tokens, so that a sentence cut at a boundary is still
 found whole in one of them. A code fence is never split unless it alone is longer than a chunk;
 then each piece is fenced again. Cuts fall between sentences, else between words.
@@ -33,10 +28,8 @@ __all__ = [
     "chunk_markdown",
     "chunk_plain_text",
     "chunk_sections",
-    "embedding_context",
     "embedding_text",
     "markdown_sections",
-    "merge_sections",
     "split_front_matter",
     "text_sections",
 ]
@@ -66,13 +59,6 @@ class ChunkLimits:
     max_tokens: int = 256
     overlap_tokens: int = 32
     counter: TokenCounter = field(default_factory=WordCounter)
-    merge_tokens: int | None = None
-    """Neighbouring sections under one heading are merged while their text stays within this many
-    tokens; ``None``: half of ``max_tokens``; 0: never merged."""
-
-    @property
-    def merge_target(self) -> int:
-        return self.max_tokens // 2 if self.merge_tokens is None else self.merge_tokens
 
     def __post_init__(self) -> None:
         if self.max_tokens - self.counter.special_tokens < 4:
@@ -97,23 +83,9 @@ class Section:
     blocks: list[Block]
 
 
-def embedding_context(title: str, heading: str) -> str:
-    """The page title and the heading path, as one line (the title once, when the path starts with it).
-
-    Sphinx titles a page "heapq — Heap queue algorithm — Python 3.11 documentation" under an H1
-    "heapq — Heap queue algorithm"; DocBook titles "DROP TABLE" and heads its sections
-    "Synopsis", "Description": the title says what every section is about."""
-    if not heading:
-        return title
-    first = heading.split(HEADING_SEPARATOR, 1)[0]
-    if not title or title.startswith(first) or first.startswith(title):
-        return heading
-    return f"{title}{HEADING_SEPARATOR}{heading}"
-
-
 def embedding_text(chunk: Chunk) -> str:
-    """What gets embedded (and indexed for keywords): the passage under its page title and heading path."""
-    context = embedding_context(chunk.title, chunk.heading)
+    """What gets embedded (and indexed for keywords): the passage under its heading path, or its title."""
+    context = chunk.heading or chunk.title
     return f"{context}\n\n{chunk.text}" if context else chunk.text
 
 
@@ -131,52 +103,15 @@ def chunk_sections(sections: Sequence[Section], source: str, title: str, limits:
     """Pack every section's blocks into chunks whose embedded text fits ``limits``."""
     packer = _Packer(limits.counter)
     chunks: list[Chunk] = []
-    for section in merge_sections(sections, limits):
+    for section in sections:
         heading = HEADING_SEPARATOR.join(section.headings)
-        context_tokens = count_tokens(limits.counter, embedding_context(title, heading))
+        context_tokens = count_tokens(limits.counter, heading or title)
         # A heading path longer than half a chunk is pathological: then the model cuts its window short.
         budget = max(limits.max_tokens - limits.counter.special_tokens - context_tokens, limits.max_tokens // 2)
         overlap = min(limits.overlap_tokens, budget // 2)
         for text in packer.pack(section.blocks, budget, overlap):
             chunks.append(Chunk(text=text, source=source, title=title, heading=heading, position=len(chunks)))
     return chunks
-
-
-def merge_sections(sections: Sequence[Section], limits: ChunkLimits) -> list[Section]:
-    """Neighbouring sections merged while their text fits ``limits.merge_target`` tokens.
-
-    A section joins the one before if both sit under the heading that encloses the first (its
-    parent, or itself): sibling API entries, or a section and its subsections, never a section of
-    another chapter. The merged section is headed by the headings its members share; each member's
-    further headings become the first line of its text, joined to its first paragraph.
-    """
-    target = limits.merge_target
-    if target <= 0:
-        return list(sections)
-    merged: list[Section] = []
-    group: list[Section] = []
-    shared: tuple[str, ...] = ()
-    size = 0
-    for section in sections:
-        if not section.blocks:
-            continue  # a heading alone (a PDF's empty page) makes no chunk
-        tokens = sum(count_tokens(limits.counter, block.text) for block in section.blocks)
-        if group:
-            common = _common_prefix(shared, section.headings)
-            parent_depth = max(len(group[0].headings) - 1, 0)
-            extra = count_tokens(limits.counter, HEADING_SEPARATOR.join(section.headings[len(common) :]))
-            # a fragment (a fifth of the target) may fill the chunk further than the target
-            limit = target if tokens + extra > target // 5 else max(target, limits.max_tokens * 3 // 4)
-            if len(common) >= parent_depth and size + tokens + extra <= limit:
-                group.append(section)
-                shared = common
-                size += tokens + extra
-                continue
-            merged.append(_merged(group, shared))
-        group, shared, size = [section], section.headings, tokens
-    if group:
-        merged.append(_merged(group, shared))
-    return merged
 
 
 def split_front_matter(text: str) -> tuple[dict[str, str], str]:
@@ -267,29 +202,6 @@ _FENCE_OPEN = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _FRONT_MATTER_LIMIT = 200  # lines; a "---" at the top with no close this early is a rule, not front matter
 _FRONT_MATTER_FIELD = re.compile(r"^([A-Za-z_][\w-]*)\s*:(.*)$")
-
-
-def _common_prefix(first: tuple[str, ...], second: tuple[str, ...]) -> tuple[str, ...]:
-    length = 0
-    while length < min(len(first), len(second)) and first[length] == second[length]:
-        length += 1
-    return first[:length]
-
-
-def _merged(group: Sequence[Section], shared: tuple[str, ...]) -> Section:
-    if len(group) == 1:
-        return group[0]
-    blocks: list[Block] = []
-    for section in group:
-        own = HEADING_SEPARATOR.join(section.headings[len(shared) :])
-        members = list(section.blocks)
-        if own and members and not members[0].is_code:
-            blocks.append(Block(f"{own}\n{members[0].text}"))  # a signature and its first sentence, together
-            members = members[1:]
-        elif own:
-            blocks.append(Block(own))
-        blocks.extend(members)
-    return Section(shared, blocks)
 
 
 def _fence_end(lines: Sequence[str], start: int, marker: str) -> int:

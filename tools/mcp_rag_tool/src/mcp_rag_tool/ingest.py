@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from mcp_rag_tool import bm25
 from mcp_rag_tool.bm25 import SparseVector
-from mcp_rag_tool.chunking import Chunk, ChunkLimits, chunk_sections, embedding_context, embedding_text
+from mcp_rag_tool.chunking import Chunk, ChunkLimits, chunk_sections, embedding_text
 from mcp_rag_tool.documents import SUPPORTED_SUFFIXES, DocumentKind, UnreadableDocument, kind_of, parse_document
 from mcp_rag_tool.embeddings import Embedder
 from mcp_rag_tool.points import SCHEMA_VERSION, SourceRecord, chunk_point_id
@@ -46,11 +46,10 @@ __all__ = [
     "ProgressListener",
     "find_documents",
     "folder_origin",
-    "sparse_vector",
 ]
 
 API_ORIGIN = "api"
-_PARSER_VERSION = 3  # bump when parsing or chunking changes what a document's chunks are (3: merged, BM25F)
+_PARSER_VERSION = 2  # bump when parsing or chunking changes what a document's chunks are
 _STORE_BATCH = 256  # embedded chunks written to Qdrant per request
 _EMBED_GROUP = 4
 """Batches handed to the embedder per call: it sorts a call's texts by length before batching them,
@@ -180,8 +179,7 @@ class Ingester:
         self._batch_size = batch_size
         self._progress_seconds = progress_seconds
         self._clock = clock
-        sizes = f"{limits.max_tokens}|{limits.overlap_tokens}|{limits.merge_target}"
-        settings_id = f"{SCHEMA_VERSION}|{_PARSER_VERSION}|{embedder.name}|{sizes}"
+        settings_id = f"{SCHEMA_VERSION}|{_PARSER_VERSION}|{embedder.name}|{limits.max_tokens}|{limits.overlap_tokens}"
         self._settings_digest = hashlib.sha256(settings_id.encode()).hexdigest()[:16]
 
     async def ingest_folders(
@@ -281,7 +279,7 @@ class Ingester:
         chunks, records = pipeline.take(size)
         texts = [embedding_text(chunk) for chunk in chunks]
         dense = await self._embedder.embed(texts)
-        sparse = await anyio.to_thread.run_sync(lambda: [sparse_vector(chunk) for chunk in chunks])
+        sparse = await anyio.to_thread.run_sync(lambda: [bm25.document_vector(text) for text in texts])
         pipeline.embedded(chunks, records, dense, sparse)
         return len(chunks)
 
@@ -470,11 +468,6 @@ class _Progress:
             chunks_per_second=round(chunks / elapsed, 1),
             seconds=round(elapsed, 1),
         )
-
-
-def sparse_vector(chunk: Chunk) -> SparseVector:
-    """A chunk's BM25F vector: its body, and its title and heading path as the context field."""
-    return bm25.document_vector(chunk.text, embedding_context(chunk.title, chunk.heading))
 
 
 def _file_item(file: DocumentFile, origin: str) -> tuple[str, Callable[[], DocumentInput]]:

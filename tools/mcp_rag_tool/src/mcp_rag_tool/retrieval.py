@@ -30,7 +30,6 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from mcp_rag_tool import bm25
-from mcp_rag_tool.chunking import embedding_context
 from mcp_rag_tool.embeddings import Embedder
 from mcp_rag_tool.fusion import (
     FusedItem,
@@ -264,8 +263,7 @@ def _by_document(
 
 
 def _passage(chunk: SearchHit) -> str:
-    """What a cross-encoder reads of a chunk: what was embedded of it (``chunking.embedding_text``)."""
-    context = embedding_context(chunk.title, chunk.heading)
+    context = chunk.heading or chunk.title
     return f"{context}\n\n{chunk.text}" if context else chunk.text
 
 
