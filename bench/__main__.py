@@ -197,7 +197,11 @@ async def _run(options: argparse.Namespace, plan: Plan, cores: Cores, data: Path
             # --only peers: the production arm and bare, with LangGraph beside them in the same rounds.
             done(
                 await run_production(
-                    suite, plan.persistence_sequential, rounds=plan.agent_rounds, with_peer="peers" in options.only
+                    suite,
+                    plan.persistence_sequential,
+                    rounds=plan.agent_rounds,
+                    with_peer="peers" in options.only,
+                    profiles=profiles if options.profile else None,
                 )
             )
     if "rag" in options.only:  # needs none of the services: run once they are down

@@ -50,6 +50,7 @@ from bench.peers import PeerProcess, missing_peers_venv, running_peer
 from bench.persistence import DEFAULT_POSTGRES_URL, POSTGRES_URL_VARIABLE, _scratch_database, _ScratchDatabase
 from bench.probes import http_call
 from bench.processes import Service, cpu_seconds
+from bench.profiling import profiling
 from bench.report import Section, Table, Target, ms
 from bench.suite import STDIO_TOOL, Suite, _stdio_echo, start_agent
 
@@ -186,8 +187,11 @@ def _tool_cache_counts(service: Service) -> dict[str, float]:
     return {outcome: float(value) for outcome, value in pattern.findall(text)}
 
 
-async def run_production(suite: Suite, plan: Rounds, *, rounds: int, with_peer: bool) -> Section:
-    """The section ``make bench`` prints (``--only production``; ``--only peers`` adds the LangGraph arm)."""
+async def run_production(
+    suite: Suite, plan: Rounds, *, rounds: int, with_peer: bool, profiles: Path | None = None
+) -> Section:
+    """The section ``make bench`` prints (``--only production``; ``--only peers`` adds the LangGraph arm).
+    ``profiles``: record the production arm's agent-service with py-spy into that folder (``--profile``)."""
     admin_url = os.environ.get(POSTGRES_URL_VARIABLE) or DEFAULT_POSTGRES_URL
     redis_url = os.environ.get(REDIS_URL_VARIABLE) or DEFAULT_REDIS_URL
     peer_missing = missing_peers_venv() if with_peer else None
@@ -269,7 +273,8 @@ async def run_production(suite: Suite, plan: Rounds, *, rounds: int, with_peer: 
                 arms.append(
                     _Arm("peer", PEER_LABEL, [peer.pid], database=peer_database, probe=peer.probe(fresh_user_texts()))
                 )
-            figures, checks = await _measure(arms, plan, redis_url, production)
+            with profiling([production], profiles or suite.logs, "production", enabled=profiles is not None):
+                figures, checks = await _measure(arms, plan, redis_url, production)
     finally:
         await _delete_keys(redis_url, prefix)
     return _section(arms, figures, checks, plan, rounds, peer_missing, peer.versions if peer else {})
