@@ -53,9 +53,8 @@ def _document(source: str, title: str, body: str, *, tags: Sequence[str] = ()) -
 
 @pytest.fixture(scope="module")
 def page_model() -> PageModel:
-    import anyio
-
-    return anyio.run(PageModel.from_folder, bundled_model_path())
+    # Loaded once for the module on this thread: anyio.run here fails when another test's event loop runs in it.
+    return PageModel.load_here(bundled_model_path())
 
 
 @pytest.fixture

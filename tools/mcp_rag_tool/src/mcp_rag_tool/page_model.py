@@ -86,8 +86,12 @@ class PageModel(MiniLMEmbedder):
 
     @classmethod
     async def from_folder(cls, path: Path) -> PageModel:
-        model = await run_in_daemon_thread(functools.partial(_load_model, path))
-        return cls(model, batch_size=8, bfloat16=native_bfloat16())
+        return await run_in_daemon_thread(functools.partial(cls.load_here, path))
+
+    @classmethod
+    def load_here(cls, path: Path) -> PageModel:
+        """``from_folder`` on this thread (it blocks while the model loads)."""
+        return cls(_load_model(path), batch_size=8, bfloat16=native_bfloat16())
 
     @property
     def name(self) -> str:
