@@ -33,7 +33,7 @@ from bench.processes import CoreTimes, Service, pin
 from bench.report import SEQUENTIAL_COLUMNS, Section, Table, Target, add_arm, add_difference, mb, ms
 from bench.suite import STDIO_TOOL, Suite
 
-__all__ = ["CONCURRENCIES", "UPSTREAM_DELAY_MS", "run_agent"]
+__all__ = ["CONCURRENCIES", "UPSTREAM_DELAY_MS", "direct_probe", "run_agent"]
 
 CONCURRENCIES = (32, 256)
 UPSTREAM_DELAY_MS = 50
@@ -58,7 +58,7 @@ _OPENAI_TOOLS = [
 ]
 
 
-def _direct_probe(llm: Service, connection: HttpConnection, mcp: Client, rounds: int) -> Probe:
+def direct_probe(llm: Service, connection: HttpConnection, mcp: Client, rounds: int) -> Probe:
     """The calls a run makes, made by this process: K+1 LLM calls and K MCP tool calls over stdio."""
     host = f"127.0.0.1:{llm.port}"
 
@@ -118,7 +118,7 @@ async def run_agent(
         seq = await interleave(
             {
                 "floor": hello.probe(hello_connection),
-                "direct": _direct_probe(suite.llm, llm_connection, suite.direct_stdio, rounds),
+                "direct": direct_probe(suite.llm, llm_connection, suite.direct_stdio, rounds),
                 "through_json": through_json.probe(agent_connection),
                 "through_sse": through_sse.probe(agent_connection),
             },

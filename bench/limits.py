@@ -42,7 +42,15 @@ from bench.processes import Service
 from bench.report import Section, Table, Target, ms
 from bench.suite import STDIO_TOOL, Suite, start_agent
 
-__all__ = ["ADDED_PER_RUN_TARGET", "REDIS_URL_VARIABLE", "run_limits"]
+__all__ = [
+    "ADDED_PER_RUN_TARGET",
+    "BENCH_KEY",
+    "REDIS_URL_VARIABLE",
+    "TENANCY_CALLERS",
+    "delete_keys",
+    "redis_reachable",
+    "run_limits",
+]
 
 REDIS_URL_VARIABLE = "BENCH_REDIS_URL"
 BASE_VARIABLE = "BENCH_LIMITS_BASE"
@@ -65,8 +73,8 @@ class _Mode:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-_BENCH_KEY = f"bench-{secrets.token_hex(16)}"
-_CALLERS = f"""
+BENCH_KEY = f"bench-{secrets.token_hex(16)}"
+TENANCY_CALLERS = f"""
 # The tenant of the "tenancy" mode: every control of a run on, none of them reached.
 [tenants.bench]
 max_concurrent_runs = 16
@@ -77,7 +85,7 @@ user_monthly_tokens = 1000000000000
 [[keys]]
 name = "bench"
 tenant = "bench"
-sha256 = "{hashlib.sha256(_BENCH_KEY.encode()).hexdigest()}"
+sha256 = "{hashlib.sha256(BENCH_KEY.encode()).hexdigest()}"
 trusted = true
 """
 
@@ -95,7 +103,7 @@ def _run_call(mode: _Mode) -> HttpCall:
     )
 
 
-async def _redis_reachable(url: str) -> str | None:
+async def redis_reachable(url: str) -> str | None:
     """Why Redis cannot be used, or ``None``."""
     client = aioredis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
     try:
@@ -107,7 +115,7 @@ async def _redis_reachable(url: str) -> str | None:
     return None
 
 
-async def _delete_keys(url: str, prefix: str) -> None:
+async def delete_keys(url: str, prefix: str) -> None:
     client = aioredis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
     try:
         keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
@@ -127,18 +135,18 @@ async def run_limits(suite: Suite, plan: Rounds) -> Section:
         _Mode("none", "no cap (AGENT_MAX_CONCURRENT_RUNS_PER_TENANT=0)", {**unstored, **_cap(0)}),
         _Mode("memory", "in-process slots (AGENT_REDIS_URL empty)", {**unstored, **_cap(16)}),
     ]
-    skipped = await _redis_reachable(redis_url)
+    skipped = await redis_reachable(redis_url)
     if skipped is None:
         redis_env = {**unstored, **_cap(16), "AGENT_REDIS_URL": redis_url, "AGENT_REDIS_KEY_PREFIX": prefix}
         modes.append(_Mode("redis", "Redis slots (loopback)", redis_env))
         callers = suite.logs / "bench-callers.toml"
-        callers.write_text(_CALLERS)
+        callers.write_text(TENANCY_CALLERS)
         modes.append(
             _Mode(
                 "tenancy",
                 "caller key + Redis slots + run token cap + tenant and user monthly budgets (Redis)",
                 {**redis_env, "AGENT_CALLERS_FILE": str(callers)},
-                headers={"Authorization": f"Bearer {_BENCH_KEY}", "X-User-Id": "bench-user"},
+                headers={"Authorization": f"Bearer {BENCH_KEY}", "X-User-Id": "bench-user"},
             )
         )
         base = os.environ.get(BASE_VARIABLE)
@@ -158,7 +166,7 @@ async def run_limits(suite: Suite, plan: Rounds) -> Section:
             figures = await _measure(modes, plan, redis_url if skipped is None else None, prefix)
     finally:
         if skipped is None:
-            await _delete_keys(redis_url, prefix)
+            await delete_keys(redis_url, prefix)
     return _section(modes, figures, plan, skipped)
 
 

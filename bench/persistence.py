@@ -38,7 +38,13 @@ from bench.processes import Service
 from bench.report import Section, Table, Target, ms
 from bench.suite import STDIO_TOOL, Suite, start_agent
 
-__all__ = ["ADDED_PER_ROUND_TARGETS", "POSTGRES_URL_VARIABLE", "run_persistence"]
+__all__ = [
+    "ADDED_PER_ROUND_TARGETS",
+    "POSTGRES_URL_VARIABLE",
+    "ScratchDatabase",
+    "run_persistence",
+    "scratch_database",
+]
 
 POSTGRES_URL_VARIABLE = "BENCH_POSTGRES_URL"
 """A PostgreSQL URL whose user may create and drop databases; its own database is only connected to."""
@@ -75,7 +81,7 @@ def _sqlite_size(path: Path) -> SizeReader:
 
 
 @dataclass
-class _ScratchDatabase:
+class ScratchDatabase:
     url: str
     admin: asyncpg.Connection
     name: str
@@ -98,7 +104,7 @@ def _is_local_postgres(pid: int) -> bool:
 
 
 @asynccontextmanager
-async def _scratch_database(admin_url: str) -> AsyncIterator[_ScratchDatabase | str]:
+async def scratch_database(admin_url: str) -> AsyncIterator[ScratchDatabase | str]:
     """A new, empty database on ``admin_url``'s server, dropped on exit; or why there is none."""
     try:
         admin = await asyncpg.connect(admin_url, timeout=_CONNECT_TIMEOUT_SECONDS)
@@ -113,7 +119,7 @@ async def _scratch_database(admin_url: str) -> AsyncIterator[_ScratchDatabase | 
             yield f"cannot create a database on {_without_password(admin_url)}: {error}"
             return
         try:
-            yield _ScratchDatabase(urlsplit(admin_url)._replace(path=f"/{name}").geturl(), admin, name)
+            yield ScratchDatabase(urlsplit(admin_url)._replace(path=f"/{name}").geturl(), admin, name)
         finally:
             # The agent-service that used it has stopped; anything left connected is cut off first.
             await admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name)
@@ -140,13 +146,13 @@ async def run_persistence(suite: Suite, plan: Rounds, *, rounds: int) -> Section
     admin_url = os.environ.get(POSTGRES_URL_VARIABLE) or DEFAULT_POSTGRES_URL
     with tempfile.TemporaryDirectory(prefix="loopsuite-bench-") as folder:
         sqlite_file = Path(folder) / "agent.db"
-        async with _scratch_database(admin_url) as database:
+        async with scratch_database(admin_url) as database:
             modes = [
                 _Mode("memory", 'not stored (AGENT_DATABASE_URL="")', "", _no_database),
                 _Mode("sqlite", "SQLite (a temporary file)", f"sqlite:///{sqlite_file}", _sqlite_size(sqlite_file)),
             ]
             skipped = database if isinstance(database, str) else None
-            if isinstance(database, _ScratchDatabase):
+            if isinstance(database, ScratchDatabase):
                 modes.append(_Mode("postgres", "PostgreSQL (a new database)", database.url, database.size))
             with ExitStack() as stack:
                 for mode in modes:
@@ -159,7 +165,7 @@ async def run_persistence(suite: Suite, plan: Rounds, *, rounds: int) -> Section
 
 
 async def _measure(
-    modes: list[_Mode], plan: Rounds, rounds: int, database: _ScratchDatabase | str
+    modes: list[_Mode], plan: Rounds, rounds: int, database: ScratchDatabase | str
 ) -> tuple[dict[str, ArmFigures], dict[str, int]]:
     services = {mode.key: mode.service for mode in modes if mode.service is not None}
     async with (

@@ -42,17 +42,17 @@ from typing import Any
 import httpx
 import redis.asyncio as aioredis
 
-from bench.agent import MESSAGES, _direct_probe
+from bench.agent import MESSAGES, direct_probe
 from bench.httpload import HttpConnection
-from bench.limits import _BENCH_KEY, _CALLERS, DEFAULT_REDIS_URL, REDIS_URL_VARIABLE, _delete_keys, _redis_reachable
+from bench.limits import BENCH_KEY, DEFAULT_REDIS_URL, REDIS_URL_VARIABLE, TENANCY_CALLERS, delete_keys, redis_reachable
 from bench.measure import ArmFigures, Probe, Rounds, interleave
 from bench.peers import PeerProcess, missing_peers_venv, running_peer
-from bench.persistence import DEFAULT_POSTGRES_URL, POSTGRES_URL_VARIABLE, _scratch_database, _ScratchDatabase
+from bench.persistence import DEFAULT_POSTGRES_URL, POSTGRES_URL_VARIABLE, ScratchDatabase, scratch_database
 from bench.probes import http_call
 from bench.processes import Service, cpu_seconds
 from bench.profiling import profiling
 from bench.report import Section, Table, Target, ms
-from bench.suite import STDIO_TOOL, Suite, _stdio_echo, start_agent
+from bench.suite import STDIO_TOOL, Suite, start_agent, stdio_echo
 
 __all__ = [
     "PEER_CPU_TARGET",
@@ -70,7 +70,7 @@ PEER_CPU_TARGET = 2.0
 PEER_LABEL = "LangGraph prebuilt agent + PostgresSaver (sync)"
 TOOL_CACHE_TTLS = {"echo-stdio:*": 60}
 """The echo tool is not annotated read-only: the cache is on for it by name, as an operator names their tools."""
-USER_HEADERS = {"Authorization": f"Bearer {_BENCH_KEY}", "X-User-Id": "bench-user"}
+USER_HEADERS = {"Authorization": f"Bearer {BENCH_KEY}", "X-User-Id": "bench-user"}
 
 
 def production_env(
@@ -153,7 +153,7 @@ class _Arm:
     label: str
     own: list[int]
     """The arm's processes: agent-service (and the suite's two other services), or the peer's process."""
-    database: _ScratchDatabase | None = None
+    database: ScratchDatabase | None = None
     """Where it stores its runs (or checkpoints), if anywhere."""
     backends: list[int] = field(default_factory=list)
     probe: Probe | None = None
@@ -195,15 +195,15 @@ async def run_production(
     admin_url = os.environ.get(POSTGRES_URL_VARIABLE) or DEFAULT_POSTGRES_URL
     redis_url = os.environ.get(REDIS_URL_VARIABLE) or DEFAULT_REDIS_URL
     peer_missing = missing_peers_venv() if with_peer else None
-    unreachable = await _redis_reachable(redis_url)
+    unreachable = await redis_reachable(redis_url)
     if unreachable is not None:
         return _skipped(f"{unreachable} (set {REDIS_URL_VARIABLE})")
     prefix = f"bench-{secrets.token_hex(4)}:"
     callers = suite.logs / "bench-production-callers.toml"
-    callers.write_text(_CALLERS)
+    callers.write_text(TENANCY_CALLERS)
     try:
         async with AsyncExitStack() as stack:
-            database = await stack.enter_async_context(_scratch_database(admin_url))
+            database = await stack.enter_async_context(scratch_database(admin_url))
             if isinstance(database, str):
                 return _skipped(f"{database} (set {POSTGRES_URL_VARIABLE})")
             env = production_env(
@@ -218,10 +218,10 @@ async def run_production(
             bare = start_agent(services, suite, "agent-service-bare", {"AGENT_DATABASE_URL": "", "AGENT_REDIS_URL": ""})
             production = start_agent(services, suite, "agent-service-production", env)
             peer: PeerProcess | None = None
-            peer_database: _ScratchDatabase | None = None
+            peer_database: ScratchDatabase | None = None
             if with_peer and peer_missing is None:
-                echo = _stdio_echo()
-                made = await stack.enter_async_context(_scratch_database(admin_url))
+                echo = stdio_echo()
+                made = await stack.enter_async_context(scratch_database(admin_url))
                 assert not isinstance(made, str)  # the same server has just answered
                 peer_database = made
                 peer = await stack.enter_async_context(
@@ -246,7 +246,7 @@ async def run_production(
                     "direct",
                     "direct: the run's LLM and tool calls made by this process",
                     [],
-                    probe=_direct_probe(
+                    probe=direct_probe(
                         suite.llm,
                         await connect(HttpConnection("127.0.0.1", suite.llm.port)),
                         suite.direct_stdio,
@@ -276,7 +276,7 @@ async def run_production(
             with profiling([production], profiles or suite.logs, "production", enabled=profiles is not None):
                 figures, checks = await _measure(arms, plan, redis_url, production)
     finally:
-        await _delete_keys(redis_url, prefix)
+        await delete_keys(redis_url, prefix)
     return _section(arms, figures, checks, plan, rounds, peer_missing, peer.versions if peer else {})
 
 
@@ -336,7 +336,7 @@ async def _measure(
     return figures, checks
 
 
-async def _sessions(database: _ScratchDatabase) -> int:
+async def _sessions(database: ScratchDatabase) -> int:
     """Connections ever opened to ``database`` (PostgreSQL's statistics, flushed within seconds)."""
     value = await database.admin.fetchval("SELECT sessions FROM pg_stat_database WHERE datname = $1", database.name)
     return int(value or 0)

@@ -21,7 +21,7 @@ from mcp import Client, StdioServerParameters
 
 from bench.processes import ROOT, Cores, Service, free_port, pin_descendants, start
 
-__all__ = ["HTTP_TOOL", "SECRET_HEADER", "STDIO_TOOL", "Suite", "running_suite", "start_agent"]
+__all__ = ["HTTP_TOOL", "SECRET_HEADER", "STDIO_TOOL", "Suite", "running_suite", "start_agent", "stdio_echo"]
 
 STDIO_TOOL = "s_echo"
 """The echo tool of the stdio server (prefix ``s_``)."""
@@ -80,7 +80,7 @@ def start_agent(stack: ExitStack, suite: Suite, name: str, env: dict[str, str]) 
     )
 
 
-def _stdio_echo() -> StdioServerParameters:
+def stdio_echo() -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable, args=["-m", "bench.echo_server", "--tool-prefix", "s_"], cwd=str(ROOT)
     )
@@ -128,7 +128,7 @@ def _start_processes(stack: ExitStack, cores: Cores, data: Path, secret: str, lo
         ready_path="/mcp",
     )
     config = data / "mcp_servers.json"
-    stdio = _stdio_echo()
+    stdio = stdio_echo()
     config.write_text(
         json.dumps(
             {
@@ -204,7 +204,7 @@ async def running_suite(cores: Cores, data: Path, *, log_level: str = "info") ->
         services = _start_processes(stack, cores, data, secret, log_level)
         async with AsyncExitStack() as clients:
             # cache=None: every list_tools is a real round trip, as mcp-client-service's own client makes.
-            direct_stdio = await clients.enter_async_context(Client(_stdio_echo(), cache=None))
+            direct_stdio = await clients.enter_async_context(Client(stdio_echo(), cache=None))
             direct_http = await clients.enter_async_context(Client(f"{services['echo_http'].url}/mcp", cache=None))
             yield Suite(
                 cores=cores,

@@ -13,7 +13,7 @@ from agent_service.access.callers_file import parse_callers
 from agent_service.engine.tool_cache import ToolCachePolicy
 from agent_service.settings import AgentSettings
 from bench.fake_llm import reply_for
-from bench.limits import _BENCH_KEY, _CALLERS
+from bench.limits import BENCH_KEY, TENANCY_CALLERS
 from bench.peers import missing_peers_venv
 from bench.production import (
     USER_HEADERS,
@@ -27,7 +27,7 @@ from suite_common.wire import ToolInfo
 
 
 def test_the_callers_file_gives_the_runs_key_a_tenant_with_every_control_on() -> None:
-    callers = parse_callers(_CALLERS)
+    callers = parse_callers(TENANCY_CALLERS)
     caller = callers.identify(USER_HEADERS["Authorization"].removeprefix("Bearer "))
     assert caller is not None
     assert caller.tenant == "bench"
@@ -37,7 +37,7 @@ def test_the_callers_file_gives_the_runs_key_a_tenant_with_every_control_on() ->
     assert rules.max_run_tokens is not None
     assert rules.monthly_tokens is not None
     assert rules.user_monthly_tokens is not None
-    assert callers.identify(_BENCH_KEY + "x") is None
+    assert callers.identify(BENCH_KEY + "x") is None
 
 
 def test_the_production_settings_store_in_postgresql_share_redis_and_cache_the_echo_tool(
