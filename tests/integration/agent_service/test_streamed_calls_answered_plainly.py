@@ -10,7 +10,7 @@ import pytest
 
 from agent_service.infra.peers import ToolsClient
 from suite_common.deadline import Deadline
-from suite_common.peer_client import AiohttpPeerClient
+from suite_common.peer_client import HttptoolsPeerClient
 from suite_common.wire import CallToolProgress, CallToolResponse
 from support.library_mcp_server import build_library_server
 from support.mcp_gateway import GATEWAY_SECRET, echo_http_server, running_gateway
@@ -28,7 +28,7 @@ async def tools() -> AsyncIterator[ToolsClient]:
         running_gateway({"echo": {"url": echo_url}, "library": {"url": library_url + "/mcp"}}) as gateway,
     ):
         await gateway.wait_until_ready("echo", "library")
-        http = AiohttpPeerClient(connect_timeout=5)  # agent-service's own peer client
+        http = HttptoolsPeerClient(connect_timeout=5)  # agent-service's own peer client
         try:
             yield ToolsClient(http, gateway.url, secret=GATEWAY_SECRET, secret_header="X-MCP-Service-Secret")
         finally:

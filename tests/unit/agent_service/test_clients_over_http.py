@@ -13,7 +13,7 @@ from agent_service.core.errors import UpstreamError
 from agent_service.infra.peers import CompletionClient
 from suite_common import wire
 from suite_common.deadline import Deadline
-from suite_common.peer_client import AiohttpPeerClient
+from suite_common.peer_client import HttptoolsPeerClient
 from suite_common.sse import encode_event
 from suite_common.wire import CompletionDone, CompletionRequest, Message, ReasoningDelta, TextDelta, Usage, dump
 from support.servers import serve_app
@@ -56,7 +56,7 @@ class _StreamingCompletions:
 
 @asynccontextmanager
 async def _client(app: _StreamingCompletions) -> AsyncIterator[CompletionClient]:
-    peer = AiohttpPeerClient(connect_timeout=5)
+    peer = HttptoolsPeerClient(connect_timeout=5)
     try:
         async with serve_app(app) as url:
             yield CompletionClient(peer, url)

@@ -14,18 +14,25 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 import anyio
 import httpx
 import pytest
+from starlette.types import Receive, Scope, Send
 
 from suite_common.http_client import pooled_client
-from suite_common.peer_client import AiohttpPeerClient, HttpxPeerClient, PeerClient
+from suite_common.peer_client import HttptoolsPeerClient, HttpxPeerClient, PeerClient
 from support.recording_upstream import RecordingUpstream
 from support.servers import serve_app
 
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture(params=["asyncio", ("asyncio", {"use_uvloop": True})], ids=["asyncio", "uvloop"])
+def anyio_backend(request: pytest.FixtureRequest) -> object:
+    """Both loops: the services run on uvloop, whose transports are not asyncio's classes."""
+    return request.param
+
+
 @asynccontextmanager
-async def _aiohttp_peer() -> AsyncIterator[PeerClient]:
-    client = AiohttpPeerClient(connect_timeout=5, max_connections=10)
+async def _httptools_peer() -> AsyncIterator[PeerClient]:
+    client = HttptoolsPeerClient(connect_timeout=5, max_connections=10)
     try:
         yield client
     finally:
@@ -39,7 +46,7 @@ async def _httpx_peer() -> AsyncIterator[PeerClient]:
 
 
 Peer = Callable[[], AbstractAsyncContextManager[PeerClient]]
-both = pytest.mark.parametrize("peer", [_aiohttp_peer, _httpx_peer], ids=["aiohttp", "httpx"])
+both = pytest.mark.parametrize("peer", [_httptools_peer, _httpx_peer], ids=["httptools", "httpx"])
 
 
 @both
@@ -56,7 +63,7 @@ async def test_a_request_arrives_as_sent_and_its_answer_comes_back_whole(peer: P
     assert (path, body) == ("/echo", b"{}")
     sent = dict(headers)
     assert (sent[b"content-type"], sent[b"x-id"], sent[b"content-length"]) == (b"application/json", b"7", b"2")
-    if peer is _aiohttp_peer:  # only what the caller gave: nothing asks a proxy in between to compress
+    if peer is _httptools_peer:  # only what the caller gave: nothing asks a proxy in between to compress
         assert set(sent) == {b"host", b"content-type", b"x-id", b"content-length"}
 
 
@@ -68,7 +75,7 @@ async def test_sequential_requests_reuse_one_connection_and_no_cookie_is_sent_ba
             for _ in range(3):
                 assert (await client.request("GET", f"{url}/echo", headers={})).status == 201
     assert len(set(upstream.clients)) == 1
-    if peer is _aiohttp_peer:  # httpx keeps the cookies its client is given; the suite's services set none
+    if peer is _httptools_peer:  # httpx keeps the cookies its client is given; the suite's services set none
         assert all(b"cookie" not in dict(headers) for _, headers, _ in upstream.requests)
 
 
@@ -107,6 +114,56 @@ async def test_a_call_over_its_time_limit_is_a_timeout_and_the_client_still_work
 
 
 @both
+async def test_a_streamed_body_past_the_time_limit_is_a_timeout_and_the_peer_sees_the_caller_go(peer: Peer) -> None:
+    upstream = RecordingUpstream()
+    with anyio.fail_after(10):
+        async with serve_app(upstream) as url, peer() as client:
+            async with client.stream("GET", f"{url}/hold", headers={}, time_limit=0.3) as stream:
+                chunks = stream.chunks()
+                assert await anext(chunks) == b"partial"
+                with pytest.raises(httpx.ReadTimeout):
+                    await anext(chunks)  # the rest never comes
+            await upstream.disconnected.wait()
+
+
+class _FramedBodies:
+    """``/sized``: a body in two parts under a Content-Length; ``/chunked``: three parts, chunked; ``/none``: 204."""
+
+    def __init__(self) -> None:
+        self.clients: list[tuple[str, int]] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        self.clients.append(scope["client"])
+        parts = {"/sized": [b"12345", b"67890"], "/chunked": [b"abc", b"", b"defg"], "/none": []}[scope["path"]]
+        headers = [(b"content-length", b"10")] if scope["path"] == "/sized" else []
+        await send({"type": "http.response.start", "status": 204 if not parts else 200, "headers": headers})
+        for part in parts:
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+
+@both
+async def test_sized_chunked_and_empty_bodies_come_whole_on_one_kept_alive_connection(peer: Peer) -> None:
+    app = _FramedBodies()
+    with anyio.fail_after(10):
+        async with serve_app(app) as url, peer() as client:
+            sized = await client.request("GET", f"{url}/sized", headers={})
+            chunked = await client.request("GET", f"{url}/chunked", headers={})
+            empty = await client.request("POST", f"{url}/none", headers={}, content=b"{}")
+            async with client.stream("GET", f"{url}/chunked", headers={}) as stream:
+                streamed = await stream.read()
+            again = await client.request("GET", f"{url}/sized", headers={})
+    assert (sized.status, sized.headers["content-length"], sized.content) == (200, "10", b"1234567890")
+    assert (chunked.headers["transfer-encoding"], chunked.content, streamed) == ("chunked", b"abcdefg", b"abcdefg")
+    assert (empty.status, empty.content) == (204, b"")
+    assert again.content == b"1234567890"
+    assert len(app.clients) == 5
+    assert len(set(app.clients)) == 1
+
+
+@both
 async def test_a_refused_connection_is_a_connect_error_not_a_timeout(peer: Peer) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -121,7 +178,7 @@ async def test_a_refused_connection_is_a_connect_error_not_a_timeout(peer: Peer)
 async def test_a_cancelled_call_closes_its_connection() -> None:
     upstream = RecordingUpstream()
     with anyio.fail_after(10):
-        async with serve_app(upstream) as url, _aiohttp_peer() as client:
+        async with serve_app(upstream) as url, _httptools_peer() as client:
             with anyio.move_on_after(0.3):
                 await client.request("GET", f"{url}/slow", headers={})
             upstream.release.set()
@@ -143,7 +200,7 @@ async def test_a_call_whose_time_limit_has_run_out_is_not_sent(peer: Peer) -> No
 
 
 async def test_a_closed_client_refuses_calls_instead_of_opening_a_new_pool() -> None:
-    async with _aiohttp_peer() as client:
+    async with _httptools_peer() as client:
         await client.aclose()
         with pytest.raises(RuntimeError):
             await client.request("GET", "http://127.0.0.1:9/", headers={})

@@ -11,9 +11,9 @@ failures into the httpx exceptions httpcore would raise (httpx-aiohttp 0.2 repor
 connection, a TLS failure or a server that hung up as ``ConnectTimeout``, and lets others escape as
 aiohttp exceptions), sends exactly the headers httpx built, and keeps no cookies of its own.
 
-The aiohttp side is shared with ``peer_client``'s ``AiohttpPeerClient``: one session factory
-(``LazySession``), one translation of aiohttp's failures (``translated_error``, ``raise_translated``)
-and one chunk reader (``iter_chunks``).
+The suite's one way to open an aiohttp session is ``LazySession``, and its one translation of aiohttp's
+failures ``translated_error`` (``raise_translated``); ``peer_client``'s own client of the calls between the
+services raises the same httpx exceptions for the same failures.
 """
 
 from __future__ import annotations

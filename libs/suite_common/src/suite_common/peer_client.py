@@ -3,10 +3,12 @@
 agent-service makes several such calls per round of every run. Through ``httpx.AsyncClient``,
 even on ``AiohttpTransport``, each one pays for work a call to a sibling service never needs:
 URL merging, cookie extraction (through ``urllib.request`` and ``http.cookiejar``), redirect and
-auth handling, two layers of response objects. A py-spy profile of ``make bench`` with agent-service alone on its
-core put httpx and its cookie code at about 30% of the service's CPU. ``AiohttpPeerClient`` sends
-straight through one aiohttp session instead (``http_client``'s ``LazySession``, with its error
-translation: the same as under the services' pooled httpx client).
+auth handling, two layers of response objects: a py-spy profile of ``make bench`` put httpx and its
+cookie code at about 30% of the service's CPU. Straight through one aiohttp session, aiohttp's client
+was still 30% of it. ``HttptoolsPeerClient`` does only what a call to a sibling needs: an asyncio
+protocol per connection (``peer_connection``, answers parsed by httptools, as uvicorn parses requests),
+a keep-alive pool per origin (``peer_pool``), a time limit per exchange; about a third of aiohttp's CPU
+per call (docs/performance.md).
 
 ``HttpxPeerClient`` offers the same calls over any ``httpx.AsyncClient``: what a test injects (a
 ``MockTransport``), or a deployment that must go through an HTTP proxy.
@@ -17,19 +19,20 @@ caller handles failures the same way whichever it was given.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 
-import aiohttp
 import httpx
-from yarl import URL
+from multidict import CIMultiDict
 
-from suite_common.http_client import LazySession, iter_chunks, raise_translated
+from suite_common.peer_connection import PeerConnection, request_bytes
+from suite_common.peer_pool import Origin, PeerPool, split_url
 
-__all__ = ["AiohttpPeerClient", "HttpxPeerClient", "PeerClient", "PeerReply", "PeerStream"]
+__all__ = ["HttptoolsPeerClient", "HttpxPeerClient", "PeerClient", "PeerReply", "PeerStream"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,34 +106,31 @@ class PeerClient(ABC):
 
 
 def _check_time_left(time_limit: float | None) -> None:
-    """A call whose time has already run out is not sent (aiohttp would take a limit of 0 for no limit)."""
+    """A call whose time has already run out is not sent."""
     if time_limit is not None and time_limit <= 0:
         raise httpx.ConnectTimeout("The call's time limit had passed before it was sent.")
 
 
-class _AiohttpStream(PeerStream):
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self._response = response
-        self.status = response.status
-        self.headers = response.headers
+_IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 
-    def chunks(self) -> AsyncIterator[bytes]:
-        return iter_chunks(self._response)
+
+class _HttptoolsStream(PeerStream):
+    def __init__(self, connection: PeerConnection, headers: CIMultiDict[str]) -> None:
+        self._connection = connection
+        self.status = connection.status
+        self.headers = headers
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        while (chunk := await self._connection.next_body()) is not None:
+            yield chunk
 
     async def read(self) -> bytes:
-        try:
-            return await self._response.read()
-        except Exception as error:
-            raise_translated(error)
+        return b"".join([chunk async for chunk in self.chunks()])
 
 
-_NO_CEILING = float("inf")
-"""aiohttp rounds a limit above ``ceil_threshold`` (5 s by default) up to the next whole second."""
-
-
-class AiohttpPeerClient(PeerClient):
-    """One aiohttp session (made on first use, inside the event loop) with a pool of up to
-    ``max_connections``; idle connections are dropped after ``keepalive_seconds``."""
+class HttptoolsPeerClient(PeerClient):
+    """Keep-alive HTTP/1.1 straight on asyncio (``peer_connection``, ``peer_pool``): up to ``max_connections``
+    exchanges at once, idle connections dropped after ``keepalive_seconds``; ``verify`` as httpx's."""
 
     def __init__(
         self,
@@ -140,60 +140,72 @@ class AiohttpPeerClient(PeerClient):
         keepalive_seconds: float = 4.0,
         verify: ssl.SSLContext | bool = True,
     ) -> None:
-        self._connect_timeout = connect_timeout
-        self._sessions = LazySession(
-            max_connections=max_connections, keepalive_seconds=keepalive_seconds, verify=verify
-        )
-        self._no_limit = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
-
-    def _timeout(self, seconds: float | None) -> aiohttp.ClientTimeout:
-        if seconds is None:
-            return self._no_limit
-        return aiohttp.ClientTimeout(
-            total=seconds, sock_connect=min(self._connect_timeout, seconds), ceil_threshold=_NO_CEILING
+        self._pool = PeerPool(
+            connect_timeout=connect_timeout,
+            max_connections=max_connections,
+            keepalive_seconds=keepalive_seconds,
+            verify=verify,
         )
 
     async def _send(
         self, method: str, url: str, headers: Mapping[str, str], content: bytes | None, time_limit: float | None
-    ) -> aiohttp.ClientResponse:
-        session = self._sessions.session()
+    ) -> tuple[Origin, PeerConnection, CIMultiDict[str]]:
+        """The request sent and its answer's head come, on a connection that holds a slot of the pool."""
+        origin, target = split_url(url)
+        request = request_bytes(method, target, origin.authority, headers, content)
+        deadline = None if time_limit is None else asyncio.get_running_loop().time() + time_limit
+        await self._pool.take_slot(deadline)
+        connection = self._pool.idle_connection(origin)
         try:
-            return await session.request(
-                method,
-                URL(url, encoded=True),
-                headers=headers,
-                data=content,
-                allow_redirects=False,
-                timeout=self._timeout(time_limit),
-            )
-        except Exception as error:
-            raise_translated(error)
+            while True:
+                if connection is None:
+                    connection = await self._pool.connect(origin, deadline)
+                connection.send(request, head_only=method == "HEAD", deadline=deadline)
+                try:
+                    return origin, connection, await connection.answer_head()
+                except httpx.TransportError:
+                    # Sent again, once and on a new connection, only when it cannot have been acted on twice:
+                    # the connection had served an earlier answer (so the peer may have closed it as idle just
+                    # as the request went out), no byte of this answer came, and the method is idempotent. A
+                    # POST is not resent: the peer may have read it and failed before answering (a tool call
+                    # must not run twice); the pool's idle expiry, below the peers' keep-alive, keeps that
+                    # race rare.
+                    if not (connection.reused and connection.hung_up_unanswered and method in _IDEMPOTENT_METHODS):
+                        raise
+                    connection.finish()
+                    connection = None
+        except BaseException:  # cancelled, timed out, failed: the peer sees the caller go
+            if connection is not None:
+                connection.finish()
+                connection.close()
+            self._pool.give_back_slot()
+            raise
 
     async def _request(
         self, method: str, url: str, headers: Mapping[str, str], content: bytes | None, time_limit: float | None
     ) -> PeerReply:
-        response = await self._send(method, url, headers, content, time_limit)
+        origin, connection, answer_headers = await self._send(method, url, headers, content, time_limit)
+        body = []
         try:
-            body = await response.read()
-        except Exception as error:
-            raise_translated(error)
+            while (chunk := await connection.next_body()) is not None:
+                body.append(chunk)
         finally:
-            response.release()
-        return PeerReply(response.status, response.headers, body)
+            self._pool.release(origin, connection)  # kept only when the body was read to its end
+        return PeerReply(connection.status, answer_headers, body[0] if len(body) == 1 else b"".join(body))
 
     @asynccontextmanager
     async def _stream(
         self, method: str, url: str, headers: Mapping[str, str], content: bytes | None, time_limit: float | None
     ) -> AsyncIterator[PeerStream]:
-        response = await self._send(method, url, headers, content, time_limit)
+        origin, connection, answer_headers = await self._send(method, url, headers, content, time_limit)
         try:
-            yield _AiohttpStream(response)
+            yield _HttptoolsStream(connection, answer_headers)
         finally:
             # Back to the pool when the body was read to its end; closed otherwise.
-            response.release()
+            self._pool.release(origin, connection)
 
     async def aclose(self) -> None:
-        await self._sessions.aclose()
+        self._pool.close()
 
 
 class _HttpxStream(PeerStream):

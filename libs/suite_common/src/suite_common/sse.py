@@ -16,8 +16,8 @@ producer task, the disconnect watch and the ping timer around it, so it would re
 timeit, 200k events, 3 runs on the shared 2-core development machine), and it wants the id as a
 string. The same reasoning holds for the other hand-written pieces a library covers, each
 documented where it lives: ``sse_parser`` (httpx-sse's four nested generators per line),
-``http_client.AiohttpTransport`` (httpx-aiohttp's error mapping), ``peer_client`` (httpx's
-per-request work).
+``http_client.AiohttpTransport`` (httpx-aiohttp's error mapping), ``peer_client`` (httpx's and
+aiohttp's per-request work).
 """
 
 from __future__ import annotations

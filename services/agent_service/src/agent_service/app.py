@@ -50,7 +50,7 @@ from suite_common.health import health_routes
 from suite_common.logging import get_logger
 from suite_common.observability import Observability
 from suite_common.openapi import BearerScheme, add_openapi
-from suite_common.peer_client import AiohttpPeerClient, HttpxPeerClient, PeerClient
+from suite_common.peer_client import HttptoolsPeerClient, HttpxPeerClient, PeerClient
 
 __all__ = ["create_app"]
 
@@ -151,14 +151,14 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[dict[str, Services]]:
-        # One pooled client for every run, straight on aiohttp (see suite_common.peer_client: httpx
-        # cost about 30% of the service's CPU). No read timeout here: each call is bounded by its run's
+        # One pooled client for every run, straight on asyncio (see suite_common.peer_client: httpx, then
+        # aiohttp, cost about 30% of the service's CPU). No read timeout here: each call is bounded by its run's
         # deadline instead, which a slow LLM or tool cannot push back. Idle connections are dropped
         # before the peers' uvicorn closes them (5 s), so a request never goes out on one it is closing.
         async with AsyncExitStack() as stack:
             http: PeerClient
             if http_client is None:
-                http = AiohttpPeerClient(
+                http = HttptoolsPeerClient(
                     connect_timeout=settings.connect_timeout_seconds, max_connections=1000, keepalive_seconds=4.0
                 )
                 stack.push_async_callback(http.aclose)
