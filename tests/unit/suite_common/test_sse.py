@@ -53,6 +53,19 @@ class FakeConnection:
         return [m["body"] for m in self.sent if m["type"] == "http.response.body"]
 
 
+class PingWatching(FakeConnection):
+    """A connection that says when it was sent a keep-alive ping."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pinged = anyio.Event()
+
+    async def send(self, message: Message) -> None:
+        await super().send(message)
+        if message.get("body") == PING:
+            self.pinged.set()
+
+
 @pytest.mark.anyio
 async def test_the_stream_sends_what_the_producer_emits_then_ends() -> None:
     async def producer(emit: Any) -> None:
@@ -92,19 +105,12 @@ async def test_a_client_disconnect_cancels_the_producer() -> None:
 
 @pytest.mark.anyio
 async def test_a_silent_producer_gets_keep_alive_pings() -> None:
-    pinged = anyio.Event()
-
-    class Watching(FakeConnection):
-        async def send(self, message: Message) -> None:
-            await super().send(message)
-            if message.get("body") == PING:
-                pinged.set()
+    connection = PingWatching()
 
     async def producer(emit: Any) -> None:
-        await pinged.wait()
+        await connection.pinged.wait()
         await emit(encode_event("after the ping"))
 
-    connection = Watching()
     with anyio.fail_after(5):
         await EventStreamResponse(producer, ping_interval=0.05)({"type": "http"}, connection.receive, connection.send)
     assert connection.bodies()[:2] == [PING, b"data: after the ping\n\n"]
@@ -189,3 +195,19 @@ async def test_a_deferred_stream_starts_with_its_first_event_and_sends_no_ping_b
         )
     assert connection.sent[0]["status"] == 200
     assert connection.bodies() == [b"data: first\n\n", b""]
+
+
+@pytest.mark.anyio
+async def test_a_deferred_stream_once_started_gets_keep_alive_pings_while_silent() -> None:
+    connection = PingWatching()
+
+    async def producer(emit: Any) -> None:
+        await emit(encode_event("first"))
+        await connection.pinged.wait()
+        await emit(encode_event("after the ping"))
+
+    with anyio.fail_after(5):
+        await EventStreamResponse(producer, ping_interval=0.05, defer_start=True)(
+            {"type": "http"}, connection.receive, connection.send
+        )
+    assert connection.bodies() == [b"data: first\n\n", PING, b"data: after the ping\n\n", b""]

@@ -89,16 +89,16 @@ class EventStreamResponse:
         with stream.cancel_scope:
             # Bare asyncio tasks tied to this scope by the ``finally`` below, not an anyio task group:
             # per stream, the group and its two tasks cost several times as much CPU (uvicorn runs on asyncio).
-            loop = asyncio.get_running_loop()
-            watchers = (loop.create_task(stream.watch_disconnect(receive)), loop.create_task(stream.keep_alive()))
+            watcher = asyncio.get_running_loop().create_task(stream.watch_disconnect(receive))
+            stream.keep_alive(True)
             instead: ASGIApp | None = None
             try:
                 instead = await self.producer(stream.send_chunk)
             except OSError:
                 stream.client_gone = True  # the transport refused a write
             finally:
-                for watcher in watchers:
-                    watcher.cancel()
+                watcher.cancel()
+                stream.keep_alive(False)
         if not stream.started and not stream.client_gone and instead is not None:
             await instead(scope, receive, send)
             return
@@ -121,6 +121,8 @@ class _Stream:
     __slots__ = (
         "_headers",
         "_ping_interval",
+        "_pinger",
+        "_pinging",
         "_send",
         "_send_lock",
         "cancel_scope",
@@ -141,10 +143,22 @@ class _Stream:
         self.started = False
         self.client_gone = False
         self.last_sent = 0.0
+        self._pinging = False
+        self._pinger: asyncio.Task[None] | None = None
+
+    def keep_alive(self, on: bool) -> None:
+        """Ping while the producer runs (``on``), from the stream's start: a deferred stream that is answered
+        otherwise (most of agent-service's tool calls, answered as plain JSON) never pays for the pinging task."""
+        self._pinging = on
+        if on and self.started and self._pinger is None:
+            self._pinger = asyncio.get_running_loop().create_task(self._ping())
+        elif not on and self._pinger is not None:
+            self._pinger.cancel()
 
     async def start(self) -> None:
         self.started = True
         await self._send({"type": "http.response.start", "status": 200, "headers": self._headers})
+        self.keep_alive(self._pinging)
 
     async def send_chunk(self, chunk: bytes) -> None:
         async with self._send_lock:
@@ -162,11 +176,8 @@ class _Stream:
         self.client_gone = True
         self.cancel_scope.cancel()
 
-    async def keep_alive(self) -> None:
+    async def _ping(self) -> None:
         while True:
-            if not self.started:  # a ping would start the response
-                await anyio.sleep(self._ping_interval)
-                continue
             await anyio.sleep(max(0.0, self.last_sent + self._ping_interval - anyio.current_time()))
             if anyio.current_time() - self.last_sent >= self._ping_interval:
                 try:

@@ -16,20 +16,25 @@ A call that ends before it had anything else to send (no progress, no question) 
 started it as the plain JSON call-tool would be (``CallEnd.response``: its status, body and headers), not as an
 event stream: the stream costs both ends CPU for nothing then. Its stream starts with its first event otherwise
 (or a ping after ``START_WITHIN_SECONDS`` of silence, so that proxies keep a long silent call's connection).
+
+Most calls are of that kind (agent-service makes every call of a stored run with a ``callId``), so a call costs about
+what a plain JSON call does: the call runs as a bare asyncio task (an anyio task group's ``start_soon`` adds its own
+bookkeeping to each), its follower waits on one future (``_Mailbox``) with a timer handle for the ping, not on a memory
+object stream inside a cancel scope with a deadline, and a result is kept for its follower by a timer handle, not by
+a task waiting for it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
+import asyncio
 import json
+import math
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import anyio
-from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp_types import ElicitRequestFormParams, ElicitResult
 from starlette.responses import Response
 
@@ -99,13 +104,65 @@ class CallInProgress(Exception):
     """A call with this ``callId`` (of this tenant) is running already."""
 
 
+class _Mailbox:
+    """One follower's events waiting to be written, bounded: the call puts them, the follower's task takes them.
+
+    Instead of an anyio memory object stream: the one reader waits on one future, woken by the next event or the
+    end, and the wait for a first event is bounded by a timer handle, where a memory stream's ``receive`` inside
+    ``move_on_after`` costs a cancel scope with its own deadline on every call.
+    """
+
+    __slots__ = ("_chunks", "_waiter", "closed")
+
+    def __init__(self) -> None:
+        self._chunks: deque[bytes] = deque()
+        self._waiter: asyncio.Future[bool] | None = None
+        """What the reader awaits while the mailbox is empty: ``True`` once its time is up."""
+        self.closed = False
+
+    def put(self, chunk: bytes, *, droppable: bool) -> None:
+        """Kept for the reader; dropped once closed, or full (droppable ones earlier, to keep room for questions)."""
+        limit = _BUFFER - _KEPT_FOR_QUESTIONS if droppable else _BUFFER
+        if self.closed or len(self._chunks) >= limit:
+            return
+        self._chunks.append(chunk)
+        self._wake(False)
+
+    def close(self) -> None:
+        """No more events: the reader takes those waiting, then gets ``None``."""
+        self.closed = True
+        self._wake(False)
+
+    def _wake(self, time_up: bool) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(time_up)
+
+    async def get(self, within: float = math.inf) -> bytes | None:
+        """The next event; ``None`` once closed and empty; ``PING`` when none came within ``within`` seconds."""
+        while not self._chunks:
+            if self.closed:
+                return None
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = None if within == math.inf else loop.call_later(within, self._wake, True)
+            try:
+                time_up = await waiter
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
+            if time_up:
+                return PING
+        return self._chunks.popleft()
+
+
 @dataclass(eq=False)
 class Follower:
     """One caller's stream of a call's events (the producer of its ``EventStreamResponse``: ``relay``)."""
 
     call: LiveCall
-    out: MemoryObjectSendStream[bytes]
-    inbox: MemoryObjectReceiveStream[bytes]
+    mailbox: _Mailbox = field(default_factory=_Mailbox)
 
     async def relay(self, send: Emit) -> None:
         """Write the call's events through ``send`` until its last one; cancelled when the caller goes away, which
@@ -127,13 +184,18 @@ class LiveCall:
     key: CallKey | None
     """``None`` for a call made without ``callId``: nobody can follow it again."""
     broker: ElicitationBroker
+    registry: dict[CallKey, LiveCall]
+    """``LiveCalls``' calls by key, which this one leaves once its result is taken or no longer kept."""
+    result_seconds: float
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    done: anyio.Event = field(default_factory=anyio.Event)
-    taken: anyio.Event = field(default_factory=anyio.Event)
-    """Set once a follower was sent the last event."""
+    done: bool = False
+    taken: bool = False
+    """Set once a follower was sent the last event (or the plain answer)."""
     final: CallEnd = _INTERNAL_ERROR
     question: PendingElicitation | None = None
     _follower: Follower | None = None
+    _expiry: asyncio.TimerHandle | None = None
+    """When the result of a call that ended, or whose follower left after its end, stops being kept."""
 
     # --- the call's side ------------------------------------------------------------------------
 
@@ -153,57 +215,70 @@ class LiveCall:
                 self.question = None
 
     def _deliver(self, chunk: bytes, *, droppable: bool) -> None:
-        follower = self._follower
-        if follower is None:
-            return
-        if droppable and follower.out.statistics().current_buffer_used >= _BUFFER - _KEPT_FOR_QUESTIONS:
-            return
         # A follower that lags or has gone misses it: a question is replayed to the next one.
-        with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            follower.out.send_nowait(chunk)
+        if self._follower is not None:
+            self._follower.mailbox.put(chunk, droppable=droppable)
 
     def _finished(self) -> None:
         if self.question is not None:
             self.question.settle(ElicitResult(action="cancel"))
-        self.done.set()
+        self.done = True
         if self._follower is not None:
-            self._follower.out.close()  # its relay ends and sends the last event
+            self._follower.mailbox.close()  # its relay ends and sends the last event
+        else:
+            self._keep_result()
+
+    def _keep_result(self) -> None:
+        """Its result, nobody following it now, waits ``result_seconds`` for the next follower."""
+        if self.key is not None and not self.taken and self._expiry is None:
+            self._expiry = asyncio.get_running_loop().call_later(self.result_seconds, self._forget)
+
+    def _take(self) -> None:
+        """Its last word was given: it cannot be followed again, and its ``callId`` is free."""
+        self.taken = True
+        self._forget()
+
+    def _forget(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+        if self.key is not None and self.registry.get(self.key) is self:
+            del self.registry[self.key]
 
     # --- the follower's side -------------------------------------------------------------------
 
     def attach(self) -> Follower:
         """A new follower of the call, in place of any other (whose stream then ends without a result)."""
-        out, inbox = anyio.create_memory_object_stream[bytes](_BUFFER)
         if self._follower is not None:
-            self._follower.out.close()
-        follower = Follower(self, out, inbox)
+            self._follower.mailbox.close()
+        follower = Follower(self)
         self._follower = follower
-        if self.done.is_set():
-            out.close()
+        if self.done:
+            follower.mailbox.close()
         elif self.question is not None:
-            out.send_nowait(_question_event(self.question))
+            follower.mailbox.put(_question_event(self.question), droppable=False)
         return follower
 
     async def _relay(self, follower: Follower, send: Emit, *, answer_plainly: bool = False) -> Response | None:
+        mailbox = follower.mailbox
         ended = False
         try:
-            async with follower.inbox:
-                if answer_plainly:
-                    first = await _first_chunk(follower.inbox)
-                    if first is not None:
-                        await send(first)
-                    elif self._follower is follower and self.done.is_set():
-                        self.taken.set()
-                        ended = True
-                        return self.final.response()
-                async for chunk in follower.inbox:
-                    await send(chunk)
-            if self._follower is follower and self.done.is_set():
+            if answer_plainly:
+                first = await mailbox.get(within=START_WITHIN_SECONDS)
+                if first is not None:
+                    await send(first)
+                elif self._follower is follower and self.done:
+                    self._take()
+                    ended = True
+                    return self.final.response()
+            while (chunk := await mailbox.get()) is not None:
+                await send(chunk)
+            if self._follower is follower and self.done:
                 await send(self.final.event())
-                self.taken.set()
+                self._take()
             ended = True
         finally:
-            follower.out.close()
+            mailbox.close()
             if not ended and self._follower is follower:
                 self._follower = None
                 self._left()
@@ -211,24 +286,14 @@ class LiveCall:
 
     def _left(self) -> None:
         """Its follower went away while it runs: keep it for an answer to come, or cancel it."""
-        if self.done.is_set():
-            return  # its last event is kept for the next follower
+        if self.done:
+            self._keep_result()  # for the next follower
+            return
         if self.key is not None and self.question is not None:
             _log.info("mcp_tool_call_detached", call=self.key[1], elicitation=self.question.elicitation_id)
             return
         _log.info("mcp_tool_call_abandoned", reason="the caller disconnected")
         self.scope.cancel()
-
-
-async def _first_chunk(inbox: MemoryObjectReceiveStream[bytes]) -> bytes | None:
-    """The first event for the follower; a ping after ``START_WITHIN_SECONDS`` of silence; ``None`` when its stream
-    ended before either (the call ended, or another follower took its place)."""
-    with anyio.move_on_after(START_WITHIN_SECONDS):
-        try:
-            return await inbox.receive()
-        except anyio.EndOfStream:
-            return None
-    return PING
 
 
 def _question_event(question: PendingElicitation) -> bytes:
@@ -242,54 +307,59 @@ class LiveCalls:
         self.broker = broker
         self.result_seconds = result_seconds
         self._calls: dict[CallKey, LiveCall] = {}
-        self._group: TaskGroup | None = None
+        self._running: dict[LiveCall, asyncio.Task[None]] = {}
+        """Every call's task while it runs (the loop keeps only weak references to tasks)."""
+        self._open = False
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The task group the calls run in (the app's lifespan): leaving it cancels every call."""
-        async with anyio.create_task_group() as group:
-            self._group = group
-            try:
-                yield
-            finally:
-                self._group = None
-                group.cancel_scope.cancel()
+        """While the calls may run (the app's lifespan): leaving it cancels every call and waits for it to end."""
+        self._open = True
+        try:
+            yield
+        finally:
+            self._open = False
+            for call in self._running:
+                call.scope.cancel()
+            if self._running:
+                with anyio.CancelScope(shield=True):
+                    await asyncio.wait(list(self._running.values()))
+            for kept in list(self._calls.values()):
+                kept._forget()
 
     def start(self, tenant: str | None, call_id: str | None, work: CallWork) -> Follower:
         """Start a call, followed by its caller; ``CallInProgress`` if ``call_id`` names one running already."""
-        assert self._group is not None, "LiveCalls.running() is not entered"
+        assert self._open, "LiveCalls.running() is not entered"
         key = (tenant, call_id) if call_id is not None else None
+        call = LiveCall(tenant, key, self.broker, self._calls, self.result_seconds)
         if key is not None:
-            running = self._calls.get(key)
-            if running is not None and not running.done.is_set():
-                raise CallInProgress(call_id)
-        call = LiveCall(tenant=tenant, key=key, broker=self.broker)
-        if key is not None:
+            previous = self._calls.get(key)
+            if previous is not None:
+                if not previous.done:
+                    raise CallInProgress(call_id)
+                previous._forget()  # its result, never taken, gives way to the new call
             self._calls[key] = call
         follower = call.attach()
-        # The call runs in the caller's context (its trace, its log fields), though not in its task.
-        contextvars.copy_context().run(self._group.start_soon, self._run, call, work)
+        # A bare task, in the caller's context (its trace, its log fields; create_task copies it), though not in
+        # its task: the call may outlive its caller's request.
+        self._running[call] = asyncio.get_running_loop().create_task(self._run(call, work))
         return follower
 
     def follow(self, tenant: str | None, call_id: str) -> LiveCall | None:
         """The call to follow again; ``None`` if there is none (or its result was taken, or it is another
         tenant's)."""
         call = self._calls.get((tenant, call_id))
-        return None if call is None or call.taken.is_set() else call
+        return None if call is None or call.taken else call
 
     async def _run(self, call: LiveCall, work: CallWork) -> None:
-        with call.scope:
-            try:
-                call.final = await work(call.progress, call.ask)
-            except Exception:  # the work answers its own failures as events: this is a defect
-                _log.exception("mcp_tool_call_failed_in_gateway")
-        if call.scope.cancelled_caught:
-            call.final = _CANCELLED
-        call._finished()
-        if call.key is None:
-            return
-        # Kept for one follower: the one following now, or the next within the time limit.
-        with anyio.move_on_after(self.result_seconds):
-            await call.taken.wait()
-        if self._calls.get(call.key) is call:
-            del self._calls[call.key]
+        try:
+            with call.scope:
+                try:
+                    call.final = await work(call.progress, call.ask)
+                except Exception:  # the work answers its own failures as events: this is a defect
+                    _log.exception("mcp_tool_call_failed_in_gateway")
+            if call.scope.cancelled_caught:
+                call.final = _CANCELLED
+            call._finished()
+        finally:
+            del self._running[call]

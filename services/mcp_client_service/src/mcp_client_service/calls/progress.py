@@ -48,8 +48,9 @@ class ProgressRelay:
         # Notifications the SDK received before the answer have had their tasks started by now:
         # one checkpoint lets them reach the sink.
         await anyio.lowlevel.checkpoint()
-        with anyio.move_on_after(_DRAIN_SECONDS):
-            while self._writing:
-                self._drained = anyio.Event()
-                await self._drained.wait()
+        if self._writing:  # most calls send no progress: no deadline to set (a cancel scope and a timer) then
+            with anyio.move_on_after(_DRAIN_SECONDS):
+                while self._writing:
+                    self._drained = anyio.Event()
+                    await self._drained.wait()
         self._closed = True
