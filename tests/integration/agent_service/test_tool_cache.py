@@ -11,9 +11,10 @@ show what replicas share, as processes of its own (``python -m agent_service``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +24,16 @@ import anyio
 import httpx
 import pytest
 import redis.asyncio as aioredis
+from opentelemetry import trace
+from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
-from agent_service.engine.tool_cache import cache_key
+from agent_service.admission.pending import PendingWrites
+from agent_service.engine import tool_cache
+from agent_service.engine.tool_cache import RedisStore, ToolCache, ToolCachePolicy, cache_key
+from agent_service.infra.shared_redis import connect_redis
+from agent_service.infra.telemetry import RunTelemetry
+from suite_common.wire import CallerContext, ToolInfo
 from support import fake_openai, stacks
 from support.caller_keys import key_entry
 from support.databases import REDIS_URL
@@ -301,3 +309,89 @@ async def test_redis_unreachable_is_a_miss_and_the_run_goes_on(upstreams: Upstre
     assert [result["content"] for result in results] == [f"{arguments['key']} is unknown"] * 2
     assert dispatched(upstreams.ledger, "get_status", arguments) == 2
     assert metrics["error"] == 4  # two lookups, two stores
+
+
+# --- stores off the answer's path (the cache on the real Redis, in this process) ------------------------------
+
+READ_ONLY = ToolInfo(
+    name="get_status", input_schema={"type": "object"}, server="ledger", annotations={"readOnlyHint": True}
+)
+ACME = CallerContext(tenant="acme", run_id="run_1")
+
+
+@asynccontextmanager
+async def redis_cache(
+    prefix: str, url: str = REDIS_URL
+) -> AsyncIterator[tuple[ToolCache, PendingWrites, CollectorRegistry]]:
+    """The cache as agent-service opens it on ``url``: its stores started among the replica's pending writes."""
+    client = connect_redis(url)
+    pending, registry = PendingWrites(), CollectorRegistry()
+    results = ToolCache(
+        ToolCachePolicy(60, {}),
+        RedisStore(client),
+        PEPPER.encode(),
+        key_prefix=prefix,
+        telemetry=RunTelemetry(registry, trace.NoOpTracer()),
+        start_write=pending.start,
+    )
+    try:
+        yield results, pending, registry
+    finally:
+        await pending.drain()
+        await client.aclose()
+
+
+def outcomes(registry: CollectorRegistry) -> dict[str, float]:
+    return {
+        outcome: registry.get_sample_value("agent_tool_cache_total", {"outcome": outcome}) or 0.0
+        for outcome in ("hit", "miss", "store", "rejected", "error")
+    }
+
+
+async def test_a_store_in_redis_is_sent_off_the_path_served_here_meanwhile_and_lands_by_the_drain(
+    redis_prefix: str,
+) -> None:
+    arguments = {"key": order()}
+    async with redis_cache(redis_prefix) as (results, pending, registry):
+        await results.remember(ACME, READ_ONLY, arguments, "the result")
+        # Not awaited: the store is one of the tenant's writes under way, the run has gone on.
+        assert (pending.pending("acme"), results.stores_under_way()) == (1, 1)
+        # This replica serves the value being stored, with no round trip (the write has not even started).
+        assert await results.lookup(ACME, READ_ONLY, arguments) == "the result"
+        assert outcomes(registry) == {"hit": 1, "miss": 0, "store": 0, "rejected": 0, "error": 0}
+        await pending.drain()  # what the service's shutdown does
+        assert (pending.pending(), results.stores_under_way()) == (0, 0)
+        assert outcomes(registry)["store"] == 1
+    async with redis_cache(redis_prefix) as (another_replica, _, _):
+        assert await another_replica.lookup(ACME, READ_ONLY, arguments) == "the result"
+    async with redis() as client:
+        key = cache_key(redis_prefix, "acme", "ledger", "get_status", arguments)
+        assert 55_000 < await client.pttl(key) <= 60_000
+
+
+async def test_past_the_bound_of_stores_under_way_a_store_is_awaited(
+    redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tool_cache, "MAX_STORES_UNDER_WAY", 1)
+    async with redis_cache(redis_prefix) as (results, pending, registry):
+        started: list[str] = []
+
+        def start_write(tenant: str, write: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+            started.append(tenant)
+            return pending.start(tenant, write)
+
+        results.start_write = start_write
+        await results.remember(ACME, READ_ONLY, {"key": order()}, "sent off the path")
+        await results.remember(ACME, READ_ONLY, {"key": order()}, "awaited: one store is under way already")
+        assert started == ["acme"]
+        assert outcomes(registry)["store"] >= 1  # the second, made before ``remember`` returned
+
+
+async def test_while_redis_fails_a_store_is_awaited_not_left_under_way(redis_prefix: str) -> None:
+    down = f"redis://127.0.0.1:{free_port()}/0"
+    async with redis_cache(redis_prefix, down) as (results, pending, registry):
+        arguments = {"key": order()}
+        assert await results.lookup(ACME, READ_ONLY, arguments) is None  # Redis down: a miss, and it fails
+        await results.remember(ACME, READ_ONLY, arguments, "the result")
+        assert (pending.pending(), results.stores_under_way()) == (0, 0)
+        assert outcomes(registry) == {"hit": 0, "miss": 0, "store": 0, "rejected": 0, "error": 2}

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from agent_service.access.callers_file import Callers, load_callers
 from agent_service.access.stored_keys import StoredKeys
 from agent_service.admission.budgets import open_budgets
+from agent_service.admission.pending import PendingWrites
 from agent_service.admission.planning import ModelCheck, ToolCatalog
 from agent_service.admission.rule_servers import check_rule_servers
 from agent_service.admission.run_slots import open_run_slots
@@ -183,6 +184,9 @@ def create_app(
                 stack.push_async_callback(store.aclose)
                 if stored_keys is not None:
                     stored_keys.attach(store.caller_keys)
+            # The writes to the shared Redis sent off the answers' paths (slots given back, calls' usage added,
+            # tool results stored): one set, drained at shutdown (``AgentRuns.running``).
+            pending = PendingWrites()
             redis = None
             if settings.redis_url:
                 redis = connect_redis(settings.redis_url)
@@ -192,7 +196,7 @@ def create_app(
                 tools,
                 tool_result_max_chars=settings.tool_result_max_chars,
                 telemetry=telemetry,
-                tool_cache=open_tool_cache(settings, redis, telemetry),
+                tool_cache=open_tool_cache(settings, redis, telemetry, start_write=pending.start),
                 images=store,
                 images_max_bytes=settings.run_images_max_bytes,
             )
@@ -209,6 +213,7 @@ def create_app(
                 source=store.usage_since if store is not None else None,
                 key_prefix=settings.redis_key_prefix,
                 max_users=settings.max_users_per_tenant_month,
+                pending=pending,
             )
             runs = AgentRuns(loop, store, settings, observability.lifecycle, slots, budgets)
             await stack.enter_async_context(runs.running())

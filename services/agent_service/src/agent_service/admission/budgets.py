@@ -534,7 +534,9 @@ def open_budgets(
     source: UsageSource | None,
     key_prefix: str = "agent:",
     max_users: int = 0,
+    pending: PendingWrites | None = None,
 ) -> Budgets:
-    """The service's budgets: on its shared Redis client when there is one, in this process otherwise."""
+    """The service's budgets: on its shared Redis client when there is one, in this process otherwise. ``pending``:
+    the replica's writes off the answer's path (``Budgets``)."""
     ledger: SpendLedger = RedisSpendLedger(redis, key_prefix=key_prefix) if redis is not None else LocalSpendLedger()
-    return Budgets(ledger, rules=rules, source=source, max_users=max_users)
+    return Budgets(ledger, rules=rules, source=source, max_users=max_users, pending=pending)

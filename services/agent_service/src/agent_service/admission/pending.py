@@ -1,16 +1,18 @@
-"""Writes to the shared run limits sent off the answer's path: a run's slot given back, a call's usage added.
+"""Writes to the shared Redis sent off the answer's path: a run's slot given back, a call's usage added, a tool's
+result stored in the tool-result cache (``engine.tool_cache``, which serves a value under way itself).
 
 Each is a task of its own, started where the write is due and not awaited there, so that the round trip it costs
 (Redis) overlaps what the run does next, or comes after its answer. Whatever must see a write waits for it instead:
 
 - the run's own check before its next LLM call waits for its previous call's add (``budgets._RunSpend``);
 - a new run of the tenant admitted on this replica waits for every write of that tenant started here before it
-  (``settled``): on one replica a run sent after another's answer sees its slot free and its last call counted,
-  exactly as when both were awaited;
+  (``settled``): on one replica a run sent after another's answer sees its slot free, its last call counted and
+  its tool results stored, exactly as when they were awaited;
 - the service's shutdown waits for them all (``drain``, bounded), before the Redis client closes.
 
 A write never raises here: each logs its own failure (the slot then expires on its own; an add that failed is
-carried to the run's next one). A write cancelled with its run would lose what it writes: a task of its own is not.
+carried to the run's next one; a result not stored is a miss later). A write cancelled with its run would lose
+what it writes: a task of its own is not.
 """
 
 from __future__ import annotations

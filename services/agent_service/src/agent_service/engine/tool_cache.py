@@ -19,10 +19,19 @@ changing the pepper invalidates every value at once. A value that fails the chec
 Two stores: Redis (the replica's shared client, ``<AGENT_REDIS_KEY_PREFIX>tool-cache:<sha256 of the identity>``,
 expiring by Redis's own ``PX``) when ``AGENT_REDIS_URL`` is set, this process's memory otherwise (a bounded LRU).
 Redis unreachable or slow is a miss, logged, and the call goes on: the cache never fails a run.
+
+A store in Redis is sent off the answer's path (``start_write``: the replica's ``admission.pending.PendingWrites``,
+under the run's tenant): its round trip overlaps the run's next LLM call, or follows its answer. What is stored is
+served all the same to whatever asks for it on this replica: a lookup of a key whose store is under way here gets
+the value being stored (no round trip); a new run of the tenant admitted here waits for the tenant's writes under
+way; the service's shutdown waits for them all (bounded). Another replica sees the value at most one Redis round
+trip after the answer of the run that stored it. While Redis fails (the cache's last call on it did), and past
+``MAX_STORES_UNDER_WAY``, a store is awaited instead: no pile of writes each waiting out its bound.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -30,7 +39,7 @@ import secrets
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -44,11 +53,13 @@ from suite_common.logging import get_logger
 from suite_common.wire import CallerContext, ToolInfo
 
 __all__ = [
+    "MAX_STORES_UNDER_WAY",
     "CacheStore",
     "MemoryStore",
     "RedisStore",
     "ToolCache",
     "ToolCachePolicy",
+    "WriteStarter",
     "cache_key",
     "canonical_arguments",
     "open_tool_cache",
@@ -60,6 +71,12 @@ _log = get_logger("agent_service.tool_cache")
 CacheOutcome = Literal["hit", "miss", "store", "rejected", "error"]
 
 _VERSION = b"v1"
+
+MAX_STORES_UNDER_WAY = 1000
+"""Stores in Redis sent off the answer's path and not finished yet, at most: past it, a store is awaited."""
+
+WriteStarter = Callable[[str, Coroutine[Any, Any, None]], "asyncio.Task[None]"]
+"""Starts a write to the shared Redis in a task of its own, counted among a tenant's (``PendingWrites.start``)."""
 
 
 def canonical_arguments(arguments: Mapping[str, Any]) -> str:
@@ -137,6 +154,9 @@ def _verified(pepper: bytes, key: str, value: bytes) -> str | None:
 class CacheStore(ABC):
     """Where signed values are kept; a store that cannot answer raises one of ``REDIS_ERRORS``."""
 
+    shared = False
+    """Kept outside this process (each call a round trip): a store is made off the answer's path."""
+
     @abstractmethod
     async def get(self, key: str) -> bytes | None: ...
 
@@ -176,6 +196,8 @@ class MemoryStore(CacheStore):
 class RedisStore(CacheStore):
     """The replica's shared Redis client; each value expires by Redis's own clock."""
 
+    shared = True
+
     def __init__(self, redis: aioredis.Redis) -> None:
         self.redis = redis
 
@@ -199,12 +221,20 @@ class ToolCache:
         *,
         key_prefix: str = "",
         telemetry: RunTelemetry | None = None,
+        start_write: WriteStarter | None = None,
     ) -> None:
+        """``start_write``: where a store in a shared store goes off the answer's path (``None``: awaited)."""
         self.policy = policy
         self.store = store
         self._pepper = pepper
         self.key_prefix = key_prefix
         self.telemetry = telemetry or RunTelemetry.disabled()
+        self.start_write = start_write
+        self._storing: dict[str, tuple[str]] = {}
+        """Key → (content,): the stores under way off the answer's path (a 1-tuple: its own identity marks whose
+        store it is when two runs store one key)."""
+        self._failing = False
+        """The cache's last call on the store failed: stores are awaited until one succeeds."""
 
     def key(self, caller: CallerContext, server: str, tool: str, arguments: Mapping[str, Any]) -> str:
         return cache_key(self.key_prefix, caller.tenant, server, tool, arguments, user=caller.user, role=caller.role)
@@ -235,12 +265,16 @@ class ToolCache:
         key = self._key_of(caller, tool, arguments, max_seconds)
         if key is None:
             return None
+        storing = self._storing.get(key)
+        if storing is not None:  # stored by this replica, the write still under way: what it writes
+            self._count("hit")
+            return storing[0]
         try:
             value = await self.store.get(key)
         except REDIS_ERRORS as error:
-            self._count("error")
-            _log.warning("tool_cache_unavailable", operation="get", error=f"{type(error).__name__}: {error}")
+            self._failed("get", error)
             return None
+        self._failing = False
         if value is None:
             self._count("miss")
             return None
@@ -262,27 +296,59 @@ class ToolCache:
         max_seconds: float | None = None,
     ) -> None:
         """Keep a successful result of this call for its TTL (nothing for a tool the policy does not cache), at most
-        ``max_seconds`` (the tenant's limit)."""
+        ``max_seconds`` (the tenant's limit): in a shared store, sent off the answer's path (see the module)."""
         key = self._key_of(caller, tool, arguments, max_seconds)
         if key is None:
             return
-        try:
-            await self.store.set(key, sign(self._pepper, key, content), self.ttl(tool, max_seconds))
-        except REDIS_ERRORS as error:
-            self._count("error")
-            _log.warning("tool_cache_unavailable", operation="set", error=f"{type(error).__name__}: {error}")
+        value, seconds = sign(self._pepper, key, content), self.ttl(tool, max_seconds)
+        if (
+            self.start_write is None
+            or not self.store.shared
+            or self._failing
+            or len(self._storing) >= MAX_STORES_UNDER_WAY
+        ):
+            await self._store(key, value, seconds)
             return
+        storing = (content,)
+        self._storing[key] = storing
+        task = self.start_write(caller.tenant, self._store(key, value, seconds))
+        task.add_done_callback(lambda _: self._stored(key, storing))
+
+    async def _store(self, key: str, value: bytes, seconds: float) -> None:
+        try:
+            await self.store.set(key, value, seconds)
+        except REDIS_ERRORS as error:
+            self._failed("set", error)
+            return
+        self._failing = False
         self._count("store")
+
+    def _stored(self, key: str, storing: tuple[str]) -> None:
+        if self._storing.get(key) is storing:  # not another run's store of the same key, started since
+            del self._storing[key]
+
+    def stores_under_way(self) -> int:
+        """Stores sent off the answer's path and not finished yet."""
+        return len(self._storing)
+
+    def _failed(self, operation: str, error: BaseException) -> None:
+        self._failing = True
+        self._count("error")
+        _log.warning("tool_cache_unavailable", operation=operation, error=f"{type(error).__name__}: {error}")
 
     def _count(self, outcome: CacheOutcome) -> None:
         self.telemetry.tool_cache(outcome)
 
 
 def open_tool_cache(
-    settings: AgentSettings, redis: aioredis.Redis | None, telemetry: RunTelemetry | None = None
+    settings: AgentSettings,
+    redis: aioredis.Redis | None,
+    telemetry: RunTelemetry | None = None,
+    start_write: WriteStarter | None = None,
 ) -> ToolCache | None:
     """The cache the settings describe, on ``redis`` (the replica's shared client) when there is one; None when
-    no tool can be cached."""
+    no tool can be cached. ``start_write``: where its stores in Redis go off the answer's path (the replica's
+    ``PendingWrites.start``; ``None``: awaited)."""
     if not settings.tool_cache_on:
         return None
     policy = ToolCachePolicy(settings.tool_cache_seconds, dict(settings.tool_cache_ttls))
@@ -296,4 +362,6 @@ def open_tool_cache(
     else:
         pepper = pepper or secrets.token_bytes(32)  # this process's own: nothing outside it reads the values
         store = MemoryStore(settings.tool_cache_max_entries)
-    return ToolCache(policy, store, pepper, key_prefix=settings.redis_key_prefix, telemetry=telemetry)
+    return ToolCache(
+        policy, store, pepper, key_prefix=settings.redis_key_prefix, telemetry=telemetry, start_write=start_write
+    )
