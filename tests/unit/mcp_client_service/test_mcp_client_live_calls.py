@@ -217,3 +217,17 @@ async def test_stopping_the_gateway_ends_a_running_call_with_the_cancelled_error
     assert cancelled.is_set()
     assert [kind for kind, _ in written.events()] == ["progress", "error"]
     assert json.loads(written.events()[-1][1])["code"] == "call_cancelled"
+
+
+async def test_the_call_id_of_a_call_whose_follower_never_relays_is_freed_once_its_time_is_up() -> None:
+    """The follower's relay frees the ``callId`` when it sends the result; should it never run (its response was
+    dropped), the kept result's clock still does."""
+
+    async def work(send: Emit, ask: Asker) -> CallEnd:
+        return RESULT
+
+    async with running_calls(result_seconds=0.0) as calls:
+        calls.start("acme", "c", work)  # the follower is never relayed
+        with anyio.fail_after(5):
+            while calls.follow("acme", "c") is not None:
+                await anyio.lowlevel.checkpoint()

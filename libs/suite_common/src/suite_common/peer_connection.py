@@ -101,7 +101,9 @@ class PeerConnection(asyncio.Protocol):
         self._in_exchange = False
         if self._deadline is not None:
             self._deadline.cancel()
-        return self._complete and self._keep_alive and self._error is None and not self.closed
+        # A body the caller left unread (reading may be paused for it) must not meet the next exchange.
+        unread = bool(self._body) or (self._transport is not None and not self._transport.is_reading())
+        return self._complete and self._keep_alive and self._error is None and not self.closed and not unread
 
     def close(self) -> None:
         self.closed = True
@@ -156,10 +158,10 @@ class PeerConnection(asyncio.Protocol):
         self.closed = True
         if self._in_exchange and not self._complete:
             self._hung_up_unanswered = not self._answer_started and self._error is None
-            if self.status and not self._keep_alive and not self._framed():
-                self._complete = True  # a body without a length ends with the connection
-            elif exc is not None:
+            if exc is not None:  # a reset: even a body without a length did not end cleanly
                 self._fail(httpx.ReadError(str(exc) or type(exc).__name__))
+            elif self.status and not self._keep_alive and not self._framed():
+                self._complete = True  # a body without a length ends with the connection
             elif not self._answer_started:
                 self._fail(httpx.RemoteProtocolError("The peer closed the connection without sending an answer."))
             else:

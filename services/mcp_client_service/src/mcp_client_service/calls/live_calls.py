@@ -224,9 +224,9 @@ class LiveCall:
             self.question.settle(ElicitResult(action="cancel"))
         self.done = True
         if self._follower is not None:
-            self._follower.mailbox.close()  # its relay ends and sends the last event
-        else:
-            self._keep_result()
+            self._follower.mailbox.close()  # its relay ends, sends the last event and frees the callId
+        # Kept in every case: should a follower's relay never run to its end, the clock still frees the callId.
+        self._keep_result()
 
     def _keep_result(self) -> None:
         """Its result, nobody following it now, waits ``result_seconds`` for the next follower."""
