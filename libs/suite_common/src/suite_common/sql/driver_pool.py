@@ -73,7 +73,7 @@ class DriverPool:
             async with asyncio.timeout(self._acquire_timeout):
                 handed = await waiter
         except BaseException:
-            if waiter.done() and not waiter.cancelled():
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
                 # Handed a connection (or a place) just as the wait ended: passed on, not lost.
                 given = waiter.result()
                 if given is None:
@@ -107,7 +107,9 @@ class DriverPool:
         """Close the idle connections; those checked out are closed when they come back."""
         self._closed = True
         while self._waiters:
-            self._waiters.popleft().cancel()
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(asyncpg.InterfaceError("the pool is closed"))
         idle, self._idle = self._idle, deque()
         self._open -= len(idle)
         for connection, _ in idle:
