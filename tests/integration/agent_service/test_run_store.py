@@ -45,7 +45,7 @@ from agent_service.store import (
 )
 from agent_service.store._engine import database_url, open_database
 from agent_service.store._migrations import MIGRATIONS
-from agent_service.store.schema import metadata, usage_log
+from agent_service.store.schema import metadata, run_events, run_messages, runs, usage_log
 from suite_common.sql import Database
 from suite_common.wire import (
     ConversationSettings,
@@ -1182,3 +1182,61 @@ async def test_a_runs_images_are_kept_as_its_tenants(store: RunStore) -> None:
     await store.create_run(run, owner="me", lease_seconds=LEASE)
     await store.put_run_images(run.run_id, [gif])
     assert await store.images("initech", [gif.sha256]) == {gif.sha256: gif}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_store_at_0008_keeps_its_runs_messages_and_events_when_their_foreign_keys_are_dropped(
+    backend: str, tmp_path: Path
+) -> None:
+    """Revision 0009 drops the foreign keys of a run's messages and events (each write of them is guarded by the run's
+    row): what was stored reads back as it was, and the run's steps go on being stored."""
+
+    def foreign_keys(connection: sa.Connection) -> dict[str, list[Any]]:
+        inspector = sa.inspect(connection)
+        return {table: inspector.get_foreign_keys(table) for table in ("run_messages", "run_events")}
+
+    async def check(url: str) -> None:
+        database = open_database(database_url(url))
+        try:
+            await database.run("migrate to 0008", _upgrade_to("0008"), write=True)
+            assert all(await database.run("read the keys", foreign_keys, write=False))
+        finally:
+            await database.dispose()
+        # A run and its first step stored at 0008 (the tables of a run's rows are the same there), then upgraded.
+        database = open_database(database_url(url))
+        run = new_run(messages=[Message(role="user", content="Grüße")])
+        try:
+
+            def write_at_0008(connection: sa.Connection) -> None:
+                now = datetime.now(UTC)
+                row = {"run_id": run.run_id, "model": run.model, "status": "processing", "iterations": 0}
+                row |= {"input_tokens": 0, "output_tokens": 0, "plan": run.plan, "created_at": now, "updated_at": now}
+                row |= {"lease_owner": "replica-a", "lease_expires_at": now + timedelta(seconds=LEASE)}
+                connection.execute(runs.insert(), row | {"resumes": 0, "cancel_requested": False, "last_seq": 1})
+                message = {"role": "user", "content": "Grüße"}
+                connection.execute(run_messages.insert(), {"run_id": run.run_id, "position": 0, "message": message})
+                connection.execute(run_events.insert(), {"run_id": run.run_id, "seq": 1, "type": "text", "data": "{}"})
+
+            await database.run("store a run at 0008", write_at_0008, write=True)
+            assert await MIGRATIONS.upgrade(database) == MIGRATIONS.head()
+            assert await database.run("read the keys", foreign_keys, write=False) == {
+                "run_messages": [],
+                "run_events": [],
+            }
+        finally:
+            await database.dispose()
+        store = await RunStore.open(url)
+        try:
+            answer = Message(role="assistant", content="Hallo")
+            step = Step(messages=[(1, answer)], events=[StoredEvent(2, "done", "{}")], status="completed", iterations=1)
+            await store.finish(run.run_id, step, owner="replica-a")
+            assert await store.run_messages(run.run_id) == [Message(role="user", content="Grüße"), answer]
+            assert [(event.seq, event.type) for event in await store.events_after(run.run_id, 0)] == [
+                (1, "text"),
+                (2, "done"),
+            ]
+        finally:
+            await store.aclose()
+
+    with fresh_database(backend, tmp_path, "agent_0008") as url:
+        await check(url)

@@ -196,3 +196,47 @@ async def test_a_step_stores_its_messages_events_usage_and_audit_together_or_non
         assert stored.last_seq == 1
     finally:
         await store.aclose()
+
+
+async def one_run_on_one_connection(url: str) -> tuple[RunStore, NewRun, set[int]]:
+    """A store whose driver's pool holds one connection, a run it created, and the backends connected then."""
+    store = await RunStore.open(url, pool_size=1)
+    run = new_run()
+    await store.create_run(run, owner=OWNER, lease_seconds=LEASE)
+    return store, run, await backends(url)
+
+
+async def replaced_connection(url: str, store: RunStore, run: NewRun, before: set[int]) -> None:
+    """The next write of ``run`` goes through a connection opened for it, the only one of the pool."""
+    await store.record(run.run_id, Step(events=[StoredEvent(1, "text", "{}")]), owner=OWNER)
+    database = store._db
+    assert isinstance(database, PostgresDatabase)
+    assert database.driver_connections() == 1
+    assert len(await backends(url) - before) == 1
+    assert [event.seq for event in await store.events_after(run.run_id, 0)] == [1]
+
+
+async def test_a_write_that_failed_leaves_its_connection_closed_and_the_next_write_opens_another(
+    own_postgres_url: str,
+) -> None:
+    store, run, before = await one_run_on_one_connection(own_postgres_url)
+    try:
+        with pytest.raises(StoreError):  # the same run id again: the table's unique key refuses it
+            await store.create_run(run, owner=OWNER, lease_seconds=LEASE)
+        # Its state unknown, the failed write's connection is not reused.
+        await replaced_connection(own_postgres_url, store, run, before)
+    finally:
+        await store.aclose()
+
+
+async def test_a_connection_idle_too_long_is_replaced_when_next_needed(
+    own_postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, run, before = await one_run_on_one_connection(own_postgres_url)
+    try:
+        database = store._db
+        assert isinstance(database, PostgresDatabase)
+        monkeypatch.setattr(database._driver_pool, "_idle_seconds", -1.0)  # every idle connection: idle too long
+        await replaced_connection(own_postgres_url, store, run, before)
+    finally:
+        await store.aclose()

@@ -5,9 +5,10 @@ A transaction of a store is a plain function of a SQLAlchemy ``Connection``, run
 
 - PostgreSQL (``postgresql://``, ``postgres://``): asyncpg, through SQLAlchemy's asyncio engine
   (``AsyncConnection.run_sync``); a bounded pool, timeouts on connecting, on each statement and on waiting for a
-  pooled connection. A store's hot path written in the driver's own terms (``on_driver``) has a pool of asyncpg's
-  own (``driver_pool_size`` connections, opened when first needed and kept): a checkout from SQLAlchemy's asyncio
-  pool costs about 0.1 ms of CPU (its greenlet hops), asyncpg's a few microseconds.
+  pooled connection. A store's hot path written in the driver's own terms (``on_driver``) has a pool of asyncpg
+  connections of its own (``driver_pool``: ``driver_pool_size`` connections, opened when first needed and kept): a
+  checkout from SQLAlchemy's asyncio pool costs about 0.1 ms of CPU (its greenlet hops), from asyncpg's pool 0.1 to
+  0.25 ms (its tasks and timers), from this one a few microseconds.
 - SQLite (``sqlite:///path``): the standard library's driver, the whole transaction on a worker thread (one thread
   hop per transaction). An asyncio driver (aiosqlite) hops threads for every cursor call, three or more per
   statement: it made a run step's write 2.5 times slower (measured: ``python -m bench.run_store``).
@@ -37,6 +38,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from suite_common.sql.driver_pool import DriverPool
 from suite_common.sql.errors import StoreError
 
 __all__ = [
@@ -88,9 +90,6 @@ _DRIVER_POOL_SIZE = 10
 """Connections of the driver's pool (``on_driver``) when the store names no number of its own."""
 _DRIVER_POOL_IDLE_SECONDS = 1800.0
 """A connection of the driver's pool unused this long is closed (SQLAlchemy's pool recycles its own as often)."""
-_DRIVER_POOL_MAX_QUERIES = 10_000_000
-"""asyncpg closes a connection after this many queries (its default, 50,000, reconnects every minute or so under
-load: the churn the pool is there to avoid)."""
 
 _WRITE_OPTION = "suite_store_write"
 """Execution option of a connection whose transaction writes: SQLite starts it with ``BEGIN IMMEDIATE``."""
@@ -174,9 +173,14 @@ class PostgresDatabase(Database):
     def __init__(self, url: URL, name: StoreName, *, driver_pool_size: int = _DRIVER_POOL_SIZE) -> None:
         super().__init__(url, name)
         self.driver_pool_size = driver_pool_size
-        self._driver_pool: asyncpg.Pool | None = None
-        """Made at the first ``on_driver``: a pool needs the running event loop."""
-        self._driver_pool_lock = asyncio.Lock()
+        # None opened ahead, each kept once opened (up to the pool's size): a burst of writes within it opens nothing
+        # new, a burst beyond it waits for a connection to come back.
+        self._driver_pool = DriverPool(
+            self._connect_driver,
+            size=driver_pool_size,
+            idle_seconds=_DRIVER_POOL_IDLE_SECONDS,
+            acquire_timeout=_POOL_TIMEOUT_SECONDS,
+        )
         self._engine: AsyncEngine = create_async_engine(
             url,
             pool_size=_POOL_SIZE,
@@ -201,47 +205,32 @@ class PostgresDatabase(Database):
         (one prepared statement instead of SQLAlchemy's building and adapting). ``body`` says BEGIN and COMMIT
         itself, if it needs them (a single statement is atomic without)."""
         async with self.errors(what):
-            pool = self._driver_pool or await self._open_driver_pool()
-            async with pool.acquire(timeout=_POOL_TIMEOUT_SECONDS) as connection:
-                return await body(connection)
+            pool = self._driver_pool
+            connection = await pool.acquire()
+            try:
+                result = await body(connection)
+            except BaseException:
+                pool.discard(connection)
+                raise
+            pool.release(connection)
+            return result
 
     def driver_connections(self) -> int:
         """The connections the driver's pool holds open now (0 before its first use)."""
-        pool = self._driver_pool
-        return 0 if pool is None else pool.get_size()
+        return self._driver_pool.size()
 
-    async def _open_driver_pool(self) -> asyncpg.Pool:
-        async with self._driver_pool_lock:
-            if self._driver_pool is None:
-                self._driver_pool = await asyncpg.create_pool(
-                    self.url.set(drivername="postgresql").render_as_string(hide_password=False),
-                    # None opened ahead, each kept once opened (up to the pool's size): a burst of writes within it
-                    # opens nothing new.
-                    min_size=0,
-                    max_size=self.driver_pool_size,
-                    max_queries=_DRIVER_POOL_MAX_QUERIES,
-                    max_inactive_connection_lifetime=_DRIVER_POOL_IDLE_SECONDS,
-                    # The hot path leaves no session state behind (no LISTEN, no SET): a connection goes back without
-                    # asyncpg's reset, a round trip each time.
-                    reset=_end_open_transaction,
-                    timeout=STATEMENT_TIMEOUT_SECONDS,
-                    command_timeout=STATEMENT_TIMEOUT_SECONDS,
-                    server_settings={"application_name": self.name.application},
-                )
-            return self._driver_pool
+    async def _connect_driver(self) -> asyncpg.Connection:
+        connection: asyncpg.Connection = await asyncpg.connect(
+            self.url.set(drivername="postgresql").render_as_string(hide_password=False),
+            timeout=STATEMENT_TIMEOUT_SECONDS,
+            command_timeout=STATEMENT_TIMEOUT_SECONDS,
+            server_settings={"application_name": self.name.application},
+        )
+        return connection
 
     async def dispose(self) -> None:
-        if self._driver_pool is not None:
-            pool, self._driver_pool = self._driver_pool, None
-            await pool.close()
+        await self._driver_pool.close()
         await self._engine.dispose()
-
-
-async def _end_open_transaction(connection: asyncpg.Connection) -> None:
-    """The driver's pool's reset: only a transaction a failed ``body`` left open is rolled back (known without asking
-    the server)."""
-    if connection.is_in_transaction():
-        await connection.execute("ROLLBACK")
 
 
 class SqliteDatabase(Database):

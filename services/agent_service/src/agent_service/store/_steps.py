@@ -120,6 +120,10 @@ _SET_COUNTERS = (
 )
 _ACTIVE = "status IN ('processing', 'tool_loop')"
 _RELEASE = ", lease_owner = NULL, lease_expires_at = NULL"
+# A call already logged is skipped, by its key alone: without a target every unique index of the table is checked
+# first, its serial primary key too (which never conflicts), one index probe more per row.
+_USAGE_LOGGED = "ON CONFLICT (run_id, iteration, attempt) DO NOTHING"
+_AUDITED = "ON CONFLICT (run_id, iteration, call_index, attempt) DO NOTHING"
 
 
 # --- PostgreSQL (asyncpg) --------------------------------------------------------------------------------------
@@ -154,7 +158,7 @@ def _postgres_sql(*, owned: bool, release: bool, logged: bool, audited: bool) ->
         "u.latency_ms, $2 FROM guard, "
         f"unnest({arrays('int', 'int', 'text', 'text', 'int', 'int', 'float8', 'bool', 'text', 'float8')}) "
         "AS u(iteration, attempt, model, provider, input_tokens, output_tokens, cost_usd, estimated, answered_model, "
-        "latency_ms) ON CONFLICT DO NOTHING)"
+        f"latency_ms) {_USAGE_LOGGED})"
         if logged
         else ""
     )
@@ -165,7 +169,7 @@ def _postgres_sql(*, owned: bool, release: bool, logged: bool, audited: bool) ->
         "a.status, a.latency_ms, a.created_at FROM guard, "
         f"unnest({arrays('int', 'int', 'int', 'text', 'text', 'text', 'text', 'float8', 'timestamptz')}) "
         "AS a(iteration, call_index, attempt, tool_call_id, server, tool, status, latency_ms, created_at) "
-        "ON CONFLICT DO NOTHING)"
+        f"{_AUDITED})"
         if audited
         else ""
     )
@@ -282,12 +286,12 @@ _SQLITE_USAGE = (
     "INSERT INTO usage_log (tenant, user_id, caller, run_id, iteration, attempt, model, provider, input_tokens, "
     "output_tokens, cost_usd, estimated, answered_model, latency_ms, created_at) "
     f"SELECT COALESCE(tenant, '{DEFAULT_TENANT}'), user_id, caller, run_id, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
-    "FROM runs WHERE run_id = ? ON CONFLICT DO NOTHING"
+    f"FROM runs WHERE run_id = ? {_USAGE_LOGGED}"
 )
 _SQLITE_AUDIT = (
     "INSERT INTO tool_calls (tenant, user_id, run_id, iteration, call_index, attempt, tool_call_id, server, tool, "
     f"status, latency_ms, created_at) SELECT COALESCE(tenant, '{DEFAULT_TENANT}'), user_id, run_id, ?, ?, ?, ?, ?, ?, "
-    "?, ?, ? FROM runs WHERE run_id = ? ON CONFLICT DO NOTHING"
+    f"?, ?, ? FROM runs WHERE run_id = ? {_AUDITED}"
 )
 _SQLITE_CONVERSATION = (
     "UPDATE conversations SET updated_at = ? "
