@@ -19,11 +19,10 @@ from typing import Any, cast
 import anyio
 import httpx
 import pytest
-from httpx_sse import ServerSentEvent
 from mcp_types import TextContent
 from structlog.testing import capture_logs
 
-from suite_common.sse_parser import EventStreamParser
+from suite_common.sse_parser import EventStreamParser, ServerSentEvent
 from support.asking_mcp_server import build_asking_server
 from support.mcp_gateway import Gateway, echo_stdio_server, face_client, raw_stdio_server, running_gateway
 from support.processes import polled

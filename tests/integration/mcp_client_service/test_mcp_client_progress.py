@@ -14,13 +14,12 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from httpx_sse import ServerSentEvent
 from mcp.client.client import ConnectMode
 from mcp_types import TextContent
 
 from mcp_client_service.calls import live_calls
 from suite_common.sse import PING
-from suite_common.sse_parser import EventStreamParser
+from suite_common.sse_parser import EventStreamParser, ServerSentEvent
 from support.everything_server import everything_stdio_server
 from support.library_mcp_server import build_library_server
 from support.mcp_gateway import Gateway, echo_http_server, face_client, running_gateway

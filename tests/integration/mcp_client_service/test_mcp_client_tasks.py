@@ -16,9 +16,8 @@ from typing import Any
 
 import anyio
 import pytest
-from httpx_sse import ServerSentEvent
 
-from suite_common.sse_parser import EventStreamParser
+from suite_common.sse_parser import EventStreamParser, ServerSentEvent
 from support.everything_server import everything_stdio_server
 from support.mcp_gateway import Gateway, face_client, running_gateway
 from support.task_mcp_server import TASK_SCRIPT

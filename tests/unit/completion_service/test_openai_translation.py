@@ -270,6 +270,22 @@ def test_streamed_text_comes_out_as_deltas_then_done_with_the_usage_of_the_last_
     ]
 
 
+def test_a_streamed_refusal_is_text_after_the_content_of_its_chunk() -> None:
+    events = _feed_all([_chunk({"content": "I", "refusal": " can't."}), _chunk({"refusal": " Sorry."}, "stop")])
+    assert [event for event in events if isinstance(event, TextDelta)] == [
+        TextDelta(delta="I"),
+        TextDelta(delta=" can't."),
+        TextDelta(delta=" Sorry."),
+    ]
+
+
+def test_a_streamed_delta_of_the_wrong_type_is_a_bad_upstream_response() -> None:
+    for delta in ({"content": 3}, {"refusal": ["no"]}, {"reasoning_content": {"a": 1}}):
+        with pytest.raises(ApiError) as caught:
+            StreamAssembler(model="gpt-4o").feed(_chunk(delta))
+        assert caught.value.code == "bad_upstream_response"
+
+
 def test_a_tool_call_split_across_many_deltas_is_emitted_once_complete() -> None:
     fragments = ['{"que', 'ry": "lo', "op sto", 'p", "top_k"', ": 3}"]
     events = _feed_all(

@@ -3,6 +3,7 @@ failures of each read; the first attempt of a call made without the retry machin
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,7 +15,7 @@ from httpx_sse import EventSource
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from completion_service.providers._transport import Upstream
+from completion_service.providers._transport import Upstream, parse_json
 from suite_common.deadline import Deadline
 from suite_common.errors import ApiError
 from suite_common.sse_parser import EventStreamParser
@@ -64,6 +65,12 @@ def test_a_chunk_with_several_events_gives_them_all_and_keeps_the_unfinished_one
     assert [event.data for event in events] == ['{"a": 1}', '{"b": 2}']
     [last] = parser.feed(b"t\r\n\r\n")
     assert (last.event, last.data) == ("end", "part")
+
+
+def test_json_that_pydantic_refuses_and_json_reads_still_parses() -> None:
+    # An unpaired surrogate escape: pydantic's reader refuses it, ``json`` (which parsed every chunk before) not.
+    assert parse_json('{"delta": "\\ud83d"}') == {"delta": "\ud83d"}
+    assert parse_json(b'{"delta": "ok"}') == {"delta": "ok"}
 
 
 # --- through Upstream -----------------------------------------------------------------------------
@@ -153,6 +160,18 @@ async def test_a_consumer_that_takes_its_time_between_events_is_not_cut_by_the_r
                 await anyio.sleep(0.01)
             assert not scope.cancelled_caught
             received.append(event.data)
+    assert received == ["a", "b"]
+
+
+@pytest.mark.anyio
+async def test_a_compressed_stream_is_read_decoded() -> None:
+    # A stream without Content-Encoding is read straight from the transport; a compressed one through httpx's decoder.
+    compressed = gzip.compress(b"data: a\n\ndata: b\n\n")
+    headers = {**_SSE_HEADERS, "content-encoding": "gzip"}
+    upstream = _upstream(httpx.Response(200, headers=headers, stream=_Body(compressed[:9], compressed[9:])))
+    received: list[str] = []
+    with anyio.fail_after(5):
+        await _events(upstream, Deadline.after(5), received)
     assert received == ["a", "b"]
 
 

@@ -9,7 +9,8 @@ import pytest
 from starlette.responses import JSONResponse
 from starlette.types import Message
 
-from suite_common.sse import PING, EventStreamResponse, encode_event
+from suite_common.sse import PING, EventStreamResponse, encode_event, encode_model_event
+from suite_common.wire import CompletionDone, StreamError, TextDelta, dump
 
 
 def test_an_event_carries_its_id_name_and_data() -> None:
@@ -30,6 +31,20 @@ def test_only_cr_and_lf_cut_data_into_lines_so_json_with_a_raw_line_separator_ar
         encode_event('{"delta": "a\u2028b"}', event="text") == 'event: text\ndata: {"delta": "a\u2028b"}\n\n'.encode()
     )
     assert encode_event("one\r\ntwo\rthree\n") == b"data: one\ndata: two\ndata: three\ndata: \n\n"
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        TextDelta(delta='line one\nline two\r\u2028 "quoted" é'),
+        CompletionDone(finish_reason="stop", model="m", provider="p"),  # its None warnings left out
+        StreamError(code="upstream_timeout", message="slow", retryable=True),
+    ],
+)
+def test_a_model_encoded_in_one_step_is_the_frame_of_its_dumped_json(
+    model: TextDelta | CompletionDone | StreamError,
+) -> None:
+    assert encode_model_event(model, model.type) == encode_event(dump(model), event=model.type)
 
 
 class FakeConnection:

@@ -38,7 +38,7 @@ from suite_common.lifecycle import Lifecycle, until_interrupted
 from suite_common.logging import get_logger
 from suite_common.observability import Observability
 from suite_common.openapi import ApiRoute, Operation, add_openapi
-from suite_common.sse import Emit, EventStreamResponse, encode_event
+from suite_common.sse import Emit, EventStreamResponse, encode_model_event
 from suite_common.tracing import mark_request_failed
 from suite_common.wire import (
     DEADLINE_HEADER,
@@ -51,7 +51,6 @@ from suite_common.wire import (
     ResolvedModel,
     StreamError,
     Usage,
-    dump,
 )
 
 __all__ = ["create_app"]
@@ -86,7 +85,7 @@ def _deadline(request: Request, settings: CompletionSettings) -> Deadline:
 
 
 def _encode(event: CompletionEvent) -> bytes:
-    return encode_event(dump(event), event=event.type)
+    return encode_model_event(event, event.type)
 
 
 async def _close(events: AsyncIterator[CompletionEvent]) -> None:

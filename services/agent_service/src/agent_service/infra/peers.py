@@ -7,7 +7,7 @@ failure becomes an ``UpstreamError`` (``agent_service.core.errors``) with a code
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -37,7 +37,6 @@ from suite_common.wire import (
     CallToolElicitation,
     CallToolRequest,
     CallToolResponse,
-    CompletionDone,
     CompletionEvent,
     CompletionRequest,
     CompletionResponse,
@@ -175,7 +174,7 @@ class CompletionClient:
                 if stream.status != 200:
                     failed = PeerReply(stream.status, stream.headers, await stream.read())
                     raise _error_from_response(self.service, failed)
-                folded = await _fold_stream(_events(stream), on_delta)
+                folded = await _fold_stream(stream, on_delta)
                 await read_to_the_end(stream)
                 return folded
         except httpx.HTTPError as error:
@@ -184,54 +183,54 @@ class CompletionClient:
             raise UpstreamError("bad_upstream_response", f"{self.service} sent a malformed completion") from None
 
 
-async def _events(stream: PeerStream) -> AsyncIterator[CompletionEvent]:
+async def _fold_stream(stream: PeerStream, on_delta: DeltaSink) -> CompletionResponse:
+    """The stream's events folded into one response, each text or reasoning delta handed to ``on_delta`` as it
+    comes. The events of each read are parsed and folded in one loop, with no generator between the reads and the
+    fold: a layer per event was a good part of what a streamed call cost more than a plain one."""
     parser = EventStreamParser()
-    async for chunk in stream.chunks():
-        for sse in parser.feed(chunk):
-            if sse.data:
-                yield _completion_event.validate_json(sse.data)
-
-
-async def _fold_stream(events: AsyncIterator[CompletionEvent], on_delta: DeltaSink) -> CompletionResponse:
     text: list[str] = []
     reasoning: list[ReasoningBlock] = []
     calls: list[ToolCall] = []
-    async for event in events:
-        if isinstance(event, TextDelta):
-            text.append(event.delta)
-            await on_delta(event)
-        elif isinstance(event, ReasoningDelta):
-            await on_delta(event)
-        elif isinstance(event, ReasoningBlockEvent):
-            # Kept on the message: some providers refuse the next turn without their reasoning blocks.
-            reasoning.append(event.block)
-        elif isinstance(event, ToolCallEvent):
-            calls.append(
-                ToolCall(
-                    id=event.id,
-                    name=event.name,
-                    arguments=event.arguments,
-                    invalid_arguments=event.invalid_arguments,
-                    signature=event.signature,
+    async for chunk in stream.chunks():
+        for sse in parser.feed(chunk):
+            if not sse.data:
+                continue
+            event = _completion_event.validate_json(sse.data)
+            if isinstance(event, TextDelta):
+                text.append(event.delta)
+                await on_delta(event)
+            elif isinstance(event, ReasoningDelta):
+                await on_delta(event)
+            elif isinstance(event, ReasoningBlockEvent):
+                # Kept on the message: some providers refuse the next turn without their reasoning blocks.
+                reasoning.append(event.block)
+            elif isinstance(event, ToolCallEvent):
+                calls.append(
+                    ToolCall(
+                        id=event.id,
+                        name=event.name,
+                        arguments=event.arguments,
+                        invalid_arguments=event.invalid_arguments,
+                        signature=event.signature,
+                    )
                 )
-            )
-        elif isinstance(event, StreamError):
-            raise UpstreamError(event.code, f"completion-service: {event.message}")
-        elif isinstance(event, CompletionDone):
-            message = Message(
-                role="assistant",
-                content="".join(text) or None,
-                reasoning=reasoning or None,
-                tool_calls=calls or None,
-            )
-            return CompletionResponse(
-                message=message,
-                finish_reason=event.finish_reason,
-                usage=event.usage,
-                model=event.model,
-                provider=event.provider,
-                warnings=event.warnings,
-            )
+            elif isinstance(event, StreamError):
+                raise UpstreamError(event.code, f"completion-service: {event.message}")
+            else:  # done: the answer is complete
+                message = Message(
+                    role="assistant",
+                    content="".join(text) or None,
+                    reasoning=reasoning or None,
+                    tool_calls=calls or None,
+                )
+                return CompletionResponse(
+                    message=message,
+                    finish_reason=event.finish_reason,
+                    usage=event.usage,
+                    model=event.model,
+                    provider=event.provider,
+                    warnings=event.warnings,
+                )
     raise UpstreamError("bad_upstream_response", "completion-service ended the stream without a done event")
 
 

@@ -310,14 +310,19 @@ class StreamAssembler:
             delta = choice.get("delta") or {}
             if not isinstance(delta, dict):
                 raise bad_response("a chunk delta is not an object")
-            thought = _reasoning_text(delta, "delta")
-            if thought:
-                self._reasoning.append(thought)
-                events.append(ReasoningDelta(delta=thought))
-            for key in ("content", "refusal"):
-                text = _text(delta.get(key), f"delta.{key}")
-                if text:
-                    events.append(TextDelta(delta=text))
+            # Most chunks carry only ``content``: the other fields are looked at only when present.
+            if "reasoning_content" in delta or "reasoning" in delta:
+                thought = _reasoning_text(delta, "delta")
+                if thought:
+                    self._reasoning.append(thought)
+                    events.append(ReasoningDelta(delta=thought))
+            text = _text(delta.get("content"), "delta.content")
+            if text:
+                events.append(TextDelta(delta=text))
+            if "refusal" in delta:
+                refusal = _text(delta["refusal"], "delta.refusal")
+                if refusal:
+                    events.append(TextDelta(delta=refusal))
             tool_calls = delta.get("tool_calls") or []
             if not isinstance(tool_calls, list):
                 raise bad_response("delta.tool_calls is not a list")
