@@ -54,7 +54,7 @@ class DenseIndex(IndexRows):
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors = np.where(norms > _EPSILON, vectors / np.where(norms > _EPSILON, norms, 1), vectors)
         self.remove(chunk.id for chunk in batch)
-        if len(self._ids) > 1024 and len(self._ids) > 2 * (self._live + len(self._hidden)):
+        if len(self._ids) > 1024 and len(self._ids) > 2 * self._live:
             self._compact()
         first = self._append_rows([(chunk.id, chunk.source_prefixes, chunk.tags) for chunk in batch])
         if len(self._matrix) < first + len(batch):
@@ -64,19 +64,14 @@ class DenseIndex(IndexRows):
         self._matrix[first : first + len(batch)] = vectors
 
     def _compact(self) -> None:
-        """Drop the rows of deleted chunks (re-ingests leave them behind), keeping the others' (hidden too) in order."""
-        keep = self._alive[: len(self._ids)].copy()
-        keep[list(self._hidden)] = True
-        kept = np.flatnonzero(keep)
-        hidden = {new for new, slot in enumerate(kept) if slot in self._hidden}
+        """Drop the rows of deleted chunks (re-ingests leave them behind), keeping the others' order."""
+        kept = np.flatnonzero(self._alive[: len(self._ids)])
         self._matrix = self._matrix[kept].copy()
         self._ids = [self._ids[slot] for slot in kept]
         self._prefixes = [self._prefixes[slot] for slot in kept]
         self._tags = [self._tags[slot] for slot in kept]
         self._slot_of = {chunk_id: slot for slot, chunk_id in enumerate(self._ids)}
         self._alive = np.ones(len(kept), dtype=bool)
-        self._alive[list(hidden)] = False
-        self._hidden = hidden
 
     def search(
         self,
@@ -101,18 +96,3 @@ class DenseIndex(IndexRows):
         """The stored (unit) vectors of those of ``ids`` that are indexed."""
         slots = {chunk_id: self._slot_of[chunk_id] for chunk_id in ids if chunk_id in self._slot_of}
         return {chunk_id: self._matrix[slot].tolist() for chunk_id, slot in slots.items()}
-
-    def mean_vector(self, ids: Iterable[str]) -> list[float] | None:
-        """The normalised mean of the indexed (unit) vectors of ``ids``; ``None`` if none is indexed."""
-        slots = [self._slot_of[chunk_id] for chunk_id in ids if chunk_id in self._slot_of]
-        if not slots:
-            return None
-        total = self._matrix[slots].astype(np.float64).sum(axis=0)
-        norm = float(np.linalg.norm(total))
-        return (total / norm).tolist() if norm > 0 else None
-
-    def replace_vector(self, row_id: str, vector: Sequence[float]) -> None:
-        """Give an indexed row another vector, keeping what filters look at; a row not indexed is left out."""
-        slot = self._slot_of.get(row_id)
-        if slot is not None:
-            self.add([DenseChunk(row_id, vector, self._prefixes[slot], self._tags[slot])])

@@ -33,8 +33,6 @@ class IndexRows:
         self._tags: list[tuple[str, ...]] = []
         self._alive = np.zeros(0, dtype=bool)
         self._live = 0
-        self._hidden: set[int] = set()
-        """Slots of chunks kept but not searched (``common_passages``): not alive, and not dropped either."""
 
     def __len__(self) -> int:
         return self._live
@@ -58,30 +56,9 @@ class IndexRows:
     def remove(self, ids: Iterable[str]) -> None:
         for chunk_id in ids:
             slot = self._slot_of.pop(chunk_id, None)
-            if slot is None:
-                continue
-            if slot in self._hidden:
-                self._hidden.discard(slot)
-            else:
+            if slot is not None:
                 self._alive[slot] = False
                 self._live -= 1
-
-    def hide(self, ids: Iterable[str]) -> None:
-        """Leave chunks out of searches (and of BM25's statistics) until ``show``; they stay indexed."""
-        for chunk_id in ids:
-            slot = self._slot_of.get(chunk_id)
-            if slot is not None and slot not in self._hidden:
-                self._hidden.add(slot)
-                self._alive[slot] = False
-                self._live -= 1
-
-    def show(self, ids: Iterable[str]) -> None:
-        for chunk_id in ids:
-            slot = self._slot_of.get(chunk_id)
-            if slot is not None and slot in self._hidden:
-                self._hidden.discard(slot)
-                self._alive[slot] = True
-                self._live += 1
 
     def _best(
         self,

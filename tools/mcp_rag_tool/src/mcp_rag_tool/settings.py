@@ -152,15 +152,6 @@ class RagSettings(ServiceSettings):
             "cross-encoder (RAG_RERANK_MODEL_PATH) ranks the results."
         ),
     )
-    common_passage_documents: int = Field(
-        default=5,
-        ge=0,
-        description=(
-            "A passage found word for word on at least this many documents (rustdoc's blanket implementations: "
-            "'Returns the argument unchanged.' on every type page) tells no page from another: in local mode its "
-            "chunks are left out of the chunk rankings and of the document vectors. 0 turns this off."
-        ),
-    )
     rerank_candidates: int = Field(
         default=30, ge=1, le=200, description="Best fused chunks that reranking (cross-encoder, MMR) considers."
     )

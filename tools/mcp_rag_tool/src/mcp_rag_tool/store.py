@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -38,7 +38,6 @@ from qdrant_client import QdrantClient, models
 
 from mcp_rag_tool.bm25 import SparseVector
 from mcp_rag_tool.chunking import Chunk
-from mcp_rag_tool.common_passages import CommonPassages, StatusChange
 from mcp_rag_tool.dense_index import DenseChunk, DenseIndex
 from mcp_rag_tool.index_rows import prefix_candidates
 from mcp_rag_tool.points import (
@@ -74,12 +73,9 @@ class StoreLocked(Exception):
 
 
 class VectorStore:
-    def __init__(
-        self, client: QdrantClient, collection: str, *, server: bool = False, common_passage_documents: int = 0
-    ) -> None:
+    def __init__(self, client: QdrantClient, collection: str, *, server: bool = False) -> None:
         self._client = client
         self._server = server
-        self._common_passage_documents = common_passage_documents
         self._chunks = collection
         self._sources = f"{collection}_sources"
         self._documents = f"{collection}_documents"
@@ -90,8 +86,6 @@ class VectorStore:
         """Local mode: the matrix of dense vectors, once the collections are open."""
         self._document_index: DenseIndex | None = None
         """Local mode: the matrix of document vectors (rows named by source), once the collections are open."""
-        self._common = CommonPassages(common_passage_documents)
-        """Local mode: chunks whose passage many documents hold, left out of searches and document vectors."""
 
     @classmethod
     async def open(cls, settings: RagSettings) -> VectorStore:
@@ -119,12 +113,7 @@ class VectorStore:
                         "(a running mcp-rag-tool?); local mode allows one process at a time"
                     ) from exc
                 raise
-        return cls(
-            client,
-            settings.collection,
-            server=settings.qdrant_url is not None,
-            common_passage_documents=settings.common_passage_documents,
-        )
+        return cls(client, settings.collection, server=settings.qdrant_url is not None)
 
     @property
     def collection(self) -> str:
@@ -133,9 +122,7 @@ class VectorStore:
     def sibling(self, collection: str) -> VectorStore:
         """Another set of collections over the same client (a tenant's): local mode's calls keep taking turns
         with this store's, since one client is not thread-safe. Close only the store that opened the client."""
-        other = VectorStore(
-            self._client, collection, server=self._server, common_passage_documents=self._common_passage_documents
-        )
+        other = VectorStore(self._client, collection, server=self._server)
         other._turn = self._turn
         return other
 
@@ -192,7 +179,6 @@ class VectorStore:
         else:
             self._sparse_index, self._dense_index = SparseIndex(), DenseIndex(dimension)
             self._document_index = DenseIndex(dimension)
-            self._common = CommonPassages(self._common_passage_documents)
         return True
 
     def _create_documents_collection(self, dimension: int, *, complete: bool) -> None:
@@ -248,35 +234,14 @@ class VectorStore:
         for points in self._pages(self._documents, ["source", "source_prefixes", "tags"], [DENSE]):
             documents.add(document_row(point) for point in points)
         sparse, dense = SparseIndex(), DenseIndex(dimension)
-        self._common = CommonPassages(self._common_passage_documents)
-        change = StatusChange()
-        for points in self._pages(self._chunks, ["source", "text", "source_prefixes", "tags"], [SPARSE, DENSE]):
+        for points in self._pages(self._chunks, ["source_prefixes", "tags"], [SPARSE, DENSE]):
             chunks = [indexed_chunk(point) for point in points]
             sparse.add(chunks)
             dense.add(
                 DenseChunk(chunk.id, dense_vector(point), chunk.source_prefixes, chunk.tags)
                 for chunk, point in zip(chunks, points, strict=True)
             )
-            change.merge(self._common.add(_passages(point.id, point.payload) for point in points))
-        self._apply_common(change, sparse, dense, documents)
         return sparse, dense, documents
-
-    def _apply_common(
-        self, change: StatusChange, sparse: SparseIndex, dense: DenseIndex, documents: DenseIndex
-    ) -> None:
-        """Hide the chunks whose passage became common, show those no longer common, and give the
-        documents concerned the mean vector of their other chunks."""
-        for index in (sparse, dense):
-            index.hide(change.hide)
-            index.show(change.show)
-        self._refresh_document_rows(change.sources, dense, documents)
-
-    def _refresh_document_rows(self, sources: Iterable[str], dense: DenseIndex, documents: DenseIndex) -> None:
-        """A document's vector without its common passages (kept whole if every passage of it is common)."""
-        for source in sources:
-            vector = dense.mean_vector(self._common.kept_chunks(source))
-            if vector is not None:
-                documents.replace_vector(source, vector)
 
     def _pages(self, collection: str, payload: list[str], vectors: list[str]) -> Iterator[list[models.Record]]:
         """Every point of ``collection``, a page at a time (in the caller's turn: see ``_call``)."""
@@ -342,14 +307,13 @@ class VectorStore:
     ) -> None:
         """Store points and, in local mode, index them, in the same turn: a search sees both or neither."""
         self._client.upsert(self._chunks, points=points, wait=True)
-        if self._sparse_index is not None and self._dense_index is not None and self._document_index is not None:
+        if self._sparse_index is not None:
             self._sparse_index.add(indexed)
+        if self._dense_index is not None:
             self._dense_index.add(
                 DenseChunk(chunk.id, vector, chunk.source_prefixes, chunk.tags)
                 for chunk, vector in zip(indexed, dense, strict=True)
             )
-            change = self._common.add(_passages(point.id, point.payload) for point in points)
-            self._apply_common(change, self._sparse_index, self._dense_index, self._document_index)
 
     async def write_records(self, records: Sequence[SourceRecord]) -> None:
         if records:
@@ -383,10 +347,8 @@ class VectorStore:
             self._client.upsert(self._documents, points=points, wait=True)
         if gone:
             self._delete_document_vectors(gone)
-        if self._document_index is not None and self._dense_index is not None:
+        if self._document_index is not None:
             self._document_index.add(rows)
-            held = [row.id for row in rows if self._common.has_common(row.id)]
-            self._refresh_document_rows(held, self._dense_index, self._document_index)
 
     def _delete_document_vectors(self, sources: list[str]) -> None:
         ids: list[models.ExtendedPointId] = [source_point_id(source) for source in sources]
@@ -401,11 +363,10 @@ class VectorStore:
     def _delete_points(self, ids: list[str]) -> None:
         """Delete points and, in local mode, unindex them, in the same turn."""
         self._client.delete(self._chunks, points_selector=models.PointIdsList(points=list(ids)), wait=True)
-        if self._sparse_index is not None and self._dense_index is not None and self._document_index is not None:
+        if self._sparse_index is not None:
             self._sparse_index.remove(ids)
+        if self._dense_index is not None:
             self._dense_index.remove(ids)
-            change = self._common.remove(ids)
-            self._apply_common(change, self._sparse_index, self._dense_index, self._document_index)
 
     async def remove_documents(self, records: Sequence[SourceRecord]) -> None:
         """Delete documents: their chunks (every version the records account for) and vectors, then the records."""
@@ -541,9 +502,3 @@ class VectorStore:
                 (int(payload.get("position", 0)), str(payload.get("text", "")))
             )
         return {source: [text for _, text in sorted(items)] for source, items in passages.items()}
-
-
-def _passages(point_id: models.ExtendedPointId, payload: dict[str, Any] | None) -> tuple[str, str, str]:
-    """What ``CommonPassages`` keeps of a stored chunk: its id, its document and its passage."""
-    payload = payload or {}
-    return str(point_id), str(payload.get("source", "")), str(payload.get("text", ""))
