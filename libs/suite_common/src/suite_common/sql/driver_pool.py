@@ -8,7 +8,7 @@ otherwise waits, bounded, for one to come back; a return puts it back, or hands 
 
 A connection is never reused after its body failed (an error, a cancellation, a timeout): its state is unknown (a
 statement cut off, a transaction left open), so it is closed and its place given to the next checkout. One idle
-longer than ``idle_seconds`` is closed when a checkout finds it, as SQLAlchemy's pool recycles its own (a proxy's idle
+longer than ``idle_seconds`` is cut at the next checkout, as SQLAlchemy's pool recycles its own (a proxy's idle
 timeout may have closed it under the store's feet).
 """
 
@@ -56,14 +56,18 @@ class DriverPool:
         ``TimeoutError`` when none came free within ``acquire_timeout``."""
         if self._closed:
             raise asyncpg.InterfaceError("the pool is closed")
-        now = time.monotonic()
-        while self._idle:
-            connection, returned_at = self._idle.pop()
-            if not connection.is_closed() and now - returned_at <= self._idle_seconds:
-                return connection
-            # Closed by the server, or idle so long that a proxy may have closed it: replaced, in the same place.
+        # Idle so long that a proxy may have dropped it: cut, oldest first (they lead), whether this checkout would
+        # have taken it or not, so that a burst's extra connections do not stay open for ever. Cut, not closed
+        # politely: a connection a proxy dropped without a word would hold the checkout for the close's timeout.
+        expired_before = time.monotonic() - self._idle_seconds
+        while self._idle and self._idle[0][1] < expired_before:
             self._open -= 1
-            await _close(connection)
+            self._idle.popleft()[0].terminate()
+        while self._idle:
+            connection, _ = self._idle.pop()
+            if not connection.is_closed():
+                return connection
+            self._open -= 1  # closed by the server: replaced, in the same place
         if self._open < self._size:
             self._open += 1
             return await self._open_one()
