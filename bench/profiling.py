@@ -38,6 +38,7 @@ _WAITING = frozenset(
         *("Runner.run", "SocketStream.send", "SocketStream.receive", "RequestResponseCycle.send"),
         *("StreamWriter._write", "StreamWriter._writelines"),  # aiohttp's client writing a request: a socket write
         "StreamWriter.writelines",  # asyncio's (the Redis client's)
+        "PeerConnection.send",  # agent-service's client of its siblings: a timer set, then the socket write
     }
 )
 """Innermost frames that stand for the event loop's own wait (epoll, from C) or a socket syscall (a write on loopback
