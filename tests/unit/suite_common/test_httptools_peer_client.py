@@ -214,35 +214,11 @@ async def test_reading_pauses_while_the_consumer_lags_and_resumes_once_it_has_re
     assert connection.finish()  # whole, kept alive: reusable
 
 
-class _RecordingTransport(asyncio.Transport):
-    """A transport that keeps what is written and whether reading is paused: the connection is driven by hand."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.reading = True
-        self.closed = False
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        pass
-
-    def is_reading(self) -> bool:
-        return self.reading
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
-
-    def close(self) -> None:
-        self.closed = True
-
-
 async def test_a_connection_whose_whole_body_came_but_was_left_unread_is_not_kept() -> None:
     """Past the buffer's high-water mark reading pauses; a caller that leaves the stream then must not hand the
     paused connection, its body unread, to the next exchange (which would wait for an answer that never comes)."""
     connection = PeerConnection()
-    transport = _RecordingTransport()
+    transport = _Transport()
     connection.connection_made(transport)
     connection.send(b"GET / HTTP/1.1\r\nHost: peer\r\n\r\n", head_only=False, deadline=None)
     body = b"x" * 100_000
@@ -255,7 +231,7 @@ async def test_a_connection_whose_whole_body_came_but_was_left_unread_is_not_kep
 
 async def test_a_reset_in_a_body_without_a_length_is_a_read_error_not_its_end() -> None:
     connection = PeerConnection()
-    connection.connection_made(_RecordingTransport())
+    connection.connection_made(_Transport())
     connection.send(b"GET / HTTP/1.1\r\nHost: peer\r\n\r\n", head_only=False, deadline=None)
     connection.data_received(b'HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{"partial": ')
     assert await connection.next_body() == b'{"partial": '
